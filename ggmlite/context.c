@@ -1,0 +1,209 @@
+/* The context: one arena holding tensor headers and data, and the error
+ * message of the last failed builder call. */
+#include "internal.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each tensor lives in the arena as an object: the header, then (unless
+ * no_alloc or a view) its data at the next GML_ALIGN boundary. */
+struct gml_object {
+    gml_tensor tensor;
+    struct gml_object *next;
+};
+
+static const size_t OBJ_SIZE = (sizeof(struct gml_object) + GML_ALIGN - 1) / GML_ALIGN * GML_ALIGN;
+
+size_t gml_tensor_overhead(void) { return OBJ_SIZE; }
+
+gml_context *gml_init(gml_init_params params) {
+    gml_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->no_alloc = params.no_alloc;
+    ctx->mem_size = params.mem_size;
+    if (params.mem_buffer) {
+        ctx->mem = params.mem_buffer;
+    } else if (params.mem_size > 0) {
+        ctx->mem = aligned_alloc(GML_ALIGN, gml_align_up(params.mem_size, GML_ALIGN));
+        if (!ctx->mem) {
+            free(ctx);
+            return NULL;
+        }
+        ctx->mem_owned = true;
+    }
+    /* A caller's buffer may start anywhere: skip to the first aligned byte. */
+    size_t skew = (size_t)((uintptr_t)ctx->mem % GML_ALIGN);
+    ctx->used = skew ? GML_ALIGN - skew : 0;
+    if (ctx->used > ctx->mem_size) ctx->used = ctx->mem_size;
+    return ctx;
+}
+
+void gml_free(gml_context *ctx) {
+    if (!ctx) return;
+    if (ctx->mem_owned) free(ctx->mem);
+    free(ctx);
+}
+
+const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : "no context"; }
+void gml_clear_error(gml_context *ctx) { ctx->err[0] = '\0'; }
+size_t gml_used_mem(const gml_context *ctx) { return ctx->used; }
+size_t gml_mem_required(const gml_context *ctx) { return ctx->required; }
+bool gml_get_no_alloc(const gml_context *ctx) { return ctx->no_alloc; }
+
+gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+static const char *const TYPE_NAMES[] = {[GML_F32] = "f32", [GML_I32] = "i32"};
+
+size_t gml_type_size(gml_type type) {
+    (void)type; /* f32 and i32 are both 4 bytes */
+    return 4;
+}
+
+const char *gml_type_name(gml_type type) {
+    return (unsigned)type < sizeof TYPE_NAMES / sizeof *TYPE_NAMES ? TYPE_NAMES[type] : "?";
+}
+
+void gml_contiguous_strides(gml_type type, const int64_t ne[GML_MAX_DIMS], size_t nb[GML_MAX_DIMS]) {
+    nb[GML_MAX_DIMS - 1] = gml_type_size(type);
+    for (int i = GML_MAX_DIMS - 2; i >= 0; i--) nb[i] = nb[i + 1] * (size_t)ne[i + 1];
+}
+
+/* Reserves bytes in the arena, or records why it cannot. */
+static void *arena_take(gml_context *ctx, size_t bytes, const char *what, const gml_tensor *t) {
+    if (ctx->mem_size - ctx->used < bytes || ctx->used > ctx->mem_size) {
+        char shape[GML_SHAPE_MAX];
+        gml_fail(ctx,
+                 "arena too small: %s of '%s' %s %s needs %zu bytes, %zu of %zu available "
+                 "(%zu needed so far); size the arena with gml_mem_required() after a no_alloc build",
+                 what, t->name, GML_SHAPE(t, shape), gml_type_name(t->type), bytes,
+                 ctx->mem_size > ctx->used ? ctx->mem_size - ctx->used : 0, ctx->mem_size,
+                 ctx->required);
+        return NULL;
+    }
+    void *p = ctx->mem + ctx->used;
+    ctx->used += bytes;
+    return p;
+}
+
+/* Makes a header (and data unless no_alloc or view) for shape ne. */
+static gml_tensor *new_object(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne,
+                              bool view) {
+    assert(n_dims >= 1 && n_dims <= GML_MAX_DIMS);
+    gml_tensor tmp = {.type = type, .n_dims = n_dims};
+    for (int i = 0; i < GML_MAX_DIMS; i++) tmp.ne[i] = 1;
+    for (int i = 0; i < n_dims; i++) tmp.ne[GML_MAX_DIMS - n_dims + i] = ne[i];
+    gml_contiguous_strides(type, tmp.ne, tmp.nb);
+    snprintf(tmp.name, sizeof tmp.name, "tensor_%d", ctx->n_tensors);
+
+    size_t data_bytes = view ? 0 : gml_align_up(gml_nbytes(&tmp), GML_ALIGN);
+    ctx->required += OBJ_SIZE + data_bytes;
+
+    struct gml_object *obj = arena_take(ctx, OBJ_SIZE, "header", &tmp);
+    if (!obj) return NULL;
+    void *data = NULL;
+    if (data_bytes && !ctx->no_alloc) {
+        data = arena_take(ctx, data_bytes, "data", &tmp);
+        if (!data) {
+            ctx->used -= OBJ_SIZE;
+            return NULL;
+        }
+    }
+    memset(obj, 0, sizeof *obj);
+    obj->tensor = tmp;
+    obj->tensor.data = data;
+    obj->tensor.id = ctx->n_tensors++;
+    if (ctx->last) ctx->last->next = obj;
+    else ctx->first = obj;
+    ctx->last = obj;
+    return &obj->tensor;
+}
+
+static bool valid_sizes(gml_context *ctx, const char *what, int n_dims, const int64_t *ne) {
+    if (n_dims < 1 || n_dims > GML_MAX_DIMS) {
+        gml_fail(ctx, "%s: %d dimensions; ggmlite tensors have 1 to %d", what, n_dims,
+                 GML_MAX_DIMS);
+        return false;
+    }
+    for (int i = 0; i < n_dims; i++) {
+        if (ne[i] < 1 || ne[i] > ((int64_t)1 << 40)) {
+            gml_fail(ctx, "%s: size %" PRId64 " of dim %d is out of range [1, 2^40]", what, ne[i], i);
+            return false;
+        }
+    }
+    return true;
+}
+
+gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne) {
+    if (!ctx) return NULL;
+    if (type != GML_F32 && type != GML_I32)
+        return gml_fail(ctx, "new_tensor: unknown type %d", (int)type);
+    if (!valid_sizes(ctx, "new_tensor", n_dims, ne)) return NULL;
+    gml_tensor *t = new_object(ctx, type, n_dims, ne, false);
+    if (t) snprintf(t->name, sizeof t->name, "leaf_%d", t->id);
+    return t;
+}
+
+gml_tensor *gml_new_tensor_1d(gml_context *ctx, gml_type type, int64_t n0) {
+    return gml_new_tensor(ctx, type, 1, (int64_t[]){n0});
+}
+gml_tensor *gml_new_tensor_2d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1) {
+    return gml_new_tensor(ctx, type, 2, (int64_t[]){n0, n1});
+}
+gml_tensor *gml_new_tensor_3d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1, int64_t n2) {
+    return gml_new_tensor(ctx, type, 3, (int64_t[]){n0, n1, n2});
+}
+gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1, int64_t n2,
+                              int64_t n3) {
+    return gml_new_tensor(ctx, type, 4, (int64_t[]){n0, n1, n2, n3});
+}
+
+gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne) {
+    if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
+    gml_tensor *t = new_object(ctx, type, n_dims, ne, false);
+    if (!t) return NULL;
+    t->op = op;
+    snprintf(t->name, sizeof t->name, "node_%d", t->id);
+    return t;
+}
+
+gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
+                         const int64_t *ne, const size_t *nb, size_t offset, const char *what) {
+    if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
+    gml_tensor *t = new_object(ctx, a->type, n_dims, ne, true);
+    if (!t) return NULL;
+    for (int i = 0; i < n_dims; i++) t->nb[GML_MAX_DIMS - n_dims + i] = nb[i];
+    /* Leading unused dims: stride of the whole tensor, as a contiguous one. */
+    for (int i = GML_MAX_DIMS - n_dims - 1; i >= 0; i--)
+        t->nb[i] = t->nb[i + 1] * (size_t)t->ne[i + 1];
+    t->op = op;
+    t->src[0] = a;
+    t->view_src = a->view_src ? a->view_src : a;
+    t->view_offs = a->view_offs + offset;
+    if (t->view_src->data) t->data = (char *)t->view_src->data + t->view_offs;
+    snprintf(t->name, sizeof t->name, "%.*s (%s)", (int)(GML_MAX_NAME - 16), a->name, what);
+    return t;
+}
+
+gml_tensor *gml_set_name(gml_tensor *t, const char *name) {
+    if (t) snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+const char *gml_get_name(const gml_tensor *t) { return t ? t->name : "(null)"; }
+
+gml_tensor *gml_get_tensor(gml_context *ctx, const char *name) {
+    for (struct gml_object *o = ctx->first; o; o = o->next)
+        if (strcmp(o->tensor.name, name) == 0) return &o->tensor;
+    return NULL;
+}
+
+void gml_set_flags(gml_tensor *t, int flags) {
+    if (t) t->flags |= flags;
+}

@@ -1,0 +1,337 @@
+/*
+ * ggmlite: a small tensor graph engine for attention blocks, in C11.
+ *
+ * You build a graph of ops on tensors, then compute it on CPU threads.
+ *
+ *     gml_context *ctx = gml_init((gml_init_params){ .mem_size = 16 << 20 });
+ *     gml_tensor *x = gml_new_tensor(ctx, GML_F32, 3, (int64_t[]){2, 10, 64});
+ *     gml_tensor *w = gml_new_tensor(ctx, GML_F32, 2, (int64_t[]){32, 64});
+ *     gml_tensor *y = gml_linear(ctx, x, w, NULL);     // [2, 10, 32]
+ *     if (!y) fprintf(stderr, "%s\n", gml_last_error(ctx));
+ *     gml_graph *g = gml_build_graph(ctx, &y, 1);
+ *     ... fill x->data and w->data ...
+ *     if (gml_graph_compute(g, 4) != GML_OK) fprintf(stderr, "%s\n", gml_graph_error(g));
+ *     gml_graph_free(g);
+ *     gml_free(ctx);
+ *
+ * Conventions (read these once):
+ *
+ * - DIMENSION ORDER. Shapes are written outermost first, as PyTorch and the
+ *   attention literature write them: [B, T, d_model], [B, h, T, d_k]. The
+ *   last dimension is the contiguous one. `gml_permute` takes PyTorch's
+ *   argument order: out.shape[i] = in.shape[perm[i]]. Negative dims count
+ *   from the end, as in PyTorch. Every op's comment below gives its shapes.
+ *
+ * - STORAGE. A tensor has 1 to 4 dimensions. `ne` and `nb` always hold four
+ *   entries, right-aligned: ne[GML_MAX_DIMS - n_dims .. 3] are the sizes of
+ *   the tensor's dimensions outermost first, leading unused entries are 1.
+ *   So ne[3] is always the last (innermost) dimension and PyTorch dim d of
+ *   an n-dim tensor is entry 4 - n + d. `nb` are byte strides (for the unused
+ *   leading entries, the extent of the tensor). Element [i0,i1,i2,i3] lives
+ *   at data + i0*nb[0] + i1*nb[1] + i2*nb[2] + i3*nb[3].
+ *
+ * - MATMUL means torch.matmul: [..., M, K] @ [..., K, N] -> [..., M, N], with
+ *   leading dimensions broadcast (each 1 or equal). Either input may have any
+ *   strides: k.transpose(-2, -1) works as it is. (ggml's mul_mat(a, b) means
+ *   b a^T; ours does not.) gml_linear takes nn.Linear's [out, in] weight.
+ *
+ * - MASKS. A softmax mask is additive and broadcasts against the scores:
+ *   0 keeps a key, -INFINITY removes it. Causal means query i sees key j iff
+ *   j <= i + (Tk - Tq) (bottom-right aligned, as PyTorch's is_causal for
+ *   Tq == Tk and as KV-cache decoding needs). A row whose every key is masked
+ *   gives all-zero weights, never NaN.
+ *
+ * - ERRORS. A builder call that gets inputs it cannot use returns NULL and
+ *   records a message on the context (gml_last_error) that names the op, the
+ *   inputs and their shapes, e.g.
+ *     matmul(q, k): inner sizes differ: [2,8,10,64] @ [2,8,32,10]
+ *   Builders given a NULL input return NULL and keep the first message, so a
+ *   whole graph can be built and checked once at the end. Compute returns a
+ *   status; runtime problems (an index out of range, a NaN trap) are described
+ *   by gml_graph_error. Nothing aborts on a user mistake; asserts guard only
+ *   ggmlite's own invariants.
+ *
+ * - MEMORY. A context owns one arena: tensor headers and data are bump-
+ *   allocated from one block and freed at once by gml_free. With no_alloc,
+ *   only headers are made (data == NULL) and a planner or the user places data
+ *   later; gml_mem_required tells how large an allocating arena would need to
+ *   be for everything created so far, in either mode.
+ *
+ * - THREADS. Results do not depend on the thread count: every output element
+ *   is computed by one thread in a fixed order.
+ *
+ * Every name ggmlite exports starts with gml_ (types, functions) or GML_
+ * (macros, enum constants).
+ */
+#ifndef GGMLITE_H
+#define GGMLITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GML_VERSION "0.1.0"
+#define GML_MAX_DIMS 4
+#define GML_MAX_SRC 6
+#define GML_MAX_NAME 64
+#define GML_MAX_OP_PARAMS 16 /* int32 slots */
+
+typedef enum gml_type {
+    GML_F32 = 0,
+    GML_I32 = 1,
+} gml_type;
+
+/* The op list lives in ggmlite/ops.inc; each entry becomes GML_OP_<ID>. */
+typedef enum gml_op {
+#define GML_OP(id, name) GML_OP_##id,
+#include "ops.inc"
+#undef GML_OP
+    GML_OP_COUNT
+} gml_op;
+
+typedef enum gml_status {
+    GML_OK = 0,
+    GML_ERR_INVALID = 1, /* bad arguments or data (message says which) */
+    GML_ERR_NOMEM = 2,   /* arena or malloc exhausted */
+    GML_ERR_NONFINITE = 3, /* NaN/Inf trap fired */
+    GML_ERR_ABORTED = 4, /* the node callback asked to stop */
+    GML_ERR_IO = 5,      /* a file could not be read or written */
+} gml_status;
+
+/* What a tensor is to a graph; the memory planner never reuses the data of
+ * inputs, outputs and params. */
+enum {
+    GML_FLAG_INPUT = 1,
+    GML_FLAG_OUTPUT = 2,
+    GML_FLAG_PARAM = 4,
+};
+
+typedef struct gml_tensor {
+    gml_type type;
+    int n_dims;                  /* 1..4 */
+    int64_t ne[GML_MAX_DIMS];    /* sizes, right-aligned, outermost first */
+    size_t nb[GML_MAX_DIMS];     /* byte strides */
+
+    gml_op op;                   /* GML_OP_NONE for leafs */
+    int32_t op_params[GML_MAX_OP_PARAMS];
+    struct gml_tensor *src[GML_MAX_SRC];
+
+    struct gml_tensor *view_src; /* for views: the tensor that owns the data */
+    size_t view_offs;            /* byte offset into view_src's data */
+
+    void *data;
+    int flags;
+    int id;                      /* creation index within its context */
+    char name[GML_MAX_NAME];
+} gml_tensor;
+
+typedef struct gml_context gml_context;
+typedef struct gml_graph gml_graph;
+
+/* ---- context ---------------------------------------------------------- */
+
+typedef struct gml_init_params {
+    size_t mem_size;   /* arena size in bytes */
+    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one */
+    bool no_alloc;     /* headers only: tensors get data == NULL */
+} gml_init_params;
+
+/* Returns NULL only if malloc fails or mem_size is too small to be useful. */
+gml_context *gml_init(gml_init_params params);
+void gml_free(gml_context *ctx);
+
+const char *gml_last_error(const gml_context *ctx); /* "" when none */
+void gml_clear_error(gml_context *ctx);
+
+size_t gml_used_mem(const gml_context *ctx);     /* arena bytes in use */
+/* Bytes an allocating arena needs for every tensor created so far (headers
+ * and data), whether or not this context allocates data. Build once with
+ * no_alloc, ask, then make an arena of that size. */
+size_t gml_mem_required(const gml_context *ctx);
+size_t gml_tensor_overhead(void);                /* arena bytes per header */
+bool gml_get_no_alloc(const gml_context *ctx);
+
+/* ---- tensors ---------------------------------------------------------- */
+
+/* New leaf tensor, contiguous, shape ne[0..n_dims-1] outermost first.
+ * Data is uninitialized (NULL in a no_alloc context). */
+gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne);
+gml_tensor *gml_new_tensor_1d(gml_context *ctx, gml_type type, int64_t n0);
+gml_tensor *gml_new_tensor_2d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1);
+gml_tensor *gml_new_tensor_3d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1, int64_t n2);
+gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1,
+                              int64_t n2, int64_t n3);
+
+gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t */
+const char *gml_get_name(const gml_tensor *t);
+gml_tensor *gml_get_tensor(gml_context *ctx, const char *name); /* first with name */
+void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
+
+size_t gml_type_size(gml_type type);
+const char *gml_type_name(gml_type type);
+const char *gml_op_name(gml_op op);
+int64_t gml_nelements(const gml_tensor *t);
+size_t gml_nbytes(const gml_tensor *t);   /* bytes spanned, from first to last element */
+int64_t gml_dim(const gml_tensor *t, int d); /* size of dim d (negative from the end) */
+bool gml_is_contiguous(const gml_tensor *t);
+bool gml_is_view(const gml_tensor *t);
+bool gml_same_shape(const gml_tensor *a, const gml_tensor *b);
+/* Writes "[2,8,10,64]" into buf; returns buf. */
+char *gml_format_shape(const gml_tensor *t, char *buf, size_t size);
+
+/* Element access by outermost-first index (n_dims entries). */
+float gml_get_f32(const gml_tensor *t, const int64_t *idx);
+void gml_set_f32(gml_tensor *t, const int64_t *idx, float v);
+int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx);
+void gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v);
+
+/* ---- views (no copy) ---------------------------------------------------- */
+
+/* out: shape ne[0..n_dims-1], byte strides nb[0..n_dims-1], starting offset
+ * bytes into a's data. Every element must lie inside a's storage. */
+gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne,
+                     const size_t *nb, size_t offset);
+/* a contiguous, same element count -> out [ne...]. One entry may be -1. */
+gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne);
+/* a [d0..dn-1] -> out [d_perm[0], ..., d_perm[n-1]] (PyTorch's permute). */
+gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm);
+/* a -> a with dims d0 and d1 swapped (negative dims count from the end). */
+gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1);
+
+/* ---- copies ------------------------------------------------------------- */
+
+/* any strides -> contiguous copy, same shape. */
+gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
+/* Writes a into dst (same shape; dst typically a view into a cache) and
+ * returns a view of dst that depends on the copy. */
+gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
+
+/* ---- arithmetic --------------------------------------------------------- */
+
+/* [..., M, K] @ [..., K, N] -> [..., M, N]; 2-D to 4-D, leading dims broadcast. */
+gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+/* x [..., in], w [out, in] (nn.Linear layout), bias [out] or NULL -> [..., out] */
+gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
+/* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
+gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+/* a * s, same shape */
+gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
+
+/* softmax over the last dim of x*scale + mask, with an optional causal mask.
+ * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).
+ * Causal: query i sees key j iff j <= i + (Tk - Tq). Fully masked rows -> 0. */
+gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
+                        bool causal);
+
+/* PyTorch's repeat_interleave(x, repeats, dim): each slice along dim is
+ * repeated `repeats` times in place. [.., n, ..] -> [.., n*repeats, ..] */
+gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);
+
+/* table [N, d] f32, idx i32 of any shape [...] (up to 3-D) -> [..., d]:
+ * out[..., :] = table[idx[...], :]. An index outside [0, N) fails compute. */
+gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
+
+/* ---- attention helpers -------------------------------------------------- */
+
+/* Additive key mask from valid lengths: lens i32 [B] or [B, Tq] ->
+ * f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk], 0 where key j < len, -inf elsewhere.
+ * A length outside [0, Tk] fails compute. */
+gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk);
+/* Shaw et al. relative positions: i32 [Tq, Tk], clip(j - i, -P, P) + P. */
+gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel);
+
+/* ---- graphs ------------------------------------------------------------- */
+
+/* Collects everything the outputs depend on by DFS, each tensor once, nodes
+ * in topological order, leafs (tensors no op made) apart. The outputs are
+ * flagged GML_FLAG_OUTPUT. Returns NULL (and sets the context's error) if an
+ * output is NULL. The graph is malloc'd: free it with gml_graph_free. */
+gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
+void gml_graph_free(gml_graph *g);
+
+int gml_graph_n_nodes(const gml_graph *g);
+gml_tensor *gml_graph_node(const gml_graph *g, int i);   /* negative i from the end */
+int gml_graph_n_leafs(const gml_graph *g);
+gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
+/* How many nodes of g use t as a source (outputs count one more use). */
+int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
+/* Index of t among nodes, or -1. */
+int gml_graph_find(const gml_graph *g, const gml_tensor *t);
+
+/* A table: node, name, op, shape, strides, sources. */
+void gml_graph_print(const gml_graph *g, FILE *f);
+/* Graphviz DOT. Returns GML_OK or GML_ERR_IO. */
+gml_status gml_graph_dump_dot(const gml_graph *g, const char *path);
+/* XXH3-64 over ops, types, shapes, strides, op params and edges (not names,
+ * not data): equal for equal graphs. */
+uint64_t gml_graph_digest(const gml_graph *g);
+/* Estimated floating-point operations of one compute (matmul 2*M*N*K, ...). */
+double gml_graph_flops(const gml_graph *g);
+
+/* ---- compute ------------------------------------------------------------ */
+
+/* Which kernels compute runs. AUTO picks the best the CPU has (AVX-512F,
+ * else AVX2+FMA, else scalar); REFERENCE runs every op's plain reference
+ * kernel. The environment variable GGMLITE_ISA=reference|scalar|avx2|avx512
+ * sets the initial choice. Process-wide; set it between computes. */
+typedef enum gml_isa {
+    GML_ISA_AUTO = 0,
+    GML_ISA_REFERENCE,
+    GML_ISA_SCALAR,
+    GML_ISA_AVX2,
+    GML_ISA_AVX512,
+} gml_isa;
+/* GML_ERR_INVALID (and nothing changes) if the CPU lacks isa. */
+gml_status gml_set_isa(gml_isa isa);
+gml_isa gml_get_isa(void);           /* in effect; never AUTO */
+bool gml_cpu_has(gml_isa isa);
+const char *gml_isa_name(gml_isa isa);
+/* "avx2" -> GML_ISA_AVX2; false if unknown. */
+bool gml_isa_from_name(const char *name, gml_isa *out);
+
+/* Called after each node; return false to stop (compute returns
+ * GML_ERR_ABORTED). */
+typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
+void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
+/* Check each node's output for NaN/Inf after computing it; stop with
+ * GML_ERR_NONFINITE naming the first bad node and element. Mask ops, whose
+ * -inf is by design, are exempt. */
+void gml_graph_set_nan_trap(gml_graph *g, bool on);
+
+gml_status gml_graph_compute(gml_graph *g, int n_threads);
+/* The message of the last failed compute ("" when none). */
+const char *gml_graph_error(const gml_graph *g);
+
+/* ---- files: NumPy .npy and safetensors ----------------------------------
+ * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,
+ * C order. Loaders make a new context holding the tensors; on failure they
+ * return NULL and write one line naming the file, the byte offset where it
+ * applies and what was expected into err. Savers write any strides, to a
+ * temporary file renamed into place, so a failed save leaves no partial file.
+ */
+
+/* Every entry of a safetensors file, each a tensor named by its key (in file
+ * order; find them with gml_get_tensor). */
+gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
+/* A .npy file (v1, v2, v3) as one tensor named `name`. */
+gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
+/* The same from bytes in memory; `what` names the source in messages. */
+gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
+                                   size_t err_size);
+gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
+                           char *err, size_t err_size);
+/* Writes tensors under their names / one tensor. GML_OK or an error + err. */
+gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
+                                char *err, size_t err_size);
+gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGMLITE_H */

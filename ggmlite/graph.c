@@ -1,0 +1,302 @@
+/* Graphs: DFS from the outputs into topologically ordered nodes and leafs,
+ * use counts, a printed table, Graphviz DOT and a structural digest. */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- a pointer hash set keyed with XXH3 ---------------------------------- */
+
+static size_t slot_of(const gml_graph *g, const gml_tensor *t) {
+    uint64_t h = XXH3_64bits(&t, sizeof t);
+    size_t mask = g->hash_cap - 1, i = (size_t)h & mask;
+    while (g->hash_keys[i] && g->hash_keys[i] != t) i = (i + 1) & mask;
+    return i;
+}
+
+/* Index of t in g->entries, or -1. */
+static int lookup(const gml_graph *g, const gml_tensor *t) {
+    if (g->hash_cap == 0) return -1;
+    size_t i = slot_of(g, t);
+    return g->hash_keys[i] ? g->hash_vals[i] : -1;
+}
+
+static bool grow(gml_graph *g) {
+    size_t old_cap = g->hash_cap;
+    const gml_tensor **old_keys = g->hash_keys;
+    int *old_vals = g->hash_vals;
+    g->hash_cap = old_cap ? old_cap * 2 : 64;
+    g->hash_keys = calloc(g->hash_cap, sizeof *g->hash_keys);
+    g->hash_vals = calloc(g->hash_cap, sizeof *g->hash_vals);
+    if (!g->hash_keys || !g->hash_vals) return false;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (!old_keys[i]) continue;
+        size_t s = slot_of(g, old_keys[i]);
+        g->hash_keys[s] = old_keys[i];
+        g->hash_vals[s] = old_vals[i];
+    }
+    free(old_keys);
+    free(old_vals);
+    return true;
+}
+
+/* Adds t as a new entry; returns its index or -1 on malloc failure. */
+static int insert(gml_graph *g, gml_tensor *t) {
+    if ((size_t)(g->n_entries + 1) * 2 > g->hash_cap && !grow(g)) return -1;
+    if (g->n_entries == g->entries_cap) {
+        int cap = g->entries_cap ? g->entries_cap * 2 : 64;
+        struct gml_graph_entry *e = realloc(g->entries, (size_t)cap * sizeof *e);
+        if (!e) return -1;
+        g->entries = e;
+        g->entries_cap = cap;
+    }
+    size_t s = slot_of(g, t);
+    g->hash_keys[s] = t;
+    g->hash_vals[s] = g->n_entries;
+    g->entries[g->n_entries] = (struct gml_graph_entry){.t = t};
+    return g->n_entries++;
+}
+
+/* ---- building --------------------------------------------------------- */
+
+/* Appends t to the node list (or leaf list) and records its position. */
+static bool push_sorted(gml_graph *g, gml_tensor *t) {
+    bool leaf = t->op == GML_OP_NONE;
+    gml_tensor ***list = leaf ? &g->leafs : &g->nodes;
+    int *n = leaf ? &g->n_leafs : &g->n_nodes;
+    gml_tensor **grown = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+    if (!grown) return false;
+    *list = grown;
+    g->entries[lookup(g, t)].pos = leaf ? -1 - *n : *n;
+    grown[(*n)++] = t;
+    return true;
+}
+
+struct frame {
+    gml_tensor *t;
+    int next_src;
+};
+
+static bool push_frame(struct frame **stack, int *depth, int *cap, gml_tensor *t) {
+    if (*depth == *cap) {
+        int c = *cap ? *cap * 2 : 32;
+        struct frame *s = realloc(*stack, (size_t)c * sizeof *s);
+        if (!s) return false;
+        *stack = s;
+        *cap = c;
+    }
+    (*stack)[(*depth)++] = (struct frame){t, 0};
+    return true;
+}
+
+/* Iterative post-order DFS (graphs can be deep): a tensor is listed after all
+ * its sources, and each tensor once. */
+static bool visit(gml_graph *g, gml_tensor *root) {
+    if (lookup(g, root) >= 0) return true;
+    struct frame *stack = NULL;
+    int depth = 0, cap = 0;
+    bool ok = insert(g, root) >= 0 && push_frame(&stack, &depth, &cap, root);
+    while (ok && depth > 0) {
+        struct frame *f = &stack[depth - 1];
+        if (f->next_src < GML_MAX_SRC) {
+            gml_tensor *s = f->t->src[f->next_src++];
+            if (s && lookup(g, s) < 0)
+                ok = insert(g, s) >= 0 && push_frame(&stack, &depth, &cap, s);
+            continue;
+        }
+        depth--;
+        ok = push_sorted(g, f->t);
+    }
+    free(stack);
+    return ok;
+}
+
+gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs) {
+    if (n_outputs < 1) {
+        gml_fail(ctx, "build_graph: no outputs given");
+        return NULL;
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if (!outputs[i]) {
+            if (!ctx->err[0]) gml_fail(ctx, "build_graph: output %d is NULL", i);
+            return NULL; /* keep the builder's message: it says why */
+        }
+    gml_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        gml_fail(ctx, "build_graph: out of memory");
+        return NULL;
+    }
+    g->ctx = ctx;
+    bool ok = true;
+    for (int i = 0; i < n_outputs && ok; i++) ok = visit(g, outputs[i]);
+    if (ok) {
+        /* Use counts: one per consumer edge, plus one for being an output. */
+        for (int i = 0; i < g->n_entries; i++) {
+            gml_tensor *t = g->entries[i].t;
+            for (int s = 0; s < GML_MAX_SRC; s++)
+                if (t->src[s]) g->entries[lookup(g, t->src[s])].uses++;
+        }
+        for (int i = 0; i < n_outputs; i++) {
+            outputs[i]->flags |= GML_FLAG_OUTPUT;
+            g->entries[lookup(g, outputs[i])].uses++;
+        }
+    }
+    if (!ok) {
+        gml_graph_free(g);
+        gml_fail(ctx, "build_graph: out of memory");
+        return NULL;
+    }
+    return g;
+}
+
+void gml_graph_free(gml_graph *g) {
+    if (!g) return;
+    gml_graph_release_compute(g);
+    free(g->nodes);
+    free(g->leafs);
+    free(g->entries);
+    free(g->hash_keys);
+    free(g->hash_vals);
+    free(g);
+}
+
+int gml_graph_n_nodes(const gml_graph *g) { return g->n_nodes; }
+int gml_graph_n_leafs(const gml_graph *g) { return g->n_leafs; }
+
+gml_tensor *gml_graph_node(const gml_graph *g, int i) {
+    if (i < 0) i += g->n_nodes;
+    return i >= 0 && i < g->n_nodes ? g->nodes[i] : NULL;
+}
+
+gml_tensor *gml_graph_leaf(const gml_graph *g, int i) {
+    if (i < 0) i += g->n_leafs;
+    return i >= 0 && i < g->n_leafs ? g->leafs[i] : NULL;
+}
+
+int gml_graph_use_count(const gml_graph *g, const gml_tensor *t) {
+    int idx = lookup(g, t);
+    return idx < 0 ? 0 : g->entries[idx].uses;
+}
+
+int gml_graph_find(const gml_graph *g, const gml_tensor *t) {
+    int idx = lookup(g, t);
+    return idx < 0 || g->entries[idx].pos < 0 ? -1 : g->entries[idx].pos;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+static void format_strides(const gml_tensor *t, char *buf, size_t size) {
+    size_t k = (size_t)snprintf(buf, size, "[");
+    for (int i = GML_MAX_DIMS - t->n_dims; i < GML_MAX_DIMS && k < size; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s%zu", i > GML_MAX_DIMS - t->n_dims ? "," : "",
+                              t->nb[i] / gml_type_size(t->type));
+    if (k < size) snprintf(buf + k, size - k, "]");
+}
+
+static void print_row(FILE *f, const char *kind, int i, const gml_tensor *t, int uses) {
+    char shape[GML_SHAPE_MAX], strides[GML_SHAPE_MAX * 2];
+    gml_format_shape(t, shape, sizeof shape);
+    format_strides(t, strides, sizeof strides);
+    fprintf(f, "%-4s %4d  %-28.28s %-17s %-18s %-22s %4d  ", kind, i, t->name,
+            gml_op_name(t->op), shape, strides, uses);
+    for (int s = 0; s < GML_MAX_SRC; s++)
+        if (t->src[s]) fprintf(f, "%s%s", s ? ", " : "", t->src[s]->name);
+    fputc('\n', f);
+}
+
+void gml_graph_print(const gml_graph *g, FILE *f) {
+    fprintf(f, "graph: %d nodes, %d leafs (strides in elements)\n", g->n_nodes, g->n_leafs);
+    fprintf(f, "%-4s %4s  %-28s %-17s %-18s %-22s %4s  %s\n", "", "#", "name", "op", "shape",
+            "strides", "uses", "sources");
+    for (int i = 0; i < g->n_leafs; i++)
+        print_row(f, "leaf", i, g->leafs[i], gml_graph_use_count(g, g->leafs[i]));
+    for (int i = 0; i < g->n_nodes; i++)
+        print_row(f, "node", i, g->nodes[i], gml_graph_use_count(g, g->nodes[i]));
+}
+
+/* DOT label text: escape quotes and backslashes. */
+static void dot_escape(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+gml_status gml_graph_dump_dot(const gml_graph *g, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return GML_ERR_IO;
+    fprintf(f, "digraph ggmlite {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n");
+    for (int i = 0; i < g->n_entries; i++) {
+        const gml_tensor *t = g->entries[i].t;
+        char shape[GML_SHAPE_MAX];
+        gml_format_shape(t, shape, sizeof shape);
+        const char *style = t->op == GML_OP_NONE ? "shape=box, style=filled, fillcolor=\"#dde8f5\""
+                            : gml_op_get(t->op)->flags & GML_OPF_NOOP
+                                ? "shape=ellipse, style=dashed"
+                                : "shape=ellipse, style=filled, fillcolor=\"#f5e6c8\"";
+        fprintf(f, "  t%d [%s, label=\"", i, style);
+        dot_escape(f, t->name);
+        fprintf(f, "\\n%s %s %s\"];\n", gml_op_name(t->op), shape, gml_type_name(t->type));
+    }
+    for (int i = 0; i < g->n_entries; i++) {
+        const gml_tensor *t = g->entries[i].t;
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            if (t->src[s]) fprintf(f, "  t%d -> t%d [label=\"%d\"];\n", lookup(g, t->src[s]), i, s);
+    }
+    fprintf(f, "}\n");
+    return fclose(f) == 0 ? GML_OK : GML_ERR_IO;
+}
+
+/* ---- digest ------------------------------------------------------------ */
+
+/* A source is named by its position: node i as i, leaf i as -1 - i. */
+static int64_t position(const gml_graph *g, const gml_tensor *t) {
+    return g->entries[lookup(g, t)].pos;
+}
+
+static void hash_tensor(XXH3_state_t *st, const gml_graph *g, const gml_tensor *t) {
+    struct {
+        int32_t op, type, n_dims, flags_unused;
+        int64_t ne[GML_MAX_DIMS];
+        uint64_t nb[GML_MAX_DIMS];
+        int32_t params[GML_MAX_OP_PARAMS];
+        uint64_t view_offs;
+        int64_t src[GML_MAX_SRC];
+    } rec;
+    memset(&rec, 0, sizeof rec);
+    rec.op = (int32_t)t->op;
+    rec.type = (int32_t)t->type;
+    rec.n_dims = t->n_dims;
+    for (int i = 0; i < GML_MAX_DIMS; i++) {
+        rec.ne[i] = t->ne[i];
+        rec.nb[i] = t->nb[i];
+    }
+    memcpy(rec.params, t->op_params, sizeof rec.params);
+    rec.view_offs = t->view_offs;
+    for (int s = 0; s < GML_MAX_SRC; s++)
+        rec.src[s] = t->src[s] ? position(g, t->src[s]) : INT64_MAX;
+    XXH3_64bits_update(st, &rec, sizeof rec);
+}
+
+uint64_t gml_graph_digest(const gml_graph *g) {
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_64bits_reset(st);
+    int32_t counts[2] = {g->n_leafs, g->n_nodes};
+    XXH3_64bits_update(st, counts, sizeof counts);
+    for (int i = 0; i < g->n_leafs; i++) hash_tensor(st, g, g->leafs[i]);
+    for (int i = 0; i < g->n_nodes; i++) hash_tensor(st, g, g->nodes[i]);
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+double gml_graph_flops(const gml_graph *g) {
+    double total = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gml_op_def *def = gml_op_get(g->nodes[i]->op);
+        if (def->flops) total += def->flops(g->nodes[i]);
+    }
+    return total;
+}

@@ -1,0 +1,162 @@
+/* Internal declarations shared by the core (ggmlite/) and the ops (ops/).
+ * Not installed; users include ggmlite.h only. */
+#ifndef GGMLITE_INTERNAL_H
+#define GGMLITE_INTERNAL_H
+
+#include "ggmlite.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#define GML_ALIGN 64          /* data alignment: one cache line, one zmm */
+#define GML_ERR_MAX 512
+#define GML_SHAPE_MAX 64      /* room for "[a,b,c,d]" of any int64 sizes */
+
+#define GML_UNUSED(x) (void)(x)
+#define GML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GML_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define GML_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define GML_PRINTF(f, a)
+#endif
+
+static inline size_t gml_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* ---- context ------------------------------------------------------------ */
+
+struct gml_context {
+    char *mem;
+    size_t mem_size;
+    size_t used;        /* arena bytes handed out */
+    size_t required;    /* bytes an allocating arena would need */
+    bool mem_owned;
+    bool no_alloc;
+    int n_tensors;
+    struct gml_object *first, *last;
+    char err[GML_ERR_MAX];
+};
+
+/* Records a message on the context (replacing any earlier one) and returns
+ * NULL, so builders can `return gml_fail(ctx, ...)`. */
+gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* A new tensor made by op from its sources; contiguous, data allocated unless
+ * the context is no_alloc. Named "node_<id>". NULL (error set) if the arena
+ * is full. */
+gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims,
+                       const int64_t *ne);
+/* A view of a (shape ne, byte strides nb, offset bytes into a's data) made by
+ * op; view_src is the tensor that owns the data. Named "<a> (<what>)". */
+gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
+                         const int64_t *ne, const size_t *nb, size_t offset, const char *what);
+
+/* Fills nb with the contiguous byte strides of ne (right-aligned, 4 entries). */
+void gml_contiguous_strides(gml_type type, const int64_t ne[GML_MAX_DIMS], size_t nb[GML_MAX_DIMS]);
+/* Storage a tensor's data must span: the byte just past its last element. */
+size_t gml_storage_extent(const gml_tensor *t);
+
+/* Maps PyTorch dim d (negative from the end) of an n-dim tensor to the index
+ * into ne/nb, or -1 when out of range. */
+static inline int gml_axis(const gml_tensor *t, int d) {
+    if (d < 0) d += t->n_dims;
+    if (d < 0 || d >= t->n_dims) return -1;
+    return GML_MAX_DIMS - t->n_dims + d;
+}
+
+static inline char *gml_ptr(const gml_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return (char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] +
+           i2 * (int64_t)t->nb[2] + i3 * (int64_t)t->nb[3];
+}
+
+static inline void gml_set_param_f32(gml_tensor *t, int i, float v) {
+    union { float f; int32_t i; } u = {.f = v};
+    t->op_params[i] = u.i;
+}
+static inline float gml_param_f32(const gml_tensor *t, int i) {
+    union { float f; int32_t i; } u = {.i = t->op_params[i]};
+    return u.f;
+}
+
+/* Rows of t: every index but the last, flattened. Row r is [i0, i1, i2, :]. */
+static inline int64_t gml_nrows(const gml_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2]; }
+static inline void gml_row_index(const gml_tensor *t, int64_t r, int64_t *i0, int64_t *i1,
+                                 int64_t *i2) {
+    *i2 = r % t->ne[2];
+    r /= t->ne[2];
+    *i1 = r % t->ne[1];
+    *i0 = r / t->ne[1];
+}
+
+/* Result shape of broadcasting a and b (right-aligned, each dim 1 or equal)
+ * into ne/n_dims; false (and an error naming op, a and b) if they do not. */
+bool gml_broadcast_shape(gml_context *ctx, const char *op, const gml_tensor *a,
+                         const gml_tensor *b, int64_t ne[GML_MAX_DIMS], int *n_dims);
+/* False, with "<op>(<t>): <t> must be f32, got i32 [3,4]" recorded, if t's
+ * type is not want. */
+bool gml_expect_type(gml_context *ctx, const char *op, const gml_tensor *t, gml_type want);
+/* True if a can be broadcast to shape of t (a's dims 1 or equal). */
+bool gml_broadcasts_to(const gml_tensor *a, const gml_tensor *t);
+
+/* "name [2,8,10,64]" pieces for messages. */
+#define GML_SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
+
+/* ---- kernels ------------------------------------------------------------ */
+
+struct gml_compute_shared; /* per compute: barrier, chunk counter, error */
+
+/* What each kernel call gets: its thread index ith of nth threads that all
+ * run the same node, a scratch buffer shared by those threads (work_size
+ * bytes, 64-byte aligned), and the shared state behind gml_barrier,
+ * gml_chunk_next and gml_kernel_fail. A kernel computes its own share of dst,
+ * which it chooses from ith and nth alone, so that every output element is
+ * always computed by the same code in the same order. */
+typedef struct gml_compute_params {
+    int ith, nth;
+    void *wdata;
+    size_t wsize;
+    struct gml_compute_shared *shared;
+} gml_compute_params;
+
+typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
+
+enum {
+    GML_OPF_NOOP = 1,     /* views: nothing to compute */
+    GML_OPF_INF_OK = 2,   /* output holds -inf by design (masks) */
+};
+
+/* What the core knows of an op. Defined by each op's file as gml_opdef_<name>. */
+typedef struct gml_op_def {
+    const char *name;
+    gml_kernel_fn forward;    /* fast path: picks its ISA variant itself */
+    gml_kernel_fn reference;  /* the plain kernel, kept forever */
+    size_t (*work_size)(const gml_tensor *dst, int nth); /* NULL: none */
+    double (*flops)(const gml_tensor *dst);              /* NULL: 0 */
+    unsigned flags;
+} gml_op_def;
+
+#define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
+#include "ops.inc"
+#undef GML_OP
+
+const gml_op_def *gml_op_get(gml_op op);
+
+/* Splits [0, n) into nth nearly equal parts; part ith is [*start, *end). */
+static inline void gml_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {
+    int64_t per = n / nth, rem = n % nth;
+    *start = ith * per + GML_MIN(ith, rem);
+    *end = *start + per + (ith < rem ? 1 : 0);
+}
+
+/* Waits until all nth threads of this node reach it (no-op for nth == 1). */
+void gml_barrier(const gml_compute_params *p);
+/* Hands out chunk indices 0, 1, 2, ... across the node's threads; each index
+ * once. Which thread gets which chunk may vary; what a chunk computes not. */
+int64_t gml_chunk_next(const gml_compute_params *p);
+/* Reports a runtime error (bad index data, ...); the first one wins and
+ * compute stops after this node. */
+void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRINTF(2, 3);
+
+#endif /* GGMLITE_INTERNAL_H */

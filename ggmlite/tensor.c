@@ -1,0 +1,138 @@
+/* Tensor queries: sizes, strides, contiguity, shapes as text, element access,
+ * and the op table. */
+#include "internal.h"
+
+#include <assert.h>
+#include <string.h>
+
+static const gml_op_def *const OP_DEFS[GML_OP_COUNT] = {
+#define GML_OP(id, name) [GML_OP_##id] = &gml_opdef_##name,
+#include "ops.inc"
+#undef GML_OP
+};
+
+const gml_op_def *gml_op_get(gml_op op) {
+    assert((unsigned)op < GML_OP_COUNT);
+    return OP_DEFS[op];
+}
+
+const char *gml_op_name(gml_op op) {
+    return (unsigned)op < GML_OP_COUNT ? OP_DEFS[op]->name : "?";
+}
+
+int64_t gml_nelements(const gml_tensor *t) {
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+
+size_t gml_nbytes(const gml_tensor *t) {
+    size_t n = gml_type_size(t->type);
+    for (int i = 0; i < GML_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    return n;
+}
+
+size_t gml_storage_extent(const gml_tensor *t) { return t->view_offs + gml_nbytes(t); }
+
+int64_t gml_dim(const gml_tensor *t, int d) {
+    int ax = gml_axis(t, d);
+    return ax < 0 ? 0 : t->ne[ax];
+}
+
+bool gml_is_contiguous(const gml_tensor *t) {
+    size_t want = gml_type_size(t->type);
+    for (int i = GML_MAX_DIMS - 1; i >= 0; i--) {
+        if (t->ne[i] != 1 && t->nb[i] != want) return false;
+        want *= (size_t)t->ne[i];
+    }
+    return true;
+}
+
+bool gml_is_view(const gml_tensor *t) { return t->view_src != NULL; }
+
+bool gml_same_shape(const gml_tensor *a, const gml_tensor *b) {
+    if (a->n_dims != b->n_dims) return false;
+    for (int i = 0; i < GML_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return false;
+    return true;
+}
+
+char *gml_format_shape(const gml_tensor *t, char *buf, size_t size) {
+    if (!t) {
+        snprintf(buf, size, "(null)");
+        return buf;
+    }
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, size > n ? size - n : 0, "[");
+    for (int i = GML_MAX_DIMS - t->n_dims; i < GML_MAX_DIMS; i++)
+        n += (size_t)snprintf(buf + n, size > n ? size - n : 0, "%s%" PRId64,
+                              i > GML_MAX_DIMS - t->n_dims ? "," : "", t->ne[i]);
+    snprintf(buf + n, size > n ? size - n : 0, "]");
+    return buf;
+}
+
+static char *elem_ptr(const gml_tensor *t, const int64_t *idx) {
+    int64_t i[GML_MAX_DIMS] = {0, 0, 0, 0};
+    for (int d = 0; d < t->n_dims; d++) {
+        i[GML_MAX_DIMS - t->n_dims + d] = idx[d];
+        assert(idx[d] >= 0 && idx[d] < t->ne[GML_MAX_DIMS - t->n_dims + d]);
+    }
+    return gml_ptr(t, i[0], i[1], i[2], i[3]);
+}
+
+float gml_get_f32(const gml_tensor *t, const int64_t *idx) {
+    assert(t->type == GML_F32);
+    float v;
+    memcpy(&v, elem_ptr(t, idx), sizeof v);
+    return v;
+}
+
+void gml_set_f32(gml_tensor *t, const int64_t *idx, float v) {
+    assert(t->type == GML_F32);
+    memcpy(elem_ptr(t, idx), &v, sizeof v);
+}
+
+int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx) {
+    assert(t->type == GML_I32);
+    int32_t v;
+    memcpy(&v, elem_ptr(t, idx), sizeof v);
+    return v;
+}
+
+void gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v) {
+    assert(t->type == GML_I32);
+    memcpy(elem_ptr(t, idx), &v, sizeof v);
+}
+
+/* Leafs: nothing to compute. */
+const gml_op_def gml_opdef_none = {.name = "none", .flags = GML_OPF_NOOP};
+
+bool gml_broadcast_shape(gml_context *ctx, const char *op, const gml_tensor *a,
+                         const gml_tensor *b, int64_t ne[GML_MAX_DIMS], int *n_dims) {
+    for (int i = 0; i < GML_MAX_DIMS; i++) {
+        if (a->ne[i] != b->ne[i] && a->ne[i] != 1 && b->ne[i] != 1) {
+            char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
+            int n = GML_MAX(a->n_dims, b->n_dims);
+            gml_fail(ctx, "%s(%s, %s): shapes %s and %s do not broadcast (dim %d of the result: "
+                     "%" PRId64 " vs %" PRId64 ")", op, a->name, b->name, GML_SHAPE(a, sa),
+                     GML_SHAPE(b, sb), i - (GML_MAX_DIMS - n), a->ne[i], b->ne[i]);
+            return false;
+        }
+        ne[i] = GML_MAX(a->ne[i], b->ne[i]);
+    }
+    *n_dims = GML_MAX(a->n_dims, b->n_dims);
+    return true;
+}
+
+bool gml_broadcasts_to(const gml_tensor *a, const gml_tensor *t) {
+    if (a->n_dims > t->n_dims) return false;
+    for (int i = 0; i < GML_MAX_DIMS; i++)
+        if (a->ne[i] != 1 && a->ne[i] != t->ne[i]) return false;
+    return true;
+}
+
+bool gml_expect_type(gml_context *ctx, const char *op, const gml_tensor *t, gml_type want) {
+    if (t->type == want) return true;
+    char s[GML_SHAPE_MAX];
+    gml_fail(ctx, "%s(%s): '%s' must be %s, got %s %s", op, t->name, t->name, gml_type_name(want),
+             gml_type_name(t->type), GML_SHAPE(t, s));
+    return false;
+}

@@ -1,0 +1,90 @@
+/* Index and mask generators for attention: an additive mask from valid
+ * lengths, and Shaw et al.'s clipped relative-position index matrix. */
+#include "../ggmlite/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* out [B, 1, Tq|1, Tk]: 0 where key j < lens[b(, i)], -inf elsewhere.
+ * lens [B] or [B, Tq]; a length outside [0, Tk] fails compute. */
+static void gml_f32_valid_len_mask__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *lens = dst->src[0];
+    const int64_t tk = dst->ne[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b, h, i;
+        gml_row_index(dst, r, &b, &h, &i);
+        int32_t len;
+        memcpy(&len, lens->n_dims == 1 ? gml_ptr(lens, 0, 0, 0, b) : gml_ptr(lens, 0, 0, b, i),
+               sizeof len);
+        if (len < 0 || len > tk) {
+            char sl[GML_SHAPE_MAX];
+            if (lens->n_dims == 1)
+                gml_kernel_fail(p, "valid_len_mask(%s): length %d for batch %" PRId64 " is outside "
+                                "[0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)", lens->name, (int)len,
+                                b, tk, tk, GML_SHAPE(lens, sl));
+            else
+                gml_kernel_fail(p, "valid_len_mask(%s): length %d at [%" PRId64 ",%" PRId64 "] is "
+                                "outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)", lens->name,
+                                (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
+            return;
+        }
+        float *out = (float *)gml_ptr(dst, b, h, i, 0);
+        for (int64_t j = 0; j < tk; j++) out[j] = j < len ? 0.0f : -INFINITY;
+    }
+}
+
+const gml_op_def gml_opdef_valid_len_mask = {
+    .name = "valid_len_mask",
+    .forward = gml_f32_valid_len_mask__ref,
+    .reference = gml_f32_valid_len_mask__ref,
+    .flags = GML_OPF_INF_OK,
+};
+
+/* lens i32 [B] or [B, Tq] -> out f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk] */
+gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk) {
+    if (!lens) return NULL;
+    char sl[GML_SHAPE_MAX];
+    if (lens->type != GML_I32 || lens->n_dims > 2)
+        return gml_fail(ctx, "valid_len_mask(%s): lengths must be i32 [B] or [B, Tq], got %s %s",
+                        lens->name, gml_type_name(lens->type), GML_SHAPE(lens, sl));
+    if (tk < 1)
+        return gml_fail(ctx, "valid_len_mask(%s): Tk is %" PRId64 ", must be >= 1", lens->name, tk);
+    int64_t tq = lens->n_dims == 2 ? lens->ne[3] : 1;
+    int64_t ne[4] = {lens->n_dims == 2 ? lens->ne[2] : lens->ne[3], 1, tq, tk};
+    gml_tensor *t = gml_new_op(ctx, GML_OP_VALID_LEN_MASK, GML_F32, 4, ne);
+    if (!t) return NULL;
+    t->src[0] = lens;
+    return t;
+}
+
+/* out [Tq, Tk] i32 = clip(j - i, -P, P) + P */
+static void gml_i32_relpos_index__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const int32_t P = dst->op_params[0];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        int32_t *out = (int32_t *)gml_ptr(dst, 0, 0, i, 0);
+        for (int64_t j = 0; j < dst->ne[3]; j++) {
+            int64_t d = j - i;
+            out[j] = (int32_t)(d < -P ? -P : d > P ? P : d) + P;
+        }
+    }
+}
+
+const gml_op_def gml_opdef_relpos_index = {
+    .name = "relpos_index",
+    .forward = gml_i32_relpos_index__ref,
+    .reference = gml_i32_relpos_index__ref,
+};
+
+gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel) {
+    if (max_rel < 0 || max_rel > (1 << 24))
+        return gml_fail(ctx, "relpos_index: max relative position %d is out of range [0, 2^24]",
+                        max_rel);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_RELPOS_INDEX, GML_I32, 2, (int64_t[]){tq, tk});
+    if (!t) return NULL;
+    t->op_params[0] = max_rel;
+    return t;
+}

@@ -1,0 +1,80 @@
+/* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
+#include "../ggmlite/internal.h"
+
+/* out[.., m, n] = sum_k a[.., m, k] * b[.., k, n], batch dims broadcast.
+ * Reference: one output row per step, double accumulation in k order. */
+static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t N = dst->ne[3], K = a->ne[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, m;
+        gml_row_index(dst, r, &i0, &i1, &m);
+        const char *arow = gml_ptr(a, i0 % a->ne[0], i1 % a->ne[1], m, 0);
+        const char *bmat = gml_ptr(b, i0 % b->ne[0], i1 % b->ne[1], 0, 0);
+        float *out = (float *)gml_ptr(dst, i0, i1, m, 0);
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)*(const float *)(arow + k * (int64_t)a->nb[3]) *
+                       *(const float *)(bmat + k * (int64_t)b->nb[2] + n * (int64_t)b->nb[3]);
+            out[n] = (float)acc;
+        }
+    }
+}
+
+static double matmul_flops(const gml_tensor *dst) {
+    return 2.0 * (double)gml_nelements(dst) * (double)dst->src[0]->ne[3];
+}
+
+const gml_op_def gml_opdef_matmul = {.name = "matmul", .forward = gml_f32_matmul__ref,
+                                     .reference = gml_f32_matmul__ref, .flops = matmul_flops};
+
+/* a [.., M, K] @ b [.., K, N] -> out [.., M, N]; 2-D to 4-D, batch broadcast */
+gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    if (!a || !b) return NULL;
+    char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
+    if (!gml_expect_type(ctx, "matmul", a, GML_F32) || !gml_expect_type(ctx, "matmul", b, GML_F32))
+        return NULL;
+    if (a->n_dims < 2 || b->n_dims < 2)
+        return gml_fail(ctx, "matmul(%s, %s): inputs must be 2-D to 4-D: %s @ %s", a->name, b->name,
+                        GML_SHAPE(a, sa), GML_SHAPE(b, sb));
+    if (a->ne[3] != b->ne[2])
+        return gml_fail(ctx, "matmul(%s, %s): inner sizes differ: %s @ %s", a->name, b->name,
+                        GML_SHAPE(a, sa), GML_SHAPE(b, sb));
+    int n = GML_MAX(a->n_dims, b->n_dims);
+    int64_t ne[GML_MAX_DIMS] = {1, 1, a->ne[2], b->ne[3]};
+    for (int i = 0; i < 2; i++) {
+        if (a->ne[i] != b->ne[i] && a->ne[i] != 1 && b->ne[i] != 1)
+            return gml_fail(ctx, "matmul(%s, %s): batch dims do not broadcast: %s @ %s", a->name,
+                            b->name, GML_SHAPE(a, sa), GML_SHAPE(b, sb));
+        ne[i] = GML_MAX(a->ne[i], b->ne[i]);
+    }
+    gml_tensor *t = gml_new_op(ctx, GML_OP_MATMUL, GML_F32, n, ne + GML_MAX_DIMS - n);
+    if (!t) return NULL;
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+/* x [.., in], w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */
+gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias) {
+    if (!x || !w) return NULL;
+    char sx[GML_SHAPE_MAX], sw[GML_SHAPE_MAX], sbias[GML_SHAPE_MAX];
+    if (w->n_dims != 2 || w->type != GML_F32)
+        return gml_fail(ctx, "linear(%s, %s): weight must be f32 [out, in], got %s %s", x->name,
+                        w->name, gml_type_name(w->type), GML_SHAPE(w, sw));
+    if (x->ne[3] != w->ne[3])
+        return gml_fail(ctx, "linear(%s, %s): input has %" PRId64 " features, weight [out, in] "
+                        "expects %" PRId64 ": %s vs %s", x->name, w->name, x->ne[3], w->ne[3],
+                        GML_SHAPE(x, sx), GML_SHAPE(w, sw));
+    if (bias && (bias->n_dims != 1 || bias->ne[3] != w->ne[2]))
+        return gml_fail(ctx, "linear(%s, %s, %s): bias must be [%" PRId64 "], got %s", x->name,
+                        w->name, bias->name, w->ne[2], GML_SHAPE(bias, sbias));
+    if (x->n_dims < 2)
+        return gml_fail(ctx, "linear(%s, %s): input must be 2-D to 4-D [.., in], got %s", x->name,
+                        w->name, GML_SHAPE(x, sx));
+    gml_tensor *y = gml_matmul(ctx, x, gml_transpose(ctx, w, 0, 1));
+    return bias ? gml_add(ctx, y, bias) : y;
+}

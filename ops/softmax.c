@@ -1,0 +1,73 @@
+/* Softmax over the last dim with fused scale, additive broadcast mask and
+ * causal masking. */
+#include "../ggmlite/internal.h"
+
+#include <math.h>
+
+/* Row [i0, i1, i2, :] of x [.., Tq, Tk]: v_j = x_j * scale + mask_j, keys past
+ * the causal limit dropped; out = exp(v - max) / sum, or all zeros when every
+ * key is masked. Reference: expf per element, double sum. */
+static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0], *mask = dst->src[1];
+    const float scale = gml_param_f32(dst, 0);
+    const bool causal = dst->op_params[1] != 0;
+    const int64_t tq = dst->ne[2], tk = dst->ne[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        const char *mr = mask ? gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1], i2 % mask->ne[2], 0) : NULL;
+        const int64_t ms = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        /* keys j < n are visible: causal cuts at i + (Tk - Tq) */
+        const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
+        float max = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            float v = *(const float *)(xr + j * (int64_t)x->nb[3]) * scale;
+            if (mr) v += *(const float *)(mr + j * ms);
+            out[j] = v;
+            max = v > max ? v : max;
+        }
+        if (max == -INFINITY) { /* every key masked */
+            for (int64_t j = 0; j < tk; j++) out[j] = 0.0f;
+            continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+            out[j] = expf(out[j] - max);
+            sum += out[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < n; j++) out[j] *= inv;
+        for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
+    }
+}
+
+static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_nelements(dst); }
+
+const gml_op_def gml_opdef_softmax = {.name = "softmax", .forward = gml_f32_softmax__ref,
+                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops};
+
+/* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
+gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
+                        bool causal) {
+    if (!x) return NULL;
+    char sx[GML_SHAPE_MAX], sm[GML_SHAPE_MAX];
+    if (!gml_expect_type(ctx, "softmax", x, GML_F32)) return NULL;
+    if (mask && !gml_expect_type(ctx, "softmax", mask, GML_F32)) return NULL;
+    if (mask && !gml_broadcasts_to(mask, x))
+        return gml_fail(ctx, "softmax(%s, %s): mask %s does not broadcast to scores %s (each "
+                        "mask dim must be 1 or equal)", x->name, mask->name, GML_SHAPE(mask, sm),
+                        GML_SHAPE(x, sx));
+    if (!isfinite(scale))
+        return gml_fail(ctx, "softmax(%s): scale %g is not finite", x->name, (double)scale);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_SOFTMAX, GML_F32, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims);
+    if (!t) return NULL;
+    t->src[0] = x;
+    t->src[1] = mask;
+    gml_set_param_f32(t, 0, scale);
+    t->op_params[1] = causal;
+    return t;
+}

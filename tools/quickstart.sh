@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The README's quick start. On a fresh Debian 12 machine, as root:
+#   tools/quickstart.sh demo   build and run the multi-head attention demo
+#   tools/quickstart.sh test   build and run every test (what CI runs)
+# Each installs what it lacks with apt-get first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
+TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils)
+JOBS=$(nproc)
+
+install_missing() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "== installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# build DIR [cmake options...]: configure and build into DIR.
+build() {
+    local dir=$1
+    shift
+    cmake -S . -B "$dir" -G Ninja -DGGMLITE_WERROR=ON "$@" >/dev/null
+    cmake --build "$dir" -j "$JOBS"
+}
+
+# check NAME DIR [cmake options...]: build into DIR and run its tests.
+check() {
+    local name=$1 dir=$2
+    shift 2
+    echo "== $name"
+    build "$dir" "$@"
+    ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 300
+}
+
+case "${1:-}" in
+demo)
+    install_missing "${BUILD_PKGS[@]}"
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    ./build/tools/demo
+    ;;
+test)
+    install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
+    check "release (gcc)" build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc
+    check "asan+ubsan (clang)" build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+        -DGGMLITE_SANITIZE=ON
+    echo "== all tests passed"
+    ;;
+*)
+    echo "usage: tools/quickstart.sh demo|test" >&2
+    exit 2
+    ;;
+esac
