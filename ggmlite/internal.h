@@ -159,4 +159,29 @@ int64_t gml_chunk_next(const gml_compute_params *p);
  * compute stops after this node. */
 void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRINTF(2, 3);
 
+/* ---- ISA variants ---------------------------------------------------------
+ * Fast kernels come in one variant per ISA, named as XNNPACK names them:
+ * gml_<dtype>_<what>_ukernel__<isa>_<tile>, e.g. gml_f32_vadd_ukernel__avx512_u32.
+ * Each op family lists its variants once, in ops/<family>.inc, as lines
+ *     GML_UKERNEL(GML_ISA_AVX512, gml_f32_vadd_ukernel__avx512_u32, 32)
+ * in ascending ISA order, scalar first. The same list drives selection (the
+ * family's forward kernel takes the entry gml_pick_variant names) and the
+ * family's test tests/test_ukernels_<family>.c, which runs every variant
+ * against the reference on sizes shorter than, equal to and longer than its
+ * tile, and skips, with a message, variants whose ISA the CPU lacks.
+ * Sources of an ISA's variants are compiled with that ISA's flags only (the
+ * CMake lists GGMLITE_AVX2_SOURCES, GGMLITE_AVX512_SOURCES), so the library
+ * still runs on any x86-64. */
+
+/* Index of the variant to run among n with ISAs isas[0..n-1] (ascending):
+ * the last one the ISA in effect covers. REFERENCE covers SCALAR. */
+static inline int gml_pick_variant(const gml_isa *isas, int n) {
+    gml_isa cur = gml_get_isa();
+    if (cur == GML_ISA_REFERENCE) cur = GML_ISA_SCALAR;
+    int pick = 0;
+    for (int i = 0; i < n; i++)
+        if (isas[i] <= cur) pick = i;
+    return pick;
+}
+
 #endif /* GGMLITE_INTERNAL_H */
