@@ -170,6 +170,10 @@ gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64
 gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t */
 const char *gml_get_name(const gml_tensor *t);
 gml_tensor *gml_get_tensor(gml_context *ctx, const char *name); /* first with name */
+/* Every tensor of a context in creation order:
+ *     for (gml_tensor *t = gml_get_first_tensor(ctx); t; t = gml_get_next_tensor(ctx, t)) */
+gml_tensor *gml_get_first_tensor(const gml_context *ctx);
+gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t);
 void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
 
 size_t gml_type_size(gml_type type);
