@@ -314,23 +314,35 @@ const char *gml_graph_error(const gml_graph *g);
 
 /* ---- files: NumPy .npy and safetensors ----------------------------------
  * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,
- * C order. Loaders make a new context holding the tensors; on failure they
- * return NULL and write one line naming the file, the byte offset where it
- * applies and what was expected into err. Savers write any strides, to a
- * temporary file renamed into place, so a failed save leaves no partial file.
+ * C order. A 0-D scalar in a file loads as a 1-D tensor [1]. Loaders make a
+ * new context (free it with gml_free) holding exactly the tensors, data
+ * 64-byte aligned; on failure they return NULL and write one line into err
+ * naming the file, the byte offset where it applies and what was expected:
+ *   w.safetensors: tensor 'w_q.weight': data_offsets [0, 4096] end past the
+ *   data buffer (1024 bytes, at file offset 72)
+ * They check everything and never read outside the input, whatever it holds.
+ * Savers write any strides (a permuted or sliced view saves what it shows,
+ * in logical C order) to a temporary file in the same directory renamed into
+ * place, so a failed save leaves no partial file and the old one intact;
+ * their messages name the path and the system's reason.
  */
 
 /* Every entry of a safetensors file, each a tensor named by its key (in file
- * order; find them with gml_get_tensor). */
+ * order; find them with gml_get_tensor). __metadata__ is checked, then
+ * ignored. Names longer than GML_MAX_NAME - 1 bytes are an error. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
-/* A .npy file (v1, v2, v3) as one tensor named `name`. */
+/* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
+ * name without ".npy", e.g. "x" for "dir/x.npy"). */
 gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
 /* The same from bytes in memory; `what` names the source in messages. */
 gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
                                    size_t err_size);
 gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
                            char *err, size_t err_size);
-/* Writes tensors under their names / one tensor. GML_OK or an error + err. */
+/* Writes tensors under their names (which must differ) / one tensor; .npy
+ * files are version 1.0 with the data at a multiple of 64 bytes, as numpy
+ * writes them. GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate
+ * names) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
 gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
                                 char *err, size_t err_size);
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
