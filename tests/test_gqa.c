@@ -180,10 +180,10 @@ static int count_op(const gml_graph *g, gml_op op) {
     return n;
 }
 
-/* The broadcast form needs less memory: it copies Q (B Tq D floats) where
- * the repeat form writes K and V at H heads (2 B Tk D floats). */
-static void check_memory(void) {
-    attn_case c = {.B = 2, .Tq = 64, .D = 256, .H = 16, .G = 4};
+/* The broadcast form needs less memory: it copies Q (B Tq D floats; nothing
+ * when Tq = 1) where the repeat form writes K and V at H heads (2 B Tk D
+ * floats). */
+static void check_memory_case(attn_case c) {
     size_t bytes[2], arena[2];
     int reps[2], conts[2];
     for (int form = 0; form < 2; form++) {
@@ -202,11 +202,12 @@ static void check_memory(void) {
         attn_graph_free(&ag);
         attn_data_free(d);
     }
-    const size_t q_bytes = (size_t)c.B * c.Tq * c.D * 4,
-                 kv_bytes = 2 * (size_t)c.B * c.Tq * c.D * 4;
-    printf("memory, B%d T%d D%d H%d G%d: computed tensors: broadcast %zu bytes, repeat %zu bytes "
-           "(%.2fx); whole arena: broadcast %zu, repeat %zu\n",
-           c.B, c.Tq, c.D, c.H, c.G, bytes[0], bytes[1], (double)bytes[1] / (double)bytes[0],
+    const int tk = c.cross ? c.Tk : c.Tq;
+    const size_t q_bytes = c.Tq > 1 ? (size_t)c.B * c.Tq * c.D * 4 : 0;
+    const size_t kv_bytes = 2 * (size_t)c.B * tk * c.D * 4;
+    printf("memory, B%d Tq%d Tk%d D%d H%d G%d: computed tensors: broadcast %zu bytes, repeat %zu "
+           "bytes (%.2fx); whole arena: broadcast %zu, repeat %zu\n",
+           c.B, c.Tq, tk, c.D, c.H, c.G, bytes[0], bytes[1], (double)bytes[1] / (double)bytes[0],
            arena[0], arena[1]);
     EXPECT(bytes[0] < bytes[1], "broadcast form computes %zu bytes, repeat %zu", bytes[0],
            bytes[1]);
@@ -215,13 +216,18 @@ static void check_memory(void) {
            bytes[1] - bytes[0], kv_bytes, q_bytes);
     EXPECT(arena[0] < arena[1], "arena: broadcast %zu, repeat %zu", arena[0], arena[1]);
     EXPECT(reps[0] == 0 && reps[1] == 2,
-           "repeat_interleave nodes: broadcast %d (want 0), repeat %d "
-           "(want 2)",
-           reps[0], reps[1]);
-    EXPECT(conts[0] == 2 && conts[1] == 1,
-           "cont nodes: broadcast %d (want 2: q, merge), repeat %d "
-           "(want 1: merge)",
-           conts[0], conts[1]);
+           "repeat_interleave nodes: broadcast %d (want 0), repeat %d (want 2)", reps[0], reps[1]);
+    const int q_copies = c.Tq > 1 ? 1 : 0, merge = c.Tq > 1 ? 1 : 0;
+    EXPECT(conts[0] == q_copies + merge && conts[1] == merge,
+           "cont nodes: broadcast %d (want %d), repeat %d (want %d)", conts[0], q_copies + merge,
+           conts[1], merge);
+}
+
+static void check_memory(void) {
+    check_memory_case((attn_case){.B = 2, .Tq = 64, .D = 256, .H = 16, .G = 4});
+    /* decoding one token against a long context */
+    check_memory_case(
+        (attn_case){.B = 2, .Tq = 1, .Tk = 1024, .D = 256, .H = 16, .G = 4, .cross = true});
 }
 
 static void check_errors(void) {

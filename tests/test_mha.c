@@ -348,6 +348,30 @@ static void check_weights_find(void) {
     EXPECT(strstr(err, "present: w_q.weight [32,32], w_k.weight [32,32], w_o.weight [32,32]"),
            "missing w_v: '%s'", err);
     EXPECT(!b.w_q, "a failed bind leaves weights set");
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 32, 32), "w_v.weight");
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 5, 8), "rel_k.weight");
+    EXPECT(gml_attn_weights_find(w, &b, err, sizeof err) == GML_OK, "separate weights: %s", err);
+    EXPECT(b.w_q && b.w_k && b.w_v && b.w_o && b.rel_k && !b.rel_v && !b.b_q && !b.in_proj_weight,
+           "separate weights bound wrongly");
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 32, 32), "out_proj.weight");
+    EXPECT(gml_attn_weights_find(w, &b, err, sizeof err) == GML_ERR_INVALID &&
+               strstr(err, "both w_o.* and out_proj.*"),
+           "w_o and out_proj: '%s'", err);
+    gml_free(w);
+
+    w = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 96, 32), "in_proj_weight");
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 32, 32), "w_q.weight");
+    gml_set_name(gml_new_tensor_2d(w, GML_F32, 32, 32), "out_proj.weight");
+    EXPECT(gml_attn_weights_find(w, &b, err, sizeof err) == GML_ERR_INVALID &&
+               strstr(err, "both in_proj_weight and w_q/w_k/w_v"),
+           "in_proj and w_q: '%s'", err);
+    gml_free(w);
+
+    w = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    EXPECT(gml_attn_weights_find(w, &b, err, sizeof err) == GML_ERR_INVALID &&
+               strstr(err, "no input projection") && strstr(err, "present: (nothing)"),
+           "empty weights: '%s'", err);
     gml_free(w);
 }
 
