@@ -52,8 +52,9 @@ extern "C" {
 /* How gml_gqa (and gml_relpos_attn with G < H) lets H query heads share G
  * key/value heads. */
 typedef enum gml_gqa_form {
-    /* Q [B, H, Tq, d_k] made contiguous and seen as [B, G, H/G * Tq, d_k]:
-     * one matmul per kv head, K and V never repeated in memory. */
+    /* Q [B, H, Tq, d_k] made contiguous (a copy unless Tq = 1) and seen as
+     * [B, G, H/G * Tq, d_k]: one matmul per kv head, K and V never repeated
+     * in memory. */
     GML_GQA_BROADCAST = 0,
     /* PyTorch's usual code: K and V repeat_interleave'd to H heads
      * [B, Tk, H, d_k], then exactly MHA. Kept as the check of the above. */
