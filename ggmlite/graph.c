@@ -22,6 +22,8 @@ static int lookup(const gml_graph *g, const gml_tensor *t) {
     return g->hash_keys[i] ? g->hash_vals[i] : -1;
 }
 
+int gml_graph_entry(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+
 static bool grow(gml_graph *g) {
     size_t old_cap = g->hash_cap;
     const gml_tensor **old_keys = g->hash_keys;

@@ -34,6 +34,9 @@ struct gml_graph {
     char err[GML_ERR_MAX];
 };
 
+/* Index of t in g->entries, or -1. */
+int gml_graph_entry(const gml_graph *g, const gml_tensor *t);
+
 /* Frees what compute keeps between runs (compute.c). */
 void gml_graph_release_compute(gml_graph *g);
 
