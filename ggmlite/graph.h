@@ -14,9 +14,9 @@ struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
 
     gml_tensor **nodes; /* topological order */
-    int n_nodes;
+    int n_nodes, nodes_cap;
     gml_tensor **leafs;
-    int n_leafs;
+    int n_leafs, leafs_cap;
 
     /* every tensor of the graph, found through an XXH3-keyed hash set */
     struct gml_graph_entry *entries;
