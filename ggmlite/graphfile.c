@@ -61,7 +61,7 @@ static bool fail_at(parser *p, size_t col, const char *fmt, ...) {
     gml_errf(p->err, p->err_size, "%s:%d:%zu: %s", p->what, p->lineno, col + 1, msg);
     return false;
 }
-#define FAIL(p, ...) fail_at((p), (p)->pos, __VA_ARGS__)
+#define FAIL(p, ...) fail_at((p), here(p), __VA_ARGS__)
 
 static named *find_name(parser *p, const char *name) {
     for (int i = 0; i < p->n_names; i++)
@@ -97,6 +97,12 @@ static void skip_space(parser *p) {
                                     p->line[p->pos] == '\r'))
         p->pos++;
     if (p->pos < p->line_len && p->line[p->pos] == '#') p->pos = p->line_len;
+}
+
+/* The cursor at the next token (for the column of a message). */
+static size_t here(parser *p) {
+    skip_space(p);
+    return p->pos;
 }
 
 static int peek(parser *p) {
@@ -183,7 +189,7 @@ static bool primary(parser *p, double *out, bool *literal, float *lit_f32) {
         return true;
     }
     if (is_ident_start(c)) {
-        size_t col = p->pos;
+        size_t col = here(p);
         char name[GML_MAX_NAME];
         if (!ident(p, name)) return false;
         if (strcmp(name, "sqrt") == 0) {
@@ -250,7 +256,7 @@ static bool expr(parser *p, double *out, bool *literal, float *lit_f32) {
 
 /* A whole number (sizes, axes, counts). */
 static bool int_expr(parser *p, int64_t *out) {
-    size_t col = p->pos;
+    size_t col = here(p);
     double v;
     bool lit;
     float f;
@@ -449,7 +455,7 @@ static bool call(parser *p, const char *opname, size_t col, gml_tensor **out);
 
 /* A tensor argument: a name or a nested call. */
 static bool tensor_arg(parser *p, gml_tensor **out, bool allow_none) {
-    size_t col = p->pos;
+    size_t col = here(p);
     char name[GML_MAX_NAME];
     if (!ident(p, name)) return false;
     if (allow_none && strcmp(name, "none") == 0) {
@@ -465,7 +471,7 @@ static bool tensor_arg(parser *p, gml_tensor **out, bool allow_none) {
 }
 
 static bool arg_value(parser *p, const opform *form, const argspec *spec, value *v) {
-    size_t col = p->pos;
+    size_t col = here(p);
     switch (spec->kind) {
     case 'T':
     case 'M':
@@ -522,7 +528,7 @@ static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
     bool keywords = false;
     if (!accept(p, ')')) {
         do {
-            size_t acol = p->pos;
+            size_t acol = here(p);
             char name[GML_MAX_NAME];
             int after, slot;
             if (peek_ident(p, name, &after) && after == '=') {
@@ -564,10 +570,10 @@ static bool at_end(parser *p) {
 /* input|param NAME TYPE [dims]: a dim that is a lone unknown symbol takes the
  * bound tensor's size. */
 static bool declaration(parser *p, bool is_param) {
-    size_t col = p->pos;
+    size_t col = here(p);
     char name[GML_MAX_NAME], type_name[GML_MAX_NAME];
     if (!ident(p, name)) return false;
-    size_t tcol = p->pos;
+    size_t tcol = here(p);
     if (!ident(p, type_name)) return false;
     gml_type type;
     if (strcmp(type_name, "f32") == 0) type = GML_F32;
@@ -585,7 +591,7 @@ static bool declaration(parser *p, bool is_param) {
         char sym[GML_MAX_NAME];
         int after;
         pending[n][0] = '\0';
-        pending_col[n] = p->pos;
+        pending_col[n] = here(p);
         if (peek_ident(p, sym, &after) && (after == ',' || after == ']') && !find_name(p, sym) &&
             strcmp(sym, "sqrt") != 0) {
             ident(p, sym);
@@ -627,21 +633,21 @@ static bool declaration(parser *p, bool is_param) {
 }
 
 static bool statement(parser *p, gml_tensor **outputs, int max_outputs, int *n_outputs) {
-    size_t col = p->pos;
+    size_t col = here(p);
     char word[GML_MAX_NAME];
     if (!ident(p, word)) return false;
     if (strcmp(word, "input") == 0 || strcmp(word, "param") == 0)
         return declaration(p, word[0] == 'p');
     if (strcmp(word, "let") == 0) {
         char name[GML_MAX_NAME];
-        size_t ncol = p->pos;
+        size_t ncol = here(p);
         int64_t v = 0;
         return ident(p, name) && expect(p, '=') && int_expr(p, &v) && at_end(p) &&
                define(p, ncol, name, NULL, v);
     }
     if (strcmp(word, "output") == 0) {
         do {
-            size_t ocol = p->pos;
+            size_t ocol = here(p);
             gml_tensor *t;
             if (!tensor_arg(p, &t, false)) return false;
             if (*n_outputs == max_outputs)
