@@ -347,6 +347,53 @@ gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tenso
                                 char *err, size_t err_size);
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
 
+/* ---- graph files ----------------------------------------------------------
+ * A small text format for graphs, so a new attention variant needs no
+ * recompiling. One statement per line; `#` starts a comment:
+ *
+ *     # ggmlite graph 1
+ *     let dk = D / H                      # integer symbols; B, T, D, H... may
+ *     input x f32 [B, T, D]               #   also come from the caller
+ *     param w_q.weight f32 [D, D]
+ *     q = linear(x, w_q.weight)           # [B, T, D]
+ *     qh = permute(reshape(q, [B, T, H, dk]), [0, 2, 1, 3])
+ *     a = softmax(s, scale=1/sqrt(dk), causal=true)
+ *     output out
+ *     output a
+ *
+ * `input`/`param` declare leafs (the caller binds them to tensors, or they are
+ * made in the context); `let` defines a symbol; `NAME = op(args)` applies any
+ * builder of this header (view with strides and offset in elements, reshape,
+ * permute, transpose, cont, cpy, matmul, linear, add, mul, scale, softmax,
+ * repeat_interleave, get_rows, valid_len_mask, relpos_index); calls nest;
+ * `output` lists results in order. Numbers are expressions over + - * / ( )
+ * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
+ * takes its value from the bound tensor. docs: tools/graphs/README.md. */
+
+typedef struct gml_graph_binder {
+    /* Returns the tensor to use for a declared input or param, or NULL to
+     * have the parser create a leaf in the context. A bound tensor's type and
+     * shape must match the declaration. */
+    gml_tensor *(*bind)(void *user, const char *name, bool is_param);
+    void *user;
+    /* Symbols known before the file is read (e.g. B, T from the command line). */
+    const char *const *sym_names;
+    const int64_t *sym_values;
+    int n_syms;
+} gml_graph_binder;
+
+/* Builds the graph text in ctx; writes up to max_outputs output tensors and
+ * returns their number, or -1 with "file:line:col: what" in err. */
+int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
+                    const gml_graph_binder *binder, gml_tensor **outputs, int max_outputs,
+                    char *err, size_t err_size);
+int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
+                   gml_tensor **outputs, int max_outputs, char *err, size_t err_size);
+/* Writes g's leafs and nodes as graph text (GML_FLAG_PARAM leafs as param,
+ * other leafs as input), outputs listed in the given order. */
+gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
+                          int n_outputs, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif
