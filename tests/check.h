@@ -167,10 +167,24 @@ static inline const char *chk_shape(const gml_tensor *t, char *buf, size_t size)
     return t ? gml_format_shape(t, buf, size) : "(null)";
 }
 
-/* Copies t's elements (4 bytes each) into out in logical order. */
-static inline void chk_read(const gml_tensor *t, void *out) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) memcpy((char *)out + 4 * e, chk_at(t, e), 4);
+/* Copies every element (4 bytes) between t and dense, in logical order. */
+static inline void chk_copy(const gml_tensor *t, void *dense, bool to_tensor) {
+    char *d = dense;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
+                char *row = (char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] +
+                            i2 * (int64_t)t->nb[2];
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++, d += 4) {
+                    char *p = row + i3 * (int64_t)t->nb[3];
+                    if (to_tensor) memcpy(p, d, 4);
+                    else memcpy(d, p, 4);
+                }
+            }
 }
+
+static inline void chk_read(const gml_tensor *t, void *out) { chk_copy(t, out, false); }
+static inline void chk_write(gml_tensor *t, const void *in) { chk_copy(t, (void *)in, true); }
 
 /* A malloc'd dense copy of t (f32 or i32). */
 static inline void *chk_dense(const gml_tensor *t) {
@@ -180,20 +194,25 @@ static inline void *chk_dense(const gml_tensor *t) {
     return out;
 }
 
-static inline void chk_write(gml_tensor *t, const void *in) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) memcpy(chk_at(t, e), (const char *)in + 4 * e, 4);
-}
-
 static inline void chk_fill_uniform(gml_tensor *t, chk_rng *r, float lo, float hi) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(float *)chk_at(t, e) = chk_uniform(r, lo, hi);
+    float *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = chk_uniform(r, lo, hi);
+    chk_write(t, v);
+    free(v);
 }
 
 static inline void chk_fill_int(gml_tensor *t, chk_rng *r, int lo, int hi) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(int32_t *)chk_at(t, e) = chk_randint(r, lo, hi);
+    int32_t *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = chk_randint(r, lo, hi);
+    chk_write(t, v);
+    free(v);
 }
 
-static inline void chk_fill_value(gml_tensor *t, float v) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(float *)chk_at(t, e) = v;
+static inline void chk_fill_value(gml_tensor *t, float x) {
+    float *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = x;
+    chk_write(t, v);
+    free(v);
 }
 
 /* A quiet NaN with a recognisable payload, for padding and unwritten outputs. */
@@ -304,8 +323,10 @@ static inline bool chk_equal(const char *file, int line, const gml_tensor *t, co
                              const char *fmt, ...) {
     chk_state.checks++;
     int64_t n = chk_numel(t), bad = 0, first = -1;
+    char *dense = chk_dense(t);
     for (int64_t e = 0; e < n; e++)
-        if (memcmp(chk_at(t, e), (const char *)want + 4 * e, 4) != 0 && bad++ == 0) first = e;
+        if (memcmp(dense + 4 * e, (const char *)want + 4 * e, 4) != 0 && bad++ == 0) first = e;
+    free(dense);
     if (!bad) return true;
     char what[256], idx[64], got[32], exp[32], shape[64];
     va_list ap;
@@ -332,8 +353,9 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
     chk_state.checks++;
     int64_t n = chk_numel(t), bad = 0, worst = -1;
     double worst_ratio = 0, worst_tol = 0;
+    float *dense = chk_dense(t);
     for (int64_t e = 0; e < n; e++) {
-        double got = *(const float *)chk_at(t, e), w = want[e];
+        double got = dense[e], w = want[e];
         double tol = bound ? bound[e] : atol + rtol * fabs(w);
         double ratio;
         if (isinf(w)) ratio = got == w ? 0 : INFINITY;
@@ -346,6 +368,7 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
             worst_tol = tol;
         }
     }
+    free(dense);
     if (!bad) return true;
     char what[256], idx[64], shape[64];
     va_list ap;

@@ -100,6 +100,15 @@ static void test_view_errors(void) {
     EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){2}, (size_t[]){4}, 2), "view(base)", "offset 2");
     EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){2}, (size_t[]){6}, 0), "view(base)", "stride 6");
     EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){0, 2}, (size_t[]){20, 4}, 0), "view(base)", "size 0");
+    /* sizes and strides whose byte extent overflows 64 bits still reach past the end */
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){((int64_t)1 << 24) + 1}, (size_t[]){(size_t)1 << 40}, 0),
+                 "view(base)", "past", "[4,5]");
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){2, 2}, (size_t[]){SIZE_MAX - 3, 4}, 0), "view(base)", "past");
+    /* element counts that overflow: an error, not a wrapped product */
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){(int64_t)1 << 32, (int64_t)1 << 32}), "reshape(x)", "[2,3,4]");
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 4, (int64_t[]){(int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20}),
+                 "reshape(x)");
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 3, (int64_t[]){(int64_t)1 << 40, (int64_t)1 << 40, -1}), "reshape(x)");
     gml_free(ctx);
 }
 
@@ -140,6 +149,11 @@ static void test_op_errors(void) {
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 5, (int64_t[]){1, 1, 1, 1, 1}), "new_tensor", "5 dimensions");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 2, (int64_t[]){3, 0}), "new_tensor", "size 0");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 1, (int64_t[]){-2}), "new_tensor", "-2");
+    /* each size is allowed but the element count overflows 64 bits */
+    const int64_t huge = (int64_t)1 << 40;
+    EXPECT_ERROR(ctx, gml_new_tensor_4d(ctx, GML_F32, huge, huge, huge, huge), "new_tensor", "2^40 elements");
+    EXPECT_ERROR(ctx, gml_new_tensor_4d(ctx, GML_F32, 1 << 16, 1 << 16, 1 << 16, 1 << 16), "new_tensor", "2^40");
+    EXPECT_ERROR(ctx, gml_new_tensor_2d(ctx, GML_F32, huge, huge), "new_tensor");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, (gml_type)7, 1, (int64_t[]){2}), "new_tensor", "type");
     gml_free(ctx);
 }
