@@ -16,9 +16,9 @@
  *   CHECK_WITHIN(t, want, bound, ...)      |got - want| <= bound[i]
  *   CHECK_RUN(g, .outs, .n_outs, .verify, ...)  computes g at 1, 2, 3 and 7
  *                              threads under the reference kernels and under the
- *                              best the CPU has; verifies every result and that
- *                              results are bitwise identical across thread counts
- *                              for each kernel set
+ *                              best the CPU has (or GGMLITE_ISA's choice); verifies
+ *                              every result and that results are bitwise identical
+ *                              across thread counts for each kernel set
  *
  * Elements are addressed by their flat logical index e: row-major over the
  * tensor's shape, whatever its strides. References are written as plain loops
@@ -394,7 +394,20 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
 /* ---- running graphs --------------------------------------------------------- */
 
 static const int CHK_THREADS[] = {1, 2, 3, 7};
-static const gml_isa CHK_ISAS[] = {GML_ISA_REFERENCE, GML_ISA_AUTO};
+
+/* The kernel sets CHECK_RUN tries: the reference kernels, then the ISA in
+ * effect when the program started, which is the best the CPU has
+ * (GML_ISA_AUTO) unless GGMLITE_ISA names another, so that
+ * `GGMLITE_ISA=avx2 ctest` runs every test against the AVX2 kernels. Fills
+ * sets and returns how many (1 when that ISA is the reference). The first
+ * call must come before a test changes the ISA. */
+static inline int chk_kernel_sets(gml_isa sets[2]) {
+    static gml_isa initial = GML_ISA_AUTO; /* AUTO: not asked yet (gml_get_isa never returns it) */
+    if (initial == GML_ISA_AUTO) initial = gml_get_isa();
+    sets[0] = GML_ISA_REFERENCE;
+    sets[1] = initial;
+    return initial == GML_ISA_REFERENCE ? 1 : 2;
+}
 
 typedef struct chk_run_args {
     gml_tensor *const *outs;    /* results compared bitwise across thread counts */
@@ -415,20 +428,21 @@ static inline void chk_poison_nodes(const gml_graph *g) {
 
 static inline bool chk_run(const char *file, int line, gml_graph *g, chk_run_args a) {
     long failures_before = chk_state.failures;
+    gml_isa sets[2];
+    const int n_sets = chk_kernel_sets(sets);
     const gml_isa saved = gml_get_isa();
     void **first = calloc((size_t)(a.n_outs > 0 ? a.n_outs : 1), sizeof *first);
     if (!chk_check(g != NULL, file, line, "CHECK_RUN: no graph")) {
         free(first);
         return false;
     }
-    for (size_t s = 0; s < sizeof CHK_ISAS / sizeof *CHK_ISAS; s++) {
-        if (gml_set_isa(CHK_ISAS[s]) != GML_OK) continue;
+    for (int s = 0; s < n_sets; s++) {
+        if (!chk_check(gml_set_isa(sets[s]) == GML_OK, file, line, "gml_set_isa(%s)", gml_isa_name(sets[s])))
+            continue;
         for (size_t k = 0; k < sizeof CHK_THREADS / sizeof *CHK_THREADS; k++) {
             int nth = CHK_THREADS[k];
-            snprintf(chk_state.config, sizeof chk_state.config, "%s%s%s, %d thread%s",
-                     gml_isa_name(CHK_ISAS[s]), CHK_ISAS[s] == GML_ISA_AUTO ? "=" : "",
-                     CHK_ISAS[s] == GML_ISA_AUTO ? gml_isa_name(gml_get_isa()) : "", nth,
-                     nth > 1 ? "s" : "");
+            snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d thread%s",
+                     gml_isa_name(sets[s]), nth, nth > 1 ? "s" : "");
             chk_poison_nodes(g);
             if (a.before) a.before(a.user);
             gml_status st = gml_graph_compute(g, nth);

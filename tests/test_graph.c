@@ -70,6 +70,8 @@ static void ref_mha(const struct mha *m, const float *xq, const float *xkv, floa
     free(ctx);
 }
 
+static void check_structure(const gml_graph *g);
+
 /* x [B, T, D] -> [B, H, T, d_k]: the usual split into heads. */
 static gml_tensor *split_heads(gml_context *ctx, gml_tensor *x, int64_t H) {
     int64_t B = gml_dim(x, 0), T = gml_dim(x, 1), D = gml_dim(x, 2);
@@ -138,6 +140,9 @@ static void test_mha(const struct mha *m, chk_layout lq, uint64_t seed) {
 
     gml_tensor *outs[] = {out, attn};
     gml_graph *g = gml_build_graph(ctx, outs, 2);
+    check_structure(g);
+    CHECK(gml_graph_n_leafs(g) == 11, "leafs: x_q (or the tensor it views), x_kv, 8 params, lens: %d",
+          gml_graph_n_leafs(g));
     CHECK_RUN(g, .outs = outs, .n_outs = 2, .verify = verify_mha, .user = &c);
     gml_graph_set_nan_trap(g, true); /* -inf in the mask, fully masked rows: no trap */
     CHECK(gml_graph_compute(g, 2) == GML_OK, "with the NaN trap on: %s", gml_graph_error(g));
@@ -253,6 +258,23 @@ static void test_shared_subexpression(void) {
     gml_graph_free(g);
     free(ad);
     free(bd);
+    gml_free(ctx);
+}
+
+/* A graph whose output is a leaf has no nodes and computes nothing. */
+static void test_leaf_output(void) {
+    chk_case("a leaf as the output");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = gml_new_tensor_1d(ctx, GML_F32, 5);
+    chk_fill_value(x, 3.0f);
+    gml_graph *g = gml_build_graph(ctx, &x, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    CHECK(gml_graph_n_nodes(g) == 0 && gml_graph_n_leafs(g) == 1 && gml_graph_use_count(g, x) == 1,
+          "no nodes, one leaf used once (as the output)");
+    CHECK(gml_graph_node(g, 0) == NULL && gml_graph_node(g, -1) == NULL, "no node 0");
+    CHECK(gml_graph_compute(g, 2) == GML_OK && ((float *)x->data)[4] == 3.0f, "compute is a no-op");
+    CHECK(gml_graph_flops(g) == 0, "no flops");
+    gml_graph_free(g);
     gml_free(ctx);
 }
 
@@ -593,6 +615,7 @@ static void test_nan_trap(void) {
 int main(void) {
     test_attention();
     test_shared_subexpression();
+    test_leaf_output();
     test_deep_chain();
     test_digest();
     test_print();
