@@ -134,6 +134,13 @@ static void test_op_errors(void) {
     EXPECT_ERROR(ctx, gml_repeat_interleave(ctx, x, 0, 1), "repeat_interleave(x)", "repeats is 0");
     EXPECT_ERROR(ctx, gml_repeat_interleave(ctx, x, -2, 1), "repeat_interleave(x)", "repeats is -2");
 
+    /* a result size that overflows (headers only: no data for 2^33 elements) */
+    gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *long_x = gml_set_name(gml_new_tensor_1d(na, GML_F32, ((int64_t)1 << 33) + 1), "long_x");
+    EXPECT_ERROR(na, gml_repeat_interleave(na, long_x, 2147483647, 0), "repeat_interleave(long_x)",
+                 "2147483647", "2^40");
+    gml_free(na);
+
     gml_tensor *small = F32(ctx, "small", 3, 5);
     EXPECT_ERROR(ctx, gml_cpy(ctx, x, small), "cpy(x, small)", "[2,3,4,5]", "[3,5]");
     gml_tensor *ismall = I32(ctx, "ismall", 3, 5);
