@@ -72,6 +72,15 @@ static inline void chk_vfail(const char *file, int line, const char *fmt, va_lis
     fputc('\n', stderr);
 }
 
+/* Records a failure of a check already counted. */
+static inline void chk_fail(const char *file, int line, const char *fmt, ...) CHK_PRINTF(3, 4);
+static inline void chk_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    chk_vfail(file, line, fmt, ap);
+    va_end(ap);
+}
+
 static inline bool chk_check(bool ok, const char *file, int line, const char *fmt, ...)
     CHK_PRINTF(4, 5);
 static inline bool chk_check(bool ok, const char *file, int line, const char *fmt, ...) {
@@ -335,10 +344,9 @@ static inline bool chk_equal(const char *file, int line, const gml_tensor *t, co
     va_end(ap);
     chk_fmt_elem(t, chk_at(t, first), got, sizeof got);
     chk_fmt_elem(t, (const char *)want + 4 * first, exp, sizeof exp);
-    chk_check(false, file, line, "%s: %lld of %lld elements of '%s' %s differ; first at %s: got %s, want %s",
-              what, (long long)bad, (long long)n, t->name, chk_shape(t, shape, sizeof shape),
-              chk_fmt_index(t, first, idx, sizeof idx), got, exp);
-    chk_state.checks--; /* counted once above */
+    chk_fail(file, line, "%s: %lld of %lld elements of '%s' %s differ; first at %s: got %s, want %s",
+             what, (long long)bad, (long long)n, t->name, chk_shape(t, shape, sizeof shape),
+             chk_fmt_index(t, first, idx, sizeof idx), got, exp);
     return false;
 }
 
@@ -376,12 +384,11 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     double got = *(const float *)chk_at(t, worst);
-    chk_check(false, file, line,
-              "%s: %lld of %lld elements of '%s' %s off; worst at %s: got %.9g, want %.9g "
-              "(|diff| %.3g > tol %.3g)", what, (long long)bad, (long long)n, t->name,
-              chk_shape(t, shape, sizeof shape), chk_fmt_index(t, worst, idx, sizeof idx), got,
-              want[worst], fabs(got - want[worst]), worst_tol);
-    chk_state.checks--;
+    chk_fail(file, line,
+             "%s: %lld of %lld elements of '%s' %s off; worst at %s: got %.9g, want %.9g "
+             "(|diff| %.3g > tol %.3g)", what, (long long)bad, (long long)n, t->name,
+             chk_shape(t, shape, sizeof shape), chk_fmt_index(t, worst, idx, sizeof idx), got,
+             want[worst], fabs(got - want[worst]), worst_tol);
     return false;
 }
 

@@ -132,7 +132,15 @@ static void run_cache_case(gml_type type, int64_t B, int64_t H, int64_t tmax, in
         if (type == GML_F32) ((float *)c.init)[e] = 1000.0f + (float)e;
         else ((int32_t *)c.init)[e] = -1 - (int32_t)e;
     }
-    c.want_src = chk_dense(src);
+    /* src = k_new.permute(0, 2, 1, 3), written out by hand */
+    char *kd = chk_dense(k_new);
+    c.want_src = malloc((size_t)(B * H * tnew * d) * 4);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < tnew; t++)
+                memcpy((char *)c.want_src + 4 * (((b * H + h) * tnew + t) * d),
+                       kd + 4 * (((b * tnew + t) * H + h) * d), 4 * (size_t)d);
+    free(kd);
     c.want_cache = malloc(bytes);
     memcpy(c.want_cache, c.init, bytes);
     for (int64_t b = 0; b < B; b++)
