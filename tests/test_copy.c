@@ -20,7 +20,8 @@ struct cont_case {
 
 static void verify_cont(void *user) {
     struct cont_case *c = user;
-    CHECK(gml_is_contiguous(c->y) && gml_same_shape(c->x, c->y), "cont gives a contiguous tensor of the same shape");
+    CHECK(gml_is_contiguous(c->y) && gml_same_shape(c->x, c->y),
+          "cont gives a contiguous tensor of the same shape");
     CHECK_EQUAL(c->y, c->want, "cont elements");
 }
 
@@ -225,7 +226,8 @@ static void test_cpy_then_read_prefix(void) {
     gml_context *ctx = chk_ctx(1 << 20);
     const int64_t tmax = 8, d = 5, pos = 3, tnew = 2;
     gml_tensor *cache = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, tmax, d), "cache");
-    gml_tensor *k_new = chk_new_input(ctx, GML_F32, 2, (int64_t[]){tnew, d}, CHK_TRANSPOSED, "k_new", &r, -1, 1);
+    gml_tensor *k_new =
+        chk_new_input(ctx, GML_F32, 2, (int64_t[]){tnew, d}, CHK_TRANSPOSED, "k_new", &r, -1, 1);
     gml_tensor *slot = gml_view(ctx, cache, 2, (int64_t[]){tnew, d}, cache->nb + 2, pos * cache->nb[2]);
     gml_tensor *written = gml_cpy(ctx, k_new, slot);
     gml_tensor *prefix = gml_view(ctx, cache, 2, (int64_t[]){pos + tnew, d}, cache->nb + 2, 0);

@@ -161,7 +161,8 @@ static void test_scores_from_cache(void) {
                  (long long)tk, (long long)d);
         chk_rng r = chk_seed(2000 + s);
         gml_context *ctx = chk_ctx(8 << 20);
-        gml_tensor *q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, tq, d}, CHK_CONTIGUOUS, "q", &r, -1, 1);
+        gml_tensor *q =
+            chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, tq, d}, CHK_CONTIGUOUS, "q", &r, -1, 1);
         gml_tensor *cache = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, B, H, tmax, d), "k_cache");
         chk_poison_bytes(cache->data, gml_nbytes(cache));
         gml_tensor *k = gml_view(ctx, cache, 4, (int64_t[]){B, H, tk, d}, cache->nb, start * cache->nb[2]);
@@ -200,7 +201,8 @@ static void test_linear(void) {
                 xsh[nx - 1] = in;
                 chk_rng r = chk_seed(seed++);
                 gml_context *ctx = chk_ctx(4 << 20);
-                chk_layout lx = (chk_layout)(k % CHK_N_LAYOUTS), lw = k % 3 == 0 ? CHK_TRANSPOSED : CHK_CONTIGUOUS;
+                chk_layout lx = (chk_layout)(k % CHK_N_LAYOUTS),
+                           lw = k % 3 == 0 ? CHK_TRANSPOSED : CHK_CONTIGUOUS;
                 gml_tensor *x = chk_new_input(ctx, GML_F32, nx, xsh, lx, "x", &r, -1, 1);
                 gml_tensor *w = chk_new_input(ctx, GML_F32, 2, (int64_t[]){out, in}, lw, "w", &r, -1, 1);
                 gml_tensor *bias = with_bias ? chk_new_input(ctx, GML_F32, 1, (int64_t[]){out},
@@ -215,7 +217,8 @@ static void test_linear(void) {
                     gml_free(ctx);
                     continue;
                 }
-                CHECK(y->n_dims == nx && gml_dim(y, -1) == out, "result shape %s", chk_shape(y, sx, sizeof sx));
+                CHECK(y->n_dims == nx && gml_dim(y, -1) == out, "result shape %s",
+                      chk_shape(y, sx, sizeof sx));
                 for (int d = 0; d < nx - 1; d++) CHECK(gml_dim(y, d) == xsh[d], "leading dim %d kept", d);
                 struct mm_case c = {y, malloc((size_t)chk_numel(y) * sizeof(double)),
                                     malloc((size_t)chk_numel(y) * sizeof(double))};

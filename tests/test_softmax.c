@@ -179,7 +179,9 @@ static void test_large_magnitudes(void) {
             for (int64_t e = 0; e < chk_numel(c.x); e++) {
                 /* the extremes themselves, and values in between */
                 int k = chk_randint(&r, 0, 3);
-                float v = k == 0 ? cases[s].lo : k == 1 ? cases[s].hi : chk_uniform(&r, cases[s].lo, cases[s].hi);
+                float v = k == 0   ? cases[s].lo
+                          : k == 1 ? cases[s].hi
+                                   : chk_uniform(&r, cases[s].lo, cases[s].hi);
                 *(float *)chk_at(c.x, e) = v;
             }
             if (masked) {
