@@ -37,6 +37,9 @@ gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, 
                         x->name, dim, x->n_dims, GML_SHAPE(x, sx));
     if (repeats < 1)
         return gml_fail(ctx, "repeat_interleave(%s): repeats is %d, must be >= 1", x->name, repeats);
+    if (x->ne[axis] > ((int64_t)1 << 40) / repeats) /* the size limit, checked without overflow */
+        return gml_fail(ctx, "repeat_interleave(%s): %" PRId64 " * %d along dim %d of %s is more "
+                        "than 2^40", x->name, x->ne[axis], repeats, dim, GML_SHAPE(x, sx));
     int64_t ne[GML_MAX_DIMS];
     for (int i = 0; i < GML_MAX_DIMS; i++) ne[i] = x->ne[i];
     ne[axis] *= repeats;
