@@ -234,6 +234,24 @@ static void test_null_inputs(void) {
     gml_free(ctx);
 }
 
+/* A NULL optional input (bias, mask) means "none": one that is NULL because
+ * its builder failed must not build a graph without it. */
+static void test_failed_optional_input(void) {
+    chk_case("a failed optional input stops build_graph");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = F32(ctx, "x", 2, 5), *w = F32(ctx, "w", 3, 5);
+    gml_tensor *bias = gml_add(ctx, F32(ctx, "b1", 3), F32(ctx, "b2", 4)); /* fails */
+    gml_tensor *y = gml_linear(ctx, x, w, bias);                            /* builds, no bias */
+    CHECK(bias == NULL && y != NULL, "linear with a NULL bias builds");
+    CHECK(gml_build_graph(ctx, &y, 1) == NULL, "build_graph refuses a context holding an error");
+    CHECK_CONTAINS(gml_last_error(ctx), "add(b1, b2): shapes [3] and [4] do not broadcast");
+    gml_clear_error(ctx);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(g != NULL, "after gml_clear_error the graph builds: %s", gml_last_error(ctx));
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- memory ----------------------------------------------------------------- */
 
 /* A small attention graph; returns its output or NULL. */
@@ -421,6 +439,7 @@ int main(void) {
     test_view_errors();
     test_op_errors();
     test_null_inputs();
+    test_failed_optional_input();
     test_arena();
     test_get_rows_range();
     test_valid_len_range();

@@ -187,8 +187,8 @@ static void test_scores_from_cache(void) {
  * to 4 dims in every layout, w stored as is or transposed. */
 static void test_linear(void) {
     static const int64_t io[][2] = {{1, 1}, {3, 17}, {16, 3}, {17, 64}, {65, 16}, {64, 65}};
-    static const int64_t lead[][3] = {{1, 0, 0}, {5, 0, 0}, {2, 7, 0}, {2, 3, 3}};
-    static const int nlead[] = {1, 1, 2, 3};
+    static const int64_t lead[][3] = {{0, 0, 0}, {1, 0, 0}, {5, 0, 0}, {2, 7, 0}, {2, 3, 3}};
+    static const int nlead[] = {0, 1, 1, 2, 3}; /* 0: a 1-D input [in], as nn.Linear takes */
     uint64_t seed = 3000;
     int k = 0;
     for (size_t s = 0; s < sizeof io / sizeof *io; s++)
