@@ -212,6 +212,13 @@ gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm);
 /* a -> a with dims d0 and d1 swapped (negative dims count from the end). */
 gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1);
 
+/* t -> t (a view, nothing computed) that runs after dep: whoever reads the
+ * result is ordered after dep. For writes a graph cannot see from the data
+ * flow, e.g. a cpy into a slot of a cache that a later node reads whole:
+ *     gml_tensor *slot = gml_cpy(ctx, k_new, gml_view(ctx, cache, ...));
+ *     gml_tensor *all = gml_after(ctx, cache, slot);  // the cache, slot written */
+gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep);
+
 /* ---- copies ------------------------------------------------------------- */
 
 /* any strides -> contiguous copy, same shape. */
@@ -247,7 +254,38 @@ gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, 
  * out[..., :] = table[idx[...], :]. An index outside [0, N) fails compute. */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
 
+/* Scatter, the inverse of get_rows: writes the rows of src into dst at the
+ * row indices idx and returns a view of all of dst that stands for "dst after
+ * the write" (read it, not dst, so the graph orders the readers after it).
+ * dst [.., N, d] f32 (any strides; typically a KV cache), src [.., n, d] with
+ * the same leading dims, idx i32 [n] (every slice alike) or [A, n] (slice
+ * [a, ...] uses row a; A = dst's first dim):
+ *     dst[a, .., idx[a, i], :] = src[a, .., i, :]
+ * An index outside [0, N) fails compute; if an index repeats, the last row
+ * written to it wins. */
+gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx);
+
 /* ---- attention helpers -------------------------------------------------- */
+
+/* Fused attention, softmax(q k^T * scale + mask) v, as one op that never
+ * makes the [B, H, Tq, Tk] scores: keys are taken in blocks with a running
+ * max and sum (online softmax), so its memory is that of its output.
+ *   q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v] -> out [B, H, Tq, d_v]
+ * Any strides on q, k, v (permuted views straight from the projections).
+ * Query head h reads kv head h / (H / G) (G must divide H; K and V are never
+ * repeated). Tq may differ from Tk (cross-attention, decoding).
+ * Masks, combined: mask f32 broadcastable to [B, H, Tq, Tk] (additive, as
+ * softmax's) or NULL; valid_lens i32 [B] or [B, Tq] (key j seen iff j < len;
+ * a length outside [0, Tk] fails compute) or NULL; causal (query i sees key j
+ * iff j <= i + (Tk - Tq)). A query that sees no key gets zeros.
+ * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
+ * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
+ * gives a contiguous tensor, so merging the heads costs no copy.
+ * Threads split over batch, head and query rows, never over keys: results
+ * do not depend on the thread count. */
+gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                           gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
+
 
 /* Additive key mask from valid lengths: lens i32 [B] or [B, Tq] ->
  * f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk], 0 where key j < len, -inf elsewhere.
@@ -372,7 +410,8 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
  * made in the context); `let` defines a symbol; `NAME = op(args)` applies any
  * builder of this header (view with strides and offset in elements, reshape,
  * permute, transpose, cont, cpy, matmul, linear, add, mul, scale, softmax,
- * repeat_interleave, get_rows, valid_len_mask, relpos_index); calls nest;
+ * repeat_interleave, get_rows, set_rows, valid_len_mask, relpos_index,
+ * flash_attn (scale 1/sqrt(d_k) unless given), after); calls nest;
  * `output` lists results in order. Numbers are expressions over + - * / ( )
  * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
  * takes its value from the bound tensor. docs: tools/graphs/README.md. */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define NAME_MAX_LEN (GML_MAX_NAME - 1)
-#define MAX_ARGS 6
+#define MAX_ARGS 8
 
 /* ---- values an argument can take ------------------------------------------ */
 
@@ -349,6 +349,12 @@ static gml_tensor *b_repeat(gml_context *c, const value *v) {
     return gml_repeat_interleave(c, v[0].t, (int)v[1].num, (int)GML_MAX(GML_MIN(v[2].num, 64), -64));
 }
 static gml_tensor *b_get_rows(gml_context *c, const value *v) { return gml_get_rows(c, v[0].t, v[1].t); }
+static gml_tensor *b_set_rows(gml_context *c, const value *v) { return gml_set_rows(c, v[0].t, v[1].t, v[2].t); }
+static gml_tensor *b_after(gml_context *c, const value *v) { return gml_after(c, v[0].t, v[1].t); }
+static gml_tensor *b_flash(gml_context *c, const value *v) { /* scale: 1/sqrt(d_k) unless given */
+    float scale = v[5].kind == V_NONE ? (float)(1.0 / sqrt((double)v[0].t->ne[3])) : num_f32(&v[5]);
+    return gml_flash_attn(c, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, scale, v[6].num != 0);
+}
 static gml_tensor *b_len_mask(gml_context *c, const value *v) { return gml_valid_len_mask(c, v[0].t, (int64_t)v[1].num); }
 static gml_tensor *b_relpos(gml_context *c, const value *v) {
     if (v[0].num < 1 || v[1].num < 1 || v[0].num > 1e9 || v[1].num > 1e9)
@@ -406,6 +412,12 @@ static void w_softmax(FILE *f, const gml_tensor *t, const char *(*ref)(const voi
 static void w_repeat(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
     fprintf(f, "%s, %d, %d", SRC(0), (int)t->op_params[1], t->op_params[0] - (GML_MAX_DIMS - t->n_dims));
 }
+static void w_flash(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
+    fprintf(f, "%s, %s, %s", SRC(0), SRC(1), SRC(2));
+    if (t->src[3]) fprintf(f, ", mask=%s", SRC(3));
+    if (t->src[4]) fprintf(f, ", valid_lens=%s", SRC(4));
+    fprintf(f, ", scale=%.9g, causal=%s", (double)gml_param_f32(t, 0), t->op_params[1] ? "true" : "false");
+}
 static void w_len_mask(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
     fprintf(f, "%s, %" PRId64, SRC(0), t->ne[3]);
 }
@@ -433,6 +445,9 @@ static const opform FORMS[] = {
     {"get_rows", GML_OP_GET_ROWS, {T("table"), T("idx")}, b_get_rows, w_srcs},
     {"valid_len_mask", GML_OP_VALID_LEN_MASK, {T("lens"), {"tk", 'I', false}}, b_len_mask, w_len_mask},
     {"relpos_index", GML_OP_RELPOS_INDEX, {{"tq", 'I', false}, {"tk", 'I', false}, {"max_rel", 'I', false}}, b_relpos, w_relpos},
+    {"flash_attn", GML_OP_FLASH_ATTN, {T("q"), T("k"), T("v"), {"mask", 'M', true}, {"valid_lens", 'M', true}, {"scale", 'F', true}, {"causal", 'B', true}}, b_flash, w_flash},
+    {"set_rows", GML_OP_SET_ROWS, {T("dst"), T("src"), T("idx")}, b_set_rows, w_srcs},
+    {"after", GML_OP_AFTER, {T("t"), T("dep")}, b_after, w_srcs},
 };
 #undef T
 #define N_FORMS (int)(sizeof FORMS / sizeof *FORMS)

@@ -1,5 +1,6 @@
 /* get_rows: gather rows of a [N, d] table by an i32 index tensor of any shape
- * (embedding lookups, relative-position tables). */
+ * (embedding lookups, relative-position tables); set_rows: scatter rows into
+ * a tensor at run-time indices (appending to a KV cache). */
 #include "../ggmlite/internal.h"
 
 #include <string.h>
@@ -52,5 +53,72 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
     if (!t) return NULL;
     t->src[0] = table;
     t->src[1] = idx;
+    return t;
+}
+
+/* dst[a, .., idx[a, i], :] = src[a, .., i, :] (idx [n]: idx[i] for every a).
+ * Threads split over the slices of dst (all dims but the last two); each
+ * slice's rows are written in order, so a repeated index keeps the last row
+ * whatever the thread count. An index outside [0, N) fails compute. */
+static void gml_x32_set_rows__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *src = dst->src[1], *idx = dst->src[2];
+    const int64_t N = dst->ne[2], n = src->ne[2], d = dst->ne[3];
+    const int first = GML_MAX_DIMS - dst->n_dims; /* dst's first dim: the one idx rows follow */
+    int64_t s0, s1;
+    gml_split(dst->ne[0] * dst->ne[1], p->ith, p->nth, &s0, &s1);
+    for (int64_t s = s0; s < s1; s++) {
+        const int64_t i0 = s / dst->ne[1], i1 = s % dst->ne[1];
+        const int64_t a = first == 0 ? i0 : first == 1 ? i1 : 0;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t row;
+            memcpy(&row, idx->n_dims == 1 ? gml_ptr(idx, 0, 0, 0, i) : gml_ptr(idx, 0, 0, a, i),
+                   sizeof row);
+            if (row < 0 || row >= N) {
+                char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX], at[48];
+                if (idx->n_dims == 1) snprintf(at, sizeof at, "[%" PRId64 "]", i);
+                else snprintf(at, sizeof at, "[%" PRId64 ",%" PRId64 "]", a, i);
+                gml_kernel_fail(p, "set_rows(%s, %s, %s): index %d at %s is out of range [0, %"
+                                PRId64 ") for %s (index %s)", dst->src[0]->name, src->name,
+                                idx->name, (int)row, at, N, GML_SHAPE(dst, sd),
+                                GML_SHAPE(idx, si));
+                return;
+            }
+            const char *from = gml_ptr(src, i0, i1, i, 0);
+            char *to = gml_ptr(dst, i0, i1, row, 0);
+            for (int64_t j = 0; j < d; j++)
+                memcpy(to + j * (int64_t)dst->nb[3], from + j * (int64_t)src->nb[3], 4);
+        }
+    }
+}
+
+const gml_op_def gml_opdef_set_rows = {
+    .name = "set_rows", .forward = gml_x32_set_rows__ref, .reference = gml_x32_set_rows__ref};
+
+/* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
+ * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write */
+gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx) {
+    if (!dst || !src || !idx) return NULL;
+    char sd[GML_SHAPE_MAX], ss[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
+#define NAMES dst->name, src->name, idx->name
+    if (dst->n_dims < 2 || src->n_dims != dst->n_dims || src->type != dst->type ||
+        src->ne[0] != dst->ne[0] || src->ne[1] != dst->ne[1] || src->ne[3] != dst->ne[3])
+        return gml_fail(ctx, "set_rows(%s, %s, %s): src %s %s does not fit dst %s %s (want dst "
+                        "[.., N, d] and src [.., n, d] of one type, 2-D to 4-D, same leading "
+                        "dims)", NAMES, gml_type_name(src->type), GML_SHAPE(src, ss),
+                        gml_type_name(dst->type), GML_SHAPE(dst, sd));
+    const int64_t A = dst->ne[GML_MAX_DIMS - dst->n_dims];
+    const bool per_slice = idx->n_dims == 2 && idx->ne[2] == A && dst->n_dims > 2;
+    if (idx->type != GML_I32 || idx->ne[3] != src->ne[2] || !(idx->n_dims == 1 || per_slice))
+        return gml_fail(ctx, "set_rows(%s, %s, %s): indices must be i32 [%" PRId64 "]%s, got %s "
+                        "%s (src %s)", NAMES, src->ne[2],
+                        dst->n_dims > 2 ? " or [A, n] with A dst's first dim" : "",
+                        gml_type_name(idx->type), GML_SHAPE(idx, si), GML_SHAPE(src, ss));
+#undef NAMES
+    gml_tensor *t = gml_new_view(ctx, GML_OP_SET_ROWS, dst, dst->n_dims,
+                                 dst->ne + GML_MAX_DIMS - dst->n_dims,
+                                 dst->nb + GML_MAX_DIMS - dst->n_dims, 0, "rows set");
+    if (!t) return NULL;
+    t->src[1] = src;
+    t->src[2] = idx;
     return t;
 }

@@ -1,6 +1,6 @@
-/* Views: view, reshape, permute, transpose. Each makes a new header over the
- * same data (sizes and byte strides rearranged); nothing is copied and no
- * kernel runs. */
+/* Views: view, reshape, permute, transpose, and after (a dependency edge).
+ * Each makes a new header over the same data (sizes and byte strides
+ * rearranged); nothing is copied and no kernel runs. */
 #include "../ggmlite/internal.h"
 
 #include <string.h>
@@ -9,6 +9,7 @@ const gml_op_def gml_opdef_view = {.name = "view", .flags = GML_OPF_NOOP};
 const gml_op_def gml_opdef_reshape = {.name = "reshape", .flags = GML_OPF_NOOP};
 const gml_op_def gml_opdef_permute = {.name = "permute", .flags = GML_OPF_NOOP};
 const gml_op_def gml_opdef_transpose = {.name = "transpose", .flags = GML_OPF_NOOP};
+const gml_op_def gml_opdef_after = {.name = "after", .flags = GML_OPF_NOOP};
 
 static void format_list(char *buf, size_t size, int n, const int64_t *v) {
     size_t k = (size_t)snprintf(buf, size, "[");
@@ -165,4 +166,17 @@ gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1) {
         t->op_params[1] = x1;
     }
     return t;
+}
+
+/* t [...] -> the same view of t's data, with dep as a second source: a graph
+ * computes dep before any reader of the result. */
+gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep) {
+    if (!t || !dep) return NULL;
+    gml_tensor *r = gml_new_view(ctx, GML_OP_AFTER, t, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims,
+                                 t->nb + GML_MAX_DIMS - t->n_dims, 0, "after");
+    if (!r) return NULL;
+    r->src[1] = dep;
+    snprintf(r->name, sizeof r->name, "%.*s (after %.*s)", GML_MAX_NAME / 2 - 8, t->name,
+             GML_MAX_NAME / 2 - 8, dep->name);
+    return r;
 }

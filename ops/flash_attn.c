@@ -1,0 +1,200 @@
+/* Fused attention (flash attention): softmax(q k^T * scale + masks) v in one
+ * op. For each query row the keys are visited in blocks; a running max m,
+ * a running sum l and an accumulator o of d_v values are kept, and when a
+ * block raises the max, l and o are rescaled by exp(m_old - m_new):
+ *
+ *     m' = max(m, max_j s_j)     l' = l e^(m - m') + sum_j e^(s_j - m')
+ *     o' = o e^(m - m') + sum_j e^(s_j - m') v_j          out = o / l
+ *
+ * so the [Tq, Tk] scores never exist. Keys a query cannot see (causal,
+ * valid lengths) are skipped, whole blocks at a time. */
+#include "../ggmlite/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- shared by the kernels ---------------------------------------------- */
+
+/* Keys [0, n) are the ones query i of batch b may see (the mask may still
+ * drop some of them): causal and valid lengths cut the range. False, with
+ * the error reported, when a length is outside [0, Tk]. */
+static bool visible_keys(const gml_compute_params *p, const gml_tensor *dst, int64_t b, int64_t i,
+                         int64_t *n) {
+    const gml_tensor *q = dst->src[0], *k = dst->src[1], *lens = dst->src[4];
+    const int64_t tq = q->ne[2], tk = k->ne[2];
+    int64_t lim = tk;
+    if (dst->op_params[1]) lim = GML_MAX(0, GML_MIN(lim, i + (tk - tq) + 1));
+    if (lens) {
+        int32_t len;
+        memcpy(&len, lens->n_dims == 1 ? gml_ptr(lens, 0, 0, 0, b) : gml_ptr(lens, 0, 0, b, i),
+               sizeof len);
+        if (len < 0 || len > tk) {
+            char sl[GML_SHAPE_MAX];
+            if (lens->n_dims == 1)
+                gml_kernel_fail(p, "flash_attn(%s): valid length %d for batch %" PRId64
+                                " is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
+                                lens->name, (int)len, b, tk, tk, GML_SHAPE(lens, sl));
+            else
+                gml_kernel_fail(p, "flash_attn(%s): valid length %d at [%" PRId64 ",%" PRId64
+                                "] is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
+                                lens->name, (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
+            return false;
+        }
+        lim = GML_MIN(lim, len);
+    }
+    *n = lim;
+    return true;
+}
+
+/* ---- reference ------------------------------------------------------------ */
+
+#define REF_KEY_BLOCK 32
+
+/* Per thread: the scores of one key block and the accumulator, in double. */
+static size_t ref_work_doubles(const gml_tensor *dst) { return REF_KEY_BLOCK + (size_t)dst->ne[3]; }
+
+/* One query row at a time (rows of [B, H, Tq] split across threads), keys in
+ * blocks of REF_KEY_BLOCK; every product, exp and sum in double. */
+static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const double scale = gml_param_f32(dst, 0);
+    const int64_t H = dst->ne[1], dv = dst->ne[3], dk = q->ne[3];
+    const int64_t rep = H / k->ne[1]; /* query heads per kv head */
+    double *s = (double *)p->wdata + (size_t)p->ith * ref_work_doubles(dst);
+    double *acc = s + REF_KEY_BLOCK;
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b, h, i, n;
+        gml_row_index(dst, r, &b, &h, &i);
+        if (!visible_keys(p, dst, b, i, &n)) return;
+        const char *qi = gml_ptr(q, b, h, i, 0);
+        const char *mrow = mask ? gml_ptr(mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0)
+                                : NULL;
+        const int64_t mstride = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
+        double m = -INFINITY, l = 0;
+        for (int64_t c = 0; c < dv; c++) acc[c] = 0;
+        for (int64_t j0 = 0; j0 < n; j0 += REF_KEY_BLOCK) {
+            const int64_t nj = GML_MIN(REF_KEY_BLOCK, n - j0);
+            double bmax = -INFINITY;
+            for (int64_t jj = 0; jj < nj; jj++) {
+                const char *kj = gml_ptr(k, b, h / rep, j0 + jj, 0);
+                double dot = 0;
+                for (int64_t d = 0; d < dk; d++)
+                    dot += (double)*(const float *)(qi + d * (int64_t)q->nb[3]) *
+                           *(const float *)(kj + d * (int64_t)k->nb[3]);
+                s[jj] = dot * scale;
+                if (mrow) s[jj] += *(const float *)(mrow + (j0 + jj) * mstride);
+                bmax = s[jj] > bmax ? s[jj] : bmax;
+            }
+            if (bmax == -INFINITY) continue; /* the mask drops the whole block */
+            if (bmax > m) {                  /* rescale what the old max weighted */
+                const double alpha = exp(m - bmax); /* 0 while m is -inf */
+                l *= alpha;
+                for (int64_t c = 0; c < dv; c++) acc[c] *= alpha;
+                m = bmax;
+            }
+            for (int64_t jj = 0; jj < nj; jj++) {
+                if (s[jj] == -INFINITY) continue;
+                const double e = exp(s[jj] - m);
+                const char *vj = gml_ptr(v, b, h / rep, j0 + jj, 0);
+                l += e;
+                for (int64_t c = 0; c < dv; c++)
+                    acc[c] += e * *(const float *)(vj + c * (int64_t)v->nb[3]);
+            }
+        }
+        char *out = gml_ptr(dst, b, h, i, 0);
+        for (int64_t c = 0; c < dv; c++) /* no visible key: zeros */
+            *(float *)(out + c * (int64_t)dst->nb[3]) = l > 0 ? (float)(acc[c] / l) : 0.0f;
+    }
+}
+
+static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
+    return (size_t)nth * ref_work_doubles(dst) * sizeof(double);
+}
+
+/* 2 Tk (d_k + d_v) per query row for the two products, 5 Tk for the softmax;
+ * counted for every key, as the unfused graph's matmuls and softmax are. */
+static double flash_attn_flops(const gml_tensor *dst) {
+    const gml_tensor *q = dst->src[0], *k = dst->src[1];
+    const double rows = (double)gml_nrows(dst), tk = (double)k->ne[2];
+    return rows * tk * (2.0 * (double)(q->ne[3] + dst->ne[3]) + 5.0);
+}
+
+const gml_op_def gml_opdef_flash_attn = {
+    .name = "flash_attn",
+    .forward = gml_f32_flash_attn__ref,
+    .reference = gml_f32_flash_attn__ref,
+    .work_size = flash_attn_work_size,
+    .flops = flash_attn_flops,
+};
+
+/* ---- builder -------------------------------------------------------------- */
+
+/* q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v], mask broadcastable
+ * to [B, H, Tq, Tk] or NULL, valid_lens i32 [B] or [B, Tq] or NULL
+ * -> out [B, H, Tq, d_v], stored as [B, Tq, H, d_v] */
+gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                           gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal) {
+    if (!q || !k || !v) return NULL;
+    char sq[GML_SHAPE_MAX], sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX], sx[GML_SHAPE_MAX];
+    if (!gml_expect_type(ctx, "flash_attn", q, GML_F32) ||
+        !gml_expect_type(ctx, "flash_attn", k, GML_F32) ||
+        !gml_expect_type(ctx, "flash_attn", v, GML_F32))
+        return NULL;
+#define SHAPES q->name, k->name, v->name, GML_SHAPE(q, sq), GML_SHAPE(k, sk), GML_SHAPE(v, sv)
+    const int64_t B = q->ne[0], H = q->ne[1], Tq = q->ne[2], G = k->ne[1], Tk = k->ne[2];
+    if (k->ne[0] != B || v->ne[0] != B)
+        return gml_fail(ctx, "flash_attn(%s, %s, %s): batch sizes differ: q %s, k %s, v %s "
+                        "(want q [B,H,Tq,d_k], k [B,G,Tk,d_k], v [B,G,Tk,d_v])", SHAPES);
+    if (v->ne[1] != G || v->ne[2] != Tk)
+        return gml_fail(ctx, "flash_attn(%s, %s, %s): k and v differ in kv heads or length: "
+                        "q %s, k %s, v %s (want k [B,G,Tk,d_k], v [B,G,Tk,d_v])", SHAPES);
+    if (H % G)
+        return gml_fail(ctx, "flash_attn(%s, %s, %s): kv heads %" PRId64 " do not divide query "
+                        "heads %" PRId64 ": q %s, k %s, v %s", q->name, k->name, v->name, G, H,
+                        GML_SHAPE(q, sq), GML_SHAPE(k, sk), GML_SHAPE(v, sv));
+    if (k->ne[3] != q->ne[3])
+        return gml_fail(ctx, "flash_attn(%s, %s, %s): q and k differ in d_k: q %s, k %s, v %s",
+                        SHAPES);
+#undef SHAPES
+    if (!isfinite(scale))
+        return gml_fail(ctx, "flash_attn(%s): scale %g is not finite", q->name, (double)scale);
+    const int64_t scores[GML_MAX_DIMS] = {B, H, Tq, Tk};
+    if (mask) {
+        if (!gml_expect_type(ctx, "flash_attn", mask, GML_F32)) return NULL;
+        for (int d = 0; d < GML_MAX_DIMS; d++)
+            if (mask->ne[d] != 1 && mask->ne[d] != scores[d])
+                return gml_fail(ctx, "flash_attn(%s, %s, %s, %s): mask %s does not broadcast to "
+                                "the scores [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] "
+                                "(each mask dim must be 1 or equal)", q->name, k->name, v->name,
+                                mask->name, GML_SHAPE(mask, sx), B, H, Tq, Tk);
+    }
+    if (valid_lens) {
+        bool ok = valid_lens->type == GML_I32 &&
+                  ((valid_lens->n_dims == 1 && valid_lens->ne[3] == B) ||
+                   (valid_lens->n_dims == 2 && valid_lens->ne[2] == B && valid_lens->ne[3] == Tq));
+        if (!ok)
+            return gml_fail(ctx, "flash_attn(%s, %s, %s, %s): valid lengths must be i32 [%" PRId64
+                            "] or [%" PRId64 ",%" PRId64 "] ([B] or [B, Tq]), got %s %s", q->name,
+                            k->name, v->name, valid_lens->name, B, B, Tq,
+                            gml_type_name(valid_lens->type), GML_SHAPE(valid_lens, sx));
+    }
+    const int n = q->n_dims;
+    int64_t ne[GML_MAX_DIMS] = {B, H, Tq, v->ne[3]};
+    gml_tensor *t = gml_new_op(ctx, GML_OP_FLASH_ATTN, GML_F32, n, ne + GML_MAX_DIMS - n);
+    if (!t) return NULL;
+    if (H > 1 && Tq > 1) { /* head-interleaved storage [B, Tq, H, d_v] */
+        t->nb[1] = t->nb[3] * (size_t)ne[3];
+        t->nb[2] = t->nb[1] * (size_t)H;
+        t->nb[0] = t->nb[2] * (size_t)Tq;
+    }
+    t->src[0] = q;
+    t->src[1] = k;
+    t->src[2] = v;
+    t->src[3] = mask;
+    t->src[4] = valid_lens;
+    gml_set_param_f32(t, 0, scale);
+    t->op_params[1] = causal;
+    return t;
+}
