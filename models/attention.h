@@ -2,15 +2,25 @@
  * Attention blocks built from ggmlite's ops (no block-specific kernel).
  *
  * Each block takes a config, its weights and its inputs, adds the ops of one
- * attention layer to a context and returns two tensors: the output and the
- * attention weights (softmax probabilities, for inspection and heatmaps).
+ * attention layer to a context and returns two tensors: the output and, when
+ * asked for, the attention weights (softmax probabilities, for inspection and
+ * heatmaps).
  *
  *     gml_attn_weights w;                       // bound from a weights file
  *     if (gml_attn_weights_find(wctx, &w, err, sizeof err) != GML_OK) ...
- *     gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 8, .causal = true},
+ *     gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 8, .causal = true,
+ *                                                        .want_weights = true},
  *                                 &w, (gml_attn_inputs){.query = x});
  *     if (!r.out) fprintf(stderr, "%s\n", gml_last_error(ctx));
  *     gml_graph *g = gml_build_graph(ctx, (gml_tensor *[]){r.out, r.weights}, 2);
+ *
+ * Two graphs compute the same attention (cfg.impl):
+ *   fused    one gml_flash_attn op: online softmax over key blocks, memory
+ *            O(B H Tq d_k) whatever Tk, no weights (.weights is NULL);
+ *   unfused  scores, softmax and context as separate ops, the weights
+ *            [B, H, Tq, Tk] a tensor of the graph (.weights).
+ * The default (GML_ATTN_AUTO) is fused unless cfg.want_weights asks for the
+ * weights. gml_relpos_attn is always unfused.
  *
  * Shapes follow ggmlite.h (outermost first). B batch, Tq query length, Tk
  * key/value length, D = d_model, H query heads, G key/value heads, d_k = D/H.
@@ -28,6 +38,9 @@
  * Masks: causal (query i sees key j iff j <= i + (Tk - Tq)) and valid
  * lengths (key j is seen iff j < len), combined. A row that sees no key gets
  * all-zero weights and a zero context (its output is b_o).
+ *
+ * The fused graph names its op "flash" ([B, H, Tq, d_k]); both graphs name
+ * q, k, v and out.
  *
  * Errors: a block given inputs it cannot use returns .out == NULL and
  * .weights == NULL and records a message on the context (gml_last_error)
@@ -61,13 +74,22 @@ typedef enum gml_gqa_form {
     GML_GQA_REPEAT = 1,
 } gml_gqa_form;
 
+/* Which graph computes the attention (see the top of this file). */
+typedef enum gml_attn_impl {
+    GML_ATTN_AUTO = 0,     /* fused, or unfused when want_weights */
+    GML_ATTN_FUSED = 1,    /* gml_flash_attn; asking for weights too is an error */
+    GML_ATTN_UNFUSED = 2,  /* scores, softmax, context: always gives the weights */
+} gml_attn_impl;
+
 typedef struct gml_attn_config {
     int64_t d_model;       /* D; 0 = the query's last dim */
     int n_heads;           /* H, must divide D */
     int n_kv_heads;        /* G, must divide H; 0 = H. gml_mha wants G == H */
     bool causal;           /* query i sees key j iff j <= i + (Tk - Tq) */
     int max_rel;           /* P (gml_relpos_attn): distances clipped to [-P, P] */
-    gml_gqa_form gqa_form; /* when G < H */
+    gml_gqa_form gqa_form; /* when G < H (unfused graph) */
+    gml_attn_impl impl;    /* fused or unfused graph; AUTO: fused unless want_weights */
+    bool want_weights;     /* the result must carry the attention weights */
 } gml_attn_config;
 
 /* Parameters, PyTorch layouts. Either w_q, w_k, w_v (separate nn.Linear) or
@@ -92,7 +114,7 @@ typedef struct gml_attn_inputs {
 
 typedef struct gml_attn_result {
     gml_tensor *out;     /* [B, Tq, D], named "out" */
-    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn" */
+    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn"; NULL from the fused graph */
 } gml_attn_result;
 
 /* Multi-head attention (G must equal H; rel_k/rel_v are ignored). */

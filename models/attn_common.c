@@ -87,6 +87,13 @@ static bool check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_conf
                              p->block, g, cfg->n_heads);
     if (cfg->gqa_form != GML_GQA_BROADCAST && cfg->gqa_form != GML_GQA_REPEAT)
         return gml_attn_fail(ctx, "%s: unknown gqa_form %d", p->block, (int)cfg->gqa_form);
+    if ((unsigned)cfg->impl > GML_ATTN_UNFUSED)
+        return gml_attn_fail(ctx, "%s: unknown attention impl %d (auto, fused or unfused)",
+                             p->block, (int)cfg->impl);
+    if (cfg->impl == GML_ATTN_FUSED && cfg->want_weights)
+        return gml_attn_fail(ctx, "%s: the fused graph has no attention weights; ask for the "
+                             "unfused graph (or auto) to get them", p->block);
+    p->fused = cfg->impl == GML_ATTN_FUSED || (cfg->impl == GML_ATTN_AUTO && !cfg->want_weights);
     p->H = cfg->n_heads;
     p->G = g;
     p->dk = p->D / p->H;
@@ -166,7 +173,8 @@ static gml_tensor *packed_rows(gml_context *ctx, gml_tensor *t, int64_t r0, int6
 }
 
 bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config *cfg,
-                      const gml_attn_weights *w, const gml_attn_inputs *in, gml_attn_plan *p) {
+                      const gml_attn_weights *w, const gml_attn_inputs *in, bool can_fuse,
+                      gml_attn_plan *p) {
     if (!ctx) return false;
     *p = (gml_attn_plan){.block = block, .w = w};
     if (!in->query || (in->key == NULL && in->value != NULL)) {
@@ -178,6 +186,9 @@ bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config
     }
     if (!w) return gml_attn_fail(ctx, "%s: no weights given (NULL)", block);
     if (!check_config(ctx, p, cfg, in->query)) return false;
+    if (!can_fuse && cfg->impl == GML_ATTN_FUSED)
+        return gml_attn_fail(ctx, "%s: has no fused graph; use impl unfused (or auto)", block);
+    p->fused = p->fused && can_fuse;
 
     gml_tensor *key = in->key ? in->key : in->query;
     gml_tensor *value = in->value ? in->value : key;
@@ -207,9 +218,10 @@ bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config
     p->q = gml_set_name(gml_linear(ctx, in->query, wq, bq), "q"); /* [B, Tq, H*d_k] */
     p->k = gml_set_name(gml_linear(ctx, key, wk, bk), "k");       /* [B, Tk, G*d_k] */
     p->v = gml_set_name(gml_linear(ctx, value, wv, bv), "v");     /* [B, Tk, G*d_k] */
-    if (in->valid_lens)                                           /* [B, 1, 1|Tq, Tk] */
+    p->lens = in->valid_lens;
+    if (in->valid_lens && !p->fused) /* [B, 1, 1|Tq, Tk] */
         p->mask = gml_set_name(gml_valid_len_mask(ctx, in->valid_lens, p->Tk), "mask");
-    return p->q && p->k && p->v && (!in->valid_lens || p->mask);
+    return p->q && p->k && p->v && (!in->valid_lens || p->fused || p->mask);
 }
 
 /* ---- steps -------------------------------------------------------------- */
@@ -233,8 +245,21 @@ gml_attn_result gml_attn_output(gml_context *ctx, const gml_attn_plan *p, gml_te
         heads = gml_set_name(gml_cont(ctx, heads), "ctx_merged");
     gml_tensor *merged = gml_reshape(ctx, heads, 3, (int64_t[]){p->B, p->Tq, p->D});
     gml_tensor *out = gml_set_name(gml_linear(ctx, merged, p->w->w_o, p->w->b_o), "out");
-    if (!out || !attn) return (gml_attn_result){0};
+    if (!out || (!attn && !p->fused)) return (gml_attn_result){0};
     return (gml_attn_result){.out = out, .weights = attn};
+}
+
+/* q [B, Tq, H*d_k], k, v [B, Tk, G*d_k] -> flash [B, H, Tq, d_k] (stored
+ * [B, Tq, H, d_k], so the heads merge without a copy) -> out [B, Tq, D] */
+gml_attn_result gml_attn_fused(gml_context *ctx, const gml_attn_plan *p) {
+    const int perm[] = {0, 2, 1, 3};
+    gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p->q, p->H, p->dk), perm);
+    gml_tensor *k = gml_permute(ctx, gml_attn_split(ctx, p->k, p->G, p->dk), perm);
+    gml_tensor *v = gml_permute(ctx, gml_attn_split(ctx, p->v, p->G, p->dk), perm);
+    const float scale = (float)(1.0 / sqrt((double)p->dk));
+    gml_tensor *o = gml_set_name(gml_flash_attn(ctx, q, k, v, NULL, p->lens, scale, p->causal),
+                                 "flash");
+    return gml_attn_output(ctx, p, gml_permute(ctx, o, perm), NULL);
 }
 
 /* ---- weights by name ----------------------------------------------------- */

@@ -7,7 +7,9 @@
  *   gml_attn_context   attn v                         [B, H, Tq, d_k]
  *   gml_attn_output    merge heads, W_o -> out        [B, Tq, D]
  *
- * with the relative-position terms of relpos.c added between them. */
+ * with the relative-position terms of relpos.c added between them; or, for
+ * the fused graph, gml_attn_prepare then gml_attn_fused (which ends in
+ * gml_attn_output). */
 #ifndef GGMLITE_ATTN_INTERNAL_H
 #define GGMLITE_ATTN_INTERNAL_H
 
@@ -22,17 +24,26 @@ typedef struct gml_attn_plan {
     const gml_attn_weights *w;
     gml_tensor *q;     /* [B, Tq, H*d_k] projected queries, contiguous */
     gml_tensor *k, *v; /* [B, Tk, G*d_k] projected keys and values, contiguous */
-    gml_tensor *mask;  /* additive key mask [B, 1, 1|Tq, Tk], or NULL */
+    gml_tensor *mask;  /* additive key mask [B, 1, 1|Tq, Tk], or NULL (unfused graph) */
+    gml_tensor *lens;  /* the valid lengths i32 [B] or [B, Tq], or NULL */
+    bool fused;        /* the graph is gml_attn_fused's */
 } gml_attn_plan;
 
 /* gml_fail for functions returning bool: records the message, returns false. */
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 
-/* Validates everything the block needs (shapes, types, divisibility) and
- * adds the q, k, v projections and the valid-length mask. False, with the
- * reason on ctx, on any mistake. (attn_common.c) */
+/* Validates everything the block needs (shapes, types, divisibility),
+ * chooses the fused or unfused graph (can_fuse false: the block has only the
+ * unfused one) and adds the q, k, v projections and, for the unfused graph,
+ * the valid-length mask. False, with the reason on ctx, on any mistake.
+ * (attn_common.c) */
 bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config *cfg,
-                      const gml_attn_weights *w, const gml_attn_inputs *in, gml_attn_plan *p);
+                      const gml_attn_weights *w, const gml_attn_inputs *in, bool can_fuse,
+                      gml_attn_plan *p);
+
+/* The fused graph: q, k, v as heads (views), one gml_flash_attn, output
+ * projection. Its result has no weights. (attn_common.c) */
+gml_attn_result gml_attn_fused(gml_context *ctx, const gml_attn_plan *p);
 
 /* x [B, T, n*d_k] -> [B, T, n, d_k] (a view). (attn_common.c) */
 gml_tensor *gml_attn_split(gml_context *ctx, gml_tensor *x, int64_t n, int64_t dk);
@@ -47,7 +58,8 @@ gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tenso
 gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn);
 
 /* heads [B, Tq, H, d_k] (any strides) -> out [B, Tq, D] = merged W_o^T + b_o,
- * returned with attn as the block's result. (attn_common.c) */
+ * returned with attn (NULL for the fused graph) as the block's result.
+ * (attn_common.c) */
 gml_attn_result gml_attn_output(gml_context *ctx, const gml_attn_plan *p, gml_tensor *heads,
                                 gml_tensor *attn);
 

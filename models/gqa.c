@@ -57,7 +57,8 @@ gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tenso
 gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
     gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "gqa", &cfg, w, &in, &p)) return (gml_attn_result){0};
+    if (!gml_attn_prepare(ctx, "gqa", &cfg, w, &in, true, &p)) return (gml_attn_result){0};
+    if (p.fused) return gml_attn_fused(ctx, &p); /* kv head h / (H/G) read in place */
     gml_tensor *attn = gml_attn_softmax(ctx, &p, gml_attn_scores(ctx, &p)); /* [B, H, Tq, Tk] */
     gml_tensor *heads = gml_attn_context(ctx, &p, attn);                    /* [B, H, Tq, d_k] */
     return gml_attn_output(ctx, &p, gml_permute(ctx, heads, (int[]){0, 2, 1, 3}), attn);

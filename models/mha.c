@@ -8,7 +8,9 @@
  *
  * Only the merge of the heads copies (PyTorch's .contiguous()); k^T is a
  * transposed view the matmul reads as it is, and 1/sqrt(d_k) is fused into
- * the softmax. */
+ * the softmax. That is the unfused graph, which gives the weights; the fused
+ * one (gml_attn_fused) replaces scores, softmax and context by one
+ * gml_flash_attn and needs no copy at all. */
 #include "attn_internal.h"
 
 gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
@@ -19,7 +21,8 @@ gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_we
         return (gml_attn_result){0};
     }
     gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "mha", &cfg, w, &in, &p)) return (gml_attn_result){0};
+    if (!gml_attn_prepare(ctx, "mha", &cfg, w, &in, true, &p)) return (gml_attn_result){0};
+    if (p.fused) return gml_attn_fused(ctx, &p);
     gml_tensor *scores = gml_attn_scores(ctx, &p);        /* [B, H, Tq, Tk] */
     gml_tensor *attn = gml_attn_softmax(ctx, &p, scores); /* [B, H, Tq, Tk] */
     gml_tensor *heads = gml_attn_context(ctx, &p, attn);  /* [B, H, Tq, d_k] */

@@ -44,7 +44,7 @@ gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, const gml
                                 gml_attn_inputs in) {
     const gml_attn_result fail = {0};
     gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "relpos", &cfg, w, &in, &p)) return fail;
+    if (!gml_attn_prepare(ctx, "relpos", &cfg, w, &in, false, &p)) return fail;
     if (cfg.max_rel < 0 || cfg.max_rel > (1 << 24)) {
         gml_attn_fail(ctx, "relpos: max_rel %d is out of range [0, 2^24]", cfg.max_rel);
         return fail;

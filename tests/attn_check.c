@@ -120,6 +120,10 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
                                           : "",
              c->bias ? " bias" : "", c->packed ? " packed" : "", c->strided ? " strided" : "",
              c->form == GML_GQA_REPEAT ? " repeat" : "", rel);
+    if (c->impl == GML_ATTN_FUSED) {
+        size_t n = strlen(buf);
+        if (n < size) snprintf(buf + n, size - n, " fused");
+    }
     return buf;
 }
 
@@ -219,7 +223,9 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
                            .n_kv_heads = c->G,
                            .causal = c->causal,
                            .max_rel = c->P,
-                           .gqa_form = c->form};
+                           .gqa_form = c->form,
+                           .impl = c->impl,
+                           .want_weights = c->impl != GML_ATTN_FUSED};
     return fn(ctx, cfg, &w, in);
 }
 
@@ -237,7 +243,9 @@ bool attn_graph_build(attn_graph *ag, attn_block_fn fn, const attn_data *d, bool
     gml_free(probe);
     ag->ctx = gml_init((gml_init_params){.mem_size = need + 4096, .no_alloc = no_alloc});
     ag->r = build_into(ag->ctx, fn, d);
-    if (ag->r.out) ag->g = gml_build_graph(ag->ctx, (gml_tensor *[]){ag->r.out, ag->r.weights}, 2);
+    if (ag->r.out)
+        ag->g = gml_build_graph(ag->ctx, (gml_tensor *[]){ag->r.out, ag->r.weights},
+                                ag->r.weights ? 2 : 1);
     if (!ag->g) {
         fprintf(stderr, "  build failed: %s\n", gml_last_error(ag->ctx));
         gml_free(ag->ctx);
@@ -294,23 +302,48 @@ double attn_max_err(const float *got, const float *want, size_t n, double atol, 
     return max;
 }
 
+double attn_fused_max_rel;
+
+/* The unfused graph's output for d (reference kernels, 1 thread) into out. */
+static bool unfused_out(attn_block_fn fn, const attn_data *d, float *out) {
+    attn_data u = *d;
+    u.c.impl = GML_ATTN_UNFUSED;
+    attn_graph ag;
+    if (!attn_graph_build(&ag, fn, &u, false)) return false;
+    bool ok = attn_graph_run(&ag, GML_ISA_REFERENCE, 1);
+    if (ok) attn_read(ag.r.out, out);
+    attn_graph_free(&ag);
+    return ok;
+}
+
 int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_t seed) {
     attn_data *d = attn_data_new(c0, seed);
     const attn_case *c = &d->c;
+    const bool fused = c->impl == GML_ATTN_FUSED;
     char desc[160];
     attn_case_str(c, desc, sizeof desc);
     const size_t n_out = (size_t)c->B * c->Tq * c->D, n_attn = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *want_out = malloc(n_out * 4), *want_attn = malloc(n_attn * 4);
-    float *got_out = malloc(n_out * 4), *got_attn = malloc(n_attn * 4);
+    float *got_out = malloc(n_out * 4), *got_attn = calloc(n_attn, 4);
     float *first_out = malloc(n_out * 4), *first_attn = malloc(n_attn * 4);
+    float *unfused = fused ? malloc(n_out * 4) : NULL;
     attn_reference(d, want_out, want_attn);
 
     int fails = 0;
-    double err_out = 0, err_attn = 0;
+    double err_out = 0, err_attn = 0, err_fused = 0;
     attn_graph ag, plan;
+    if (fused && !unfused_out(fn, d, unfused)) {
+        fails = 1;
+        goto done;
+    }
     if (!attn_graph_build(&ag, fn, d, false)) {
         fails = 1;
         goto done;
+    }
+    if (fused != (ag.r.weights == NULL)) {
+        fprintf(stderr, "  the %s graph %s weights\n", fused ? "fused" : "unfused",
+                fused ? "returns" : "lacks");
+        fails = 1;
     }
     /* The same graph built without data: same structure. */
     if (!attn_graph_build(&plan, fn, d, true)) {
@@ -330,10 +363,12 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
                 break;
             }
             attn_read(ag.r.out, got_out);
-            attn_read(ag.r.weights, got_attn);
-            size_t bad_out, bad_attn;
+            if (!fused) attn_read(ag.r.weights, got_attn);
+            size_t bad_out, bad_attn = 0;
             double eo = attn_max_err(got_out, want_out, n_out, ATTN_ATOL, ATTN_RTOL, &bad_out);
-            double ea = attn_max_err(got_attn, want_attn, n_attn, ATTN_ATOL, ATTN_RTOL, &bad_attn);
+            double ea = fused ? 0
+                              : attn_max_err(got_attn, want_attn, n_attn, ATTN_ATOL, ATTN_RTOL,
+                                             &bad_attn);
             err_out = fmax(err_out, eo);
             err_attn = fmax(err_attn, ea);
             if (bad_out || bad_attn) {
@@ -342,6 +377,19 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
                         "(max err %.3g, %.3g)\n",
                         gml_isa_name(isas[ii]), nth, bad_out, n_out, bad_attn, n_attn, eo, ea);
                 fails = 1;
+            }
+            if (fused) {
+                size_t bad;
+                attn_max_err(got_out, unfused, n_out, ATTN_FUSED_ATOL, ATTN_FUSED_RTOL, &bad);
+                for (size_t i = 0; i < n_out; i++)
+                    err_fused = fmax(err_fused, fabs((double)got_out[i] - unfused[i]) /
+                                                    fmax(fabs((double)unfused[i]), 1e-1));
+                if (bad) {
+                    fprintf(stderr, "  %s, %d threads: %zu of %zu outputs differ from the unfused "
+                            "graph's by more than %.0e + %.0e |unfused|\n", gml_isa_name(isas[ii]),
+                            nth, bad, n_out, ATTN_FUSED_ATOL, ATTN_FUSED_RTOL);
+                    fails = 1;
+                }
             }
             if (nth == 1) {
                 memcpy(first_out, got_out, n_out * 4);
@@ -356,11 +404,16 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
     }
     gml_set_isa(GML_ISA_AUTO);
     attn_graph_free(&ag);
+    attn_fused_max_rel = fmax(attn_fused_max_rel, err_fused);
 done:
-    printf("%s %-6s %-60s max err out %.2e attn %.2e\n", fails ? "FAIL" : "ok  ", block, desc,
-           err_out, err_attn);
+    if (fused)
+        printf("%s %-6s %-60s max err out %.2e, vs unfused %.2e rel\n", fails ? "FAIL" : "ok  ",
+               block, desc, err_out, err_fused);
+    else
+        printf("%s %-6s %-60s max err out %.2e attn %.2e\n", fails ? "FAIL" : "ok  ", block,
+               desc, err_out, err_attn);
     free(want_out), free(want_attn), free(got_out), free(got_attn), free(first_out),
-        free(first_attn);
+        free(first_attn), free(unfused);
     attn_data_free(d);
     return fails;
 }

@@ -23,6 +23,7 @@ typedef struct attn_case {
     bool rel_v;       /* relpos: a value table too */
     bool zero_tables; /* relpos: tables of zeros */
     gml_gqa_form form;
+    gml_attn_impl impl; /* AUTO here means unfused with weights; FUSED: out only */
 } attn_case;
 
 /* Host data for a case: flat row-major arrays, as attn_ref.h wants them. */
@@ -52,8 +53,9 @@ typedef struct attn_graph {
 } attn_graph;
 
 /* Builds d's case with fn into a new context holding inputs, weights and
- * the graph; copies d's data in unless no_alloc. False (message printed,
- * nothing to free) if the block fails. */
+ * the graph (outputs out and, unless the case is fused, weights); copies d's
+ * data in unless no_alloc. False (message printed, nothing to free) if the
+ * block fails. */
 bool attn_graph_build(attn_graph *ag, attn_block_fn fn, const attn_data *d, bool no_alloc);
 void attn_graph_free(attn_graph *ag);
 /* Computes ag under isa with n threads; false (message printed) on failure. */
@@ -67,12 +69,21 @@ double attn_max_err(const float *got, const float *want, size_t n, double atol, 
 
 /* The full check of one case: reference vs the block under ISAs reference
  * and auto, 1, 2 and 3 threads (results must not depend on the thread
- * count); the same graph built no_alloc must have the same digest. Prints a
- * line; returns the number of failures (0 or 1). */
+ * count); the same graph built no_alloc must have the same digest. A fused
+ * case (impl FUSED) has no weights to compare; its output must also match
+ * the unfused graph's within ATTN_FUSED_RTOL. Prints a line; returns the
+ * number of failures (0 or 1). */
 int attn_check(const char *block, attn_block_fn fn, const attn_case *c, uint64_t seed);
 
 /* Tolerance against the double-precision reference. */
 #define ATTN_ATOL 5e-5
 #define ATTN_RTOL 5e-5
+/* Fused against unfused output: 1e-5 relative, and 1e-6 absolute for
+ * outputs near zero (values are O(1)). */
+#define ATTN_FUSED_ATOL 1e-6
+#define ATTN_FUSED_RTOL 1e-5
+/* The largest fused-vs-unfused error attn_check has seen, relative to
+ * max(|unfused|, 1e-1) per element: the number tests print. */
+extern double attn_fused_max_rel;
 
 #endif

@@ -5,8 +5,10 @@
  * line that reproduces it (block, heads, kv heads, masks, max_rel), which
  * this test parses. Files are read with the library's own loaders. Each case
  * runs under the reference and auto ISAs at 1, 2 and 3 threads (GQA cases in
- * both graph forms) and must match within 2e-4 + 2e-4 |want|; the naive
- * reference of attn_ref.c is checked against the same numbers. */
+ * both graph forms, MHA and GQA also through the fused gml_flash_attn graph)
+ * and must match within 2e-4 + 2e-4 |want|; the fused output must also match
+ * the unfused one within 1e-5 relative; the naive reference of attn_ref.c is
+ * checked against the same numbers. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r, strdup, opendir */
 
 #include "attention.h"
@@ -232,24 +234,33 @@ static int run_case(const char *root, const char *name) {
         memcpy(in.valid_lens->data, a.lens, (size_t)a.n_lens * sizeof *a.lens);
     }
 
-    double err_out = 0, err_attn = 0;
+    double err_out = 0, err_attn = 0, err_fused = 0;
     bool built = true; /* the block accepted the case: shapes are consistent */
-    const int n_forms = strcmp(a.block, "mha") == 0 ? 1 : 2;
+    /* Graphs: the unfused one (for GQA and relpos in both forms), then the
+     * fused one (mha, gqa), compared with PyTorch and with the unfused out. */
+    const bool has_fused = strcmp(a.block, "relpos") != 0;
+    const int n_unfused = strcmp(a.block, "mha") == 0 ? 1 : 2;
+    const int n_forms = n_unfused + has_fused;
+    float *unfused_out = malloc((size_t)gml_nelements(out_want) * sizeof(float));
     for (int form = 0; form < n_forms && !fails; form++) {
+        const bool fused = form == n_unfused;
         gml_attn_config cfg = {.n_heads = a.heads,
                                .n_kv_heads = a.kv_heads,
                                .causal = a.causal,
                                .max_rel = a.max_rel < 0 ? 0 : a.max_rel,
-                               .gqa_form = form ? GML_GQA_REPEAT : GML_GQA_BROADCAST};
+                               .gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
+                               .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
         gml_attn_result r = fn(ctx, cfg, &w, in);
-        gml_graph *g = r.out ? gml_build_graph(ctx, (gml_tensor *[]){r.out, r.weights}, 2) : NULL;
+        gml_graph *g = r.out ? gml_build_graph(ctx, (gml_tensor *[]){r.out, r.weights},
+                                               fused ? 1 : 2)
+                             : NULL;
         if (!g) {
             fprintf(stderr, "  %s: %s\n", name, gml_last_error(ctx));
             fails = 1;
             built = false;
         } else if (!same_shape("out", r.out, out_want) ||
-                   !same_shape("attn", r.weights, attn_want)) {
+                   (!fused && !same_shape("attn", r.weights, attn_want))) {
             fails = 1;
             built = false;
         }
@@ -262,9 +273,9 @@ static int run_case(const char *root, const char *name) {
                     fails = 1;
                     break;
                 }
-                size_t bad_out, bad_attn;
+                size_t bad_out, bad_attn = 0;
                 double eo = compare(r.out, out_want, &bad_out);
-                double ea = compare(r.weights, attn_want, &bad_attn);
+                double ea = fused ? 0 : compare(r.weights, attn_want, &bad_attn);
                 err_out = fmax(err_out, eo);
                 err_attn = fmax(err_attn, ea);
                 if (bad_out || bad_attn) {
@@ -272,11 +283,30 @@ static int run_case(const char *root, const char *name) {
                             "  %s (%s%s, %d threads): %zu outputs, %zu weights out "
                             "of tolerance (max err %.3g, %.3g)\n",
                             name,
-                            n_forms == 1 ? ""
-                            : form       ? "repeat form, "
-                                         : "broadcast form, ",
+                            fused       ? "fused, "
+                            : n_unfused == 1 ? ""
+                            : form      ? "repeat form, "
+                                        : "broadcast form, ",
                             gml_isa_name(isas[ii]), nth, bad_out, bad_attn, eo, ea);
                     fails = 1;
+                }
+                const size_t n_out = (size_t)gml_nelements(out_want);
+                if (form == 0 && ii == 0 && nth == 1) attn_read(r.out, unfused_out);
+                if (fused) { /* fused against unfused: 1e-5 relative */
+                    float *got = malloc(n_out * sizeof *got);
+                    attn_read(r.out, got);
+                    size_t bad;
+                    attn_max_err(got, unfused_out, n_out, ATTN_FUSED_ATOL, ATTN_FUSED_RTOL, &bad);
+                    for (size_t e = 0; e < n_out; e++)
+                        err_fused = fmax(err_fused, fabs((double)got[e] - unfused_out[e]) /
+                                                        fmax(fabs((double)unfused_out[e]), 1e-1));
+                    if (bad) {
+                        fprintf(stderr, "  %s (fused, %s, %d threads): %zu outputs differ from the "
+                                "unfused graph's by more than %.0e + %.0e |unfused|\n", name,
+                                gml_isa_name(isas[ii]), nth, bad, ATTN_FUSED_ATOL, ATTN_FUSED_RTOL);
+                        fails = 1;
+                    }
+                    free(got);
                 }
             }
         gml_set_isa(GML_ISA_AUTO);
@@ -302,13 +332,16 @@ static int run_case(const char *root, const char *name) {
         }
     }
     free(ro), free(ra), free(wo), free(wa);
+    free(unfused_out);
     char shape[64], opts[64];
     snprintf(opts, sizeof opts, "H%d G%d%s%s%s", a.heads, a.kv_heads ? a.kv_heads : a.heads,
              a.causal ? " causal" : "", a.n_lens ? " lens" : "", a.max_rel >= 0 ? " rel" : "");
     printf("%s %-24s %-6s %-16s out %-11s max |err| out %.2e attn %.2e (naive reference %.2e, "
-           "%.2e)\n",
+           "%.2e)",
            fails ? "FAIL" : "ok  ", name, a.block, opts,
            gml_format_shape(out_want, shape, sizeof shape), err_out, err_attn, ref_out, ref_attn);
+    if (has_fused) printf("; fused vs unfused %.2e rel", err_fused);
+    printf("\n");
 done:
     for (int i = 0; i < 6; i++)
         gml_free(owners[i]);

@@ -55,7 +55,11 @@ static void check_reference(void) {
                 c.packed = variant & 2;
                 c.strided = (s + m) % 3 == 1;
                 fails += attn_check("gqa", gml_gqa, &c, 2000 + (uint64_t)n++);
+                if (form) continue;
+                c.impl = GML_ATTN_FUSED; /* K, V read at G heads by gml_flash_attn */
+                fails += attn_check("gqa", gml_gqa, &c, 2000 + (uint64_t)n++);
             }
+    printf("fused vs unfused output: max error %.2e relative\n", attn_fused_max_rel);
 }
 
 /* Builds and runs d's case with fn (reference kernels, 1 thread). */
@@ -65,7 +69,7 @@ static bool run(const attn_data *d, attn_block_fn fn, float *out, float *attn) {
     bool ok = attn_graph_run(&ag, GML_ISA_REFERENCE, 1);
     if (ok) {
         attn_read(ag.r.out, out);
-        attn_read(ag.r.weights, attn);
+        if (ag.r.weights) attn_read(ag.r.weights, attn); /* fused: none */
     }
     attn_graph_free(&ag);
     return ok;
@@ -76,7 +80,7 @@ static void compare_runs(const char *what, const attn_data *d1, attn_block_fn f1
                          const attn_data *d2, attn_block_fn f2, double tol) {
     const attn_case *c = &d1->c;
     size_t no = (size_t)c->B * c->Tq * c->D, na = (size_t)c->B * c->H * c->Tq * c->Tk;
-    float *o1 = malloc(no * 4), *a1 = malloc(na * 4), *o2 = malloc(no * 4), *a2 = malloc(na * 4);
+    float *o1 = malloc(no * 4), *a1 = calloc(na, 4), *o2 = malloc(no * 4), *a2 = calloc(na, 4);
     if (run(d1, f1, o1, a1) && run(d2, f2, o2, a2)) {
         double eo = attn_max_err(o2, o1, no, 0, 0, NULL), ea = attn_max_err(a2, a1, na, 0, 0, NULL);
         char desc[160];
@@ -134,8 +138,9 @@ static void check_equals_mha(void) {
 static void check_expanded_mha(void) {
     attn_case c = {.B = 2, .Tq = 5, .D = 24, .H = 6, .G = 2, .causal = true, .bias = true};
     const int dk = c.D / c.H, r = c.H / c.G;
-    for (int form = 0; form < 2; form++) {
-        c.form = form ? GML_GQA_REPEAT : GML_GQA_BROADCAST;
+    for (int form = 0; form < 3; form++) { /* broadcast, repeat, fused */
+        c.form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST;
+        c.impl = form == 2 ? GML_ATTN_FUSED : GML_ATTN_AUTO;
         c.G = 2;
         attn_data *g = attn_data_new(&c, 51);
         c.G = c.H;
@@ -154,8 +159,9 @@ static void check_expanded_mha(void) {
             memcpy(m->bk + (size_t)h * dk, g->bk + (size_t)kv * dk, sizeof(float) * (size_t)dk);
             memcpy(m->bv + (size_t)h * dk, g->bv + (size_t)kv * dk, sizeof(float) * (size_t)dk);
         }
-        compare_runs(form ? "gqa (repeat) vs mha, W_k/W_v expanded"
-                          : "gqa (broadcast) vs mha, W_k/W_v expanded",
+        compare_runs(form == 2   ? "gqa (fused) vs mha (fused), W_k/W_v expanded"
+                     : form == 1 ? "gqa (repeat) vs mha, W_k/W_v expanded"
+                                 : "gqa (broadcast) vs mha, W_k/W_v expanded",
                      g, gml_gqa, m, gml_mha, 1e-6);
         attn_data_free(g);
         attn_data_free(m);
@@ -217,6 +223,22 @@ static void check_memory_case(attn_case c) {
     EXPECT(arena[0] < arena[1], "arena: broadcast %zu, repeat %zu", arena[0], arena[1]);
     EXPECT(reps[0] == 0 && reps[1] == 2,
            "repeat_interleave nodes: broadcast %d (want 0), repeat %d (want 2)", reps[0], reps[1]);
+    /* The fused graph: no repeat, no copy, no scores; less than either. */
+    c.impl = GML_ATTN_FUSED;
+    attn_data *d = attn_data_new(&c, 61);
+    attn_graph ag;
+    if (attn_graph_build(&ag, gml_gqa, d, true)) {
+        const size_t fused = computed_bytes(ag.g);
+        printf("memory, fused: computed tensors %zu bytes (%.2fx less than broadcast)\n", fused,
+               (double)bytes[0] / (double)fused);
+        EXPECT(fused < bytes[0], "fused graph computes %zu bytes, broadcast %zu", fused, bytes[0]);
+        EXPECT(count_op(ag.g, GML_OP_REPEAT_INTERLEAVE) == 0 && count_op(ag.g, GML_OP_CONT) == 0,
+               "the fused graph repeats or copies");
+        attn_graph_free(&ag);
+    } else {
+        fails++;
+    }
+    attn_data_free(d);
     const int q_copies = c.Tq > 1 ? 1 : 0, merge = c.Tq > 1 ? 1 : 0;
     EXPECT(conts[0] == q_copies + merge && conts[1] == merge,
            "cont nodes: broadcast %d (want %d), repeat %d (want %d)", conts[0], q_copies + merge,

@@ -55,19 +55,23 @@ static void check_reference(void) {
                 c.packed = variant & 2;
                 c.strided = (s + m + (size_t)variant) % 3 == 0;
                 fails += attn_check("mha", gml_mha, &c, 1000 + (uint64_t)n++);
+                c.impl = GML_ATTN_FUSED; /* the same case through gml_flash_attn */
+                fails += attn_check("mha", gml_mha, &c, 1000 + (uint64_t)n++);
             }
+    printf("fused vs unfused output: max error %.2e relative\n", attn_fused_max_rel);
 }
 
 /* ---- invariants ------------------------------------------------------------ */
 
-/* Runs case c on d (reference kernels, 2 threads) into out/attn. */
+/* Runs case c on d (reference kernels, 2 threads) into out/attn (attn
+ * untouched for a fused case). */
 static bool run(const attn_data *d, attn_block_fn fn, float *out, float *attn) {
     attn_graph ag;
     if (!attn_graph_build(&ag, fn, d, false)) return false;
     bool ok = attn_graph_run(&ag, GML_ISA_REFERENCE, 2);
     if (ok) {
         attn_read(ag.r.out, out);
-        attn_read(ag.r.weights, attn);
+        if (ag.r.weights) attn_read(ag.r.weights, attn);
     }
     attn_graph_free(&ag);
     return ok;
@@ -106,8 +110,9 @@ static void check_full_lengths(void) {
 
 /* A row whose valid length is 0 gets exactly zero weights, and its output
  * is exactly b_o (zero context). */
-static void check_empty_rows(void) {
-    attn_case c = {.B = 2,
+static void check_empty_rows(gml_attn_impl impl) {
+    attn_case c = {.impl = impl,
+                   .B = 2,
                    .Tq = 3,
                    .Tk = 5,
                    .D = 12,
@@ -125,13 +130,14 @@ static void check_empty_rows(void) {
         for (int b = 0; b < c.B; b++)
             for (int i = 0; i < c.Tq; i++) {
                 if ((b * c.Tq + i) % 2 == 0) continue;
-                for (int h = 0; h < c.H; h++)
+                for (int h = 0; h < c.H && impl != GML_ATTN_FUSED; h++)
                     for (int j = 0; j < c.Tk; j++)
                         EXPECT(attn[(((size_t)b * c.H + h) * c.Tq + i) * c.Tk + j] == 0.0f,
                                "empty row b%d i%d h%d: weight %d is not 0", b, i, h, j);
                 for (int o = 0; o < c.D; o++)
                     EXPECT(out[((size_t)b * c.Tq + i) * c.D + o] == d->bo[o],
-                           "empty row b%d i%d: out[%d] = %g, not b_o = %g", b, i, o,
+                           "empty row b%d i%d (impl %d): out[%d] = %g, not b_o = %g", b, i,
+                           (int)impl, o,
                            (double)out[((size_t)b * c.Tq + i) * c.D + o], (double)d->bo[o]);
             }
     } else {
@@ -190,6 +196,41 @@ static void check_graph(void) {
     attn_data_free(d);
 }
 
+/* The fused graph: projections, one flash_attn, the output projection; the
+ * heads merge through views (no cont), and nothing [.., Tq, Tk] exists. */
+static void check_graph_fused(void) {
+    attn_case c = {.B = 2, .Tq = 9, .Tk = 11, .cross = true, .D = 32, .H = 4, .bias = true,
+                   .causal = true, .lens = ATTN_LENS_QUERY, .impl = GML_ATTN_FUSED};
+    attn_data *d = attn_data_new(&c, 9);
+    attn_graph ag;
+    if (!attn_graph_build(&ag, gml_mha, d, true)) {
+        fails++;
+        attn_data_free(d);
+        return;
+    }
+    EXPECT(ag.r.weights == NULL, "the fused graph returns weights");
+    EXPECT(count_op(ag.g, GML_OP_FLASH_ATTN) == 1, "%d flash_attn nodes, want 1",
+           count_op(ag.g, GML_OP_FLASH_ATTN));
+    EXPECT(count_op(ag.g, GML_OP_MATMUL) == 4, "%d matmuls, want the 4 projections",
+           count_op(ag.g, GML_OP_MATMUL));
+    EXPECT(count_op(ag.g, GML_OP_CONT) == 0, "%d cont nodes, want 0 (heads merge as views)",
+           count_op(ag.g, GML_OP_CONT));
+    EXPECT(count_op(ag.g, GML_OP_SOFTMAX) == 0 && count_op(ag.g, GML_OP_VALID_LEN_MASK) == 0,
+           "the fused graph has a softmax or a mask op");
+    gml_tensor *flash = gml_get_tensor(ag.ctx, "flash");
+    char s[64];
+    EXPECT(flash && flash->op == GML_OP_FLASH_ATTN &&
+               strcmp(gml_format_shape(flash, s, sizeof s), "[2,4,9,8]") == 0,
+           "no flash_attn node 'flash' [2,4,9,8]");
+    for (int i = 0; i < gml_graph_n_nodes(ag.g); i++) {
+        const gml_tensor *t = gml_graph_node(ag.g, i);
+        EXPECT(!(t->ne[2] == c.Tq && t->ne[3] == c.Tk), "node '%s' %s is scores-shaped",
+               t->name, gml_format_shape(t, s, sizeof s));
+    }
+    attn_graph_free(&ag);
+    attn_data_free(d);
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 typedef struct {
@@ -228,8 +269,25 @@ static void check_errors(void) {
     const gml_attn_config ok = {.n_heads = 4};
     setup s = make_setup();
     gml_attn_result r = gml_mha(s.ctx, ok, &s.w, s.in);
-    EXPECT(r.out && r.weights, "the well-formed setup fails: %s", gml_last_error(s.ctx));
+    EXPECT(r.out && !r.weights, "the well-formed setup (fused by default): %s",
+           gml_last_error(s.ctx));
     gml_free(s.ctx);
+    const gml_attn_config unfused[] = {{.n_heads = 4, .want_weights = true},
+                                       {.n_heads = 4, .impl = GML_ATTN_UNFUSED}};
+    for (int i = 0; i < 2; i++) {
+        s = make_setup();
+        r = gml_mha(s.ctx, unfused[i], &s.w, s.in);
+        EXPECT(r.out && r.weights, "well-formed, unfused (%d): %s", i, gml_last_error(s.ctx));
+        gml_free(s.ctx);
+    }
+
+    s = make_setup();
+    expect_error("fused with weights", gml_mha, &s,
+                 (gml_attn_config){.n_heads = 4, .impl = GML_ATTN_FUSED, .want_weights = true},
+                 "mha: the fused graph has no attention weights");
+    s = make_setup();
+    expect_error("impl 9", gml_mha, &s, (gml_attn_config){.n_heads = 4, .impl = 9},
+                 "mha: unknown attention impl 9");
 
     s = make_setup();
     s.in.query = gml_new_tensor_3d(s.ctx, GML_F32, 2, 3, 100);
@@ -307,22 +365,25 @@ static void check_errors(void) {
     s.in.query = gml_matmul(s.ctx, s.in.key, s.in.key); /* [2,5,32] @ [2,5,32]: fails */
     expect_error("earlier failure", gml_mha, &s, ok, "matmul(");
 
-    /* A valid length out of range is data: compute fails and says which. */
-    attn_case c = {
-        .B = 2, .Tq = 3, .Tk = 4, .D = 8, .H = 2, .cross = true, .lens = ATTN_LENS_BATCH};
-    attn_data *d = attn_data_new(&c, 3);
-    d->lens[1] = 5;
-    attn_graph ag;
-    if (attn_graph_build(&ag, gml_mha, d, false)) {
-        gml_status st = gml_graph_compute(ag.g, 1);
-        EXPECT(st == GML_ERR_INVALID, "length 5 > Tk 4 computed (status %d)", (int)st);
-        EXPECT(strstr(gml_graph_error(ag.g), "length 5 for batch 1 is outside [0, 4]"),
-               "length error: '%s'", gml_graph_error(ag.g));
-        attn_graph_free(&ag);
-    } else {
-        fails++;
+    /* A valid length out of range is data: compute fails and says which, in
+     * both graphs. */
+    for (int fused = 0; fused < 2; fused++) {
+        attn_case c = {.B = 2, .Tq = 3, .Tk = 4, .D = 8, .H = 2, .cross = true,
+                       .lens = ATTN_LENS_BATCH, .impl = fused ? GML_ATTN_FUSED : GML_ATTN_AUTO};
+        attn_data *d = attn_data_new(&c, 3);
+        d->lens[1] = 5;
+        attn_graph ag;
+        if (attn_graph_build(&ag, gml_mha, d, false)) {
+            gml_status st = gml_graph_compute(ag.g, 1);
+            EXPECT(st == GML_ERR_INVALID, "length 5 > Tk 4 computed (status %d)", (int)st);
+            EXPECT(strstr(gml_graph_error(ag.g), "length 5 for batch 1 is outside [0, 4]"),
+                   "length error (fused %d): '%s'", fused, gml_graph_error(ag.g));
+            attn_graph_free(&ag);
+        } else {
+            fails++;
+        }
+        attn_data_free(d);
     }
-    attn_data_free(d);
 }
 
 /* ---- weights by name -------------------------------------------------------- */
@@ -405,7 +466,9 @@ static void check_param_count(void) {
 int main(void) {
     check_reference();
     check_full_lengths();
-    check_empty_rows();
+    check_empty_rows(GML_ATTN_UNFUSED);
+    check_empty_rows(GML_ATTN_FUSED);
+    check_graph_fused();
     check_graph();
     check_errors();
     check_weights_find();

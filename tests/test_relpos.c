@@ -184,6 +184,12 @@ static void check_errors(void) {
     EXPECT(!r.out && strstr(gml_last_error(ctx), "max_rel -1"), "P -1: '%s'", gml_last_error(ctx));
     r = gml_relpos_attn(ctx, cfg, &w, in);
     EXPECT(r.out && r.weights, "well-formed relpos fails: %s", gml_last_error(ctx));
+    /* Relative positions have only the unfused graph: auto gives it (with
+     * weights), fused is refused. */
+    r = gml_relpos_attn(ctx, (gml_attn_config){.n_heads = 4, .max_rel = 3,
+                                               .impl = GML_ATTN_FUSED}, &w, in);
+    EXPECT(!r.out && strstr(gml_last_error(ctx), "relpos: has no fused graph"), "fused: '%s'",
+           gml_last_error(ctx));
     gml_free(ctx);
 }
 
