@@ -161,7 +161,7 @@ static void run_case(fa_case c, uint64_t seed) {
     if (c.scale == 0) c.scale = (float)(1.0 / sqrt((double)c.dk));
     if (c.lo == 0 && c.hi == 0) c.lo = -1, c.hi = 1;
     chk_rng rng = chk_seed(seed);
-    gml_context *ctx = chk_ctx(64 << 20);
+    gml_context *ctx = chk_ctx(4 << 20);
     fa_run r = {.c = c};
     const chk_layout lq = (chk_layout)(c.layout % CHK_N_LAYOUTS),
                      lk = (chk_layout)((c.layout / 2) % CHK_N_LAYOUTS),
@@ -241,14 +241,16 @@ static void test_masks_and_shapes(void) {
         {.B = 2, .H = 2, .G = 2, .Tq = 9, .Tk = 4, .dk = 16, .dv = 16},    /* Tq > Tk */
         {.B = 2, .H = 4, .G = 2, .Tq = 1, .Tk = 130, .dk = 64, .dv = 64},  /* decoding */
         {.B = 1, .H = 3, .G = 3, .Tq = 33, .Tk = 31, .dk = 5, .dv = 3},
-        {.B = 1, .H = 2, .G = 1, .Tq = 70, .Tk = 200, .dk = 32, .dv = 24}, /* many blocks */
+        {.B = 1, .H = 2, .G = 1, .Tq = 40, .Tk = 140, .dk = 32, .dv = 24}, /* many blocks */
     };
+    const size_t big = sizeof shapes / sizeof *shapes - 1; /* fewer masks: a fast ASan run */
     uint64_t seed = 1;
     int k = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int causal = 0; causal < 2; causal++)
             for (int lens = LENS_NONE; lens <= LENS_BQ; lens++)
                 for (int mask = MASK_NONE; mask < N_MASKS; mask++, k++) {
+                    if (s == big && mask != MASK_NONE && mask != MASK_FULL) continue;
                     fa_case c = shapes[s];
                     c.causal = causal;
                     c.lens = lens;

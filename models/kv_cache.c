@@ -1,0 +1,202 @@
+/* The KV cache and the decode step (see kv_cache.h). */
+#include "kv_cache.h"
+
+#include "attn_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gml_kv_cache {
+    gml_kv_cache_params p;
+    gml_context *ctx; /* owns the K and V tensors */
+    gml_tensor **k, **v;
+    int64_t len;
+};
+
+static void errf(char *err, size_t size, const char *fmt, ...) GML_PRINTF(3, 4);
+static void errf(char *err, size_t size, const char *fmt, ...) {
+    if (!size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+}
+
+gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params p, char *err, size_t err_size) {
+    errf(err, err_size, "%s", "");
+    if (p.n_layers < 1 || p.batch < 1 || p.n_kv_heads < 1 || p.max_len < 1 || p.d_k < 1) {
+        errf(err, err_size, "kv_cache: layers %d, batch %" PRId64 ", kv heads %d, max_len %" PRId64
+             ", d_k %" PRId64 ": each must be >= 1", p.n_layers, p.batch, p.n_kv_heads,
+             p.max_len, p.d_k);
+        return NULL;
+    }
+    const int64_t ne[4] = {p.batch, p.n_kv_heads, p.max_len, p.d_k};
+    if (p.n_layers > 4096 || p.batch > (1 << 20) || p.max_len > (INT64_C(1) << 31) ||
+        p.d_k > (1 << 20) || (double)ne[0] * ne[1] * ne[2] * ne[3] * 2 * p.n_layers > 0x1p40) {
+        errf(err, err_size, "kv_cache: [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] x %d "
+             "layers x 2 is too large", ne[0], ne[1], ne[2], ne[3], p.n_layers);
+        return NULL;
+    }
+    gml_kv_cache *c = calloc(1, sizeof *c);
+    if (c) {
+        c->p = p;
+        c->k = calloc((size_t)p.n_layers, sizeof *c->k);
+        c->v = calloc((size_t)p.n_layers, sizeof *c->v);
+    }
+    /* size the arena from a no_alloc twin */
+    gml_context *probe = gml_init((gml_init_params){
+        .mem_size = (size_t)(2 * p.n_layers + 1) * gml_tensor_overhead() + 4096, .no_alloc = true});
+    for (int l = 0; probe && l < 2 * p.n_layers; l++) gml_new_tensor(probe, GML_F32, 4, ne);
+    const size_t need = probe ? gml_mem_required(probe) : 0;
+    gml_free(probe);
+    if (c && c->k && c->v && need) c->ctx = gml_init((gml_init_params){.mem_size = need});
+    if (!c || !c->k || !c->v || !c->ctx) {
+        errf(err, err_size, "kv_cache: out of memory for %zu bytes", need);
+        gml_kv_cache_free(c);
+        return NULL;
+    }
+    for (int l = 0; l < p.n_layers; l++) {
+        char name[GML_MAX_NAME];
+        c->k[l] = gml_new_tensor(c->ctx, GML_F32, 4, ne);
+        c->v[l] = gml_new_tensor(c->ctx, GML_F32, 4, ne);
+        if (!c->k[l] || !c->v[l]) {
+            errf(err, err_size, "kv_cache: %s", gml_last_error(c->ctx));
+            gml_kv_cache_free(c);
+            return NULL;
+        }
+        snprintf(name, sizeof name, "k_cache.%d", l);
+        gml_set_name(c->k[l], name);
+        snprintf(name, sizeof name, "v_cache.%d", l);
+        gml_set_name(c->v[l], name);
+        gml_set_flags(c->k[l], GML_FLAG_INPUT);
+        gml_set_flags(c->v[l], GML_FLAG_INPUT);
+        memset(c->k[l]->data, 0, gml_nbytes(c->k[l]));
+        memset(c->v[l]->data, 0, gml_nbytes(c->v[l]));
+    }
+    return c;
+}
+
+void gml_kv_cache_free(gml_kv_cache *c) {
+    if (!c) return;
+    gml_free(c->ctx);
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c) { return c->p; }
+
+gml_tensor *gml_kv_cache_k(const gml_kv_cache *c, int layer) {
+    return layer >= 0 && layer < c->p.n_layers ? c->k[layer] : NULL;
+}
+
+gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer) {
+    return layer >= 0 && layer < c->p.n_layers ? c->v[layer] : NULL;
+}
+
+int64_t gml_kv_cache_len(const gml_kv_cache *c) { return c->len; }
+
+size_t gml_kv_cache_bytes(const gml_kv_cache *c) {
+    return 2 * (size_t)c->p.n_layers * gml_nbytes(c->k[0]);
+}
+
+void gml_kv_cache_reset(gml_kv_cache *c) { c->len = 0; }
+
+gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
+    gml_kv_step s = {.cache = c, .n = n};
+    if (!ctx) return s;
+    if (!c) {
+        gml_fail(ctx, "kv_step: no cache (NULL)");
+        return s;
+    }
+    if (n < 1 || n > c->p.max_len) {
+        gml_fail(ctx, "kv_step: %" PRId64 " new tokens per step; the cache holds 1 to %" PRId64,
+                 n, c->p.max_len);
+        return s;
+    }
+    if (gml_get_no_alloc(ctx)) {
+        gml_fail(ctx, "kv_step: the step's positions need an allocating context (this one is "
+                 "no_alloc)");
+        return s;
+    }
+    gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_pos");
+    gml_tensor *lens = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_lens");
+    if (!pos || !lens) return s;
+    gml_set_flags(pos, GML_FLAG_INPUT);
+    gml_set_flags(lens, GML_FLAG_INPUT);
+    s.pos = pos;
+    s.lens = lens;
+    return s;
+}
+
+/* x [B, n, D] -> out [B, n, D] over the cache of layer */
+gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                            gml_tensor *x, const gml_kv_step *step, int layer) {
+    if (!ctx) return NULL;
+    if (!x || !step || !step->pos) {
+        if (!gml_last_error(ctx)[0])
+            gml_fail(ctx, "decode: %s is NULL", !x ? "x" : "the step (or its positions)");
+        return NULL;
+    }
+    const gml_kv_cache *c = step->cache;
+    const gml_kv_cache_params *cp = &c->p;
+    if (layer < 0 || layer >= cp->n_layers)
+        return gml_fail(ctx, "decode: layer %d is out of range; the cache has %d layers", layer,
+                        cp->n_layers);
+    if (!cfg.causal)
+        return gml_fail(ctx, "decode: decoding is causal (each token sees the ones before it); "
+                        "set cfg.causal");
+    if (cfg.want_weights || cfg.impl == GML_ATTN_UNFUSED)
+        return gml_fail(ctx, "decode: decoding uses the fused graph, which has no attention "
+                        "weights (impl auto or fused, want_weights false)");
+    gml_attn_plan p;
+    gml_attn_inputs in = {.query = x};
+    if (!gml_attn_prepare(ctx, "decode", &cfg, w, &in, true, &p)) return NULL;
+    char sx[GML_SHAPE_MAX];
+    if (p.G != cp->n_kv_heads || p.dk != cp->d_k || p.B != cp->batch || p.Tq != step->n)
+        return gml_fail(ctx, "decode: x '%s' %s with %" PRId64 " heads, %" PRId64 " kv heads "
+                        "(d_k %" PRId64 ") does not fit the cache: batch %" PRId64 ", kv heads "
+                        "%d, d_k %" PRId64 ", %" PRId64 " new tokens per step", x->name,
+                        GML_SHAPE(x, sx), p.H, p.G, p.dk, cp->batch, cp->n_kv_heads, cp->d_k,
+                        step->n);
+    const int perm[] = {0, 2, 1, 3};
+    gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p.q, p.H, p.dk), perm); /* [B,H,n,dk] */
+    gml_tensor *k = gml_permute(ctx, gml_attn_split(ctx, p.k, p.G, p.dk), perm); /* [B,G,n,dk] */
+    gml_tensor *v = gml_permute(ctx, gml_attn_split(ctx, p.v, p.G, p.dk), perm);
+    gml_tensor *kc = gml_set_name(gml_set_rows(ctx, c->k[layer], k, step->pos), "k_all");
+    gml_tensor *vc = gml_set_name(gml_set_rows(ctx, c->v[layer], v, step->pos), "v_all");
+    const float scale = (float)(1.0 / sqrt((double)p.dk));
+    /* causality is in the lengths: token at pos sees keys 0 .. pos */
+    gml_tensor *o =
+        gml_set_name(gml_flash_attn(ctx, q, kc, vc, NULL, step->lens, scale, false), "flash");
+    return gml_attn_output(ctx, &p, gml_permute(ctx, o, perm), NULL).out;
+}
+
+gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,
+                               size_t err_size) {
+    errf(err, err_size, "%s", "");
+    if (!s || !s->pos || !g) {
+        errf(err, err_size, "kv_step: no %s", !g ? "graph" : "step");
+        return GML_ERR_INVALID;
+    }
+    gml_kv_cache *c = s->cache;
+    if (c->len + s->n > c->p.max_len) {
+        errf(err, err_size, "kv_cache: %" PRId64 " new token%s at position %" PRId64 " would pass "
+             "the cache's max_len %" PRId64, s->n, s->n > 1 ? "s" : "", c->len, c->p.max_len);
+        return GML_ERR_INVALID;
+    }
+    int32_t *pos = s->pos->data, *lens = s->lens->data;
+    for (int64_t b = 0; b < c->p.batch; b++)
+        for (int64_t i = 0; i < s->n; i++) {
+            pos[b * s->n + i] = (int32_t)(c->len + i);
+            lens[b * s->n + i] = (int32_t)(c->len + i + 1);
+        }
+    gml_status st = gml_graph_compute(g, n_threads);
+    if (st != GML_OK) {
+        errf(err, err_size, "%s", gml_graph_error(g));
+        return st;
+    }
+    c->len += s->n;
+    return GML_OK;
+}
