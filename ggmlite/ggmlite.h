@@ -304,9 +304,38 @@ void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
  * -inf is by design, are exempt. */
 void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
+/* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
+ * the process-wide pool below. Results are bitwise the same for any count.
+ * Every tensor needs data: allocate the context, or place it yourself. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
 /* The message of the last failed compute ("" when none). */
 const char *gml_graph_error(const gml_graph *g);
+
+/* ---- threads ---------------------------------------------------------------
+ * gml_graph_compute runs on a process-wide pool of worker threads, made by
+ * the first compute that asks for more than one thread and replaced by a
+ * bigger one when a compute asks for more. The calling thread is thread 0.
+ * Between computes the workers sleep (no CPU). Computes from several threads
+ * take turns on the pool; a compute started from inside a node callback, or
+ * one for which threads cannot be created, runs on its calling thread alone
+ * (with the same results). The workers are joined at exit (atexit) or by
+ * gml_threadpool_shutdown; a forked child makes a fresh pool when it needs
+ * one. For computes side by side, give each its own pool. */
+#define GML_MAX_THREADS 512
+
+typedef struct gml_threadpool gml_threadpool;
+/* A pool of n_threads threads: the caller of each compute and n_threads - 1
+ * workers. NULL if n_threads is outside [1, GML_MAX_THREADS] or threads
+ * cannot be created. */
+gml_threadpool *gml_threadpool_new(int n_threads);
+/* Waits for a compute that uses the pool, then joins its workers. */
+void gml_threadpool_free(gml_threadpool *pool);
+int gml_threadpool_n_threads(const gml_threadpool *pool);
+/* gml_graph_compute on all of pool's threads. */
+gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool);
+/* Joins the default pool's workers now (after a compute that uses it); the
+ * next compute with more than one thread makes a new pool. */
+void gml_threadpool_shutdown(void);
 
 /* ---- files: NumPy .npy and safetensors ----------------------------------
  * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,

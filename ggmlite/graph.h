@@ -31,7 +31,16 @@ struct gml_graph {
     bool nan_trap;
     void *work;         /* scratch for kernels, reused across computes */
     size_t work_size;
+    struct gml_step *steps; /* the nodes that compute, [n_nodes] once made */
+    int n_steps;
     char err[GML_ERR_MAX];
+};
+
+/* One node that computes: the kernel compute runs on it (ISA-dependent). */
+struct gml_step {
+    gml_kernel_fn fn;
+    gml_tensor *t;
+    int node; /* index among the graph's nodes */
 };
 
 /* Frees what compute keeps between runs (compute.c). */
