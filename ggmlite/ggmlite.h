@@ -320,7 +320,11 @@ const char *gml_graph_error(const gml_graph *g);
  * one for which threads cannot be created, runs on its calling thread alone
  * (with the same results). The workers are joined at exit (atexit) or by
  * gml_threadpool_shutdown; a forked child makes a fresh pool when it needs
- * one. For computes side by side, give each its own pool. */
+ * one. For computes side by side, give each its own pool.
+ * Built with GGMLITE_OPENMP=ON, computes run in one OpenMP parallel region
+ * each instead, and a pool only fixes the thread count; idle threads then
+ * follow OpenMP's wait policy (OMP_WAIT_POLICY=passive: sleep at once), and
+ * a forked child computes on one thread (GCC's runtime hangs there). */
 #define GML_MAX_THREADS 512
 
 typedef struct gml_threadpool gml_threadpool;

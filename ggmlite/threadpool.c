@@ -1,6 +1,8 @@
 /* Threads: a persistent pool of workers that sleep between computes, the
  * barrier the threads of a compute meet at, and the process-wide default
- * pool (made on first use, grown on demand, joined at exit).
+ * pool (made on first use, grown on demand, joined at exit). In a
+ * GGMLITE_OPENMP build, computes run in an OpenMP parallel region instead and
+ * a pool only fixes the thread count.
  *
  * Waiting, everywhere here, is: spin a little while with a pause instruction
  * (a wake-up then costs nothing), then sleep in the kernel on the word that
@@ -19,6 +21,9 @@
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#endif
+#ifdef GGMLITE_OPENMP
+#include <omp.h>
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -123,6 +128,50 @@ static void run_alone(gml_task_fn fn, void *arg) { fn(arg, 0, 1); }
  * callback) runs alone: the pool is busy with the outer one. */
 static _Thread_local bool in_compute;
 
+#ifdef GGMLITE_OPENMP
+/* ---- OpenMP: the threads are OpenMP's; a pool is a thread count --------------- */
+
+struct gml_threadpool {
+    int n_threads;
+};
+
+gml_threadpool *gml_threadpool_new(int n_threads) {
+    if (n_threads < 1 || n_threads > GML_MAX_THREADS) return NULL;
+    gml_threadpool *pool = calloc(1, sizeof *pool);
+    if (pool) pool->n_threads = n_threads;
+    return pool;
+}
+
+void gml_threadpool_free(gml_threadpool *pool) { free(pool); }
+void gml_threadpool_shutdown(void) {}
+
+/* GCC's OpenMP runtime hangs a forked child that opens a parallel region
+ * after its parent did: a forked child computes on one thread. */
+static bool forked_child;
+static void note_fork(void) { forked_child = true; }
+static void watch_forks(void) { pthread_atfork(NULL, NULL, note_fork); }
+
+void gml_parallel_run(gml_threadpool *pool, int nth, gml_task_fn fn, void *arg) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_forks);
+    if (nth <= 1 || in_compute || forked_child || (pool && pool->n_threads < nth)) {
+        run_alone(fn, arg);
+        return;
+    }
+    /* A team smaller than asked (thread limit, nested region) does nothing,
+     * and the caller then runs alone: kernels were sized for nth or 1. */
+    bool short_team = false;
+    in_compute = true;
+#pragma omp parallel num_threads(nth)
+    {
+        if (omp_get_num_threads() == nth) fn(arg, omp_get_thread_num(), nth);
+        else if (omp_get_thread_num() == 0) short_team = true;
+    }
+    in_compute = false;
+    if (short_team) run_alone(fn, arg);
+}
+
+#else
 /* ---- the pool ---------------------------------------------------------------- */
 
 /* One worker: its own cache line, so posting a job to one does not disturb
@@ -316,5 +365,6 @@ void gml_parallel_run(gml_threadpool *pool, int nth, gml_task_fn fn, void *arg) 
     pool_run(pool, nth, fn, arg);
     pthread_mutex_unlock(&pool->mu);
 }
+#endif /* GGMLITE_OPENMP */
 
 int gml_threadpool_n_threads(const gml_threadpool *pool) { return pool ? pool->n_threads : 0; }

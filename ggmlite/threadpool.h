@@ -1,5 +1,6 @@
 /* The scheduler's pieces shared by threadpool.c and compute.c: a barrier for
- * the threads of one compute, and running a task on n threads. */
+ * the threads of one compute, and running a task on n threads (ggmlite's own
+ * pool, or OpenMP in a GGMLITE_OPENMP build). */
 #ifndef GGMLITE_THREADPOOL_H
 #define GGMLITE_THREADPOOL_H
 
@@ -26,8 +27,8 @@ typedef void (*gml_task_fn)(void *arg, int ith, int nth);
 /* Runs fn(arg, ith, nth) for ith = 0..nth-1 on nth threads, the caller being
  * ith 0, and returns when all have returned. pool NULL means the process-wide
  * pool. When nth threads cannot be had (a compute started from inside another
- * one, a pool smaller than nth, threads that cannot be created) fn runs once
- * on the caller with nth = 1. */
+ * one, a pool smaller than nth, an OpenMP team smaller than asked, threads
+ * that cannot be created) fn runs once on the caller with nth = 1. */
 void gml_parallel_run(gml_threadpool *pool, int nth, gml_task_fn fn, void *arg);
 
 #endif
