@@ -92,7 +92,7 @@ static gml_status check_data(gml_graph *g) {
         char shape[GML_SHAPE_MAX];
         return fail(g, GML_ERR_INVALID,
                     "compute: '%s' %s (%s) has no data: it was made in a no_alloc context; "
-                    "place the graph's data before computing", t->name,
+                    "place the graph's data (gml_graph_plan) before computing", t->name,
                     GML_SHAPE(t, shape), gml_op_name(t->op));
     }
     return GML_OK;

@@ -306,7 +306,7 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
 /* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
  * the process-wide pool below. Results are bitwise the same for any count.
- * Every tensor needs data: allocate the context, or place it yourself. */
+ * Every tensor needs data: allocate the context, or plan the graph. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
 /* The message of the last failed compute ("" when none). */
 const char *gml_graph_error(const gml_graph *g);
@@ -340,6 +340,40 @@ gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool);
 /* Joins the default pool's workers now (after a compute that uses it); the
  * next compute with more than one thread makes a new pool. */
 void gml_threadpool_shutdown(void);
+
+/* ---- memory planning -------------------------------------------------------
+ * For a graph built in a no_alloc context: gives every tensor of the graph
+ * that has no data a place in one buffer, reusing the memory of
+ * intermediates whose last use has passed. Plan once, compute many times:
+ * after the first compute (which makes the kernels' scratch), none allocates.
+ *   - a view takes its source's data plus its offset, no memory of its own;
+ *   - an intermediate lives from the node that makes it to the last node that
+ *     reads it, directly or through a view;
+ *   - leafs without data (inputs, weights) and tensors flagged GML_FLAG_INPUT,
+ *     OUTPUT or PARAM (directly or through a view of them) get memory no
+ *     other tensor ever uses, so outputs survive the compute;
+ *   - an elementwise node (add, mul, scale, softmax) may write over its first
+ *     source when the node is that source's last use and the sizes match.
+ * Offsets are 64-byte aligned. Tensors that already have data keep it.
+ * Placed data stays valid until the graph is freed or planned again. */
+typedef struct gml_plan_options {
+    bool no_reuse;      /* debugging: every tensor its own memory; the
+                           environment variable GGMLITE_PLAN_NOREUSE=1 forces it */
+    bool no_inplace;    /* reuse dead tensors' memory, but never write a node
+                           over its source */
+    bool measure_only;  /* only work out the sizes below; place nothing */
+    void *buffer;       /* NULL: the graph allocates (and frees) the buffer; */
+    size_t buffer_size; /* else place into this 64-byte aligned caller buffer */
+} gml_plan_options;
+
+/* opt NULL: the defaults (all zero). GML_ERR_NOMEM if the buffer cannot be
+ * allocated or the caller's is too small (the message gives the size);
+ * nothing is placed then. Planning again first drops the previous plan. */
+gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
+/* Bytes of the planned buffer (0 before planning). */
+size_t gml_graph_plan_peak(const gml_graph *g);
+/* Bytes the same tensors take without reuse (each 64-byte aligned). */
+size_t gml_graph_plan_naive(const gml_graph *g);
 
 /* ---- files: NumPy .npy and safetensors ----------------------------------
  * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,

@@ -150,9 +150,12 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
     return g;
 }
 
+int gml_graph_entry_index(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+
 void gml_graph_free(gml_graph *g) {
     if (!g) return;
     gml_graph_release_compute(g);
+    gml_graph_release_plan(g);
     free(g->nodes);
     free(g->leafs);
     free(g->entries);

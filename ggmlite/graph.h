@@ -34,6 +34,12 @@ struct gml_graph {
     struct gml_step *steps; /* the nodes that compute, [n_nodes] once made */
     int n_steps;
     char err[GML_ERR_MAX];
+
+    /* memory plan (plan.c) */
+    void *plan_buffer;        /* owned, or NULL */
+    gml_tensor **plan_placed; /* tensors whose data the plan set */
+    int n_plan_placed;
+    size_t plan_peak, plan_naive;
 };
 
 /* One node that computes: the kernel compute runs on it (ISA-dependent). */
@@ -43,7 +49,12 @@ struct gml_step {
     int node; /* index among the graph's nodes */
 };
 
+/* Index of t in g->entries, or -1 (graph.c). */
+int gml_graph_entry_index(const gml_graph *g, const gml_tensor *t);
 /* Frees what compute keeps between runs (compute.c). */
 void gml_graph_release_compute(gml_graph *g);
+/* Frees the memory plan's buffer and lists, touching no tensor: the context
+ * may be gone already (plan.c). */
+void gml_graph_release_plan(gml_graph *g);
 
 #endif

@@ -125,6 +125,12 @@ typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
 enum {
     GML_OPF_NOOP = 1,     /* views: nothing to compute */
     GML_OPF_INF_OK = 2,   /* output holds -inf by design (masks) */
+    /* The planner may give dst the memory of src[0] (contiguous, same element
+     * count), dst[i] sitting where src[0][i] was. Every variant must then
+     * still be right: each thread writes dst[i] only after it has read
+     * src[0][i] for the last time, and the thread writing dst[i] is the one
+     * reading src[0][i]. Other sources never share the memory. */
+    GML_OPF_INPLACE = 4,
 };
 
 /* What the core knows of an op. Defined by each op's file as gml_opdef_<name>. */

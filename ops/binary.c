@@ -42,12 +42,16 @@ static void gml_f32_scale__ref(const gml_compute_params *p, gml_tensor *dst) {
 
 static double elementwise_flops(const gml_tensor *dst) { return (double)gml_nelements(dst); }
 
+/* In place (GML_OPF_INPLACE): out[i] is written right after a[i] is read. */
 const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add__ref,
-                                  .reference = gml_f32_add__ref, .flops = elementwise_flops};
+                                  .reference = gml_f32_add__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE};
 const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul__ref,
-                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops};
+                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE};
 const gml_op_def gml_opdef_scale = {.name = "scale", .forward = gml_f32_scale__ref,
-                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops};
+                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops,
+                                    .flags = GML_OPF_INPLACE};
 
 static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;
