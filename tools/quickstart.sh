@@ -39,6 +39,16 @@ check() {
     ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 300
 }
 
+# memcheck TEST...: valgrind over small runs of some tests of the release build.
+memcheck() {
+    echo "== valgrind memcheck"
+    local t
+    for t in "$@"; do
+        echo "-- $t"
+        valgrind -q --error-exitcode=1 --leak-check=full "build/tests/$t" quick >/dev/null
+    done
+}
+
 case "${1:-}" in
 demo)
     install_missing "${BUILD_PKGS[@]}"
@@ -53,6 +63,7 @@ test)
     # OpenMP threads that spin while waiting crawl on a busy 2-core machine: let them sleep.
     OMP_WAIT_POLICY=passive check "openmp (gcc)" build-omp -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_OPENMP=ON
+    memcheck test_plan test_threads
     echo "== all tests passed"
     ;;
 *)
