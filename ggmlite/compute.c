@@ -75,8 +75,7 @@ void gml_graph_release_compute(gml_graph *g) {
     g->n_steps = 0;
 }
 
-static gml_status fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
-static gml_status fail(gml_graph *g, gml_status st, const char *fmt, ...) {
+gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g->err, sizeof g->err, fmt, ap);
@@ -90,10 +89,10 @@ static gml_status check_data(gml_graph *g) {
         const gml_tensor *t = g->entries[i].t;
         if (t->data) continue;
         char shape[GML_SHAPE_MAX];
-        return fail(g, GML_ERR_INVALID,
-                    "compute: '%s' %s (%s) has no data: it was made in a no_alloc context; "
-                    "place the graph's data (gml_graph_plan) before computing", t->name,
-                    GML_SHAPE(t, shape), gml_op_name(t->op));
+        return gml_graph_fail(g, GML_ERR_INVALID,
+                              "compute: '%s' %s (%s) has no data: it was made in a no_alloc "
+                              "context; place the graph's data (gml_graph_plan) before computing",
+                              t->name, GML_SHAPE(t, shape), gml_op_name(t->op));
     }
     return GML_OK;
 }
@@ -113,7 +112,8 @@ static gml_status prepare_work(gml_graph *g, int nth) {
     free(g->work);
     g->work = aligned_alloc(GML_ALIGN, gml_align_up(need, GML_ALIGN));
     g->work_size = g->work ? need : 0;
-    if (!g->work) return fail(g, GML_ERR_NOMEM, "compute: cannot allocate %zu bytes of scratch", need);
+    if (!g->work)
+        return gml_graph_fail(g, GML_ERR_NOMEM, "compute: cannot allocate %zu bytes of scratch", need);
     return GML_OK;
 }
 
@@ -122,7 +122,7 @@ static gml_status prepare_work(gml_graph *g, int nth) {
 static gml_status prepare_steps(gml_graph *g) {
     if (!g->steps && g->n_nodes > 0) {
         g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
-        if (!g->steps) return fail(g, GML_ERR_NOMEM, "compute: out of memory");
+        if (!g->steps) return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
     }
     const bool reference = gml_get_isa() == GML_ISA_REFERENCE;
     g->n_steps = 0;
@@ -166,9 +166,10 @@ static gml_status trap_report(gml_graph *g, int i, const gml_tensor *t, const in
         k += (size_t)snprintf(srcs + k, sizeof srcs - k, "%s%s %s", k ? ", " : "",
                               t->src[s]->name, GML_SHAPE(t->src[s], ss));
     }
-    return fail(g, GML_ERR_NONFINITE, "nan trap: node %d '%s' (%s) %s holds %s at [%s]; sources: %s",
-                i, t->name, gml_op_name(t->op), GML_SHAPE(t, shape),
-                isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
+    return gml_graph_fail(g, GML_ERR_NONFINITE,
+                          "nan trap: node %d '%s' (%s) %s holds %s at [%s]; sources: %s", i, t->name,
+                          gml_op_name(t->op), GML_SHAPE(t, shape),
+                          isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
 }
 
 /* The checks after nodes [first, end) are done (on thread 0, the others
@@ -182,8 +183,9 @@ static gml_status check_nodes(gml_graph *g, int first, int end) {
             if (find_nonfinite(node, idx, &v)) return trap_report(g, i, node, idx, v);
         }
         if (g->callback && !g->callback(node, i, g->callback_user))
-            return fail(g, GML_ERR_ABORTED, "compute: stopped by the node callback after node %d '%s'",
-                        i, node->name);
+            return gml_graph_fail(g, GML_ERR_ABORTED,
+                                  "compute: stopped by the node callback after node %d '%s'", i,
+                                  node->name);
     }
     return GML_OK;
 }
@@ -227,8 +229,8 @@ static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n
 static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
     g->err[0] = '\0';
     if (n_threads < 1 || n_threads > GML_MAX_THREADS)
-        return fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]", n_threads,
-                    GML_MAX_THREADS);
+        return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
+                              n_threads, GML_MAX_THREADS);
     gml_status st = check_data(g);
     if (st == GML_OK) st = prepare_work(g, n_threads);
     if (st == GML_OK) st = prepare_steps(g);
@@ -251,7 +253,7 @@ static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
 gml_status gml_graph_compute(gml_graph *g, int n_threads) { return compute(g, NULL, n_threads); }
 
 gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
-    if (!pool) return fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
+    if (!pool) return gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
     return compute(g, pool, gml_threadpool_n_threads(pool));
 }
 

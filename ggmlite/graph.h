@@ -51,6 +51,9 @@ struct gml_step {
 
 /* Index of t in g->entries, or -1 (graph.c). */
 int gml_graph_entry_index(const gml_graph *g, const gml_tensor *t);
+/* Writes the graph's error message (gml_graph_error) and returns st
+ * (compute.c). */
+gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
 /* Frees what compute keeps between runs (compute.c). */
 void gml_graph_release_compute(gml_graph *g);
 /* Frees the memory plan's buffer and lists, touching no tensor: the context

@@ -78,15 +78,6 @@ static void give_back(struct freelist *f, size_t offs, size_t size) {
     }
 }
 
-static gml_status plan_fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
-static gml_status plan_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
 void gml_graph_release_plan(gml_graph *g) {
     free(g->plan_buffer);
     g->plan_buffer = NULL;
@@ -109,8 +100,9 @@ static bool find_lifetimes(gml_graph *g, struct slot *sl) {
         sl[e] = (struct slot){.root = root_of(g, t), .last = -1};
         sl[e].place = !t->view_src && !t->data;
         if (sl[e].root < 0) {
-            plan_fail(g, GML_ERR_INVALID, "plan: '%s' is a view of '%s', which is not in the graph",
-                      t->name, t->view_src->name);
+            gml_graph_fail(g, GML_ERR_INVALID,
+                           "plan: '%s' is a view of '%s', which is not in the graph", t->name,
+                           t->view_src->name);
             return false;
         }
     }
@@ -213,7 +205,7 @@ gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
     for (int i = 0; i < g->n_plan_placed; i++) g->plan_placed[i]->data = NULL;
     gml_graph_release_plan(g);
     if (opt->buffer && (uintptr_t)opt->buffer % GML_ALIGN)
-        return plan_fail(g, GML_ERR_INVALID, "plan: the buffer %p is not %d-byte aligned",
+        return gml_graph_fail(g, GML_ERR_INVALID, "plan: the buffer %p is not %d-byte aligned",
                          opt->buffer, GML_ALIGN);
 
     const bool reuse = !opt->no_reuse && !env_no_reuse();
@@ -222,7 +214,7 @@ gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
     if (!sl || !f.r) {
         free(sl);
         free(f.r);
-        return plan_fail(g, GML_ERR_NOMEM, "plan: out of memory");
+        return gml_graph_fail(g, GML_ERR_NOMEM, "plan: out of memory");
     }
     if (!find_lifetimes(g, sl)) {
         free(sl);
@@ -244,12 +236,12 @@ gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
     if (opt->measure_only) {
         /* sizes only */
     } else if (base && opt->buffer_size < peak) {
-        st = plan_fail(g, GML_ERR_NOMEM, "plan: the graph needs a %zu-byte buffer, the one given "
+        st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: the graph needs a %zu-byte buffer, the one given "
                        "has %zu bytes", peak, opt->buffer_size);
     } else if (!base && peak > 0 && !(base = g->plan_buffer = aligned_alloc(GML_ALIGN, peak))) {
-        st = plan_fail(g, GML_ERR_NOMEM, "plan: cannot allocate a %zu-byte buffer", peak);
+        st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: cannot allocate a %zu-byte buffer", peak);
     } else if (!(g->plan_placed = malloc((size_t)GML_MAX(g->n_entries, 1) * sizeof *g->plan_placed))) {
-        st = plan_fail(g, GML_ERR_NOMEM, "plan: out of memory");
+        st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: out of memory");
     } else {
         set_data(g, sl, base);
     }

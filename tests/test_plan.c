@@ -288,10 +288,11 @@ static void test_graphs(void) {
         struct built ref = build(cases[c].fn, false);
         CHECK(gml_graph_compute(ref.g, 1) == GML_OK, "%s: %s", cases[c].name, gml_graph_error(ref.g));
         struct built p = build(cases[c].fn, true);
-        plan_and_compare(cases[c].name, &ref, &p, &(gml_plan_options){.no_reuse = true}, "no reuse", 2);
-        plan_and_compare(cases[c].name, &ref, &p, &(gml_plan_options){.no_inplace = true}, "no inplace", 3);
-        plan_and_compare(cases[c].name, &ref, &p, &(gml_plan_options){0}, "reuse", 3);
-        plan_and_compare(cases[c].name, &ref, &p, &(gml_plan_options){0}, "reuse", 1);
+        const char *name = cases[c].name;
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){.no_reuse = true}, "no reuse", 2);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){.no_inplace = true}, "no inplace", 3);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){0}, "reuse", 3);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){0}, "reuse", 1);
         drop(&p);
         drop(&ref);
     }

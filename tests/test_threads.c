@@ -154,9 +154,9 @@ static void test_determinism(struct big *b, gml_isa isa) {
     /* One matmul against a naive loop, so the 1-thread result is right too. */
     for (int m = 0; m < 37; m++)
         for (int n = 0; n < 23; n++) {
+            const float *a = b->a_mm->data, *bt = b->bt_mm->data;
             double acc = 0;
-            for (int k = 0; k < 29; k++)
-                acc += (double)((float *)b->a_mm->data)[m * 29 + k] * ((float *)b->bt_mm->data)[n * 29 + k];
+            for (int k = 0; k < 29; k++) acc += (double)a[m * 29 + k] * bt[n * 29 + k];
             float v = ((float *)b->mm->data)[m * 23 + n];
             CHECK(fabs(v - acc) <= 1e-5 * (1 + fabs(acc)), "matmul [%d,%d] %g vs %g", m, n, v, acc);
         }
