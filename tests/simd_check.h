@@ -89,4 +89,107 @@ static inline double ulp_of(double v) {
     return ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 23);
 }
 
+/* ---- op level: one graph under every ISA and thread count ------------- */
+
+/* Copies t's elements (any strides, 4-byte) into buf in logical order. */
+static inline void read_elems(const gml_tensor *t, uint32_t *buf) {
+    size_t k = 0;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+                    memcpy(&buf[k++], (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
+                                          i2 * t->nb[2] + i3 * t->nb[3], 4);
+}
+
+/* Sets t's elements to a NaN pattern, so elements a kernel forgets show. */
+static inline void poison_elems(gml_tensor *t) {
+    const uint32_t nan = 0x7fc0dead;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+                    memcpy((char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] +
+                               i3 * t->nb[3], &nan, 4);
+}
+
+/* Computes g with isa and nth threads; out's elements into buf. */
+static inline bool compute_with(gml_graph *g, gml_tensor *out, gml_isa isa, int nth,
+                                uint32_t *buf) {
+    if (gml_set_isa(isa) != GML_OK) return false;
+    poison_elems(out);
+    gml_status st = gml_graph_compute(g, nth);
+    gml_set_isa(GML_ISA_AUTO);
+    CHECK(st == GML_OK, "compute (%s, %d threads): %s", gml_isa_name(isa), nth,
+          gml_graph_error(g));
+    read_elems(out, buf);
+    return st == GML_OK;
+}
+
+/* How fast results may differ from the reference: exactly (copies, gathers,
+ * add, mul), or by rel * |ref| + abs (softmax). Returns the largest relative
+ * difference seen where |ref| >= 1e-30. */
+typedef struct {
+    bool exact;
+    double rel, abs;
+} tolerance;
+
+/* Runs out's graph under REFERENCE (the truth), then under SCALAR, AVX2 and
+ * AVX512 (skipping, with a message, those the CPU lacks) at 1, 2 and 3
+ * threads: each within tol of the reference, and bitwise equal across
+ * thread counts. `what` names the case in messages. */
+static inline double check_isas(gml_context *ctx, gml_tensor *out, tolerance tol,
+                                const char *what) {
+    double worst = 0;
+    gml_graph *g = gml_build_graph(ctx, &out, 1);
+    CHECK(g != NULL, "%s: build: %s", what, gml_last_error(ctx));
+    if (!g) return worst;
+    const size_t n = (size_t)gml_nelements(out);
+    uint32_t *ref = malloc(n * 4), *first = malloc(n * 4), *got = malloc(n * 4);
+    compute_with(g, out, GML_ISA_REFERENCE, 1, ref);
+    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!gml_cpu_has(isas[k])) {
+            printf("skip %s under %s: this CPU lacks it\n", what, gml_isa_name(isas[k]));
+            continue;
+        }
+        for (int nth = 1; nth <= 3; nth++) {
+            if (!compute_with(g, out, isas[k], nth, nth == 1 ? first : got)) continue;
+            const uint32_t *y = nth == 1 ? first : got;
+            int bad = 0;
+            for (size_t i = 0; i < n && bad < 3; i++) {
+                if (nth > 1) { /* bitwise as with one thread */
+                    if (y[i] != first[i]) {
+                        bad++;
+                        CHECK(false, "%s (%s): element %zu differs between 1 and %d threads: "
+                              "%08x vs %08x", what, gml_isa_name(isas[k]), i, nth, first[i], y[i]);
+                    }
+                    continue;
+                }
+                float a, b;
+                memcpy(&a, &y[i], 4);
+                memcpy(&b, &ref[i], 4);
+                bool ok;
+                if (tol.exact || isnan(b) || isinf(b)) {
+                    ok = y[i] == ref[i] || (isnan(a) && isnan(b));
+                } else {
+                    const double d = fabs((double)a - b);
+                    ok = d <= tol.rel * fabs(b) + tol.abs;
+                    if (fabs(b) >= 1e-30 && d / fabs(b) > worst) worst = d / fabs(b);
+                }
+                if (!ok) {
+                    bad++;
+                    CHECK(false, "%s (%s): element %zu is %.9g, the reference %.9g", what,
+                          gml_isa_name(isas[k]), i, (double)a, (double)b);
+                }
+            }
+        }
+    }
+    free(ref);
+    free(first);
+    free(got);
+    gml_graph_free(g);
+    return worst;
+}
+
 #endif /* GGMLITE_SIMD_CHECK_H */
