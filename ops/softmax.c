@@ -72,9 +72,6 @@ void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }
 
-static const gml_isa SOFTMAX_ISAS[] = {GML_F32_SOFTMAX_UKERNELS(GML_UKERNEL_ISA)};
-static gml_f32_softmax_ukernel *const SOFTMAX_FNS[] = {GML_F32_SOFTMAX_UKERNELS(GML_UKERNEL_FN)};
-
 /* Same as the reference, one micro-kernel call per row. Rows of x and of the
  * mask must be contiguous (last stride one element, or Tk = 1); otherwise
  * the reference runs. */
@@ -90,7 +87,7 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
         return;
     }
     gml_f32_softmax_ukernel *const ukernel =
-        SOFTMAX_FNS[gml_pick_variant(SOFTMAX_ISAS, sizeof SOFTMAX_ISAS / sizeof *SOFTMAX_ISAS)];
+        GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {

@@ -11,11 +11,19 @@
 
 #include <stddef.h>
 
+#include "binary.inc"
 #include "softmax.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
 #define GML_UKERNEL_FN(isa, fn, tile) fn,
+
+/* The variant of `list` (functions of type `type`) for the ISA in effect,
+ * as gml_pick_variant chooses it. Kernels take it once per call. */
+#define GML_PICK_UKERNEL(list, type)                                                 \
+    ((type *const[]){list(GML_UKERNEL_FN)}[gml_pick_variant(                         \
+        (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
+        (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
 
 /* ---- softmax (ops/softmax.inc) --------------------------------------------
  * out[j] = softmax_j(x[j] * scale + mask[j]) for j < n, n >= 1; mask may be
@@ -32,5 +40,16 @@ GML_F32_SOFTMAX_UKERNELS(GML_DECLARE_SOFTMAX)
 typedef void gml_f32_vexp_ukernel(size_t n, const float *x, float *y);
 #define GML_DECLARE_VEXP(isa, fn, tile) gml_f32_vexp_ukernel fn;
 GML_F32_VEXP_UKERNELS(GML_DECLARE_VEXP)
+
+/* ---- binary (ops/binary.inc) ----------------------------------------------
+ * vadd: out[i] = a[i] + b[i]   vaddc: out[i] = a[i] + b[0]
+ * vmul: out[i] = a[i] * b[i]   vmulc: out[i] = a[i] * b[0]      (i < n, n >= 1)
+ * out may be a or b (in place), but not overlap them otherwise. */
+typedef void gml_f32_vbinary_ukernel(size_t n, const float *a, const float *b, float *out);
+#define GML_DECLARE_VBINARY(isa, fn, tile) gml_f32_vbinary_ukernel fn;
+GML_F32_VADD_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VADDC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VMUL_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VMULC_UKERNELS(GML_DECLARE_VBINARY)
 
 #endif /* GGMLITE_UKERNELS_H */
