@@ -1,4 +1,5 @@
 /* Elementwise arithmetic: add and mul with PyTorch broadcasting, and scale. */
+#include "runs.h"
 #include "ukernels.h"
 
 /* out[i] = a[i % a.shape] (op) b[i % b.shape]; rows split across threads. */
@@ -41,11 +42,9 @@ static void gml_f32_scale__ref(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 /* ---- fast kernels ----------------------------------------------------------
- * dst is cut into runs: its innermost dims [k, 4) over which every input is
- * either dense (contiguous, one element per output) or constant (broadcast:
- * one value for the whole run). Each run is one micro-kernel call: vadd for
- * dense + dense, vaddc for dense + constant. Threads take equal ranges of
- * dst's elements, so a short or a single long run splits as well as many. */
+ * dst is cut into runs (ops/runs.h) over which each input is dense or
+ * constant (broadcast); each run is one micro-kernel call: vadd for dense +
+ * dense, vaddc for dense + constant. */
 
 /* The portable variants; the compiler may vectorize them for the baseline. */
 void gml_f32_vadd_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
@@ -63,82 +62,26 @@ void gml_f32_vmulc_ukernel__scalar_u1(size_t n, const float *a, const float *b, 
     for (size_t i = 0; i < n; i++) out[i] = a[i] * c;
 }
 
-/* An input as read along dst's runs. */
-typedef struct {
-    const char *data;
-    int64_t nb[GML_MAX_DIMS]; /* byte strides, 0 along broadcast dims */
-    bool dense;               /* else one value per run */
-} operand;
-
-static operand operand_of(const gml_tensor *t) {
-    operand o = {.data = t->data};
-    for (int d = 0; d < GML_MAX_DIMS; d++) o.nb[d] = t->ne[d] == 1 ? 0 : (int64_t)t->nb[d];
-    return o;
-}
-
-/* Is o dense (want_dense) or constant over dst's dims [k, 4)? */
-static bool run_ok(const operand *o, const gml_tensor *dst, int k, bool want_dense) {
-    int64_t step = sizeof(float);
-    for (int d = GML_MAX_DIMS - 1; d >= k; d--) {
-        if (dst->ne[d] > 1 && o->nb[d] != (want_dense ? step : 0)) return false;
-        step *= dst->ne[d];
-    }
-    return true;
-}
-
-/* Finds the innermost dims [k, 4) over which each input is dense or
- * constant, the smallest such k, and classifies the inputs. False when the
- * innermost dim of an input is strided (then the reference runs). */
-static bool find_runs(const gml_tensor *dst, operand *ops, int n_ops, int *k_out) {
-    int k = GML_MAX_DIMS;
-    while (k > 0) {
-        bool ok = true;
-        for (int i = 0; i < n_ops && ok; i++)
-            ok = run_ok(&ops[i], dst, k - 1, true) || run_ok(&ops[i], dst, k - 1, false);
-        if (!ok) break;
-        k--;
-    }
-    if (k == GML_MAX_DIMS) return false;
-    for (int i = 0; i < n_ops; i++) ops[i].dense = run_ok(&ops[i], dst, k, true);
-    *k_out = k;
-    return true;
-}
-
-/* Start of run r (a flat index over dst's dims [0, k)) in o. */
-static const char *run_start(const operand *o, const gml_tensor *dst, int k, int64_t r) {
-    const char *p = o->data;
-    for (int d = k - 1; d >= 0; d--) {
-        p += (r % dst->ne[d]) * o->nb[d];
-        r /= dst->ne[d];
-    }
-    return p;
-}
-
 typedef enum { OP_ADD, OP_MUL } binop;
 
-/* dst = a (op) b for inputs ops[0], ops[1] classified by find_runs over
- * dims [k, 4); this thread's share of dst's elements. */
+/* dst = a (op) b, a and b classified by gml_find_runs over dims [k, 4);
+ * this thread's share of dst's elements. */
 static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
-                        const operand *a, const operand *b, int k) {
+                        const gml_run_operand *a, const gml_run_operand *b, int k) {
     gml_f32_vbinary_ukernel *const vop =
         op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADD_UKERNELS, gml_f32_vbinary_ukernel)
                      : GML_PICK_UKERNEL(GML_F32_VMUL_UKERNELS, gml_f32_vbinary_ukernel);
     gml_f32_vbinary_ukernel *const vopc =
         op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
                      : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
-    int64_t run = 1;
-    for (int d = k; d < GML_MAX_DIMS; d++) run *= dst->ne[d];
-    /* this thread's elements, in units of 16 (one zmm) */
-    const int64_t total = gml_nelements(dst);
-    int64_t u0, u1;
-    gml_split((total + 15) / 16, p->ith, p->nth, &u0, &u1);
-    int64_t e = u0 * 16;
-    const int64_t end = GML_MIN(total, u1 * 16);
-    float *out = dst->data;
+    const int64_t run = gml_run_length(dst->ne, k);
+    int64_t e, end;
+    gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+    float *out = dst->data; /* contiguous */
     while (e < end) {
         const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
-        const float *pa = (const float *)run_start(a, dst, k, r) + (a->dense ? off : 0);
-        const float *pb = (const float *)run_start(b, dst, k, r) + (b->dense ? off : 0);
+        const float *pa = (const float *)gml_run_start(a, dst->ne, k, r) + (a->dense ? off : 0);
+        const float *pb = (const float *)gml_run_start(b, dst->ne, k, r) + (b->dense ? off : 0);
         if (a->dense && b->dense) {
             vop((size_t)len, pa, pb, out + e);
         } else if (a->dense) {
@@ -153,11 +96,13 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
     }
 }
 
+/* Runs over dense or broadcast inputs; an input whose last dim is strided
+ * (a transposed view) sends the whole op to the reference. */
 static void binary_forward(const gml_compute_params *p, gml_tensor *dst, binop op,
                            gml_kernel_fn reference) {
-    operand ops[2] = {operand_of(dst->src[0]), operand_of(dst->src[1])};
-    int k;
-    if (!find_runs(dst, ops, 2, &k)) {
+    gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), gml_run_operand_of(dst->src[1])};
+    const int k = gml_find_runs(dst->ne, ops, 2, true);
+    if (k == GML_MAX_DIMS) {
         reference(p, dst);
         return;
     }
@@ -173,9 +118,9 @@ static void gml_f32_mul(const gml_compute_params *p, gml_tensor *dst) {
 /* a * s: b is the constant s */
 static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
     const float s = gml_param_f32(dst, 0);
-    operand ops[2] = {operand_of(dst->src[0]), {.data = (const char *)&s}};
-    int k;
-    if (!find_runs(dst, ops, 2, &k)) {
+    gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), {.data = (char *)&s}};
+    const int k = gml_find_runs(dst->ne, ops, 2, true);
+    if (k == GML_MAX_DIMS) {
         gml_f32_scale__ref(p, dst);
         return;
     }
