@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "binary.inc"
+#include "copy.inc"
 #include "softmax.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
@@ -51,5 +52,18 @@ GML_F32_VADD_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VADDC_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMUL_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMULC_UKERNELS(GML_DECLARE_VBINARY)
+
+/* ---- copy (ops/copy.inc) --------------------------------------------------
+ * 4-byte elements of any type (f32, i32), moved bit for bit.
+ * copy:      dst[i] = src[i], i < n; no overlap.
+ * transpose: dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows,
+ *            j < cols (strides in elements); no overlap. */
+typedef void gml_x32_copy_ukernel(size_t n, const uint32_t *src, uint32_t *dst);
+typedef void gml_x32_transpose_ukernel(size_t rows, size_t cols, const uint32_t *src,
+                                       size_t src_stride, uint32_t *dst, size_t dst_stride);
+#define GML_DECLARE_COPY(isa, fn, tile) gml_x32_copy_ukernel fn;
+#define GML_DECLARE_TRANSPOSE(isa, fn, tile) gml_x32_transpose_ukernel fn;
+GML_X32_COPY_UKERNELS(GML_DECLARE_COPY)
+GML_X32_TRANSPOSE_UKERNELS(GML_DECLARE_TRANSPOSE)
 
 #endif /* GGMLITE_UKERNELS_H */
