@@ -13,6 +13,7 @@
 
 #include "binary.inc"
 #include "copy.inc"
+#include "repeat.inc"
 #include "softmax.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
@@ -65,5 +66,12 @@ typedef void gml_x32_transpose_ukernel(size_t rows, size_t cols, const uint32_t 
 #define GML_DECLARE_TRANSPOSE(isa, fn, tile) gml_x32_transpose_ukernel fn;
 GML_X32_COPY_UKERNELS(GML_DECLARE_COPY)
 GML_X32_TRANSPOSE_UKERNELS(GML_DECLARE_TRANSPOSE)
+
+/* ---- repeat (ops/repeat.inc) ----------------------------------------------
+ * out[i * reps + r] = x[i] for i < n, r < reps (n, reps >= 1); 4-byte
+ * elements moved bit for bit; no overlap. */
+typedef void gml_x32_repeat_ukernel(size_t n, size_t reps, const uint32_t *x, uint32_t *out);
+#define GML_DECLARE_REPEAT(isa, fn, tile) gml_x32_repeat_ukernel fn;
+GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
 
 #endif /* GGMLITE_UKERNELS_H */
