@@ -51,16 +51,17 @@ static inline void fill_uniform(float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = rand_uniform(lo, hi);
 }
 
-/* Run lengths for a variant of tile t: 1, t-1, t, t+1, 2t+3 and two large
- * ones with tails; distinct, >= 1. Returns how many. */
-static inline int tile_lengths(int tile, size_t out[8]) {
-    const size_t want[] = {1, (size_t)tile - 1, (size_t)tile, (size_t)tile + 1,
-                           2 * (size_t)tile + 3, 1000, 1031};
+/* Run lengths for a variant of tile t (two vectors for the u16/u32
+ * variants): 1, t/2-1, t/2, t/2+1, t-1, t, t+1, 2t+3 and two large ones
+ * with tails; distinct, >= 1. Returns how many. */
+static inline int tile_lengths(int tile, size_t out[12]) {
+    const int64_t t = tile;
+    const int64_t want[] = {1, t / 2 - 1, t / 2, t / 2 + 1, t - 1, t, t + 1, 2 * t + 3, 1000, 1031};
     int n = 0;
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
-        int dup = want[i] == 0;
-        for (int j = 0; j < n; j++) dup |= out[j] == want[i];
-        if (!dup) out[n++] = want[i];
+        bool dup = want[i] < 1;
+        for (int j = 0; j < n; j++) dup |= out[j] == (size_t)want[i];
+        if (!dup) out[n++] = (size_t)want[i];
     }
     return n;
 }

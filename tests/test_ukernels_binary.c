@@ -28,7 +28,7 @@ static float special(void) {
 }
 
 static void check_variant(const variant *v) {
-    size_t lens[8];
+    size_t lens[12];
     const int nl = tile_lengths(v->tile, lens);
     for (int l = 0; l < nl; l++) {
         const size_t n = lens[l], pad = 40;

@@ -26,7 +26,7 @@ static const transpose_variant TRANSPOSES[] = {GML_X32_TRANSPOSE_UKERNELS(ENTRY)
 #define SENTINEL 0xabababab
 
 static void check_copy(const copy_variant *v) {
-    size_t lens[8];
+    size_t lens[12];
     const int nl = tile_lengths(GML_MAX(v->tile, 16), lens);
     for (int l = 0; l < nl; l++) {
         const size_t n = lens[l], pad = 40;
@@ -45,7 +45,7 @@ static void check_copy(const copy_variant *v) {
 /* rows x cols from each length class, in padded buffers (strides wider than
  * the block); nothing outside the block may change. */
 static void check_transpose(const transpose_variant *v) {
-    size_t lens[8];
+    size_t lens[12];
     const int nl = tile_lengths(v->tile, lens);
     for (int a = 0; a < nl; a++)
         for (int b = 0; b < nl; b++) {

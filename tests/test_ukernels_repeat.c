@@ -17,7 +17,7 @@ typedef struct {
 static const variant VARIANTS[] = {GML_X32_REPEAT_UKERNELS(ENTRY)};
 
 static void check_variant(const variant *v) {
-    size_t lens[8];
+    size_t lens[12];
     const int nl = tile_lengths(v->tile, lens);
     const size_t reps_list[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33};
     for (int l = 0; l < nl; l++)

@@ -101,7 +101,7 @@ static void check_variants(void) {
     for (size_t k = 0; k < sizeof VARIANTS / sizeof *VARIANTS; k++) {
         const variant *v = &VARIANTS[k];
         if (!cpu_runs(v->isa, v->name)) continue;
-        size_t lens[8];
+        size_t lens[12];
         const int nl = tile_lengths(v->tile, lens);
         double worst = 0;
         for (int l = 0; l < nl; l++)

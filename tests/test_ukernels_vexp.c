@@ -26,7 +26,7 @@ static const variant VARIANTS[] = {GML_F32_VEXP_UKERNELS(ENTRY)};
 /* Tails: every length class, values across the whole range, and nothing
  * written past n. */
 static void check_lengths(const variant *v) {
-    size_t lens[8];
+    size_t lens[12];
     int nl = tile_lengths(v->tile, lens);
     for (int l = 0; l < nl; l++) {
         const size_t n = lens[l], pad = 32;
