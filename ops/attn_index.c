@@ -86,7 +86,8 @@ static void gml_i32_relpos_index(const gml_compute_params *p, gml_tensor *dst) {
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         int32_t *out = (int32_t *)gml_ptr(dst, 0, 0, i, 0);
-        const int64_t ramp0 = GML_MIN(tk, GML_MAX(0, i - P)), ramp1 = GML_MIN(tk, GML_MAX(0, i + P + 1));
+        const int64_t ramp0 = GML_MIN(tk, GML_MAX(0, i - P));
+        const int64_t ramp1 = GML_MIN(tk, GML_MAX(0, i + P + 1));
         for (int64_t j = 0; j < ramp0; j++) out[j] = 0;
         for (int64_t j = ramp0; j < ramp1; j++) out[j] = (int32_t)(j - i + P);
         for (int64_t j = ramp1; j < tk; j++) out[j] = 2 * P;

@@ -44,7 +44,8 @@ void gml_x32_transpose_ukernel__scalar_8x8(size_t rows, size_t cols, const uint3
  * this thread's share of the elements. */
 static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_run_operand *d,
                       const gml_run_operand *s, int k) {
-    gml_x32_copy_ukernel *const copy = GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);

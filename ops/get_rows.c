@@ -40,7 +40,8 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
         gml_f32_get_rows__ref(p, dst);
         return;
     }
-    gml_x32_copy_ukernel *const copy = GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {

@@ -27,7 +27,8 @@ static void gml_x32_repeat_interleave__ref(const gml_compute_params *p, gml_tens
  * [T, d] head per call). Threads take equal shares of dst's elements. */
 static void repeat_runs(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
                         int axis, int reps, int k) {
-    gml_x32_copy_ukernel *const copy = GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);

@@ -80,9 +80,9 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const float scale = gml_param_f32(dst, 0);
     const bool causal = dst->op_params[1] != 0;
     const int64_t tq = dst->ne[2], tk = dst->ne[3];
-    const bool rows_contiguous = tk == 1 || (x->nb[3] == sizeof(float) &&
-                                             (!mask || (mask->ne[3] == tk && mask->nb[3] == sizeof(float))));
-    if (!rows_contiguous) {
+    const bool x_rows = x->nb[3] == sizeof(float);
+    const bool mask_rows = !mask || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
+    if (tk > 1 && !(x_rows && mask_rows)) {
         gml_f32_softmax__ref(p, dst);
         return;
     }

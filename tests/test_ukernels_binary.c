@@ -96,7 +96,8 @@ static void check_ops(void) {
              rnd(ctx, 2, (int64_t[]){5, 1}));
     op_cases(ctx, "[3,1000,17] + [1000,1]", rnd(ctx, 3, (int64_t[]){3, 1000, 17}),
              rnd(ctx, 2, (int64_t[]){1000, 1}));
-    op_cases(ctx, "[1001] + [1001]", rnd(ctx, 1, (int64_t[]){1001}), rnd(ctx, 1, (int64_t[]){1001}));
+    op_cases(ctx, "[1001] + [1001]", rnd(ctx, 1, (int64_t[]){1001}),
+             rnd(ctx, 1, (int64_t[]){1001}));
     /* permuted (rows contiguous), transposed (last dim strided), sliced */
     gml_tensor *p = gml_permute(ctx, rnd(ctx, 4, (int64_t[]){2, 5, 3, 37}), (int[]){0, 2, 1, 3});
     op_cases(ctx, "permuted [2,3,5,37] + same", p, x);
