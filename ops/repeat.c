@@ -22,7 +22,7 @@ static void gml_x32_repeat_interleave__ref(const gml_compute_params *p, gml_tens
     }
 }
 
-/* Repeating along dim a < 3: with x dense over dims [k, 4), k > a, each
+/* Repeating along axis < 3: with x dense over dims [k, 4), k > axis, each
  * run of dst over those dims is one memcpy from x (GQA's K/V heads: a whole
  * [T, d] head per call). Threads take equal shares of dst's elements. */
 static void repeat_runs(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
@@ -89,7 +89,7 @@ static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *d
     gml_run_operand xo = gml_run_operand_of(x);
     int k = GML_MAX_DIMS;
     while (k > axis + 1 && gml_run_fits(&xo, dst->ne, k - 1, true)) k--;
-    if (k == GML_MAX_DIMS && dst->ne[3] > 1) {
+    if (k == GML_MAX_DIMS) { /* x's last dim strided */
         gml_x32_repeat_interleave__ref(p, dst);
         return;
     }

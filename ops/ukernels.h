@@ -30,8 +30,9 @@
 /* ---- softmax (ops/softmax.inc) --------------------------------------------
  * out[j] = softmax_j(x[j] * scale + mask[j]) for j < n, n >= 1; mask may be
  * NULL (no mask) and may hold -inf. Three passes over the row: scores and
- * their max, exp and the sum, normalize. A row whose every score is -inf
- * gives zeros. NaN anywhere gives a NaN row. */
+ * their max, exp and the sum, normalize. As the reference: a row with no
+ * score above -inf (every key masked) gives zeros; otherwise a NaN score
+ * makes the whole row NaN. */
 typedef void gml_f32_softmax_ukernel(size_t n, const float *x, const float *mask, float scale,
                                      float *out);
 #define GML_DECLARE_SOFTMAX(isa, fn, tile) gml_f32_softmax_ukernel fn;
