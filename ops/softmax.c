@@ -30,8 +30,9 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
             out[j] = v;
             max = v > max ? v : max;
         }
-        if (max == -INFINITY) { /* every key masked */
-            for (int64_t j = 0; j < tk; j++) out[j] = 0.0f;
+        if (max == -INFINITY) { /* every key masked, or NaN scores */
+            gml_softmax_no_visible_key((size_t)n, out);
+            for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
             continue;
         }
         double sum = 0;
@@ -55,8 +56,8 @@ void gml_f32_softmax_ukernel__scalar_u1(size_t n, const float *x, const float *m
         out[i] = v;
         max = v > max ? v : max;
     }
-    if (max == -INFINITY) { /* every key masked */
-        for (size_t i = 0; i < n; i++) out[i] = 0.0f;
+    if (max == -INFINITY) { /* every key masked, or NaN scores */
+        gml_softmax_no_visible_key(n, out);
         return;
     }
     double sum = 0;

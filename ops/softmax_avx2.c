@@ -99,8 +99,8 @@ void gml_f32_softmax_ukernel__avx2_u16(size_t n, const float *x, const float *ma
         vmax0 = _mm256_max_ps(_mm256_blendv_ps(neg_inf, v, _mm256_castsi256_ps(k)), vmax0);
     }
     const float max = hmax8(_mm256_max_ps(vmax0, vmax1));
-    if (max == -INFINITY) { /* every key masked */
-        for (i = 0; i < n; i++) out[i] = 0.0f;
+    if (max == -INFINITY) { /* every key masked, or NaN scores */
+        gml_softmax_no_visible_key(n, out);
         return;
     }
 

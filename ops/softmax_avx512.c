@@ -78,8 +78,8 @@ void gml_f32_softmax_ukernel__avx512_u32(size_t n, const float *x, const float *
         vmax0 = _mm512_mask_max_ps(vmax0, k, v, vmax0);
     }
     const float max = _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1));
-    if (max == -INFINITY) { /* every key masked */
-        for (i = 0; i < n; i++) out[i] = 0.0f;
+    if (max == -INFINITY) { /* every key masked, or NaN scores */
+        gml_softmax_no_visible_key(n, out);
         return;
     }
 

@@ -27,6 +27,17 @@
         (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
         (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
 
+/* A row with no score above -inf: its keys are all masked and it gets
+ * zeros, unless a score is NaN (a NaN input, or inf - inf): then the row is
+ * NaN, so a NaN is never passed off as "fully masked". out holds the row's
+ * n scores. */
+static inline void gml_softmax_no_visible_key(size_t n, float *out) {
+    float fill = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != out[i]) fill = out[i];
+    for (size_t i = 0; i < n; i++) out[i] = fill;
+}
+
 /* ---- softmax (ops/softmax.inc) --------------------------------------------
  * out[j] = softmax_j(x[j] * scale + mask[j]) for j < n, n >= 1; mask may be
  * NULL (no mask) and may hold -inf. Three passes over the row: scores and

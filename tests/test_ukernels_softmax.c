@@ -39,15 +39,16 @@ static void softmax_double(size_t n, const float *x, const float *mask, float sc
         out[i] = max == -INFINITY ? 0.0 : exp((double)(v - max));
         sum += out[i];
     }
-    /* as the reference: no score above -inf (even with NaNs) means all
-     * keys masked; else a NaN score makes the row NaN */
+    /* a NaN score makes the row NaN (even when no other key is visible);
+     * else no score above -inf means all keys masked: zeros */
     for (size_t i = 0; i < n; i++)
-        out[i] = max == -INFINITY ? 0.0 : nan ? NAN : out[i] / sum;
+        out[i] = nan ? NAN : max == -INFINITY ? 0.0 : out[i] / sum;
 }
 
-enum { PLAIN, MASKED, ALL_MASKED, LARGE, ONE_KEY, NAN_SCORE, INF_SCORES, N_CASES };
-static const char *const CASE_NAMES[] = {"plain", "masked", "all masked", "large magnitudes",
-                                         "one visible key", "a NaN score", "-inf scores"};
+enum { PLAIN, MASKED, ALL_MASKED, LARGE, ONE_KEY, NAN_SCORE, INF_SCORES, ONLY_NAN, N_CASES };
+static const char *const CASE_NAMES[] = {"plain",           "masked",      "all masked",
+                                         "large magnitudes", "one visible key", "a NaN score",
+                                         "-inf scores",      "only a NaN visible"};
 
 /* One row of a case; returns the largest relative error seen. */
 static double check_row(const variant *v, size_t n, int c) {
@@ -57,7 +58,7 @@ static double check_row(const variant *v, size_t n, int c) {
     double *want = malloc(n * sizeof *want);
     float scale = c == LARGE ? 1.0f : 0.125f + (float)rand_uniform(0, 1);
     fill_uniform(x, n, c == LARGE ? -3e4f : -6.0f, c == LARGE ? 3e4f : 6.0f);
-    bool use_mask = c == MASKED || c == ALL_MASKED || c == LARGE || c == ONE_KEY;
+    bool use_mask = c == MASKED || c == ALL_MASKED || c == LARGE || c == ONE_KEY || c == ONLY_NAN;
     for (size_t i = 0; i < n; i++) {
         switch (c) {
         case MASKED: mask[i] = rand_int(10) < 3 ? -INFINITY : rand_uniform(-2, 2); break;
@@ -68,6 +69,11 @@ static double check_row(const variant *v, size_t n, int c) {
     }
     if (c == ONE_KEY) mask[rand_int((int64_t)n)] = 0.0f;
     if (c == NAN_SCORE) x[rand_int((int64_t)n)] = NAN;
+    if (c == ONLY_NAN) { /* every key masked but one, whose score is NaN */
+        size_t at = (size_t)rand_int((int64_t)n);
+        mask[at] = 0.0f;
+        x[at] = NAN;
+    }
     for (size_t i = 0; i < n + pad; i++) out[i] = 777.0f;
 
     v->fn(n, x, use_mask ? mask : NULL, scale, out);
