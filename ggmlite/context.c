@@ -131,11 +131,20 @@ static bool valid_sizes(gml_context *ctx, const char *what, int n_dims, const in
                  GML_MAX_DIMS);
         return false;
     }
+    const int64_t limit = (int64_t)1 << 40;
+    int64_t count = 1;
     for (int i = 0; i < n_dims; i++) {
-        if (ne[i] < 1 || ne[i] > ((int64_t)1 << 40)) {
+        if (ne[i] < 1 || ne[i] > limit) {
             gml_fail(ctx, "%s: size %" PRId64 " of dim %d is out of range [1, 2^40]", what, ne[i], i);
             return false;
         }
+        /* the element count too, so that byte sizes and strides cannot overflow */
+        if (count > limit / ne[i]) {
+            gml_fail(ctx, "%s: more than 2^40 elements (dim %d of size %" PRId64 " brings the count "
+                     "past it)", what, i, ne[i]);
+            return false;
+        }
+        count *= ne[i];
     }
     return true;
 }
@@ -202,6 +211,18 @@ gml_tensor *gml_get_tensor(gml_context *ctx, const char *name) {
     for (struct gml_object *o = ctx->first; o; o = o->next)
         if (strcmp(o->tensor.name, name) == 0) return &o->tensor;
     return NULL;
+}
+
+gml_tensor *gml_get_first_tensor(const gml_context *ctx) {
+    return ctx && ctx->first ? &ctx->first->tensor : NULL;
+}
+
+/* t is the first member of its object, so the object starts where t does. */
+gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t) {
+    (void)ctx;
+    if (!t) return NULL;
+    const struct gml_object *o = (const struct gml_object *)(const void *)t;
+    return o->next ? &o->next->tensor : NULL;
 }
 
 void gml_set_flags(gml_tensor *t, int flags) {

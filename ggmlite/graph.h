@@ -14,9 +14,9 @@ struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
 
     gml_tensor **nodes; /* topological order */
-    int n_nodes;
+    int n_nodes, nodes_cap;
     gml_tensor **leafs;
-    int n_leafs;
+    int n_leafs, leafs_cap;
 
     /* every tensor of the graph, found through an XXH3-keyed hash set */
     struct gml_graph_entry *entries;
@@ -49,8 +49,8 @@ struct gml_step {
     int node; /* index among the graph's nodes */
 };
 
-/* Index of t in g->entries, or -1 (graph.c). */
-int gml_graph_entry_index(const gml_graph *g, const gml_tensor *t);
+/* Index of t in g->entries, or -1. */
+int gml_graph_entry(const gml_graph *g, const gml_tensor *t);
 /* Writes the graph's error message (gml_graph_error) and returns st
  * (compute.c). */
 gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);

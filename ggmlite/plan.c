@@ -89,7 +89,7 @@ void gml_graph_release_plan(gml_graph *g) {
 
 /* Entry index of the storage owner of t. */
 static int root_of(const gml_graph *g, const gml_tensor *t) {
-    return gml_graph_entry_index(g, t->view_src ? t->view_src : t);
+    return gml_graph_entry(g, t->view_src ? t->view_src : t);
 }
 
 /* Liveness: roots, what gets placed, what is kept, last uses. False if a
@@ -150,7 +150,7 @@ static void assign_offsets(const gml_graph *g, struct slot *sl, struct freelist 
     }
     for (int j = 0; j < g->n_nodes; j++) {
         const gml_tensor *t = g->nodes[j];
-        int e = gml_graph_entry_index(g, t);
+        int e = gml_graph_entry(g, t);
         if (sl[e].place) {
             int r = reuse && inplace ? inplace_source(g, sl, j, e) : -1;
             if (r >= 0) { /* take the whole block over */
