@@ -8,6 +8,7 @@
  *
  * `test_threads quick` runs fewer thread counts (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* fork, nanosleep */
+#include "check.h"
 #include "internal.h"
 
 #include <math.h>
@@ -20,29 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            failures++;                                               \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-        }                                                             \
-    } while (0)
-
-static uint32_t rng = 12345;
-static float frand(void) { /* xorshift32 -> [-1, 1) */
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return (float)(rng >> 8) / (float)(1 << 23) - 1.0f;
-}
+static chk_rng rng = {12345};
 
 static gml_tensor *leaf(gml_context *ctx, const char *name, int n, const int64_t *ne) {
     gml_tensor *t = gml_set_name(gml_new_tensor(ctx, GML_F32, n, ne), name);
-    for (int64_t i = 0; i < gml_nelements(t); i++) ((float *)t->data)[i] = frand();
+    chk_fill_uniform(t, &rng, -1.0f, 1.0f);
     return t;
 }
 
@@ -129,11 +112,11 @@ static void snapshot(const struct big *b, char *out) {
     memcpy(out, b->cache->data, gml_nbytes(b->cache));
 }
 
-/* NaN bytes into every node (a share nobody computed stays NaN). */
+/* NaN into every node (a share nobody computed stays NaN). */
 static void poison(const struct big *b) {
     for (int i = 0; i < gml_graph_n_nodes(b->g); i++) {
         gml_tensor *t = gml_graph_node(b->g, i);
-        if (!gml_is_view(t)) memset(t->data, 0xff, gml_nbytes(t));
+        if (!gml_is_view(t)) chk_poison_bytes(t->data, gml_nbytes(t));
     }
 }
 
@@ -328,7 +311,7 @@ static void test_callback(struct big *b) {
               nth, st, w.calls);
         uint32_t bits;
         memcpy(&bits, gml_graph_node(b->g, next)->data, 4);
-        CHECK(bits == 0xffffffffu, "%d threads: node %d ran after the callback stopped at %d", nth,
+        CHECK(bits == CHK_POISON_BITS, "%d threads: node %d ran after the callback stopped at %d", nth,
               next, stop);
         gml_graph_set_callback(b->g, NULL, NULL);
     }
@@ -492,10 +475,5 @@ int main(int argc, char **argv) {
     test_pools();
     gml_graph_free(b.g);
     gml_free(b.ctx);
-    if (failures) {
-        fprintf(stderr, "test_threads: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_threads: ok\n");
-    return 0;
+    return chk_summary();
 }
