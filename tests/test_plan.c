@@ -1,6 +1,6 @@
 /* The memory planner: graphs planned with and without reuse compute bitwise
- * what the same graphs compute in an allocating context (attention with
- * views, permutes and cont; a diamond; several outputs; an output that is a
+ * what the same graphs compute in an allocating context (gml_mha with masks,
+ * its weights an output too; a diamond; several outputs; an output that is a
  * view; an in-place chain; a cpy into a cache), on memory poisoned with NaN;
  * no two tensors alive at once share bytes (liveness worked out here,
  * independently); inputs are never overwritten; the MHA graph of benchmark
@@ -10,35 +10,18 @@
  *
  * `test_plan quick` skips the resident-memory run (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
-#include "ggmlite.h"
+#include "attention.h"
+#include "check.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
-
 /* Leaf k of a case gets the same values in every build. */
 static void fill_leaf(gml_tensor *t, int k) {
-    uint32_t r = 2654435761u * (uint32_t)(k + 1);
-    for (int64_t i = 0; i < gml_nelements(t); i++) {
-        r ^= r << 13;
-        r ^= r >> 17;
-        r ^= r << 5;
-        if (t->type == GML_I32) ((int32_t *)t->data)[i] = 3 + (int32_t)(i % 4); /* valid lengths */
-        else ((float *)t->data)[i] = (float)(r >> 8) / (float)(1 << 23) - 1.0f;
-    }
+    chk_rng r = chk_seed((uint64_t)k + 1);
+    if (t->type == GML_I32) chk_fill_int(t, &r, 0, 6); /* valid lengths, Tk = 6 */
+    else chk_fill_uniform(t, &r, -1.0f, 1.0f);
 }
 
 #define MAX_IO 8
@@ -57,33 +40,17 @@ static gml_tensor *input(gml_context *ctx, struct io *io, gml_type type, int n, 
 
 /* ---- the graphs ------------------------------------------------------------ */
 
-/* Self-attention, H heads: x [B,T,D] -> q,k,v [B,T,D] -> [B,H,T,dk] views ->
- * softmax(q k^T * scale + mask, causal) v -> [B,T,D] (cont) -> linear out. */
-static gml_tensor *mha(gml_context *ctx, gml_tensor *x, gml_tensor *wq, gml_tensor *wk,
-                       gml_tensor *wv, gml_tensor *wo, gml_tensor *mask, int64_t H, bool causal) {
-    const int64_t B = gml_dim(x, 0), T = gml_dim(x, 1), D = gml_dim(x, 2), dk = D / H;
-    gml_tensor *heads[3], *w[3] = {wq, wk, wv};
-    for (int i = 0; i < 3; i++) {
-        gml_tensor *p = gml_linear(ctx, x, w[i], NULL);                         /* [B,T,D] */
-        p = gml_reshape(ctx, p, 4, (int64_t[]){B, T, H, dk});                  /* [B,T,H,dk] */
-        heads[i] = gml_permute(ctx, p, (int[]){0, 2, 1, 3});                   /* [B,H,T,dk] */
-    }
-    gml_tensor *s = gml_matmul(ctx, heads[0], gml_transpose(ctx, heads[1], -2, -1)); /* [B,H,T,T] */
-    gml_tensor *a = gml_softmax(ctx, s, mask, 1.0f / sqrtf((float)dk), causal);
-    gml_tensor *o = gml_matmul(ctx, a, heads[2]);                              /* [B,H,T,dk] */
-    o = gml_cont(ctx, gml_permute(ctx, o, (int[]){0, 2, 1, 3}));               /* [B,T,H,dk] */
-    o = gml_reshape(ctx, o, 3, (int64_t[]){B, T, D});                          /* [B,T,D] */
-    return gml_linear(ctx, o, wo, NULL);                                       /* [B,T,D] */
-}
-
+/* gml_mha on x [2,6,16], 4 heads, causal, valid lengths, output bias; the
+ * attention weights are an output too. */
 static void g_attention(gml_context *ctx, struct io *io) {
-    gml_tensor *x = F32(ctx, io, 2, 6, 16);
-    gml_tensor *w[4];
-    for (int i = 0; i < 4; i++) w[i] = F32(ctx, io, 16, 16);
-    gml_tensor *lens = input(ctx, io, GML_I32, 1, (int64_t[]){2});
-    gml_tensor *mask = gml_valid_len_mask(ctx, lens, 6);
-    gml_tensor *y = mha(ctx, x, w[0], w[1], w[2], w[3], mask, 4, true);
-    io->out[io->n_out++] = gml_add(ctx, y, F32(ctx, io, 16)); /* + bias */
+    gml_attn_weights w = {.w_q = F32(ctx, io, 16, 16), .w_k = F32(ctx, io, 16, 16),
+                          .w_v = F32(ctx, io, 16, 16), .w_o = F32(ctx, io, 16, 16),
+                          .b_o = F32(ctx, io, 16)};
+    gml_attn_inputs in = {.query = F32(ctx, io, 2, 6, 16),
+                          .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 4, .causal = true}, &w, in);
+    io->out[io->n_out++] = r.out;
+    io->out[io->n_out++] = r.weights;
 }
 
 /* Two paths from x that meet again, twice. */
@@ -200,25 +167,8 @@ static void check_no_overlap(gml_graph *g, const char *what) {
 static void poison_nodes(gml_graph *g) {
     for (int i = 0; i < gml_graph_n_nodes(g); i++) {
         gml_tensor *t = gml_graph_node(g, i);
-        if (!gml_is_view(t)) memset(t->data, 0xff, gml_nbytes(t)); /* NaN */
+        if (!gml_is_view(t)) chk_poison_bytes(t->data, gml_nbytes(t));
     }
-}
-
-static bool same_bytes(const gml_tensor *a, const gml_tensor *b) {
-    /* outputs may be views: compare element by element */
-    int64_t n = gml_nelements(a);
-    int64_t idx[GML_MAX_DIMS];
-    for (int64_t f = 0; f < n; f++) {
-        int64_t r = f;
-        for (int d = a->n_dims - 1; d >= 0; d--) {
-            int64_t size = a->ne[GML_MAX_DIMS - a->n_dims + d];
-            idx[d] = r % size;
-            r /= size;
-        }
-        float x = gml_get_f32(a, idx), y = gml_get_f32(b, idx);
-        if (memcmp(&x, &y, sizeof x) != 0) return false;
-    }
-    return true;
 }
 
 typedef void (*builder)(gml_context *ctx, struct io *io);
@@ -266,8 +216,11 @@ static void plan_and_compare(const char *name, struct built *ref, struct built *
     check_no_overlap(p->g, what);
     st = gml_graph_compute(p->g, nth);
     CHECK(st == GML_OK, "%s: %s", what, gml_graph_error(p->g));
-    for (int i = 0; i < p->io.n_out; i++)
-        CHECK(same_bytes(ref->io.out[i], p->io.out[i]), "%s: output %d differs", what, i);
+    for (int i = 0; i < p->io.n_out; i++) {
+        float *want = chk_dense(ref->io.out[i]);
+        CHECK_EQUAL(p->io.out[i], want, "%s: output %d", what, i);
+        free(want);
+    }
     for (int i = 0; i < p->io.n_in; i++) {
         gml_tensor *in = p->io.in[i];
         CHECK(memcmp(in->data, ref->io.in[i]->data, gml_nbytes(in)) == 0 ||
@@ -357,16 +310,19 @@ static void test_options(void) {
 
 /* ---- MHA at benchmark config C2 ------------------------------------------------- */
 
-/* B=4, T=256, D=512, H=8, self-attention, no bias: the weights and x have
- * data (their own context), the nodes are planned. */
+/* gml_mha as the benchmark's C2 builds it: B=4, T=256, D=512, H=8,
+ * self-attention, no bias, no mask, the output alone. The weights and x have
+ * data (their own context); the nodes are planned. */
 static void test_c2_peak(void) {
-    const int64_t B = 4, T = 256, D = 512, H = 8;
+    const int64_t B = 4, T = 256, D = 512;
     gml_context *data = gml_init((gml_init_params){.mem_size = (B * T * D + 4 * D * D) * 4 + (1 << 20)});
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-    gml_tensor *x = gml_new_tensor_3d(data, GML_F32, B, T, D), *w[4];
-    for (int i = 0; i < 4; i++) w[i] = gml_new_tensor_2d(data, GML_F32, D, D);
-    gml_tensor *y = mha(ctx, x, w[0], w[1], w[2], w[3], NULL, H, false);
-    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    gml_attn_weights w = {0};
+    gml_tensor **ws[] = {&w.w_q, &w.w_k, &w.w_v, &w.w_o};
+    for (int i = 0; i < 4; i++) *ws[i] = gml_new_tensor_2d(data, GML_F32, D, D);
+    gml_attn_inputs in = {.query = gml_new_tensor_3d(data, GML_F32, B, T, D)};
+    gml_tensor *y = gml_mha(ctx, (gml_attn_config){.n_heads = 8}, &w, in).out;
+    gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
     CHECK(g && gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) == GML_OK, "plan C2");
     size_t peak = gml_graph_plan_peak(g), naive = gml_graph_plan_naive(g);
     printf("MHA C2 (B=4 T=256 D=512 H=8): planned peak %.2f MiB, all intermediates %.2f MiB "
@@ -418,10 +374,5 @@ int main(int argc, char **argv) {
     test_options();
     test_c2_peak();
     if (!quick) test_rss();
-    if (failures) {
-        fprintf(stderr, "test_plan: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_plan: ok\n");
-    return 0;
+    return chk_summary();
 }
