@@ -115,11 +115,6 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
                  n, c->p.max_len);
         return s;
     }
-    if (gml_get_no_alloc(ctx)) {
-        gml_fail(ctx, "kv_step: the step's positions need an allocating context (this one is "
-                 "no_alloc)");
-        return s;
-    }
     gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_pos");
     gml_tensor *lens = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_lens");
     if (!pos || !lens) return s;
@@ -187,6 +182,11 @@ gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char
         return GML_ERR_INVALID;
     }
     int32_t *pos = s->pos->data, *lens = s->lens->data;
+    if (!pos || !lens) {
+        errf(err, err_size, "kv_step: the step's positions have no data (a no_alloc context: "
+             "plan the graph first)");
+        return GML_ERR_INVALID;
+    }
     for (int64_t b = 0; b < c->p.batch; b++)
         for (int64_t i = 0; i < s->n; i++) {
             pos[b * s->n + i] = (int32_t)(c->len + i);

@@ -77,8 +77,9 @@ typedef struct gml_kv_step {
     gml_tensor *lens; /* i32 [B, n]: keys seen, pos + 1 (named "kv_lens") */
 } gml_kv_step;
 
-/* Makes pos and lens in ctx (an allocating context: they are filled at
- * every compute). On failure .pos is NULL and ctx holds the message. */
+/* Makes pos and lens in ctx, flagged as inputs (in a no_alloc context they
+ * get data when the graph is planned). On failure .pos is NULL and ctx
+ * holds the message. */
 gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
 
 /* Multi-head or grouped-query self-attention of the step's new tokens over

@@ -15,11 +15,38 @@
 
 /* ---- shared by the kernels ---------------------------------------------- */
 
+/* Every thread checks every valid length before computing (B or B Tq
+ * numbers), so a bad one is reported the same way whatever the thread
+ * count: the first in row-major order. False (reported) if one is outside
+ * [0, Tk]. */
+static bool lens_ok(const gml_compute_params *p, const gml_tensor *dst) {
+    const gml_tensor *lens = dst->src[4];
+    if (!lens) return true;
+    const int64_t tk = dst->src[1]->ne[2], n = lens->ne[2] * lens->ne[3];
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t b = lens->n_dims == 1 ? e : e / lens->ne[3], i = e % lens->ne[3];
+        int32_t len;
+        memcpy(&len, gml_ptr(lens, 0, 0, lens->n_dims == 1 ? 0 : b, lens->n_dims == 1 ? e : i),
+               sizeof len);
+        if (len >= 0 && len <= tk) continue;
+        char sl[GML_SHAPE_MAX];
+        if (lens->n_dims == 1)
+            gml_kernel_fail(p, "flash_attn(%s): valid length %d for batch %" PRId64
+                            " is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
+                            lens->name, (int)len, b, tk, tk, GML_SHAPE(lens, sl));
+        else
+            gml_kernel_fail(p, "flash_attn(%s): valid length %d at [%" PRId64 ",%" PRId64
+                            "] is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
+                            lens->name, (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
+        return false;
+    }
+    return true;
+}
+
 /* Keys [0, n) are the ones query i of batch b may see (the mask may still
- * drop some of them): causal and valid lengths cut the range. False, with
- * the error reported, when a length is outside [0, Tk]. */
-static bool visible_keys(const gml_compute_params *p, const gml_tensor *dst, int64_t b, int64_t i,
-                         int64_t *n) {
+ * drop some of them): causal and valid lengths (checked by lens_ok) cut the
+ * range. */
+static int64_t visible_keys(const gml_tensor *dst, int64_t b, int64_t i) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *lens = dst->src[4];
     const int64_t tq = q->ne[2], tk = k->ne[2];
     int64_t lim = tk;
@@ -28,22 +55,9 @@ static bool visible_keys(const gml_compute_params *p, const gml_tensor *dst, int
         int32_t len;
         memcpy(&len, lens->n_dims == 1 ? gml_ptr(lens, 0, 0, 0, b) : gml_ptr(lens, 0, 0, b, i),
                sizeof len);
-        if (len < 0 || len > tk) {
-            char sl[GML_SHAPE_MAX];
-            if (lens->n_dims == 1)
-                gml_kernel_fail(p, "flash_attn(%s): valid length %d for batch %" PRId64
-                                " is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
-                                lens->name, (int)len, b, tk, tk, GML_SHAPE(lens, sl));
-            else
-                gml_kernel_fail(p, "flash_attn(%s): valid length %d at [%" PRId64 ",%" PRId64
-                                "] is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
-                                lens->name, (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
-            return false;
-        }
         lim = GML_MIN(lim, len);
     }
-    *n = lim;
-    return true;
+    return lim;
 }
 
 /* ---- reference ------------------------------------------------------------ */
@@ -62,12 +76,13 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
     const int64_t rep = H / k->ne[1]; /* query heads per kv head */
     double *s = (double *)p->wdata + (size_t)p->ith * ref_work_doubles(dst);
     double *acc = s + REF_KEY_BLOCK;
+    if (!lens_ok(p, dst)) return;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t b, h, i, n;
+        int64_t b, h, i;
         gml_row_index(dst, r, &b, &h, &i);
-        if (!visible_keys(p, dst, b, i, &n)) return;
+        const int64_t n = visible_keys(dst, b, i);
         const char *qi = gml_ptr(q, b, h, i, 0);
         const char *mrow = mask ? gml_ptr(mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0)
                                 : NULL;

@@ -1,7 +1,7 @@
 /* get_rows: gather rows of a [N, d] table by an i32 index tensor of any shape
  * (embedding lookups, relative-position tables); set_rows: scatter rows into
  * a tensor at run-time indices (appending to a KV cache). */
-#include "../ggmlite/internal.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -32,8 +32,35 @@ static void gml_f32_get_rows__ref(const gml_compute_params *p, gml_tensor *dst) 
     }
 }
 
+/* Same as the reference, each row one memcpy from a table whose rows are
+ * contiguous (the reference runs otherwise). */
+static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *table = dst->src[0], *idx = dst->src[1];
+    const int64_t n_rows = table->ne[2], d = table->ne[3];
+    if (d > 1 && table->nb[3] != sizeof(float)) {
+        gml_f32_get_rows__ref(p, dst);
+        return;
+    }
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        int32_t row;
+        memcpy(&row, gml_ptr(idx, 0, i0, i1, i2), sizeof row);
+        if (row < 0 || row >= n_rows) {
+            gml_f32_get_rows__ref(p, dst); /* reports it, as the reference words it */
+            return;
+        }
+        copy((size_t)d, (const uint32_t *)gml_ptr(table, 0, 0, row, 0),
+             (uint32_t *)gml_ptr(dst, i0, i1, i2, 0));
+    }
+}
+
 const gml_op_def gml_opdef_get_rows = {
-    .name = "get_rows", .forward = gml_f32_get_rows__ref, .reference = gml_f32_get_rows__ref};
+    .name = "get_rows", .forward = gml_f32_get_rows, .reference = gml_f32_get_rows__ref};
 
 /* table [N, d] f32, idx [...] i32 (1-D to 3-D) -> out [..., d] */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
@@ -56,14 +83,43 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
     return t;
 }
 
+/* Every thread checks every index before writing (A n numbers), so a bad
+ * one writes nothing and is reported the same way whatever the thread count:
+ * the first in row-major order. */
+static bool set_rows_indices_ok(const gml_compute_params *p, const gml_tensor *dst) {
+    const gml_tensor *src = dst->src[1], *idx = dst->src[2];
+    const int64_t N = dst->ne[2], n = gml_nelements(idx);
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t a = e / idx->ne[3], i = e % idx->ne[3];
+        int32_t row;
+        memcpy(&row, gml_ptr(idx, 0, 0, idx->n_dims == 1 ? 0 : a, i), sizeof row);
+        if (row >= 0 && row < N) continue;
+        char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX], at[48];
+        if (idx->n_dims == 1) snprintf(at, sizeof at, "[%" PRId64 "]", i);
+        else snprintf(at, sizeof at, "[%" PRId64 ",%" PRId64 "]", a, i);
+        gml_kernel_fail(p, "set_rows(%s, %s, %s): index %d at %s is out of range [0, %" PRId64
+                        ") for %s (index %s)", dst->src[0]->name, src->name, idx->name, (int)row,
+                        at, N, GML_SHAPE(dst, sd), GML_SHAPE(idx, si));
+        return false;
+    }
+    return true;
+}
+
 /* dst[a, .., idx[a, i], :] = src[a, .., i, :] (idx [n]: idx[i] for every a).
  * Threads split over the slices of dst (all dims but the last two); each
  * slice's rows are written in order, so a repeated index keeps the last row
- * whatever the thread count. An index outside [0, N) fails compute. */
-static void gml_x32_set_rows__ref(const gml_compute_params *p, gml_tensor *dst) {
+ * whatever the thread count. Rows are copied by the copy micro-kernel when
+ * they are contiguous in src and dst, else element by element (the
+ * reference always). */
+static void set_rows(const gml_compute_params *p, gml_tensor *dst, bool fast) {
+    if (!set_rows_indices_ok(p, dst)) return;
     const gml_tensor *src = dst->src[1], *idx = dst->src[2];
-    const int64_t N = dst->ne[2], n = src->ne[2], d = dst->ne[3];
+    const int64_t n = src->ne[2], d = dst->ne[3];
     const int first = GML_MAX_DIMS - dst->n_dims; /* dst's first dim: the one idx rows follow */
+    gml_x32_copy_ukernel *const copy =
+        fast && (d == 1 || (dst->nb[3] == 4 && src->nb[3] == 4))
+            ? GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel)
+            : NULL;
     int64_t s0, s1;
     gml_split(dst->ne[0] * dst->ne[1], p->ith, p->nth, &s0, &s1);
     for (int64_t s = s0; s < s1; s++) {
@@ -73,26 +129,28 @@ static void gml_x32_set_rows__ref(const gml_compute_params *p, gml_tensor *dst) 
             int32_t row;
             memcpy(&row, idx->n_dims == 1 ? gml_ptr(idx, 0, 0, 0, i) : gml_ptr(idx, 0, 0, a, i),
                    sizeof row);
-            if (row < 0 || row >= N) {
-                char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX], at[48];
-                if (idx->n_dims == 1) snprintf(at, sizeof at, "[%" PRId64 "]", i);
-                else snprintf(at, sizeof at, "[%" PRId64 ",%" PRId64 "]", a, i);
-                gml_kernel_fail(p, "set_rows(%s, %s, %s): index %d at %s is out of range [0, %"
-                                PRId64 ") for %s (index %s)", dst->src[0]->name, src->name,
-                                idx->name, (int)row, at, N, GML_SHAPE(dst, sd),
-                                GML_SHAPE(idx, si));
-                return;
-            }
             const char *from = gml_ptr(src, i0, i1, i, 0);
             char *to = gml_ptr(dst, i0, i1, row, 0);
+            if (copy) {
+                copy((size_t)d, (const uint32_t *)from, (uint32_t *)to);
+                continue;
+            }
             for (int64_t j = 0; j < d; j++)
                 memcpy(to + j * (int64_t)dst->nb[3], from + j * (int64_t)src->nb[3], 4);
         }
     }
 }
 
+static void gml_x32_set_rows__ref(const gml_compute_params *p, gml_tensor *dst) {
+    set_rows(p, dst, false);
+}
+
+static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
+    set_rows(p, dst, true);
+}
+
 const gml_op_def gml_opdef_set_rows = {
-    .name = "set_rows", .forward = gml_x32_set_rows__ref, .reference = gml_x32_set_rows__ref};
+    .name = "set_rows", .forward = gml_x32_set_rows, .reference = gml_x32_set_rows__ref};
 
 /* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
  * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write */

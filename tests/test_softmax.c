@@ -234,6 +234,50 @@ static void test_fully_masked(void) {
     }
 }
 
+/* A NaN score is never passed off as "fully masked": a row whose only
+ * visible score is NaN is NaN, under every kernel set and thread count,
+ * strided or not; a fully masked row next to it stays zeros. */
+static void test_nan_not_masked(void) {
+    for (int strided = 0; strided < 2; strided++) {
+        chk_case("only visible score NaN (%s)", strided ? "transposed x" : "contiguous x");
+        chk_rng r = chk_seed(900);
+        gml_context *ctx = chk_ctx(1 << 20);
+        const int64_t tq = 3, tk = 37;
+        gml_tensor *x = chk_new_input(ctx, GML_F32, 2, (int64_t[]){tq, tk},
+                                      strided ? CHK_TRANSPOSED : CHK_CONTIGUOUS, "x", &r, -2, 2);
+        gml_tensor *mask = gml_new_tensor_2d(ctx, GML_F32, tq, tk);
+        chk_fill_value(mask, NEG_INF);
+        int64_t at[GML_MAX_DIMS] = {0, 5};
+        gml_set_f32(x, at, NAN);
+        ((float *)mask->data)[5] = 0.0f; /* row 0 sees only key 5: NaN */
+        for (int64_t j = 0; j < tk; j++) ((float *)mask->data)[2 * tk + j] = 0.0f; /* row 2 all visible */
+        gml_tensor *y = gml_softmax(ctx, x, mask, 0.5f, false);
+        gml_graph *g = gml_build_graph(ctx, &y, 1);
+        for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_AVX512; isa++) {
+            if (gml_set_isa((gml_isa)isa) != GML_OK) continue;
+            for (int nth = 1; nth <= 3; nth += 2) {
+                CHECK(gml_graph_compute(g, nth) == GML_OK, "compute: %s", gml_graph_error(g));
+                const float *o = y->data;
+                bool row0_nan = true, row1_zero = true, row2_sums = true;
+                double sum = 0;
+                for (int64_t j = 0; j < tk; j++) {
+                    row0_nan &= isnan(o[j]) || j != 5;
+                    row1_zero &= o[tk + j] == 0.0f;
+                    sum += o[2 * tk + j];
+                }
+                row2_sums = fabs(sum - 1.0) < 1e-5;
+                CHECK(row0_nan, "%s, %d threads: the NaN row is NaN (got %g)", gml_isa_name((gml_isa)isa), nth,
+                      (double)o[5]);
+                CHECK(row1_zero && row2_sums, "%s, %d threads: the other rows are unaffected",
+                      gml_isa_name((gml_isa)isa), nth);
+            }
+        }
+        gml_set_isa(GML_ISA_AUTO);
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
 /* Causal masking alone, checked without the reference: for Tq vs Tk in
  * every order, weight (i, j) is zero iff j > i + (Tk - Tq). */
 static void test_causal_pattern(void) {
@@ -267,6 +311,7 @@ int main(void) {
     test_low_dims();
     test_large_magnitudes();
     test_fully_masked();
+    test_nan_not_masked();
     test_causal_pattern();
     return chk_summary();
 }
