@@ -1,39 +1,9 @@
 /* AVX2+FMA variants of the softmax micro-kernels (ops/softmax.inc). */
 #include "ukernels.h"
-#include "vexp.h"
+#include "vexp_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
-
-/* 2^n for integer n in [-75, 64]: the exponent bits. */
-static inline __m256 pow2i(__m256i n) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-}
-
-/* exp of 8 floats; the algorithm is described in ops/vexp.h. Bitwise equal
- * to the AVX-512 one. */
-static inline __m256 vexp8(__m256 x) {
-    /* max/min return their second operand when either is NaN: NaN stays */
-    x = _mm256_max_ps(_mm256_set1_ps(GML_VEXP_LO), x);
-    x = _mm256_min_ps(_mm256_set1_ps(GML_VEXP_HI), x);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GML_VEXP_LOG2E)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_HI), x); /* exact */
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(GML_VEXP_C6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* p * 2^n as (p * 2^n1) * 2^n2, n1 = floor(n/2): the first product is
-     * exact, the second rounds once (subnormals, inf) as scalef does. n is in
-     * [-150, 128] after the clamp; a NaN lane stays NaN whatever the bits. */
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i n1 = _mm256_srai_epi32(ni, 1);
-    return _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(_mm256_sub_epi32(ni, n1)));
-}
 
 /* Lane mask of the first r lanes, 1 <= r <= 8. */
 static inline __m256i first_lanes(size_t r) {

@@ -1,28 +1,9 @@
 /* AVX-512F variants of the softmax micro-kernels (ops/softmax.inc). */
 #include "ukernels.h"
-#include "vexp.h"
+#include "vexp_x86.h"
 
 #include <immintrin.h>
 #include <math.h>
-
-/* exp of 16 floats; the algorithm is described in ops/vexp.h. */
-static inline __m512 vexp16(__m512 x) {
-    /* max/min return their second operand when either is NaN: NaN stays */
-    x = _mm512_max_ps(_mm512_set1_ps(GML_VEXP_LO), x);
-    x = _mm512_min_ps(_mm512_set1_ps(GML_VEXP_HI), x);
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GML_VEXP_LOG2E)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_HI), x); /* exact */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(GML_VEXP_C6);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n); /* p * 2^n, one rounding (subnormals, inf) */
-}
 
 /* The first r lanes, 1 <= r <= 16. */
 static inline __mmask16 first_lanes(size_t r) { return (__mmask16)((1u << r) - 1u); }
