@@ -8,7 +8,7 @@
  *
  * so the [Tq, Tk] scores never exist. Keys a query cannot see (causal,
  * valid lengths) are skipped, whole blocks at a time. */
-#include "../ggmlite/internal.h"
+#include "ukernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -88,6 +88,7 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                                 : NULL;
         const int64_t mstride = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
         double m = -INFINITY, l = 0;
+        bool nan = false;
         for (int64_t c = 0; c < dv; c++) acc[c] = 0;
         for (int64_t j0 = 0; j0 < n; j0 += REF_KEY_BLOCK) {
             const int64_t nj = GML_MIN(REF_KEY_BLOCK, n - j0);
@@ -100,6 +101,7 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                            *(const float *)(kj + d * (int64_t)k->nb[3]);
                 s[jj] = dot * scale;
                 if (mrow) s[jj] += *(const float *)(mrow + (j0 + jj) * mstride);
+                nan |= isnan(s[jj]);
                 bmax = s[jj] > bmax ? s[jj] : bmax;
             }
             if (bmax == -INFINITY) continue; /* the mask drops the whole block */
@@ -119,13 +121,169 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
             }
         }
         char *out = gml_ptr(dst, b, h, i, 0);
-        for (int64_t c = 0; c < dv; c++) /* no visible key: zeros */
-            *(float *)(out + c * (int64_t)dst->nb[3]) = l > 0 ? (float)(acc[c] / l) : 0.0f;
+        for (int64_t c = 0; c < dv; c++) /* no visible key: zeros; a NaN score: NaN */
+            *(float *)(out + c * (int64_t)dst->nb[3]) = nan    ? NAN
+                                                        : l > 0 ? (float)(acc[c] / l)
+                                                                : 0.0f;
+    }
+}
+
+/* ---- scalar micro-kernel ---------------------------------------------------
+ * The algorithm of every variant (ops/ukernels.h), in plain C on float: key
+ * blocks of SCALAR_KEY_BLOCK, scores s[j][l] and output ot[c][l] transposed
+ * in work, a running max m[l] and sum sum[l] per lane. */
+
+#define SCALAR_KEY_BLOCK 32
+
+static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
+    const size_t nq = a->nq, dk = a->dk, dv = a->dv;
+    float *s = a->work, *ot = s + (size_t)SCALAR_KEY_BLOCK * tile;
+    float m[32], sum[32];
+    int32_t nmax = 0;
+    for (size_t l = 0; l < nq; l++) {
+        m[l] = -INFINITY;
+        sum[l] = 0;
+        nmax = GML_MAX(nmax, a->n_keys[l]);
+    }
+    for (size_t i = 0; i < dv * tile; i++) ot[i] = 0;
+    for (int32_t j0 = 0; j0 < nmax; j0 += SCALAR_KEY_BLOCK) {
+        const size_t nk = (size_t)GML_MIN(SCALAR_KEY_BLOCK, nmax - j0);
+        for (size_t j = 0; j < nk; j++) {
+            const float *kj = a->k + (size_t)(j0 + (int32_t)j) * a->ldk;
+            for (size_t l = 0; l < nq; l++) {
+                float dot = 0; /* an FMA chain over d in order, as every variant's */
+                for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
+                if (a->mask) dot += a->mask[l][(size_t)(j0 + (int32_t)j) * a->mask_stride];
+                s[j * tile + l] = j0 + (int32_t)j < a->n_keys[l] ? dot : -INFINITY;
+            }
+        }
+        for (size_t l = 0; l < nq; l++) {
+            float bmax = -INFINITY;
+            for (size_t j = 0; j < nk; j++) bmax = s[j * tile + l] > bmax ? s[j * tile + l] : bmax;
+            const float mnew = bmax > m[l] ? bmax : m[l];
+            const float base = mnew == -INFINITY ? 0.0f : mnew; /* no key seen yet */
+            const float alpha = expf(m[l] - base);
+            float bsum = 0;
+            for (size_t j = 0; j < nk; j++) {
+                s[j * tile + l] = expf(s[j * tile + l] - base);
+                bsum += s[j * tile + l];
+            }
+            sum[l] = sum[l] * alpha + bsum;
+            if (alpha != 1.0f)
+                for (size_t c = 0; c < dv; c++) ot[c * tile + l] *= alpha;
+            m[l] = mnew;
+        }
+        for (size_t j = 0; j < nk; j++) {
+            const float *vj = a->v + (size_t)(j0 + (int32_t)j) * a->ldv;
+            for (size_t c = 0; c < dv; c++)
+                for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
+        }
+    }
+    for (size_t l = 0; l < nq; l++) {
+        const float inv = sum[l] > 0 ? 1.0f / sum[l] : 0.0f; /* NaN sum: the NaN stays in ot */
+        for (size_t c = 0; c < dv; c++) a->out[l][c] = ot[c * tile + l] * inv;
+    }
+}
+
+void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_scalar(a, 8); }
+
+/* ---- fast kernel ------------------------------------------------------------
+ * The rows of one batch entry and kv head g, r = H / G query heads by Tq
+ * positions, are numbered row = i * r + (h - g r) and cut into blocks of the
+ * variant's tile (so a block holds every head of the group at a position:
+ * their keys and values are read once). A task is (b, g, block); threads take
+ * tasks in turn (gml_chunk_next), each computed whole by one thread, keys in
+ * order: results do not depend on the thread count. */
+
+/* Per thread: q^T, the variant's scratch, and the lane tables; 64-byte
+ * aligned pieces. */
+static size_t fast_work_bytes(const gml_tensor *dst) {
+    const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->ne[3];
+    return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
+           gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
+           gml_align_up(tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN);
+}
+
+/* K and V rows must be contiguous (any row stride); counts must fit int32. */
+static bool fast_fits(const gml_tensor *dst) {
+    const gml_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    return (k->ne[3] == 1 || k->nb[3] == sizeof(float)) &&
+           (v->ne[3] == 1 || v->nb[3] == sizeof(float)) && k->nb[2] % sizeof(float) == 0 &&
+           v->nb[2] % sizeof(float) == 0 && k->ne[2] < INT32_MAX &&
+           (!mask || mask->nb[3] % sizeof(float) == 0);
+}
+
+typedef struct flash_variant {
+    gml_f32_flash_ukernel *fn;
+    size_t tile;
+} flash_variant;
+
+#define FLASH_ENTRY(isa, fn, tile) {fn, tile},
+static flash_variant pick_variant(bool few) {
+    static const flash_variant wide[] = {GML_F32_FLASH_UKERNELS(FLASH_ENTRY)};
+    static const flash_variant narrow[] = {GML_F32_FLASH_FEW_UKERNELS(FLASH_ENTRY)};
+    static const gml_isa wide_isa[] = {GML_F32_FLASH_UKERNELS(GML_UKERNEL_ISA)};
+    static const gml_isa narrow_isa[] = {GML_F32_FLASH_FEW_UKERNELS(GML_UKERNEL_ISA)};
+    if (few)
+        return narrow[gml_pick_variant(narrow_isa, (int)(sizeof narrow_isa / sizeof(gml_isa)))];
+    return wide[gml_pick_variant(wide_isa, (int)(sizeof wide_isa / sizeof(gml_isa)))];
+}
+#undef FLASH_ENTRY
+
+static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
+    if (!fast_fits(dst)) {
+        gml_f32_flash_attn__ref(p, dst);
+        return;
+    }
+    if (!lens_ok(p, dst)) return;
+    const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const float scale = gml_param_f32(dst, 0);
+    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3];
+    const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
+    const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
+    const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
+
+    char *w = (char *)p->wdata + (size_t)p->ith * fast_work_bytes(dst);
+    float *qt = (float *)w;
+    w += gml_align_up((size_t)(dk * tile) * sizeof(float), GML_ALIGN);
+    float *work = (float *)w;
+    w += gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN);
+    int32_t *n_keys = (int32_t *)w;
+    const float **mask_rows = (const float **)(void *)(n_keys + tile);
+    float **out_rows = (float **)(void *)(mask_rows + tile);
+
+    gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt, .ldk = k->nb[2] / 4,
+                        .ldv = v->nb[2] / 4, .n_keys = n_keys, .mask = mask ? mask_rows : NULL,
+                        .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
+                        .out = out_rows, .work = work};
+    for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
+        const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
+        a.nq = (size_t)GML_MIN(tile, rows - row0);
+        a.k = (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
+        a.v = (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
+        for (int64_t l = 0; l < tile; l++) {
+            if (l >= (int64_t)a.nq) { /* idle lane */
+                n_keys[l] = 0;
+                for (int64_t d = 0; d < dk; d++) qt[d * tile + l] = 0.0f;
+                continue;
+            }
+            const int64_t i = (row0 + l) / r, h = g * r + (row0 + l) % r;
+            const char *qi = gml_ptr(q, b, h, i, 0);
+            for (int64_t d = 0; d < dk; d++)
+                qt[d * tile + l] = *(const float *)(qi + d * (int64_t)q->nb[3]) * scale;
+            n_keys[l] = (int32_t)visible_keys(dst, b, i);
+            if (mask)
+                mask_rows[l] = (const float *)(const void *)gml_ptr(
+                    mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0);
+            out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
+        }
+        var.fn(&a);
     }
 }
 
 static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
-    return (size_t)nth * ref_work_doubles(dst) * sizeof(double);
+    const size_t ref = ref_work_doubles(dst) * sizeof(double);
+    return (size_t)nth * GML_MAX(ref, fast_work_bytes(dst));
 }
 
 /* 2 Tk (d_k + d_v) per query row for the two products, 5 Tk for the softmax;
@@ -138,7 +296,7 @@ static double flash_attn_flops(const gml_tensor *dst) {
 
 const gml_op_def gml_opdef_flash_attn = {
     .name = "flash_attn",
-    .forward = gml_f32_flash_attn__ref,
+    .forward = gml_f32_flash_attn,
     .reference = gml_f32_flash_attn__ref,
     .work_size = flash_attn_work_size,
     .flops = flash_attn_flops,

@@ -13,6 +13,7 @@
 
 #include "binary.inc"
 #include "copy.inc"
+#include "flash_attn.inc"
 #include "repeat.inc"
 #include "softmax.inc"
 
@@ -85,5 +86,41 @@ GML_X32_TRANSPOSE_UKERNELS(GML_DECLARE_TRANSPOSE)
 typedef void gml_x32_repeat_ukernel(size_t n, size_t reps, const uint32_t *x, uint32_t *out);
 #define GML_DECLARE_REPEAT(isa, fn, tile) gml_x32_repeat_ukernel fn;
 GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
+
+/* ---- flash attention (ops/flash_attn.inc) ---------------------------------
+ * One block of nq <= tile query rows (the lanes) against the keys and values
+ * of one kv head: for lane l,
+ *     s_j = qt[:, l] . k_j (+ mask[l][j * mask_stride])   over keys j < n_keys[l]
+ *     out[l] = sum_j softmax(s)_j v_j
+ * the keys taken in blocks with a running max and sum per lane, the output
+ * accumulated transposed in work. Keys past a lane's n_keys and -inf mask
+ * entries are dropped; a lane that sees no key gets zeros; a NaN score makes
+ * its lane NaN. The variants read key and value rows below max(n_keys) only
+ * (n_keys[l] <= Tk), and rows past a lane's limit weigh 0 (an inf or NaN in
+ * such a row of v would still show). */
+typedef struct gml_flash_args {
+    size_t nq, dk, dv;        /* 1 <= nq <= tile; dk, dv >= 1 */
+    const float *qt;          /* [dk][tile]: the queries transposed and scaled; lanes >= nq 0 */
+    const float *k;           /* key j, element d at k[j * ldk + d] */
+    size_t ldk;
+    const float *v;           /* value j, element c at v[j * ldv + c] */
+    size_t ldv;
+    const int32_t *n_keys;    /* [tile]: lane l sees keys j < n_keys[l]; lanes >= nq 0 */
+    const float *const *mask; /* NULL, or [nq] rows of additive mask */
+    size_t mask_stride;       /* in floats */
+    float *const *out;        /* [nq] rows: out[l][c], c < dv */
+    float *work;              /* GML_FLASH_WORK_FLOATS(tile, dv) floats, 64-byte aligned */
+} gml_flash_args;
+
+/* Key blocks of at most this many keys, and the scratch a variant may use:
+ * a key block of scores and the output, transposed, padded to whole tiles. */
+#define GML_FLASH_MAX_KEY_BLOCK 128
+#define GML_FLASH_WORK_FLOATS(tile, dv) \
+    (((size_t)GML_FLASH_MAX_KEY_BLOCK + gml_align_up((size_t)(dv), 16) + 16) * (size_t)(tile))
+
+typedef void gml_f32_flash_ukernel(const gml_flash_args *a);
+#define GML_DECLARE_FLASH(isa, fn, tile) gml_f32_flash_ukernel fn;
+GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
+GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
 
 #endif /* GGMLITE_UKERNELS_H */

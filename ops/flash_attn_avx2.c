@@ -1,0 +1,169 @@
+/* AVX2+FMA variants of the flash attention micro-kernel (ops/flash_attn.inc):
+ * the algorithm of ops/flash_attn_avx512.c (read its comment) on ymm
+ * registers, query rows along the lanes of NV of them (16 or 8 rows). */
+#include "ukernels.h"
+#include "vexp_x86.h"
+
+#include <immintrin.h>
+#include <limits.h>
+#include <math.h>
+
+#define KEY_BLOCK 64
+
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last. */
+static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+                                 float *s, const int NV, const int MR) {
+    const size_t tile = 8 * (size_t)NV, dk = a->dk;
+    for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
+        const float *kr[12];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) kr[r] = a->k + GML_MIN(j0 + jt + (size_t)r, last) * a->ldk;
+        __m256 acc[12][2];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+        for (size_t d = 0; d < dk; d++) {
+            __m256 b[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) b[v] = _mm256_load_ps(a->qt + d * tile + 8 * (size_t)v);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                const __m256 x = _mm256_broadcast_ss(kr[r] + d);
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                _mm256_store_ps(s + (jt + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+    }
+}
+
+/* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
+ * columns past dv read column dv - 1 (their rows of ot are padding). */
+static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
+                                 const float *p, float *ot, const int NV, const int MR) {
+    const size_t tile = 8 * (size_t)NV, dv = a->dv;
+    for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
+        size_t off[12];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+        __m256 acc[12][2];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_load_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v);
+        const float *vr = a->v + j0 * a->ldv;
+        for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+            __m256 w[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(p + j * tile + 8 * (size_t)v);
+#pragma GCC unroll 12
+            for (int r = 0; r < MR; r++) {
+                const __m256 x = _mm256_broadcast_ss(vr + off[r]);
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                _mm256_store_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+    }
+}
+
+static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MR) {
+    const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
+    const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+    float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
+    const __m256 neg_inf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps(),
+                 one = _mm256_set1_ps(1.0f);
+    __m256 m[2], l[2];
+    __m256i nkeys[2];
+    for (int v = 0; v < NV; v++) {
+        m[v] = neg_inf;
+        l[v] = zero;
+        nkeys[v] = _mm256_loadu_si256((const __m256i *)(const void *)(a->n_keys + 8 * v));
+    }
+    int32_t nmax = 0, nmin = INT32_MAX;
+    for (size_t i = 0; i < nq; i++) {
+        nmax = GML_MAX(nmax, a->n_keys[i]);
+        nmin = GML_MIN(nmin, a->n_keys[i]);
+    }
+    for (size_t i = 0; i < dvp * tile; i += 8) _mm256_store_ps(ot + i, zero);
+
+    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
+        const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
+        const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+
+        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
+            for (size_t j = 0; j < nk; j++) {
+                const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
+                for (int v = 0; v < NV; v++) { /* j >= n_keys, as j + 1 > n_keys */
+                    const __m256 past = _mm256_castsi256_ps(_mm256_cmpgt_epi32(jj1, nkeys[v]));
+                    float *sj = s + j * tile + 8 * (size_t)v;
+                    _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), neg_inf, past));
+                }
+            }
+        if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+
+        /* online softmax, as the AVX-512 variant */
+        __m256 base[2], alpha[2];
+        int moved = 0;
+        for (int v = 0; v < NV; v++) {
+            __m256 bmax = neg_inf;
+            for (size_t j = 0; j < nk; j++)
+                bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
+            const __m256 mnew = _mm256_max_ps(bmax, m[v]);
+            const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
+            base[v] = _mm256_blendv_ps(mnew, zero, none);
+            alpha[v] = vexp8(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            moved |= _mm256_movemask_ps(_mm256_cmp_ps(alpha[v], one, _CMP_NEQ_UQ));
+            m[v] = mnew;
+        }
+        if (moved)
+            for (size_t c = 0; c < dv; c++)
+                for (int v = 0; v < NV; v++) {
+                    float *o = ot + c * tile + 8 * (size_t)v;
+                    _mm256_store_ps(o, _mm256_mul_ps(_mm256_load_ps(o), alpha[v]));
+                }
+        for (int v = 0; v < NV; v++) {
+            __m256 acc = zero;
+            for (size_t j = 0; j < nk; j++) {
+                float *sj = s + j * tile + 8 * (size_t)v;
+                const __m256 e = vexp8(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
+                _mm256_store_ps(sj, e);
+                acc = _mm256_add_ps(acc, e);
+            }
+            l[v] = _mm256_fmadd_ps(l[v], alpha[v], acc);
+        }
+        values(a, j0, nk, dvp, s, ot, NV, MR);
+    }
+
+    /* out = ot / l; l = 0 (no key seen) gives zeros, a NaN l NaN */
+    float inv[16];
+    for (int v = 0; v < NV; v++)
+        _mm256_storeu_ps(inv + 8 * v, _mm256_and_ps(_mm256_div_ps(one, l[v]),
+                                                    _mm256_cmp_ps(l[v], zero, _CMP_NEQ_UQ)));
+    for (size_t i = 0; i < nq; i++)
+        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+}
+
+void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash_block(a, 2, 6); }
+
+void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash_block(a, 1, 12); }

@@ -1,0 +1,183 @@
+/* AVX-512F variants of the flash attention micro-kernel (ops/flash_attn.inc):
+ * query rows along the lanes of NV zmm registers (32 or 16 rows), so the
+ * per-row softmax statistics are plain vector operations, never a
+ * horizontal reduction. For each block of KEY_BLOCK keys:
+ *
+ *   scores   s[j][l] = sum_d k[j][d] qt[d][l]      (MR keys x NV vectors of
+ *            accumulators; k broadcast from its rows in place)
+ *   masks    lanes past their key count, the additive mask: -inf / + mask
+ *   softmax  m' = max(m, max_j s[j]); p[j] = exp(s[j] - m'); l = l e^(m - m')
+ *            + sum_j p[j]; the output rescaled by e^(m - m') where it moved
+ *   values   ot[c][l] += sum_j v[j][c] p[j][l]      (MR output columns x NV
+ *            vectors; v broadcast from its rows in place)
+ *
+ * then out[l][c] = ot[c][l] / l[l]. */
+#include "ukernels.h"
+#include "vexp_x86.h"
+
+#include <immintrin.h>
+#include <limits.h>
+#include <math.h>
+
+#define KEY_BLOCK 64
+
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+/* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
+ * row last (their scores are masked afterwards). */
+static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+                                 float *s, const int NV, const int MR) {
+    const size_t tile = 16 * (size_t)NV, dk = a->dk;
+    for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
+        const float *kr[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) kr[r] = a->k + GML_MIN(j0 + jt + (size_t)r, last) * a->ldk;
+        __m512 acc[16][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+        for (size_t d = 0; d < dk; d++) {
+            __m512 b[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) b[v] = _mm512_load_ps(a->qt + d * tile + 16 * (size_t)v);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; r++) {
+                const __m512 x = _mm512_set1_ps(kr[r][d]);
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, b[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                _mm512_store_ps(s + (jt + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+    }
+}
+
+/* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
+ * columns past dv read column dv - 1 (their rows of ot are padding). */
+static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
+                                 const float *p, float *ot, const int NV, const int MR) {
+    const size_t tile = 16 * (size_t)NV, dv = a->dv;
+    for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
+        size_t off[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+        __m512 acc[16][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
+        const float *vr = a->v + j0 * a->ldv;
+        for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+            __m512 w[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; r++) {
+                const __m512 x = _mm512_set1_ps(vr[off[r]]);
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                _mm512_store_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+    }
+}
+
+static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MR) {
+    const size_t tile = 16 * (size_t)NV, nq = a->nq, dv = a->dv;
+    const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+    float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    __m512 m[2], l[2];
+    __m512i nkeys[2];
+    for (int v = 0; v < NV; v++) {
+        m[v] = neg_inf;
+        l[v] = zero;
+        nkeys[v] = _mm512_loadu_si512(a->n_keys + 16 * v);
+    }
+    int32_t nmax = 0, nmin = INT32_MAX;
+    for (size_t i = 0; i < nq; i++) {
+        nmax = GML_MAX(nmax, a->n_keys[i]);
+        nmin = GML_MIN(nmin, a->n_keys[i]);
+    }
+    for (size_t i = 0; i < dvp * tile; i += 16) _mm512_store_ps(ot + i, zero);
+
+    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
+        const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
+        const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+
+        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
+            for (size_t j = 0; j < nk; j++) {
+                const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
+                for (int v = 0; v < NV; v++) {
+                    const __mmask16 past = _mm512_cmpge_epi32_mask(jj, nkeys[v]);
+                    float *sj = s + j * tile + 16 * (size_t)v;
+                    _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), past, neg_inf));
+                }
+            }
+        if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+
+        /* online softmax. NaN scores are passed over by the max (max_ps
+         * returns its second operand) and make their lane NaN through exp. */
+        __m512 base[2], alpha[2];
+        __mmask16 moved = 0;
+        for (int v = 0; v < NV; v++) {
+            __m512 bmax = neg_inf;
+            for (size_t j = 0; j < nk; j++)
+                bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
+            const __m512 mnew = _mm512_max_ps(bmax, m[v]);
+            /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
+            const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
+            base[v] = _mm512_mask_blend_ps(none, mnew, zero);
+            alpha[v] = vexp16(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            moved |= _mm512_cmp_ps_mask(alpha[v], _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+            m[v] = mnew;
+        }
+        if (moved) /* the max grew in some lane: rescale what it weighted */
+            for (size_t c = 0; c < dv; c++)
+                for (int v = 0; v < NV; v++) {
+                    float *o = ot + c * tile + 16 * (size_t)v;
+                    _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), alpha[v]));
+                }
+        for (int v = 0; v < NV; v++) {
+            __m512 acc = zero;
+            for (size_t j = 0; j < nk; j++) {
+                float *sj = s + j * tile + 16 * (size_t)v;
+                const __m512 e = vexp16(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
+                _mm512_store_ps(sj, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+            l[v] = _mm512_fmadd_ps(l[v], alpha[v], acc);
+        }
+        values(a, j0, nk, dvp, s, ot, NV, MR);
+    }
+
+    /* out = ot / l; a lane that saw no key has l = 0 and ot = 0: zeros */
+    float inv[32];
+    for (int v = 0; v < NV; v++)
+        _mm512_storeu_ps(inv + 16 * v,
+                         _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l[v], zero, _CMP_NEQ_UQ),
+                                             _mm512_set1_ps(1.0f), l[v]));
+    for (size_t i = 0; i < nq; i++)
+        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+}
+
+void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash_block(a, 2, 8); }
+
+void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash_block(a, 1, 16); }

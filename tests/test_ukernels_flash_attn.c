@@ -1,0 +1,226 @@
+/* Flash attention: every micro-kernel variant (both lists of
+ * ops/flash_attn.inc) against attention computed here in double, on blocks
+ * of 1 .. tile query rows (lanes) with their own key counts (0 included),
+ * key counts around the key blocks, odd d_k and d_v, an additive mask, a
+ * NaN score, scores whose max grows block after block and huge ones; the
+ * variants must not read key or value rows past the largest key count, nor
+ * write outside their rows and scratch. Then the op under every ISA against
+ * its reference kernel at 1-3 threads (simd_check.h). */
+#include "../ops/ukernels.h"
+#include "simd_check.h"
+
+/* Against the computation in double from the scores as every variant forms
+ * them (an FMA chain over d in order, then + mask, in float): |got - want| <=
+ * REL |want| + ABS (values and outputs O(1)), room for exp's ulp, the float
+ * differences s - max and float sums over up to 200 keys. */
+#define UKERNEL_REL_TOL 4e-6
+#define UKERNEL_ABS_TOL 4e-6
+#define OP_REL_TOL 1e-5
+#define OP_ABS_TOL 2e-6
+
+typedef struct {
+    gml_isa isa;
+    gml_f32_flash_ukernel *fn;
+    int tile;
+    const char *name;
+} variant;
+
+#define ENTRY(isa, fn, tile) {isa, fn, tile, #fn},
+static const variant VARIANTS[] = {GML_F32_FLASH_UKERNELS(ENTRY) GML_F32_FLASH_FEW_UKERNELS(ENTRY)};
+
+enum { PLAIN, MASKED, NAN_SCORE, GROWING, HUGE, N_CASES };
+static const char *const CASE_NAMES[] = {"plain", "additive mask", "a NaN score",
+                                         "growing max", "huge scores"};
+
+#define NAN_BITS 0x7fc0beefu
+static float nan_pattern(void) {
+    uint32_t u = NAN_BITS;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* One block: nq lanes, key counts per lane (max nk_max), d_k, d_v. Returns
+ * the largest relative error seen. */
+static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t dk, size_t dv,
+                          int c) {
+    const size_t tile = (size_t)var->tile, ldk = dk + 3, ldv = dv + 2, pad = 16;
+    /* k and v rows 0 .. nk_max - 1, then NaN: reading past them shows */
+    const size_t rows = (size_t)(nk_max > 0 ? nk_max : 1);
+    float *k = malloc((rows * ldk + pad) * 4), *v = malloc((rows * ldv + pad) * 4);
+    float *qt = aligned_alloc(64, gml_align_up(dk * tile * 4, 64));
+    const size_t wfloats = GML_FLASH_WORK_FLOATS(tile, dv);
+    float *work = aligned_alloc(64, gml_align_up((wfloats + pad) * 4, 64));
+    float *outbuf = malloc((nq * (dv + pad) + pad) * 4);
+    float *mask = malloc((nq * rows + pad) * 4);
+    double *want = malloc(nq * dv * sizeof *want);
+    int32_t n_keys[32] = {0};
+    const float *mask_rows[32];
+    float *out_rows[32];
+    for (size_t i = 0; i < rows * ldk + pad; i++) k[i] = i < rows * ldk ? rand_uniform(-1, 1) : nan_pattern();
+    for (size_t i = 0; i < rows * ldv + pad; i++) v[i] = i < rows * ldv ? rand_uniform(-1, 1) : nan_pattern();
+    for (size_t i = 0; i < wfloats + pad; i++) work[i] = i < wfloats ? nan_pattern() : 555.0f;
+    for (size_t i = 0; i < nq * (dv + pad) + pad; i++) outbuf[i] = 777.0f;
+    const float qscale = c == HUGE ? 40.0f : 1.0f;
+    for (size_t d = 0; d < dk; d++)
+        for (size_t l = 0; l < tile; l++)
+            qt[d * tile + l] = l < nq ? rand_uniform(-1, 1) * qscale : 0.0f;
+    if (c == GROWING) /* key j grows with j, q positive: each block raises the max */
+        for (size_t j = 0; j < rows; j++)
+            for (size_t d = 0; d < dk; d++) {
+                k[j * ldk + d] = fabsf(k[j * ldk + d]) * (1.0f + (float)j / 32.0f);
+                for (size_t l = 0; l < nq; l++) qt[d * tile + l] = fabsf(qt[d * tile + l]);
+            }
+    for (size_t l = 0; l < nq; l++) {
+        /* lane 0 sees every key, the last lane none (when there are 2+) */
+        n_keys[l] = l == 0 ? nk_max : l + 1 == nq ? 0 : (int32_t)rand_int(nk_max + 1);
+        out_rows[l] = outbuf + l * (dv + pad);
+        mask_rows[l] = mask + l * rows;
+        for (size_t j = 0; j < rows; j++)
+            mask[l * rows + j] = rand_int(4) == 0 ? -INFINITY : rand_int(2) ? 0.0f : rand_uniform(-2, 0);
+    }
+    if (c == NAN_SCORE && nk_max > 0) {
+        const size_t nan_key = (size_t)rand_int(nk_max); /* lane 0 sees it: its output is NaN */
+        for (size_t d = 0; d < dk; d++) k[nan_key * ldk + d] = d == 0 ? NAN : k[nan_key * ldk + d];
+    }
+    gml_flash_args a = {.nq = nq, .dk = dk, .dv = dv, .qt = qt, .k = k, .ldk = ldk, .v = v,
+                        .ldv = ldv, .n_keys = n_keys, .mask = c == MASKED ? mask_rows : NULL,
+                        .mask_stride = 1, .out = out_rows, .work = work};
+    var->fn(&a);
+
+    /* want, in double from the same float inputs */
+    double *s = malloc(rows * sizeof *s);
+    for (size_t l = 0; l < nq; l++) {
+        double max = -INFINITY;
+        bool nan = false;
+        for (int32_t j = 0; j < n_keys[l]; j++) {
+            float dot = 0;
+            for (size_t d = 0; d < dk; d++) dot = fmaf(k[(size_t)j * ldk + d], qt[d * tile + l], dot);
+            if (c == MASKED) dot += mask[l * rows + (size_t)j];
+            s[j] = dot;
+            nan |= isnan(dot);
+            if (dot > max) max = dot;
+        }
+        double sum = 0;
+        for (int32_t j = 0; j < n_keys[l]; j++) {
+            s[j] = s[j] == -INFINITY || max == -INFINITY ? 0 : exp(s[j] - max);
+            sum += s[j];
+        }
+        for (size_t cc = 0; cc < dv; cc++) {
+            double o = 0;
+            for (int32_t j = 0; j < n_keys[l]; j++) o += s[j] * v[(size_t)j * ldv + cc];
+            want[l * dv + cc] = nan ? NAN : sum > 0 ? o / sum : 0.0;
+        }
+    }
+    free(s);
+
+    double worst = 0;
+    int bad = 0;
+    for (size_t l = 0; l < nq && bad < 3; l++) {
+        for (size_t cc = 0; cc < dv && bad < 3; cc++) {
+            const double got = out_rows[l][cc], w = want[l * dv + cc];
+            bool ok;
+            if (isnan(w)) ok = isnan(got);
+            else if (n_keys[l] == 0 || (c == MASKED && w == 0 && got == 0)) ok = got == 0.0;
+            else ok = fabs(got - w) <= UKERNEL_REL_TOL * fabs(w) + UKERNEL_ABS_TOL;
+            if (!isnan(w) && fabs(w) > 1e-3) worst = fmax(worst, fabs(got - w) / fabs(w));
+            if (!ok) {
+                bad++;
+                CHECK(false, "%s nq %zu keys %d d_k %zu d_v %zu (%s): lane %zu (%d keys) out[%zu] "
+                      "= %.9g, want %.9g", var->name, nq, (int)nk_max, dk, dv, CASE_NAMES[c], l,
+                      (int)n_keys[l], cc, got, w);
+            }
+        }
+        for (size_t cc = dv; cc < dv + pad; cc++)
+            if (out_rows[l][cc] != 777.0f) {
+                CHECK(false, "%s: wrote past lane %zu's row (column %zu)", var->name, l, cc);
+                break;
+            }
+    }
+    for (size_t i = wfloats; i < wfloats + pad; i++)
+        if (work[i] != 555.0f) {
+            CHECK(false, "%s: wrote past its scratch (GML_FLASH_WORK_FLOATS)", var->name);
+            break;
+        }
+    free(k), free(v), free(qt), free(work), free(outbuf), free(mask), free(want);
+    return worst;
+}
+
+static void check_variants(void) {
+    static const int32_t keys[] = {0, 1, 5, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200};
+    static const size_t dks[] = {1, 7, 64, 33}, dvs[] = {1, 9, 64, 24};
+    for (size_t k = 0; k < sizeof VARIANTS / sizeof *VARIANTS; k++) {
+        const variant *v = &VARIANTS[k];
+        if (!cpu_runs(v->isa, v->name)) continue;
+        const size_t t = (size_t)v->tile;
+        const size_t lanes[] = {1, t / 2 - 1, t / 2, t / 2 + 1, t - 1, t};
+        double worst = 0;
+        int n = 0;
+        for (size_t li = 0; li < sizeof lanes / sizeof *lanes; li++)
+            for (size_t ki = 0; ki < sizeof keys / sizeof *keys; ki++, n++) {
+                if (lanes[li] < 1) continue;
+                const size_t dk = dks[n % 4], dv = dvs[(n / 4) % 4];
+                for (int c = 0; c < N_CASES; c++)
+                    worst = fmax(worst, check_block(v, lanes[li], keys[ki], dk, dv, c));
+            }
+        printf("%-40s max relative error %.3g against attention in double\n", v->name, worst);
+    }
+}
+
+/* ---- op level ---------------------------------------------------------------- */
+
+static gml_tensor *random_tensor(gml_context *ctx, int n_dims, const int64_t *ne) {
+    gml_tensor *t = gml_new_tensor(ctx, GML_F32, n_dims, ne);
+    fill_uniform(t->data, (size_t)gml_nelements(t), -1, 1);
+    return t;
+}
+
+static double op_worst;
+
+static void op_case(const char *what, gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                    gml_tensor *mask, gml_tensor *lens, bool causal) {
+    gml_tensor *o = gml_flash_attn(ctx, q, k, v, mask, lens, 0.3f, causal);
+    CHECK(o != NULL, "%s: %s", what, gml_last_error(ctx));
+    if (!o) return;
+    op_worst = fmax(op_worst, check_isas(ctx, o, (tolerance){.rel = OP_REL_TOL, .abs = OP_ABS_TOL}, what));
+}
+
+static void check_op(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    /* MHA, causal, the wide blocks */
+    gml_tensor *q = random_tensor(ctx, 4, (int64_t[]){2, 3, 70, 16});
+    gml_tensor *k = random_tensor(ctx, 4, (int64_t[]){2, 3, 70, 16});
+    gml_tensor *v = random_tensor(ctx, 4, (int64_t[]){2, 3, 70, 12});
+    op_case("MHA [2,3,70,16], causal", ctx, q, k, v, NULL, NULL, true);
+    /* GQA with valid lengths per query, cross */
+    gml_tensor *qg = random_tensor(ctx, 4, (int64_t[]){2, 6, 9, 8});
+    gml_tensor *kg = random_tensor(ctx, 4, (int64_t[]){2, 2, 140, 8});
+    gml_tensor *vg = random_tensor(ctx, 4, (int64_t[]){2, 2, 140, 8});
+    gml_tensor *lens = gml_new_tensor_2d(ctx, GML_I32, 2, 9);
+    for (int i = 0; i < 18; i++) ((int32_t *)lens->data)[i] = i == 3 ? 0 : (int32_t)rand_int(141);
+    op_case("GQA 6/2 [2,6,9,8] x 140 keys, lens [B,Tq]", ctx, qg, kg, vg, NULL, lens, false);
+    /* decoding: one query, a few rows per kv head (the narrow blocks) */
+    gml_tensor *q1 = random_tensor(ctx, 4, (int64_t[]){2, 8, 1, 32});
+    gml_tensor *k1 = random_tensor(ctx, 4, (int64_t[]){2, 2, 300, 32});
+    gml_tensor *v1 = random_tensor(ctx, 4, (int64_t[]){2, 2, 300, 32});
+    gml_tensor *l1 = gml_new_tensor_1d(ctx, GML_I32, 2);
+    ((int32_t *)l1->data)[0] = 257, ((int32_t *)l1->data)[1] = 300;
+    op_case("decoding [2,8,1,32] x 300 keys, lens [B]", ctx, q1, k1, v1, NULL, l1, false);
+    /* permuted q, k, v as the models give them, an additive mask */
+    gml_tensor *x = random_tensor(ctx, 4, (int64_t[]){2, 33, 4, 8});
+    gml_tensor *qp = gml_permute(ctx, x, (int[]){0, 2, 1, 3});
+    gml_tensor *m = random_tensor(ctx, 2, (int64_t[]){33, 33});
+    for (int i = 0; i < 33 * 33; i++) if (rand_int(4) == 0) ((float *)m->data)[i] = -INFINITY;
+    op_case("permuted q = k = v [2,4,33,8], mask [33,33], causal", ctx, qp, qp, qp, m, NULL, true);
+    /* k with strided rows along d: the reference path of the forward kernel */
+    gml_tensor *kt = gml_transpose(ctx, random_tensor(ctx, 4, (int64_t[]){2, 3, 16, 70}), -2, -1);
+    op_case("transposed k [2,3,70,16]", ctx, q, kt, v, NULL, NULL, false);
+    printf("the op under every ISA: max relative difference %.3g from its reference\n", op_worst);
+    gml_free(ctx);
+}
+
+int main(void) {
+    check_variants();
+    check_op();
+    return check_report("test_ukernels_flash_attn");
+}
