@@ -1,7 +1,7 @@
 /* AVX-512F variants of the flash attention micro-kernel (ops/flash_attn.inc):
  * query rows along the lanes of NV zmm registers (32 or 16 rows), so the
  * per-row softmax statistics are plain vector operations, never a
- * horizontal reduction. For each block of KEY_BLOCK keys:
+ * horizontal reduction. For each block of KB keys:
  *
  *   scores   s[j][l] = sum_d k[j][d] qt[d][l]      (MR keys x NV vectors of
  *            accumulators; k broadcast from its rows in place)
@@ -19,7 +19,6 @@
 #include <limits.h>
 #include <math.h>
 
-#define KEY_BLOCK 64
 
 #if defined(__GNUC__)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -95,7 +94,10 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
     }
 }
 
-static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MR) {
+/* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
+ * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
+static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MRK,
+                                      const int MR, const int KB) {
     const size_t tile = 16 * (size_t)NV, nq = a->nq, dv = a->dv;
     const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
@@ -114,10 +116,10 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     }
     for (size_t i = 0; i < dvp * tile; i += 16) _mm512_store_ps(ot + i, zero);
 
-    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
-        const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
-        const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
-        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += (size_t)KB) {
+        const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
+        const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
+        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
 
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
@@ -178,6 +180,6 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
 }
 
-void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash_block(a, 2, 8); }
+void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash_block(a, 2, 8, 8, 64); }
 
-void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash_block(a, 1, 16); }
+void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash_block(a, 1, 16, 16, 64); }
