@@ -151,7 +151,8 @@ static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 const gml_op_def gml_opdef_set_rows = {
-    .name = "set_rows", .forward = gml_x32_set_rows, .reference = gml_x32_set_rows__ref};
+    .name = "set_rows", .forward = gml_x32_set_rows, .reference = gml_x32_set_rows__ref,
+    .flags = GML_OPF_MOVES_VALUES};
 
 /* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
  * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write */
