@@ -101,7 +101,11 @@ size_t gml_kv_cache_bytes(const gml_kv_cache *c) {
     return 2 * (size_t)c->p.n_layers * gml_nbytes(c->k[0]);
 }
 
-void gml_kv_cache_reset(gml_kv_cache *c) { c->len = 0; }
+bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len) {
+    if (len < 0 || len > c->len) return false;
+    c->len = len;
+    return true;
+}
 
 gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
     gml_kv_step s = {.cache = c, .n = n};

@@ -66,8 +66,11 @@ gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer);
 int64_t gml_kv_cache_len(const gml_kv_cache *c);
 /* Bytes of K and V data: 2 n_layers B G T_max d_k 4. */
 size_t gml_kv_cache_bytes(const gml_kv_cache *c);
-/* Forget every token (length 0); the stale rows are masked until rewritten. */
-void gml_kv_cache_reset(gml_kv_cache *c);
+/* Keeps the first len tokens (0 <= len <= the length; else nothing
+ * changes and the result is false): decoding goes on from position len, the
+ * rows past it masked until rewritten. gml_kv_cache_truncate(c, 0) empties
+ * the cache; truncating to a prompt's length reuses the prompt. */
+bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len);
 
 /* The run-time inputs of a step of n new tokens per batch row. */
 typedef struct gml_kv_step {
