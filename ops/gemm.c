@@ -1,0 +1,281 @@
+/* The portable part of the f32 GEMM (see gemm.h): the reference
+ * micro-kernel, the variant table, packing from any strides, cache blocking
+ * and the split into chunks.
+ *
+ * Large products run Goto's loops around the micro-kernel, per chunk (a
+ * tile of C of one batch):
+ *
+ *   for jc in tile's N, step NC            B block  kc x nc   (L2/L3)
+ *     for pc in K, step KC
+ *       pack B[pc.., jc..] -> Bp
+ *       for ic in tile's M, step MC         A block  mc x kc   (L2)
+ *         pack A[ic.., pc..] -> Ap
+ *         for jr in nc, step NR             B micro-panel      (L1)
+ *           for ir in mc, step MR
+ *             ukernel(Ap[ir], Bp[jr]) -> C[ic+ir.., jc+jr..]
+ *
+ * Few rows (M <= GEMM_SMALL_M, decoding and small batches) are bound by
+ * reading B (the weight) once: all of A's rows sit packed in L1/L2 while B
+ * streams past one NR-column micro-panel at a time, packed on the fly (or
+ * read in place when its rows are contiguous).
+ *
+ * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
+ * gml_chunk_next and pack what they need into their own slice of the
+ * scratch buffer, so no thread waits for another. The K loop is the same
+ * for every chunk, and each element is a single fma chain (gemm.h), so the
+ * split changes no bit of the result. */
+#include "gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- micro-kernels ------------------------------------------------------ */
+
+void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, const float *b, size_t ldb,
+                               float *c, size_t ldc, int m, int n, bool acc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = acc ? c[(size_t)i * ldc + j] : 0.0f;
+            for (size_t k = 0; k < kc; k++) s = fmaf(a[k * (size_t)mr + i], b[k * ldb + j], s);
+            c[(size_t)i * ldc + j] = s;
+        }
+}
+
+void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, const float *b, size_t ldb,
+                                       float *c, size_t ldc, int m, int n, bool acc) {
+    gml_f32_gemm_ukernel__ref(4, kc, a, b, ldb, c, ldc, m, n, acc);
+}
+
+const gml_gemm_variant gml_gemm_variants[] = {
+#define GML_UKERNEL(isa, fn, mr, nr) {isa, fn, mr, nr, #fn},
+#include "gemm.inc"
+#undef GML_UKERNEL
+};
+const int gml_gemm_n_variants = sizeof gml_gemm_variants / sizeof gml_gemm_variants[0];
+
+const gml_gemm_variant *gml_gemm_pick(void) {
+    gml_isa isas[sizeof gml_gemm_variants / sizeof gml_gemm_variants[0]];
+    for (int i = 0; i < gml_gemm_n_variants; i++) isas[i] = gml_gemm_variants[i].isa;
+    return &gml_gemm_variants[gml_pick_variant(isas, gml_gemm_n_variants)];
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t sj) {
+    return *(const float *)(p + i * si + j * sj);
+}
+
+/* A block [mc x kc], element (i, k) at a + i*rs + k*cs, into MR-row panels
+ * (gemm.h), rows past mc zero. */
+static void pack_a(const char *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
+                   float *dst) {
+    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, mc - i0);
+        if (cs == sizeof(float)) { /* rows contiguous along k */
+            for (int i = 0; i < rows; i++) {
+                const float *src = (const float *)(a + (i0 + i) * rs);
+                for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = src[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < rows; i++) dst[k * mr + i] = at(a, i0 + i, rs, k, cs);
+        }
+        for (int64_t k = 0; k < kc && rows < mr; k++)
+            for (int i = rows; i < mr; i++) dst[k * mr + i] = 0.0f;
+    }
+}
+
+/* B block [kc x nc], element (k, j) at b + k*rs + j*cs, into NR-column
+ * panels (gemm.h), columns past nc zero. */
+static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr,
+                   float *dst) {
+    for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
+        const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
+        if (cs == sizeof(float)) { /* rows contiguous along n */
+            for (int64_t k = 0; k < kc; k++)
+                memcpy(dst + k * nr, b + k * rs + j0 * cs, (size_t)cols * sizeof(float));
+        } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
+            for (int j = 0; j < cols; j++) {
+                const float *src = (const float *)(b + (j0 + j) * cs);
+                for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = src[k];
+            }
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int j = 0; j < cols; j++) dst[k * nr + j] = at(b, k, rs, j0 + j, cs);
+        }
+        for (int64_t k = 0; k < kc && cols < nr; k++)
+            for (int j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
+    }
+}
+
+/* ---- blocking and chunks ------------------------------------------------ */
+
+/* Cache blocks (floats): KC * NR * 4 bytes of B micro-panel stay in L1,
+ * MC x KC of A in L2, KC x NC of B in L2/L3 (this machine: 48 KiB L1d,
+ * 1 MiB L2 per core, 32 MiB L3). */
+enum {
+    GEMM_KC = 256,
+    GEMM_MC = 336,   /* rows; rounded down to a multiple of MR */
+    GEMM_NC = 4096,  /* columns; rounded down to a multiple of NR */
+    GEMM_SMALL_M = 32,
+    GEMM_SMALL_KC = 512,
+    GEMM_MIN_CHUNK_FLOPS = 4 << 20, /* smaller chunks cost more than they balance */
+};
+
+typedef struct gemm_plan {
+    bool small;
+    int64_t MC, KC, NC;     /* cache blocks */
+    int64_t tm, tn;         /* chunk tile */
+    int64_t mt, nt;         /* tiles per batch along M and N */
+    int64_t n_chunks;
+    size_t a_floats, b_floats; /* per-thread panels */
+} gemm_plan;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+/* Tiles of C handed out as chunks: about 3 per thread (dynamic chunks
+ * absorb threads that run slower), each large enough to amortize packing
+ * (the larger side of a tile is split first). One thread: one tile. */
+static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth) {
+    const int64_t M = d->M, N = d->N, nbatch = d->nb0 * d->nb1;
+    int64_t want = 1;
+    if (nth > 1) {
+        double flops = 2.0 * (double)M * (double)N * (double)d->K * (double)nbatch;
+        want = GML_MAX((int64_t)1, GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS)));
+    }
+    const int64_t per_batch = cdiv(want, nbatch);
+    const int64_t min_m = pl->small ? M : 4 * mr, min_n = (pl->small ? 2 : 4) * nr;
+    int64_t mt = 1, nt = 1;
+    while (mt * nt < per_batch) {
+        const int64_t tile_m = cdiv(M, mt), tile_n = cdiv(N, nt);
+        const bool split_n = tile_n >= 2 * min_n, split_m = tile_m >= 2 * min_m;
+        if (split_n && (tile_n >= tile_m || !split_m)) nt++;
+        else if (split_m) mt++;
+        else break;
+    }
+    pl->tm = mt == 1 ? M : round_up(cdiv(M, mt), mr);
+    pl->tn = nt == 1 ? N : round_up(cdiv(N, nt), nr);
+    pl->mt = cdiv(M, pl->tm);
+    pl->nt = cdiv(N, pl->tn);
+    pl->n_chunks = nbatch * pl->mt * pl->nt;
+}
+
+static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
+    const int mr = v->mr, nr = v->nr;
+    gemm_plan pl = {.small = d->M <= GEMM_SMALL_M};
+    plan_tiles(&pl, d, mr, nr, nth);
+    if (pl.small) {
+        pl.KC = GML_MIN(d->K, (int64_t)GEMM_SMALL_KC);
+        pl.MC = round_up(d->M, mr);
+        pl.NC = nr;
+    } else {
+        pl.KC = GML_MIN(d->K, (int64_t)GEMM_KC);
+        pl.MC = GML_MIN(round_up(pl.tm, mr), GML_MAX((int64_t)mr, GEMM_MC / mr * mr));
+        pl.NC = GML_MIN(round_up(pl.tn, nr), GML_MAX((int64_t)nr, GEMM_NC / nr * nr));
+    }
+    pl.KC = GML_MAX(pl.KC, (int64_t)1);
+    pl.a_floats = gml_align_up((size_t)(pl.MC * pl.KC), GML_ALIGN / sizeof(float));
+    pl.b_floats = gml_align_up((size_t)(pl.KC * pl.NC), GML_ALIGN / sizeof(float));
+    return pl;
+}
+
+size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
+    size_t most = 0;
+    for (int i = 0; i < gml_gemm_n_variants; i++) {
+        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth);
+        most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
+    }
+    return most * (size_t)nth;
+}
+
+/* ---- one chunk ---------------------------------------------------------- */
+
+/* The operands of one tile: A rows [m0, m0+tm), B columns [n0, n0+tn). */
+typedef struct gemm_tile {
+    const char *a, *b;
+    float *c;
+    int64_t tm, tn;
+} gemm_tile;
+
+static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
+                      const gemm_tile *t, float *ap, float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    for (int64_t jc = 0; jc < t->tn; jc += pl->NC) {
+        const int64_t nc = GML_MIN(pl->NC, t->tn - jc);
+        for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
+            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+            pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
+            for (int64_t ic = 0; ic < t->tm; ic += pl->MC) {
+                const int64_t mc = GML_MIN(pl->MC, t->tm - ic);
+                pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    const int n = (int)GML_MIN((int64_t)nr, nc - jr);
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        const int m = (int)GML_MIN((int64_t)mr, mc - ir);
+                        v->fn((size_t)kc, ap + ir * kc, bp + jr * kc, (size_t)nr,
+                              t->c + (ic + ir) * (int64_t)ldc + jc + jr, ldc, m, n, pc > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void run_small(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
+                      const gemm_tile *t, float *ap, float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    /* B rows contiguous: full micro-panels are read in place */
+    const bool direct = d->b_cs == sizeof(float) && d->b_rs % (int64_t)sizeof(float) == 0 &&
+                        d->b_rs >= 0 && ((uintptr_t)t->b % sizeof(float)) == 0;
+    for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
+        const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+        pack_a(t->a + pc * d->a_cs, d->a_rs, d->a_cs, t->tm, kc, mr, ap);
+        for (int64_t jr = 0; jr < t->tn; jr += nr) {
+            const int n = (int)GML_MIN((int64_t)nr, t->tn - jr);
+            const char *bsrc = t->b + pc * d->b_rs + jr * d->b_cs;
+            const float *panel = bp;
+            size_t ldb = (size_t)nr;
+            if (direct && n == nr) {
+                panel = (const float *)bsrc;
+                ldb = (size_t)d->b_rs / sizeof(float);
+            } else {
+                pack_b(bsrc, d->b_rs, d->b_cs, kc, n, nr, bp);
+            }
+            for (int64_t ir = 0; ir < t->tm; ir += mr) {
+                const int m = (int)GML_MIN((int64_t)mr, t->tm - ir);
+                v->fn((size_t)kc, ap + ir * kc, panel, ldb, t->c + ir * (int64_t)ldc + jr, ldc, m,
+                      n, pc > 0);
+            }
+        }
+    }
+}
+
+void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
+    if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
+    const gemm_plan pl = make_plan(d, v, p->nth);
+    float *ap = (float *)p->wdata + (size_t)p->ith * (pl.a_floats + pl.b_floats);
+    float *bp = ap + pl.a_floats;
+    for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
+        const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
+        const int64_t i1 = bi % d->nb1, i0 = bi / d->nb1;
+        const int64_t m0 = ti * pl.tm, n0 = tj * pl.tn;
+        gemm_tile t = {
+            .a = d->a + i0 * d->a_bs[0] + i1 * d->a_bs[1] + m0 * d->a_rs,
+            .b = d->b + i0 * d->b_bs[0] + i1 * d->b_bs[1] + n0 * d->b_cs,
+            .c = (float *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1] + m0 * d->c_rs) + n0,
+            .tm = GML_MIN(pl.tm, d->M - m0),
+            .tn = GML_MIN(pl.tn, d->N - n0),
+        };
+        if (d->K == 0) { /* an empty sum */
+            for (int64_t i = 0; i < t.tm; i++)
+                memset(t.c + i * (d->c_rs / (int64_t)sizeof(float)), 0, (size_t)t.tn * sizeof(float));
+        } else if (pl.small) {
+            run_small(d, &pl, v, &t, ap, bp);
+        } else {
+            run_large(d, &pl, v, &t, ap, bp);
+        }
+    }
+}

@@ -1,0 +1,223 @@
+/* ggmlite benchmark: one table of medians, each ggmlite row beside a
+ * reference measured in the same run (OpenBLAS's cblas_sgemm when the build
+ * found it). A tool, not a test: timings on a shared machine are noisy, so
+ * every number is the median of --runs runs after warm-up.
+ *
+ *   bench [--runs N] [--max-cube N] [--threads 1,2]
+ *
+ * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
+ * nn.Linear layout, the decoding shape); attention forward (C1..C5, see the
+ * marked place below). */
+#define _POSIX_C_SOURCE 200809L
+#include "ggmlite.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef GML_BENCH_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int num_threads);
+#endif
+
+#define MAX_RUNS 1000
+#define MAX_THREADS 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Deterministic values in [-1, 1). */
+static void fill(float *x, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+    }
+}
+
+typedef struct opts {
+    int runs, warmup;
+    int64_t max_cube;
+    int threads[MAX_THREADS], n_threads;
+} opts;
+
+/* ---- matmul ------------------------------------------------------------- */
+
+typedef struct mm_case {
+    const char *what;
+    int64_t M, N, K;
+    bool linear; /* B is an nn.Linear weight [N, K], used transposed */
+} mm_case;
+
+/* Median seconds of one ggmlite matmul graph at nth threads. */
+static double time_ggml_matmul(const mm_case *c, int nth, const opts *o) {
+    size_t bytes = (size_t)(c->M * c->K + c->K * c->N + c->M * c->N) * sizeof(float) + (1 << 20);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = bytes});
+    gml_tensor *a = gml_new_tensor_2d(ctx, GML_F32, c->M, c->K);
+    gml_tensor *b = c->linear ? gml_new_tensor_2d(ctx, GML_F32, c->N, c->K)
+                              : gml_new_tensor_2d(ctx, GML_F32, c->K, c->N);
+    fill(a->data, gml_nelements(a), 1);
+    fill(b->data, gml_nelements(b), 2);
+    gml_tensor *y = c->linear ? gml_linear(ctx, a, b, NULL) : gml_matmul(ctx, a, b);
+    gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
+    if (!g) {
+        fprintf(stderr, "bench: %s\n", gml_last_error(ctx));
+        exit(1);
+    }
+    double t[MAX_RUNS];
+    for (int r = -o->warmup; r < o->runs; r++) {
+        double t0 = now_s();
+        if (gml_graph_compute(g, nth) != GML_OK) {
+            fprintf(stderr, "bench: %s\n", gml_graph_error(g));
+            exit(1);
+        }
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    gml_graph_free(g);
+    gml_free(ctx);
+    return median(t, o->runs);
+}
+
+#ifdef GML_BENCH_OPENBLAS
+static double time_blas_matmul(const mm_case *c, int nth, const opts *o) {
+    float *a = malloc(sizeof(float) * (size_t)(c->M * c->K));
+    float *b = malloc(sizeof(float) * (size_t)(c->K * c->N));
+    float *y = malloc(sizeof(float) * (size_t)(c->M * c->N));
+    if (!a || !b || !y) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    fill(a, c->M * c->K, 1);
+    fill(b, c->K * c->N, 2);
+    openblas_set_num_threads(nth);
+    double t[MAX_RUNS];
+    for (int r = -o->warmup; r < o->runs; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, c->linear ? CblasTrans : CblasNoTrans, (int)c->M,
+                    (int)c->N, (int)c->K, 1.0f, a, (int)c->K, b, c->linear ? (int)c->K : (int)c->N,
+                    0.0f, y, (int)c->N);
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    free(a);
+    free(b);
+    free(y);
+    return median(t, o->runs);
+}
+#endif
+
+static void bench_matmul(const opts *o) {
+    static const mm_case cases[] = {
+        {"256^3", 256, 256, 256, false},
+        {"1024^3", 1024, 1024, 1024, false},
+        {"2048^3", 2048, 2048, 2048, false},
+        {"4096^3", 4096, 4096, 4096, false},
+        {"M=20 N=K=4096 linear", 20, 4096, 4096, true},
+    };
+    printf("\nmatmul f32 (GFLOP/s; linear: x [M,K] @ w^T, w [N,K] nn.Linear layout)\n");
+    printf("%-22s %7s %10s %10s %7s\n", "shape", "threads", "ggmlite", "OpenBLAS", "ratio");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mm_case *c = &cases[i];
+        if (!c->linear && c->M > o->max_cube) continue;
+        const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            const double g = flop / time_ggml_matmul(c, nth, o) * 1e-9;
+#ifdef GML_BENCH_OPENBLAS
+            const double b = flop / time_blas_matmul(c, nth, o) * 1e-9;
+            printf("%-22s %7d %10.1f %10.1f %7.2f\n", c->what, nth, g, b, g / b);
+#else
+            printf("%-22s %7d %10.1f %10s %7s\n", c->what, nth, g, "-", "-");
+#endif
+            fflush(stdout);
+        }
+    }
+}
+
+/* ---- attention forward ---------------------------------------------------
+ * TO ADD when the models (gml_mha, gml_gqa: branch `models`) and the memory
+ * planner (branch `sched`) land: f32 self-attention, no bias, rows
+ *   C1 MHA B=2 T=10   D=512  H=8
+ *   C2 MHA B=4 T=256  D=512  H=8
+ *   C3 MHA B=1 T=2048 D=512  H=8
+ *   C4 GQA B=2 T=10   D=4096 H=32 G=8
+ *   C5 GQA B=1 T=1024 D=1024 H=16 G=4
+ * each reporting ms, GFLOP/s (gml_graph_flops) and the planner's peak bytes,
+ * medians over o->runs after o->warmup, at every o->threads entry. */
+static void bench_attention(const opts *o) {
+    (void)o; /* nothing to run yet */
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static void print_machine(const opts *o) {
+    char model[256] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            char *colon = strchr(line, ':');
+            if (strncmp(line, "model name", 10) == 0 && colon) {
+                snprintf(model, sizeof model, "%s", colon + 2);
+                model[strcspn(model, "\n")] = '\0';
+                break;
+            }
+        }
+        fclose(f);
+    }
+    char date[32];
+    time_t tnow = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tnow));
+    printf("ggmlite %s bench: %s, %ld cores, ISA %s, %s\n", GML_VERSION, model,
+           sysconf(_SC_NPROCESSORS_ONLN), gml_isa_name(gml_get_isa()), date);
+    printf("medians of %d runs after %d warm-up; reference: %s\n", o->runs, o->warmup,
+#ifdef GML_BENCH_OPENBLAS
+           "OpenBLAS cblas_sgemm, same run, same threads"
+#else
+           "none (OpenBLAS not found at build time)"
+#endif
+    );
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
+                    "[--threads 1,2]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    opts o = {.runs = 10, .warmup = 2, .max_cube = 4096, .threads = {1, 2}, .n_threads = 2};
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) usage();
+        if (strcmp(argv[i], "--runs") == 0) {
+            o.runs = atoi(argv[++i]);
+            if (o.runs < 1 || o.runs > MAX_RUNS) usage();
+        } else if (strcmp(argv[i], "--max-cube") == 0) {
+            o.max_cube = atoll(argv[++i]);
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            o.n_threads = 0;
+            for (char *s = strtok(argv[++i], ","); s && o.n_threads < MAX_THREADS; s = strtok(NULL, ","))
+                if ((o.threads[o.n_threads++] = atoi(s)) < 1) usage();
+        } else {
+            usage();
+        }
+    }
+    print_machine(&o);
+    bench_matmul(&o);
+    bench_attention(&o);
+    return 0;
+}
