@@ -26,24 +26,26 @@
  * split changes no bit of the result. */
 #include "gemm.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
 /* ---- micro-kernels ------------------------------------------------------ */
 
-void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, const float *b, size_t ldb,
-                               float *c, size_t ldc, int m, int n, bool acc) {
+void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                               size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    const size_t a_rs = lda ? lda : 1, a_cs = lda ? 1 : (size_t)mr;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float s = acc ? c[(size_t)i * ldc + j] : 0.0f;
-            for (size_t k = 0; k < kc; k++) s = fmaf(a[k * (size_t)mr + i], b[k * ldb + j], s);
+            for (size_t k = 0; k < kc; k++) s = fmaf(a[i * a_rs + k * a_cs], b[k * ldb + j], s);
             c[(size_t)i * ldc + j] = s;
         }
 }
 
-void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, const float *b, size_t ldb,
-                                       float *c, size_t ldc, int m, int n, bool acc) {
-    gml_f32_gemm_ukernel__ref(4, kc, a, b, ldb, c, ldc, m, n, acc);
+void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, const float *b,
+                                       size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    gml_f32_gemm_ukernel__ref(4, kc, a, lda, b, ldb, c, ldc, m, n, acc);
 }
 
 const gml_gemm_variant gml_gemm_variants[] = {
@@ -122,8 +124,17 @@ enum {
     GEMM_MIN_CHUNK_FLOPS = 4 << 20, /* smaller chunks cost more than they balance */
 };
 
+/* How a product runs: Goto's loops, or one of the few-rows loops. */
+typedef enum gemm_path {
+    PATH_LARGE,  /* M > GEMM_SMALL_M */
+    PATH_ROWS,   /* few rows, C = A B: B streams in NR-column micro-panels */
+    PATH_ROWS_T, /* few rows, B = W^T with W's rows contiguous along k (an
+                    nn.Linear weight): C^T = W A^T, W read in place as the
+                    micro-kernel's A, A^T packed once as its B */
+} gemm_path;
+
 typedef struct gemm_plan {
-    bool small;
+    gemm_path path;
     int64_t MC, KC, NC;     /* cache blocks */
     int64_t tm, tn;         /* chunk tile */
     int64_t mt, nt;         /* tiles per batch along M and N */
@@ -134,9 +145,21 @@ typedef struct gemm_plan {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
+static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
+
+static gemm_path choose_path(const gml_gemm_desc *d) {
+    if (d->M > GEMM_SMALL_M) return PATH_LARGE;
+    if (d->b_rs == sizeof(float) && d->b_cs != sizeof(float) && is_float_stride(d->b_cs) &&
+        (uintptr_t)d->b % sizeof(float) == 0 && d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
+        d->b_bs[1] % (int64_t)sizeof(float) == 0)
+        return PATH_ROWS_T;
+    return PATH_ROWS;
+}
+
 /* Tiles of C handed out as chunks: about 3 per thread (dynamic chunks
  * absorb threads that run slower), each large enough to amortize packing
- * (the larger side of a tile is split first). One thread: one tile. */
+ * (the larger side of a tile is split first). One thread: one tile. Few
+ * rows: only N is split. */
 static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth) {
     const int64_t M = d->M, N = d->N, nbatch = d->nb0 * d->nb1;
     int64_t want = 1;
@@ -144,18 +167,20 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
         double flops = 2.0 * (double)M * (double)N * (double)d->K * (double)nbatch;
         want = GML_MAX((int64_t)1, GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS)));
     }
+    const bool large = pl->path == PATH_LARGE;
+    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr : nr; /* N tiles in whole micro-tiles */
     const int64_t per_batch = cdiv(want, nbatch);
-    const int64_t min_m = pl->small ? M : 4 * mr, min_n = (pl->small ? 2 : 4) * nr;
+    const int64_t min_m = large ? 4 * mr : M, min_n = (large ? 4 : 2) * n_unit;
     int64_t mt = 1, nt = 1;
     while (mt * nt < per_batch) {
         const int64_t tile_m = cdiv(M, mt), tile_n = cdiv(N, nt);
-        const bool split_n = tile_n >= 2 * min_n, split_m = tile_m >= 2 * min_m;
+        const bool split_n = tile_n >= 2 * min_n, split_m = large && tile_m >= 2 * min_m;
         if (split_n && (tile_n >= tile_m || !split_m)) nt++;
         else if (split_m) mt++;
         else break;
     }
     pl->tm = mt == 1 ? M : round_up(cdiv(M, mt), mr);
-    pl->tn = nt == 1 ? N : round_up(cdiv(N, nt), nr);
+    pl->tn = nt == 1 ? N : round_up(cdiv(N, nt), n_unit);
     pl->mt = cdiv(M, pl->tm);
     pl->nt = cdiv(N, pl->tn);
     pl->n_chunks = nbatch * pl->mt * pl->nt;
@@ -163,20 +188,29 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
 
 static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
     const int mr = v->mr, nr = v->nr;
-    gemm_plan pl = {.small = d->M <= GEMM_SMALL_M};
+    gemm_plan pl = {.path = choose_path(d)};
     plan_tiles(&pl, d, mr, nr, nth);
-    if (pl.small) {
-        pl.KC = GML_MIN(d->K, (int64_t)GEMM_SMALL_KC);
-        pl.MC = round_up(d->M, mr);
-        pl.NC = nr;
-    } else {
-        pl.KC = GML_MIN(d->K, (int64_t)GEMM_KC);
+    const int64_t K = GML_MAX(d->K, (int64_t)1);
+    switch (pl.path) {
+    case PATH_LARGE:
+        pl.KC = GML_MIN(K, (int64_t)GEMM_KC);
         pl.MC = GML_MIN(round_up(pl.tm, mr), GML_MAX((int64_t)mr, GEMM_MC / mr * mr));
         pl.NC = GML_MIN(round_up(pl.tn, nr), GML_MAX((int64_t)nr, GEMM_NC / nr * nr));
+        pl.a_floats = (size_t)(pl.MC * pl.KC);
+        pl.b_floats = (size_t)(pl.KC * pl.NC);
+        break;
+    case PATH_ROWS:
+        pl.KC = GML_MIN(K, (int64_t)GEMM_SMALL_KC);
+        pl.a_floats = (size_t)(round_up(d->M, mr) * pl.KC);
+        pl.b_floats = (size_t)(pl.KC * nr);
+        break;
+    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
+        pl.KC = K;
+        pl.b_floats = (size_t)(K * round_up(d->M, nr));
+        break;
     }
-    pl.KC = GML_MAX(pl.KC, (int64_t)1);
-    pl.a_floats = gml_align_up((size_t)(pl.MC * pl.KC), GML_ALIGN / sizeof(float));
-    pl.b_floats = gml_align_up((size_t)(pl.KC * pl.NC), GML_ALIGN / sizeof(float));
+    pl.a_floats = gml_align_up(pl.a_floats, GML_ALIGN / sizeof(float));
+    pl.b_floats = gml_align_up(pl.b_floats, GML_ALIGN / sizeof(float));
     return pl;
 }
 
@@ -214,7 +248,7 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                     const int n = (int)GML_MIN((int64_t)nr, nc - jr);
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int m = (int)GML_MIN((int64_t)mr, mc - ir);
-                        v->fn((size_t)kc, ap + ir * kc, bp + jr * kc, (size_t)nr,
+                        v->fn((size_t)kc, ap + ir * kc, 0, bp + jr * kc, (size_t)nr,
                               t->c + (ic + ir) * (int64_t)ldc + jc + jr, ldc, m, n, pc > 0);
                     }
                 }
@@ -223,13 +257,14 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
     }
 }
 
-static void run_small(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
-                      const gemm_tile *t, float *ap, float *bp) {
+/* Few rows, C = A B: A's rows (all of the tile's M) packed per K block,
+ * B's NR-column micro-panels packed on the fly or read in place. */
+static void run_rows(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
+                     const gemm_tile *t, float *ap, float *bp) {
     const int mr = v->mr, nr = v->nr;
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
-    /* B rows contiguous: full micro-panels are read in place */
-    const bool direct = d->b_cs == sizeof(float) && d->b_rs % (int64_t)sizeof(float) == 0 &&
-                        d->b_rs >= 0 && ((uintptr_t)t->b % sizeof(float)) == 0;
+    const bool direct = d->b_cs == sizeof(float) && is_float_stride(d->b_rs) &&
+                        (uintptr_t)t->b % sizeof(float) == 0;
     for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
         const int64_t kc = GML_MIN(pl->KC, d->K - pc);
         pack_a(t->a + pc * d->a_cs, d->a_rs, d->a_cs, t->tm, kc, mr, ap);
@@ -246,8 +281,35 @@ static void run_small(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
             }
             for (int64_t ir = 0; ir < t->tm; ir += mr) {
                 const int m = (int)GML_MIN((int64_t)mr, t->tm - ir);
-                v->fn((size_t)kc, ap + ir * kc, panel, ldb, t->c + ir * (int64_t)ldc + jr, ldc, m,
-                      n, pc > 0);
+                v->fn((size_t)kc, ap + ir * kc, 0, panel, ldb, t->c + ir * (int64_t)ldc + jr, ldc,
+                      m, n, pc > 0);
+            }
+        }
+    }
+}
+
+enum { GEMM_MAX_TILE = 64 * 64 };
+
+/* Few rows, B = W^T: C^T = W A^T. The micro-kernel reads MR rows of W in
+ * place (each W element is loaded once, by one broadcast) against A^T
+ * packed into NR-column panels, all of K at once, and its MR x NR tile of
+ * C^T is written back transposed. */
+static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const gemm_tile *t,
+                       float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float);
+    const size_t ldw = (size_t)d->b_cs / sizeof(float);
+    float tile[GEMM_MAX_TILE];
+    pack_b(t->a, d->a_cs, d->a_rs, K, t->tm, nr, bp); /* A^T [K x M] */
+    for (int64_t i0 = 0; i0 < t->tn; i0 += mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, t->tn - i0);
+        const float *w = (const float *)(t->b + i0 * d->b_cs);
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr) {
+            const int cols = (int)GML_MIN((int64_t)nr, t->tm - j0);
+            v->fn((size_t)K, w, ldw, bp + j0 * K, (size_t)nr, tile, (size_t)nr, rows, cols, false);
+            for (int j = 0; j < cols; j++) {
+                float *out = t->c + (j0 + j) * ldc + i0;
+                for (int i = 0; i < rows; i++) out[i] = tile[i * nr + j];
             }
         }
     }
@@ -256,6 +318,7 @@ static void run_small(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
     const gemm_plan pl = make_plan(d, v, p->nth);
+    assert(v->mr * v->nr <= GEMM_MAX_TILE);
     float *ap = (float *)p->wdata + (size_t)p->ith * (pl.a_floats + pl.b_floats);
     float *bp = ap + pl.a_floats;
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
@@ -272,8 +335,10 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
         if (d->K == 0) { /* an empty sum */
             for (int64_t i = 0; i < t.tm; i++)
                 memset(t.c + i * (d->c_rs / (int64_t)sizeof(float)), 0, (size_t)t.tn * sizeof(float));
-        } else if (pl.small) {
-            run_small(d, &pl, v, &t, ap, bp);
+        } else if (pl.path == PATH_ROWS_T) {
+            run_rows_t(d, v, &t, bp);
+        } else if (pl.path == PATH_ROWS) {
+            run_rows(d, &pl, v, &t, ap, bp);
         } else {
             run_large(d, &pl, v, &t, ap, bp);
         }

@@ -3,11 +3,13 @@
  * register-tile micro-kernel per ISA (ops/gemm_<isa>.c, listed in
  * ops/gemm.inc).
  *
- * Packed layouts. A micro-panel of A holds MR rows of an mc x kc block,
- * k-major: element (i, k) at a[k * MR + i], rows past the block's end zero.
- * A micro-panel of B holds NR columns of a kc x nc block, k-major: element
- * (k, j) at b[k * ldb + j] (ldb == NR when packed; a row-major B with full
- * panels may be read in place with its own row stride).
+ * Operand layouts. An A micro-panel holds MR rows of an mc x kc block:
+ * packed (lda == 0), k-major with element (i, k) at a[k * MR + i] and rows
+ * past the block's end zero; or read in place (lda > 0) from rows that are
+ * contiguous along k, element (i, k) at a[i * lda + k]. A B micro-panel
+ * holds NR columns of a kc x nc block, k-major: element (k, j) at
+ * b[k * ldb + j] (ldb == NR when packed, columns past the end zero; a
+ * row-major B with full panels may be read in place with its row stride).
  *
  * Arithmetic. Every output element is one chain of fused multiply-adds in k
  * order, starting from +0: c = fma(a[k], b[k], c) for k = 0, 1, ..., K-1.
@@ -21,20 +23,21 @@
 
 /* C[m x n] (row stride ldc floats, 1 <= m <= MR, 1 <= n <= NR)
  *   = (acc ? C : 0) + A_panel [m x kc] * B_panel [kc x n],
- * one fma chain per element as above; a and b as in "Packed layouts". */
-typedef void (*gml_f32_gemm_ukernel_fn)(size_t kc, const float *a, const float *b, size_t ldb,
-                                        float *c, size_t ldc, int m, int n, bool acc);
+ * one fma chain per element as above; a, lda, b, ldb as in "Operand
+ * layouts". An in-place A is read only in its m rows. */
+typedef void (*gml_f32_gemm_ukernel_fn)(size_t kc, const float *a, size_t lda, const float *b,
+                                        size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
 
-#define GML_UKERNEL(isa, fn, mr, nr)                                                      \
-    void fn(size_t kc, const float *a, const float *b, size_t ldb, float *c, size_t ldc, \
-            int m, int n, bool acc);
+#define GML_UKERNEL(isa, fn, mr, nr)                                                        \
+    void fn(size_t kc, const float *a, size_t lda, const float *b, size_t ldb, float *c,   \
+            size_t ldc, int m, int n, bool acc);
 #include "gemm.inc"
 #undef GML_UKERNEL
 
 /* The reference micro-kernel for any tile height mr (the scalar variant is
  * this at a fixed tile; the micro-kernel test compares every variant to it). */
-void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, const float *b, size_t ldb,
-                               float *c, size_t ldc, int m, int n, bool acc);
+void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                               size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
 
 typedef struct gml_gemm_variant {
     gml_isa isa;

@@ -6,16 +6,16 @@
 #include <immintrin.h>
 
 /* Lane mask for the first n of 8 lanes (n may be <= 0 or >= 8). */
-static inline __m256i lane_mask(int n) {
+static inline __m256i lanes(int n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
 #define MR 6
 
-void gml_f32_gemm_ukernel__avx2_6x16(size_t kc, const float *a, const float *b, size_t ldb,
-                                     float *c, size_t ldc, int m, int n, bool acc) {
-    const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
+void gml_f32_gemm_ukernel__avx2_6x16(size_t kc, const float *a, size_t lda, const float *b,
+                                     size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    const __m256i m0 = lanes(n), m1 = lanes(n - 8);
     __m256 c0[MR], c1[MR];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
@@ -25,16 +25,29 @@ void gml_f32_gemm_ukernel__avx2_6x16(size_t kc, const float *a, const float *b, 
             c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
         }
     }
-    for (size_t k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    if (lda == 0) { /* packed A: a[k * MR + i] */
+        for (size_t k = 0; k < kc; k++, a += MR, b += ldb) {
+            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            const __m256 ai = _mm256_broadcast_ss(a + i);
-            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+            for (int i = 0; i < MR; i++) {
+                const __m256 ai = _mm256_broadcast_ss(a + i);
+                c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+                c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+            }
         }
-        a += MR;
-        b += ldb;
+    } else { /* A in place: a[i * lda + k]; rows past m reread row 0 */
+        const float *row[MR];
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) row[i] = a + (i < m ? (size_t)i : 0) * lda;
+        for (size_t k = 0; k < kc; k++, b += ldb) {
+            const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+            for (int i = 0; i < MR; i++) {
+                const __m256 ai = _mm256_broadcast_ss(row[i] + k);
+                c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+                c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+            }
+        }
     }
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
