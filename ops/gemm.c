@@ -10,14 +10,20 @@
  *       pack B[pc.., jc..] -> Bp
  *       for ic in tile's M, step MC         A block  mc x kc   (L2)
  *         pack A[ic.., pc..] -> Ap
- *         for jr in nc, step NR             B micro-panel      (L1)
+ *         for jr in nc, step NR             B micro-panel      (L1/L2)
  *           for ir in mc, step MR
  *             ukernel(Ap[ir], Bp[jr]) -> C[ic+ir.., jc+jr..]
  *
- * Few rows (M <= GEMM_SMALL_M, decoding and small batches) are bound by
- * reading B (the weight) once: all of A's rows sit packed in L1/L2 while B
- * streams past one NR-column micro-panel at a time, packed on the fly (or
- * read in place when its rows are contiguous).
+ * Few rows (M <= 32, decoding and small batches) are bound by reading B
+ * (the weight) once, not by packing, and take one of two loops that stream
+ * it. When B's rows are contiguous (C = A B), all of A's rows sit packed in
+ * L1/L2 while B passes by in NR-column micro-panels read in place. When B
+ * is W^T with W's rows contiguous along k (an nn.Linear weight, or k^T in
+ * q k^T), C^T = W A^T: the micro-kernel reads MR rows of W in place as its
+ * A operand, against A^T packed once as its B operand, so W is never
+ * copied. The second loop beats Goto's (which must transpose W while
+ * packing it) up to M = 256 on this machine (~180 vs ~145 GFLOP/s on one
+ * core at 256 x 4096 x 4096), so it takes M <= 256 while A^T fits 16 MiB.
  *
  * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
  * gml_chunk_next and pack what they need into their own slice of the
@@ -153,16 +159,19 @@ enum {
     GEMM_KC = 512,
     GEMM_MC = 336,   /* rows; rounded down to a multiple of MR */
     GEMM_NC = 2048,  /* columns; rounded down to a multiple of NR */
-    GEMM_SMALL_M = 32,
+    GEMM_SMALL_M = 32,      /* PATH_ROWS up to here */
+    GEMM_ROWS_T_M = 256,    /* PATH_ROWS_T up to here, and while A^T fits: */
+    GEMM_ROWS_T_MAX_FLOATS = 4 << 20,
+    GEMM_MAX_NR = 32,       /* the widest tile in gemm.inc */
     GEMM_SMALL_KC = 512,
     GEMM_MIN_CHUNK_FLOPS = 4 << 20, /* smaller chunks cost more than they balance */
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
 typedef enum gemm_path {
-    PATH_LARGE,  /* M > GEMM_SMALL_M */
-    PATH_ROWS,   /* few rows, C = A B: B streams in NR-column micro-panels */
-    PATH_ROWS_T, /* few rows, B = W^T with W's rows contiguous along k (an
+    PATH_LARGE,  /* Goto's loops */
+    PATH_ROWS,   /* M <= 32, C = A B: B streams in NR-column micro-panels */
+    PATH_ROWS_T, /* M <= 256, B = W^T with W's rows contiguous along k (an
                     nn.Linear weight): C^T = W A^T, W read in place as the
                     micro-kernel's A, A^T packed once as its B */
 } gemm_path;
@@ -182,11 +191,14 @@ static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
 
 static gemm_path choose_path(const gml_gemm_desc *d) {
-    if (d->M > GEMM_SMALL_M) return PATH_LARGE;
-    if (d->b_rs == sizeof(float) && d->b_cs != sizeof(float) && is_float_stride(d->b_cs) &&
-        (uintptr_t)d->b % sizeof(float) == 0 && d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
-        d->b_bs[1] % (int64_t)sizeof(float) == 0)
+    const bool w_rows = d->b_rs == sizeof(float) && d->b_cs != sizeof(float) &&
+                        is_float_stride(d->b_cs) && (uintptr_t)d->b % sizeof(float) == 0 &&
+                        d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
+                        d->b_bs[1] % (int64_t)sizeof(float) == 0;
+    if (w_rows && d->M <= GEMM_ROWS_T_M &&
+        round_up(d->M, GEMM_MAX_NR) * d->K <= GEMM_ROWS_T_MAX_FLOATS)
         return PATH_ROWS_T;
+    if (d->M > GEMM_SMALL_M) return PATH_LARGE;
     return PATH_ROWS;
 }
 

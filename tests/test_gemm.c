@@ -136,14 +136,15 @@ static gml_tensor *rand_tensor(gml_context *ctx, int n_dims, const int64_t *ne) 
 
 /* Plain 2-D products on sizes around every tile and block edge. */
 static void shapes_2d(void) {
-    /* MR is 4, 6, 14 and NR 16, 32 across the variants; KC 256, MC 336,
-     * few-rows path up to M = 32 (its KC is 512). */
+    /* MR is 4, 6, 14 and NR 16, 32 across the variants; KC 512, MC 336,
+     * NC 2048; the few-rows path takes M <= 32 (its KC is 512 too). */
     static const int64_t dims[][3] = {
         {1, 1, 1},     {1, 7, 1},     {7, 1, 7},      {5, 16, 3},     {6, 17, 2},
         {13, 31, 33},  {14, 32, 7},   {15, 33, 100},  {4, 15, 1},     {3, 64, 257},
         {20, 100, 64}, {32, 33, 513}, {33, 65, 64},   {34, 47, 255},  {28, 96, 256},
         {29, 16, 511}, {45, 100, 257}, {100, 257, 33}, {257, 100, 7}, {337, 40, 20},
-        {60, 4100, 3}, {1, 300, 600}, {17, 1, 40},
+        {60, 4100, 3}, {1, 300, 600}, {17, 1, 40},    {40, 50, 1100}, {34, 47, 513},
+        {35, 2049, 2},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
@@ -222,8 +223,10 @@ static void linear(void) {
     }
     check("linear x [2,10,64], w [130,64] (decode batch folds to M=20)", ctx, T3(ctx, 2, 10, 64),
           T2(ctx, 130, 64), true, true);
-    check("linear x [4,9,40], w [50,40] (M=36, large path)", ctx, T3(ctx, 4, 9, 40), T2(ctx, 50, 40),
-          true, true);
+    check("linear x [4,9,40], w [50,40] (M=36: W rows in place, 2 panels of A^T)", ctx,
+          T3(ctx, 4, 9, 40), T2(ctx, 50, 40), true, true);
+    check("linear x [300,40], w [50,40] (M > 256: Goto's loops, W^T packed)", ctx,
+          T2(ctx, 300, 40), T2(ctx, 50, 40), true, true);
     check("linear x [20,600], w [40,600] (K > few-rows KC)", ctx, T2(ctx, 20, 600), T2(ctx, 40, 600),
           true, true);
     gml_free(ctx);
