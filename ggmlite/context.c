@@ -204,6 +204,18 @@ gml_tensor *gml_get_tensor(gml_context *ctx, const char *name) {
     return NULL;
 }
 
+gml_tensor *gml_get_first_tensor(const gml_context *ctx) {
+    return ctx && ctx->first ? &ctx->first->tensor : NULL;
+}
+
+/* t is the first member of its object, so the object starts where t does. */
+gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t) {
+    (void)ctx;
+    if (!t) return NULL;
+    const struct gml_object *o = (const struct gml_object *)(const void *)t;
+    return o->next ? &o->next->tensor : NULL;
+}
+
 void gml_set_flags(gml_tensor *t, int flags) {
     if (t) t->flags |= flags;
 }

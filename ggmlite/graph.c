@@ -22,6 +22,8 @@ static int lookup(const gml_graph *g, const gml_tensor *t) {
     return g->hash_keys[i] ? g->hash_vals[i] : -1;
 }
 
+int gml_graph_entry(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+
 static bool grow(gml_graph *g) {
     size_t old_cap = g->hash_cap;
     const gml_tensor **old_keys = g->hash_keys;
@@ -64,12 +66,16 @@ static int insert(gml_graph *g, gml_tensor *t) {
 static bool push_sorted(gml_graph *g, gml_tensor *t) {
     bool leaf = t->op == GML_OP_NONE;
     gml_tensor ***list = leaf ? &g->leafs : &g->nodes;
-    int *n = leaf ? &g->n_leafs : &g->n_nodes;
-    gml_tensor **grown = realloc(*list, (size_t)(*n + 1) * sizeof **list);
-    if (!grown) return false;
-    *list = grown;
+    int *n = leaf ? &g->n_leafs : &g->n_nodes, *cap = leaf ? &g->leafs_cap : &g->nodes_cap;
+    if (*n == *cap) { /* grow geometrically: building stays linear in the graph size */
+        int c = *cap ? *cap * 2 : 64;
+        gml_tensor **grown = realloc(*list, (size_t)c * sizeof **list);
+        if (!grown) return false;
+        *list = grown;
+        *cap = c;
+    }
     g->entries[lookup(g, t)].pos = leaf ? -1 - *n : *n;
-    grown[(*n)++] = t;
+    (*list)[(*n)++] = t;
     return true;
 }
 

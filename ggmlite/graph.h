@@ -14,9 +14,9 @@ struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
 
     gml_tensor **nodes; /* topological order */
-    int n_nodes;
+    int n_nodes, nodes_cap;
     gml_tensor **leafs;
-    int n_leafs;
+    int n_leafs, leafs_cap;
 
     /* every tensor of the graph, found through an XXH3-keyed hash set */
     struct gml_graph_entry *entries;
@@ -33,6 +33,9 @@ struct gml_graph {
     size_t work_size;
     char err[GML_ERR_MAX];
 };
+
+/* Index of t in g->entries, or -1. */
+int gml_graph_entry(const gml_graph *g, const gml_tensor *t);
 
 /* Frees what compute keeps between runs (compute.c). */
 void gml_graph_release_compute(gml_graph *g);

@@ -1,0 +1,198 @@
+/* File helpers: messages, byte sources, whole-file reads, atomic writes. */
+#define _XOPEN_SOURCE 700 /* pread, fdopen, fileno, fsync */
+#include "file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool gml_errf(char *err, size_t err_size, const char *fmt, ...) {
+    if (err && err_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size) {
+    *s = (gml_source){.what = path, .fd = -1};
+    if (!path) return gml_errf(err, err_size, "(null): no path given");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return gml_errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return gml_errf(err, err_size, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return gml_errf(err, err_size, "%s: not a regular file", path);
+    }
+    s->fd = fd;
+    s->size = (uint64_t)st.st_size;
+    return true;
+}
+
+void gml_source_close(gml_source *s) {
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+}
+
+bool gml_source_read(const gml_source *s, uint64_t offset, void *dst, size_t n, char *err,
+                     size_t err_size) {
+    if (offset > s->size || n > s->size - offset)
+        return gml_errf(err, err_size,
+                        "%s: offset %" PRIu64 ": %zu bytes wanted, but the file ends at byte %" PRIu64,
+                        s->what, offset, n, s->size);
+    if (s->buf) {
+        if (n) memcpy(dst, s->buf + offset, n);
+        return true;
+    }
+    char *p = dst;
+    while (n > 0) {
+        size_t chunk = GML_MIN(n, (size_t)1 << 30);
+        ssize_t got = pread(s->fd, p, chunk, (off_t)offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return gml_errf(err, err_size, "%s: offset %" PRIu64 ": read failed: %s", s->what,
+                            offset, strerror(errno));
+        if (got == 0) /* the file shrank since we measured it */
+            return gml_errf(err, err_size,
+                            "%s: offset %" PRIu64 ": unexpected end of file (it was %" PRIu64
+                            " bytes when opened)", s->what, offset, s->size);
+        p += got;
+        offset += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return true;
+}
+
+bool gml_read_file(const char *path, void **buf, size_t *len, char *err, size_t err_size) {
+    *buf = NULL;
+    *len = 0;
+    gml_source s;
+    if (!gml_source_open(&s, path, err, err_size)) return false;
+    if (s.size >= SIZE_MAX) {
+        gml_source_close(&s);
+        return gml_errf(err, err_size, "%s: %" PRIu64 " bytes is too large to read", path, s.size);
+    }
+    char *p = malloc((size_t)s.size + 1);
+    if (!p) {
+        gml_source_close(&s);
+        return gml_errf(err, err_size, "%s: out of memory reading %" PRIu64 " bytes", path, s.size);
+    }
+    bool ok = gml_source_read(&s, 0, p, (size_t)s.size, err, err_size);
+    gml_source_close(&s);
+    if (!ok) {
+        free(p);
+        return false;
+    }
+    p[s.size] = '\0';
+    *buf = p;
+    *len = (size_t)s.size;
+    return true;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+static _Atomic unsigned tmp_counter;
+
+bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_size) {
+    *out = (gml_outfile){.path = path};
+    if (!path) return gml_errf(err, err_size, "(null): no path given");
+    size_t cap = strlen(path) + 64;
+    out->tmp = malloc(cap);
+    if (!out->tmp) return gml_errf(err, err_size, "%s: out of memory", path);
+    /* A fresh name each try; O_EXCL never reuses someone else's file. The
+     * mode goes through the umask, as for any new file. */
+    for (int attempt = 0;; attempt++) {
+        snprintf(out->tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), tmp_counter++);
+        int fd = open(out->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            out->f = fdopen(fd, "wb");
+            if (out->f) return true;
+            int e = errno;
+            close(fd);
+            unlink(out->tmp);
+            errno = e;
+        }
+        if (fd >= 0 || errno != EEXIST || attempt == 100) {
+            gml_errf(err, err_size, "%s: cannot create temporary file %s: %s", path, out->tmp,
+                     strerror(errno));
+            free(out->tmp);
+            out->tmp = NULL;
+            return false;
+        }
+    }
+}
+
+bool gml_outfile_write(gml_outfile *out, const void *p, size_t n, char *err, size_t err_size) {
+    errno = 0;
+    if (n && fwrite(p, 1, n, out->f) != n)
+        return gml_errf(err, err_size, "%s: write failed: %s", out->path,
+                        errno ? strerror(errno) : "unknown error");
+    return true;
+}
+
+bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, size_t err_size) {
+    if (gml_is_contiguous(t))
+        return gml_outfile_write(out, t->data, (size_t)gml_nelements(t) * gml_type_size(t->type),
+                                 err, err_size);
+    /* Rows [i0, i1, i2, :], gathered element by element into a buffer. */
+    enum { CHUNK = 4096 };
+    uint32_t buf[CHUNK];
+    const int64_t n = t->ne[3];
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+                    int64_t m = GML_MIN((int64_t)CHUNK, n - j0);
+                    for (int64_t j = 0; j < m; j++)
+                        memcpy(&buf[j], gml_ptr(t, i0, i1, i2, j0 + j), sizeof buf[j]);
+                    if (!gml_outfile_write(out, buf, (size_t)m * sizeof buf[0], err, err_size))
+                        return false;
+                }
+    return true;
+}
+
+static void finish(gml_outfile *out, bool remove_tmp) {
+    if (out->tmp && remove_tmp) unlink(out->tmp);
+    free(out->tmp);
+    out->tmp = NULL;
+    out->f = NULL;
+}
+
+bool gml_outfile_commit(gml_outfile *out, char *err, size_t err_size) {
+    const char *step = NULL;
+    if (fflush(out->f) != 0) step = "write failed";
+    else if (fsync(fileno(out->f)) != 0) step = "sync failed";
+    int e = errno;
+    if (fclose(out->f) != 0 && !step) {
+        step = "close failed";
+        e = errno;
+    }
+    if (!step && rename(out->tmp, out->path) != 0) {
+        step = "cannot rename the temporary file into place";
+        e = errno;
+    }
+    if (step) {
+        gml_errf(err, err_size, "%s: %s: %s", out->path, step, strerror(e));
+        finish(out, true);
+        return false;
+    }
+    finish(out, false);
+    return true;
+}
+
+void gml_outfile_abort(gml_outfile *out) {
+    if (out->f) fclose(out->f);
+    finish(out, true);
+}

@@ -1,0 +1,84 @@
+/* File helpers shared by the file formats (npy.c, safetensors.c) and the
+ * tools: one-line messages into a caller's buffer, a byte source that is
+ * either memory or an open file (so one parser serves gml_parse_* and
+ * gml_load_*), whole-file reads, and atomic writes (a temporary file in the
+ * same directory, renamed into place). Internal; not installed. */
+#ifndef GGMLITE_FILE_H
+#define GGMLITE_FILE_H
+
+#include "internal.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ggmlite's file formats are little-endian and are read by memcpy: little-endian hosts only"
+#endif
+
+/* Writes a message into err (nothing if err is NULL or err_size is 0) and
+ * returns false, so readers can `return gml_errf(err, size, ...)`. */
+bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4);
+
+/* Little-endian integers at p (any alignment). */
+static inline uint64_t gml_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static inline uint32_t gml_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint16_t gml_le16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline void gml_put_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void gml_put_le32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Where a reader's bytes come from: a buffer in memory or an open regular
+ * file. `what` names it in messages (the path, or the caller's label). */
+typedef struct gml_source {
+    const char *what;
+    uint64_t size;              /* bytes available */
+    const unsigned char *buf;   /* memory source, or NULL */
+    int fd;                     /* file source (when buf is NULL) */
+} gml_source;
+
+static inline gml_source gml_source_memory(const void *buf, size_t len, const char *what) {
+    return (gml_source){.what = what ? what : "<memory>", .size = len, .buf = buf, .fd = -1};
+}
+/* Opens a regular file: "<path>: cannot open: <errno text>" on failure. */
+bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size);
+void gml_source_close(gml_source *s);
+/* Copies bytes [offset, offset + n) into dst. Fails (with a message naming
+ * the range and the size) if they are not all there. */
+bool gml_source_read(const gml_source *s, uint64_t offset, void *dst, size_t n, char *err,
+                     size_t err_size);
+
+/* A whole file into a malloc'd buffer (*buf, *len; the caller frees *buf;
+ * one extra NUL byte follows the content). */
+bool gml_read_file(const char *path, void **buf, size_t *len, char *err, size_t err_size);
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* An output written to "<path>.tmp.<pid>.<n>" and renamed to path by commit;
+ * abort (or a failed commit) removes the temporary file, so a failed save
+ * never leaves a partial file at path. Messages: "<path>: <what failed>:
+ * <errno text>". */
+typedef struct gml_outfile {
+    const char *path;
+    char *tmp;
+    FILE *f;
+} gml_outfile;
+
+bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_size);
+bool gml_outfile_write(gml_outfile *out, const void *p, size_t n, char *err, size_t err_size);
+/* t's elements in logical C order (outermost index slowest), whatever its
+ * strides: a permuted or sliced view writes what it shows. */
+bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, size_t err_size);
+/* Flushes, syncs, closes and renames into place; on failure removes the
+ * temporary file. Either way out is finished. */
+bool gml_outfile_commit(gml_outfile *out, char *err, size_t err_size);
+void gml_outfile_abort(gml_outfile *out);
+
+#endif /* GGMLITE_FILE_H */

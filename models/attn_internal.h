@@ -1,0 +1,54 @@
+/* What the attention blocks share (the models/ sources only). A block is a fixed
+ * sequence of these steps:
+ *
+ *   gml_attn_prepare   check config, inputs, weights; project q, k, v; mask
+ *   gml_attn_scores    q k^T                          [B, H, Tq, Tk]
+ *   gml_attn_softmax   scale, masks, softmax -> attn  [B, H, Tq, Tk]
+ *   gml_attn_context   attn v                         [B, H, Tq, d_k]
+ *   gml_attn_output    merge heads, W_o -> out        [B, Tq, D]
+ *
+ * with the relative-position terms of relpos.c added between them. */
+#ifndef GGMLITE_ATTN_INTERNAL_H
+#define GGMLITE_ATTN_INTERNAL_H
+
+#include "../ggmlite/internal.h"
+#include "attention.h"
+
+typedef struct gml_attn_plan {
+    const char *block; /* "mha", "gqa", "relpos": starts every message */
+    int64_t B, Tq, Tk, D, H, G, dk;
+    bool causal;
+    gml_gqa_form form;
+    const gml_attn_weights *w;
+    gml_tensor *q;     /* [B, Tq, H*d_k] projected queries, contiguous */
+    gml_tensor *k, *v; /* [B, Tk, G*d_k] projected keys and values, contiguous */
+    gml_tensor *mask;  /* additive key mask [B, 1, 1|Tq, Tk], or NULL */
+} gml_attn_plan;
+
+/* gml_fail for functions returning bool: records the message, returns false. */
+bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* Validates everything the block needs (shapes, types, divisibility) and
+ * adds the q, k, v projections and the valid-length mask. False, with the
+ * reason on ctx, on any mistake. (attn_common.c) */
+bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                      const gml_attn_weights *w, const gml_attn_inputs *in, gml_attn_plan *p);
+
+/* x [B, T, n*d_k] -> [B, T, n, d_k] (a view). (attn_common.c) */
+gml_tensor *gml_attn_split(gml_context *ctx, gml_tensor *x, int64_t n, int64_t dk);
+
+/* Raw scores q k^T [B, H, Tq, Tk], unscaled. (gqa.c: both GQA forms) */
+gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p);
+
+/* softmax(scores / sqrt(d_k) + mask, causal) -> attn [B, H, Tq, Tk]. */
+gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores);
+
+/* attn [B, H, Tq, Tk] @ v -> ctx [B, H, Tq, d_k]. (gqa.c: both GQA forms) */
+gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn);
+
+/* heads [B, Tq, H, d_k] (any strides) -> out [B, Tq, D] = merged W_o^T + b_o,
+ * returned with attn as the block's result. (attn_common.c) */
+gml_attn_result gml_attn_output(gml_context *ctx, const gml_attn_plan *p, gml_tensor *heads,
+                                gml_tensor *attn);
+
+#endif

@@ -1,0 +1,27 @@
+/* Multi-head attention, as PyTorch code writes it:
+ *
+ *   q, k, v = x W_q^T, x W_k^T, x W_v^T           [B, T, D]
+ *   -> view [B, T, H, d_k] -> permute [B, H, T, d_k]  (views, no copies)
+ *   attn = softmax(q k^T / sqrt(d_k) + masks)     [B, H, Tq, Tk]
+ *   ctx  = attn v                                 [B, H, Tq, d_k]
+ *   out  = ctx -> [B, Tq, H, d_k] -> [B, Tq, D], W_o
+ *
+ * Only the merge of the heads copies (PyTorch's .contiguous()); k^T is a
+ * transposed view the matmul reads as it is, and 1/sqrt(d_k) is fused into
+ * the softmax. */
+#include "attn_internal.h"
+
+gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                        gml_attn_inputs in) {
+    if (ctx && cfg.n_kv_heads != 0 && cfg.n_kv_heads != cfg.n_heads) {
+        gml_fail(ctx, "mha: kv_heads %d differs from heads %d; grouped-query attention is gml_gqa",
+                 cfg.n_kv_heads, cfg.n_heads);
+        return (gml_attn_result){0};
+    }
+    gml_attn_plan p;
+    if (!gml_attn_prepare(ctx, "mha", &cfg, w, &in, &p)) return (gml_attn_result){0};
+    gml_tensor *scores = gml_attn_scores(ctx, &p);        /* [B, H, Tq, Tk] */
+    gml_tensor *attn = gml_attn_softmax(ctx, &p, scores); /* [B, H, Tq, Tk] */
+    gml_tensor *heads = gml_attn_context(ctx, &p, attn);  /* [B, H, Tq, d_k] */
+    return gml_attn_output(ctx, &p, gml_permute(ctx, heads, (int[]){0, 2, 1, 3}), attn);
+}

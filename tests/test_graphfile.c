@@ -1,0 +1,303 @@
+#define _POSIX_C_SOURCE 200809L
+/* Graph files: a graph saved as text and read back is the same graph (equal
+ * digest) and computes the same bytes; hand-written files with symbols,
+ * expressions and nested calls build what the C API builds; every parse
+ * error says file:line:col and what was wrong. */
+#include "check.h"
+
+#include <unistd.h>
+
+static char tmpdir[64];
+
+/* Binds `input`/`param` names to tensors of a table (the CLI binds files). */
+typedef struct bindings {
+    gml_tensor *t[16];
+    int n;
+} bindings;
+
+static gml_tensor *bind_by_name(void *user, const char *name, bool is_param) {
+    (void)is_param;
+    bindings *b = user;
+    for (int i = 0; i < b->n; i++)
+        if (strcmp(b->t[i]->name, name) == 0) return b->t[i];
+    return NULL;
+}
+
+/* Every op form at least once: an attention block with a relative-position
+ * term, valid lengths, a cache copy and a view with an offset. */
+typedef struct built {
+    gml_tensor *out, *attn, *x, *w, *w2, *lens, *table, *cache;
+} built;
+
+static built build_reference(gml_context *ctx, bool flag_leafs) {
+    built b;
+    const int64_t B = 2, T = 5, D = 12, H = 3, dk = 4, P = 2;
+    b.x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, B, T, D), "x");
+    b.w = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, D, D), "w_q.weight");
+    b.w2 = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, D), "w_q.bias");
+    b.lens = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, B), "valid_lens");
+    b.table = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 2 * P + 1, dk), "rel_k.weight");
+    b.cache = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, B, 2 * T, D), "cache");
+    if (flag_leafs) {
+        gml_set_flags(b.x, GML_FLAG_INPUT);
+        gml_set_flags(b.lens, GML_FLAG_INPUT);
+        gml_set_flags(b.cache, GML_FLAG_INPUT);
+        gml_set_flags(b.w, GML_FLAG_PARAM);
+        gml_set_flags(b.w2, GML_FLAG_PARAM);
+        gml_set_flags(b.table, GML_FLAG_PARAM);
+    }
+    gml_tensor *q = gml_linear(ctx, b.x, b.w, b.w2);                  /* [B, T, D] */
+    gml_tensor *qh = gml_permute(ctx, gml_reshape(ctx, q, 4, (int64_t[]){B, T, H, dk}),
+                                 (int[]){0, 2, 1, 3});                 /* [B, H, T, dk] */
+    gml_tensor *kh = gml_repeat_interleave(
+        ctx, gml_view(ctx, qh, 4, (int64_t[]){B, 1, T, dk}, (size_t[]){qh->nb[0], qh->nb[1], qh->nb[2], 4}, 4 * dk),
+        H, 1);                                                         /* [B, H, T, dk] */
+    gml_tensor *s = gml_matmul(ctx, qh, gml_transpose(ctx, kh, -2, -1)); /* [B, H, T, T] */
+    gml_tensor *rel = gml_get_rows(ctx, b.table, gml_relpos_index(ctx, T, T, P)); /* [T, T, dk] */
+    gml_tensor *srel = gml_permute(ctx, gml_matmul(ctx, gml_permute(ctx, qh, (int[]){2, 0, 1, 3}),
+                                                   gml_transpose(ctx, gml_reshape(ctx, rel, 4, (int64_t[]){T, 1, T, dk}), -2, -1)),
+                                   (int[]){1, 2, 0, 3});              /* [B, H, T, T] */
+    s = gml_add(ctx, s, srel);
+    gml_tensor *mask = gml_valid_len_mask(ctx, b.lens, T);            /* [B, 1, 1, T] */
+    b.attn = gml_softmax(ctx, s, mask, 0.5f, true);
+    gml_set_name(b.attn, "attn");
+    gml_tensor *c = gml_matmul(ctx, b.attn, kh);                      /* [B, H, T, dk] */
+    c = gml_reshape(ctx, gml_cont(ctx, gml_permute(ctx, c, (int[]){0, 2, 1, 3})), 3, (int64_t[]){B, T, D});
+    c = gml_mul(ctx, gml_scale(ctx, c, 1.0f / 3.0f), q);
+    gml_tensor *slot = gml_view(ctx, b.cache, 3, (int64_t[]){B, T, D},
+                                (size_t[]){b.cache->nb[1], b.cache->nb[2], b.cache->nb[3]}, (size_t)T * D * 4);
+    b.out = gml_cpy(ctx, c, slot);
+    gml_set_name(b.out, "out");
+    return b;
+}
+
+static void fill(built *b, uint64_t seed) {
+    chk_rng r = chk_seed(seed);
+    chk_fill_uniform(b->x, &r, -1, 1);
+    chk_fill_uniform(b->w, &r, -0.5f, 0.5f);
+    chk_fill_uniform(b->w2, &r, -0.5f, 0.5f);
+    chk_fill_uniform(b->table, &r, -1, 1);
+    chk_fill_value(b->cache, 0.25f);
+    ((int32_t *)b->lens->data)[0] = 3;
+    ((int32_t *)b->lens->data)[1] = 5;
+}
+
+static void test_round_trip(void) {
+    chk_case("save then parse gives the same graph and the same bytes");
+    gml_context *c1 = chk_ctx(1 << 22);
+    built a = build_reference(c1, true);
+    CHECK(a.out && a.attn, "reference graph builds: %s", gml_last_error(c1));
+    if (!a.out) return;
+    gml_tensor *outs1[2] = {a.out, a.attn};
+    gml_graph *g1 = gml_build_graph(c1, outs1, 2);
+    char path[128], err[512] = "";
+    snprintf(path, sizeof path, "%s/attn.graph", tmpdir);
+    CHECK(gml_save_graph(path, g1, outs1, 2, err, sizeof err) == GML_OK, "save: %s", err);
+
+    /* Read it back, binding the leafs to the first context's tensors' data. */
+    gml_context *c2 = chk_ctx(1 << 22);
+    built b = build_reference(c2, true); /* only its leafs are used */
+    bindings bind = {{b.x, b.w, b.w2, b.lens, b.table, b.cache}, 6};
+    gml_graph_binder binder = {.bind = bind_by_name, .user = &bind};
+    gml_tensor *outs2[4];
+    int n = gml_load_graph(c2, path, &binder, outs2, 4, err, sizeof err);
+    CHECK(n == 2, "load: %d outputs: %s", n, err);
+    if (n != 2) return;
+    CHECK(strcmp(outs2[0]->name, "out") == 0 && strcmp(outs2[1]->name, "attn") == 0,
+          "outputs keep their names: %s, %s", outs2[0]->name, outs2[1]->name);
+    gml_graph *g2 = gml_build_graph(c2, outs2, 2);
+    CHECK(gml_graph_n_nodes(g2) == gml_graph_n_nodes(g1), "node count %d vs %d", gml_graph_n_nodes(g2),
+          gml_graph_n_nodes(g1));
+    CHECK(gml_graph_digest(g2) == gml_graph_digest(g1), "digest %016llx vs %016llx",
+          (unsigned long long)gml_graph_digest(g2), (unsigned long long)gml_graph_digest(g1));
+
+    fill(&a, 7);
+    fill(&b, 7);
+    CHECK(gml_graph_compute(g1, 2) == GML_OK, "compute original: %s", gml_graph_error(g1));
+    CHECK_RUN(g2, .outs = outs2, .n_outs = 2);
+    CHECK(gml_graph_compute(g2, 2) == GML_OK, "compute loaded: %s", gml_graph_error(g2));
+    float *want_out = chk_dense(a.out), *want_attn = chk_dense(a.attn);
+    CHECK_EQUAL(outs2[0], want_out, "loaded graph's out equals the original's");
+    CHECK_EQUAL(outs2[1], want_attn, "loaded graph's attn equals the original's");
+    free(want_out);
+    free(want_attn);
+
+    /* Saving the loaded graph again writes the same text. */
+    char path2[128];
+    snprintf(path2, sizeof path2, "%s/attn2.graph", tmpdir);
+    CHECK(gml_save_graph(path2, g2, outs2, 2, err, sizeof err) == GML_OK, "save again: %s", err);
+    FILE *f1 = fopen(path, "rb"), *f2 = fopen(path2, "rb");
+    char t1[16384] = "", t2[16384] = "";
+    size_t n1 = f1 ? fread(t1, 1, sizeof t1 - 1, f1) : 0, n2 = f2 ? fread(t2, 1, sizeof t2 - 1, f2) : 0;
+    CHECK(n1 > 0 && n1 == n2 && memcmp(t1, t2, n1) == 0, "the text is a fixed point (%zu vs %zu bytes)", n1, n2);
+    CHECK_CONTAINS(t1, "param w_q.weight f32 [12, 12]");
+    CHECK_CONTAINS(t1, "input valid_lens i32 [2]");
+    CHECK_CONTAINS(t1, "softmax(");
+    CHECK_CONTAINS(t1, "output out\noutput attn\n");
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+    gml_graph_free(g1);
+    gml_graph_free(g2);
+    gml_free(c1);
+    gml_free(c2);
+}
+
+/* A hand-written file with symbols, let, sqrt, nested calls and name=value
+ * arguments builds the same graph as the C API. */
+static const char *HAND =
+    "# one attention head, written by hand\n"
+    "let dk = D / H\n"
+    "input x f32 [B, T, D]      # B and T come from the bound tensor\n"
+    "param w f32 [D, D]\n"
+    "qh = permute(reshape(linear(x, w), [B, T, H, dk]), [0, 2, 1, 3])\n"
+    "a = softmax(matmul(qh, transpose(qh, -2, -1)), none, scale = 1 / sqrt(dk), causal=true)\n"
+    "o = reshape(cont(permute(matmul(a, qh), [0, 2, 1, 3])), [B, T, H * dk])\n"
+    "output o, a\n";
+
+static void test_hand_written(void) {
+    chk_case("hand-written file with symbols");
+    const int64_t B = 2, T = 3, D = 8, H = 2;
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, B, T, D), "x");
+    gml_tensor *w = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, D, D), "w");
+    chk_rng r = chk_seed(3);
+    chk_fill_uniform(x, &r, -1, 1);
+    chk_fill_uniform(w, &r, -1, 1);
+    bindings bind = {{x, w}, 2};
+    const char *names[] = {"D", "H"};
+    const int64_t values[] = {D, H};
+    gml_graph_binder binder = {bind_by_name, &bind, names, values, 2};
+    gml_tensor *outs[2];
+    char err[512] = "";
+    int n = gml_parse_graph(ctx, HAND, strlen(HAND), "hand.graph", &binder, outs, 2, err, sizeof err);
+    CHECK(n == 2, "parse: %s", err);
+    if (n != 2) return;
+
+    /* the same through the C API */
+    gml_tensor *qh = gml_permute(ctx, gml_reshape(ctx, gml_linear(ctx, x, w, NULL), 4, (int64_t[]){B, T, H, D / H}),
+                                 (int[]){0, 2, 1, 3});
+    gml_tensor *a = gml_softmax(ctx, gml_matmul(ctx, qh, gml_transpose(ctx, qh, -2, -1)), NULL,
+                                1.0f / sqrtf((float)(D / H)), true);
+    gml_tensor *o = gml_reshape(ctx, gml_cont(ctx, gml_permute(ctx, gml_matmul(ctx, a, qh), (int[]){0, 2, 1, 3})),
+                                3, (int64_t[]){B, T, D});
+    gml_tensor *api[2] = {o, a};
+    gml_graph *g_file = gml_build_graph(ctx, outs, 2), *g_api = gml_build_graph(ctx, api, 2);
+    CHECK(gml_graph_digest(g_file) == gml_graph_digest(g_api), "file and C API build the same graph");
+    CHECK(gml_graph_compute(g_file, 1) == GML_OK && gml_graph_compute(g_api, 1) == GML_OK, "compute");
+    float *want = chk_dense(o);
+    CHECK_EQUAL(outs[0], want, "file graph output equals the C API's");
+    free(want);
+    CHECK(outs[0]->flags & GML_FLAG_OUTPUT, "outputs flagged");
+    CHECK(x->flags & GML_FLAG_INPUT && w->flags & GML_FLAG_PARAM, "leafs flagged input/param");
+    gml_graph_free(g_file);
+    gml_graph_free(g_api);
+    gml_free(ctx);
+}
+
+/* Unbound declarations make leafs in the context; symbols must be known. */
+static void test_unbound(void) {
+    chk_case("unbound inputs are created");
+    gml_context *ctx = chk_ctx(1 << 20);
+    const char *txt = "input a f32 [2, 3]\ninput b f32 [3]\ns = add(a, b)\noutput s\n";
+    gml_tensor *out[1];
+    char err[256] = "";
+    CHECK(gml_parse_graph(ctx, txt, strlen(txt), "u.graph", NULL, out, 1, err, sizeof err) == 1, "%s", err);
+    gml_tensor *a = gml_get_tensor(ctx, "a");
+    CHECK(a && a->data && a->n_dims == 2 && a->ne[2] == 2 && a->ne[3] == 3, "leaf a [2,3] created with data");
+    gml_free(ctx);
+}
+
+typedef struct bad_case {
+    const char *text, *want;
+} bad_case;
+
+static void test_errors(void) {
+    static const bad_case cases[] = {
+        {"input x f32 [2, 3]\ny = sofmax(x)\noutput y\n", "bad.graph:2:5: unknown op 'sofmax'; known ops: view"},
+        {"input x f32 [2, 3]\ny = add(x, z)\noutput y\n", "bad.graph:2:12: unknown tensor 'z'"},
+        {"input x f32 [2, 3]\ny = scale(x, 1.5.5)\noutput y\n", "bad.graph:2:14: bad number '1.5.5'"},
+        {"input x f32 [2, 3]\ny = transpose(x, 0)\noutput y\n", "bad.graph:2:5: transpose: missing argument 'd1'"},
+        {"input x f32 [2, 3]\ny = cont(x, x)\noutput y\n", "bad.graph:2:13: cont takes at most 1 arguments"},
+        {"input x f32 [2, 3]\ny = softmax(x, causal=true, causal=false)\noutput y\n",
+         "bad.graph:2:29: softmax: argument 'causal' given twice"},
+        {"input x f32 [2, 3]\ny = softmax(x, causal=1)\noutput y\n", "bad.graph:2:23: expected a name, found '1'"},
+        {"input x f32 [2, 3]\ny = softmax(x, warmth=1)\noutput y\n", "bad.graph:2:16: softmax has no argument 'warmth'"},
+        {"input x f32 [2, 3]\ny = softmax(scale=2, x)\noutput y\n",
+         "bad.graph:2:22: softmax: a positional argument after name=value ones"},
+        {"input x f32 [2, 3]\ninput x f32 [3]\noutput x\n", "bad.graph:2:7: 'x' is already defined"},
+        {"input let f32 [2]\noutput let\n", "bad.graph:1:7: 'let' is a reserved word"},
+        {"input x f64 [2]\noutput x\n", "bad.graph:1:9: type 'f64' is not f32 or i32"},
+        {"input x f32 [2, 0]\noutput x\n", "bad.graph:1:17: size 0 of dim 1; sizes are >= 1"},
+        {"input x f32 [1, 2, 3, 4, 5]\noutput x\n", "bad.graph:1:26: more than 4 dimensions"},
+        {"input x f32 [N]\noutput x\n", "bad.graph:1:14: unknown symbol 'N'"},
+        {"let n = 7 / 2\n", "bad.graph:1:9: expected a whole number, got 3.5"},
+        {"let n = 7 / (3 - 3)\n", "bad.graph:1:11: division by zero"},
+        {"input x f32 [2, 3]\ny = reshape(x, [4, 2])\noutput y\n",
+         "bad.graph:2:5: reshape(x): [2,3] has 6 elements, [4,2] has 8"},
+        {"input q f32 [2, 8, 10, 64]\ninput k f32 [2, 8, 32, 10]\ns = matmul(q, k)\noutput s\n",
+         "bad.graph:3:5: matmul(q, k): inner sizes differ: [2,8,10,64] @ [2,8,32,10]"},
+        {"input x f32 [2, 3]\ny = cont(x) z\noutput y\n", "bad.graph:2:13: unexpected 'z' after the statement"},
+        {"input x f32 [2, 3]\ny = cont(x\noutput y\n", "bad.graph:2:11: expected ')' before the end of the line"},
+        {"input x f32 [2, 3]\n", "bad.graph:2:1: no 'output' statement"},
+        {"input x f32 [2, 3]\noutput x, x, x\n", "bad.graph:2:14: more than 2 outputs"},
+        {"let a = 1\ny = cont(a)\noutput y\n", "bad.graph:2:10: 'a' is a number, not a tensor"},
+        {"input x f32 [2]\nlet n = x + 1\n", "bad.graph:2:9: 'x' is a tensor, not a number"},
+        {"let n = sqrt(-4)\n", "bad.graph:1:9: sqrt of a negative number"},
+        {"input x f32 [2]\ny = view(x, [2], [1], 1)\noutput y\n", "bad.graph:2:5: view(x): shape [2] with byte strides [4] at offset 4"},
+        {"let n = 1e999\n", "bad.graph:1:9: bad number '1e999'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        chk_case("bad graph %zu", i);
+        gml_context *ctx = chk_ctx(1 << 16);
+        gml_tensor *out[2];
+        char err[512] = "";
+        int n = gml_parse_graph(ctx, cases[i].text, strlen(cases[i].text), "bad.graph", NULL, out, 2, err,
+                                sizeof err);
+        CHECK(n == -1, "parse fails (got %d)", n);
+        CHECK_CONTAINS(err, cases[i].want);
+        CHECK(strchr(err, '\n') == NULL, "one line: %s", err);
+        gml_free(ctx);
+    }
+
+    chk_case("binding mismatch");
+    gml_context *ctx = chk_ctx(1 << 16);
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 2, 5), "x");
+    bindings bind = {{x}, 1};
+    gml_graph_binder binder = {.bind = bind_by_name, .user = &bind};
+    const char *txt = "input x f32 [2, 3]\noutput x\n";
+    gml_tensor *out[1];
+    char err[512] = "";
+    CHECK(gml_parse_graph(ctx, txt, strlen(txt), "b.graph", &binder, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "b.graph:1:7: input 'x': dim 1 is declared 3 but the bound tensor is [2,5]");
+    const char *txt2 = "input x i32 [2, 5]\noutput x\n";
+    CHECK(gml_parse_graph(ctx, txt2, strlen(txt2), "b.graph", &binder, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "input 'x' is declared i32 with 2 dims, but the bound tensor is f32 [2,5]");
+
+    chk_case("missing file");
+    CHECK(gml_load_graph(ctx, "/nonexistent/g.graph", NULL, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "/nonexistent/g.graph");
+    gml_free(ctx);
+
+    chk_case("NUL byte");
+    ctx = chk_ctx(1 << 16);
+    const char nul[] = "input x f32 [2]\0\noutput x\n";
+    CHECK(gml_parse_graph(ctx, nul, sizeof nul - 1, "n.graph", NULL, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "n.graph:1:1: a NUL byte");
+    gml_free(ctx);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gml_graphfile_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_round_trip();
+    test_hand_written();
+    test_unbound();
+    test_errors();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return chk_summary();
+}

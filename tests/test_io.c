@@ -1,0 +1,786 @@
+/* File I/O: .npy and safetensors readers and writers.
+ *
+ *   test_io FIXTURES_DIR
+ *
+ * - round trips are bit-exact (f32 specials: -0, inf, NaN payloads,
+ *   denormals; i32; 1..4 dims, odd sizes), and views (permuted, sliced) are
+ *   written in logical C order, checked against index arithmetic on the base;
+ * - every PyTorch fixture loads with the shapes its case implies, and loaded
+ *   values match bytes read by plain fread at the offsets the formats define;
+ * - bad inputs (every truncation of valid files, broken headers, unsupported
+ *   dtypes and layouts, overlaps, ...) fail with a one-line message naming
+ *   the file and what was expected;
+ * - failed saves leave no file behind and never clobber an existing one. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, setrlimit */
+#include "ggmlite.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- harness -------------------------------------------------------------- */
+
+static long n_checks, n_failures;
+
+static void check_at(bool ok, const char *file, int line, const char *fmt, ...) {
+    n_checks++;
+    if (ok) return;
+    n_failures++;
+    if (n_failures > 50) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d: FAIL: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+#define CHECK(cond, ...) check_at((cond) != 0, __FILE__, __LINE__, __VA_ARGS__)
+
+static char err[1024];
+
+/* A loader call that must fail: NULL, a one-line message holding each of
+ * the substrings. */
+static void expect_fail_at(const char *file, int line, const char *call, gml_context *ctx,
+                           const char *const *subs) {
+    if (ctx) {
+        check_at(false, file, line, "%s: expected a failure, got a context", call);
+        gml_free(ctx);
+        return;
+    }
+    check_at(err[0] != '\0', file, line, "%s: failed without a message", call);
+    check_at(strchr(err, '\n') == NULL, file, line, "%s: message is not one line: %s", call, err);
+    for (; *subs; subs++)
+        check_at(strstr(err, *subs) != NULL, file, line, "%s: message \"%s\" lacks \"%s\"", call,
+                 err, *subs);
+}
+#define EXPECT_FAIL(call, ...)                                                                  \
+    expect_fail_at(__FILE__, __LINE__, #call, (err[0] = '\0', (call)),                          \
+                   (const char *const[]){__VA_ARGS__, NULL})
+
+static uint64_t rng_state = 12345;
+static uint64_t rng(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* ---- scratch files -------------------------------------------------------- */
+
+static char tmpdir[64];
+
+/* tmpdir/name, in one of 4 rotating buffers: copy it to keep it longer. */
+static const char *tmp_path(const char *name) {
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static bool write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(p, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+/* The whole file, malloc'd (NULL if it cannot be read). */
+static unsigned char *read_bytes(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *p = NULL;
+    size_t cap = 0, n = 0, got;
+    do {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            p = realloc(p, cap);
+        }
+        got = fread(p + n, 1, cap - n, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    *len = n;
+    return p;
+}
+
+static bool file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Names in tmpdir containing ".tmp." (leftovers of a failed save). */
+static int count_temp_files(void) {
+    DIR *d = opendir(tmpdir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strstr(e->d_name, ".tmp.")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    char p[512];
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(p);
+        else remove(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+static size_t nbytes_dense(const gml_tensor *t) { return (size_t)gml_nelements(t) * 4; }
+
+static bool same_shape_type(const gml_tensor *a, const gml_tensor *b) {
+    return a->type == b->type && gml_same_shape(a, b);
+}
+
+/* f32 bit patterns worth a round trip, then random bits. */
+static uint32_t random_word(gml_type type) {
+    static const uint32_t special[] = {
+        0x00000000, 0x80000000,             /* +0, -0 */
+        0x7f800000, 0xff800000,             /* +inf, -inf */
+        0x7fc00000, 0x7fc12345, 0xffc00001, /* quiet NaNs with payloads */
+        0x7f800001, 0xffbfffff,             /* signalling NaNs */
+        0x00000001, 0x807fffff, 0x00400000, /* denormals */
+        0x7f7fffff, 0x00800000,             /* FLT_MAX, FLT_MIN */
+    };
+    uint64_t r = rng();
+    if (type == GML_F32 && r % 4 == 0) return special[(r >> 8) % (sizeof special / sizeof *special)];
+    return (uint32_t)(r >> 32);
+}
+
+static gml_tensor *random_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne) {
+    gml_tensor *t = gml_new_tensor(ctx, type, n_dims, ne);
+    uint32_t *w = t->data;
+    for (int64_t i = 0; i < gml_nelements(t); i++) w[i] = random_word(type);
+    return t;
+}
+
+/* ---- round trips ---------------------------------------------------------- */
+
+static void test_round_trips(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 8 << 20});
+    const char *npy = tmp_path("rt.npy"), *st = tmp_path("rt.safetensors");
+    for (int trial = 0; trial < 60; trial++) {
+        int n_dims = 1 + trial % 4, n = 1 + (int)(rng() % 5);
+        const gml_tensor *ts[5];
+        for (int k = 0; k < n; k++) {
+            int64_t ne[4];
+            for (int d = 0; d < n_dims; d++) ne[d] = 1 + (int64_t)(rng() % 9); /* 1..9 */
+            char name[32];
+            snprintf(name, sizeof name, "t%d.w\"%d", trial, k); /* a quote: must be escaped */
+            ts[k] = gml_set_name(random_tensor(ctx, rng() % 2 ? GML_F32 : GML_I32, n_dims, ne), name);
+        }
+
+        /* .npy: the first tensor */
+        CHECK(gml_save_npy(npy, ts[0], err, sizeof err) == GML_OK, "save_npy: %s", err);
+        gml_context *back = gml_load_npy(npy, "x", err, sizeof err);
+        CHECK(back, "load_npy: %s", err);
+        if (back) {
+            gml_tensor *t = gml_get_tensor(back, "x");
+            CHECK(t && same_shape_type(t, ts[0]) && !memcmp(t->data, ts[0]->data, nbytes_dense(t)),
+                  "npy round trip %d differs", trial);
+            gml_free(back);
+        }
+        size_t len;
+        unsigned char *bytes = read_bytes(npy, &len);
+        CHECK(bytes && len >= 10 && (len - nbytes_dense(ts[0])) % 64 == 0 && bytes[6] == 1,
+              "npy %d: data should start at a multiple of 64 in a version 1.0 file", trial);
+        back = gml_parse_npy(bytes, len, "mem", NULL, err, sizeof err);
+        CHECK(back && gml_get_tensor(back, "mem"), "parse_npy names the tensor after what: %s", err);
+        gml_free(back);
+        free(bytes);
+
+        /* safetensors: all of them, in order */
+        CHECK(gml_save_safetensors(st, ts, n, err, sizeof err) == GML_OK, "save_safetensors: %s",
+              err);
+        back = gml_load_safetensors(st, err, sizeof err);
+        CHECK(back, "load_safetensors: %s", err);
+        if (!back) continue;
+        size_t want_mem = 0;
+        for (int k = 0; k < n; k++) {
+            gml_tensor *t = gml_get_tensor(back, ts[k]->name);
+            CHECK(t && t->id == k, "safetensors %d: tensor '%s' missing or out of order", trial,
+                  ts[k]->name);
+            if (!t) continue;
+            CHECK(same_shape_type(t, ts[k]) && !memcmp(t->data, ts[k]->data, nbytes_dense(t)),
+                  "safetensors round trip %d, tensor %d differs", trial, k);
+            CHECK((uintptr_t)t->data % 64 == 0, "tensor data should be 64-byte aligned");
+            want_mem += gml_tensor_overhead() + (nbytes_dense(t) + 63) / 64 * 64;
+        }
+        CHECK(gml_used_mem(back) == want_mem, "arena should be sized exactly: used %zu, want %zu",
+              gml_used_mem(back), want_mem);
+        gml_free(back);
+        bytes = read_bytes(st, &len);
+        uint64_t hlen = 0;
+        for (int i = 7; bytes && len >= 8 && i >= 0; i--) hlen = hlen << 8 | bytes[i];
+        CHECK(bytes && hlen % 8 == 0 && bytes[8] == '{', "safetensors header: padded to 8 bytes");
+        free(bytes);
+        gml_free(ctx);
+        ctx = gml_init((gml_init_params){.mem_size = 8 << 20});
+    }
+    gml_free(ctx);
+}
+
+/* Element i of a view, found from the base's dense data by index arithmetic:
+ * the view has shape ne (n_dims, outermost first) and element strides es
+ * into base, starting at element off. */
+static uint32_t view_elem(const uint32_t *base, int n_dims, const int64_t *ne, const int64_t *es,
+                          int64_t off, int64_t i) {
+    int64_t pos = off;
+    for (int d = n_dims - 1; d >= 0; d--) {
+        pos += (i % ne[d]) * es[d];
+        i /= ne[d];
+    }
+    return base[pos];
+}
+
+static void check_view_saved(gml_tensor *v, const uint32_t *base, int n_dims, const int64_t *ne,
+                             const int64_t *es, int64_t off, const char *what) {
+    int64_t n = 1;
+    for (int d = 0; d < n_dims; d++) n *= ne[d];
+    const char *path = tmp_path("view.npy");
+    CHECK(gml_save_npy(path, v, err, sizeof err) == GML_OK, "%s: save_npy: %s", what, err);
+    const gml_tensor *vs[1] = {v};
+    const char *spath = tmp_path("view.safetensors");
+    CHECK(gml_save_safetensors(spath, vs, 1, err, sizeof err) == GML_OK, "%s: save: %s", what, err);
+    gml_context *a = gml_load_npy(path, "v", err, sizeof err);
+    gml_context *b = gml_load_safetensors(spath, err, sizeof err);
+    CHECK(a && b, "%s: load: %s", what, err);
+    for (int k = 0; a && b && k < 2; k++) {
+        gml_tensor *t = k ? gml_get_tensor(b, v->name) : gml_get_tensor(a, "v");
+        CHECK(t && t->n_dims == n_dims, "%s: loaded shape", what);
+        if (!t) continue;
+        for (int d = 0; d < n_dims; d++)
+            CHECK(gml_dim(t, d) == ne[d], "%s: dim %d is %" PRId64 ", want %" PRId64, what, d,
+                  gml_dim(t, d), ne[d]);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += ((uint32_t *)t->data)[i] != view_elem(base, n_dims, ne, es, off, i);
+        CHECK(bad == 0, "%s (%s): %d of %" PRId64 " elements differ from the view's logical order",
+              what, k ? "safetensors" : "npy", bad, n);
+    }
+    gml_free(a);
+    gml_free(b);
+}
+
+static void test_views(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    const int64_t B = 3, T = 5, D = 7;
+    gml_tensor *x = gml_set_name(random_tensor(ctx, GML_F32, 3, (int64_t[]){B, T, D}), "x");
+    const uint32_t *base = x->data;
+
+    /* permute(2, 0, 1): [D, B, T] */
+    gml_tensor *p = gml_permute(ctx, x, (const int[]){2, 0, 1});
+    check_view_saved(p, base, 3, (int64_t[]){D, B, T}, (int64_t[]){1, T * D, D}, 0, "permute");
+
+    /* transpose(-2, -1) of a 4-D tensor */
+    gml_tensor *y = random_tensor(ctx, GML_I32, 4, (int64_t[]){2, 3, 4, 5});
+    check_view_saved(gml_transpose(ctx, y, -2, -1), y->data, 4, (int64_t[]){2, 3, 5, 4},
+                     (int64_t[]){60, 20, 1, 5}, 0, "transpose");
+
+    /* x[1:3, ::2, 2:6]: a sliced view at an offset */
+    size_t nb[3] = {(size_t)(T * D * 4), (size_t)(2 * D * 4), 4};
+    gml_tensor *s = gml_view(ctx, x, 3, (int64_t[]){2, 3, 4}, nb, (size_t)((T * D + 2) * 4));
+    CHECK(s, "view: %s", gml_last_error(ctx));
+    if (s)
+        check_view_saved(s, base, 3, (int64_t[]){2, 3, 4}, (int64_t[]){T * D, 2 * D, 1},
+                         T * D + 2, "slice");
+
+    /* a column: x[:, :, 3] as a 2-D view */
+    gml_tensor *c = gml_view(ctx, x, 2, (int64_t[]){B, T}, (size_t[]){(size_t)(T * D * 4),
+                             (size_t)(D * 4)}, 3 * 4);
+    if (c) check_view_saved(c, base, 2, (int64_t[]){B, T}, (int64_t[]){T * D, D}, 3, "column");
+    gml_free(ctx);
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+typedef struct fixture_case {
+    const char *name;
+    int64_t B, Tq, Tk, D;
+    bool bias, native, rel_v;
+} fixture_case;
+
+/* From gen_fixtures.py's PUBLIC list (B, Tq, Tk, D and the weights it
+ * saves); heads, kv-heads and max-rel are read from each args file. */
+static const fixture_case CASES[] = {
+    {"mha_seed", 2, 10, 10, 512, false, false, false},
+    {"mha_d2l_cross_validlens", 2, 4, 6, 100, false, false, false},
+    {"mha_bias_causal", 2, 7, 7, 48, true, false, false},
+    {"mha_torch_native", 3, 5, 5, 32, true, true, false},
+    {"gqa_seed_small", 2, 10, 10, 256, false, false, false},
+    {"mqa", 1, 6, 6, 64, false, false, false},
+    {"relpos_key", 2, 9, 9, 32, false, false, false},
+    {"relpos_key_value", 2, 9, 9, 32, false, false, true},
+};
+
+/* The integer after `flag` in an args line, or dflt. */
+static int64_t arg_int(const char *args, const char *flag, int64_t dflt) {
+    const char *p = strstr(args, flag);
+    return p ? strtoll(p + strlen(flag), NULL, 10) : dflt;
+}
+
+static void check_shape(const gml_tensor *t, const char *what, int n, const int64_t *ne) {
+    char got[64];
+    gml_format_shape(t, got, sizeof got);
+    bool ok = t && t->type == GML_F32 && t->n_dims == n;
+    for (int d = 0; ok && d < n; d++) ok = gml_dim(t, d) == ne[d];
+    char want[64] = "[";
+    for (int d = 0; d < n; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? "," : "", ne[d]);
+    strcat(want, "]");
+    CHECK(ok, "%s: shape %s, want f32 %s", what, got, want);
+}
+
+/* Element k of t (contiguous) against the 4 bytes at file offset `at`. */
+static void check_raw(const gml_tensor *t, int64_t k, const char *path, long at) {
+    FILE *f = fopen(path, "rb");
+    float raw = 0;
+    bool ok = f && fseek(f, at, SEEK_SET) == 0 && fread(&raw, 4, 1, f) == 1;
+    if (f) fclose(f);
+    CHECK(ok && t && k < gml_nelements(t) && memcmp(&raw, (const float *)t->data + k, 4) == 0,
+          "%s: element %" PRId64 " should equal the float at file offset %ld (%g)", path, k, at,
+          (double)raw);
+}
+
+static void test_fixture(const char *dir, const fixture_case *c) {
+    char path[512], args[512] = "";
+    snprintf(path, sizeof path, "%s/%s/args", dir, c->name);
+    FILE *f = fopen(path, "r");
+    CHECK(f && fgets(args, sizeof args, f), "%s: cannot read", path);
+    if (f) fclose(f);
+    const int64_t H = arg_int(args, "--heads ", 0), KV = arg_int(args, "--kv-heads ", H),
+                  P = arg_int(args, "--max-rel ", -1), B = c->B, Tq = c->Tq, Tk = c->Tk, D = c->D;
+    CHECK(H > 0 && D % H == 0, "%s: heads %" PRId64 " from args", c->name, H);
+    if (H <= 0) return;
+    const int64_t dk = D / H;
+
+    /* weights: names in file order, with shapes */
+    typedef struct { const char *name; int n; int64_t ne[2]; } weight;
+    weight w[12];
+    int n = 0;
+#define W(nm, ...) (w[n++] = (weight){nm, sizeof((int64_t[]){__VA_ARGS__}) / 8, {__VA_ARGS__}})
+    if (c->native) {
+        W("in_proj_weight", 3 * D, D);
+        W("out_proj.weight", D, D);
+        W("in_proj_bias", 3 * D);
+        W("out_proj.bias", D);
+    } else {
+        static const char *const proj[4] = {"w_q", "w_k", "w_v", "w_o"};
+        for (int i = 0; i < 4; i++) {
+            int64_t rows = i == 1 || i == 2 ? KV * dk : D;
+            static char names[4][2][16];
+            snprintf(names[i][0], 16, "%s.weight", proj[i]);
+            snprintf(names[i][1], 16, "%s.bias", proj[i]);
+            W(names[i][0], rows, D);
+            if (c->bias) W(names[i][1], rows);
+        }
+        if (P >= 0) W("rel_k.weight", 2 * P + 1, dk);
+        if (c->rel_v) W("rel_v.weight", 2 * P + 1, dk);
+    }
+#undef W
+    snprintf(path, sizeof path, "%s/%s/weights.safetensors", dir, c->name);
+    gml_context *ctx = gml_load_safetensors(path, err, sizeof err);
+    CHECK(ctx, "%s", err);
+    if (ctx) {
+        size_t mem = 0;
+        for (int i = 0; i < n; i++) {
+            gml_tensor *t = gml_get_tensor(ctx, w[i].name);
+            char what[600];
+            snprintf(what, sizeof what, "%s: '%s'", path, w[i].name);
+            CHECK(t && t->id == i, "%s: missing or not tensor %d in file order", what, i);
+            if (!t) continue;
+            check_shape(t, what, w[i].n, w[i].ne);
+            mem += gml_tensor_overhead() + (nbytes_dense(t) + 63) / 64 * 64;
+        }
+        /* Exactly these tensors: the arena holds them and nothing more. */
+        CHECK(gml_used_mem(ctx) == mem, "%s: %zu arena bytes used; the %d expected tensors need %zu",
+              path, gml_used_mem(ctx), n, mem);
+        /* One value by plain fread: the second weight's element 5, at
+         * 8 + header length + its begin offset (the first weight's size). */
+        size_t len;
+        unsigned char *bytes = read_bytes(path, &len);
+        uint64_t hlen = 0;
+        for (int i = 7; bytes && len >= 8 && i >= 0; i--) hlen = hlen << 8 | bytes[i];
+        free(bytes);
+        gml_tensor *t0 = gml_get_tensor(ctx, w[0].name), *t1 = gml_get_tensor(ctx, w[1].name);
+        if (t0 && t1) check_raw(t1, 5, path, (long)(8 + hlen + nbytes_dense(t0) + 5 * 4));
+        gml_free(ctx);
+    }
+
+    /* arrays */
+    bool cross = strstr(args, "--query") != NULL;
+    struct { const char *file; int n; int64_t ne[4]; } a[5] = {
+        {"out.npy", 3, {B, Tq, D}},
+        {"attn.npy", 4, {B, H, Tq, Tk}},
+        {cross ? "q.npy" : "x.npy", 3, {B, Tq, D}},
+        {"k.npy", 3, {B, Tk, D}},
+        {"v.npy", 3, {B, Tk, D}},
+    };
+    for (int i = 0; i < (cross ? 5 : 3); i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", dir, c->name, a[i].file);
+        ctx = gml_load_npy(path, NULL, err, sizeof err);
+        CHECK(ctx, "%s", err);
+        if (!ctx) continue;
+        char name[16];
+        snprintf(name, sizeof name, "%.*s", (int)(strlen(a[i].file) - 4), a[i].file);
+        gml_tensor *t = gml_get_tensor(ctx, name);
+        CHECK(t, "%s: no tensor named '%s' (the file's base name)", path, name);
+        check_shape(t, path, a[i].n, a[i].ne);
+        /* numpy puts these headers' data at byte 128 */
+        if (t) check_raw(t, gml_nelements(t) - 3, path, 128 + (long)(gml_nelements(t) - 3) * 4);
+        gml_free(ctx);
+    }
+}
+
+/* ---- bad inputs ------------------------------------------------------------ */
+
+static unsigned char buf[1 << 16];
+
+/* A .npy file in buf: preamble of version major.0, the dict padded to 64
+ * with spaces and '\n', then data_bytes bytes. */
+static size_t make_npy(int major, const char *dict, size_t data_bytes) {
+    size_t pre = major == 1 ? 10 : 12, dlen = strlen(dict);
+    size_t total = (pre + dlen + 1 + 63) / 64 * 64, hlen = total - pre;
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    buf[7] = 0;
+    for (size_t i = 0; i < pre - 8; i++) buf[8 + i] = (unsigned char)(hlen >> (8 * i));
+    memcpy(buf + pre, dict, dlen);
+    memset(buf + pre + dlen, ' ', hlen - dlen - 1);
+    buf[total - 1] = '\n';
+    for (size_t i = 0; i < data_bytes; i++) buf[total + i] = (unsigned char)(i * 7 + 1);
+    return total + data_bytes;
+}
+
+/* A safetensors file in buf: the JSON as it is, then data_bytes bytes. */
+static size_t make_st(const char *json, size_t data_bytes) {
+    size_t n = strlen(json);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, json, n);
+    for (size_t i = 0; i < data_bytes; i++) buf[8 + n + i] = (unsigned char)(i * 7 + 1);
+    return 8 + n + data_bytes;
+}
+
+#define NPY(dict, bytes) gml_parse_npy(buf, make_npy(1, dict, bytes), "x.npy", "x", err, sizeof err)
+#define ST(json, bytes) gml_parse_safetensors(buf, make_st(json, bytes), "w.safetensors", err, sizeof err)
+
+/* Every proper prefix of a valid file fails cleanly, parsed and loaded. */
+static void check_prefixes(const unsigned char *file, size_t len, bool npy, const char *name) {
+    const char *path = tmp_path(name);
+    for (size_t k = 0; k < len; k++) {
+        err[0] = '\0';
+        gml_context *a = npy ? gml_parse_npy(file, k, name, "x", err, sizeof err)
+                             : gml_parse_safetensors(file, k, name, err, sizeof err);
+        CHECK(!a && strstr(err, name) && !strchr(err, '\n'),
+              "%s cut to %zu of %zu bytes: want a failure naming the file, got %s", name, k, len,
+              a ? "a context" : err);
+        gml_free(a);
+        if (!write_bytes(path, file, k)) continue;
+        err[0] = '\0';
+        a = npy ? gml_load_npy(path, "x", err, sizeof err) : gml_load_safetensors(path, err, sizeof err);
+        CHECK(!a && strstr(err, path), "%s cut to %zu bytes (file): got %s", name, k,
+              a ? "a context" : err);
+        gml_free(a);
+    }
+    gml_context *whole = npy ? gml_parse_npy(file, len, name, "x", err, sizeof err)
+                             : gml_parse_safetensors(file, len, name, err, sizeof err);
+    CHECK(whole, "%s: the whole file should load: %s", name, err);
+    gml_free(whole);
+}
+
+static void test_bad_npy(void) {
+    const char *good = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    size_t len = make_npy(1, good, 24);
+    unsigned char file[256];
+    memcpy(file, buf, len);
+    check_prefixes(file, len, true, "small.npy");
+    len = make_npy(2, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", 12);
+    memcpy(file, buf, len);
+    check_prefixes(file, len, true, "small_v2.npy");
+
+    /* accepted variants */
+    const char *ok[] = {
+        good,
+        "{\"shape\": (2, 3), \"descr\": \"<f4\", \"fortran_order\": False}",
+        "  { 'fortran_order' :False,'shape':( 2 ,3 , ),'descr':'<f4' }  ",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 1, 3), }",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        gml_context *c = NPY(ok[i], 24);
+        CHECK(c && gml_nelements(gml_get_tensor(c, "x")) == 6, "should load: %s: %s", ok[i], err);
+        gml_free(c);
+    }
+    for (int major = 2; major <= 3; major++) {
+        gml_context *c = gml_parse_npy(buf, make_npy(major, good, 24), "x.npy", "x", err, sizeof err);
+        CHECK(c, "version %d.0 should load: %s", major, err);
+        gml_free(c);
+    }
+    /* 0-D: loads as [1] */
+    gml_context *c = NPY("{'descr': '<i4', 'fortran_order': False, 'shape': (), }", 4);
+    gml_tensor *t = c ? gml_get_tensor(c, "x") : NULL;
+    CHECK(t && t->n_dims == 1 && t->ne[3] == 1 && t->type == GML_I32, "0-D loads as [1]: %s", err);
+    gml_free(c);
+
+    /* bad preamble */
+    len = make_npy(1, good, 24);
+    buf[0] = 'X';
+    EXPECT_FAIL(gml_parse_npy(buf, len, "x.npy", "x", err, sizeof err), "x.npy: offset 0",
+                "not a .npy file", "\\x93NUMPY");
+    make_npy(1, good, 24);
+    buf[6] = 4;
+    EXPECT_FAIL(gml_parse_npy(buf, len, "x.npy", "x", err, sizeof err), "offset 6",
+                "version 4.0 is not supported");
+    buf[6] = 1;
+    buf[7] = 1;
+    EXPECT_FAIL(gml_parse_npy(buf, len, "x.npy", "x", err, sizeof err), "version 1.1");
+    make_npy(1, good, 24);
+    buf[8] = 0xe8, buf[9] = 0x03; /* header length 1000 */
+    EXPECT_FAIL(gml_parse_npy(buf, len, "x.npy", "x", err, sizeof err), "offset 8",
+                "header length 1000 goes past the end", "the file is 152 bytes");
+
+    /* bad headers */
+    EXPECT_FAIL(NPY("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 48),
+                "x.npy: offset 20: dtype '<f8' is not supported; expected '<f4' or '<i4'");
+    EXPECT_FAIL(NPY("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24), "'>f4'");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24),
+                "offset 44", "fortran_order is True");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 1, 3, 1), }", 24),
+                "shape has 5 dims", "1 to 4");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20),
+                "offset 128", "data is 20 bytes", "(2, 3)", "needs 24");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28),
+                "data is 28 bytes", "needs exactly 24");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }", 24),
+                "needs more than");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}x", 24), "unexpected 'x'");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'shape': (2, 3), }", 24), "no 'fortran_order' key");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", 24),
+                "unknown key 'x'");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", 24),
+                "key 'descr' appears twice");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (6)}", 24), "(n,)");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (-6,)}", 24), "negative");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 6)}", 24), "size 0");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3.0)}", 24),
+                "expected ',' or ')'");
+    EXPECT_FAIL(NPY("{'descr': '<f4, 'fortran_order': False, 'shape': (6,)}", 24), "offset");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': false, 'shape': (6,)}", 24),
+                "expected True or False");
+    EXPECT_FAIL(NPY("{'descr': '<f4' 'fortran_order': False, 'shape': (6,)}", 24),
+                "expected ',' or '}'");
+    EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (6,),,}", 24), "offset");
+    EXPECT_FAIL(NPY("['<f4', False, (6,)]", 24), "offset 10", "expected '{'");
+    EXPECT_FAIL(NPY("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,)}", 24),
+                "descr as a quoted string");
+    EXPECT_FAIL(NPY("{'descr': 'a\\'b', 'fortran_order': False, 'shape': (6,)}", 24), "escape");
+    EXPECT_FAIL(gml_parse_npy("", 0, "x.npy", "x", err, sizeof err), "x.npy", "0 bytes");
+
+    /* file errors */
+    EXPECT_FAIL(gml_load_npy(tmp_path("missing.npy"), "x", err, sizeof err), "missing.npy",
+                "No such file or directory");
+    EXPECT_FAIL(gml_load_npy(tmpdir, "x", err, sizeof err), "not a regular file");
+}
+
+static void test_bad_safetensors(void) {
+    const char *good = "{\"__metadata__\":{\"format\":\"pt\"},"
+                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                       "\"b\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[24,32]}}  ";
+    size_t len = make_st(good, 32);
+    unsigned char file[512];
+    memcpy(file, buf, len);
+    check_prefixes(file, len, false, "small.safetensors");
+
+    gml_context *c = ST(good, 32);
+    CHECK(c && gml_get_tensor(c, "a") && gml_get_tensor(c, "b") && !gml_get_tensor(c, "__metadata__"),
+          "metadata is skipped, tensors load: %s", err);
+    if (c) CHECK(!memcmp(gml_get_tensor(c, "b")->data, buf + len - 8, 8), "b's bytes");
+    gml_free(c);
+    c = ST("{}", 0);
+    CHECK(c && gml_used_mem(c) == 0, "an empty header loads as an empty context: %s", err);
+    gml_free(c);
+    c = ST("{\"s\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4);
+    gml_tensor *t = c ? gml_get_tensor(c, "s") : NULL;
+    CHECK(t && t->n_dims == 1 && t->ne[3] == 1, "a 0-D scalar loads as [1]: %s", err);
+    gml_free(c);
+    len = make_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 16);
+    c = gml_parse_safetensors(buf, len, "w.safetensors", err, sizeof err);
+    CHECK(c && gml_get_tensor(c, "a")->id == 0 && !memcmp(gml_get_tensor(c, "a")->data, buf + len - 8, 8),
+          "tensors in header order, data from their own offsets: %s", err);
+    gml_free(c);
+
+    /* header length */
+    EXPECT_FAIL(gml_parse_safetensors(buf, 7, "w.safetensors", err, sizeof err), "w.safetensors",
+                "file is 7 bytes", "8-byte header length");
+    len = make_st(good, 32);
+    buf[0] = 0xff, buf[1] = 0x7f;
+    EXPECT_FAIL(gml_parse_safetensors(buf, len, "w.safetensors", err, sizeof err), "offset 0",
+                "header length 32767 goes past the end of the file", "(185 bytes, so at most 177)");
+    memset(buf, 0xff, 8);
+    EXPECT_FAIL(gml_parse_safetensors(buf, len, "w.safetensors", err, sizeof err),
+                "header length 18446744073709551615");
+
+    /* JSON */
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]", 24),
+                "w.safetensors: offset", "not valid JSON");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\" \"shape\":[2]}}", 24), "offset 28", "not valid JSON");
+    EXPECT_FAIL(ST("[1, 2]", 24), "offset 8", "header is an array, expected a JSON object");
+    EXPECT_FAIL(ST("{} x", 24), "offset 11", "unexpected byte 0x78");
+    EXPECT_FAIL(ST("", 24), "not valid JSON");
+    EXPECT_FAIL(ST("{\"__metadata__\":{\"k\":1}}", 0), "__metadata__ 'k' is a number");
+    EXPECT_FAIL(ST("{\"__metadata__\":[]}", 0), "__metadata__ is an array");
+
+    /* entries */
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", 24),
+                "w.safetensors: tensor 'a': entry has no \"data_offsets\"");
+    EXPECT_FAIL(ST("{\"a\":{\"shape\":[2,3],\"data_offsets\":[0,24]}}", 24), "no \"dtype\"");
+    EXPECT_FAIL(ST("{\"a\":[1]}", 24), "tensor 'a': entry is an array, expected an object");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":32,\"shape\":[2,3],\"data_offsets\":[0,24]}}", 24),
+                "dtype is a number");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24),
+                "tensor 'a': dtype 'F64' is not supported; expected F32 or I32");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]}}", 24),
+                "dtype 'F16' is not supported");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),
+                "shape is a string");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-3],\"data_offsets\":[0,24]}}", 24),
+                "shape [-2, -3]: size 0 must be an integer in [1, 2^40]");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24), "[2.5]");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,0],\"data_offsets\":[0,0]}}", 24), "size 1");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,null],\"data_offsets\":[0,0]}}", 24),
+                "[6, (null)]");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,0]}}", 24), "size 0");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,2,1,3],\"data_offsets\":[0,24]}}", 24),
+                "has 5 dims; ggmlite tensors have 1 to 4");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776,"
+                   "1099511627776],\"data_offsets\":[0,24]}}", 24), "needs more than 24");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0]}}", 24),
+                "data_offsets [0]: expected [begin, end]");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":{}}}", 24),
+                "data_offsets an object");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[-1,23]}}", 24),
+                "[-1, 23]");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[24,0]}}", 24),
+                "[24, 0]: begin is after end");
+    EXPECT_FAIL(ST("{\"w_q.weight\":{\"dtype\":\"F32\",\"shape\":[32,32],\"data_offsets\":[0,4096]}}", 1024),
+                "w.safetensors: tensor 'w_q.weight': data_offsets [0, 4096] end past the data "
+                "buffer (1024 bytes, at file offset 78)");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24),
+                "data_offsets [0, 20] hold 20 bytes, but F32 shape [2, 3] needs 24");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 24),
+                "tensors 'a' [0, 8] and 'b' [4, 12] overlap");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 24),
+                "tensor name 'a' appears twice");
+    EXPECT_FAIL(ST("{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":{}}", 0),
+                "name is 71 bytes");
+
+    EXPECT_FAIL(gml_load_safetensors(tmp_path("missing.safetensors"), err, sizeof err),
+                "missing.safetensors: cannot open: No such file or directory");
+}
+
+/* ---- saving failures -------------------------------------------------------- */
+
+static void test_save_failures(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    gml_tensor *a = gml_set_name(random_tensor(ctx, GML_F32, 2, (int64_t[]){64, 64}), "a");
+    gml_tensor *b = gml_set_name(random_tensor(ctx, GML_I32, 1, (int64_t[]){5}), "a");
+    const gml_tensor *ts[2] = {a, b};
+
+    /* a directory that does not exist */
+    const char *nodir = tmp_path("nodir/x.npy");
+    CHECK(gml_save_npy(nodir, a, err, sizeof err) == GML_ERR_IO && strstr(err, nodir) &&
+              strstr(err, "No such file or directory"), "save into a missing directory: %s", err);
+    CHECK(gml_save_safetensors(tmp_path("nodir/x.safetensors"), ts, 1, err, sizeof err) ==
+              GML_ERR_IO && strstr(err, "No such file or directory"), "safetensors: %s", err);
+
+    /* invalid arguments leave an existing file alone */
+    char keep[256];
+    snprintf(keep, sizeof keep, "%s", tmp_path("keep.safetensors"));
+    CHECK(gml_save_safetensors(keep, ts, 1, err, sizeof err) == GML_OK, "%s", err);
+    size_t len0, len1;
+    unsigned char *before = read_bytes(keep, &len0);
+    CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "both named 'a'"), "duplicate names: %s", err);
+    gml_set_name(b, "__metadata__");
+    CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "reserves"), "__metadata__ as a name: %s", err);
+    gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *empty = gml_new_tensor_1d(na, GML_F32, 4);
+    CHECK(gml_save_npy(tmp_path("empty.npy"), empty, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "has no data") && !file_exists(tmp_path("empty.npy")), "no data: %s", err);
+    gml_free(na);
+
+    /* a write that fails midway (file size limit): no partial file, the old
+     * one intact, no temporary left */
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {.rlim_cur = 1000, .rlim_max = old.rlim_max};
+    if (setrlimit(RLIMIT_FSIZE, &small) == 0) {
+        gml_tensor *big = gml_set_name(random_tensor(ctx, GML_F32, 1, (int64_t[]){4096}), "big");
+        const gml_tensor *bigs[1] = {big};
+        gml_status s1 = gml_save_safetensors(keep, bigs, 1, err, sizeof err);
+        char err1[sizeof err];
+        memcpy(err1, err, sizeof err);
+        gml_status s2 = gml_save_npy(tmp_path("big.npy"), big, err, sizeof err);
+        setrlimit(RLIMIT_FSIZE, &old);
+        CHECK(s1 == GML_ERR_IO && strstr(err1, keep) && strstr(err1, "File too large"),
+              "a failed write: %s", err1);
+        CHECK(s2 == GML_ERR_IO && !file_exists(tmp_path("big.npy")), "no partial .npy: %s", err);
+    }
+    unsigned char *after = read_bytes(keep, &len1);
+    CHECK(before && after && len0 == len1 && !memcmp(before, after, len0),
+          "failed saves must leave the existing file as it was (%zu bytes, now %zu)", len0, len1);
+    free(before);
+    free(after);
+
+    /* the target is a directory: rename fails, the temporary goes */
+    mkdir(tmp_path("adir"), 0777);
+    CHECK(gml_save_npy(tmp_path("adir"), a, err, sizeof err) == GML_ERR_IO &&
+              strstr(err, "Is a directory"), "save over a directory: %s", err);
+    CHECK(count_temp_files() == 0, "temporary files left behind: %d", count_temp_files());
+    gml_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_io FIXTURES_DIR\n");
+        return 2;
+    }
+    snprintf(tmpdir, sizeof tmpdir, "test_io.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "test_io: cannot make a scratch directory: %s\n", strerror(errno));
+        return 2;
+    }
+    test_round_trips();
+    test_views();
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) test_fixture(argv[1], &CASES[i]);
+    test_bad_npy();
+    test_bad_safetensors();
+    test_save_failures();
+    remove_tree(tmpdir);
+
+    printf("%ld checks, %ld failed\n", n_checks, n_failures);
+    if (n_checks == 0) return 1;
+    return n_failures ? 1 : 0;
+}

@@ -1,0 +1,256 @@
+/* gml_softmax: softmax over the last dim of x * scale + mask, with the causal
+ * limit j <= i + (Tk - Tq), against a loop written from those semantics.
+ *
+ * The reference follows PyTorch's float32 arithmetic where it rounds before
+ * the exponential (v = x * scale + mask and v - max in float), then takes
+ * exp, the sum and the quotient in double. Tolerance 1e-6 relative (about 8
+ * ulp) plus 1e-30 absolute for results that are denormal or flushed to zero.
+ * Rows must sum to 1; rows with every key masked must be exactly zero. */
+#include "check.h"
+
+static const float NEG_INF = -INFINITY;
+
+struct sm_case {
+    gml_tensor *x, *mask, *y;
+    float scale;
+    bool causal;
+    double *want;
+};
+
+/* want for y's shape [.., Tq, Tk] (right-aligned 4 entries in x->ne). */
+static void reference(struct sm_case *c) {
+    const gml_tensor *x = c->x, *m = c->mask;
+    float *xd = chk_dense(x), *md = m ? chk_dense(m) : NULL;
+    const int64_t *ne = x->ne, tq = ne[2], tk = ne[3];
+    float *v = malloc((size_t)tk * sizeof *v);
+    for (int64_t i0 = 0; i0 < ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < ne[1]; i1++)
+            for (int64_t i = 0; i < tq; i++) {
+                const int64_t row = ((i0 * ne[1] + i1) * tq + i) * tk;
+                float max = NEG_INF;
+                for (int64_t j = 0; j < tk; j++) {
+                    v[j] = xd[row + j] * c->scale;
+                    if (md)
+                        v[j] += md[(((i0 % m->ne[0]) * m->ne[1] + i1 % m->ne[1]) * m->ne[2] + i % m->ne[2]) *
+                                       m->ne[3] + j % m->ne[3]];
+                    if (c->causal && j > i + (tk - tq)) v[j] = NEG_INF; /* key in the future */
+                    if (v[j] > max) max = v[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < tk; j++) {
+                    float d = v[j] - max; /* float, as PyTorch */
+                    c->want[row + j] = max == NEG_INF ? 0 : exp((double)d);
+                    sum += c->want[row + j];
+                }
+                for (int64_t j = 0; j < tk; j++) c->want[row + j] = sum > 0 ? c->want[row + j] / sum : 0;
+            }
+    free(v);
+    free(xd);
+    free(md);
+}
+
+static void verify_softmax(void *user) {
+    struct sm_case *c = user;
+    if (!CHECK_CLOSE(c->y, c->want, 1e-30, 1e-6, "softmax vs the reference")) return;
+    const int64_t tk = c->y->ne[3], rows = chk_numel(c->y) / tk;
+    float *got = chk_dense(c->y);
+    for (int64_t r = 0; r < rows; r++) {
+        double sum = 0, want_sum = 0;
+        bool zero = true;
+        for (int64_t j = 0; j < tk; j++) {
+            sum += got[r * tk + j];
+            want_sum += c->want[r * tk + j];
+            zero = zero && got[r * tk + j] == 0.0f;
+        }
+        if (want_sum == 0) {
+            if (!CHECK(zero, "row %lld has every key masked: want exact zeros", (long long)r)) break;
+        } else if (!CHECK(fabs(sum - 1) <= 4e-6, "row %lld sums to %.9g", (long long)r, sum)) {
+            break;
+        }
+    }
+    free(got);
+}
+
+/* Mask values: mostly 0, some -inf, some finite negative biases. */
+static void fill_mask(gml_tensor *m, chk_rng *r) {
+    for (int64_t e = 0; e < chk_numel(m); e++) {
+        int k = chk_randint(r, 0, 7);
+        *(float *)chk_at(m, e) = k < 4 ? 0.0f : k < 6 ? NEG_INF : chk_uniform(r, -3, 0);
+    }
+}
+
+static void run_case(struct sm_case *c, gml_context *ctx) {
+    char sx[64], sm[64];
+    gml_tensor *y = gml_softmax(ctx, c->x, c->mask, c->scale, c->causal);
+    if (!CHECK(y, "softmax(x %s, mask %s): %s", chk_shape(c->x, sx, sizeof sx),
+               chk_shape(c->mask, sm, sizeof sm), gml_last_error(ctx)))
+        return;
+    CHECK(gml_same_shape(y, c->x) && gml_is_contiguous(y), "softmax keeps x's shape");
+    c->y = y;
+    c->want = malloc((size_t)chk_numel(y) * sizeof *c->want);
+    reference(c);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_softmax, .user = c);
+    gml_graph_free(g);
+    free(c->want);
+}
+
+/* x [2, 3, Tq, Tk] with every mask shape that broadcasts, causal or not. */
+static void test_masks(void) {
+    static const int64_t tqk[][2] = {{1, 1}, {1, 7}, {3, 17}, {7, 7}, {17, 3}, {5, 65}, {33, 33}};
+    const int64_t B = 2, H = 3;
+    uint64_t seed = 100;
+    int k = 0;
+    for (size_t s = 0; s < sizeof tqk / sizeof *tqk; s++) {
+        const int64_t tq = tqk[s][0], tk = tqk[s][1];
+        const struct {
+            int n;
+            int64_t ne[4];
+        } masks[] = {
+            {0, {0}},          {1, {tk}},           {2, {tq, tk}},    {4, {B, 1, 1, tk}},
+            {4, {B, 1, tq, tk}}, {4, {B, H, tq, tk}}, {3, {H, 1, tk}}, {2, {tq, 1}},
+        };
+        for (size_t mi = 0; mi < sizeof masks / sizeof *masks; mi++)
+            for (int causal = 0; causal < 2; causal++, k++) {
+                static const float scales[] = {1.0f, 0.125f, 0.2425356f /* 1/sqrt(17) */};
+                chk_rng r = chk_seed(seed++);
+                gml_context *ctx = chk_ctx(4 << 20);
+                chk_layout lx = (chk_layout)(k % CHK_N_LAYOUTS), lm = (chk_layout)((k / 3) % CHK_N_LAYOUTS);
+                struct sm_case c = {.scale = scales[k % 3], .causal = causal};
+                c.x = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, tq, tk}, lx, "scores", &r, -4, 4);
+                if (masks[mi].n) {
+                    c.mask = chk_new_layout(ctx, GML_F32, masks[mi].n, masks[mi].ne, lm, "mask");
+                    fill_mask(c.mask, &r);
+                }
+                char sm[64];
+                chk_case("softmax %s x [2,3,%lld,%lld], mask %s %s, scale %g, %s", chk_layout_name(lx),
+                         (long long)tq, (long long)tk, c.mask ? chk_layout_name(lm) : "",
+                         chk_shape(c.mask, sm, sizeof sm), (double)c.scale, causal ? "causal" : "not causal");
+                run_case(&c, ctx);
+                gml_free(ctx);
+            }
+    }
+}
+
+/* x of 1 to 3 dims: Tq is 1 for a 1-D x (so causal sees every key). */
+static void test_low_dims(void) {
+    static const struct {
+        int n;
+        int64_t ne[3];
+    } shapes[] = {{1, {1}}, {1, {33}}, {2, {3, 7}}, {2, {7, 3}}, {3, {5, 2, 65}}, {3, {1, 17, 16}}};
+    uint64_t seed = 500;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int causal = 0; causal < 2; causal++) {
+            chk_rng r = chk_seed(seed++);
+            gml_context *ctx = chk_ctx(1 << 20);
+            struct sm_case c = {.scale = 0.5f, .causal = causal};
+            c.x = chk_new_input(ctx, GML_F32, shapes[s].n, shapes[s].ne, (chk_layout)(s % CHK_N_LAYOUTS),
+                                "x", &r, -8, 8);
+            char sx[64];
+            chk_case("softmax of %s, %s", chk_shape(c.x, sx, sizeof sx), causal ? "causal" : "not causal");
+            run_case(&c, ctx);
+            gml_free(ctx);
+        }
+}
+
+/* Values whose exponentials overflow unless the max is subtracted first:
+ * +-1e4 at scale 1, +-3e38 at a tiny scale, +-3e38 at scale 1 (x - max
+ * overflows to -inf for the small ones: their weight is 0), and equal huge
+ * values (uniform weights). No NaN, rows still sum to 1. */
+static void test_large_magnitudes(void) {
+    static const struct {
+        float lo, hi, scale;
+        const char *what;
+    } cases[] = {
+        {-1e4f, 1e4f, 1.0f, "+-1e4"},
+        {-3e38f, 3e38f, 0x1p-100f, "+-3e38 at scale 2^-100"},
+        {-3e38f, 3e38f, 1.0f, "+-3e38 at scale 1"},
+        {3e38f, 3e38f, 1.0f, "all 3e38"},
+        {-3e38f, -3e38f, 1.0f, "all -3e38"},
+        {1e4f, 1e4f + 8, 1.0f, "1e4 + small differences"},
+    };
+    uint64_t seed = 600;
+    for (size_t s = 0; s < sizeof cases / sizeof *cases; s++)
+        for (int masked = 0; masked < 2; masked++) {
+            chk_rng r = chk_seed(seed++);
+            gml_context *ctx = chk_ctx(1 << 20);
+            struct sm_case c = {.scale = cases[s].scale, .causal = masked};
+            c.x = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 9, 17}, CHK_SLICED, "x", &r, 0, 0);
+            for (int64_t e = 0; e < chk_numel(c.x); e++) {
+                /* the extremes themselves, and values in between */
+                int k = chk_randint(&r, 0, 3);
+                float v = k == 0 ? cases[s].lo : k == 1 ? cases[s].hi : chk_uniform(&r, cases[s].lo, cases[s].hi);
+                *(float *)chk_at(c.x, e) = v;
+            }
+            if (masked) {
+                c.mask = gml_new_tensor_2d(ctx, GML_F32, 9, 17);
+                fill_mask(c.mask, &r);
+            }
+            chk_case("softmax of %s%s", cases[s].what, masked ? ", causal + mask" : "");
+            run_case(&c, ctx);
+            gml_free(ctx);
+        }
+}
+
+/* Fully masked rows, made every way: a mask row of -inf, causal with Tq > Tk
+ * (the first Tq - Tk queries see no key), and a mask that removes exactly the
+ * keys causal leaves. All such rows are exactly zero; the others sum to 1. */
+static void test_fully_masked(void) {
+    uint64_t seed = 700;
+    for (int way = 0; way < 3; way++) {
+        chk_rng r = chk_seed(seed++);
+        gml_context *ctx = chk_ctx(1 << 20);
+        const int64_t tq = way == 1 ? 9 : 6, tk = way == 1 ? 4 : 6;
+        struct sm_case c = {.scale = 1.0f, .causal = way != 0};
+        c.x = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, tq, tk}, CHK_TRANSPOSED, "x", &r, -2, 2);
+        c.mask = gml_new_tensor_3d(ctx, GML_F32, 2, tq, tk);
+        chk_fill_value(c.mask, 0.0f);
+        for (int64_t b = 0; b < 2; b++)
+            for (int64_t i = 0; i < tq; i++)
+                for (int64_t j = 0; j < tk; j++) {
+                    float *m = (float *)c.mask->data + (b * tq + i) * tk + j;
+                    if (way == 0 && (i == 0 || i == tq - 1 || b == 1)) *m = NEG_INF;
+                    if (way == 2 && i % 2 == 0 && j <= i) *m = NEG_INF; /* causal allows j <= i */
+                }
+        chk_case("fully masked rows, way %d", way);
+        run_case(&c, ctx);
+        gml_free(ctx);
+    }
+}
+
+/* Causal masking alone, checked without the reference: for Tq vs Tk in
+ * every order, weight (i, j) is zero iff j > i + (Tk - Tq). */
+static void test_causal_pattern(void) {
+    static const int64_t tqk[][2] = {{4, 4}, {1, 9}, {3, 8}, {8, 3}, {5, 1}};
+    for (size_t s = 0; s < sizeof tqk / sizeof *tqk; s++) {
+        const int64_t tq = tqk[s][0], tk = tqk[s][1];
+        chk_case("causal pattern Tq %lld Tk %lld", (long long)tq, (long long)tk);
+        gml_context *ctx = chk_ctx(1 << 20);
+        gml_tensor *x = gml_new_tensor_2d(ctx, GML_F32, tq, tk);
+        chk_fill_value(x, 0.0f);
+        gml_tensor *y = gml_softmax(ctx, x, NULL, 1.0f, true);
+        gml_graph *g = gml_build_graph(ctx, &y, 1);
+        CHECK(gml_graph_compute(g, 3) == GML_OK, "compute: %s", gml_graph_error(g));
+        for (int64_t i = 0; i < tq; i++) {
+            int64_t seen = 0;
+            for (int64_t j = 0; j < tk; j++) seen += j <= i + (tk - tq);
+            for (int64_t j = 0; j < tk; j++) {
+                float got = ((float *)y->data)[i * tk + j];
+                float want = j <= i + (tk - tq) ? 1.0f / (float)seen : 0.0f;
+                CHECK(fabsf(got - want) <= 1e-7f, "weight (%lld, %lld) is %g, want %g", (long long)i,
+                      (long long)j, (double)got, (double)want);
+            }
+        }
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
+int main(void) {
+    test_masks();
+    test_low_dims();
+    test_large_magnitudes();
+    test_fully_masked();
+    test_causal_pattern();
+    return chk_summary();
+}
