@@ -3,12 +3,12 @@
  * found it). A tool, not a test: timings on a shared machine are noisy, so
  * every number is the median of --runs runs after warm-up.
  *
- *   bench [--runs N] [--max-cube N] [--threads 1,2]
+ *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention]
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
- * nn.Linear layout, the decoding shape); attention forward (C1..C5, see the
- * marked place below). */
+ * nn.Linear layout, the decoding shape); attention forward (C1..C5). */
 #define _POSIX_C_SOURCE 200809L
+#include "attention.h"
 #include "ggmlite.h"
 
 #include <stdint.h>
@@ -149,17 +149,82 @@ static void bench_matmul(const opts *o) {
 }
 
 /* ---- attention forward ---------------------------------------------------
- * TO ADD when the models (gml_mha, gml_gqa: branch `models`) and the memory
- * planner (branch `sched`) land: f32 self-attention, no bias, rows
- *   C1 MHA B=2 T=10   D=512  H=8
- *   C2 MHA B=4 T=256  D=512  H=8
- *   C3 MHA B=1 T=2048 D=512  H=8
- *   C4 GQA B=2 T=10   D=4096 H=32 G=8
- *   C5 GQA B=1 T=1024 D=1024 H=16 G=4
- * each reporting ms, GFLOP/s (gml_graph_flops) and the planner's peak bytes,
- * medians over o->runs after o->warmup, at every o->threads entry. */
+ * f32 self-attention, no bias, no mask: the models/ blocks (gml_mha,
+ * gml_gqa in its broadcast form) as one graph per case. GFLOP/s counts
+ * gml_graph_flops. "arena MiB" is what the graph's tensors take with every
+ * intermediate kept (gml_mem_required).
+ * TO ADD when the memory planner (branch `sched`) lands: its planned peak
+ * bytes for the same graph, in a column beside the arena's. */
+typedef struct attn_case {
+    const char *what;
+    int64_t B, T, D;
+    int H, G; /* G == H: MHA */
+} attn_case;
+
+static void attn_param(gml_context *ctx, gml_tensor **t, int64_t rows, int64_t cols, uint32_t seed) {
+    *t = gml_new_tensor_2d(ctx, GML_F32, rows, cols);
+    if (*t && (*t)->data) fill((*t)->data, rows * cols, seed);
+}
+
+/* Builds the case in ctx (allocating or not); NULL (message printed) on failure. */
+static gml_graph *attn_graph(gml_context *ctx, const attn_case *c) {
+    const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
+    gml_attn_weights w = {0};
+    attn_param(ctx, &w.w_q, c->D, c->D, 11);
+    attn_param(ctx, &w.w_k, dkv, c->D, 12);
+    attn_param(ctx, &w.w_v, dkv, c->D, 13);
+    attn_param(ctx, &w.w_o, c->D, c->D, 14);
+    gml_tensor *x = gml_new_tensor_3d(ctx, GML_F32, c->B, c->T, c->D);
+    if (x && x->data) fill(x->data, gml_nelements(x), 15);
+    const gml_attn_config cfg = {.n_heads = c->H, .n_kv_heads = c->G};
+    const gml_attn_inputs in = {.query = x};
+    gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
+    gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
+    if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
+    return g;
+}
+
 static void bench_attention(const opts *o) {
-    (void)o; /* nothing to run yet */
+    static const attn_case cases[] = {
+        {"C1 MHA B=2 T=10", 2, 10, 512, 8, 8},
+        {"C2 MHA B=4 T=256", 4, 256, 512, 8, 8},
+        {"C3 MHA B=1 T=2048", 1, 2048, 512, 8, 8},
+        {"C4 GQA B=2 T=10 G=8", 2, 10, 4096, 32, 8},
+        {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
+    };
+    printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case)\n");
+    printf("%-22s %5s %3s %7s %10s %10s %10s\n", "case", "D", "H", "threads", "ms", "GFLOP/s",
+           "arena MiB");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const attn_case *c = &cases[i];
+        gml_context *probe = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        gml_graph *pg = attn_graph(probe, c);
+        if (!pg) exit(1);
+        const size_t need = gml_mem_required(probe);
+        gml_graph_free(pg);
+        gml_free(probe);
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = need + (1 << 20)});
+        gml_graph *g = ctx ? attn_graph(ctx, c) : NULL;
+        if (!g) exit(1);
+        const double flop = gml_graph_flops(g);
+        for (int j = 0; j < o->n_threads; j++) {
+            double t[MAX_RUNS];
+            for (int r = -o->warmup; r < o->runs; r++) {
+                double t0 = now_s();
+                if (gml_graph_compute(g, o->threads[j]) != GML_OK) {
+                    fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+                    exit(1);
+                }
+                if (r >= 0) t[r] = now_s() - t0;
+            }
+            const double sec = median(t, o->runs);
+            printf("%-22s %5lld %3d %7d %10.3f %10.1f %10.1f\n", c->what, (long long)c->D, c->H,
+                   o->threads[j], sec * 1e3, flop / sec * 1e-9, (double)need / (1 << 20));
+            fflush(stdout);
+        }
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -195,12 +260,13 @@ static void print_machine(const opts *o) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2]\n");
+                    "[--threads 1,2] [--only matmul|attention]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     opts o = {.runs = 10, .warmup = 2, .max_cube = 4096, .threads = {1, 2}, .n_threads = 2};
+    const char *only = "";
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--runs") == 0) {
@@ -212,12 +278,15 @@ int main(int argc, char **argv) {
             o.n_threads = 0;
             for (char *s = strtok(argv[++i], ","); s && o.n_threads < MAX_THREADS; s = strtok(NULL, ","))
                 if ((o.threads[o.n_threads++] = atoi(s)) < 1) usage();
+        } else if (strcmp(argv[i], "--only") == 0) {
+            only = argv[++i];
+            if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0) usage();
         } else {
             usage();
         }
     }
     print_machine(&o);
-    bench_matmul(&o);
-    bench_attention(&o);
+    if (strcmp(only, "attention") != 0) bench_matmul(&o);
+    if (strcmp(only, "matmul") != 0) bench_attention(&o);
     return 0;
 }
