@@ -378,8 +378,10 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
     const gemm_plan pl = make_plan(d, v, p->nth);
+    const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
-    float *ap = (float *)p->wdata + (size_t)p->ith * (pl.a_floats + pl.b_floats);
+    assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
+    float *ap = (float *)p->wdata + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
         const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
