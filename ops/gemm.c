@@ -21,9 +21,13 @@
  * is W^T with W's rows contiguous along k (an nn.Linear weight, or k^T in
  * q k^T), C^T = W A^T: the micro-kernel reads MR rows of W in place as its
  * A operand, against A^T packed once as its B operand, so W is never
- * copied. The second loop beats Goto's (which must transpose W while
- * packing it) up to M = 256 on this machine (~180 vs ~145 GFLOP/s on one
- * core at 256 x 4096 x 4096), so it takes M <= 256 while A^T fits 16 MiB.
+ * copied. Measured on one core of this machine, against the loop it
+ * replaces (Goto's, which transposes W while packing it, or the first one):
+ * W from memory (4096 x 4096): M=1 6.3 vs 3.5, M=20 112 vs 55, M=64 180 vs
+ * 102, M=256 188 vs 145 GFLOP/s. With short rows its transposed write of
+ * C^T costs more than packing saves (W in cache, K=64: M=20 87 vs 106, 256
+ * x 256 79 vs 150), so it takes K >= 256 for M <= 32, K >= 512 up to
+ * M = 256, while A^T fits 16 MiB.
  *
  * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
  * gml_chunk_next and pack what they need into their own slice of the
@@ -160,7 +164,9 @@ enum {
     GEMM_MC = 336,   /* rows; rounded down to a multiple of MR */
     GEMM_NC = 2048,  /* columns; rounded down to a multiple of NR */
     GEMM_SMALL_M = 32,      /* PATH_ROWS up to here */
-    GEMM_ROWS_T_M = 256,    /* PATH_ROWS_T up to here, and while A^T fits: */
+    GEMM_ROWS_T_M = 256,    /* PATH_ROWS_T up to here, when K is at least */
+    GEMM_ROWS_T_K = 512,    /* this (M > 32) */
+    GEMM_ROWS_T_K_SMALL = 256, /* or this (M <= 32), and while A^T fits: */
     GEMM_ROWS_T_MAX_FLOATS = 4 << 20,
     GEMM_MAX_NR = 32,       /* the widest tile in gemm.inc */
     GEMM_SMALL_KC = 512,
@@ -171,9 +177,9 @@ enum {
 typedef enum gemm_path {
     PATH_LARGE,  /* Goto's loops */
     PATH_ROWS,   /* M <= 32, C = A B: B streams in NR-column micro-panels */
-    PATH_ROWS_T, /* M <= 256, B = W^T with W's rows contiguous along k (an
-                    nn.Linear weight): C^T = W A^T, W read in place as the
-                    micro-kernel's A, A^T packed once as its B */
+    PATH_ROWS_T, /* M <= 256 and long K, B = W^T with W's rows contiguous
+                    along k (an nn.Linear weight): C^T = W A^T, W read in
+                    place as the micro-kernel's A, A^T packed as its B */
 } gemm_path;
 
 typedef struct gemm_plan {
@@ -195,7 +201,8 @@ static gemm_path choose_path(const gml_gemm_desc *d) {
                         is_float_stride(d->b_cs) && (uintptr_t)d->b % sizeof(float) == 0 &&
                         d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
                         d->b_bs[1] % (int64_t)sizeof(float) == 0;
-    if (w_rows && d->M <= GEMM_ROWS_T_M &&
+    const bool long_k = d->K >= (d->M <= GEMM_SMALL_M ? GEMM_ROWS_T_K_SMALL : GEMM_ROWS_T_K);
+    if (w_rows && long_k && d->M <= GEMM_ROWS_T_M &&
         round_up(d->M, GEMM_MAX_NR) * d->K <= GEMM_ROWS_T_MAX_FLOATS)
         return PATH_ROWS_T;
     if (d->M > GEMM_SMALL_M) return PATH_LARGE;

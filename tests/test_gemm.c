@@ -212,23 +212,27 @@ static void views(void) {
     gml_free(ctx);
 }
 
-/* nn.Linear weights [out, in]: b = w^T has unit row stride. */
+/* nn.Linear weights [out, in]: b = w^T has unit row stride. Short rows
+ * (K = 96) take the transposing packs; long ones (K >= 256 for M <= 32,
+ * >= 512 up to M = 256) read W in place and write C^T. */
 static void linear(void) {
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 32 << 20});
-    const int64_t ms[] = {1, 20, 32, 33, 70};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    static const int64_t cases[][3] = {/* M, K, N */
+        {1, 96, 77},   {20, 96, 77},  {32, 96, 77},  {33, 96, 77},  {70, 96, 77},
+        {1, 300, 77},  {20, 300, 77}, {32, 256, 15}, {33, 520, 77}, {70, 520, 43},
+        {257, 520, 30}, {20, 255, 40},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t M = cases[i][0], K = cases[i][1], N = cases[i][2];
         char what[64];
-        snprintf(what, sizeof what, "linear x [%lld,96], w [77,96]", (long long)ms[i]);
-        check(what, ctx, T2(ctx, ms[i], 96), T2(ctx, 77, 96), true, true);
+        snprintf(what, sizeof what, "linear x [%lld,%lld], w [%lld,%lld]", (long long)M,
+                 (long long)K, (long long)N, (long long)K);
+        check(what, ctx, T2(ctx, M, K), T2(ctx, N, K), true, true);
     }
-    check("linear x [2,10,64], w [130,64] (decode batch folds to M=20)", ctx, T3(ctx, 2, 10, 64),
-          T2(ctx, 130, 64), true, true);
-    check("linear x [4,9,40], w [50,40] (M=36: W rows in place, 2 panels of A^T)", ctx,
-          T3(ctx, 4, 9, 40), T2(ctx, 50, 40), true, true);
-    check("linear x [300,40], w [50,40] (M > 256: Goto's loops, W^T packed)", ctx,
-          T2(ctx, 300, 40), T2(ctx, 50, 40), true, true);
-    check("linear x [20,600], w [40,600] (K > few-rows KC)", ctx, T2(ctx, 20, 600), T2(ctx, 40, 600),
-          true, true);
+    check("linear x [2,10,300], w [130,300] (decode batch folds to M=20)", ctx,
+          T3(ctx, 2, 10, 300), T2(ctx, 130, 300), true, true);
+    check("linear x [4,9,40], w [50,40] (M=36)", ctx, T3(ctx, 4, 9, 40), T2(ctx, 50, 40), true,
+          true);
     gml_free(ctx);
 }
 
