@@ -2,12 +2,14 @@
 # The README's quick start. On a fresh Debian 12 machine, as root:
 #   tools/quickstart.sh demo   build and run the multi-head attention demo
 #   tools/quickstart.sh test   build and run every test (what CI runs)
+#   tools/quickstart.sh bench  build and run the benchmark table (tools/bench.c)
 # Each installs what it lacks with apt-get first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
 TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils)
+BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
 JOBS=$(nproc)
 
 install_missing() {
@@ -52,8 +54,13 @@ test)
         -DGGMLITE_SANITIZE=ON
     echo "== all tests passed"
     ;;
+bench)
+    install_missing "${BUILD_PKGS[@]}" "${BENCH_PKGS[@]}"
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    ./build/tools/bench
+    ;;
 *)
-    echo "usage: tools/quickstart.sh demo|test" >&2
+    echo "usage: tools/quickstart.sh demo|test|bench" >&2
     exit 2
     ;;
 esac
