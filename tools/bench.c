@@ -64,59 +64,68 @@ typedef struct mm_case {
     bool linear; /* B is an nn.Linear weight [N, K], used transposed */
 } mm_case;
 
-/* Median seconds of one ggmlite matmul graph at nth threads. */
-static double time_ggml_matmul(const mm_case *c, int nth, const opts *o) {
-    size_t bytes = (size_t)(c->M * c->K + c->K * c->N + c->M * c->N) * sizeof(float) + (1 << 20);
-    gml_context *ctx = gml_init((gml_init_params){.mem_size = bytes});
-    gml_tensor *a = gml_new_tensor_2d(ctx, GML_F32, c->M, c->K);
-    gml_tensor *b = c->linear ? gml_new_tensor_2d(ctx, GML_F32, c->N, c->K)
-                              : gml_new_tensor_2d(ctx, GML_F32, c->K, c->N);
-    fill(a->data, gml_nelements(a), 1);
-    fill(b->data, gml_nelements(b), 2);
-    gml_tensor *y = c->linear ? gml_linear(ctx, a, b, NULL) : gml_matmul(ctx, a, b);
-    gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
-    if (!g) {
-        fprintf(stderr, "bench: %s\n", gml_last_error(ctx));
+/* One product set up for ggmlite (a graph) and for the reference (plain
+ * arrays with the same values). */
+typedef struct mm_setup {
+    gml_context *ctx;
+    gml_graph *g;
+    float *a, *b, *y; /* the reference's */
+} mm_setup;
+
+static mm_setup mm_setup_new(const mm_case *c) {
+    mm_setup s = {0};
+    const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
+    s.ctx = gml_init((gml_init_params){.mem_size = (na + nb + ny) * sizeof(float) + (1 << 20)});
+    gml_tensor *a = s.ctx ? gml_new_tensor_2d(s.ctx, GML_F32, c->M, c->K) : NULL;
+    gml_tensor *b = !a ? NULL
+                    : c->linear ? gml_new_tensor_2d(s.ctx, GML_F32, c->N, c->K)
+                                : gml_new_tensor_2d(s.ctx, GML_F32, c->K, c->N);
+    gml_tensor *y = !b ? NULL : c->linear ? gml_linear(s.ctx, a, b, NULL) : gml_matmul(s.ctx, a, b);
+    s.g = y ? gml_build_graph(s.ctx, &y, 1) : NULL;
+    if (!s.g) {
+        fprintf(stderr, "bench: %s: %s\n", c->what, s.ctx ? gml_last_error(s.ctx) : "out of memory");
         exit(1);
     }
-    double t[MAX_RUNS];
-    for (int r = -o->warmup; r < o->runs; r++) {
-        double t0 = now_s();
-        if (gml_graph_compute(g, nth) != GML_OK) {
-            fprintf(stderr, "bench: %s\n", gml_graph_error(g));
-            exit(1);
-        }
-        if (r >= 0) t[r] = now_s() - t0;
-    }
-    gml_graph_free(g);
-    gml_free(ctx);
-    return median(t, o->runs);
-}
-
+    fill(a->data, (int64_t)na, 1);
+    fill(b->data, (int64_t)nb, 2);
 #ifdef GML_BENCH_OPENBLAS
-static double time_blas_matmul(const mm_case *c, int nth, const opts *o) {
-    float *a = malloc(sizeof(float) * (size_t)(c->M * c->K));
-    float *b = malloc(sizeof(float) * (size_t)(c->K * c->N));
-    float *y = malloc(sizeof(float) * (size_t)(c->M * c->N));
-    if (!a || !b || !y) {
+    s.a = malloc(na * sizeof(float));
+    s.b = malloc(nb * sizeof(float));
+    s.y = malloc(ny * sizeof(float));
+    if (!s.a || !s.b || !s.y) {
         fprintf(stderr, "bench: out of memory\n");
         exit(1);
     }
-    fill(a, c->M * c->K, 1);
-    fill(b, c->K * c->N, 2);
-    openblas_set_num_threads(nth);
-    double t[MAX_RUNS];
-    for (int r = -o->warmup; r < o->runs; r++) {
-        double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, c->linear ? CblasTrans : CblasNoTrans, (int)c->M,
-                    (int)c->N, (int)c->K, 1.0f, a, (int)c->K, b, c->linear ? (int)c->K : (int)c->N,
-                    0.0f, y, (int)c->N);
-        if (r >= 0) t[r] = now_s() - t0;
+    memcpy(s.a, a->data, na * sizeof(float));
+    memcpy(s.b, b->data, nb * sizeof(float));
+#endif
+    return s;
+}
+
+static void mm_setup_free(mm_setup *s) {
+    gml_graph_free(s->g);
+    gml_free(s->ctx);
+    free(s->a);
+    free(s->b);
+    free(s->y);
+}
+
+static double time_ggml(const mm_setup *s, int nth) {
+    const double t0 = now_s();
+    if (gml_graph_compute(s->g, nth) != GML_OK) {
+        fprintf(stderr, "bench: %s\n", gml_graph_error(s->g));
+        exit(1);
     }
-    free(a);
-    free(b);
-    free(y);
-    return median(t, o->runs);
+    return now_s() - t0;
+}
+
+#ifdef GML_BENCH_OPENBLAS
+static double time_blas(const mm_setup *s, const mm_case *c) {
+    const double t0 = now_s();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, c->linear ? CblasTrans : CblasNoTrans, (int)c->M,
+                (int)c->N, (int)c->K, 1.0f, s->a, (int)c->K, s->b,
+                c->linear ? (int)c->K : (int)c->N, 0.0f, s->y, (int)c->N);
+    return now_s() - t0;
 }
 #endif
 
@@ -128,23 +137,40 @@ static void bench_matmul(const opts *o) {
         {"4096^3", 4096, 4096, 4096, false},
         {"M=20 N=K=4096 linear", 20, 4096, 4096, true},
     };
-    printf("\nmatmul f32 (GFLOP/s; linear: x [M,K] @ w^T, w [N,K] nn.Linear layout)\n");
+    printf("\nmatmul f32 (GFLOP/s; linear: x [M,K] @ w^T, w [N,K] nn.Linear layout;\n"
+           "ggmlite and the reference take turns, run by run)\n");
     printf("%-22s %7s %10s %10s %7s\n", "shape", "threads", "ggmlite", "OpenBLAS", "ratio");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const mm_case *c = &cases[i];
         if (!c->linear && c->M > o->max_cube) continue;
         const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        mm_setup s = mm_setup_new(c);
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
-            const double g = flop / time_ggml_matmul(c, nth, o) * 1e-9;
+            double tg[MAX_RUNS], tb[MAX_RUNS];
 #ifdef GML_BENCH_OPENBLAS
-            const double b = flop / time_blas_matmul(c, nth, o) * 1e-9;
+            openblas_set_num_threads(nth);
+#endif
+            for (int r = -o->warmup; r < o->runs; r++) {
+                const double g = time_ggml(&s, nth);
+#ifdef GML_BENCH_OPENBLAS
+                const double b = time_blas(&s, c);
+#else
+                const double b = 0;
+#endif
+                if (r >= 0) tg[r] = g, tb[r] = b;
+            }
+            const double g = flop / median(tg, o->runs) * 1e-9;
+#ifdef GML_BENCH_OPENBLAS
+            const double b = flop / median(tb, o->runs) * 1e-9;
             printf("%-22s %7d %10.1f %10.1f %7.2f\n", c->what, nth, g, b, g / b);
 #else
+            (void)tb;
             printf("%-22s %7d %10.1f %10s %7s\n", c->what, nth, g, "-", "-");
 #endif
             fflush(stdout);
         }
+        mm_setup_free(&s);
     }
 }
 
