@@ -16,6 +16,11 @@
  * returns false, so readers can `return gml_errf(err, size, ...)`. */
 bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4);
 
+/* s (text from a file: any bytes) fit for a one-line message: bytes below
+ * 0x20, 0x7f and backslashes as \xNN, cut to size - 1 bytes with "..." at
+ * the end when too long (size >= 8). Returns buf. */
+const char *gml_printable(const char *s, char *buf, size_t size);
+
 /* Little-endian integers at p (any alignment). */
 static inline uint64_t gml_le64(const unsigned char *p) {
     uint64_t v = 0;
@@ -31,6 +36,23 @@ static inline void gml_put_le64(unsigned char *p, uint64_t v) {
 }
 static inline void gml_put_le32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Bytes of a dense f32/i32 array of shape ne[0..n-1] (sizes >= 1): 4 times
+ * the product, or UINT64_MAX when that would pass 2^62 (never wraps). */
+static inline uint64_t gml_dense_bytes(const int64_t *ne, int n) {
+    uint64_t b = 4;
+    for (int i = 0; i < n; i++) {
+        if (b > ((uint64_t)1 << 62) / (uint64_t)ne[i]) return UINT64_MAX;
+        b *= (uint64_t)ne[i];
+    }
+    return b;
+}
+/* gml_dense_bytes's result for a message: "4096" or "more than 2^62". */
+static inline const char *gml_bytes_text(uint64_t b, char buf[24]) {
+    if (b == UINT64_MAX) return "more than 2^62";
+    snprintf(buf, 24, "%" PRIu64, b);
+    return buf;
 }
 
 /* ---- reading ------------------------------------------------------------ */

@@ -46,7 +46,11 @@
  *   inputs and their shapes, e.g.
  *     matmul(q, k): inner sizes differ: [2,8,10,64] @ [2,8,32,10]
  *   Builders given a NULL input return NULL and keep the first message, so a
- *   whole graph can be built and checked once at the end. Compute returns a
+ *   whole graph can be built and checked once at the end. Since a NULL is
+ *   also how optional inputs (a bias, a mask) are left out, gml_build_graph
+ *   refuses a context that holds an error: a failed optional input never
+ *   silently becomes "none" (gml_clear_error after handling a failure you
+ *   meant to recover from). Compute returns a
  *   status; runtime problems (an index out of range, a NaN trap) are described
  *   by gml_graph_error. Nothing aborts on a user mistake; asserts guard only
  *   ggmlite's own invariants.
@@ -137,7 +141,8 @@ typedef struct gml_graph gml_graph;
 
 typedef struct gml_init_params {
     size_t mem_size;   /* arena size in bytes */
-    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one */
+    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one; if it is not
+                          64-byte aligned, give 63 bytes more than needed */
     bool no_alloc;     /* headers only: tensors get data == NULL */
 } gml_init_params;
 
@@ -219,7 +224,8 @@ gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
 
 /* [..., M, K] @ [..., K, N] -> [..., M, N]; 2-D to 4-D, leading dims broadcast. */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
-/* x [..., in], w [out, in] (nn.Linear layout), bias [out] or NULL -> [..., out] */
+/* x [..., in] (1-D to 4-D), w [out, in] (nn.Linear layout), bias [out] or NULL
+ * -> [..., out] */
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
@@ -254,8 +260,8 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
 
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
- * flagged GML_FLAG_OUTPUT. Returns NULL (and sets the context's error) if an
- * output is NULL. The graph is malloc'd: free it with gml_graph_free. */
+ * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL or the context
+ * holds an error from an earlier builder call (the message stays). The graph is malloc'd: free it with gml_graph_free. */
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
 void gml_graph_free(gml_graph *g);
 
@@ -263,7 +269,8 @@ int gml_graph_n_nodes(const gml_graph *g);
 gml_tensor *gml_graph_node(const gml_graph *g, int i);   /* negative i from the end */
 int gml_graph_n_leafs(const gml_graph *g);
 gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
-/* How many nodes of g use t as a source (outputs count one more use). */
+/* How many source edges of g's nodes point at t (add(t, t) counts two);
+ * an output counts one more. */
 int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
 /* Index of t among nodes, or -1. */
 int gml_graph_find(const gml_graph *g, const gml_tensor *t);

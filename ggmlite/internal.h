@@ -171,7 +171,12 @@ void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRIN
  * tile, and skips, with a message, variants whose ISA the CPU lacks.
  * Sources of an ISA's variants are compiled with that ISA's flags only (the
  * CMake lists GGMLITE_AVX2_SOURCES, GGMLITE_AVX512_SOURCES), so the library
- * still runs on any x86-64. */
+ * still runs on any x86-64.
+ * A family with several kinds of micro-kernel (binary: vadd, vaddc, vmul,
+ * vmulc) writes each kind's list as a macro in its .inc,
+ *     #define GML_F32_VADD_UKERNELS(X) X(GML_ISA_SCALAR, fn, 1) X(...) ...
+ * ops/ukernels.h declares every listed function and GML_PICK_UKERNEL(list,
+ * type) gives the one gml_pick_variant chooses. */
 
 /* Index of the variant to run among n with ISAs isas[0..n-1] (ascending):
  * the last one the ISA in effect covers. REFERENCE covers SCALAR. */

@@ -63,7 +63,9 @@ static bool entry_fail(st_header *h, const char *name, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return gml_errf(h->err, h->err_size, "%s: tensor '%.100s': %s", h->what, name, msg);
+    char shown[100];
+    return gml_errf(h->err, h->err_size, "%s: tensor '%s': %s", h->what,
+                    gml_printable(name, shown, sizeof shown), msg);
 }
 
 /* A JSON number that is an integer in [0, max]. */
@@ -96,10 +98,12 @@ static bool check_metadata(st_header *h, const cJSON *meta) {
     if (!cJSON_IsObject(meta))
         return gml_errf(h->err, h->err_size, "%s: header: __metadata__ is %s, expected an object "
                         "of strings", h->what, json_type(meta));
+    char shown[100];
     for (const cJSON *x = meta->child; x; x = x->next)
         if (!cJSON_IsString(x))
-            return gml_errf(h->err, h->err_size, "%s: header: __metadata__ '%.100s' is %s, "
-                            "expected a string", h->what, x->string, json_type(x));
+            return gml_errf(h->err, h->err_size, "%s: header: __metadata__ '%s' is %s, "
+                            "expected a string", h->what,
+                            gml_printable(x->string, shown, sizeof shown), json_type(x));
     return true;
 }
 
@@ -123,8 +127,11 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
         return entry_fail(h, name, "dtype is %s, expected a string like \"F32\"", json_type(dtype));
     if (strcmp(dtype->valuestring, "F32") == 0) e->type = GML_F32;
     else if (strcmp(dtype->valuestring, "I32") == 0) e->type = GML_I32;
-    else return entry_fail(h, name, "dtype '%.40s' is not supported; expected F32 or I32",
-                           dtype->valuestring);
+    else {
+        char shown[40];
+        return entry_fail(h, name, "dtype '%s' is not supported; expected F32 or I32",
+                          gml_printable(dtype->valuestring, shown, sizeof shown));
+    }
 
     char list[160];
     if (!cJSON_IsArray(shape))
@@ -134,30 +141,27 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
     if (n > GML_MAX_DIMS)
         return entry_fail(h, name, "shape %s has %d dims; ggmlite tensors have 1 to %d", list, n,
                           GML_MAX_DIMS);
-    uint64_t bytes = 4;
     int d = 0;
     for (const cJSON *x = shape->child; x; x = x->next, d++) {
         uint64_t v;
         if (!json_uint(x, (double)ST_MAX_DIM, &v) || v == 0)
             return entry_fail(h, name, "shape %s: size %d must be an integer in [1, 2^40]", list, d);
         e->ne[d] = (int64_t)v;
-        /* Saturate just past the data buffer rather than wrap: then it
-         * cannot match and the message says "more than". */
-        bytes = bytes > h->data_len / v ? h->data_len + 1 : bytes * v;
     }
+    uint64_t bytes = gml_dense_bytes(e->ne, n);
     e->n_dims = n;
     if (n == 0) { /* a scalar: [1] */
         e->n_dims = 1;
         e->ne[0] = 1;
     }
 
-    char olist[160];
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-        !json_uint(offs->child, 9.0e18, &e->begin) || !json_uint(offs->child->next, 9.0e18, &e->end)) {
-        if (cJSON_IsArray(offs)) format_json_list(offs, olist, sizeof olist);
-        else snprintf(olist, sizeof olist, "%s", json_type(offs));
+    if (!cJSON_IsArray(offs))
+        return entry_fail(h, name, "data_offsets is %s, expected [begin, end]", json_type(offs));
+    if (cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, 9.0e18, &e->begin) ||
+        !json_uint(offs->child->next, 9.0e18, &e->end)) {
+        format_json_list(offs, list, sizeof list);
         return entry_fail(h, name, "data_offsets %s: expected [begin, end], two integers >= 0",
-                          olist);
+                          list);
     }
     if (e->begin > e->end)
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
@@ -166,12 +170,13 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] end past the data "
                           "buffer (%" PRIu64 " bytes, at file offset %" PRIu64 ")", e->begin,
                           e->end, h->data_len, h->data_at);
-    if (e->end - e->begin != bytes)
+    if (e->end - e->begin != bytes) {
+        char needs[24];
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64 " bytes, "
-                          "but %s shape %s needs %s%" PRIu64 " (at file offset %" PRIu64 ")",
-                          e->begin, e->end, e->end - e->begin, dtype->valuestring, list,
-                          bytes > h->data_len ? "more than " : "",
-                          bytes > h->data_len ? h->data_len : bytes, h->data_at + e->begin);
+                          "but %s shape %s needs %s (at file offset %" PRIu64 ")", e->begin,
+                          e->end, e->end - e->begin, dtype->valuestring, list,
+                          gml_bytes_text(bytes, needs), h->data_at + e->begin);
+    }
     return true;
 }
 
@@ -190,18 +195,20 @@ static bool check_all(st_header *h) {
     if (!s) return gml_errf(h->err, h->err_size, "%s: out of memory", h->what);
     for (int i = 0; i < h->n; i++) s[i] = &h->e[i];
     bool ok = true;
+    char a[100], b[100];
     qsort(s, (size_t)h->n, sizeof *s, by_name);
     for (int i = 1; i < h->n && ok; i++)
         if (strcmp(s[i - 1]->name, s[i]->name) == 0)
             ok = gml_errf(h->err, h->err_size, "%s: header: tensor name '%s' appears twice",
-                          h->what, s[i]->name);
+                          h->what, gml_printable(s[i]->name, a, sizeof a));
     qsort(s, (size_t)h->n, sizeof *s, by_begin);
     for (int i = 1; i < h->n && ok; i++)
         if (s[i]->begin < s[i - 1]->end)
             ok = gml_errf(h->err, h->err_size, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and "
                           "'%s' [%" PRIu64 ", %" PRIu64 "] overlap (data buffer at file offset %"
-                          PRIu64 ")", h->what, s[i - 1]->name, s[i - 1]->begin, s[i - 1]->end,
-                          s[i]->name, s[i]->begin, s[i]->end, h->data_at);
+                          PRIu64 ")", h->what, gml_printable(s[i - 1]->name, a, sizeof a),
+                          s[i - 1]->begin, s[i - 1]->end, gml_printable(s[i]->name, b, sizeof b),
+                          s[i]->begin, s[i]->end, h->data_at);
     free(s);
     return ok;
 }
@@ -294,7 +301,9 @@ static gml_context *read_safetensors(const gml_source *s, char *err, size_t es) 
         const st_entry *e = &h.e[i];
         gml_tensor *t = gml_new_tensor(ctx, e->type, e->n_dims, e->ne);
         if (!t) {
-            gml_errf(err, es, "%s: tensor '%s': %s", s->what, e->name, gml_last_error(ctx));
+            char shown[100];
+            gml_errf(err, es, "%s: tensor '%s': %s", s->what,
+                     gml_printable(e->name, shown, sizeof shown), gml_last_error(ctx));
             goto fail;
         }
         gml_set_name(t, e->name);
