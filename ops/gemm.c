@@ -299,14 +299,27 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                       const gemm_tile *t, float *ap, float *bp) {
     const int mr = v->mr, nr = v->nr;
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    const bool a_rows = d->a_cs == sizeof(float) && is_float_stride(d->a_rs) &&
+                        (uintptr_t)t->a % sizeof(float) == 0;
     for (int64_t jc = 0; jc < t->tn; jc += pl->NC) {
         const int64_t nc = GML_MIN(pl->NC, t->tn - jc);
+        /* Few columns: each A element feeds only nc/NR micro-kernel calls,
+         * too few to pay for its transposing pack; the micro-kernel reads
+         * A's rows in place instead (P @ V with d_k = 64: 2048 x 64 x 2048
+         * 112 -> 200 GFLOP/s on one core; from 128 columns on, packing wins
+         * on power-of-two row strides, where rows in place share cache sets). */
+        const bool a_in_place = a_rows && nc <= 2 * (int64_t)nr;
+        const size_t lda = a_in_place ? (size_t)d->a_rs / sizeof(float) : 0;
         for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
             const int64_t kc = GML_MIN(pl->KC, d->K - pc);
             pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
             for (int64_t ic = 0; ic < t->tm; ic += pl->MC) {
                 const int64_t mc = GML_MIN(pl->MC, t->tm - ic);
-                pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                const float *a = (const float *)(t->a + ic * d->a_rs) + pc;
+                if (!a_in_place) {
+                    pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                    a = ap;
+                }
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int n = (int)GML_MIN((int64_t)nr, nc - jr);
                     float *c = t->c + ic * (int64_t)ldc + jc + jr;
@@ -315,8 +328,8 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                         if (ir + mr < mc) /* the next call's C, loaded before its first fma */
                             prefetch_tile(c + (ir + mr) * (int64_t)ldc, ldc,
                                           (int)GML_MIN((int64_t)mr, mc - ir - mr), n);
-                        v->fn((size_t)kc, ap + ir * kc, 0, bp + jr * kc, (size_t)nr,
-                              c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
+                        v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
+                              bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
                     }
                 }
             }
