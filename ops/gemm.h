@@ -24,7 +24,9 @@
 /* C[m x n] (row stride ldc floats, 1 <= m <= MR, 1 <= n <= NR)
  *   = (acc ? C : 0) + A_panel [m x kc] * B_panel [kc x n],
  * one fma chain per element as above; a, lda, b, ldb as in "Operand
- * layouts". An in-place A is read only in its m rows. */
+ * layouts". An in-place A is read only in its m rows; C only in its m x n
+ * tile. Operands read in place (lda > 0, ldb != NR) come from memory rather
+ * than from packed panels in cache, and fast variants prefetch them ahead. */
 typedef void (*gml_f32_gemm_ukernel_fn)(size_t kc, const float *a, size_t lda, const float *b,
                                         size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
 
