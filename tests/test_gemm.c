@@ -137,14 +137,16 @@ static gml_tensor *rand_tensor(gml_context *ctx, int n_dims, const int64_t *ne) 
 /* Plain 2-D products on sizes around every tile and block edge. */
 static void shapes_2d(void) {
     /* MR is 4, 6, 14 and NR 16, 32 across the variants; KC 512, MC 336,
-     * NC 2048; the few-rows path takes M <= 32 (its KC is 512 too). */
+     * NC 2048; the rows path takes M <= 64 (its KC is 512 too), Goto's
+     * loops the rest, reading A in place when N <= 2 NR. */
     static const int64_t dims[][3] = {
         {1, 1, 1},     {1, 7, 1},     {7, 1, 7},      {5, 16, 3},     {6, 17, 2},
         {13, 31, 33},  {14, 32, 7},   {15, 33, 100},  {4, 15, 1},     {3, 64, 257},
         {20, 100, 64}, {32, 33, 513}, {33, 65, 64},   {34, 47, 255},  {28, 96, 256},
         {29, 16, 511}, {45, 100, 257}, {100, 257, 33}, {257, 100, 7}, {337, 40, 20},
         {60, 4100, 3}, {1, 300, 600}, {17, 1, 40},    {40, 50, 1100}, {34, 47, 513},
-        {35, 2049, 2},   {70, 30, 300},  {50, 20, 1100}, /* A in place (N <= 2 NR) */
+        {35, 2049, 2},   {64, 40, 70},   {65, 40, 70},   {70, 30, 300},  {80, 20, 1100},
+        {70, 100, 1100}, {90, 2100, 3},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
