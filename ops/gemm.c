@@ -90,8 +90,10 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
     int i = 0;
 #ifdef __SSE2__
     for (; i + 4 <= rows; i += 4) {
-        const float *r0 = (const float *)(src + i * rs), *r1 = (const float *)(src + (i + 1) * rs);
-        const float *r2 = (const float *)(src + (i + 2) * rs), *r3 = (const float *)(src + (i + 3) * rs);
+        const float *r0 = (const float *)(src + i * rs);
+        const float *r1 = (const float *)(src + (i + 1) * rs);
+        const float *r2 = (const float *)(src + (i + 2) * rs);
+        const float *r3 = (const float *)(src + (i + 3) * rs);
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
             __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
@@ -221,7 +223,8 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
     int64_t want = 1;
     if (nth > 1) {
         double flops = 2.0 * (double)M * (double)N * (double)d->K * (double)nbatch;
-        want = GML_MAX((int64_t)1, GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS)));
+        want = GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS));
+        want = GML_MAX(want, (int64_t)1);
     }
     const bool large = pl->path == PATH_LARGE;
     const int64_t n_unit = pl->path == PATH_ROWS_T ? mr : nr; /* N tiles in whole micro-tiles */
@@ -292,7 +295,8 @@ typedef struct gemm_tile {
 static inline void prefetch_tile(const float *c, size_t ldc, int m, int n) {
 #if defined(__GNUC__)
     for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j += 64 / (int)sizeof(float)) __builtin_prefetch(c + i * ldc + j, 1, 3);
+        for (int j = 0; j < n; j += 64 / (int)sizeof(float))
+            __builtin_prefetch(c + i * ldc + j, 1, 3);
 #else
     GML_UNUSED(c), GML_UNUSED(ldc), GML_UNUSED(m), GML_UNUSED(n);
 #endif
@@ -419,7 +423,7 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
         };
         if (d->K == 0) { /* an empty sum */
             for (int64_t i = 0; i < t.tm; i++)
-                memset(t.c + i * (d->c_rs / (int64_t)sizeof(float)), 0, (size_t)t.tn * sizeof(float));
+                memset((char *)t.c + i * d->c_rs, 0, (size_t)t.tn * sizeof(float));
         } else if (pl.path == PATH_ROWS_T) {
             run_rows_t(d, v, &t, bp);
         } else if (pl.path == PATH_ROWS) {

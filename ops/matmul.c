@@ -118,7 +118,8 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
                         w->name, bias->name, w->ne[2], GML_SHAPE(bias, sbias));
     gml_tensor *x2 = x; /* [in] is taken as [1, in], as nn.Linear does */
     if (x->n_dims == 1)
-        x2 = gml_view(ctx, x, 2, (int64_t[]){1, x->ne[3]}, (size_t[]){x->nb[3] * (size_t)x->ne[3], x->nb[3]}, 0);
+        x2 = gml_view(ctx, x, 2, (int64_t[]){1, x->ne[3]},
+                      (size_t[]){x->nb[3] * (size_t)x->ne[3], x->nb[3]}, 0);
     gml_tensor *y = gml_matmul(ctx, x2, gml_transpose(ctx, w, 0, 1));
     if (y && x->n_dims == 1) y = gml_reshape(ctx, y, 1, (int64_t[]){w->ne[2]});
     return bias ? gml_add(ctx, y, bias) : y;

@@ -100,7 +100,8 @@ static void check(const char *what, gml_context *ctx, gml_tensor *a, gml_tensor 
             for (int64_t i = 0; i < n; i++)
                 if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
                     char how[64];
-                    snprintf(how, sizeof how, "%s, %d threads", gml_isa_name(isas[ii]), THREADS[ti]);
+                    snprintf(how, sizeof how, "%s, %d threads", gml_isa_name(isas[ii]),
+                             THREADS[ti]);
                     fail_msg(what, how, i, got[i], want[i]);
                     break;
                 }
@@ -165,7 +166,8 @@ static void shapes_2d(void) {
 static void many_chunks(void) {
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     gml_set_isa(GML_ISA_AUTO);
-    check("[300,160] @ [160,530] (chunked)", ctx, T2(ctx, 300, 160), T2(ctx, 160, 530), false, true);
+    check("[300,160] @ [160,530] (chunked)", ctx, T2(ctx, 300, 160), T2(ctx, 160, 530), false,
+          true);
     check("[2,3,70,90] @ [2,3,90,80] (chunked)", ctx, T4(ctx, 2, 3, 70, 90), T4(ctx, 2, 3, 90, 80),
           false, true);
     gml_free(ctx);
@@ -175,7 +177,8 @@ static void batches(void) {
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     check("[2,1,9,20] @ [1,3,20,35] (broadcast both ways)", ctx, T4(ctx, 2, 1, 9, 20),
           T4(ctx, 1, 3, 20, 35), false, true);
-    check("[21,18] @ [4,18,40] (a broadcast)", ctx, T2(ctx, 21, 18), T3(ctx, 4, 18, 40), false, true);
+    check("[21,18] @ [4,18,40] (a broadcast)", ctx, T2(ctx, 21, 18), T3(ctx, 4, 18, 40), false,
+          true);
     check("[3,40,18] @ [18,37] (b broadcast: batches fold into M)", ctx, T3(ctx, 3, 40, 18),
           T2(ctx, 18, 37), false, true);
     check("[2,3,5,18] @ [18,37] (4-D fold, M = 30 <= 32)", ctx, T4(ctx, 2, 3, 5, 18),
@@ -202,8 +205,10 @@ static void views(void) {
           false, true);
     /* slices with offsets: rows 3.. and columns 5.. of bigger tensors */
     gml_tensor *big_a = T2(ctx, 60, 90), *big_b = T2(ctx, 80, 70);
-    gml_tensor *sa = gml_view(ctx, big_a, 2, (int64_t[]){41, 70}, (size_t[]){90 * 4, 4}, (3 * 90 + 5) * 4);
-    gml_tensor *sb = gml_view(ctx, big_b, 2, (int64_t[]){70, 45}, (size_t[]){70 * 4, 4}, (2 * 70 + 7) * 4);
+    gml_tensor *sa =
+        gml_view(ctx, big_a, 2, (int64_t[]){41, 70}, (size_t[]){90 * 4, 4}, (3 * 90 + 5) * 4);
+    gml_tensor *sb =
+        gml_view(ctx, big_b, 2, (int64_t[]){70, 45}, (size_t[]){70 * 4, 4}, (2 * 70 + 7) * 4);
     check("sliced [41,70] @ sliced [70,45]", ctx, sa, sb, false, true);
     /* every other column of B: no dim contiguous */
     gml_tensor *sb2 = gml_view(ctx, big_b, 2, (int64_t[]){40, 33}, (size_t[]){70 * 4, 8}, 4);
@@ -211,7 +216,8 @@ static void views(void) {
     check("strided [29,40] @ strided [40,33]", ctx, sa2, sb2, false, true);
     /* a batch of row slices of [B, T, 2K] that still folds into M */
     gml_tensor *xb = T3(ctx, 3, 11, 64);
-    gml_tensor *xs = gml_view(ctx, xb, 3, (int64_t[]){3, 11, 32}, (size_t[]){11 * 64 * 4, 64 * 4, 4}, 32 * 4);
+    gml_tensor *xs = gml_view(ctx, xb, 3, (int64_t[]){3, 11, 32},
+                              (size_t[]){11 * 64 * 4, 64 * 4, 4}, 32 * 4);
     check("row-sliced [3,11,32] @ [32,47]", ctx, xs, T2(ctx, 32, 47), false, true);
     gml_free(ctx);
 }

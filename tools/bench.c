@@ -83,7 +83,8 @@ static mm_setup mm_setup_new(const mm_case *c) {
     gml_tensor *y = !b ? NULL : c->linear ? gml_linear(s.ctx, a, b, NULL) : gml_matmul(s.ctx, a, b);
     s.g = y ? gml_build_graph(s.ctx, &y, 1) : NULL;
     if (!s.g) {
-        fprintf(stderr, "bench: %s: %s\n", c->what, s.ctx ? gml_last_error(s.ctx) : "out of memory");
+        fprintf(stderr, "bench: %s: %s\n", c->what,
+                s.ctx ? gml_last_error(s.ctx) : "out of memory");
         exit(1);
     }
     fill(a->data, (int64_t)na, 1);
@@ -187,7 +188,8 @@ typedef struct attn_case {
     int H, G; /* G == H: MHA */
 } attn_case;
 
-static void attn_param(gml_context *ctx, gml_tensor **t, int64_t rows, int64_t cols, uint32_t seed) {
+static void attn_param(gml_context *ctx, gml_tensor **t, int64_t rows, int64_t cols,
+                       uint32_t seed) {
     *t = gml_new_tensor_2d(ctx, GML_F32, rows, cols);
     if (*t && (*t)->data) fill((*t)->data, rows * cols, seed);
 }
@@ -302,7 +304,8 @@ int main(int argc, char **argv) {
             o.max_cube = atoll(argv[++i]);
         } else if (strcmp(argv[i], "--threads") == 0) {
             o.n_threads = 0;
-            for (char *s = strtok(argv[++i], ","); s && o.n_threads < MAX_THREADS; s = strtok(NULL, ","))
+            char *list = argv[++i];
+            for (char *s = strtok(list, ","); s && o.n_threads < MAX_THREADS; s = strtok(NULL, ","))
                 if ((o.threads[o.n_threads++] = atoi(s)) < 1) usage();
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
