@@ -160,6 +160,7 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
 void gml_graph_free(gml_graph *g) {
     if (!g) return;
     gml_graph_release_compute(g);
+    gml_graph_release_plan(g);
     free(g->nodes);
     free(g->leafs);
     free(g->entries);

@@ -129,12 +129,17 @@ static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
 
 static double elementwise_flops(const gml_tensor *dst) { return (double)gml_nelements(dst); }
 
+/* In place (GML_OPF_INPLACE): the thread that writes out[i] reads a[i], and
+ * every variant loads a block of a before it stores that block of out. */
 const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add,
-                                  .reference = gml_f32_add__ref, .flops = elementwise_flops};
+                                  .reference = gml_f32_add__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE};
 const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul,
-                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops};
+                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE};
 const gml_op_def gml_opdef_scale = {.name = "scale", .forward = gml_f32_scale,
-                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops};
+                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops,
+                                    .flags = GML_OPF_INPLACE};
 
 static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;

@@ -108,8 +108,11 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
 
 static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_nelements(dst); }
 
+/* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
+ * every variant reads x[j] only in its first pass, before it stores out[j]. */
 const gml_op_def gml_opdef_softmax = {.name = "softmax", .forward = gml_f32_softmax,
-                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops};
+                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops,
+                                      .flags = GML_OPF_INPLACE};
 
 /* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
