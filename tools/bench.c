@@ -177,35 +177,28 @@ static void bench_matmul(const opts *o) {
 
 /* ---- attention forward ---------------------------------------------------
  * f32 self-attention, no bias, no mask: the models/ blocks (gml_mha,
- * gml_gqa in its broadcast form) as one graph per case. GFLOP/s counts
- * gml_graph_flops. "arena MiB" is what the graph's tensors take with every
- * intermediate kept (gml_mem_required).
- * TO ADD when the memory planner (branch `sched`) lands: its planned peak
- * bytes for the same graph, in a column beside the arena's. */
+ * gml_gqa in its broadcast form) as one graph per case, built without data
+ * and placed by the memory planner. GFLOP/s counts gml_graph_flops;
+ * "planned MiB" is the planner's buffer (weights, input, output and the
+ * intermediates, reusing dead ones' memory), "unplanned" the same tensors
+ * each with memory of its own. */
 typedef struct attn_case {
     const char *what;
     int64_t B, T, D;
     int H, G; /* G == H: MHA */
 } attn_case;
 
-static void attn_param(gml_context *ctx, gml_tensor **t, int64_t rows, int64_t cols,
-                       uint32_t seed) {
-    *t = gml_new_tensor_2d(ctx, GML_F32, rows, cols);
-    if (*t && (*t)->data) fill((*t)->data, rows * cols, seed);
-}
-
-/* Builds the case in ctx (allocating or not); NULL (message printed) on failure. */
+/* The case's graph in ctx (no_alloc); NULL (message printed) on failure. */
 static gml_graph *attn_graph(gml_context *ctx, const attn_case *c) {
     const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
-    gml_attn_weights w = {0};
-    attn_param(ctx, &w.w_q, c->D, c->D, 11);
-    attn_param(ctx, &w.w_k, dkv, c->D, 12);
-    attn_param(ctx, &w.w_v, dkv, c->D, 13);
-    attn_param(ctx, &w.w_o, c->D, c->D, 14);
-    gml_tensor *x = gml_new_tensor_3d(ctx, GML_F32, c->B, c->T, c->D);
-    if (x && x->data) fill(x->data, gml_nelements(x), 15);
+    const gml_attn_weights w = {
+        .w_q = gml_new_tensor_2d(ctx, GML_F32, c->D, c->D),
+        .w_k = gml_new_tensor_2d(ctx, GML_F32, dkv, c->D),
+        .w_v = gml_new_tensor_2d(ctx, GML_F32, dkv, c->D),
+        .w_o = gml_new_tensor_2d(ctx, GML_F32, c->D, c->D),
+    };
+    const gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, c->B, c->T, c->D)};
     const gml_attn_config cfg = {.n_heads = c->H, .n_kv_heads = c->G};
-    const gml_attn_inputs in = {.query = x};
     gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
     if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
@@ -221,20 +214,22 @@ static void bench_attention(const opts *o) {
         {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
     };
     printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case)\n");
-    printf("%-22s %5s %3s %7s %10s %10s %10s\n", "case", "D", "H", "threads", "ms", "GFLOP/s",
-           "arena MiB");
+    printf("%-22s %5s %3s %7s %10s %10s %12s %10s\n", "case", "D", "H", "threads", "ms",
+           "GFLOP/s", "planned MiB", "unplanned");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const attn_case *c = &cases[i];
-        gml_context *probe = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-        gml_graph *pg = attn_graph(probe, c);
-        if (!pg) exit(1);
-        const size_t need = gml_mem_required(probe);
-        gml_graph_free(pg);
-        gml_free(probe);
-        gml_context *ctx = gml_init((gml_init_params){.mem_size = need + (1 << 20)});
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
         gml_graph *g = ctx ? attn_graph(ctx, c) : NULL;
         if (!g) exit(1);
-        const double flop = gml_graph_flops(g);
+        if (gml_graph_plan(g, NULL) != GML_OK) {
+            fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+            exit(1);
+        }
+        for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
+            gml_tensor *t = gml_graph_leaf(g, l);
+            fill(t->data, gml_nelements(t), 11 + (uint32_t)l);
+        }
+        const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
         for (int j = 0; j < o->n_threads; j++) {
             double t[MAX_RUNS];
             for (int r = -o->warmup; r < o->runs; r++) {
@@ -246,8 +241,9 @@ static void bench_attention(const opts *o) {
                 if (r >= 0) t[r] = now_s() - t0;
             }
             const double sec = median(t, o->runs);
-            printf("%-22s %5lld %3d %7d %10.3f %10.1f %10.1f\n", c->what, (long long)c->D, c->H,
-                   o->threads[j], sec * 1e3, flop / sec * 1e-9, (double)need / (1 << 20));
+            printf("%-22s %5lld %3d %7d %10.3f %10.1f %12.1f %10.1f\n", c->what, (long long)c->D,
+                   c->H, o->threads[j], sec * 1e3, flop / sec * 1e-9,
+                   (double)gml_graph_plan_peak(g) / mib, (double)gml_graph_plan_naive(g) / mib);
             fflush(stdout);
         }
         gml_graph_free(g);
