@@ -55,7 +55,7 @@ static bool check_case(const gml_gemm_variant *v, size_t kc, size_t lda, int m, 
 }
 
 int main(void) {
-    const size_t kcs[] = {1, 2, 3, 17, 256, 301};
+    const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: KC */
     for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
         const gml_gemm_variant *v = &gml_gemm_variants[vi];
         if (!gml_cpu_has(v->isa)) {
