@@ -172,6 +172,38 @@ static gml_status trap_report(gml_graph *g, int i, const gml_tensor *t, const in
                           isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
 }
 
+/* Whether -inf in t can be by design: t is a leaf (user data), a mask, or
+ * moves or adds values of such tensors (cont(permute(mask)), scores + mask).
+ * NaN and +inf never are. */
+static bool may_hold_neg_inf(const gml_tensor *t) {
+    if (t->op == GML_OP_NONE) return true;
+    const unsigned flags = gml_op_get(t->op)->flags;
+    if (flags & GML_OPF_INF_OK) return true;
+    if (!(flags & (GML_OPF_NOOP | GML_OPF_MOVES_VALUES))) return false;
+    for (int s = 0; s < GML_MAX_SRC; s++)
+        if (t->src[s] && may_hold_neg_inf(t->src[s])) return true;
+    return false;
+}
+
+/* The NaN/Inf trap's verdict on node t: the first element it must not hold. */
+static bool trapped(const gml_tensor *t, int64_t idx[GML_MAX_DIMS], float *v) {
+    if (!find_nonfinite(t, idx, v)) return false;
+    if (!(*v == -INFINITY && may_hold_neg_inf(t))) return true;
+    /* -inf is allowed here: look for a NaN or +inf */
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++) {
+                    float x = *(const float *)gml_ptr(t, i0, i1, i2, i3);
+                    if (isnan(x) || x == INFINITY) {
+                        idx[0] = i0, idx[1] = i1, idx[2] = i2, idx[3] = i3;
+                        *v = x;
+                        return true;
+                    }
+                }
+    return false;
+}
+
 /* The checks after nodes [first, end) are done (on thread 0, the others
  * waiting): the NaN trap on each that computes, then the callback on each. */
 static gml_status check_nodes(gml_graph *g, int first, int end) {
@@ -180,7 +212,7 @@ static gml_status check_nodes(gml_graph *g, int first, int end) {
         if (g->nan_trap && !(gml_op_get(node->op)->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
             int64_t idx[GML_MAX_DIMS];
             float v;
-            if (find_nonfinite(node, idx, &v)) return trap_report(g, i, node, idx, v);
+            if (trapped(node, idx, &v)) return trap_report(g, i, node, idx, v);
         }
         if (g->callback && !g->callback(node, i, g->callback_user))
             return gml_graph_fail(g, GML_ERR_ABORTED,

@@ -311,8 +311,10 @@ bool gml_isa_from_name(const char *name, gml_isa *out);
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
- * GML_ERR_NONFINITE naming the first bad node and element. Mask ops, whose
- * -inf is by design, are exempt. */
+ * GML_ERR_NONFINITE naming the first bad node and element. NaN and +inf
+ * always stop it; -inf only where it is not by design: masks hold it, and so
+ * may nodes that only move or add values of masks or inputs (views, cont,
+ * cpy, repeat_interleave, get_rows, add: a mask added to scores). */
 void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
 /* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of

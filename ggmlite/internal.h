@@ -131,6 +131,9 @@ enum {
      * src[0][i] for the last time, and the thread writing dst[i] is the one
      * reading src[0][i]. Other sources never share the memory. */
     GML_OPF_INPLACE = 4,
+    /* Output elements are input elements, moved or added: a -inf from a mask
+     * flows through by design (the NaN trap allows it; see compute.c). */
+    GML_OPF_MOVES_VALUES = 8,
 };
 
 /* What the core knows of an op. Defined by each op's file as gml_opdef_<name>. */

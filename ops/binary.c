@@ -133,7 +133,7 @@ static double elementwise_flops(const gml_tensor *dst) { return (double)gml_nele
  * every variant loads a block of a before it stores that block of out. */
 const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add,
                                   .reference = gml_f32_add__ref, .flops = elementwise_flops,
-                                  .flags = GML_OPF_INPLACE};
+                                  .flags = GML_OPF_INPLACE | GML_OPF_MOVES_VALUES};
 const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul,
                                   .reference = gml_f32_mul__ref, .flops = elementwise_flops,
                                   .flags = GML_OPF_INPLACE};

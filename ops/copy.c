@@ -105,10 +105,10 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
     gml_x32_copy__ref(p, dst);
 }
 
-const gml_op_def gml_opdef_cont = {
-    .name = "cont", .forward = gml_x32_copy, .reference = gml_x32_copy__ref};
-const gml_op_def gml_opdef_cpy = {
-    .name = "cpy", .forward = gml_x32_copy, .reference = gml_x32_copy__ref};
+const gml_op_def gml_opdef_cont = {.name = "cont", .forward = gml_x32_copy,
+                                   .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
+const gml_op_def gml_opdef_cpy = {.name = "cpy", .forward = gml_x32_copy,
+                                  .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
 
 /* a [...] (any strides) -> out [...] contiguous */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {

@@ -58,8 +58,9 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
-const gml_op_def gml_opdef_get_rows = {
-    .name = "get_rows", .forward = gml_f32_get_rows, .reference = gml_f32_get_rows__ref};
+const gml_op_def gml_opdef_get_rows = {.name = "get_rows", .forward = gml_f32_get_rows,
+                                       .reference = gml_f32_get_rows__ref,
+                                       .flags = GML_OPF_MOVES_VALUES};
 
 /* table [N, d] f32, idx [...] i32 (1-D to 3-D) -> out [..., d] */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {

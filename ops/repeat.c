@@ -100,6 +100,7 @@ const gml_op_def gml_opdef_repeat_interleave = {
     .name = "repeat_interleave",
     .forward = gml_x32_repeat_interleave,
     .reference = gml_x32_repeat_interleave__ref,
+    .flags = GML_OPF_MOVES_VALUES,
 };
 
 /* x [.., n, ..] -> out [.., n * repeats, ..] (dim may be negative) */

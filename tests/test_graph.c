@@ -554,6 +554,7 @@ static void test_callback(void) {
 /* ---- NaN trap ----------------------------------------------------------------------- */
 
 static void expect_trap(gml_graph *g, const char *node, const char *what, const char *where) {
+    if (!CHECK(g, "graph for the trap at '%s' builds", node)) return;
     gml_graph_set_nan_trap(g, true);
     gml_status st = gml_graph_compute(g, 2);
     CHECK(st == GML_ERR_NONFINITE, "trap fires at '%s': status %d (%s)", node, (int)st, gml_graph_error(g));
@@ -609,14 +610,31 @@ static void test_nan_trap(void) {
     gml_tensor *sp = gml_permute(ctx, s, (int[]){1, 0, 2, 3});               /* [2, 3, 4, 5] */
     gml_tensor *mp = gml_permute(ctx, m, (int[]){1, 0, 2, 3});               /* [1, 3, 1, 5] */
     gml_tensor *p2 = gml_softmax(ctx, sp, mp, 0.5f, false);
-    gml_tensor *outs[] = {p1, p2};
-    g = gml_build_graph(ctx, outs, 2);
+    /* and through ops that move or add values: a copied, repeated mask added
+     * to the scores by hand */
+    gml_tensor *mc = gml_repeat_interleave(ctx, gml_cont(ctx, mp), 3, 0);  /* [3, 3, 1, 5] */
+    gml_tensor *sm = gml_add(ctx, gml_view(ctx, sp, 4, (int64_t[]){2, 3, 1, 5},
+                                           (size_t[]){sp->nb[0], sp->nb[1], sp->nb[2], sp->nb[3]}, 0),
+                             gml_view(ctx, mc, 4, (int64_t[]){1, 3, 1, 5},
+                                      (size_t[]){mc->nb[0], mc->nb[1], mc->nb[2], mc->nb[3]}, 0));
+    gml_tensor *p3 = gml_softmax(ctx, sm, NULL, 1.0f, false);
+    gml_tensor *outs[] = {p1, p2, p3};
+    g = gml_build_graph(ctx, outs, 3);
     if (CHECK(g, "build: %s", gml_last_error(ctx))) {
         gml_graph_set_nan_trap(g, true);
         CHECK(gml_graph_compute(g, 2) == GML_OK, "no trap: %s", gml_graph_error(g));
         CHECK(((float *)p1->data)[0] == 0.0f, "batch 0 sees no key: zero weights");
         gml_graph_free(g);
     }
+
+    chk_case("trap: -inf that no mask explains still stops it");
+    gml_tensor *na = gml_new_tensor_2d(ctx, GML_F32, 2, 3);
+    chk_fill_value(na, -3e38f);
+    gml_tensor *neg = gml_set_name(gml_matmul(ctx, na, b), "neg_mm");       /* -9e38: -inf */
+    gml_tensor *neg2 = gml_cont(ctx, neg); /* moves values, but of no mask or input */
+    g = gml_build_graph(ctx, &neg2, 1);
+    expect_trap(g, "neg_mm", "-inf", "[0,0]");
+    gml_graph_free(g);
     gml_free(ctx);
 }
 
