@@ -50,8 +50,34 @@ static void fill(float *x, int64_t n, uint32_t seed) {
     }
 }
 
+/* Seconds of one compute of g. */
+static double time_graph(gml_graph *g, int nth) {
+    const double t0 = now_s();
+    if (gml_graph_compute(g, nth) != GML_OK) {
+        fprintf(stderr, "bench: %s\n", gml_graph_error(g));
+        exit(1);
+    }
+    return now_s() - t0;
+}
+
+/* ggmlite and the reference take turns, TURNS blocks of runs each, so that
+ * a neighbour's load on the shared machine falls on both sides alike. A
+ * pause before each block lets the other side's threads go idle: OpenBLAS's
+ * workers spin on a core for ~100 ms after each call (measured here), which
+ * halves whatever two-thread run comes next. Each block first warms up for
+ * WARM_S seconds of runs: after a pause, threads (and cores) take a few
+ * runs to be back at speed, a third of a 0.1 ms product. */
+enum { TURNS = 3 };
+#define WARM_S 0.1
+
+static void pause_s(double sec) {
+    struct timespec ts = {.tv_sec = (time_t)sec,
+                          .tv_nsec = (long)((sec - (double)(time_t)sec) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 typedef struct opts {
-    int runs, warmup;
+    int runs;
     int64_t max_cube;
     int threads[MAX_THREADS], n_threads;
 } opts;
@@ -111,14 +137,7 @@ static void mm_setup_free(mm_setup *s) {
     free(s->y);
 }
 
-static double time_ggml(const mm_setup *s, int nth) {
-    const double t0 = now_s();
-    if (gml_graph_compute(s->g, nth) != GML_OK) {
-        fprintf(stderr, "bench: %s\n", gml_graph_error(s->g));
-        exit(1);
-    }
-    return now_s() - t0;
-}
+static double time_ggml(const mm_setup *s, int nth) { return time_graph(s->g, nth); }
 
 #ifdef GML_BENCH_OPENBLAS
 static double time_blas(const mm_setup *s, const mm_case *c) {
@@ -139,7 +158,7 @@ static void bench_matmul(const opts *o) {
         {"M=20 N=K=4096 linear", 20, 4096, 4096, true},
     };
     printf("\nmatmul f32 (GFLOP/s; linear: x [M,K] @ w^T, w [N,K] nn.Linear layout;\n"
-           "ggmlite and the reference take turns, run by run)\n");
+           "ggmlite and the reference take %d turns each, runs split among them)\n", TURNS);
     printf("%-22s %7s %10s %10s %7s\n", "shape", "threads", "ggmlite", "OpenBLAS", "ratio");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const mm_case *c = &cases[i];
@@ -148,18 +167,21 @@ static void bench_matmul(const opts *o) {
         mm_setup s = mm_setup_new(c);
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
-            double tg[MAX_RUNS], tb[MAX_RUNS];
+            double tg[MAX_RUNS], tb[MAX_RUNS] = {0};
 #ifdef GML_BENCH_OPENBLAS
             openblas_set_num_threads(nth);
 #endif
-            for (int r = -o->warmup; r < o->runs; r++) {
-                const double g = time_ggml(&s, nth);
+            for (int round = 0, done = 0; round < TURNS; round++) {
+                const int n = (o->runs - done) / (TURNS - round);
+                pause_s(0.25);
+                for (double warm = 0; warm < WARM_S;) warm += time_ggml(&s, nth);
+                for (int r = 0; r < n; r++) tg[done + r] = time_ggml(&s, nth);
 #ifdef GML_BENCH_OPENBLAS
-                const double b = time_blas(&s, c);
-#else
-                const double b = 0;
+                pause_s(0.25);
+                for (double warm = 0; warm < WARM_S;) warm += time_blas(&s, c);
+                for (int r = 0; r < n; r++) tb[done + r] = time_blas(&s, c);
 #endif
-                if (r >= 0) tg[r] = g, tb[r] = b;
+                done += n;
             }
             const double g = flop / median(tg, o->runs) * 1e-9;
 #ifdef GML_BENCH_OPENBLAS
@@ -232,14 +254,9 @@ static void bench_attention(const opts *o) {
         const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
         for (int j = 0; j < o->n_threads; j++) {
             double t[MAX_RUNS];
-            for (int r = -o->warmup; r < o->runs; r++) {
-                double t0 = now_s();
-                if (gml_graph_compute(g, o->threads[j]) != GML_OK) {
-                    fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
-                    exit(1);
-                }
-                if (r >= 0) t[r] = now_s() - t0;
-            }
+            pause_s(0.25);
+            for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+            for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
             const double sec = median(t, o->runs);
             printf("%-22s %5lld %3d %7d %10.3f %10.1f %12.1f %10.1f\n", c->what, (long long)c->D,
                    c->H, o->threads[j], sec * 1e3, flop / sec * 1e-9,
@@ -273,7 +290,8 @@ static void print_machine(const opts *o) {
     strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tnow));
     printf("ggmlite %s bench: %s, %ld cores, ISA %s, %s\n", GML_VERSION, model,
            sysconf(_SC_NPROCESSORS_ONLN), gml_isa_name(gml_get_isa()), date);
-    printf("medians of %d runs after %d warm-up; reference: %s\n", o->runs, o->warmup,
+    printf("medians of %d runs, each set after %.1f s of warm-up runs; reference: %s\n", o->runs,
+           WARM_S,
 #ifdef GML_BENCH_OPENBLAS
            "OpenBLAS cblas_sgemm, same run, same threads"
 #else
@@ -289,7 +307,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.runs = 10, .warmup = 2, .max_cube = 4096, .threads = {1, 2}, .n_threads = 2};
+    opts o = {.runs = 10, .max_cube = 4096, .threads = {1, 2}, .n_threads = 2};
     const char *only = "";
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
