@@ -19,6 +19,27 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) {
     return false;
 }
 
+static bool plain(unsigned char c) { return c >= 0x20 && c != 0x7f && c != '\\'; }
+
+const char *gml_printable(const char *s, char *buf, size_t size) {
+    size_t full = 0; /* the escaped length */
+    for (const char *p = s; *p; p++) full += plain((unsigned char)*p) ? 1 : 4;
+    bool cut = full >= size;
+    size_t room = cut ? size - 4 : size - 1, k = 0; /* size >= 8: see file.h */
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (k + (plain(c) ? 1 : 4) > room) break;
+        if (plain(c)) buf[k++] = (char)c;
+        else k += (size_t)snprintf(buf + k, 5, "\\x%02x", c);
+    }
+    if (cut) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size) {

@@ -16,6 +16,11 @@
  * returns false, so readers can `return gml_errf(err, size, ...)`. */
 bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4);
 
+/* s (text from a file: any bytes) fit for a one-line message: bytes below
+ * 0x20, 0x7f and backslashes as \xNN, cut to size - 1 bytes with "..." at
+ * the end when too long (size >= 8). Returns buf. */
+const char *gml_printable(const char *s, char *buf, size_t size);
+
 /* Little-endian integers at p (any alignment). */
 static inline uint64_t gml_le64(const unsigned char *p) {
     uint64_t v = 0;

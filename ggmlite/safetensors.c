@@ -63,7 +63,9 @@ static bool entry_fail(st_header *h, const char *name, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return gml_errf(h->err, h->err_size, "%s: tensor '%.100s': %s", h->what, name, msg);
+    char shown[100];
+    return gml_errf(h->err, h->err_size, "%s: tensor '%s': %s", h->what,
+                    gml_printable(name, shown, sizeof shown), msg);
 }
 
 /* A JSON number that is an integer in [0, max]. */
@@ -96,10 +98,12 @@ static bool check_metadata(st_header *h, const cJSON *meta) {
     if (!cJSON_IsObject(meta))
         return gml_errf(h->err, h->err_size, "%s: header: __metadata__ is %s, expected an object "
                         "of strings", h->what, json_type(meta));
+    char shown[100];
     for (const cJSON *x = meta->child; x; x = x->next)
         if (!cJSON_IsString(x))
-            return gml_errf(h->err, h->err_size, "%s: header: __metadata__ '%.100s' is %s, "
-                            "expected a string", h->what, x->string, json_type(x));
+            return gml_errf(h->err, h->err_size, "%s: header: __metadata__ '%s' is %s, "
+                            "expected a string", h->what,
+                            gml_printable(x->string, shown, sizeof shown), json_type(x));
     return true;
 }
 
@@ -123,8 +127,11 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
         return entry_fail(h, name, "dtype is %s, expected a string like \"F32\"", json_type(dtype));
     if (strcmp(dtype->valuestring, "F32") == 0) e->type = GML_F32;
     else if (strcmp(dtype->valuestring, "I32") == 0) e->type = GML_I32;
-    else return entry_fail(h, name, "dtype '%.40s' is not supported; expected F32 or I32",
-                           dtype->valuestring);
+    else {
+        char shown[40];
+        return entry_fail(h, name, "dtype '%s' is not supported; expected F32 or I32",
+                          gml_printable(dtype->valuestring, shown, sizeof shown));
+    }
 
     char list[160];
     if (!cJSON_IsArray(shape))
@@ -190,18 +197,20 @@ static bool check_all(st_header *h) {
     if (!s) return gml_errf(h->err, h->err_size, "%s: out of memory", h->what);
     for (int i = 0; i < h->n; i++) s[i] = &h->e[i];
     bool ok = true;
+    char a[100], b[100];
     qsort(s, (size_t)h->n, sizeof *s, by_name);
     for (int i = 1; i < h->n && ok; i++)
         if (strcmp(s[i - 1]->name, s[i]->name) == 0)
             ok = gml_errf(h->err, h->err_size, "%s: header: tensor name '%s' appears twice",
-                          h->what, s[i]->name);
+                          h->what, gml_printable(s[i]->name, a, sizeof a));
     qsort(s, (size_t)h->n, sizeof *s, by_begin);
     for (int i = 1; i < h->n && ok; i++)
         if (s[i]->begin < s[i - 1]->end)
             ok = gml_errf(h->err, h->err_size, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and "
                           "'%s' [%" PRIu64 ", %" PRIu64 "] overlap (data buffer at file offset %"
-                          PRIu64 ")", h->what, s[i - 1]->name, s[i - 1]->begin, s[i - 1]->end,
-                          s[i]->name, s[i]->begin, s[i]->end, h->data_at);
+                          PRIu64 ")", h->what, gml_printable(s[i - 1]->name, a, sizeof a),
+                          s[i - 1]->begin, s[i - 1]->end, gml_printable(s[i]->name, b, sizeof b),
+                          s[i]->begin, s[i]->end, h->data_at);
     free(s);
     return ok;
 }
@@ -294,7 +303,9 @@ static gml_context *read_safetensors(const gml_source *s, char *err, size_t es) 
         const st_entry *e = &h.e[i];
         gml_tensor *t = gml_new_tensor(ctx, e->type, e->n_dims, e->ne);
         if (!t) {
-            gml_errf(err, es, "%s: tensor '%s': %s", s->what, e->name, gml_last_error(ctx));
+            char shown[100];
+            gml_errf(err, es, "%s: tensor '%s': %s", s->what,
+                     gml_printable(e->name, shown, sizeof shown), gml_last_error(ctx));
             goto fail;
         }
         gml_set_name(t, e->name);

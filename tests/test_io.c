@@ -657,6 +657,8 @@ static void test_bad_safetensors(void) {
                 "dtype is a number");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24),
                 "tensor 'a': dtype 'F64' is not supported; expected F32 or I32");
+    EXPECT_FAIL(ST("{\"a\\u0001\\\\\":{\"dtype\":\"\nF32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 24),
+                "tensor 'a\\x01\\x5c': dtype '\\x0aF32' is not supported"); /* found by fuzz_safetensors */
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]}}", 24),
                 "dtype 'F16' is not supported");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),

@@ -39,6 +39,32 @@ check() {
     ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 300
 }
 
+# fuzz: builds the libFuzzer targets (tests/fuzz) into build-fuzz and runs
+# each for FUZZ_SECONDS on a copy of its seed corpus, so the repository's
+# corpus stays as it is. Any crash, leak, timeout or out-of-memory fails.
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+fuzz() {
+    local dir=build-fuzz fuzzer name
+    echo "== fuzz (clang, libFuzzer + ASan + UBSan, ${FUZZ_SECONDS} s each)"
+    build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DGGMLITE_FUZZ=ON \
+        -DGGMLITE_TESTS=OFF >/dev/null
+    for fuzzer in "$dir"/fuzz/fuzz_*; do
+        name=$(basename "$fuzzer")
+        rm -rf "$dir/corpus/$name" "$dir/artifacts/$name"
+        mkdir -p "$dir/corpus/$name" "$dir/artifacts/$name"
+        cp tests/fuzz/corpus/"$name"/* "$dir/corpus/$name/"
+        local dict=()
+        [[ -f tests/fuzz/$name.dict ]] && dict=(-dict="tests/fuzz/$name.dict")
+        if ! "$fuzzer" "${dict[@]}" -max_total_time="$FUZZ_SECONDS" -timeout=5 -rss_limit_mb=2048 \
+            -artifact_prefix="$dir/artifacts/$name/" "$dir/corpus/$name" >"$dir/$name.log" 2>&1; then
+            tail -n 40 "$dir/$name.log"
+            echo "$name failed: reproducer in $dir/artifacts/$name/, log in $dir/$name.log" >&2
+            return 1
+        fi
+        echo "$name: $(grep -o 'Done [0-9]* runs' "$dir/$name.log"), no crash"
+    done
+}
+
 case "${1:-}" in
 demo)
     install_missing "${BUILD_PKGS[@]}"
@@ -50,6 +76,7 @@ test)
     check "release (gcc)" build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc
     check "asan+ubsan (clang)" build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
         -DGGMLITE_SANITIZE=ON
+    fuzz
     echo "== all tests passed"
     ;;
 *)

@@ -1,0 +1,25 @@
+/* libFuzzer target: gml_parse_safetensors on any bytes returns a context or
+ * a one-line message naming the input; it never crashes, hangs, reads out of
+ * bounds or leaks (ASan, UBSan and LeakSanitizer watch). What it accepts is
+ * consistent: every tensor fits in the input, and the tensors' bytes do not
+ * add up to more than the input holds (they may not overlap). */
+#include "ggmlite.h"
+
+#include <stdint.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char err[512] = "";
+    gml_context *ctx = gml_parse_safetensors(data, size, "fuzz.safetensors", err, sizeof err);
+    if (!ctx) {
+        if (strncmp(err, "fuzz.safetensors: ", 18) != 0 || strchr(err, '\n')) __builtin_trap();
+        return 0;
+    }
+    /* Each tensor takes a header and its data rounded up to 64 bytes; there
+     * are at most size / 4 tensors, whose data adds up to at most size. */
+    if (gml_used_mem(ctx) > (size / 4) * (gml_tensor_overhead() + 63) + size) __builtin_trap();
+    gml_free(ctx);
+    return 0;
+}
