@@ -305,6 +305,11 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
         return rg_fail(e, RG_USAGE, "--input is self-attention; for cross-attention give --query, --key, --value");
     if (o->value && !o->key) return rg_fail(e, RG_USAGE, "--value needs --key");
     if (o->key && !o->query) return rg_fail(e, RG_USAGE, "--key needs --query");
+    const char *outs[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph, o->save_inputs};
+    for (int i = 0; i < 6; i++)
+        for (int k = i + 1; k < 6; k++)
+            if (outs[i] && outs[k] && strcmp(outs[i], outs[k]) == 0)
+                return rg_fail(e, RG_USAGE, "%s: given for two outputs", outs[i]);
     if ((o->tokens || o->query_tokens) && !o->attn_svg)
         return rg_fail(e, RG_USAGE, "%s labels the --attn-svg heatmap: give --attn-svg too",
                        o->tokens ? "--tokens" : "--query-tokens");
