@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define NAME_MAX_LEN (GML_MAX_NAME - 1)
+#define MAX_DEPTH 100 /* nesting of ( ), unary minus and calls: keeps the recursion off the stack's end */
 #define MAX_ARGS 6
 
 /* ---- values an argument can take ------------------------------------------ */
@@ -46,6 +47,7 @@ typedef struct parser {
     char *err;
     size_t err_size;
     bool failed;
+    int depth;        /* nesting of expressions and calls, bounded (the parser recurses) */
     named *names;
     int n_names, cap_names;
 } parser;
@@ -228,9 +230,17 @@ static bool primary(parser *p, double *out, bool *literal, float *lit_f32) {
     return FAIL(p, "expected a number, found '%c'", isprint(c) ? c : '?');
 }
 
+/* Counts one more level of nesting; fails past MAX_DEPTH. */
+static bool enter(parser *p) {
+    if (++p->depth <= MAX_DEPTH) return true;
+    return FAIL(p, "nested more than %d levels deep", MAX_DEPTH);
+}
+
 static bool unary(parser *p, double *out, bool *literal, float *lit_f32) {
     if (accept(p, '-')) {
-        if (!unary(p, out, literal, lit_f32)) return false;
+        bool ok = enter(p) && unary(p, out, literal, lit_f32);
+        p->depth--;
+        if (!ok) return false;
         *out = -*out;
         *lit_f32 = -*lit_f32;
         return true;
@@ -254,7 +264,15 @@ static bool term(parser *p, double *out, bool *literal, float *lit_f32) {
     }
 }
 
+static bool expr_body(parser *p, double *out, bool *literal, float *lit_f32);
+
 static bool expr(parser *p, double *out, bool *literal, float *lit_f32) {
+    bool ok = enter(p) && expr_body(p, out, literal, lit_f32);
+    p->depth--;
+    return ok;
+}
+
+static bool expr_body(parser *p, double *out, bool *literal, float *lit_f32) {
     if (!term(p, out, literal, lit_f32)) return false;
     for (;;) {
         int op = peek(p);
@@ -539,9 +557,17 @@ static bool arg_value(parser *p, const opform *form, const argspec *spec, value 
     }
 }
 
+static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out);
+
+static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
+    bool ok = enter(p) && call_body(p, opname, col, out);
+    p->depth--;
+    return ok;
+}
+
 /* opname(args...) with the cursor on '('. Positional arguments fill the
  * form's arguments in order, then name=value ones any argument. */
-static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
+static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out) {
     const opform *form = form_by_name(opname);
     if (!form) {
         char known[512];

@@ -414,6 +414,30 @@ static void test_errors(void) {
     CHECK_CONTAINS(err, "/nonexistent/g.graph");
     gml_free(ctx);
 
+    chk_case("deep nesting fails cleanly (no stack overflow)");
+    static const char *const open_close[][3] = {{"let a = ", "(", ")"}, {"let a = ", "-", ""},
+                                                 {"input x f32 [2]\ny = ", "cont(", ")"}};
+    for (int k = 0; k < 3; k++) {
+        const int n = 200000;
+        size_t cap = strlen(open_close[k][0]) + (size_t)n * 6 + 32, len = 0;
+        char *deep = malloc(cap);
+        len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][0]);
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][1]);
+        len += (size_t)snprintf(deep + len, cap - len, "%s", k == 2 ? "x" : "1");
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][2]);
+        len += (size_t)snprintf(deep + len, cap - len, "\n");
+        gml_context *dctx = chk_ctx(1 << 16);
+        CHECK(gml_parse_graph(dctx, deep, len, "deep.graph", NULL, out, 1, err, sizeof err) == -1, "fails");
+        CHECK_CONTAINS(err, "nested more than 100 levels deep");
+        gml_free(dctx);
+        free(deep);
+    }
+    chk_case("nesting up to the limit is fine");
+    gml_context *nctx = chk_ctx(1 << 16);
+    const char *ok_deep = "let a = ((((((((((((((((((((1))))))))))))))))))))\ninput x f32 [a]\noutput x\n";
+    CHECK(gml_parse_graph(nctx, ok_deep, strlen(ok_deep), "ok.graph", NULL, out, 1, err, sizeof err) == 1, "%s", err);
+    gml_free(nctx);
+
     chk_case("NUL byte");
     ctx = chk_ctx(1 << 16);
     const char nul[] = "input x f32 [2]\0\noutput x\n";
