@@ -108,6 +108,10 @@ typedef struct rg_data {
 bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e);
 void rg_data_free(rg_data *d);
 
+/* False, with a message, if `bytes` of tensor data for `what` exceed the
+ * machine's memory. */
+bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e);
+
 /* Deterministic random values from (seed, t's name), so equal names get equal
  * data whichever way the graph was made: params uniform in +-1/sqrt(last
  * dim) (nn.Linear's init), inputs uniform in [-1, 1]. t contiguous f32. */

@@ -2,6 +2,7 @@
  * from the files, the flags and the defaults (each size remembers where it
  * came from, so a disagreement names both sources), and makes deterministic
  * random inputs and weights for what the files do not give. */
+#define _POSIX_C_SOURCE 200809L
 #include "rg.h"
 
 #include <inttypes.h>
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 /* Defaults when neither files nor flags give a size (like the mha_seed
@@ -245,15 +247,28 @@ typedef struct spec {
     int64_t ne[3];
 } spec;
 
+bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    if (bytes <= ram) return true;
+    return rg_fail(e, RG_RUNTIME, "%s need %.3g GiB of tensor data; this machine has %.3g GiB", what,
+                   (double)bytes / (1 << 30), (double)ram / (1 << 30));
+}
+
 /* A context holding new tensors of the given shapes. */
 static bool make(rg_data *d, const spec *sp, int n, gml_tensor **out, rg_err *e) {
-    size_t bytes = 4096;
+    uint64_t bytes = 4096;
     for (int i = 0; i < n; i++) {
-        int64_t count = 1;
-        for (int k = 0; k < sp[i].n_dims; k++) count *= sp[i].ne[k];
-        bytes += gml_tensor_overhead() + ((size_t)count * 4 + 127) / 64 * 64;
+        uint64_t count = 4 + 127; /* bytes, with room to align */
+        for (int k = 0; k < sp[i].n_dims; k++)
+            if (__builtin_mul_overflow(count, (uint64_t)sp[i].ne[k], &count)) count = UINT64_MAX;
+        uint64_t tensor;
+        if (__builtin_add_overflow(count, gml_tensor_overhead(), &tensor) ||
+            __builtin_add_overflow(bytes, tensor, &bytes))
+            bytes = UINT64_MAX;
     }
-    gml_context *c = gml_init((gml_init_params){.mem_size = bytes});
+    if (!rg_check_memory(bytes, sp[0].name[0] == 'w' ? "the random weights" : "the inputs", e)) return false;
+    gml_context *c = gml_init((gml_init_params){.mem_size = (size_t)bytes});
     if (!keep(d, c, e)) return false;
     for (int i = 0; i < n; i++) {
         out[i] = gml_new_tensor(c, sp[i].type, sp[i].n_dims, sp[i].ne);
@@ -270,6 +285,7 @@ static bool random_inputs(const rg_opts *o, rg_data *d, rg_err *e) {
         spec sp[2] = {{"a", GML_F32, 2, {n[RG_M], n[RG_K]}}, {"b", GML_F32, 2, {n[RG_K], n[RG_N]}}};
         if (d->a && d->b) return true;
         if (!make(d, sp, 2, t, e)) return false;
+        d->random_inputs = true;
         if (!d->a) rg_fill_random(d->a = t[0], o->seed, false);
         if (!d->b) rg_fill_random(d->b = t[1], o->seed, false);
         return true;

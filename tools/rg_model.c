@@ -165,6 +165,7 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     size_t need = gml_mem_required(dry);
     gml_free(dry);
     if (!ok) return false;
+    if (!rg_check_memory(need, "the graph's tensors", e)) return false;
     /* 2. for real */
     *m = (rg_model){0};
     m->ctx = gml_init((gml_init_params){.mem_size = need + 4096});
