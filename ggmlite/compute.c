@@ -1,23 +1,51 @@
-/* Compute: runs a graph's nodes in order, each split over n_threads, with a
- * per-node callback and an optional NaN/Inf trap. */
+/* Compute: runs a graph's nodes in order on n threads. Every thread walks the
+ * same list of the nodes that compute (views cost nothing, not even a
+ * barrier); for each, every thread runs the kernel on its own share, then all
+ * meet at a barrier. A kernel failure stops every thread after the node. The
+ * node callback and the NaN trap run on thread 0 between two barriers. */
 #include "graph.h"
+#include "threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* What the threads of one compute share; on the caller's stack. */
 struct gml_compute_shared {
-    gml_graph *g;
-    atomic_int failed;
-    atomic_llong chunk; /* next chunk index for gml_chunk_next */
+    struct gml_sync_barrier barrier;
+    _Alignas(GML_ALIGN) atomic_llong chunk; /* gml_chunk_next; 0 after each barrier */
+    _Alignas(GML_ALIGN) atomic_int failed;  /* a kernel called gml_kernel_fail */
+    atomic_int stopped;                     /* thread 0 stopped the run: status says why */
+    /* failed or stopped as of the last barrier: the same for every thread
+     * until the next one (failed itself may change in the node running). */
+    atomic_int halt;
+    gml_status status;
+
+    const struct gml_step *steps;
+    int n_steps;
+    void *wdata;
+    size_t wsize;
+    char *err; /* kernel failure message */
+    size_t err_size;
+    gml_graph *g; /* for the callback and the NaN trap; NULL in gml_run_kernels */
+    bool checks;  /* the callback or the trap is on: thread 0 looks after each node */
 };
 
+/* Run by the last thread to reach a barrier, all others waiting. */
+static void at_barrier(void *arg) {
+    struct gml_compute_shared *sh = arg;
+    atomic_store_explicit(&sh->chunk, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&sh->failed, memory_order_relaxed) ||
+        atomic_load_explicit(&sh->stopped, memory_order_relaxed))
+        atomic_store_explicit(&sh->halt, 1, memory_order_relaxed);
+}
+
 void gml_barrier(const gml_compute_params *p) {
-    GML_UNUSED(p); /* every share of a node runs in turn on one thread */
+    gml_sync_barrier_wait(&p->shared->barrier, p->nth, at_barrier, p->shared);
 }
 
 int64_t gml_chunk_next(const gml_compute_params *p) {
-    return atomic_fetch_add(&p->shared->chunk, 1);
+    return atomic_fetch_add_explicit(&p->shared->chunk, 1, memory_order_relaxed);
 }
 
 void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) {
@@ -25,7 +53,7 @@ void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) {
     if (!atomic_compare_exchange_strong(&p->shared->failed, &expected, 1)) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->shared->g->err, sizeof p->shared->g->err, fmt, ap);
+    vsnprintf(p->shared->err, p->shared->err_size, fmt, ap);
     va_end(ap);
 }
 
@@ -42,10 +70,12 @@ void gml_graph_release_compute(gml_graph *g) {
     free(g->work);
     g->work = NULL;
     g->work_size = 0;
+    free(g->steps);
+    g->steps = NULL;
+    g->n_steps = 0;
 }
 
-static gml_status fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
-static gml_status fail(gml_graph *g, gml_status st, const char *fmt, ...) {
+gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g->err, sizeof g->err, fmt, ap);
@@ -59,26 +89,49 @@ static gml_status check_data(gml_graph *g) {
         const gml_tensor *t = g->entries[i].t;
         if (t->data) continue;
         char shape[GML_SHAPE_MAX];
-        return fail(g, GML_ERR_INVALID,
-                    "compute: '%s' %s (%s) has no data: it was made in a no_alloc context; "
-                    "place the graph's data before computing", t->name,
-                    GML_SHAPE(t, shape), gml_op_name(t->op));
+        return gml_graph_fail(g, GML_ERR_INVALID,
+                              "compute: '%s' %s (%s) has no data: it was made in a no_alloc "
+                              "context; place the graph's data (gml_graph_plan) before computing",
+                              t->name, GML_SHAPE(t, shape), gml_op_name(t->op));
     }
     return GML_OK;
 }
 
-/* Grows the shared scratch buffer to what the largest node needs. */
+/* Grows the shared scratch buffer to what the largest node needs with nth
+ * threads, or with one: a compute falls back to one thread when it cannot
+ * have nth (threadpool.h). */
 static gml_status prepare_work(gml_graph *g, int nth) {
     size_t need = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const gml_op_def *def = gml_op_get(g->nodes[i]->op);
-        if (def->work_size) need = GML_MAX(need, def->work_size(g->nodes[i], nth));
+        if (def->work_size)
+            need = GML_MAX(need, GML_MAX(def->work_size(g->nodes[i], nth),
+                                         def->work_size(g->nodes[i], 1)));
     }
     if (need <= g->work_size) return GML_OK;
     free(g->work);
     g->work = aligned_alloc(GML_ALIGN, gml_align_up(need, GML_ALIGN));
     g->work_size = g->work ? need : 0;
-    if (!g->work) return fail(g, GML_ERR_NOMEM, "compute: cannot allocate %zu bytes of scratch", need);
+    if (!g->work)
+        return gml_graph_fail(g, GML_ERR_NOMEM, "compute: cannot allocate %zu bytes of scratch", need);
+    return GML_OK;
+}
+
+/* The nodes that compute, with the kernel the ISA in effect picks. The list
+ * is allocated by the first compute and refilled by each (no allocation). */
+static gml_status prepare_steps(gml_graph *g) {
+    if (!g->steps && g->n_nodes > 0) {
+        g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
+        if (!g->steps) return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
+    }
+    const bool reference = gml_get_isa() == GML_ISA_REFERENCE;
+    g->n_steps = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gml_op_def *def = gml_op_get(g->nodes[i]->op);
+        if (def->flags & GML_OPF_NOOP) continue;
+        g->steps[g->n_steps++] = (struct gml_step){
+            .fn = reference ? def->reference : def->forward, .t = g->nodes[i], .node = i};
+    }
     return GML_OK;
 }
 
@@ -113,40 +166,138 @@ static gml_status trap_report(gml_graph *g, int i, const gml_tensor *t, const in
         k += (size_t)snprintf(srcs + k, sizeof srcs - k, "%s%s %s", k ? ", " : "",
                               t->src[s]->name, GML_SHAPE(t->src[s], ss));
     }
-    return fail(g, GML_ERR_NONFINITE, "nan trap: node %d '%s' (%s) %s holds %s at [%s]; sources: %s",
-                i, t->name, gml_op_name(t->op), GML_SHAPE(t, shape),
-                isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
+    return gml_graph_fail(g, GML_ERR_NONFINITE,
+                          "nan trap: node %d '%s' (%s) %s holds %s at [%s]; sources: %s", i, t->name,
+                          gml_op_name(t->op), GML_SHAPE(t, shape),
+                          isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
 }
 
-gml_status gml_graph_compute(gml_graph *g, int n_threads) {
-    g->err[0] = '\0';
-    if (n_threads < 1) return fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be >= 1", n_threads);
-    gml_status st = check_data(g);
-    if (st == GML_OK) st = prepare_work(g, n_threads);
-    if (st != GML_OK) return st;
+/* Whether -inf in t can be by design: t is a leaf (user data), a mask, or
+ * moves or adds values of such tensors (cont(permute(mask)), scores + mask).
+ * NaN and +inf never are. */
+static bool may_hold_neg_inf(const gml_tensor *t) {
+    if (t->op == GML_OP_NONE) return true;
+    const unsigned flags = gml_op_get(t->op)->flags;
+    if (flags & GML_OPF_INF_OK) return true;
+    if (!(flags & (GML_OPF_NOOP | GML_OPF_MOVES_VALUES))) return false;
+    for (int s = 0; s < GML_MAX_SRC; s++)
+        if (t->src[s] && may_hold_neg_inf(t->src[s])) return true;
+    return false;
+}
 
-    const bool reference = gml_get_isa() == GML_ISA_REFERENCE;
-    struct gml_compute_shared shared = {.g = g};
-    for (int i = 0; i < g->n_nodes; i++) {
+/* The NaN/Inf trap's verdict on node t: the first element it must not hold. */
+static bool trapped(const gml_tensor *t, int64_t idx[GML_MAX_DIMS], float *v) {
+    if (!find_nonfinite(t, idx, v)) return false;
+    if (!(*v == -INFINITY && may_hold_neg_inf(t))) return true;
+    /* -inf is allowed here: look for a NaN or +inf */
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++) {
+                    float x = *(const float *)gml_ptr(t, i0, i1, i2, i3);
+                    if (isnan(x) || x == INFINITY) {
+                        idx[0] = i0, idx[1] = i1, idx[2] = i2, idx[3] = i3;
+                        *v = x;
+                        return true;
+                    }
+                }
+    return false;
+}
+
+/* The checks after nodes [first, end) are done (on thread 0, the others
+ * waiting): the NaN trap on each that computes, then the callback on each. */
+static gml_status check_nodes(gml_graph *g, int first, int end) {
+    for (int i = first; i < end; i++) {
         gml_tensor *node = g->nodes[i];
-        const gml_op_def *def = gml_op_get(node->op);
-        if (!(def->flags & GML_OPF_NOOP)) {
-            atomic_store(&shared.chunk, 0);
-            for (int ith = 0; ith < n_threads; ith++) {
-                gml_compute_params p = {.ith = ith, .nth = n_threads, .wdata = g->work,
-                                        .wsize = g->work_size, .shared = &shared};
-                (reference ? def->reference : def->forward)(&p, node);
-            }
-            if (atomic_load(&shared.failed)) return GML_ERR_INVALID;
-        }
-        if (g->nan_trap && !(def->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
+        if (g->nan_trap && !(gml_op_get(node->op)->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
             int64_t idx[GML_MAX_DIMS];
             float v;
-            if (find_nonfinite(node, idx, &v)) return trap_report(g, i, node, idx, v);
+            if (trapped(node, idx, &v)) return trap_report(g, i, node, idx, v);
         }
         if (g->callback && !g->callback(node, i, g->callback_user))
-            return fail(g, GML_ERR_ABORTED, "compute: stopped by the node callback after node %d '%s'",
-                        i, node->name);
+            return gml_graph_fail(g, GML_ERR_ABORTED,
+                                  "compute: stopped by the node callback after node %d '%s'", i,
+                                  node->name);
     }
     return GML_OK;
+}
+
+/* Checks after step s: its node and the views that follow it, up to the next
+ * step. */
+static gml_status check_step(struct gml_compute_shared *sh, int s) {
+    int end = s + 1 < sh->n_steps ? sh->steps[s + 1].node : sh->g->n_nodes;
+    return check_nodes(sh->g, sh->steps[s].node, end);
+}
+
+/* What each thread runs: every step in order, a barrier after each but the
+ * last (the caller then joins the threads anyway). */
+static void run_steps(void *arg, int ith, int nth) {
+    struct gml_compute_shared *sh = arg;
+    const gml_compute_params p = {
+        .ith = ith, .nth = nth, .wdata = sh->wdata, .wsize = sh->wsize, .shared = sh};
+    for (int s = 0; s < sh->n_steps; s++) {
+        sh->steps[s].fn(&p, sh->steps[s].t);
+        if (s + 1 == sh->n_steps) break;
+        gml_barrier(&p);
+        if (sh->checks) {
+            if (ith == 0 && !atomic_load_explicit(&sh->halt, memory_order_relaxed)) {
+                sh->status = check_step(sh, s);
+                if (sh->status != GML_OK) atomic_store_explicit(&sh->stopped, 1, memory_order_relaxed);
+            }
+            gml_barrier(&p);
+        }
+        if (atomic_load_explicit(&sh->halt, memory_order_relaxed)) break; /* all stop together */
+    }
+}
+
+/* Runs sh's steps on n threads of pool (NULL: the default pool). */
+static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n) {
+    gml_parallel_run(pool, n, run_steps, sh);
+    if (atomic_load(&sh->failed)) return GML_ERR_INVALID;
+    if (atomic_load(&sh->stopped)) return sh->status;
+    return GML_OK;
+}
+
+static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
+    g->err[0] = '\0';
+    if (n_threads < 1 || n_threads > GML_MAX_THREADS)
+        return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
+                              n_threads, GML_MAX_THREADS);
+    gml_status st = check_data(g);
+    if (st == GML_OK) st = prepare_work(g, n_threads);
+    if (st == GML_OK) st = prepare_steps(g);
+    if (st != GML_OK) return st;
+
+    struct gml_compute_shared sh = {
+        .steps = g->steps, .n_steps = g->n_steps, .wdata = g->work, .wsize = g->work_size,
+        .err = g->err, .err_size = sizeof g->err, .g = g, .checks = g->callback || g->nan_trap};
+    /* Views before the first node that computes: only their callbacks. */
+    if (sh.checks) {
+        st = check_nodes(g, 0, g->n_steps ? g->steps[0].node : g->n_nodes);
+        if (st != GML_OK) return st;
+    }
+    if (g->n_steps == 0) return GML_OK;
+    st = run(&sh, pool, n_threads);
+    if (st == GML_OK && sh.checks) st = check_step(&sh, g->n_steps - 1);
+    return st;
+}
+
+gml_status gml_graph_compute(gml_graph *g, int n_threads) { return compute(g, NULL, n_threads); }
+
+gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
+    if (!pool) return gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
+    return compute(g, pool, gml_threadpool_n_threads(pool));
+}
+
+gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,
+                           int n_threads, void *wdata, size_t wsize, char *err, size_t err_size) {
+    struct gml_step *steps = calloc((size_t)GML_MAX(n, 1), sizeof *steps);
+    if (!steps) return GML_ERR_NOMEM;
+    for (int k = 0; k < n; k++) steps[k] = (struct gml_step){.fn = fns[k], .t = dsts[k], .node = k};
+    if (err_size) err[0] = '\0';
+    struct gml_compute_shared sh = {.steps = steps, .n_steps = n, .wdata = wdata, .wsize = wsize,
+                                    .err = err, .err_size = err_size};
+    gml_status st = n > 0 ? run(&sh, NULL, n_threads) : GML_OK;
+    free(steps);
+    return st;
 }

@@ -131,11 +131,20 @@ static bool valid_sizes(gml_context *ctx, const char *what, int n_dims, const in
                  GML_MAX_DIMS);
         return false;
     }
+    const int64_t limit = (int64_t)1 << 40;
+    int64_t count = 1;
     for (int i = 0; i < n_dims; i++) {
-        if (ne[i] < 1 || ne[i] > ((int64_t)1 << 40)) {
+        if (ne[i] < 1 || ne[i] > limit) {
             gml_fail(ctx, "%s: size %" PRId64 " of dim %d is out of range [1, 2^40]", what, ne[i], i);
             return false;
         }
+        /* the element count too, so that byte sizes and strides cannot overflow */
+        if (count > limit / ne[i]) {
+            gml_fail(ctx, "%s: more than 2^40 elements (dim %d of size %" PRId64 " brings the count "
+                     "past it)", what, i, ne[i]);
+            return false;
+        }
+        count *= ne[i];
     }
     return true;
 }

@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 static const char *const ISA_NAMES[] = {
     [GML_ISA_AUTO] = "auto",     [GML_ISA_REFERENCE] = "reference", [GML_ISA_SCALAR] = "scalar",
@@ -22,6 +25,21 @@ bool gml_isa_from_name(const char *name, gml_isa *out) {
     return false;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* True if the OS saves and restores the register state in XCR0 bits `mask`
+ * on context switches (CPUID.1:ECX.OSXSAVE, then XGETBV(0)). Without it the
+ * CPU may list AVX yet the instructions fault. gcc's and compiler-rt's
+ * __builtin_cpu_supports check this too, but which runtime provides it
+ * depends on the toolchain, so we ask once more ourselves. */
+static bool os_saves(uint32_t mask) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_OSXSAVE)) return false;
+    uint32_t xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & mask) == mask;
+}
+#endif
+
 bool gml_cpu_has(gml_isa isa) {
     switch (isa) {
     case GML_ISA_AUTO:
@@ -29,10 +47,14 @@ bool gml_cpu_has(gml_isa isa) {
     case GML_ISA_SCALAR:
         return true;
 #if defined(__x86_64__) || defined(__i386__)
+    /* XCR0: 0x06 = SSE and AVX (ymm) state; 0xe0 = opmask and zmm state.
+     * AVX-512 variants are compiled with -mavx2 -mfma as well, so AVX512
+     * requires what AVX2 does (every AVX-512F CPU has them). */
     case GML_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && os_saves(0x06);
     case GML_ISA_AVX512:
-        return __builtin_cpu_supports("avx512f");
+        return gml_cpu_has(GML_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               os_saves(0xe6);
 #endif
     default:
         return false;

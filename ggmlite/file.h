@@ -38,6 +38,23 @@ static inline void gml_put_le32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* Bytes of a dense f32/i32 array of shape ne[0..n-1] (sizes >= 1): 4 times
+ * the product, or UINT64_MAX when that would pass 2^62 (never wraps). */
+static inline uint64_t gml_dense_bytes(const int64_t *ne, int n) {
+    uint64_t b = 4;
+    for (int i = 0; i < n; i++) {
+        if (b > ((uint64_t)1 << 62) / (uint64_t)ne[i]) return UINT64_MAX;
+        b *= (uint64_t)ne[i];
+    }
+    return b;
+}
+/* gml_dense_bytes's result for a message: "4096" or "more than 2^62". */
+static inline const char *gml_bytes_text(uint64_t b, char buf[24]) {
+    if (b == UINT64_MAX) return "more than 2^62";
+    snprintf(buf, 24, "%" PRIu64, b);
+    return buf;
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 /* Where a reader's bytes come from: a buffer in memory or an open regular

@@ -46,7 +46,11 @@
  *   inputs and their shapes, e.g.
  *     matmul(q, k): inner sizes differ: [2,8,10,64] @ [2,8,32,10]
  *   Builders given a NULL input return NULL and keep the first message, so a
- *   whole graph can be built and checked once at the end. Compute returns a
+ *   whole graph can be built and checked once at the end. Since a NULL is
+ *   also how optional inputs (a bias, a mask) are left out, gml_build_graph
+ *   refuses a context that holds an error: a failed optional input never
+ *   silently becomes "none" (gml_clear_error after handling a failure you
+ *   meant to recover from). Compute returns a
  *   status; runtime problems (an index out of range, a NaN trap) are described
  *   by gml_graph_error. Nothing aborts on a user mistake; asserts guard only
  *   ggmlite's own invariants.
@@ -137,7 +141,8 @@ typedef struct gml_graph gml_graph;
 
 typedef struct gml_init_params {
     size_t mem_size;   /* arena size in bytes */
-    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one */
+    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one; if it is not
+                          64-byte aligned, give 63 bytes more than needed */
     bool no_alloc;     /* headers only: tensors get data == NULL */
 } gml_init_params;
 
@@ -219,7 +224,8 @@ gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
 
 /* [..., M, K] @ [..., K, N] -> [..., M, N]; 2-D to 4-D, leading dims broadcast. */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
-/* x [..., in], w [out, in] (nn.Linear layout), bias [out] or NULL -> [..., out] */
+/* x [..., in] (1-D to 4-D), w [out, in] (nn.Linear layout), bias [out] or NULL
+ * -> [..., out] */
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
@@ -254,8 +260,8 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
 
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
- * flagged GML_FLAG_OUTPUT. Returns NULL (and sets the context's error) if an
- * output is NULL. The graph is malloc'd: free it with gml_graph_free. */
+ * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL or the context
+ * holds an error from an earlier builder call (the message stays). The graph is malloc'd: free it with gml_graph_free. */
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
 void gml_graph_free(gml_graph *g);
 
@@ -263,7 +269,8 @@ int gml_graph_n_nodes(const gml_graph *g);
 gml_tensor *gml_graph_node(const gml_graph *g, int i);   /* negative i from the end */
 int gml_graph_n_leafs(const gml_graph *g);
 gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
-/* How many nodes of g use t as a source (outputs count one more use). */
+/* How many source edges of g's nodes point at t (add(t, t) counts two);
+ * an output counts one more. */
 int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
 /* Index of t among nodes, or -1. */
 int gml_graph_find(const gml_graph *g, const gml_tensor *t);
@@ -304,13 +311,82 @@ bool gml_isa_from_name(const char *name, gml_isa *out);
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
- * GML_ERR_NONFINITE naming the first bad node and element. Mask ops, whose
- * -inf is by design, are exempt. */
+ * GML_ERR_NONFINITE naming the first bad node and element. NaN and +inf
+ * always stop it; -inf only where it is not by design: masks hold it, and so
+ * may nodes that only move or add values of masks or inputs (views, cont,
+ * cpy, repeat_interleave, get_rows, add: a mask added to scores). */
 void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
+/* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
+ * the process-wide pool below. Results are bitwise the same for any count.
+ * Every tensor needs data: allocate the context, or plan the graph. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
 /* The message of the last failed compute ("" when none). */
 const char *gml_graph_error(const gml_graph *g);
+
+/* ---- threads ---------------------------------------------------------------
+ * gml_graph_compute runs on a process-wide pool of worker threads, made by
+ * the first compute that asks for more than one thread and replaced by a
+ * bigger one when a compute asks for more. The calling thread is thread 0.
+ * Between computes the workers sleep (no CPU). Computes from several threads
+ * take turns on the pool; a compute started from inside a node callback, or
+ * one for which threads cannot be created, runs on its calling thread alone
+ * (with the same results). The workers are joined at exit (atexit) or by
+ * gml_threadpool_shutdown; a forked child makes a fresh pool when it needs
+ * one. For computes side by side, give each its own pool.
+ * Built with GGMLITE_OPENMP=ON, computes run in one OpenMP parallel region
+ * each instead, and a pool only fixes the thread count; idle threads then
+ * follow OpenMP's wait policy (OMP_WAIT_POLICY=passive: sleep at once), and
+ * a forked child computes on one thread (GCC's runtime hangs there). */
+#define GML_MAX_THREADS 512
+
+typedef struct gml_threadpool gml_threadpool;
+/* A pool of n_threads threads: the caller of each compute and n_threads - 1
+ * workers. NULL if n_threads is outside [1, GML_MAX_THREADS] or threads
+ * cannot be created. */
+gml_threadpool *gml_threadpool_new(int n_threads);
+/* Waits for a compute that uses the pool, then joins its workers. */
+void gml_threadpool_free(gml_threadpool *pool);
+int gml_threadpool_n_threads(const gml_threadpool *pool);
+/* gml_graph_compute on all of pool's threads. */
+gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool);
+/* Joins the default pool's workers now (after a compute that uses it); the
+ * next compute with more than one thread makes a new pool. */
+void gml_threadpool_shutdown(void);
+
+/* ---- memory planning -------------------------------------------------------
+ * For a graph built in a no_alloc context: gives every tensor of the graph
+ * that has no data a place in one buffer, reusing the memory of
+ * intermediates whose last use has passed. Plan once, compute many times:
+ * after the first compute (which makes the kernels' scratch), none allocates.
+ *   - a view takes its source's data plus its offset, no memory of its own;
+ *   - an intermediate lives from the node that makes it to the last node that
+ *     reads it, directly or through a view;
+ *   - leafs without data (inputs, weights) and tensors flagged GML_FLAG_INPUT,
+ *     OUTPUT or PARAM (directly or through a view of them) get memory no
+ *     other tensor ever uses, so outputs survive the compute;
+ *   - an elementwise node (add, mul, scale, softmax) may write over its first
+ *     source when the node is that source's last use and the sizes match.
+ * Offsets are 64-byte aligned. Tensors that already have data keep it.
+ * Placed data stays valid until the graph is freed or planned again. */
+typedef struct gml_plan_options {
+    bool no_reuse;      /* debugging: every tensor its own memory; the
+                           environment variable GGMLITE_PLAN_NOREUSE=1 forces it */
+    bool no_inplace;    /* reuse dead tensors' memory, but never write a node
+                           over its source */
+    bool measure_only;  /* only work out the sizes below; place nothing */
+    void *buffer;       /* NULL: the graph allocates (and frees) the buffer; */
+    size_t buffer_size; /* else place into this 64-byte aligned caller buffer */
+} gml_plan_options;
+
+/* opt NULL: the defaults (all zero). GML_ERR_NOMEM if the buffer cannot be
+ * allocated or the caller's is too small (the message gives the size);
+ * nothing is placed then. Planning again first drops the previous plan. */
+gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
+/* Bytes of the planned buffer (0 before planning). */
+size_t gml_graph_plan_peak(const gml_graph *g);
+/* Bytes the same tensors take without reuse (each 64-byte aligned). */
+size_t gml_graph_plan_naive(const gml_graph *g);
 
 /* ---- files: NumPy .npy and safetensors ----------------------------------
  * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,

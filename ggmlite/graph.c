@@ -123,10 +123,11 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
         gml_fail(ctx, "build_graph: no outputs given");
         return NULL;
     }
+    if (ctx->err[0]) return NULL; /* a builder failed: keep its message, it says why */
     for (int i = 0; i < n_outputs; i++)
         if (!outputs[i]) {
-            if (!ctx->err[0]) gml_fail(ctx, "build_graph: output %d is NULL", i);
-            return NULL; /* keep the builder's message: it says why */
+            gml_fail(ctx, "build_graph: output %d is NULL", i);
+            return NULL;
         }
     gml_graph *g = calloc(1, sizeof *g);
     if (!g) {
@@ -159,6 +160,7 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
 void gml_graph_free(gml_graph *g) {
     if (!g) return;
     gml_graph_release_compute(g);
+    gml_graph_release_plan(g);
     free(g->nodes);
     free(g->leafs);
     free(g->entries);

@@ -125,6 +125,15 @@ typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
 enum {
     GML_OPF_NOOP = 1,     /* views: nothing to compute */
     GML_OPF_INF_OK = 2,   /* output holds -inf by design (masks) */
+    /* The planner may give dst the memory of src[0] (contiguous, same element
+     * count), dst[i] sitting where src[0][i] was. Every variant must then
+     * still be right: each thread writes dst[i] only after it has read
+     * src[0][i] for the last time, and the thread writing dst[i] is the one
+     * reading src[0][i]. Other sources never share the memory. */
+    GML_OPF_INPLACE = 4,
+    /* Output elements are input elements, moved or added: a -inf from a mask
+     * flows through by design (the NaN trap allows it; see compute.c). */
+    GML_OPF_MOVES_VALUES = 8,
 };
 
 /* What the core knows of an op. Defined by each op's file as gml_opdef_<name>. */
@@ -150,14 +159,28 @@ static inline void gml_split(int64_t n, int ith, int nth, int64_t *start, int64_
     *end = *start + per + (ith < rem ? 1 : 0);
 }
 
-/* Waits until all nth threads of this node reach it (no-op for nth == 1). */
+/* Waits until all nth threads of this node reach it (no-op for nth == 1).
+ * Every thread of the node must call it equally often, also after a
+ * gml_kernel_fail, or the others wait forever. Writes before it are visible
+ * to every thread after it. */
 void gml_barrier(const gml_compute_params *p);
 /* Hands out chunk indices 0, 1, 2, ... across the node's threads; each index
- * once. Which thread gets which chunk may vary; what a chunk computes not. */
+ * once. Which thread gets which chunk may vary; what a chunk computes not.
+ * The count starts at 0 for every node and again after each gml_barrier, so
+ * a kernel can hand out one phase of chunks, meet at a barrier, then hand out
+ * the next phase from 0. */
 int64_t gml_chunk_next(const gml_compute_params *p);
 /* Reports a runtime error (bad index data, ...); the first one wins and
  * compute stops after this node. */
 void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* For the scheduler's tests: runs fns[k] on dsts[k] for k = 0..n-1 on
+ * n_threads threads of the default pool, exactly as compute runs a graph's
+ * nodes (a barrier after each, the chunk count restarting), with scratch
+ * wdata of wsize bytes. GML_ERR_INVALID, the message in err, if a kernel
+ * called gml_kernel_fail. */
+gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,
+                           int n_threads, void *wdata, size_t wsize, char *err, size_t err_size);
 
 /* ---- ISA variants ---------------------------------------------------------
  * Fast kernels come in one variant per ISA, named as XNNPACK names them:
@@ -171,7 +194,12 @@ void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRIN
  * tile, and skips, with a message, variants whose ISA the CPU lacks.
  * Sources of an ISA's variants are compiled with that ISA's flags only (the
  * CMake lists GGMLITE_AVX2_SOURCES, GGMLITE_AVX512_SOURCES), so the library
- * still runs on any x86-64. */
+ * still runs on any x86-64.
+ * A family with several kinds of micro-kernel (binary: vadd, vaddc, vmul,
+ * vmulc) writes each kind's list as a macro in its .inc,
+ *     #define GML_F32_VADD_UKERNELS(X) X(GML_ISA_SCALAR, fn, 1) X(...) ...
+ * ops/ukernels.h declares every listed function and GML_PICK_UKERNEL(list,
+ * type) gives the one gml_pick_variant chooses. */
 
 /* Index of the variant to run among n with ISAs isas[0..n-1] (ascending):
  * the last one the ISA in effect covers. REFERENCE covers SCALAR. */

@@ -290,22 +290,15 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
     free(text);
     if (!ok) return NULL;
 
-    /* Sizes are <= 2^40 each, so the product of up to 4 cannot wrap before
-     * we compare: stop as soon as it exceeds what the file holds. */
-    uint64_t data_at = hstart + hlen, have = s->size - data_at, need = 4;
-    int i = 0;
-    for (; i < h.n_dims && need <= have; i++) need *= (uint64_t)h.ne[i];
+    uint64_t data_at = hstart + hlen, have = s->size - data_at;
+    uint64_t need = gml_dense_bytes(h.ne, h.n_dims);
     if (need != have) {
-        char shape[96];
+        char shape[96], needs[24];
         format_tuple(h.ne, h.n_dims, shape, sizeof shape);
-        if (need > have) /* i < n_dims: we stopped multiplying early */
-            gml_errf(err, es, "%s: offset %" PRIu64 ": data is %" PRIu64 " bytes, but shape %s of "
-                     "'%s' needs %s%" PRIu64 " (file truncated?)", what, data_at, have, shape,
-                     h.type == GML_F32 ? "<f4" : "<i4", i < h.n_dims ? "more than " : "", need);
-        else
-            gml_errf(err, es, "%s: offset %" PRIu64 ": data is %" PRIu64 " bytes, but shape %s of "
-                     "'%s' needs exactly %" PRIu64, what, data_at, have, shape,
-                     h.type == GML_F32 ? "<f4" : "<i4", need);
+        gml_errf(err, es, "%s: offset %" PRIu64 ": data is %" PRIu64 " bytes, but shape %s of '%s' "
+                 "needs %s%s%s", what, data_at, have, shape, h.type == GML_F32 ? "<f4" : "<i4",
+                 need < have ? "exactly " : "", gml_bytes_text(need, needs),
+                 need > have ? " (file truncated?)" : "");
         return NULL;
     }
     if (h.n_dims == 0) { /* a 0-D scalar: [1] */

@@ -141,30 +141,27 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
     if (n > GML_MAX_DIMS)
         return entry_fail(h, name, "shape %s has %d dims; ggmlite tensors have 1 to %d", list, n,
                           GML_MAX_DIMS);
-    uint64_t bytes = 4;
     int d = 0;
     for (const cJSON *x = shape->child; x; x = x->next, d++) {
         uint64_t v;
         if (!json_uint(x, (double)ST_MAX_DIM, &v) || v == 0)
             return entry_fail(h, name, "shape %s: size %d must be an integer in [1, 2^40]", list, d);
         e->ne[d] = (int64_t)v;
-        /* Saturate just past the data buffer rather than wrap: then it
-         * cannot match and the message says "more than". */
-        bytes = bytes > h->data_len / v ? h->data_len + 1 : bytes * v;
     }
+    uint64_t bytes = gml_dense_bytes(e->ne, n);
     e->n_dims = n;
     if (n == 0) { /* a scalar: [1] */
         e->n_dims = 1;
         e->ne[0] = 1;
     }
 
-    char olist[160];
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-        !json_uint(offs->child, 9.0e18, &e->begin) || !json_uint(offs->child->next, 9.0e18, &e->end)) {
-        if (cJSON_IsArray(offs)) format_json_list(offs, olist, sizeof olist);
-        else snprintf(olist, sizeof olist, "%s", json_type(offs));
+    if (!cJSON_IsArray(offs))
+        return entry_fail(h, name, "data_offsets is %s, expected [begin, end]", json_type(offs));
+    if (cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, 9.0e18, &e->begin) ||
+        !json_uint(offs->child->next, 9.0e18, &e->end)) {
+        format_json_list(offs, list, sizeof list);
         return entry_fail(h, name, "data_offsets %s: expected [begin, end], two integers >= 0",
-                          olist);
+                          list);
     }
     if (e->begin > e->end)
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "]: begin is after end",
@@ -173,12 +170,13 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] end past the data "
                           "buffer (%" PRIu64 " bytes, at file offset %" PRIu64 ")", e->begin,
                           e->end, h->data_len, h->data_at);
-    if (e->end - e->begin != bytes)
+    if (e->end - e->begin != bytes) {
+        char needs[24];
         return entry_fail(h, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64 " bytes, "
-                          "but %s shape %s needs %s%" PRIu64 " (at file offset %" PRIu64 ")",
-                          e->begin, e->end, e->end - e->begin, dtype->valuestring, list,
-                          bytes > h->data_len ? "more than " : "",
-                          bytes > h->data_len ? h->data_len : bytes, h->data_at + e->begin);
+                          "but %s shape %s needs %s (at file offset %" PRIu64 ")", e->begin,
+                          e->end, e->end - e->begin, dtype->valuestring, list,
+                          gml_bytes_text(bytes, needs), h->data_at + e->begin);
+    }
     return true;
 }
 

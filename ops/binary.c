@@ -1,5 +1,6 @@
 /* Elementwise arithmetic: add and mul with PyTorch broadcasting, and scale. */
-#include "../ggmlite/internal.h"
+#include "runs.h"
+#include "ukernels.h"
 
 /* out[i] = a[i % a.shape] (op) b[i % b.shape]; rows split across threads. */
 #define BINARY_KERNEL(fn, expr)                                                        \
@@ -40,14 +41,105 @@ static void gml_f32_scale__ref(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
+/* ---- fast kernels ----------------------------------------------------------
+ * dst is cut into runs (ops/runs.h) over which each input is dense or
+ * constant (broadcast); each run is one micro-kernel call: vadd for dense +
+ * dense, vaddc for dense + constant. */
+
+/* The portable variants; the compiler may vectorize them for the baseline. */
+void gml_f32_vadd_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+void gml_f32_vaddc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + c;
+}
+void gml_f32_vmul_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+void gml_f32_vmulc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * c;
+}
+
+typedef enum { OP_ADD, OP_MUL } binop;
+
+/* dst = a (op) b, a and b classified by gml_find_runs over dims [k, 4);
+ * this thread's share of dst's elements. */
+static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
+                        const gml_run_operand *a, const gml_run_operand *b, int k) {
+    gml_f32_vbinary_ukernel *const vop =
+        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADD_UKERNELS, gml_f32_vbinary_ukernel)
+                     : GML_PICK_UKERNEL(GML_F32_VMUL_UKERNELS, gml_f32_vbinary_ukernel);
+    gml_f32_vbinary_ukernel *const vopc =
+        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
+                     : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
+    const int64_t run = gml_run_length(dst->ne, k);
+    int64_t e, end;
+    gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+    float *out = dst->data; /* contiguous */
+    while (e < end) {
+        const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
+        const float *pa = (const float *)gml_run_start(a, dst->ne, k, r) + (a->dense ? off : 0);
+        const float *pb = (const float *)gml_run_start(b, dst->ne, k, r) + (b->dense ? off : 0);
+        if (a->dense && b->dense) {
+            vop((size_t)len, pa, pb, out + e);
+        } else if (a->dense) {
+            vopc((size_t)len, pa, pb, out + e);
+        } else if (b->dense) { /* a + b = b + a, bitwise */
+            vopc((size_t)len, pb, pa, out + e);
+        } else {
+            const float v = op == OP_ADD ? *pa + *pb : *pa * *pb;
+            for (int64_t i = 0; i < len; i++) out[e + i] = v;
+        }
+        e += len;
+    }
+}
+
+/* Runs over dense or broadcast inputs; an input whose last dim is strided
+ * (a transposed view) sends the whole op to the reference. */
+static void binary_forward(const gml_compute_params *p, gml_tensor *dst, binop op,
+                           gml_kernel_fn reference) {
+    gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), gml_run_operand_of(dst->src[1])};
+    const int k = gml_find_runs(dst->ne, ops, 2, true);
+    if (k == GML_MAX_DIMS) {
+        reference(p, dst);
+        return;
+    }
+    binary_runs(p, dst, op, &ops[0], &ops[1], k);
+}
+
+static void gml_f32_add(const gml_compute_params *p, gml_tensor *dst) {
+    binary_forward(p, dst, OP_ADD, gml_f32_add__ref);
+}
+static void gml_f32_mul(const gml_compute_params *p, gml_tensor *dst) {
+    binary_forward(p, dst, OP_MUL, gml_f32_mul__ref);
+}
+/* a * s: b is the constant s */
+static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
+    const float s = gml_param_f32(dst, 0);
+    gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), {.data = (char *)&s}};
+    const int k = gml_find_runs(dst->ne, ops, 2, true);
+    if (k == GML_MAX_DIMS) {
+        gml_f32_scale__ref(p, dst);
+        return;
+    }
+    binary_runs(p, dst, OP_MUL, &ops[0], &ops[1], k);
+}
+
 static double elementwise_flops(const gml_tensor *dst) { return (double)gml_nelements(dst); }
 
-const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add__ref,
-                                  .reference = gml_f32_add__ref, .flops = elementwise_flops};
-const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul__ref,
-                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops};
-const gml_op_def gml_opdef_scale = {.name = "scale", .forward = gml_f32_scale__ref,
-                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops};
+/* In place (GML_OPF_INPLACE): the thread that writes out[i] reads a[i], and
+ * every variant loads a block of a before it stores that block of out. */
+const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add,
+                                  .reference = gml_f32_add__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE | GML_OPF_MOVES_VALUES};
+const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul,
+                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops,
+                                  .flags = GML_OPF_INPLACE};
+const gml_op_def gml_opdef_scale = {.name = "scale", .forward = gml_f32_scale,
+                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops,
+                                    .flags = GML_OPF_INPLACE};
 
 static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;

@@ -1,6 +1,7 @@
 /* Copies: cont (any strides -> contiguous) and cpy (write a into a view of
  * another tensor, e.g. a KV cache slot). */
-#include "../ggmlite/internal.h"
+#include "runs.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -24,10 +25,90 @@ static void gml_x32_copy__ref(const gml_compute_params *p, gml_tensor *dst) {
     copy_rows(p, dst->src[0], dst);
 }
 
-const gml_op_def gml_opdef_cont = {
-    .name = "cont", .forward = gml_x32_copy__ref, .reference = gml_x32_copy__ref};
-const gml_op_def gml_opdef_cpy = {
-    .name = "cpy", .forward = gml_x32_copy__ref, .reference = gml_x32_copy__ref};
+/* ---- fast kernels ---------------------------------------------------------- */
+
+void gml_x32_copy_ukernel__scalar_memcpy(size_t n, const uint32_t *src, uint32_t *dst) {
+    memcpy(dst, src, n * sizeof *dst);
+}
+
+void gml_x32_transpose_ukernel__scalar_8x8(size_t rows, size_t cols, const uint32_t *src,
+                                           size_t src_stride, uint32_t *dst, size_t dst_stride) {
+    for (size_t j0 = 0; j0 < cols; j0 += 8)
+        for (size_t i0 = 0; i0 < rows; i0 += 8)
+            for (size_t j = j0; j < GML_MIN(cols, j0 + 8); j++)
+                for (size_t i = i0; i < GML_MIN(rows, i0 + 8); i++)
+                    dst[j * dst_stride + i] = src[i * src_stride + j];
+}
+
+/* Both innermost dims dense (gml_find_runs gave k < 4): one memcpy per run,
+ * this thread's share of the elements. */
+static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_run_operand *d,
+                      const gml_run_operand *s, int k) {
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    const int64_t run = gml_run_length(dst->ne, k);
+    int64_t e, end;
+    gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+    while (e < end) {
+        const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
+        const uint32_t *from = (const uint32_t *)gml_run_start(s, dst->ne, k, r) + off;
+        uint32_t *to = (uint32_t *)gml_run_start(d, dst->ne, k, r) + off;
+        if (from != to) copy((size_t)len, from, to);
+        e += len;
+    }
+}
+
+/* Columns of dst handed out per unit of work in copy_transposed. */
+#define TRANSPOSE_BLOCK 32
+
+/* dst's last dim is dense but src's is strided, while src is dense along
+ * dim t: each plane (dims t and 3, the other two fixed) is a transpose.
+ * Units of work: TRANSPOSE_BLOCK indices along t of one plane. */
+static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *src,
+                            int t) {
+    gml_x32_transpose_ukernel *const transpose =
+        GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
+    int o[2], n_o = 0; /* the other two dims */
+    for (int d = 0; d < 3; d++)
+        if (d != t) o[n_o++] = d;
+    const int64_t cols = dst->ne[t], blocks = (cols + TRANSPOSE_BLOCK - 1) / TRANSPOSE_BLOCK;
+    int64_t u0, u1;
+    gml_split(dst->ne[o[0]] * dst->ne[o[1]] * blocks, p->ith, p->nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t plane = u / blocks, j = u % blocks * TRANSPOSE_BLOCK;
+        const int64_t i0 = plane / dst->ne[o[1]], i1 = plane % dst->ne[o[1]];
+        const char *from = (const char *)src->data + i0 * (int64_t)src->nb[o[0]] +
+                           i1 * (int64_t)src->nb[o[1]] + j * 4;
+        char *to = (char *)dst->data + i0 * (int64_t)dst->nb[o[0]] + i1 * (int64_t)dst->nb[o[1]] +
+                   j * (int64_t)dst->nb[t];
+        transpose((size_t)dst->ne[3], (size_t)GML_MIN(TRANSPOSE_BLOCK, cols - j),
+                  (const uint32_t *)from, src->nb[3] / 4, (uint32_t *)to, dst->nb[t] / 4);
+    }
+}
+
+/* Dense runs -> memcpy; a source dense along another dim than the last ->
+ * transposes; anything else (both strided) -> the reference. */
+static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *src = dst->src[0];
+    gml_run_operand ops[2] = {gml_run_operand_of(dst), gml_run_operand_of(src)};
+    const int k = gml_find_runs(dst->ne, ops, 2, false);
+    if (k < GML_MAX_DIMS) {
+        copy_runs(p, dst, &ops[0], &ops[1], k);
+        return;
+    }
+    if (dst->nb[3] == 4) /* then src's last dim is strided */
+        for (int t = 0; t < 3; t++)
+            if (dst->ne[t] > 1 && src->nb[t] == 4) {
+                copy_transposed(p, dst, src, t);
+                return;
+            }
+    gml_x32_copy__ref(p, dst);
+}
+
+const gml_op_def gml_opdef_cont = {.name = "cont", .forward = gml_x32_copy,
+                                   .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
+const gml_op_def gml_opdef_cpy = {.name = "cpy", .forward = gml_x32_copy,
+                                  .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
 
 /* a [...] (any strides) -> out [...] contiguous */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {

@@ -1,6 +1,6 @@
 /* get_rows: gather rows of a [N, d] table by an i32 index tensor of any shape
  * (embedding lookups, relative-position tables). */
-#include "../ggmlite/internal.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -31,8 +31,36 @@ static void gml_f32_get_rows__ref(const gml_compute_params *p, gml_tensor *dst) 
     }
 }
 
-const gml_op_def gml_opdef_get_rows = {
-    .name = "get_rows", .forward = gml_f32_get_rows__ref, .reference = gml_f32_get_rows__ref};
+/* Same as the reference, each row one memcpy from a table whose rows are
+ * contiguous (the reference runs otherwise). */
+static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *table = dst->src[0], *idx = dst->src[1];
+    const int64_t n_rows = table->ne[2], d = table->ne[3];
+    if (d > 1 && table->nb[3] != sizeof(float)) {
+        gml_f32_get_rows__ref(p, dst);
+        return;
+    }
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        int32_t row;
+        memcpy(&row, gml_ptr(idx, 0, i0, i1, i2), sizeof row);
+        if (row < 0 || row >= n_rows) {
+            gml_f32_get_rows__ref(p, dst); /* reports it, as the reference words it */
+            return;
+        }
+        copy((size_t)d, (const uint32_t *)gml_ptr(table, 0, 0, row, 0),
+             (uint32_t *)gml_ptr(dst, i0, i1, i2, 0));
+    }
+}
+
+const gml_op_def gml_opdef_get_rows = {.name = "get_rows", .forward = gml_f32_get_rows,
+                                       .reference = gml_f32_get_rows__ref,
+                                       .flags = GML_OPF_MOVES_VALUES};
 
 /* table [N, d] f32, idx [...] i32 (1-D to 3-D) -> out [..., d] */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {

@@ -58,7 +58,7 @@ gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
     return t;
 }
 
-/* x [.., in], w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */
+/* x [.., in] (1-D to 4-D), w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias) {
     if (!x || !w) return NULL;
     char sx[GML_SHAPE_MAX], sw[GML_SHAPE_MAX], sbias[GML_SHAPE_MAX];
@@ -72,9 +72,10 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
     if (bias && (bias->n_dims != 1 || bias->ne[3] != w->ne[2]))
         return gml_fail(ctx, "linear(%s, %s, %s): bias must be [%" PRId64 "], got %s", x->name,
                         w->name, bias->name, w->ne[2], GML_SHAPE(bias, sbias));
-    if (x->n_dims < 2)
-        return gml_fail(ctx, "linear(%s, %s): input must be 2-D to 4-D [.., in], got %s", x->name,
-                        w->name, GML_SHAPE(x, sx));
-    gml_tensor *y = gml_matmul(ctx, x, gml_transpose(ctx, w, 0, 1));
+    gml_tensor *x2 = x; /* [in] is taken as [1, in], as nn.Linear does */
+    if (x->n_dims == 1)
+        x2 = gml_view(ctx, x, 2, (int64_t[]){1, x->ne[3]}, (size_t[]){x->nb[3] * (size_t)x->ne[3], x->nb[3]}, 0);
+    gml_tensor *y = gml_matmul(ctx, x2, gml_transpose(ctx, w, 0, 1));
+    if (y && x->n_dims == 1) y = gml_reshape(ctx, y, 1, (int64_t[]){w->ne[2]});
     return bias ? gml_add(ctx, y, bias) : y;
 }

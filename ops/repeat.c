@@ -1,6 +1,7 @@
 /* repeat_interleave: each slice along a dim repeated in place, as PyTorch's
  * x.repeat_interleave(repeats, dim) (GQA's K/V head expansion). */
-#include "../ggmlite/internal.h"
+#include "runs.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -21,10 +22,85 @@ static void gml_x32_repeat_interleave__ref(const gml_compute_params *p, gml_tens
     }
 }
 
+/* Repeating along axis < 3: with x dense over dims [k, 4), k > axis, each
+ * run of dst over those dims is one memcpy from x (GQA's K/V heads: a whole
+ * [T, d] head per call). Threads take equal shares of dst's elements. */
+static void repeat_runs(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
+                        int axis, int reps, int k) {
+    gml_x32_copy_ukernel *const copy =
+        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    const int64_t run = gml_run_length(dst->ne, k);
+    int64_t e, end;
+    gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+    uint32_t *out = dst->data; /* contiguous */
+    while (e < end) {
+        const int64_t off = e % run, len = GML_MIN(run - off, end - e);
+        /* x's element for the start of run e / run: dst's index with the
+         * index along axis divided by reps */
+        const char *from = x->data;
+        for (int64_t d = k - 1, r = e / run; d >= 0; d--) {
+            const int64_t i = r % dst->ne[d];
+            from += (d == axis ? i / reps : i) * (int64_t)x->nb[d];
+            r /= dst->ne[d];
+        }
+        copy((size_t)len, (const uint32_t *)from + off, out + e);
+        e += len;
+    }
+}
+
+void gml_x32_repeat_ukernel__scalar_u1(size_t n, size_t reps, const uint32_t *x, uint32_t *out) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < reps; r++) *out++ = x[i];
+}
+
+/* Repeating along the last dim: each row one micro-kernel call when x's
+ * rows are contiguous, a plain strided loop otherwise. Rows split across
+ * threads. */
+static void repeat_last_dim(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
+                            int reps) {
+    gml_x32_repeat_ukernel *const repeat =
+        GML_PICK_UKERNEL(GML_X32_REPEAT_UKERNELS, gml_x32_repeat_ukernel);
+    const int64_t n = x->ne[3], sx = (int64_t)x->nb[3] / 4;
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const uint32_t *from = (const uint32_t *)gml_ptr(x, i0, i1, i2, 0);
+        uint32_t *out = (uint32_t *)gml_ptr(dst, i0, i1, i2, 0);
+        if (sx == 1 || n == 1) {
+            repeat((size_t)n, (size_t)reps, from, out);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++)
+            for (int j = 0; j < reps; j++) *out++ = from[i * sx];
+    }
+}
+
+/* Along the last dim: repeat micro-kernels. Along another: runs of memcpy
+ * when x's dims after the repeated one are dense, else the reference. */
+static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0];
+    const int axis = dst->op_params[0], reps = dst->op_params[1];
+    if (axis == GML_MAX_DIMS - 1) {
+        repeat_last_dim(p, dst, x, reps);
+        return;
+    }
+    gml_run_operand xo = gml_run_operand_of(x);
+    int k = GML_MAX_DIMS;
+    while (k > axis + 1 && gml_run_fits(&xo, dst->ne, k - 1, true)) k--;
+    if (k == GML_MAX_DIMS) { /* x's last dim strided */
+        gml_x32_repeat_interleave__ref(p, dst);
+        return;
+    }
+    repeat_runs(p, dst, x, axis, reps, k);
+}
+
 const gml_op_def gml_opdef_repeat_interleave = {
     .name = "repeat_interleave",
-    .forward = gml_x32_repeat_interleave__ref,
+    .forward = gml_x32_repeat_interleave,
     .reference = gml_x32_repeat_interleave__ref,
+    .flags = GML_OPF_MOVES_VALUES,
 };
 
 /* x [.., n, ..] -> out [.., n * repeats, ..] (dim may be negative) */
@@ -37,6 +113,9 @@ gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, 
                         x->name, dim, x->n_dims, GML_SHAPE(x, sx));
     if (repeats < 1)
         return gml_fail(ctx, "repeat_interleave(%s): repeats is %d, must be >= 1", x->name, repeats);
+    if (x->ne[axis] > ((int64_t)1 << 40) / repeats) /* the size limit, checked without overflow */
+        return gml_fail(ctx, "repeat_interleave(%s): %" PRId64 " * %d along dim %d of %s is more "
+                        "than 2^40", x->name, x->ne[axis], repeats, dim, GML_SHAPE(x, sx));
     int64_t ne[GML_MAX_DIMS];
     for (int i = 0; i < GML_MAX_DIMS; i++) ne[i] = x->ne[i];
     ne[axis] *= repeats;

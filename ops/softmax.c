@@ -1,6 +1,6 @@
 /* Softmax over the last dim with fused scale, additive broadcast mask and
  * causal masking. */
-#include "../ggmlite/internal.h"
+#include "ukernels.h"
 
 #include <math.h>
 
@@ -30,8 +30,9 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
             out[j] = v;
             max = v > max ? v : max;
         }
-        if (max == -INFINITY) { /* every key masked */
-            for (int64_t j = 0; j < tk; j++) out[j] = 0.0f;
+        if (max == -INFINITY) { /* every key masked, or NaN scores */
+            gml_softmax_no_visible_key((size_t)n, out);
+            for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
             continue;
         }
         double sum = 0;
@@ -45,10 +46,73 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
+/* The portable variant: the reference's arithmetic on contiguous rows. */
+void gml_f32_softmax_ukernel__scalar_u1(size_t n, const float *x, const float *mask, float scale,
+                                        float *out) {
+    float max = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] * scale;
+        if (mask) v += mask[i];
+        out[i] = v;
+        max = v > max ? v : max;
+    }
+    if (max == -INFINITY) { /* every key masked, or NaN scores */
+        gml_softmax_no_visible_key(n, out);
+        return;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = expf(out[i] - max);
+        sum += out[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++) out[i] *= inv;
+}
+
+void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = expf(x[i]);
+}
+
+/* Same as the reference, one micro-kernel call per row. Rows of x and of the
+ * mask must be contiguous (last stride one element, or Tk = 1); otherwise
+ * the reference runs. */
+static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0], *mask = dst->src[1];
+    const float scale = gml_param_f32(dst, 0);
+    const bool causal = dst->op_params[1] != 0;
+    const int64_t tq = dst->ne[2], tk = dst->ne[3];
+    const bool x_rows = x->nb[3] == sizeof(float);
+    const bool mask_rows = !mask || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
+    if (tk > 1 && !(x_rows && mask_rows)) {
+        gml_f32_softmax__ref(p, dst);
+        return;
+    }
+    gml_f32_softmax_ukernel *const ukernel =
+        GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const float *xr = (const float *)gml_ptr(x, i0, i1, i2, 0);
+        const float *mr = mask ? (const float *)gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1],
+                                                         i2 % mask->ne[2], 0)
+                               : NULL;
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        /* keys j < n are visible: causal cuts at i + (Tk - Tq) */
+        const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
+        if (n > 0) ukernel((size_t)n, xr, mr, scale, out);
+        for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
+    }
+}
+
 static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_nelements(dst); }
 
-const gml_op_def gml_opdef_softmax = {.name = "softmax", .forward = gml_f32_softmax__ref,
-                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops};
+/* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
+ * every variant reads x[j] only in its first pass, before it stores out[j]. */
+const gml_op_def gml_opdef_softmax = {.name = "softmax", .forward = gml_f32_softmax,
+                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops,
+                                      .flags = GML_OPF_INPLACE};
 
 /* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,

@@ -28,13 +28,15 @@ gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t 
     format_list(sn, sizeof sn, n_dims, ne);
     int64_t nbi[GML_MAX_DIMS];
     size_t esize = gml_type_size(a->type);
-    size_t last = offset;
+    size_t last = offset; /* byte offset of the last element */
+    bool overflow = false;
     for (int i = 0; i < n_dims; i++) {
         nbi[i] = (int64_t)nb[i];
         if (ne[i] < 1)
             return gml_fail(ctx, "view(%s): size %" PRId64 " of dim %d in %s; sizes must be >= 1",
                             a->name, ne[i], i, sn);
-        last += (size_t)(ne[i] - 1) * nb[i];
+        if (nb[i] && (uint64_t)(ne[i] - 1) > (SIZE_MAX - last) / nb[i]) overflow = true;
+        else last += (size_t)(ne[i] - 1) * nb[i];
     }
     format_list(sb, sizeof sb, n_dims, nbi);
     for (int i = 0; i < n_dims; i++)
@@ -46,7 +48,12 @@ gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t 
                         a->name, offset, esize);
     const gml_tensor *root = a->view_src ? a->view_src : a;
     size_t have = gml_nbytes(root);
-    if (a->view_offs + last + esize > have)
+    if (overflow)
+        return gml_fail(ctx, "view(%s): shape %s with byte strides %s at offset %zu spans more "
+                        "than 2^64 bytes, past the %zu bytes of '%s' %s", a->name, sn, sb, offset,
+                        have, root->name, GML_SHAPE(root, sa));
+    /* a lies inside root, so have >= a->view_offs + esize */
+    if (last > have - esize - a->view_offs)
         return gml_fail(ctx, "view(%s): shape %s with byte strides %s at offset %zu reaches byte "
                         "%zu, past the %zu bytes of '%s' %s", a->name, sn, sb, offset,
                         a->view_offs + last + esize, have, root->name,
@@ -71,7 +78,7 @@ gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64
         return gml_fail(ctx, "reshape(%s): input %s is not contiguous (it is a permuted or "
                         "strided view); insert gml_cont before reshape", a->name,
                         GML_SHAPE(a, sa));
-    int64_t shape[GML_MAX_DIMS], known = 1;
+    int64_t shape[GML_MAX_DIMS], known = 1, n = gml_nelements(a);
     int infer = -1;
     for (int i = 0; i < n_dims; i++) {
         shape[i] = ne[i];
@@ -80,11 +87,13 @@ gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64
         } else if (ne[i] < 1) {
             return gml_fail(ctx, "reshape(%s): bad size %" PRId64 " in %s (sizes are >= 1, one "
                             "may be -1)", a->name, ne[i], sn);
+        } else if (ne[i] > INT64_MAX / known) { /* the product would overflow */
+            return gml_fail(ctx, "reshape(%s): %s has %" PRId64 " elements, %s has more than 2^63",
+                            a->name, GML_SHAPE(a, sa), n, sn);
         } else {
             known *= ne[i];
         }
     }
-    int64_t n = gml_nelements(a);
     if (infer >= 0) {
         if (n % known)
             return gml_fail(ctx, "reshape(%s): cannot infer -1 in %s from %s (%" PRId64

@@ -16,9 +16,9 @@
  *   CHECK_WITHIN(t, want, bound, ...)      |got - want| <= bound[i]
  *   CHECK_RUN(g, .outs, .n_outs, .verify, ...)  computes g at 1, 2, 3 and 7
  *                              threads under the reference kernels and under the
- *                              best the CPU has; verifies every result and that
- *                              results are bitwise identical across thread counts
- *                              for each kernel set
+ *                              best the CPU has (or GGMLITE_ISA's choice); verifies
+ *                              every result and that results are bitwise identical
+ *                              across thread counts for each kernel set
  *
  * Elements are addressed by their flat logical index e: row-major over the
  * tensor's shape, whatever its strides. References are written as plain loops
@@ -70,6 +70,15 @@ static inline void chk_vfail(const char *file, int line, const char *fmt, va_lis
     fprintf(stderr, ": ");
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+/* Records a failure of a check already counted. */
+static inline void chk_fail(const char *file, int line, const char *fmt, ...) CHK_PRINTF(3, 4);
+static inline void chk_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    chk_vfail(file, line, fmt, ap);
+    va_end(ap);
 }
 
 static inline bool chk_check(bool ok, const char *file, int line, const char *fmt, ...)
@@ -167,10 +176,24 @@ static inline const char *chk_shape(const gml_tensor *t, char *buf, size_t size)
     return t ? gml_format_shape(t, buf, size) : "(null)";
 }
 
-/* Copies t's elements (4 bytes each) into out in logical order. */
-static inline void chk_read(const gml_tensor *t, void *out) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) memcpy((char *)out + 4 * e, chk_at(t, e), 4);
+/* Copies every element (4 bytes) between t and dense, in logical order. */
+static inline void chk_copy(const gml_tensor *t, void *dense, bool to_tensor) {
+    char *d = dense;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
+                char *row = (char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] +
+                            i2 * (int64_t)t->nb[2];
+                for (int64_t i3 = 0; i3 < t->ne[3]; i3++, d += 4) {
+                    char *p = row + i3 * (int64_t)t->nb[3];
+                    if (to_tensor) memcpy(p, d, 4);
+                    else memcpy(d, p, 4);
+                }
+            }
 }
+
+static inline void chk_read(const gml_tensor *t, void *out) { chk_copy(t, out, false); }
+static inline void chk_write(gml_tensor *t, const void *in) { chk_copy(t, (void *)in, true); }
 
 /* A malloc'd dense copy of t (f32 or i32). */
 static inline void *chk_dense(const gml_tensor *t) {
@@ -180,20 +203,25 @@ static inline void *chk_dense(const gml_tensor *t) {
     return out;
 }
 
-static inline void chk_write(gml_tensor *t, const void *in) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) memcpy(chk_at(t, e), (const char *)in + 4 * e, 4);
-}
-
 static inline void chk_fill_uniform(gml_tensor *t, chk_rng *r, float lo, float hi) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(float *)chk_at(t, e) = chk_uniform(r, lo, hi);
+    float *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = chk_uniform(r, lo, hi);
+    chk_write(t, v);
+    free(v);
 }
 
 static inline void chk_fill_int(gml_tensor *t, chk_rng *r, int lo, int hi) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(int32_t *)chk_at(t, e) = chk_randint(r, lo, hi);
+    int32_t *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = chk_randint(r, lo, hi);
+    chk_write(t, v);
+    free(v);
 }
 
-static inline void chk_fill_value(gml_tensor *t, float v) {
-    for (int64_t e = 0, n = chk_numel(t); e < n; e++) *(float *)chk_at(t, e) = v;
+static inline void chk_fill_value(gml_tensor *t, float x) {
+    float *v = malloc((size_t)chk_numel(t) * sizeof *v);
+    for (int64_t e = 0; e < chk_numel(t); e++) v[e] = x;
+    chk_write(t, v);
+    free(v);
 }
 
 /* A quiet NaN with a recognisable payload, for padding and unwritten outputs. */
@@ -304,8 +332,10 @@ static inline bool chk_equal(const char *file, int line, const gml_tensor *t, co
                              const char *fmt, ...) {
     chk_state.checks++;
     int64_t n = chk_numel(t), bad = 0, first = -1;
+    char *dense = chk_dense(t);
     for (int64_t e = 0; e < n; e++)
-        if (memcmp(chk_at(t, e), (const char *)want + 4 * e, 4) != 0 && bad++ == 0) first = e;
+        if (memcmp(dense + 4 * e, (const char *)want + 4 * e, 4) != 0 && bad++ == 0) first = e;
+    free(dense);
     if (!bad) return true;
     char what[256], idx[64], got[32], exp[32], shape[64];
     va_list ap;
@@ -314,10 +344,9 @@ static inline bool chk_equal(const char *file, int line, const gml_tensor *t, co
     va_end(ap);
     chk_fmt_elem(t, chk_at(t, first), got, sizeof got);
     chk_fmt_elem(t, (const char *)want + 4 * first, exp, sizeof exp);
-    chk_check(false, file, line, "%s: %lld of %lld elements of '%s' %s differ; first at %s: got %s, want %s",
-              what, (long long)bad, (long long)n, t->name, chk_shape(t, shape, sizeof shape),
-              chk_fmt_index(t, first, idx, sizeof idx), got, exp);
-    chk_state.checks--; /* counted once above */
+    chk_fail(file, line, "%s: %lld of %lld elements of '%s' %s differ; first at %s: got %s, want %s",
+             what, (long long)bad, (long long)n, t->name, chk_shape(t, shape, sizeof shape),
+             chk_fmt_index(t, first, idx, sizeof idx), got, exp);
     return false;
 }
 
@@ -332,8 +361,9 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
     chk_state.checks++;
     int64_t n = chk_numel(t), bad = 0, worst = -1;
     double worst_ratio = 0, worst_tol = 0;
+    float *dense = chk_dense(t);
     for (int64_t e = 0; e < n; e++) {
-        double got = *(const float *)chk_at(t, e), w = want[e];
+        double got = dense[e], w = want[e];
         double tol = bound ? bound[e] : atol + rtol * fabs(w);
         double ratio;
         if (isinf(w)) ratio = got == w ? 0 : INFINITY;
@@ -346,6 +376,7 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
             worst_tol = tol;
         }
     }
+    free(dense);
     if (!bad) return true;
     char what[256], idx[64], shape[64];
     va_list ap;
@@ -353,12 +384,11 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     double got = *(const float *)chk_at(t, worst);
-    chk_check(false, file, line,
-              "%s: %lld of %lld elements of '%s' %s off; worst at %s: got %.9g, want %.9g "
-              "(|diff| %.3g > tol %.3g)", what, (long long)bad, (long long)n, t->name,
-              chk_shape(t, shape, sizeof shape), chk_fmt_index(t, worst, idx, sizeof idx), got,
-              want[worst], fabs(got - want[worst]), worst_tol);
-    chk_state.checks--;
+    chk_fail(file, line,
+             "%s: %lld of %lld elements of '%s' %s off; worst at %s: got %.9g, want %.9g "
+             "(|diff| %.3g > tol %.3g)", what, (long long)bad, (long long)n, t->name,
+             chk_shape(t, shape, sizeof shape), chk_fmt_index(t, worst, idx, sizeof idx), got,
+             want[worst], fabs(got - want[worst]), worst_tol);
     return false;
 }
 
@@ -371,7 +401,20 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
 /* ---- running graphs --------------------------------------------------------- */
 
 static const int CHK_THREADS[] = {1, 2, 3, 7};
-static const gml_isa CHK_ISAS[] = {GML_ISA_REFERENCE, GML_ISA_AUTO};
+
+/* The kernel sets CHECK_RUN tries: the reference kernels, then the ISA in
+ * effect when the program started, which is the best the CPU has
+ * (GML_ISA_AUTO) unless GGMLITE_ISA names another, so that
+ * `GGMLITE_ISA=avx2 ctest` runs every test against the AVX2 kernels. Fills
+ * sets and returns how many (1 when that ISA is the reference). The first
+ * call must come before a test changes the ISA. */
+static inline int chk_kernel_sets(gml_isa sets[2]) {
+    static gml_isa initial = GML_ISA_AUTO; /* AUTO: not asked yet (gml_get_isa never returns it) */
+    if (initial == GML_ISA_AUTO) initial = gml_get_isa();
+    sets[0] = GML_ISA_REFERENCE;
+    sets[1] = initial;
+    return initial == GML_ISA_REFERENCE ? 1 : 2;
+}
 
 typedef struct chk_run_args {
     gml_tensor *const *outs;    /* results compared bitwise across thread counts */
@@ -392,20 +435,21 @@ static inline void chk_poison_nodes(const gml_graph *g) {
 
 static inline bool chk_run(const char *file, int line, gml_graph *g, chk_run_args a) {
     long failures_before = chk_state.failures;
+    gml_isa sets[2];
+    const int n_sets = chk_kernel_sets(sets);
     const gml_isa saved = gml_get_isa();
     void **first = calloc((size_t)(a.n_outs > 0 ? a.n_outs : 1), sizeof *first);
     if (!chk_check(g != NULL, file, line, "CHECK_RUN: no graph")) {
         free(first);
         return false;
     }
-    for (size_t s = 0; s < sizeof CHK_ISAS / sizeof *CHK_ISAS; s++) {
-        if (gml_set_isa(CHK_ISAS[s]) != GML_OK) continue;
+    for (int s = 0; s < n_sets; s++) {
+        if (!chk_check(gml_set_isa(sets[s]) == GML_OK, file, line, "gml_set_isa(%s)", gml_isa_name(sets[s])))
+            continue;
         for (size_t k = 0; k < sizeof CHK_THREADS / sizeof *CHK_THREADS; k++) {
             int nth = CHK_THREADS[k];
-            snprintf(chk_state.config, sizeof chk_state.config, "%s%s%s, %d thread%s",
-                     gml_isa_name(CHK_ISAS[s]), CHK_ISAS[s] == GML_ISA_AUTO ? "=" : "",
-                     CHK_ISAS[s] == GML_ISA_AUTO ? gml_isa_name(gml_get_isa()) : "", nth,
-                     nth > 1 ? "s" : "");
+            snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d thread%s",
+                     gml_isa_name(sets[s]), nth, nth > 1 ? "s" : "");
             chk_poison_nodes(g);
             if (a.before) a.before(a.user);
             gml_status st = gml_graph_compute(g, nth);

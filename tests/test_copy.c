@@ -20,7 +20,8 @@ struct cont_case {
 
 static void verify_cont(void *user) {
     struct cont_case *c = user;
-    CHECK(gml_is_contiguous(c->y) && gml_same_shape(c->x, c->y), "cont gives a contiguous tensor of the same shape");
+    CHECK(gml_is_contiguous(c->y) && gml_same_shape(c->x, c->y),
+          "cont gives a contiguous tensor of the same shape");
     CHECK_EQUAL(c->y, c->want, "cont elements");
 }
 
@@ -132,7 +133,15 @@ static void run_cache_case(gml_type type, int64_t B, int64_t H, int64_t tmax, in
         if (type == GML_F32) ((float *)c.init)[e] = 1000.0f + (float)e;
         else ((int32_t *)c.init)[e] = -1 - (int32_t)e;
     }
-    c.want_src = chk_dense(src);
+    /* src = k_new.permute(0, 2, 1, 3), written out by hand */
+    char *kd = chk_dense(k_new);
+    c.want_src = malloc((size_t)(B * H * tnew * d) * 4);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < tnew; t++)
+                memcpy((char *)c.want_src + 4 * (((b * H + h) * tnew + t) * d),
+                       kd + 4 * (((b * tnew + t) * H + h) * d), 4 * (size_t)d);
+    free(kd);
     c.want_cache = malloc(bytes);
     memcpy(c.want_cache, c.init, bytes);
     for (int64_t b = 0; b < B; b++)
@@ -217,7 +226,8 @@ static void test_cpy_then_read_prefix(void) {
     gml_context *ctx = chk_ctx(1 << 20);
     const int64_t tmax = 8, d = 5, pos = 3, tnew = 2;
     gml_tensor *cache = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, tmax, d), "cache");
-    gml_tensor *k_new = chk_new_input(ctx, GML_F32, 2, (int64_t[]){tnew, d}, CHK_TRANSPOSED, "k_new", &r, -1, 1);
+    gml_tensor *k_new =
+        chk_new_input(ctx, GML_F32, 2, (int64_t[]){tnew, d}, CHK_TRANSPOSED, "k_new", &r, -1, 1);
     gml_tensor *slot = gml_view(ctx, cache, 2, (int64_t[]){tnew, d}, cache->nb + 2, pos * cache->nb[2]);
     gml_tensor *written = gml_cpy(ctx, k_new, slot);
     gml_tensor *prefix = gml_view(ctx, cache, 2, (int64_t[]){pos + tnew, d}, cache->nb + 2, 0);

@@ -60,7 +60,8 @@ static void test_broadcast(void) {
                         const gml_tensor *y = c.outs[o];
                         CHECK(y->n_dims == n, "result has %d dims, want %d", y->n_dims, n);
                         for (int d = 0; d < 4; d++)
-                            CHECK(y->ne[d] == (a->ne[d] > b->ne[d] ? a->ne[d] : b->ne[d]), "result dim %d", d);
+                            CHECK(y->ne[d] == (a->ne[d] > b->ne[d] ? a->ne[d] : b->ne[d]), "result dim %d",
+                                  d);
                     }
                     float *ad = chk_dense(a), *bd = chk_dense(b);
                     const gml_tensor *y = c.outs[0];
@@ -128,9 +129,11 @@ static void test_scale(void) {
             float sc = scales[k % 6];
             chk_rng r = chk_seed(seed++);
             gml_context *ctx = chk_ctx(1 << 20);
-            gml_tensor *x = chk_new_input(ctx, GML_F32, shapes[s].n, shapes[s].ne, (chk_layout)l, "x", &r, -5, 5);
+            gml_tensor *x =
+                chk_new_input(ctx, GML_F32, shapes[s].n, shapes[s].ne, (chk_layout)l, "x", &r, -5, 5);
             char sx[64];
-            chk_case("scale %s %s by %g", chk_layout_name((chk_layout)l), chk_shape(x, sx, sizeof sx), (double)sc);
+            chk_case("scale %s %s by %g", chk_layout_name((chk_layout)l), chk_shape(x, sx, sizeof sx),
+                     (double)sc);
             struct scale_case c = {gml_scale(ctx, x, sc), NULL};
             if (!CHECK(c.y, "scale: %s", gml_last_error(ctx))) {
                 gml_free(ctx);

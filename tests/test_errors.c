@@ -9,7 +9,8 @@
 #define EXPECT_ERROR(ctx, result, ...) \
     expect_error(__FILE__, __LINE__, (ctx), (result) == NULL, (const char *[]){__VA_ARGS__, NULL})
 
-static void expect_error(const char *file, int line, gml_context *ctx, bool failed, const char *const *pieces) {
+static void expect_error(const char *file, int line, gml_context *ctx, bool failed,
+                         const char *const *pieces) {
     const char *msg = gml_last_error(ctx);
     if (!chk_check(failed, file, line, "the call should have failed (message so far: \"%s\")", msg)) return;
     chk_check(msg[0] != '\0', file, line, "no message recorded");
@@ -21,10 +22,12 @@ static void expect_error(const char *file, int line, gml_context *ctx, bool fail
 static gml_tensor *tensor(gml_context *ctx, gml_type type, const char *name, int n, const int64_t *ne) {
     return gml_set_name(gml_new_tensor(ctx, type, n, ne), name);
 }
-#define F32(ctx, name, ...) \
-    tensor((ctx), GML_F32, (name), sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})
-#define I32(ctx, name, ...) \
-    tensor((ctx), GML_I32, (name), sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})
+#define F32(ctx, name, ...)                                                            \
+    tensor((ctx), GML_F32, (name), sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
+           (int64_t[]){__VA_ARGS__})
+#define I32(ctx, name, ...)                                                            \
+    tensor((ctx), GML_I32, (name), sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), \
+           (int64_t[]){__VA_ARGS__})
 
 static void test_matmul_errors(void) {
     chk_case("matmul errors");
@@ -49,7 +52,8 @@ static void test_matmul_errors(void) {
     /* linear: in-features, bias shape, weight shape */
     gml_tensor *x = F32(ctx, "x", 2, 5, 7), *w = F32(ctx, "w", 3, 6);
     EXPECT_ERROR(ctx, gml_linear(ctx, x, w, NULL), "linear(x, w)", "[2,5,7]", "[3,6]", "7", "6");
-    gml_tensor *w_ok = F32(ctx, "w_ok", 3, 7), *bias4 = F32(ctx, "bias", 4), *bias2d = F32(ctx, "bias2d", 1, 3);
+    gml_tensor *w_ok = F32(ctx, "w_ok", 3, 7), *bias4 = F32(ctx, "bias", 4),
+               *bias2d = F32(ctx, "bias2d", 1, 3);
     EXPECT_ERROR(ctx, gml_linear(ctx, x, w_ok, bias4), "linear(x, w_ok, bias)", "[3]", "[4]");
     EXPECT_ERROR(ctx, gml_linear(ctx, x, w_ok, bias2d), "linear(x, w_ok, bias2d)", "[1,3]");
     gml_tensor *w3 = F32(ctx, "w3", 1, 3, 7);
@@ -77,7 +81,8 @@ static void test_view_errors(void) {
     gml_tensor *xt = gml_set_name(gml_transpose(ctx, x, 1, 2), "xt");
     EXPECT_ERROR(ctx, gml_reshape(ctx, xt, 1, (int64_t[]){24}), "reshape(xt)", "[2,4,3]", "not contiguous",
                  "gml_cont");
-    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){5, 5}), "reshape(x)", "[2,3,4]", "[5,5]", "24", "25");
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){5, 5}), "reshape(x)", "[2,3,4]", "[5,5]", "24",
+                 "25");
     EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){5, -1}), "reshape(x)", "[5,-1]", "[2,3,4]");
     EXPECT_ERROR(ctx, gml_reshape(ctx, x, 3, (int64_t[]){-1, 2, -1}), "reshape(x)", "[-1,2,-1]");
     EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){0, 24}), "reshape(x)", "[0,24]");
@@ -90,25 +95,46 @@ static void test_view_errors(void) {
     EXPECT_ERROR(ctx, gml_transpose(ctx, x, -4, 1), "transpose(x)", "(-4, 1)", "[2,3,4]");
 
     gml_tensor *base = F32(ctx, "base", 4, 5);
-    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){2, 5}, (size_t[]){20, 4}, 3 * 20), "view(base)", "past",
-                 "[4,5]", "[2,5]", "80");
-    EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){21}, (size_t[]){4}, 0), "view(base)", "[21]", "past");
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){2, 5}, (size_t[]){20, 4}, 3 * 20), "view(base)",
+                 "past", "[4,5]", "[2,5]", "80");
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){21}, (size_t[]){4}, 0), "view(base)", "[21]",
+                 "past");
     /* a view of a view at an offset: the bound is the root's storage */
     gml_tensor *tail = gml_set_name(gml_view(ctx, base, 1, (int64_t[]){10}, (size_t[]){4}, 40), "tail");
     CHECK(tail, "view of the last 10 elements: %s", gml_last_error(ctx));
-    EXPECT_ERROR(ctx, gml_view(ctx, tail, 1, (int64_t[]){2}, (size_t[]){4}, 36), "view(tail)", "past", "'base'");
+    EXPECT_ERROR(ctx, gml_view(ctx, tail, 1, (int64_t[]){2}, (size_t[]){4}, 36), "view(tail)", "past",
+                 "'base'");
     EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){2}, (size_t[]){4}, 2), "view(base)", "offset 2");
     EXPECT_ERROR(ctx, gml_view(ctx, base, 1, (int64_t[]){2}, (size_t[]){6}, 0), "view(base)", "stride 6");
-    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){0, 2}, (size_t[]){20, 4}, 0), "view(base)", "size 0");
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){0, 2}, (size_t[]){20, 4}, 0), "view(base)",
+                 "size 0");
+    /* sizes and strides whose byte extent overflows 64 bits still reach past the end */
+    EXPECT_ERROR(ctx,
+                 gml_view(ctx, base, 1, (int64_t[]){((int64_t)1 << 24) + 1}, (size_t[]){(size_t)1 << 40}, 0),
+                 "view(base)", "past", "[4,5]");
+    EXPECT_ERROR(ctx, gml_view(ctx, base, 2, (int64_t[]){2, 2}, (size_t[]){SIZE_MAX - 3, 4}, 0), "view(base)",
+                 "past");
+    /* element counts that overflow: an error, not a wrapped product */
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 2, (int64_t[]){(int64_t)1 << 32, (int64_t)1 << 32}), "reshape(x)",
+                 "[2,3,4]");
+    EXPECT_ERROR(
+        ctx,
+        gml_reshape(ctx, x, 4,
+                    (int64_t[]){(int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20}),
+        "reshape(x)");
+    EXPECT_ERROR(ctx, gml_reshape(ctx, x, 3, (int64_t[]){(int64_t)1 << 40, (int64_t)1 << 40, -1}),
+                 "reshape(x)");
     gml_free(ctx);
 }
 
 static void test_op_errors(void) {
     chk_case("softmax/get_rows/repeat_interleave/cpy/mask errors");
     gml_context *ctx = chk_ctx(1 << 20);
-    gml_tensor *x = F32(ctx, "x", 2, 3, 4, 5), *mask = F32(ctx, "mask", 3, 5), *mask_q = F32(ctx, "mask_q", 2, 1, 3, 5);
+    gml_tensor *x = F32(ctx, "x", 2, 3, 4, 5), *mask = F32(ctx, "mask", 3, 5),
+               *mask_q = F32(ctx, "mask_q", 2, 1, 3, 5);
     EXPECT_ERROR(ctx, gml_softmax(ctx, x, mask, 1.0f, false), "softmax(x, mask)", "[3,5]", "[2,3,4,5]");
-    EXPECT_ERROR(ctx, gml_softmax(ctx, x, mask_q, 1.0f, false), "softmax(x, mask_q)", "[2,1,3,5]", "[2,3,4,5]");
+    EXPECT_ERROR(ctx, gml_softmax(ctx, x, mask_q, 1.0f, false), "softmax(x, mask_q)", "[2,1,3,5]",
+                 "[2,3,4,5]");
     EXPECT_ERROR(ctx, gml_softmax(ctx, x, NULL, INFINITY, false), "softmax(x)", "scale");
     gml_tensor *imask = I32(ctx, "imask", 5);
     EXPECT_ERROR(ctx, gml_softmax(ctx, x, imask, 1.0f, false), "softmax(imask)", "f32", "i32");
@@ -125,6 +151,13 @@ static void test_op_errors(void) {
     EXPECT_ERROR(ctx, gml_repeat_interleave(ctx, x, 0, 1), "repeat_interleave(x)", "repeats is 0");
     EXPECT_ERROR(ctx, gml_repeat_interleave(ctx, x, -2, 1), "repeat_interleave(x)", "repeats is -2");
 
+    /* a result size that overflows (headers only: no data for 2^33 elements) */
+    gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *long_x = gml_set_name(gml_new_tensor_1d(na, GML_F32, ((int64_t)1 << 33) + 1), "long_x");
+    EXPECT_ERROR(na, gml_repeat_interleave(na, long_x, 2147483647, 0), "repeat_interleave(long_x)",
+                 "2147483647", "2^40");
+    gml_free(na);
+
     gml_tensor *small = F32(ctx, "small", 3, 5);
     EXPECT_ERROR(ctx, gml_cpy(ctx, x, small), "cpy(x, small)", "[2,3,4,5]", "[3,5]");
     gml_tensor *ismall = I32(ctx, "ismall", 3, 5);
@@ -137,9 +170,16 @@ static void test_op_errors(void) {
     EXPECT_ERROR(ctx, gml_relpos_index(ctx, 3, 4, -1), "relpos_index", "-1");
     EXPECT_ERROR(ctx, gml_relpos_index(ctx, 0, 4, 2), "relpos_index", "size 0");
 
-    EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 5, (int64_t[]){1, 1, 1, 1, 1}), "new_tensor", "5 dimensions");
+    EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 5, (int64_t[]){1, 1, 1, 1, 1}), "new_tensor",
+                 "5 dimensions");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 2, (int64_t[]){3, 0}), "new_tensor", "size 0");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, GML_F32, 1, (int64_t[]){-2}), "new_tensor", "-2");
+    /* each size is allowed but the element count overflows 64 bits */
+    const int64_t huge = (int64_t)1 << 40;
+    EXPECT_ERROR(ctx, gml_new_tensor_4d(ctx, GML_F32, huge, huge, huge, huge), "new_tensor", "2^40 elements");
+    EXPECT_ERROR(ctx, gml_new_tensor_4d(ctx, GML_F32, 1 << 16, 1 << 16, 1 << 16, 1 << 16), "new_tensor",
+                 "2^40");
+    EXPECT_ERROR(ctx, gml_new_tensor_2d(ctx, GML_F32, huge, huge), "new_tensor");
     EXPECT_ERROR(ctx, gml_new_tensor(ctx, (gml_type)7, 1, (int64_t[]){2}), "new_tensor", "type");
     gml_free(ctx);
 }
@@ -149,7 +189,8 @@ static void test_op_errors(void) {
 static void test_null_inputs(void) {
     chk_case("NULL inputs keep the first message");
     gml_context *ctx = chk_ctx(1 << 20);
-    gml_tensor *q = F32(ctx, "q", 2, 8, 10, 64), *k = F32(ctx, "k", 2, 8, 32, 10), *v = F32(ctx, "v", 2, 8, 10, 64);
+    gml_tensor *q = F32(ctx, "q", 2, 8, 10, 64), *k = F32(ctx, "k", 2, 8, 32, 10),
+               *v = F32(ctx, "v", 2, 8, 10, 64);
     gml_tensor *t = F32(ctx, "t", 4, 3), *i = I32(ctx, "i", 4), *w = F32(ctx, "w", 64, 64);
     const char *first = "matmul(q, k): inner sizes differ: [2,8,10,64] @ [2,8,32,10]";
     gml_tensor *s = gml_matmul(ctx, q, k);
@@ -193,6 +234,24 @@ static void test_null_inputs(void) {
     gml_free(ctx);
 }
 
+/* A NULL optional input (bias, mask) means "none": one that is NULL because
+ * its builder failed must not build a graph without it. */
+static void test_failed_optional_input(void) {
+    chk_case("a failed optional input stops build_graph");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = F32(ctx, "x", 2, 5), *w = F32(ctx, "w", 3, 5);
+    gml_tensor *bias = gml_add(ctx, F32(ctx, "b1", 3), F32(ctx, "b2", 4)); /* fails */
+    gml_tensor *y = gml_linear(ctx, x, w, bias);                            /* builds, no bias */
+    CHECK(bias == NULL && y != NULL, "linear with a NULL bias builds");
+    CHECK(gml_build_graph(ctx, &y, 1) == NULL, "build_graph refuses a context holding an error");
+    CHECK_CONTAINS(gml_last_error(ctx), "add(b1, b2): shapes [3] and [4] do not broadcast");
+    gml_clear_error(ctx);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(g != NULL, "after gml_clear_error the graph builds: %s", gml_last_error(ctx));
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- memory ----------------------------------------------------------------- */
 
 /* A small attention graph; returns its output or NULL. */
@@ -228,7 +287,8 @@ static void test_arena(void) {
         chk_fill_value(a, 1.0f);
         chk_fill_value(b, 2.0f);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
-        CHECK(gml_graph_compute(g, 2) == GML_OK && ((float *)y->data)[9] == 3.0f, "compute after the failure");
+        CHECK(gml_graph_compute(g, 2) == GML_OK && ((float *)y->data)[9] == 3.0f,
+              "compute after the failure");
         gml_graph_free(g);
     }
     /* a failing op in a full arena: message names the op's result */
@@ -243,7 +303,8 @@ static void test_arena(void) {
     gml_tensor *out = attention(plan);
     CHECK(out && out->data == NULL && gml_get_no_alloc(plan), "no_alloc build: %s", gml_last_error(plan));
     const size_t need = gml_mem_required(plan);
-    CHECK(need > gml_used_mem(plan), "data needs more than the headers: %zu vs %zu", need, gml_used_mem(plan));
+    CHECK(need > gml_used_mem(plan), "data needs more than the headers: %zu vs %zu", need,
+          gml_used_mem(plan));
     /* computing a no_alloc graph with no data placed fails clearly */
     gml_graph *g = gml_build_graph(plan, &out, 1);
     gml_status st = gml_graph_compute(g, 2);
@@ -263,6 +324,16 @@ static void test_arena(void) {
         gml_graph_free(g);
     }
     gml_free(exact);
+    /* the same in a caller-owned buffer, which gml_free leaves alone */
+    void *buf = aligned_alloc(64, need);
+    gml_context *owned = gml_init((gml_init_params){.mem_size = need, .mem_buffer = buf});
+    gml_tensor *out3 = attention(owned);
+    CHECK(out3 && (char *)out3->data >= (char *)buf &&
+              (char *)out3->data + gml_nbytes(out3) <= (char *)buf + need,
+          "a caller's buffer of gml_mem_required() bytes holds the graph: %s", gml_last_error(owned));
+    gml_free(owned);
+    free(buf);
+
     gml_context *short_ctx = chk_ctx(need - 64);
     CHECK(attention(short_ctx) == NULL && strstr(gml_last_error(short_ctx), "arena too small"),
           "64 bytes less is not enough: \"%s\"", gml_last_error(short_ctx));
@@ -275,12 +346,14 @@ static void test_arena(void) {
 /* Computes g at every thread count and kernel set, expecting status want and
  * every piece in the message. */
 static void expect_compute_error(gml_graph *g, gml_status want, const char *const *pieces) {
+    gml_isa sets[2];
+    const int n_sets = chk_kernel_sets(sets);
     const gml_isa saved = gml_get_isa();
-    for (size_t s = 0; s < sizeof CHK_ISAS / sizeof *CHK_ISAS; s++) {
-        gml_set_isa(CHK_ISAS[s]);
+    for (int s = 0; s < n_sets; s++) {
+        gml_set_isa(sets[s]);
         for (size_t k = 0; k < sizeof CHK_THREADS / sizeof *CHK_THREADS; k++) {
-            snprintf(chk_state.config, sizeof chk_state.config, "%s, %d threads", gml_isa_name(CHK_ISAS[s]),
-                     CHK_THREADS[k]);
+            snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d threads",
+                     gml_isa_name(sets[s]), CHK_THREADS[k]);
             gml_status st = gml_graph_compute(g, CHK_THREADS[k]);
             CHECK(st == want, "status %d, want %d (%s)", (int)st, (int)want, gml_graph_error(g));
             for (const char *const *p = pieces; *p; p++) CHECK_CONTAINS(gml_graph_error(g), *p);
@@ -303,11 +376,12 @@ static void test_get_rows_range(void) {
         gml_graph *g = gml_build_graph(ctx, &y, 1);
         char num[32];
         snprintf(num, sizeof num, "%d", (int)bad[b]);
-        expect_compute_error(g, GML_ERR_INVALID, (const char *[]){"get_rows(table, idx)", num, "[7,3]", NULL});
+        expect_compute_error(g, GML_ERR_INVALID,
+                             (const char *[]){"get_rows(table, idx)", num, "[7,3]", NULL});
         /* fixing the data makes it compute */
         ((int32_t *)idx->data)[4] = 5;
-        CHECK(gml_graph_compute(g, 3) == GML_OK && gml_graph_error(g)[0] == '\0', "after fixing the index: %s",
-              gml_graph_error(g));
+        CHECK(gml_graph_compute(g, 3) == GML_OK && gml_graph_error(g)[0] == '\0',
+              "after fixing the index: %s", gml_graph_error(g));
         gml_graph_free(g);
         gml_free(ctx);
     }
@@ -326,7 +400,8 @@ static void test_valid_len_range(void) {
             gml_graph *g = gml_build_graph(ctx, &m, 1);
             char num[32];
             snprintf(num, sizeof num, "%d", (int)bad[b]);
-            expect_compute_error(g, GML_ERR_INVALID, (const char *[]){"valid_len_mask(lens)", num, "8", NULL});
+            expect_compute_error(g, GML_ERR_INVALID,
+                                 (const char *[]){"valid_len_mask(lens)", num, "8", NULL});
             gml_graph_free(g);
             gml_free(ctx);
         }
@@ -343,10 +418,12 @@ static void test_compute_args(void) {
         CHECK(gml_graph_compute(g, n) == GML_ERR_INVALID, "n_threads %d is invalid", n);
         CHECK_CONTAINS(gml_graph_error(g), "n_threads");
     }
-    CHECK(gml_graph_compute(g, 1) == GML_OK && gml_graph_error(g)[0] == '\0', "and 1 works, clearing the error");
+    CHECK(gml_graph_compute(g, 1) == GML_OK && gml_graph_error(g)[0] == '\0',
+          "and 1 works, clearing the error");
 
     const gml_isa saved = gml_get_isa();
-    CHECK(gml_set_isa((gml_isa)99) == GML_ERR_INVALID && gml_get_isa() == saved, "an unknown ISA changes nothing");
+    CHECK(gml_set_isa((gml_isa)99) == GML_ERR_INVALID && gml_get_isa() == saved,
+          "an unknown ISA changes nothing");
     gml_isa isa;
     CHECK(!gml_isa_from_name("sse9", &isa), "unknown ISA name");
     CHECK(gml_isa_from_name("reference", &isa) && isa == GML_ISA_REFERENCE, "ISA names");
@@ -362,6 +439,7 @@ int main(void) {
     test_view_errors();
     test_op_errors();
     test_null_inputs();
+    test_failed_optional_input();
     test_arena();
     test_get_rows_range();
     test_valid_len_range();

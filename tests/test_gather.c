@@ -71,7 +71,8 @@ static void test_repeat_interleave_gqa(void) {
     chk_case("repeat_interleave for GQA heads");
     chk_rng r = chk_seed(50);
     gml_context *ctx = chk_ctx(1 << 20);
-    gml_tensor *k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 2, 5, 3}, CHK_OUTER_SWAPPED, "k", &r, -1, 1);
+    gml_tensor *k =
+        chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 2, 5, 3}, CHK_OUTER_SWAPPED, "k", &r, -1, 1);
     gml_tensor *y = gml_repeat_interleave(ctx, k, 3, 1); /* [2, 6, 5, 3] */
     float *kd = chk_dense(k), want[180];
     for (int b = 0; b < 2; b++)
@@ -114,7 +115,8 @@ static void test_get_rows(void) {
                     continue;
                 }
                 /* out [..idx shape, d] */
-                CHECK(y->n_dims == idxs[s].n + 1 && gml_dim(y, -1) == d && y->type == GML_F32, "result shape");
+                CHECK(y->n_dims == idxs[s].n + 1 && gml_dim(y, -1) == d && y->type == GML_F32,
+                      "result shape");
                 for (int q = 0; q < idxs[s].n; q++) CHECK(gml_dim(y, q) == idxs[s].ne[q], "dim %d", q);
                 float *td = chk_dense(table), *want = malloc((size_t)chk_numel(y) * 4);
                 int32_t *id = chk_dense(idx);
@@ -140,11 +142,10 @@ static void test_valid_len_mask(void) {
                 const int64_t tk = tks[s], B = 4, tq = 3;
                 chk_rng r = chk_seed(seed++);
                 gml_context *ctx = chk_ctx(1 << 20);
-                gml_tensor *lens = per_query
-                                       ? chk_new_input(ctx, GML_I32, 2, (int64_t[]){B, tq}, (chk_layout)l, "lens",
-                                                       &r, 0, (float)tk)
-                                       : chk_new_input(ctx, GML_I32, 1, (int64_t[]){B}, (chk_layout)l, "lens",
-                                                       &r, 0, (float)tk);
+                gml_tensor *lens = per_query ? chk_new_input(ctx, GML_I32, 2, (int64_t[]){B, tq},
+                                                             (chk_layout)l, "lens", &r, 0, (float)tk)
+                                             : chk_new_input(ctx, GML_I32, 1, (int64_t[]){B}, (chk_layout)l,
+                                                             "lens", &r, 0, (float)tk);
                 /* always include 0 and Tk */
                 *(int32_t *)chk_at(lens, 0) = 0;
                 *(int32_t *)chk_at(lens, 1) = (int32_t)tk;
@@ -211,7 +212,8 @@ static void test_relpos_gather(void) {
     chk_rng r = chk_seed(300);
     gml_context *ctx = chk_ctx(1 << 20);
     const int P = 2;
-    gml_tensor *rel = chk_new_input(ctx, GML_F32, 2, (int64_t[]){2 * P + 1, 6}, CHK_SLICED, "rel_k", &r, -1, 1);
+    gml_tensor *rel =
+        chk_new_input(ctx, GML_F32, 2, (int64_t[]){2 * P + 1, 6}, CHK_SLICED, "rel_k", &r, -1, 1);
     gml_tensor *y = gml_get_rows(ctx, rel, gml_relpos_index(ctx, 5, 7, P)); /* [5, 7, 6] */
     float *rd = chk_dense(rel), want[5 * 7 * 6];
     for (int i = 0; i < 5; i++)

@@ -15,6 +15,8 @@ struct mha {
     const int32_t *lens; /* [B] */
 };
 
+static double *zeros(int64_t n) { return calloc((size_t)n, sizeof(double)); }
+
 /* y [B, T, out] = x [B, T, in] w[out, in]^T + bias, in double. */
 static void ref_linear(const double *x, const float *w, const float *bias, int64_t rows, int64_t in,
                        int64_t out, double *y) {
@@ -32,11 +34,10 @@ static void ref_linear(const double *x, const float *w, const float *bias, int64
 static void ref_mha(const struct mha *m, const float *xq, const float *xkv, float *const w[8],
                     double *out, double *attn) {
     const int64_t B = m->B, tq = m->tq, tk = m->tk, D = m->D, H = m->H, dk = D / H;
-    double *xqd = malloc((size_t)(B * tq * D) * sizeof(double)), *xkvd = malloc((size_t)(B * tk * D) * sizeof(double));
+    double *xqd = zeros(B * tq * D), *xkvd = zeros(B * tk * D);
     for (int64_t e = 0; e < B * tq * D; e++) xqd[e] = xq[e];
     for (int64_t e = 0; e < B * tk * D; e++) xkvd[e] = xkv[e];
-    double *q = malloc((size_t)(B * tq * D) * sizeof(double)), *k = malloc((size_t)(B * tk * D) * sizeof(double));
-    double *v = malloc((size_t)(B * tk * D) * sizeof(double)), *ctx = calloc((size_t)(B * tq * D), sizeof(double));
+    double *q = zeros(B * tq * D), *k = zeros(B * tk * D), *v = zeros(B * tk * D), *ctx = zeros(B * tq * D);
     ref_linear(xqd, w[0], w[1], B * tq, D, D, q);
     ref_linear(xkvd, w[2], w[3], B * tk, D, D, k);
     ref_linear(xkvd, w[4], w[5], B * tk, D, D, v);
@@ -48,7 +49,8 @@ static void ref_mha(const struct mha *m, const float *xq, const float *xkv, floa
                 for (int64_t j = 0; j < tk; j++) {
                     bool visible = j < m->lens[b] && (!m->causal || j <= i + (tk - tq));
                     double s = 0;
-                    for (int64_t c = 0; c < dk; c++) s += q[(b * tq + i) * D + h * dk + c] * k[(b * tk + j) * D + h * dk + c];
+                    for (int64_t c = 0; c < dk; c++)
+                        s += q[(b * tq + i) * D + h * dk + c] * k[(b * tk + j) * D + h * dk + c];
                     a[j] = visible ? s * scale : -INFINITY;
                     if (a[j] > max) max = a[j];
                 }
@@ -58,7 +60,8 @@ static void ref_mha(const struct mha *m, const float *xq, const float *xkv, floa
                 }
                 for (int64_t j = 0; j < tk; j++) {
                     a[j] = sum > 0 ? a[j] / sum : 0;
-                    for (int64_t c = 0; c < dk; c++) ctx[(b * tq + i) * D + h * dk + c] += a[j] * v[(b * tk + j) * D + h * dk + c];
+                    for (int64_t c = 0; c < dk; c++)
+                        ctx[(b * tq + i) * D + h * dk + c] += a[j] * v[(b * tk + j) * D + h * dk + c];
                 }
             }
     ref_linear(ctx, w[6], w[7], B * tq, D, D, out);
@@ -69,6 +72,8 @@ static void ref_mha(const struct mha *m, const float *xq, const float *xkv, floa
     free(v);
     free(ctx);
 }
+
+static void check_structure(const gml_graph *g);
 
 /* x [B, T, D] -> [B, H, T, d_k]: the usual split into heads. */
 static gml_tensor *split_heads(gml_context *ctx, gml_tensor *x, int64_t H) {
@@ -138,6 +143,9 @@ static void test_mha(const struct mha *m, chk_layout lq, uint64_t seed) {
 
     gml_tensor *outs[] = {out, attn};
     gml_graph *g = gml_build_graph(ctx, outs, 2);
+    check_structure(g);
+    CHECK(gml_graph_n_leafs(g) == 11, "leafs: x_q (or the tensor it views), x_kv, 8 params, lens: %d",
+          gml_graph_n_leafs(g));
     CHECK_RUN(g, .outs = outs, .n_outs = 2, .verify = verify_mha, .user = &c);
     gml_graph_set_nan_trap(g, true); /* -inf in the mask, fully masked rows: no trap */
     CHECK(gml_graph_compute(g, 2) == GML_OK, "with the NaN trap on: %s", gml_graph_error(g));
@@ -246,13 +254,32 @@ static void test_shared_subexpression(void) {
     gml_tensor *outs[] = {out, t};
     g = gml_build_graph(ctx, outs, 2);
     CHECK(gml_graph_n_nodes(g) == 4, "two outputs sharing nodes: %d nodes", gml_graph_n_nodes(g));
-    CHECK(gml_graph_use_count(g, t) == 3, "t as an output too: use count %d, want 3", gml_graph_use_count(g, t));
+    CHECK(gml_graph_use_count(g, t) == 3, "t as an output too: use count %d, want 3",
+          gml_graph_use_count(g, t));
     CHECK(gml_graph_use_count(g, u) == 1, "u is used once");
-    CHECK(gml_graph_use_count(g, gml_new_tensor_1d(ctx, GML_F32, 1)) == 0, "a tensor outside the graph has no uses");
+    CHECK(gml_graph_use_count(g, gml_new_tensor_1d(ctx, GML_F32, 1)) == 0,
+          "a tensor outside the graph has no uses");
     check_structure(g);
     gml_graph_free(g);
     free(ad);
     free(bd);
+    gml_free(ctx);
+}
+
+/* A graph whose output is a leaf has no nodes and computes nothing. */
+static void test_leaf_output(void) {
+    chk_case("a leaf as the output");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = gml_new_tensor_1d(ctx, GML_F32, 5);
+    chk_fill_value(x, 3.0f);
+    gml_graph *g = gml_build_graph(ctx, &x, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    CHECK(gml_graph_n_nodes(g) == 0 && gml_graph_n_leafs(g) == 1 && gml_graph_use_count(g, x) == 1,
+          "no nodes, one leaf used once (as the output)");
+    CHECK(gml_graph_node(g, 0) == NULL && gml_graph_node(g, -1) == NULL, "no node 0");
+    CHECK(gml_graph_compute(g, 2) == GML_OK && ((float *)x->data)[4] == 3.0f, "compute is a no-op");
+    CHECK(gml_graph_flops(g) == 0, "no flops");
+    gml_graph_free(g);
     gml_free(ctx);
 }
 
@@ -384,13 +411,14 @@ static void test_print(void) {
     fclose(f);
     char buf[512], shape[64];
     for (int i = 0; i < gml_graph_n_nodes(g) + gml_graph_n_leafs(g); i++) {
-        const gml_tensor *t = i < gml_graph_n_nodes(g) ? gml_graph_node(g, i) : gml_graph_leaf(g, i - gml_graph_n_nodes(g));
+        const gml_tensor *t =
+            i < gml_graph_n_nodes(g) ? gml_graph_node(g, i) : gml_graph_leaf(g, i - gml_graph_n_nodes(g));
         const char *line = line_with(text, t->name, buf, sizeof buf);
         if (!CHECK(line, "the table names '%s':\n%s", t->name, text)) continue;
         CHECK(strstr(line, gml_op_name(t->op)) != NULL, "'%s' row shows its op %s: %s", t->name,
               gml_op_name(t->op), line);
-        CHECK(strstr(line, gml_format_shape(t, shape, sizeof shape)) != NULL, "'%s' row shows its shape %s: %s",
-              t->name, shape, line);
+        CHECK(strstr(line, gml_format_shape(t, shape, sizeof shape)) != NULL,
+              "'%s' row shows its shape %s: %s", t->name, shape, line);
     }
     snprintf(buf, sizeof buf, "%d nodes", gml_graph_n_nodes(g));
     CHECK_CONTAINS(text, buf);
@@ -502,7 +530,8 @@ static void test_callback(void) {
     struct cb_log log = {g, 0, -1, true};
     gml_graph_set_callback(g, on_node, &log);
     CHECK(gml_graph_compute(g, 3) == GML_OK, "compute: %s", gml_graph_error(g));
-    CHECK(log.calls == n && log.in_order, "callback saw %d of %d nodes, in order: %d", log.calls, n, log.in_order);
+    CHECK(log.calls == n && log.in_order, "callback saw %d of %d nodes, in order: %d", log.calls, n,
+          log.in_order);
 
     const int stop = gml_graph_find(g, c);
     log = (struct cb_log){g, 0, stop, true};
@@ -525,6 +554,7 @@ static void test_callback(void) {
 /* ---- NaN trap ----------------------------------------------------------------------- */
 
 static void expect_trap(gml_graph *g, const char *node, const char *what, const char *where) {
+    if (!CHECK(g, "graph for the trap at '%s' builds", node)) return;
     gml_graph_set_nan_trap(g, true);
     gml_status st = gml_graph_compute(g, 2);
     CHECK(st == GML_ERR_NONFINITE, "trap fires at '%s': status %d (%s)", node, (int)st, gml_graph_error(g));
@@ -534,7 +564,8 @@ static void expect_trap(gml_graph *g, const char *node, const char *what, const 
     CHECK_CONTAINS(gml_graph_error(g), what);
     CHECK_CONTAINS(gml_graph_error(g), where);
     gml_graph_set_nan_trap(g, false);
-    CHECK(gml_graph_compute(g, 2) == GML_OK, "without the trap non-finite values pass: %s", gml_graph_error(g));
+    CHECK(gml_graph_compute(g, 2) == GML_OK, "without the trap non-finite values pass: %s",
+          gml_graph_error(g));
 }
 
 static void test_nan_trap(void) {
@@ -579,20 +610,38 @@ static void test_nan_trap(void) {
     gml_tensor *sp = gml_permute(ctx, s, (int[]){1, 0, 2, 3});               /* [2, 3, 4, 5] */
     gml_tensor *mp = gml_permute(ctx, m, (int[]){1, 0, 2, 3});               /* [1, 3, 1, 5] */
     gml_tensor *p2 = gml_softmax(ctx, sp, mp, 0.5f, false);
-    gml_tensor *outs[] = {p1, p2};
-    g = gml_build_graph(ctx, outs, 2);
+    /* and through ops that move or add values: a copied, repeated mask added
+     * to the scores by hand */
+    gml_tensor *mc = gml_repeat_interleave(ctx, gml_cont(ctx, mp), 3, 0);  /* [3, 3, 1, 5] */
+    gml_tensor *sm = gml_add(ctx, gml_view(ctx, sp, 4, (int64_t[]){2, 3, 1, 5},
+                                           (size_t[]){sp->nb[0], sp->nb[1], sp->nb[2], sp->nb[3]}, 0),
+                             gml_view(ctx, mc, 4, (int64_t[]){1, 3, 1, 5},
+                                      (size_t[]){mc->nb[0], mc->nb[1], mc->nb[2], mc->nb[3]}, 0));
+    gml_tensor *p3 = gml_softmax(ctx, sm, NULL, 1.0f, false);
+    gml_tensor *outs[] = {p1, p2, p3};
+    g = gml_build_graph(ctx, outs, 3);
     if (CHECK(g, "build: %s", gml_last_error(ctx))) {
         gml_graph_set_nan_trap(g, true);
         CHECK(gml_graph_compute(g, 2) == GML_OK, "no trap: %s", gml_graph_error(g));
         CHECK(((float *)p1->data)[0] == 0.0f, "batch 0 sees no key: zero weights");
         gml_graph_free(g);
     }
+
+    chk_case("trap: -inf that no mask explains still stops it");
+    gml_tensor *na = gml_new_tensor_2d(ctx, GML_F32, 2, 3);
+    chk_fill_value(na, -3e38f);
+    gml_tensor *neg = gml_set_name(gml_matmul(ctx, na, b), "neg_mm");       /* -9e38: -inf */
+    gml_tensor *neg2 = gml_cont(ctx, neg); /* moves values, but of no mask or input */
+    g = gml_build_graph(ctx, &neg2, 1);
+    expect_trap(g, "neg_mm", "-inf", "[0,0]");
+    gml_graph_free(g);
     gml_free(ctx);
 }
 
 int main(void) {
     test_attention();
     test_shared_subexpression();
+    test_leaf_output();
     test_deep_chain();
     test_digest();
     test_print();

@@ -31,19 +31,22 @@ static void verify_mm(void *user) {
 }
 
 /* want = a @ b (+ bias along the last dim), computed from a's and b's elements
- * as torch.matmul broadcasts them; bound as explained at the top. */
-static void reference(const gml_tensor *a, const gml_tensor *b, const gml_tensor *bias,
+ * as torch.matmul broadcasts them; bound as explained at the top. With
+ * b_t, b holds [.., N, K] (an nn.Linear weight, or keys) and the product is
+ * a @ b^T, read from b's own elements. */
+static void reference(const gml_tensor *a, const gml_tensor *b, bool b_t, const gml_tensor *bias,
                       const gml_tensor *y, double *want, double *bound) {
     float *ad = chk_dense(a), *bd = chk_dense(b), *biasd = bias ? chk_dense(bias) : NULL;
-    const int64_t M = a->ne[2], K = a->ne[3], N = b->ne[3];
+    const int64_t M = a->ne[2], K = a->ne[3], N = b_t ? b->ne[2] : b->ne[3];
     for (int64_t i0 = 0; i0 < y->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < y->ne[1]; i1++)
             for (int64_t m = 0; m < M; m++)
                 for (int64_t n = 0; n < N; n++) {
                     double acc = biasd ? biasd[n] : 0, mag = biasd ? fabs(biasd[n]) : 0;
                     for (int64_t k = 0; k < K; k++) {
-                        double p = (double)ad[at4(a->ne, i0 % a->ne[0], i1 % a->ne[1], m, k)] *
-                                   bd[at4(b->ne, i0 % b->ne[0], i1 % b->ne[1], k, n)];
+                        const int64_t b0 = i0 % b->ne[0], b1 = i1 % b->ne[1];
+                        double bv = b_t ? bd[at4(b->ne, b0, b1, n, k)] : bd[at4(b->ne, b0, b1, k, n)];
+                        double p = (double)ad[at4(a->ne, i0 % a->ne[0], i1 % a->ne[1], m, k)] * bv;
                         acc += p;
                         mag += fabs(p);
                     }
@@ -82,7 +85,7 @@ static void run_case(int na, const int64_t *ash, chk_layout la, int nb, const in
     }
     struct mm_case c = {y, malloc((size_t)chk_numel(y) * sizeof(double)),
                         malloc((size_t)chk_numel(y) * sizeof(double))};
-    reference(a, b, NULL, y, c.want, c.bound);
+    reference(a, b, false, NULL, y, c.want, c.bound);
     gml_graph *g = gml_build_graph(ctx, &y, 1);
     CHECK(gml_graph_flops(g) == 2.0 * (double)chk_numel(y) * (double)ash[na - 1],
           "flops 2 M N K times batches: %g", gml_graph_flops(g));
@@ -158,7 +161,8 @@ static void test_scores_from_cache(void) {
                  (long long)tk, (long long)d);
         chk_rng r = chk_seed(2000 + s);
         gml_context *ctx = chk_ctx(8 << 20);
-        gml_tensor *q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, tq, d}, CHK_CONTIGUOUS, "q", &r, -1, 1);
+        gml_tensor *q =
+            chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, tq, d}, CHK_CONTIGUOUS, "q", &r, -1, 1);
         gml_tensor *cache = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, B, H, tmax, d), "k_cache");
         chk_poison_bytes(cache->data, gml_nbytes(cache));
         gml_tensor *k = gml_view(ctx, cache, 4, (int64_t[]){B, H, tk, d}, cache->nb, start * cache->nb[2]);
@@ -169,7 +173,7 @@ static void test_scores_from_cache(void) {
         CHECK(gml_dim(y, 2) == tq && gml_dim(y, 3) == tk, "scores shape");
         struct mm_case c = {y, malloc((size_t)chk_numel(y) * sizeof(double)),
                             malloc((size_t)chk_numel(y) * sizeof(double))};
-        reference(q, kt, NULL, y, c.want, c.bound);
+        reference(q, k, true, NULL, y, c.want, c.bound);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
         CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_mm, .user = &c);
         gml_graph_free(g);
@@ -183,8 +187,8 @@ static void test_scores_from_cache(void) {
  * to 4 dims in every layout, w stored as is or transposed. */
 static void test_linear(void) {
     static const int64_t io[][2] = {{1, 1}, {3, 17}, {16, 3}, {17, 64}, {65, 16}, {64, 65}};
-    static const int64_t lead[][3] = {{1, 0, 0}, {5, 0, 0}, {2, 7, 0}, {2, 3, 3}};
-    static const int nlead[] = {1, 1, 2, 3};
+    static const int64_t lead[][3] = {{0, 0, 0}, {1, 0, 0}, {5, 0, 0}, {2, 7, 0}, {2, 3, 3}};
+    static const int nlead[] = {0, 1, 1, 2, 3}; /* 0: a 1-D input [in], as nn.Linear takes */
     uint64_t seed = 3000;
     int k = 0;
     for (size_t s = 0; s < sizeof io / sizeof *io; s++)
@@ -197,7 +201,8 @@ static void test_linear(void) {
                 xsh[nx - 1] = in;
                 chk_rng r = chk_seed(seed++);
                 gml_context *ctx = chk_ctx(4 << 20);
-                chk_layout lx = (chk_layout)(k % CHK_N_LAYOUTS), lw = k % 3 == 0 ? CHK_TRANSPOSED : CHK_CONTIGUOUS;
+                chk_layout lx = (chk_layout)(k % CHK_N_LAYOUTS),
+                           lw = k % 3 == 0 ? CHK_TRANSPOSED : CHK_CONTIGUOUS;
                 gml_tensor *x = chk_new_input(ctx, GML_F32, nx, xsh, lx, "x", &r, -1, 1);
                 gml_tensor *w = chk_new_input(ctx, GML_F32, 2, (int64_t[]){out, in}, lw, "w", &r, -1, 1);
                 gml_tensor *bias = with_bias ? chk_new_input(ctx, GML_F32, 1, (int64_t[]){out},
@@ -212,13 +217,12 @@ static void test_linear(void) {
                     gml_free(ctx);
                     continue;
                 }
-                CHECK(y->n_dims == nx && gml_dim(y, -1) == out, "result shape %s", chk_shape(y, sx, sizeof sx));
+                CHECK(y->n_dims == nx && gml_dim(y, -1) == out, "result shape %s",
+                      chk_shape(y, sx, sizeof sx));
                 for (int d = 0; d < nx - 1; d++) CHECK(gml_dim(y, d) == xsh[d], "leading dim %d kept", d);
-                /* the reference reads w^T through a transposed view of w */
-                gml_tensor *wt = gml_transpose(ctx, w, 0, 1);
                 struct mm_case c = {y, malloc((size_t)chk_numel(y) * sizeof(double)),
                                     malloc((size_t)chk_numel(y) * sizeof(double))};
-                reference(x, wt, bias, y, c.want, c.bound);
+                reference(x, w, true, bias, y, c.want, c.bound);
                 gml_graph *g = gml_build_graph(ctx, &y, 1);
                 CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_mm, .user = &c);
                 gml_graph_free(g);
@@ -242,7 +246,7 @@ static void test_exact_integers(void) {
     struct mm_case c = {y, malloc((size_t)chk_numel(y) * sizeof(double)),
                         calloc((size_t)chk_numel(y), sizeof(double))};
     double *unused = malloc((size_t)chk_numel(y) * sizeof(double));
-    reference(a, b, NULL, y, c.want, unused);
+    reference(a, b, false, NULL, y, c.want, unused);
     gml_graph *g = gml_build_graph(ctx, &y, 1);
     CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_mm, .user = &c); /* bound 0: exact */
     gml_graph_free(g);

@@ -5,8 +5,13 @@
  * the exponential (v = x * scale + mask and v - max in float), then takes
  * exp, the sum and the quotient in double. Tolerance 1e-6 relative (about 8
  * ulp) plus 1e-30 absolute for results that are denormal or flushed to zero.
- * Rows must sum to 1; rows with every key masked must be exactly zero. */
+ * When x * scale is inexact (scale not a power of two), a kernel may fuse it
+ * with the mask add, rounding once instead of twice; that moves each v by up
+ * to an ulp, so the relative tolerance grows by 2 FLT_EPSILON max |v| of the
+ * row. Rows must sum to 1; rows with every key masked must be exactly zero. */
 #include "check.h"
+
+#include <float.h>
 
 static const float NEG_INF = -INFINITY;
 
@@ -14,7 +19,7 @@ struct sm_case {
     gml_tensor *x, *mask, *y;
     float scale;
     bool causal;
-    double *want;
+    double *want, *bound;
 };
 
 /* want for y's shape [.., Tq, Tk] (right-aligned 4 entries in x->ne). */
@@ -23,6 +28,8 @@ static void reference(struct sm_case *c) {
     float *xd = chk_dense(x), *md = m ? chk_dense(m) : NULL;
     const int64_t *ne = x->ne, tq = ne[2], tk = ne[3];
     float *v = malloc((size_t)tk * sizeof *v);
+    int exponent;
+    const bool exact_scale = frexpf(c->scale, &exponent) == 0.5f; /* a power of two */
     for (int64_t i0 = 0; i0 < ne[0]; i0++)
         for (int64_t i1 = 0; i1 < ne[1]; i1++)
             for (int64_t i = 0; i < tq; i++) {
@@ -36,13 +43,18 @@ static void reference(struct sm_case *c) {
                     if (c->causal && j > i + (tk - tq)) v[j] = NEG_INF; /* key in the future */
                     if (v[j] > max) max = v[j];
                 }
-                double sum = 0;
+                double sum = 0, vmax = 0;
                 for (int64_t j = 0; j < tk; j++) {
                     float d = v[j] - max; /* float, as PyTorch */
                     c->want[row + j] = max == NEG_INF ? 0 : exp((double)d);
                     sum += c->want[row + j];
+                    if (isfinite(v[j]) && fabs(v[j]) > vmax) vmax = fabs(v[j]);
                 }
-                for (int64_t j = 0; j < tk; j++) c->want[row + j] = sum > 0 ? c->want[row + j] / sum : 0;
+                const double rtol = 1e-6 + (exact_scale ? 0 : 2 * FLT_EPSILON * vmax);
+                for (int64_t j = 0; j < tk; j++) {
+                    c->want[row + j] = sum > 0 ? c->want[row + j] / sum : 0;
+                    c->bound[row + j] = 1e-30 + rtol * c->want[row + j];
+                }
             }
     free(v);
     free(xd);
@@ -51,7 +63,7 @@ static void reference(struct sm_case *c) {
 
 static void verify_softmax(void *user) {
     struct sm_case *c = user;
-    if (!CHECK_CLOSE(c->y, c->want, 1e-30, 1e-6, "softmax vs the reference")) return;
+    if (!CHECK_WITHIN(c->y, c->want, c->bound, "softmax vs the reference")) return;
     const int64_t tk = c->y->ne[3], rows = chk_numel(c->y) / tk;
     float *got = chk_dense(c->y);
     for (int64_t r = 0; r < rows; r++) {
@@ -88,11 +100,13 @@ static void run_case(struct sm_case *c, gml_context *ctx) {
     CHECK(gml_same_shape(y, c->x) && gml_is_contiguous(y), "softmax keeps x's shape");
     c->y = y;
     c->want = malloc((size_t)chk_numel(y) * sizeof *c->want);
+    c->bound = malloc((size_t)chk_numel(y) * sizeof *c->bound);
     reference(c);
     gml_graph *g = gml_build_graph(ctx, &y, 1);
     CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_softmax, .user = c);
     gml_graph_free(g);
     free(c->want);
+    free(c->bound);
 }
 
 /* x [2, 3, Tq, Tk] with every mask shape that broadcasts, causal or not. */
@@ -179,7 +193,9 @@ static void test_large_magnitudes(void) {
             for (int64_t e = 0; e < chk_numel(c.x); e++) {
                 /* the extremes themselves, and values in between */
                 int k = chk_randint(&r, 0, 3);
-                float v = k == 0 ? cases[s].lo : k == 1 ? cases[s].hi : chk_uniform(&r, cases[s].lo, cases[s].hi);
+                float v = k == 0   ? cases[s].lo
+                          : k == 1 ? cases[s].hi
+                                   : chk_uniform(&r, cases[s].lo, cases[s].hi);
                 *(float *)chk_at(c.x, e) = v;
             }
             if (masked) {
@@ -218,6 +234,50 @@ static void test_fully_masked(void) {
     }
 }
 
+/* A NaN score is never passed off as "fully masked": a row whose only
+ * visible score is NaN is NaN, under every kernel set and thread count,
+ * strided or not; a fully masked row next to it stays zeros. */
+static void test_nan_not_masked(void) {
+    for (int strided = 0; strided < 2; strided++) {
+        chk_case("only visible score NaN (%s)", strided ? "transposed x" : "contiguous x");
+        chk_rng r = chk_seed(900);
+        gml_context *ctx = chk_ctx(1 << 20);
+        const int64_t tq = 3, tk = 37;
+        gml_tensor *x = chk_new_input(ctx, GML_F32, 2, (int64_t[]){tq, tk},
+                                      strided ? CHK_TRANSPOSED : CHK_CONTIGUOUS, "x", &r, -2, 2);
+        gml_tensor *mask = gml_new_tensor_2d(ctx, GML_F32, tq, tk);
+        chk_fill_value(mask, NEG_INF);
+        int64_t at[GML_MAX_DIMS] = {0, 5};
+        gml_set_f32(x, at, NAN);
+        ((float *)mask->data)[5] = 0.0f; /* row 0 sees only key 5: NaN */
+        for (int64_t j = 0; j < tk; j++) ((float *)mask->data)[2 * tk + j] = 0.0f; /* row 2 all visible */
+        gml_tensor *y = gml_softmax(ctx, x, mask, 0.5f, false);
+        gml_graph *g = gml_build_graph(ctx, &y, 1);
+        for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_AVX512; isa++) {
+            if (gml_set_isa((gml_isa)isa) != GML_OK) continue;
+            for (int nth = 1; nth <= 3; nth += 2) {
+                CHECK(gml_graph_compute(g, nth) == GML_OK, "compute: %s", gml_graph_error(g));
+                const float *o = y->data;
+                bool row0_nan = true, row1_zero = true, row2_sums = true;
+                double sum = 0;
+                for (int64_t j = 0; j < tk; j++) {
+                    row0_nan &= isnan(o[j]) || j != 5;
+                    row1_zero &= o[tk + j] == 0.0f;
+                    sum += o[2 * tk + j];
+                }
+                row2_sums = fabs(sum - 1.0) < 1e-5;
+                CHECK(row0_nan, "%s, %d threads: the NaN row is NaN (got %g)", gml_isa_name((gml_isa)isa), nth,
+                      (double)o[5]);
+                CHECK(row1_zero && row2_sums, "%s, %d threads: the other rows are unaffected",
+                      gml_isa_name((gml_isa)isa), nth);
+            }
+        }
+        gml_set_isa(GML_ISA_AUTO);
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
 /* Causal masking alone, checked without the reference: for Tq vs Tk in
  * every order, weight (i, j) is zero iff j > i + (Tk - Tq). */
 static void test_causal_pattern(void) {
@@ -251,6 +311,7 @@ int main(void) {
     test_low_dims();
     test_large_magnitudes();
     test_fully_masked();
+    test_nan_not_masked();
     test_causal_pattern();
     return chk_summary();
 }

@@ -39,6 +39,16 @@ check() {
     ctest --test-dir "$dir" -j "$JOBS" --output-on-failure --timeout 300
 }
 
+# memcheck TEST...: valgrind over small runs of some tests of the release build.
+memcheck() {
+    echo "== valgrind memcheck"
+    local t
+    for t in "$@"; do
+        echo "-- $t"
+        valgrind -q --error-exitcode=1 --leak-check=full "build/tests/$t" quick >/dev/null
+    done
+}
+
 # fuzz: builds the libFuzzer targets (tests/fuzz) into build-fuzz and runs
 # each for FUZZ_SECONDS on a copy of its seed corpus, so the repository's
 # corpus stays as it is. Any crash, leak, timeout or out-of-memory fails.
@@ -77,6 +87,10 @@ test)
     check "release (gcc)" build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc
     check "asan+ubsan (clang)" build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
         -DGGMLITE_SANITIZE=ON
+    # OpenMP threads that spin while waiting crawl on a busy 2-core machine: let them sleep.
+    OMP_WAIT_POLICY=passive check "openmp (gcc)" build-omp -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_COMPILER=gcc -DGGMLITE_OPENMP=ON
+    memcheck test_plan test_threads
     fuzz
     echo "== all tests passed"
     ;;

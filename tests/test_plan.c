@@ -1,0 +1,378 @@
+/* The memory planner: graphs planned with and without reuse compute bitwise
+ * what the same graphs compute in an allocating context (gml_mha with masks,
+ * its weights an output too; a diamond; several outputs; an output that is a
+ * view; an in-place chain; a cpy into a cache), on memory poisoned with NaN;
+ * no two tensors alive at once share bytes (liveness worked out here,
+ * independently); inputs are never overwritten; the MHA graph of benchmark
+ * config C2 plans into at most 60% of its intermediates; 10,000 computes of
+ * a planned graph do not grow resident memory; the options, a caller's buffer
+ * and GGMLITE_PLAN_NOREUSE work.
+ *
+ * `test_plan quick` skips the resident-memory run (for valgrind). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#include "attention.h"
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Leaf k of a case gets the same values in every build. */
+static void fill_leaf(gml_tensor *t, int k) {
+    chk_rng r = chk_seed((uint64_t)k + 1);
+    if (t->type == GML_I32) chk_fill_int(t, &r, 0, 6); /* valid lengths, Tk = 6 */
+    else chk_fill_uniform(t, &r, -1.0f, 1.0f);
+}
+
+#define MAX_IO 8
+struct io {
+    gml_tensor *in[MAX_IO], *out[MAX_IO];
+    int n_in, n_out;
+};
+
+static gml_tensor *input(gml_context *ctx, struct io *io, gml_type type, int n, const int64_t *ne) {
+    gml_tensor *t = gml_new_tensor(ctx, type, n, ne);
+    io->in[io->n_in++] = t;
+    return t;
+}
+#define F32(ctx, io, ...) \
+    input(ctx, io, GML_F32, sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__})
+
+/* ---- the graphs ------------------------------------------------------------ */
+
+/* gml_mha on x [2,6,16], 4 heads, causal, valid lengths, output bias; the
+ * attention weights are an output too. */
+static void g_attention(gml_context *ctx, struct io *io) {
+    gml_attn_weights w = {.w_q = F32(ctx, io, 16, 16), .w_k = F32(ctx, io, 16, 16),
+                          .w_v = F32(ctx, io, 16, 16), .w_o = F32(ctx, io, 16, 16),
+                          .b_o = F32(ctx, io, 16)};
+    gml_attn_inputs in = {.query = F32(ctx, io, 2, 6, 16),
+                          .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 4, .causal = true}, &w, in);
+    io->out[io->n_out++] = r.out;
+    io->out[io->n_out++] = r.weights;
+}
+
+/* Two paths from x that meet again, twice. */
+static void g_diamond(gml_context *ctx, struct io *io) {
+    gml_tensor *x = F32(ctx, io, 8, 33);
+    gml_tensor *a = gml_scale(ctx, x, 2.0f);
+    gml_tensor *b = gml_add(ctx, a, x);
+    gml_tensor *c = gml_mul(ctx, a, b);
+    gml_tensor *d = gml_scale(ctx, c, 0.5f);
+    gml_tensor *e = gml_add(ctx, d, b);
+    io->out[io->n_out++] = gml_softmax(ctx, e, NULL, 1.0f, false);
+}
+
+/* Outputs in the middle of the graph, one of them read again later. */
+static void g_multi(gml_context *ctx, struct io *io) {
+    gml_tensor *x = F32(ctx, io, 5, 7, 12), *y = F32(ctx, io, 12, 9);
+    gml_tensor *h = gml_scale(ctx, x, 1.5f);
+    gml_tensor *y1 = gml_add(ctx, h, x);                 /* output, read by y2 */
+    gml_tensor *y2 = gml_softmax(ctx, y1, NULL, 0.3f, true);
+    gml_tensor *m = gml_matmul(ctx, y2, y);              /* [5,7,9] */
+    gml_tensor *y3 = gml_scale(ctx, m, -1.0f);
+    io->out[io->n_out++] = y1;
+    io->out[io->n_out++] = y3;
+    io->out[io->n_out++] = gml_mul(ctx, y3, m);
+}
+
+/* The output is a permuted view of a node. */
+static void g_view_out(gml_context *ctx, struct io *io) {
+    gml_tensor *a = F32(ctx, io, 3, 10, 6), *b = F32(ctx, io, 6, 4);
+    gml_tensor *m = gml_matmul(ctx, gml_scale(ctx, a, 0.5f), b);   /* [3,10,4] */
+    gml_tensor *t = gml_permute(ctx, m, (int[]){2, 0, 1});        /* [4,3,10] */
+    io->out[io->n_out++] = t;
+    /* more work after it, which must not write over m */
+    gml_tensor *u = gml_cont(ctx, gml_transpose(ctx, m, 0, 1));   /* [10,3,4] */
+    io->out[io->n_out++] = gml_scale(ctx, gml_add(ctx, u, u), 3.0f);
+}
+
+/* Elementwise chains that can run in place, and one that must not (t is
+ * read again after u). */
+static void g_inplace(gml_context *ctx, struct io *io) {
+    gml_tensor *x = F32(ctx, io, 4, 9, 17), *bias = F32(ctx, io, 17), *z = F32(ctx, io, 4, 1, 17);
+    gml_tensor *a = gml_softmax(ctx, gml_mul(ctx, gml_add(ctx, gml_scale(ctx, x, 3.0f), bias), z),
+                                NULL, 1.0f, false);
+    gml_tensor *t = gml_scale(ctx, a, 2.0f);
+    gml_tensor *u = gml_add(ctx, t, x);
+    gml_tensor *w = gml_mul(ctx, t, u);
+    io->out[io->n_out++] = gml_add(ctx, w, w);
+}
+
+/* cpy into a slice of a cache leaf, then read through it. */
+static void g_cache(gml_context *ctx, struct io *io) {
+    gml_tensor *cache = F32(ctx, io, 2, 8, 5), *k = F32(ctx, io, 2, 3, 5);
+    gml_tensor *slot = gml_view(ctx, cache, 3, (int64_t[]){2, 3, 5},
+                                (size_t[]){cache->nb[1], cache->nb[2], cache->nb[3]},
+                                4 * cache->nb[2]);
+    gml_tensor *done = gml_cpy(ctx, gml_scale(ctx, k, 2.0f), slot);
+    io->out[io->n_out++] = done;
+    io->out[io->n_out++] = gml_softmax(ctx, gml_scale(ctx, cache, 1.0f), NULL, 1.0f, false);
+}
+
+/* ---- checks ------------------------------------------------------------------ */
+
+/* Liveness from the graph alone: node i's storage is alive from i to the
+ * last node that reads it or a view of it; outputs (or views of outputs)
+ * and leafs to the end. */
+static gml_tensor *root(gml_tensor *t) { return t->view_src ? t->view_src : t; }
+
+static void check_no_overlap(gml_graph *g, const char *what) {
+    const int n = gml_graph_n_nodes(g);
+    int *last = calloc((size_t)n, sizeof *last);
+    for (int i = 0; i < n; i++) last[i] = i;
+    for (int j = 0; j < n; j++) {
+        gml_tensor *t = gml_graph_node(g, j);
+        gml_tensor *users[GML_MAX_SRC + 1] = {t};
+        for (int s = 0; s < GML_MAX_SRC; s++) users[s + 1] = t->src[s];
+        for (int s = 0; s <= GML_MAX_SRC; s++) {
+            if (!users[s]) continue;
+            int i = gml_graph_find(g, root(users[s]));
+            if (i >= 0 && last[i] < j) last[i] = j;
+            if (i >= 0 && users[s]->flags & GML_FLAG_OUTPUT) last[i] = n;
+        }
+    }
+    for (int a = 0; a < n; a++) {
+        gml_tensor *ta = gml_graph_node(g, a);
+        if (gml_is_view(ta)) continue;
+        for (int b = a + 1; b < n; b++) {
+            gml_tensor *tb = gml_graph_node(g, b);
+            if (gml_is_view(tb) || last[a] < b) continue; /* a is dead when b is made */
+            const char *a0 = ta->data, *a1 = a0 + gml_nbytes(ta);
+            const char *b0 = tb->data, *b1 = b0 + gml_nbytes(tb);
+            if (a1 <= b0 || b1 <= a0) continue;
+            /* allowed: b written over its first source a, at a's last use */
+            bool inplace = last[a] == b && tb->src[0] && root(tb->src[0]) == ta && a0 == b0 &&
+                           (tb->op == GML_OP_ADD || tb->op == GML_OP_MUL ||
+                            tb->op == GML_OP_SCALE || tb->op == GML_OP_SOFTMAX);
+            CHECK(inplace, "%s: '%s' (alive to node %d) and node %d '%s' share bytes", what,
+                  ta->name, last[a], b, tb->name);
+        }
+    }
+    for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* placed leafs: nobody's */
+        gml_tensor *tl = gml_graph_leaf(g, l);
+        const char *l0 = tl->data, *l1 = l0 + gml_nbytes(tl);
+        for (int b = 0; b < n; b++) {
+            gml_tensor *tb = gml_graph_node(g, b);
+            if (gml_is_view(tb)) continue;
+            const char *b0 = tb->data, *b1 = b0 + gml_nbytes(tb);
+            CHECK(l1 <= b0 || b1 <= l0, "%s: leaf '%s' and node '%s' share bytes", what, tl->name,
+                  tb->name);
+        }
+    }
+    free(last);
+}
+
+static void poison_nodes(gml_graph *g) {
+    for (int i = 0; i < gml_graph_n_nodes(g); i++) {
+        gml_tensor *t = gml_graph_node(g, i);
+        if (!gml_is_view(t)) chk_poison_bytes(t->data, gml_nbytes(t));
+    }
+}
+
+typedef void (*builder)(gml_context *ctx, struct io *io);
+
+struct built {
+    gml_context *ctx;
+    gml_graph *g;
+    struct io io;
+};
+
+static struct built build(builder fn, bool no_alloc) {
+    struct built b = {.ctx = gml_init((gml_init_params){.mem_size = 4 << 20, .no_alloc = no_alloc})};
+    fn(b.ctx, &b.io);
+    for (int i = 0; i < b.io.n_out; i++)
+        if (!b.io.out[i]) {
+            fprintf(stderr, "building failed: %s\n", gml_last_error(b.ctx));
+            exit(1);
+        }
+    for (int i = 0; i < b.io.n_in; i++) gml_set_flags(b.io.in[i], GML_FLAG_INPUT);
+    b.g = gml_build_graph(b.ctx, b.io.out, b.io.n_out);
+    if (!no_alloc)
+        for (int i = 0; i < b.io.n_in; i++) fill_leaf(b.io.in[i], i);
+    return b;
+}
+
+static void drop(struct built *b) {
+    gml_graph_free(b->g);
+    gml_free(b->ctx);
+}
+
+/* Plans p with opt, fills its inputs, poisons the rest, computes on nth
+ * threads and compares with ref; inputs must come out unchanged. */
+static void plan_and_compare(const char *name, struct built *ref, struct built *p,
+                             const gml_plan_options *opt, const char *mode, int nth) {
+    char what[128];
+    snprintf(what, sizeof what, "%s (%s, %d threads)", name, mode, nth);
+    gml_status st = gml_graph_plan(p->g, opt);
+    CHECK(st == GML_OK, "%s: plan: %s", what, gml_graph_error(p->g));
+    if (st != GML_OK) return;
+    size_t peak = gml_graph_plan_peak(p->g), naive = gml_graph_plan_naive(p->g);
+    CHECK(peak <= naive && peak > 0 && peak % 64 == 0, "%s: peak %zu, naive %zu", what, peak, naive);
+    if (opt->no_reuse) CHECK(peak == naive, "%s: no reuse, yet peak %zu < naive %zu", what, peak, naive);
+    poison_nodes(p->g);
+    for (int i = 0; i < p->io.n_in; i++) fill_leaf(p->io.in[i], i);
+    check_no_overlap(p->g, what);
+    st = gml_graph_compute(p->g, nth);
+    CHECK(st == GML_OK, "%s: %s", what, gml_graph_error(p->g));
+    for (int i = 0; i < p->io.n_out; i++) {
+        float *want = chk_dense(ref->io.out[i]);
+        CHECK_EQUAL(p->io.out[i], want, "%s: output %d", what, i);
+        free(want);
+    }
+    for (int i = 0; i < p->io.n_in; i++) {
+        gml_tensor *in = p->io.in[i];
+        CHECK(memcmp(in->data, ref->io.in[i]->data, gml_nbytes(in)) == 0 ||
+                  in == root(p->io.out[0]) /* the cache is written on purpose */,
+              "%s: input %d was overwritten", what, i);
+    }
+    printf("  %-10s %-10s peak %7zu of %7zu bytes (%3.0f%%)\n", name, mode, peak, naive,
+           100.0 * (double)peak / (double)naive);
+}
+
+static void test_graphs(void) {
+    static const struct {
+        const char *name;
+        builder fn;
+    } cases[] = {{"attention", g_attention}, {"diamond", g_diamond}, {"multi", g_multi},
+                 {"view_out", g_view_out},   {"inplace", g_inplace}, {"cache", g_cache}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct built ref = build(cases[c].fn, false);
+        CHECK(gml_graph_compute(ref.g, 1) == GML_OK, "%s: %s", cases[c].name, gml_graph_error(ref.g));
+        struct built p = build(cases[c].fn, true);
+        const char *name = cases[c].name;
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){.no_reuse = true}, "no reuse", 2);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){.no_inplace = true}, "no inplace", 3);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){0}, "reuse", 3);
+        plan_and_compare(name, &ref, &p, &(gml_plan_options){0}, "reuse", 1);
+        drop(&p);
+        drop(&ref);
+    }
+}
+
+/* ---- options, caller buffers, errors ------------------------------------------ */
+
+static void test_options(void) {
+    struct built ref = build(g_attention, false);
+    gml_graph_compute(ref.g, 1);
+    struct built p = build(g_attention, true);
+
+    CHECK(gml_graph_plan_peak(p.g) == 0, "peak before planning");
+    CHECK(gml_graph_compute(p.g, 2) == GML_ERR_INVALID && strstr(gml_graph_error(p.g), "no data"),
+          "unplanned: '%s'", gml_graph_error(p.g));
+
+    /* measure only: sizes, no data */
+    CHECK(gml_graph_plan(p.g, &(gml_plan_options){.measure_only = true}) == GML_OK, "measure");
+    size_t peak = gml_graph_plan_peak(p.g);
+    CHECK(peak > 0 && gml_graph_node(p.g, -1)->data == NULL, "measure placed data");
+
+    /* into a caller buffer of exactly that size */
+    char *buf = aligned_alloc(64, peak);
+    gml_plan_options opt = {.buffer = buf, .buffer_size = peak};
+    plan_and_compare("attention", &ref, &p, &opt, "caller buf", 2);
+    for (int i = 0; i < gml_graph_n_nodes(p.g); i++) {
+        const char *d = gml_graph_node(p.g, i)->data;
+        CHECK(d >= buf && d < buf + peak, "node %d outside the caller's buffer", i);
+    }
+    opt.buffer_size = peak - 64;
+    CHECK(gml_graph_plan(p.g, &opt) == GML_ERR_NOMEM && strstr(gml_graph_error(p.g), "needs"),
+          "small buffer: '%s'", gml_graph_error(p.g));
+    CHECK(gml_graph_node(p.g, -1)->data == NULL, "a failed plan left data behind");
+    opt = (gml_plan_options){.buffer = buf + 4, .buffer_size = peak};
+    CHECK(gml_graph_plan(p.g, &opt) == GML_ERR_INVALID && strstr(gml_graph_error(p.g), "aligned"),
+          "misaligned: '%s'", gml_graph_error(p.g));
+    free(buf);
+
+    /* the environment variable forces no reuse */
+    setenv("GGMLITE_PLAN_NOREUSE", "1", 1);
+    CHECK(gml_graph_plan(p.g, NULL) == GML_OK, "env plan");
+    CHECK(gml_graph_plan_peak(p.g) == gml_graph_plan_naive(p.g), "GGMLITE_PLAN_NOREUSE=1: "
+          "peak %zu, naive %zu", gml_graph_plan_peak(p.g), gml_graph_plan_naive(p.g));
+    unsetenv("GGMLITE_PLAN_NOREUSE");
+    CHECK(gml_graph_plan(p.g, NULL) == GML_OK, "plan");
+    CHECK(gml_graph_plan_peak(p.g) < gml_graph_plan_naive(p.g), "reuse saves nothing");
+    drop(&p);
+    drop(&ref);
+
+    /* a view whose storage the graph does not reach (made by hand) */
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *a = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 8), "a");
+    gml_tensor *v = gml_reshape(ctx, a, 2, (int64_t[]){2, 4});
+    v->src[0] = gml_new_tensor_1d(ctx, GML_F32, 8);
+    gml_tensor *y = gml_scale(ctx, v, 2.0f);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(gml_graph_plan(g, NULL) == GML_ERR_INVALID && strstr(gml_graph_error(g), "'a'"),
+          "foreign view: '%s'", gml_graph_error(g));
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- MHA at benchmark config C2 ------------------------------------------------- */
+
+/* gml_mha as the benchmark's C2 builds it: B=4, T=256, D=512, H=8,
+ * self-attention, no bias, no mask, the output alone. The weights and x have
+ * data (their own context); the nodes are planned. */
+static void test_c2_peak(void) {
+    const int64_t B = 4, T = 256, D = 512;
+    gml_context *data = gml_init((gml_init_params){.mem_size = (B * T * D + 4 * D * D) * 4 + (1 << 20)});
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+    gml_attn_weights w = {0};
+    gml_tensor **ws[] = {&w.w_q, &w.w_k, &w.w_v, &w.w_o};
+    for (int i = 0; i < 4; i++) *ws[i] = gml_new_tensor_2d(data, GML_F32, D, D);
+    gml_attn_inputs in = {.query = gml_new_tensor_3d(data, GML_F32, B, T, D)};
+    gml_tensor *y = gml_mha(ctx, (gml_attn_config){.n_heads = 8}, &w, in).out;
+    gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
+    CHECK(g && gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) == GML_OK, "plan C2");
+    size_t peak = gml_graph_plan_peak(g), naive = gml_graph_plan_naive(g);
+    printf("MHA C2 (B=4 T=256 D=512 H=8): planned peak %.2f MiB, all intermediates %.2f MiB "
+           "(%.1f%%)\n", peak / 1048576.0, naive / 1048576.0, 100.0 * (double)peak / (double)naive);
+    CHECK((double)peak <= 0.6 * (double)naive, "C2 peak %zu > 60%% of %zu", peak, naive);
+    gml_graph_free(g);
+    gml_free(ctx);
+    gml_free(data);
+}
+
+/* ---- no growth over many computes ------------------------------------------------ */
+
+/* A line of /proc/self/status in KiB: VmRSS is all resident memory, RssAnon
+ * the part that is not file pages. A code path of libc run for the first
+ * time (a futex call when a worker happens to fall asleep) maps 64 KiB of
+ * libc.so at once: VmRSS grows, RssAnon, where leaks and arenas live, not. */
+static long status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%ld", &kib) == 1)
+            break;
+    if (f) fclose(f);
+    return kib;
+}
+
+static void test_rss(void) {
+    struct built p = build(g_diamond, true);
+    CHECK(gml_graph_plan(p.g, NULL) == GML_OK, "plan");
+    for (int i = 0; i < p.io.n_in; i++) fill_leaf(p.io.in[i], i);
+    int bad = 0;
+    for (int i = 0; i < 1000; i++) bad += gml_graph_compute(p.g, 1 + i % 3) != GML_OK;
+    long rss0 = status_kib("VmRSS"), anon0 = status_kib("RssAnon");
+    for (int i = 0; i < 10000; i++) bad += gml_graph_compute(p.g, 1 + i % 3) != GML_OK;
+    long rss1 = status_kib("VmRSS"), anon1 = status_kib("RssAnon");
+    printf("resident memory over 10000 computes: VmRSS %ld -> %ld KiB, RssAnon %ld -> %ld KiB\n",
+           rss0, rss1, anon0, anon1);
+    CHECK(bad == 0, "%d computes failed", bad);
+    CHECK(anon0 > 0 && anon1 - anon0 < 64, "anonymous resident memory grew by %ld KiB", anon1 - anon0);
+    CHECK(rss1 - rss0 <= 256, "resident memory grew by %ld KiB", rss1 - rss0);
+    drop(&p);
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    test_graphs();
+    test_options();
+    test_c2_peak();
+    if (!quick) test_rss();
+    return chk_summary();
+}
