@@ -182,6 +182,10 @@ check "--json runs" test "$("$CHECK" json-get "$T/run.json" runs)" = 3
 check "--json output_shape" test "$("$CHECK" json-get "$T/run.json" output_shape)" = "[2,4,16]"
 check "--json xxh3 is 16 hex digits" grep -qE '"xxh3":"[0-9a-f]{16}"' "$T/run.json"
 check "--json peak_bytes > 0" test "$("$CHECK" json-get "$T/run.json" peak_bytes)" -gt 0
+# the planner reuses the memory of dead intermediates: less than without reuse
+expect_ok "--json, a bigger graph" relpos --seq 64 --d-model 32 --heads 4 --max-rel 8 --json
+peak=$("$CHECK" json-get "$T/out" peak_bytes) naive=$("$CHECK" json-get "$T/out" naive_bytes)
+check "peak_bytes ($peak) < naive_bytes ($naive) when memory is reused" test "$peak" -lt "$naive"
 expect_ok "--json --profile --print-graph" relpos --seq 3 --d-model 8 --heads 2 --json --profile --print-graph
 check "--json stays one object with --profile and --print-graph" "$CHECK" json "$T/out" profile xxh3
 check "--print-graph goes to stderr with --json" grep -q softmax "$T/err"

@@ -3,8 +3,9 @@
  *   rg_args.c    the command line: flags -> rg_opts, --help text
  *   rg_data.c    input and weight files, shapes (from files, flags, defaults),
  *                deterministic random data
- *   rg_model.c   the graph: a built-in block or a graph file, bound to the data
- *   rg_run.c     compute: timing, per-node profile, peak memory
+ *   rg_model.c   the graph: a built-in block or a graph file, bound to the data,
+ *                its tensors placed by the memory planner
+ *   rg_run.c     compute: timing, per-node profile
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   run-graph.c  main: the steps in order, the summary and --json
@@ -127,12 +128,14 @@ void rg_list_weights(gml_context *wctx, char *buf, size_t size);
 /* ---- the graph (rg_model.c) ---------------------------------------------------- */
 
 typedef struct rg_model {
-    gml_context *ctx;
+    gml_context *ctx; /* no_alloc: the planner places the data */
     gml_graph *g;
     gml_tensor *out;  /* the result */
     gml_tensor *attn; /* attention weights [B, H, Tq, Tk], or NULL */
     gml_tensor *outs[2];
     int n_outs;
+    size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */
+    size_t naive_bytes; /* the same without reusing memory */
 } rg_model;
 
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
@@ -144,14 +147,11 @@ typedef struct rg_timing {
     int runs;
     double median_ms, min_ms;
     double flops;
-    size_t peak_bytes;
     double *node_ms; /* --profile: mean ms per node over the timed runs, or NULL */
 } rg_timing;
 
 /* One warm-up when repeat > 1, then `repeat` timed runs. */
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e);
-/* Bytes of tensor data one run needs. */
-size_t rg_peak_bytes(const gml_graph *g);
 /* The per-node table and the per-op totals. */
 void rg_print_profile(FILE *f, const rg_model *m, const rg_timing *t);
 

@@ -1,9 +1,9 @@
 /* run-graph's graph: a built-in block (models/attention.h), a matmul, or a
  * graph file whose inputs and params are bound to the loaded data.
  *
- * The graph is built twice: once in a no_alloc context, to learn how many
- * bytes its tensors need (gml_mem_required), then for real in a context of
- * exactly that size. */
+ * The graph is built in a no_alloc context (headers only); the memory
+ * planner then places every tensor that has no data in one buffer, reusing
+ * the memory of intermediates once their last reader has run. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
 
@@ -153,28 +153,39 @@ static bool build(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, r
     return o->kind == RG_GRAPH ? load_graph(o, d, ctx, m, e) : build_block(o, d, ctx, m, e);
 }
 
+/* Gives the graph's tensors without data (intermediates, and leafs a graph
+ * file made) their places with the memory planner, and counts the bytes of
+ * tensor data a run needs: the planned buffer plus the inputs and weights,
+ * which keep the data they came with. */
+static bool place(rg_model *m, rg_err *e) {
+    size_t own = 0; /* leafs with data: inputs and weights from files or made random */
+    for (int i = 0; i < gml_graph_n_leafs(m->g); i++) {
+        const gml_tensor *t = gml_graph_leaf(m->g, i);
+        if (t->data && !gml_is_view(t)) own += (gml_nbytes(t) + 63) / 64 * 64;
+    }
+    gml_status st = gml_graph_plan(m->g, &(gml_plan_options){.measure_only = true});
+    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(m->g) + own, "the graph's tensors", e))
+        return false;
+    if (st == GML_OK) st = gml_graph_plan(m->g, NULL);
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(m->g));
+    m->peak_bytes = own + gml_graph_plan_peak(m->g);
+    m->naive_bytes = own + gml_graph_plan_naive(m->g);
+    return true;
+}
+
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     *m = (rg_model){0};
-    /* 1. sizes: the same build with headers only */
+    /* headers only: the planner places the data */
     size_t headers = 512;
     struct stat st;
     if (o->kind == RG_GRAPH && stat(o->model, &st) == 0) headers += (size_t)st.st_size / 2;
-    gml_context *dry = gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
-    if (!dry) return rg_fail(e, RG_RUNTIME, "out of memory");
-    bool ok = build(o, d, dry, m, e);
-    size_t need = gml_mem_required(dry);
-    gml_free(dry);
-    if (!ok) return false;
-    if (!rg_check_memory(need, "the graph's tensors", e)) return false;
-    /* 2. for real */
-    *m = (rg_model){0};
-    m->ctx = gml_init((gml_init_params){.mem_size = need + 4096});
-    if (!m->ctx) return rg_fail(e, RG_RUNTIME, "cannot allocate %zu bytes for the graph's tensors", need);
+    m->ctx = gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
+    if (!m->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
     if (!build(o, d, m->ctx, m, e)) return false;
     if (o->kind != RG_GRAPH) flag_leafs(d);
     m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
-    return o->kind != RG_GRAPH || fill_made_leafs(o, d, m, e);
+    return place(m, e) && (o->kind != RG_GRAPH || fill_made_leafs(o, d, m, e));
 }
 
 void rg_model_free(rg_model *m) {

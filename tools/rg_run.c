@@ -1,6 +1,6 @@
-/* run-graph's compute: the timed runs, the per-node profile (the node
+/* run-graph's compute: the timed runs and the per-node profile (the node
  * callback runs after each node, so a node's time is the time since the
- * previous callback), and the bytes of tensor data a run needs. */
+ * previous callback). */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
 
@@ -12,23 +12,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-/* Bytes of tensor data one run needs: today every tensor the graph holds
- * (inputs, weights, intermediates; views own nothing), as the graph is
- * computed from one arena with no reuse. This is the one place to count
- * differently once a memory planner places the graph (its peak plus the
- * leafs that keep their own data). */
-size_t rg_peak_bytes(const gml_graph *g) {
-    size_t total = 0;
-    for (int k = 0; k < 2; k++) {
-        int n = k ? gml_graph_n_nodes(g) : gml_graph_n_leafs(g);
-        for (int i = 0; i < n; i++) {
-            const gml_tensor *t = k ? gml_graph_node(g, i) : gml_graph_leaf(g, i);
-            if (!gml_is_view(t)) total += (gml_nbytes(t) + 63) / 64 * 64;
-        }
-    }
-    return total;
 }
 
 typedef struct profile {
@@ -60,7 +43,7 @@ static bool compute(const rg_opts *o, rg_model *m, profile *p, double *ms, rg_er
 }
 
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e) {
-    *t = (rg_timing){.runs = o->repeat, .flops = gml_graph_flops(m->g), .peak_bytes = rg_peak_bytes(m->g)};
+    *t = (rg_timing){.runs = o->repeat, .flops = gml_graph_flops(m->g)};
     gml_graph_set_nan_trap(m->g, o->nan_trap);
     double ms, *times = malloc((size_t)o->repeat * sizeof *times);
     if (!times) return rg_fail(e, RG_RUNTIME, "out of memory");

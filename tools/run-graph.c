@@ -93,7 +93,8 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
     cJSON_AddNumberToObject(j, "min_ms", t->min_ms);
     cJSON_AddNumberToObject(j, "flops", t->flops);
     cJSON_AddNumberToObject(j, "gflops", t->median_ms > 0 ? t->flops / (t->median_ms * 1e6) : 0);
-    cJSON_AddNumberToObject(j, "peak_bytes", (double)t->peak_bytes);
+    cJSON_AddNumberToObject(j, "peak_bytes", (double)m->peak_bytes);
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
@@ -134,8 +135,8 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
     printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
     if (t->median_ms > 0 && t->flops > 0) printf(", %.2f GFLOP/s", t->flops / (t->median_ms * 1e6));
-    printf("\nmemory  %.2f MiB of tensor data, %d nodes\n", (double)t->peak_bytes / (1 << 20),
-           gml_graph_n_nodes(m->g));
+    printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
+           (double)m->peak_bytes / (1 << 20), (double)m->naive_bytes / (1 << 20), gml_graph_n_nodes(m->g));
 }
 
 static bool digest_of(const gml_tensor *t, uint64_t *out, rg_err *e) {
