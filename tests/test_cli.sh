@@ -338,8 +338,10 @@ expect_error 1 "the inputs need 1.72e+10 GiB of tensor data; this machine has" "
 expect_error 1 "nosuch.npy: cannot open: No such file or directory" "a missing file" mha --heads 4 --input nosuch.npy
 expect_error 1 "$B: not a regular file" "a directory as input" mha --heads 4 --input "$B"
 expect_error 1 "compute: nan trap: node" "a compute error (NaN trap)" mha --heads 4 --input nan.npy --nan-trap
-expect_error 1 "/nonexistent/dir/a.npy" "an output that cannot be written" mha --heads 4 --input ok.npy \
+expect_error 1 "/nonexistent/dir/a.npy: cannot create" "an output that cannot be written" mha --heads 4 --input ok.npy \
     --attn-weights /nonexistent/dir/a.npy
+expect_error 1 "/nonexistent/g.graph: cannot create" "a graph that cannot be saved" mha --heads 4 --input ok.npy \
+    --save-graph /nonexistent/g.graph --attn-svg h.svg
 check "a failed write leaves no other output (--output, staged)" test ! -e "$T/never.npy"
 expect_error 2 "--frobnicate: unknown flag" "an unknown flag" mha --frobnicate
 expect_error 2 "nosuch: not a model (mha, gqa, relpos, matmul) nor a readable graph file" "a bad MODEL" nosuch --heads 2
@@ -353,6 +355,7 @@ expect_error 2 "--kv-heads does not apply to mha (grouped-query attention is gqa
 expect_error 2 "--causal does not apply to matmul" "an attention flag for matmul" matmul --causal
 expect_error 2 "--input is self-attention" "--input with --query" mha --input ok.npy --query ok.npy
 expect_error 2 "--isa: 'avx9000' is not" "a bad --isa" mha --isa avx9000
+expect_error 2 "--attn-batch is for the --attn-svg heatmap" "--attn-batch without --attn-svg" mha --attn-batch 1
 expect_error 2 "a.npy: given for two outputs" "one path for two outputs" mha --attn-weights a.npy --attn-svg a.npy
 expect_error 2 "--bind c=...: matmul's inputs are a [M, K] and b [K, N]" "--bind of an unknown matmul input" \
     matmul --bind c=ok.npy

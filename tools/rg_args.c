@@ -310,9 +310,9 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
         for (int k = i + 1; k < 6; k++)
             if (outs[i] && outs[k] && strcmp(outs[i], outs[k]) == 0)
                 return rg_fail(e, RG_USAGE, "%s: given for two outputs", outs[i]);
-    if ((o->tokens || o->query_tokens) && !o->attn_svg)
-        return rg_fail(e, RG_USAGE, "%s labels the --attn-svg heatmap: give --attn-svg too",
-                       o->tokens ? "--tokens" : "--query-tokens");
+    if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
+        return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
+                       o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");
     return true;
 }
 

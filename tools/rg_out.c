@@ -54,11 +54,12 @@ const char *rg_stage_add(rg_stage *s, const char *path) {
 
 void rg_stage_message(const rg_stage *s, char *msg, size_t size) {
     for (int i = 0; i < s->n; i++) {
-        char *at = strstr(msg, s->tmp[i]);
-        if (!at) continue;
-        char rest[2048];
-        snprintf(rest, sizeof rest, "%s", at + strlen(s->tmp[i]));
-        snprintf(at, size - (size_t)(at - msg), "%s%s", s->final[i], rest);
+        size_t tlen = strlen(s->tmp[i]), flen = strlen(s->final[i]);
+        for (char *at = strstr(msg, s->tmp[i]); at; at = strstr(at + flen, s->tmp[i])) {
+            char rest[2048];
+            snprintf(rest, sizeof rest, "%s", at + tlen);
+            snprintf(at, size - (size_t)(at - msg), "%s%s", s->final[i], rest);
+        }
     }
 }
 
