@@ -75,6 +75,10 @@ typedef struct rg_opts {
     bool done; /* --help or --version was handled: exit 0 */
 } rg_opts;
 
+/* Whether a model takes the size sym (has its flag): mha B T S D H; gqa
+ * and relpos G too, relpos P; matmul M N K; graph files all. */
+bool rg_size_applies(rg_kind kind, int sym);
+
 /* Fills o from argv; false with a usage error (status 2) in e. --help and
  * --version print and set o->done. */
 bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e);

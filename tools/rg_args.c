@@ -98,6 +98,8 @@ static const flag FLAGS[] = {
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
 _Static_assert(sizeof FLAGS / sizeof *FLAGS == F_VERSION + 1, "FLAGS follows flag_id");
 
+bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
+
 static void print_help(FILE *f) {
     fprintf(f,
             "usage: run-graph MODEL [options]\n"

@@ -190,7 +190,7 @@ static bool sizes(const rg_opts *o, rg_data *d, rg_err *e) {
         if (o->dim[i] && !fact(d, i, o->dim[i], e, "%s %" PRId64, RG_FLAG[i], o->dim[i])) return false;
     /* 3. what follows from them, then the defaults */
     for (int i = 0; i < RG_NSYM; i++)
-        if (!d->known[i] && DEFAULT[i] && i != RG_H && (attn || i >= RG_M))
+        if (!d->known[i] && DEFAULT[i] && i != RG_H && rg_size_applies(o->kind, i))
             fact(d, i, DEFAULT[i], e, "the default %s %" PRId64, RG_FLAG[i], DEFAULT[i]);
     if (!attn) return true;
     if (!d->known[RG_S]) fact(d, RG_S, d->dim[RG_T], e, "S = T = %" PRId64, d->dim[RG_T]);

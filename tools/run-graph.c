@@ -51,19 +51,12 @@ static bool check_outputs(const rg_opts *o, const rg_model *m, rg_err *e) {
     return true;
 }
 
-/* The sizes worth showing for this model: "B=2 T=10 ...". */
+/* The sizes of this model: "B=2 T=10 ...". */
 static void describe_sizes(const rg_opts *o, const rg_data *d, char *buf, size_t size) {
-    static const unsigned SHOWN[] = {
-        [RG_MHA] = 1u << RG_B | 1u << RG_T | 1u << RG_S | 1u << RG_D | 1u << RG_H,
-        [RG_GQA] = 1u << RG_B | 1u << RG_T | 1u << RG_S | 1u << RG_D | 1u << RG_H | 1u << RG_G,
-        [RG_RELPOS] = 1u << RG_B | 1u << RG_T | 1u << RG_S | 1u << RG_D | 1u << RG_H | 1u << RG_G | 1u << RG_P,
-        [RG_MATMUL] = 1u << RG_M | 1u << RG_N | 1u << RG_K,
-        [RG_GRAPH] = ~0u,
-    };
     size_t k = 0;
     buf[0] = '\0';
     for (int i = 0; i < RG_NSYM && k < size; i++)
-        if (d->known[i] && SHOWN[o->kind] >> i & 1)
+        if (d->known[i] && rg_size_applies(o->kind, i))
             k += (size_t)snprintf(buf + k, size - k, "%s%s=%" PRId64, k ? " " : "", RG_SYM[i], d->dim[i]);
 }
 
@@ -80,7 +73,7 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
     snprintf(hex, sizeof hex, "%016" PRIx64, digest);
     cJSON_AddStringToObject(j, "model", o->model);
     for (int i = 0; i < RG_NSYM; i++)
-        if (d->known[i]) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
+        if (d->known[i] && rg_size_applies(o->kind, i)) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
     cJSON_AddItemToObject(j, "sizes", sizes);
     cJSON_AddBoolToObject(j, "causal", o->causal);
     cJSON_AddItemToObject(j, "output_shape", shape_json(m->out));
