@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's quick start. On a fresh Debian 12 machine, as root:
-#   tools/quickstart.sh demo   build and run the multi-head attention demo
+#   tools/quickstart.sh demo   build, and run multi-head attention with run-graph
 #   tools/quickstart.sh test   build and run every test (what CI runs)
 #   tools/quickstart.sh bench  build and run the benchmark table (tools/bench.c)
 # Each installs what it lacks with apt-get first.
@@ -81,7 +81,8 @@ case "${1:-}" in
 demo)
     install_missing "${BUILD_PKGS[@]}"
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    ./build/tools/demo
+    echo "== run-graph mha --seq 10 --d-model 512 --heads 8 --causal"
+    ./build/tools/run-graph mha --seq 10 --d-model 512 --heads 8 --causal
     ;;
 test)
     install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
