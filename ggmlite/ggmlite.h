@@ -483,7 +483,12 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
  * flash_attn (scale 1/sqrt(d_k) unless given), after); calls nest;
  * `output` lists results in order. Numbers are expressions over + - * / ( )
  * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
- * takes its value from the bound tensor. docs: tools/graphs/README.md. */
+ * takes its value from the bound tensor. A declaration ending in `optional`
+ * that the binder leaves unbound is `none`: none is accepted where a tensor is
+ * optional (linear's bias, softmax's mask; add/mul(a, none) is a), and a call
+ * needing a tensor that is none is none. Booleans (causal=) take true, false
+ * or a number (0 is false), e.g. a caller's symbol.
+ * The full reference: tools/graphs/README.md. */
 
 typedef struct gml_graph_binder {
     /* Returns the tensor to use for a declared input or param, or NULL to
@@ -495,6 +500,9 @@ typedef struct gml_graph_binder {
     const char *const *sym_names;
     const int64_t *sym_values;
     int n_syms;
+    /* For an `optional` declaration bind left unbound: true makes a leaf as
+     * for any other declaration, false (or no callback) makes the name none. */
+    bool (*make_optional)(void *user, const char *name, bool is_param);
 } gml_graph_binder;
 
 /* Builds the graph text in ctx; writes up to max_outputs output tensors and

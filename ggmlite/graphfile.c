@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define NAME_MAX_LEN (GML_MAX_NAME - 1)
+#define MAX_DEPTH 100 /* nesting of ( ), unary minus and calls: keeps the recursion off the stack's end */
 #define MAX_ARGS 8
 
 /* ---- values an argument can take ------------------------------------------ */
@@ -30,7 +31,8 @@ typedef struct value {
 
 typedef struct named {
     char name[GML_MAX_NAME];
-    gml_tensor *t;     /* a tensor, or NULL for a symbol */
+    gml_tensor *t;     /* a tensor, or NULL for a symbol or none */
+    bool none;         /* an optional input left unbound, or what was made from one */
     int64_t sym;
 } named;
 
@@ -45,6 +47,7 @@ typedef struct parser {
     char *err;
     size_t err_size;
     bool failed;
+    int depth;        /* nesting of expressions and calls, bounded (the parser recurses) */
     named *names;
     int n_names, cap_names;
 } parser;
@@ -70,7 +73,7 @@ static named *find_name(parser *p, const char *name) {
 }
 
 static const char *const RESERVED[] = {"input", "param", "let", "output", "true", "false",
-                                       "none", "sqrt", "f32", "i32"};
+                                       "none", "sqrt", "f32", "i32", "optional"};
 
 static bool define(parser *p, size_t col, const char *name, gml_tensor *t, int64_t sym) {
     for (size_t i = 0; i < sizeof RESERVED / sizeof *RESERVED; i++)
@@ -86,8 +89,25 @@ static bool define(parser *p, size_t col, const char *name, gml_tensor *t, int64
     named *n = &p->names[p->n_names++];
     snprintf(n->name, sizeof n->name, "%s", name);
     n->t = t;
+    n->none = false;
     n->sym = sym;
     return true;
+}
+
+/* Defines name as none (nothing: an unbound optional input, or a call that
+ * had none for a tensor it needs). */
+static bool define_none(parser *p, size_t col, const char *name) {
+    if (!define(p, col, name, NULL, 0)) return false;
+    p->names[p->n_names - 1].none = true;
+    return true;
+}
+
+/* Whether t already has a name in the file (then a statement that yields it
+ * again, `y = x` or add(x, none), leaves its name alone). */
+static bool is_named(const parser *p, const gml_tensor *t) {
+    for (int i = 0; i < p->n_names; i++)
+        if (p->names[i].t == t) return true;
+    return false;
 }
 
 /* ---- tokens --------------------------------------------------------------- */
@@ -202,7 +222,7 @@ static bool primary(parser *p, double *out, bool *literal, float *lit_f32) {
         }
         named *n = find_name(p, name);
         if (!n) return fail_at(p, col, "unknown symbol '%s'", name);
-        if (n->t) return fail_at(p, col, "'%s' is a tensor, not a number", name);
+        if (n->t || n->none) return fail_at(p, col, "'%s' is a tensor, not a number", name);
         *out = (double)n->sym;
         return true;
     }
@@ -210,9 +230,17 @@ static bool primary(parser *p, double *out, bool *literal, float *lit_f32) {
     return FAIL(p, "expected a number, found '%c'", isprint(c) ? c : '?');
 }
 
+/* Counts one more level of nesting; fails past MAX_DEPTH. */
+static bool enter(parser *p) {
+    if (++p->depth <= MAX_DEPTH) return true;
+    return FAIL(p, "nested more than %d levels deep", MAX_DEPTH);
+}
+
 static bool unary(parser *p, double *out, bool *literal, float *lit_f32) {
     if (accept(p, '-')) {
-        if (!unary(p, out, literal, lit_f32)) return false;
+        bool ok = enter(p) && unary(p, out, literal, lit_f32);
+        p->depth--;
+        if (!ok) return false;
         *out = -*out;
         *lit_f32 = -*lit_f32;
         return true;
@@ -236,7 +264,15 @@ static bool term(parser *p, double *out, bool *literal, float *lit_f32) {
     }
 }
 
+static bool expr_body(parser *p, double *out, bool *literal, float *lit_f32);
+
 static bool expr(parser *p, double *out, bool *literal, float *lit_f32) {
+    bool ok = enter(p) && expr_body(p, out, literal, lit_f32);
+    p->depth--;
+    return ok;
+}
+
+static bool expr_body(parser *p, double *out, bool *literal, float *lit_f32) {
     if (!term(p, out, literal, lit_f32)) return false;
     for (;;) {
         int op = peek(p);
@@ -337,8 +373,9 @@ static gml_tensor *b_cont(gml_context *c, const value *v) { return gml_cont(c, v
 static gml_tensor *b_cpy(gml_context *c, const value *v) { return gml_cpy(c, v[0].t, v[1].t); }
 static gml_tensor *b_matmul(gml_context *c, const value *v) { return gml_matmul(c, v[0].t, v[1].t); }
 static gml_tensor *b_linear(gml_context *c, const value *v) { return gml_linear(c, v[0].t, v[1].t, v[2].t); }
-static gml_tensor *b_add(gml_context *c, const value *v) { return gml_add(c, v[0].t, v[1].t); }
-static gml_tensor *b_mul(gml_context *c, const value *v) { return gml_mul(c, v[0].t, v[1].t); }
+/* add(a, none) and mul(a, none) are a: a term or factor left out. */
+static gml_tensor *b_add(gml_context *c, const value *v) { return v[1].t ? gml_add(c, v[0].t, v[1].t) : v[0].t; }
+static gml_tensor *b_mul(gml_context *c, const value *v) { return v[1].t ? gml_mul(c, v[0].t, v[1].t) : v[0].t; }
 static gml_tensor *b_scale(gml_context *c, const value *v) { return gml_scale(c, v[0].t, num_f32(&v[1])); }
 static gml_tensor *b_softmax(gml_context *c, const value *v) {
     return gml_softmax(c, v[0].t, v[1].t, v[2].kind == V_NONE ? 1.0f : num_f32(&v[2]), v[3].num != 0);
@@ -437,8 +474,8 @@ static const opform FORMS[] = {
     {"cpy", GML_OP_CPY, {T("a"), T("dst")}, b_cpy, w_srcs},
     {"matmul", GML_OP_MATMUL, {T("a"), T("b")}, b_matmul, w_srcs},
     {"linear", GML_OP_NONE, {T("x"), T("w"), {"bias", 'M', true}}, b_linear, NULL},
-    {"add", GML_OP_ADD, {T("a"), T("b")}, b_add, w_srcs},
-    {"mul", GML_OP_MUL, {T("a"), T("b")}, b_mul, w_srcs},
+    {"add", GML_OP_ADD, {T("a"), {"b", 'M', false}}, b_add, w_srcs},
+    {"mul", GML_OP_MUL, {T("a"), {"b", 'M', false}}, b_mul, w_srcs},
     {"scale", GML_OP_SCALE, {T("a"), {"s", 'F', false}}, b_scale, w_scale},
     {"softmax", GML_OP_SOFTMAX, {T("x"), {"mask", 'M', true}, {"scale", 'F', true}, {"causal", 'B', true}}, b_softmax, w_softmax},
     {"repeat_interleave", GML_OP_REPEAT_INTERLEAVE, {T("x"), {"repeats", 'I', false}, {"dim", 'I', false}}, b_repeat, w_repeat},
@@ -468,18 +505,22 @@ static const opform *form_by_op(gml_op op) {
 
 static bool call(parser *p, const char *opname, size_t col, gml_tensor **out);
 
-/* A tensor argument: a name or a nested call. */
+/* A tensor argument: a name or a nested call. *out is NULL for none: the
+ * word `none` (allowed only where allow_none says), or a name or call that
+ * is none (always allowed here; the caller decides what none means). */
 static bool tensor_arg(parser *p, gml_tensor **out, bool allow_none) {
     size_t col = here(p);
     char name[GML_MAX_NAME];
     if (!ident(p, name)) return false;
-    if (allow_none && strcmp(name, "none") == 0) {
-        *out = NULL;
-        return true;
+    *out = NULL;
+    if (strcmp(name, "none") == 0) {
+        if (allow_none) return true;
+        return fail_at(p, col, "'none' where a tensor is needed");
     }
     if (peek(p) == '(') return call(p, name, col, out);
     named *n = find_name(p, name);
     if (!n) return fail_at(p, col, "unknown tensor '%s'", name);
+    if (n->none) return true;
     if (!n->t) return fail_at(p, col, "'%s' is a number, not a tensor", name);
     *out = n->t;
     return true;
@@ -497,13 +538,22 @@ static bool arg_value(parser *p, const opform *form, const argspec *spec, value 
     case 'L':
         v->kind = V_LIST;
         return int_list(p, v->list, &v->list_n);
-    case 'B': {
+    case 'B': { /* true, false, or a whole number: 0 is false (e.g. causal=CAUSAL) */
         char word[GML_MAX_NAME];
-        if (!ident(p, word)) return false;
+        int after;
         v->kind = V_BOOL;
-        if (strcmp(word, "true") == 0) v->num = 1;
-        else if (strcmp(word, "false") == 0) v->num = 0;
-        else return fail_at(p, col, "%s: '%s' expects true or false, got '%s'", form->name, spec->name, word);
+        if (peek_ident(p, word, &after) && (!strcmp(word, "true") || !strcmp(word, "false"))) {
+            ident(p, word);
+            v->num = word[0] == 't';
+            return true;
+        }
+        int64_t i = 0;
+        if (!int_expr(p, &i)) {
+            p->failed = false;
+            return fail_at(p, col, "%s: '%s' expects true, false or a whole number", form->name,
+                           spec->name);
+        }
+        v->num = i != 0;
         return true;
     }
     case 'I': {
@@ -522,9 +572,17 @@ static bool arg_value(parser *p, const opform *form, const argspec *spec, value 
     }
 }
 
+static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out);
+
+static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
+    bool ok = enter(p) && call_body(p, opname, col, out);
+    p->depth--;
+    return ok;
+}
+
 /* opname(args...) with the cursor on '('. Positional arguments fill the
  * form's arguments in order, then name=value ones any argument. */
-static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
+static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out) {
     const opform *form = form_by_name(opname);
     if (!form) {
         char known[512];
@@ -569,6 +627,12 @@ static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
     for (int i = 0; i < n_spec; i++)
         if (!given[i] && !form->args[i].optional)
             return fail_at(p, col, "%s: missing argument '%s'", form->name, form->args[i].name);
+    /* A tensor the op needs is none: so is the call (none flows on, as NaN does). */
+    for (int i = 0; i < n_spec; i++)
+        if (form->args[i].kind == 'T' && v[i].kind == V_NONE) {
+            *out = NULL;
+            return true;
+        }
     gml_tensor *t = form->build(p->ctx, v);
     if (!t) return fail_at(p, col, "%s", gml_last_error(p->ctx));
     *out = t;
@@ -582,8 +646,9 @@ static bool at_end(parser *p) {
     return FAIL(p, "unexpected '%c' after the statement", isprint(peek(p)) ? peek(p) : '?');
 }
 
-/* input|param NAME TYPE [dims]: a dim that is a lone unknown symbol takes the
- * bound tensor's size. */
+/* input|param NAME TYPE [dims] [optional]: a dim that is a lone unknown
+ * symbol takes the bound tensor's size. An optional declaration the binder
+ * leaves unbound is none, unless its make_optional asks for a leaf. */
 static bool declaration(parser *p, bool is_param) {
     size_t col = here(p);
     char name[GML_MAX_NAME], type_name[GML_MAX_NAME];
@@ -619,9 +684,20 @@ static bool declaration(parser *p, bool is_param) {
         }
         n++;
     } while (accept(p, ','));
-    if (!expect(p, ']') || !at_end(p)) return false;
+    if (!expect(p, ']')) return false;
+    bool optional = false;
+    char word[GML_MAX_NAME];
+    int after;
+    if (peek_ident(p, word, &after) && strcmp(word, "optional") == 0) {
+        ident(p, word);
+        optional = true;
+    }
+    if (!at_end(p)) return false;
 
     char shape[GML_SHAPE_MAX];
+    if (!bound && optional && p->binder && p->binder->bind &&
+        !(p->binder->make_optional && p->binder->make_optional(p->binder->user, name, is_param)))
+        return define_none(p, col, name);
     if (bound) {
         if (bound->type != type || bound->n_dims != n)
             return fail_at(p, col, "%s '%s' is declared %s with %d dims, but the bound tensor is %s %s",
@@ -665,6 +741,7 @@ static bool statement(parser *p, gml_tensor **outputs, int max_outputs, int *n_o
             size_t ocol = here(p);
             gml_tensor *t;
             if (!tensor_arg(p, &t, false)) return false;
+            if (!t) return fail_at(p, ocol, "output is none (made from an optional input that was not given)");
             if (*n_outputs == max_outputs)
                 return fail_at(p, ocol, "more than %d outputs", max_outputs);
             outputs[(*n_outputs)++] = t;
@@ -675,8 +752,10 @@ static bool statement(parser *p, gml_tensor **outputs, int max_outputs, int *n_o
     if (!expect(p, '=')) return false;
     gml_tensor *t;
     if (!tensor_arg(p, &t, false) || !at_end(p)) return false;
+    if (!t) return define_none(p, col, word);
+    bool fresh = !is_named(p, t); /* a tensor named before keeps its name */
     if (!define(p, col, word, t, 0)) return false;
-    gml_set_name(t, word);
+    if (fresh) gml_set_name(t, word);
     return true;
 }
 

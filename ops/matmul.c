@@ -1,5 +1,5 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
-#include "../ggmlite/internal.h"
+#include "gemm.h"
 
 /* out[.., m, n] = sum_k a[.., m, k] * b[.., k, n], batch dims broadcast.
  * Reference: one output row per step, double accumulation in k order. */
@@ -24,12 +24,56 @@ static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
+/* The product as gemm.h sees it: operands through their strides, batch
+ * dims of size 1 broadcast with stride 0. When B is one matrix for every
+ * batch (a weight) and A's rows follow each other uniformly across batches
+ * ([B, T, K] contiguous or row-sliced), the batches fold into M, so the
+ * weight is read once for all B*T rows. */
+static gml_gemm_desc matmul_desc(const gml_tensor *dst) {
+    const gml_tensor *a = dst->src[0], *b = dst->src[1];
+    gml_gemm_desc d = {
+        .M = dst->ne[2], .N = dst->ne[3], .K = a->ne[3], .nb0 = dst->ne[0], .nb1 = dst->ne[1],
+        .a = a->data, .a_rs = (int64_t)a->nb[2], .a_cs = (int64_t)a->nb[3],
+        .b = b->data, .b_rs = (int64_t)b->nb[2], .b_cs = (int64_t)b->nb[3],
+        .c = dst->data, .c_rs = (int64_t)dst->nb[2],
+    };
+    for (int i = 0; i < 2; i++) {
+        d.a_bs[i] = a->ne[i] == 1 ? 0 : (int64_t)a->nb[i];
+        d.b_bs[i] = b->ne[i] == 1 ? 0 : (int64_t)b->nb[i];
+        d.c_bs[i] = (int64_t)dst->nb[i];
+    }
+    const bool b_shared = d.b_bs[0] == 0 && d.b_bs[1] == 0;
+    const bool a_rows = (d.nb1 == 1 || d.a_bs[1] == d.M * d.a_rs) &&
+                        (d.nb0 == 1 || d.a_bs[0] == d.nb1 * d.M * d.a_rs);
+    const bool c_rows = (d.nb1 == 1 || d.c_bs[1] == d.M * d.c_rs) &&
+                        (d.nb0 == 1 || d.c_bs[0] == d.nb1 * d.M * d.c_rs);
+    if (b_shared && a_rows && c_rows && d.nb0 * d.nb1 > 1) {
+        d.M *= d.nb0 * d.nb1;
+        d.nb0 = d.nb1 = 1;
+        d.a_bs[0] = d.a_bs[1] = d.c_bs[0] = d.c_bs[1] = 0;
+    }
+    return d;
+}
+
+/* Fast path: the packed GEMM of ops/gemm.c with the micro-kernel of the ISA
+ * in effect. */
+static void gml_f32_matmul(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_gemm_desc d = matmul_desc(dst);
+    gml_gemm(p, &d, gml_gemm_pick());
+}
+
+static size_t matmul_work_size(const gml_tensor *dst, int nth) {
+    const gml_gemm_desc d = matmul_desc(dst);
+    return gml_gemm_work_size(&d, nth);
+}
+
 static double matmul_flops(const gml_tensor *dst) {
     return 2.0 * (double)gml_nelements(dst) * (double)dst->src[0]->ne[3];
 }
 
-const gml_op_def gml_opdef_matmul = {.name = "matmul", .forward = gml_f32_matmul__ref,
-                                     .reference = gml_f32_matmul__ref, .flops = matmul_flops};
+const gml_op_def gml_opdef_matmul = {.name = "matmul", .forward = gml_f32_matmul,
+                                     .reference = gml_f32_matmul__ref,
+                                     .work_size = matmul_work_size, .flops = matmul_flops};
 
 /* a [.., M, K] @ b [.., K, N] -> out [.., M, N]; 2-D to 4-D, batch broadcast */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
@@ -74,7 +118,8 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
                         w->name, bias->name, w->ne[2], GML_SHAPE(bias, sbias));
     gml_tensor *x2 = x; /* [in] is taken as [1, in], as nn.Linear does */
     if (x->n_dims == 1)
-        x2 = gml_view(ctx, x, 2, (int64_t[]){1, x->ne[3]}, (size_t[]){x->nb[3] * (size_t)x->ne[3], x->nb[3]}, 0);
+        x2 = gml_view(ctx, x, 2, (int64_t[]){1, x->ne[3]},
+                      (size_t[]){x->nb[3] * (size_t)x->ne[3], x->nb[3]}, 0);
     gml_tensor *y = gml_matmul(ctx, x2, gml_transpose(ctx, w, 0, 1));
     if (y && x->n_dims == 1) y = gml_reshape(ctx, y, 1, (int64_t[]){w->ne[2]});
     return bias ? gml_add(ctx, y, bias) : y;

@@ -166,7 +166,8 @@ static void test_hand_written(void) {
     bindings bind = {{x, w}, 2};
     const char *names[] = {"D", "H"};
     const int64_t values[] = {D, H};
-    gml_graph_binder binder = {bind_by_name, &bind, names, values, 2};
+    gml_graph_binder binder = {.bind = bind_by_name, .user = &bind, .sym_names = names, .sym_values = values,
+                               .n_syms = 2};
     gml_tensor *outs[2];
     char err[512] = "";
     int n = gml_parse_graph(ctx, HAND, strlen(HAND), "hand.graph", &binder, outs, 2, err, sizeof err);
@@ -207,6 +208,137 @@ static void test_unbound(void) {
     gml_free(ctx);
 }
 
+/* Optional declarations: unbound they are none, and none flows through the
+ * file: linear without its bias, softmax without its mask, add(a, none) = a,
+ * and a call needing a none tensor is none. The same file with everything
+ * bound builds the full graph; make_optional makes leafs instead. */
+static const char *OPTIONAL =
+    "input x f32 [B, T, D]\n"
+    "input lens i32 [B] optional\n"
+    "param w f32 [D, D]\n"
+    "param b f32 [D] optional\n"
+    "param extra f32 [T, D] optional\n"
+    "y = reshape(linear(x, w, b), [B, 1, T, D])\n"
+    "s = matmul(y, transpose(y, -2, -1))\n"
+    "m = valid_len_mask(lens, T)                 # none without lens\n"
+    "a = softmax(s, m, scale=0.5, causal=CAUSAL)\n"
+    "z = add(matmul(a, y), mul(extra, none))     # extra none -> z is the matmul\n"
+    "zz = z                                      # an alias keeps z's name\n"
+    "output zz, a\n";
+
+/* The last tensor of ctx called name (the parser's, not the test's own). */
+static gml_tensor *last_named(gml_context *ctx, const char *name) {
+    gml_tensor *found = NULL;
+    for (gml_tensor *t = gml_get_first_tensor(ctx); t; t = gml_get_next_tensor(ctx, t))
+        if (strcmp(t->name, name) == 0) found = t;
+    return found;
+}
+
+static bool make_params(void *user, const char *name, bool is_param) {
+    (void)user, (void)name;
+    return is_param;
+}
+
+static void test_optional(void) {
+    const int64_t B = 2, T = 3, D = 4;
+    for (int variant = 0; variant < 4; variant++) {
+        /* 0: nothing optional bound; 1: lens and b bound; 2: make_optional
+         * makes params; 3: no binder callback at all (everything made) */
+        chk_case("optional declarations, variant %d", variant);
+        gml_context *ctx = chk_ctx(1 << 20);
+        gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, B, T, D), "x");
+        gml_tensor *w = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, D, D), "w");
+        gml_tensor *b = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, D), "b");
+        gml_tensor *lens = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, B), "lens");
+        chk_rng r = chk_seed(11);
+        chk_fill_uniform(x, &r, -1, 1);
+        chk_fill_uniform(w, &r, -1, 1);
+        chk_fill_uniform(b, &r, -1, 1);
+        ((int32_t *)lens->data)[0] = 2;
+        ((int32_t *)lens->data)[1] = 3;
+        bindings bind = {{x, w}, 2};
+        if (variant == 1) bind = (bindings){{x, w, b, lens}, 4};
+        const char *names[] = {"B", "T", "D", "CAUSAL"};
+        const int64_t values[] = {B, T, D, 1};
+        gml_graph_binder binder = {.bind = variant == 3 ? NULL : bind_by_name, .user = &bind,
+                                   .sym_names = names, .sym_values = values, .n_syms = 4,
+                                   .make_optional = variant == 2 ? make_params : NULL};
+        gml_tensor *outs[2];
+        char err[512] = "";
+        int n = gml_parse_graph(ctx, OPTIONAL, strlen(OPTIONAL), "opt.graph", &binder, outs, 2, err, sizeof err);
+        CHECK(n == 2, "parse: %s", err);
+        if (n != 2) {
+            gml_free(ctx);
+            continue;
+        }
+        CHECK(strcmp(outs[0]->name, "z") == 0, "the alias kept the name 'z', got '%s'", outs[0]->name);
+        CHECK(strcmp(x->name, "x") == 0, "the bound input kept its name, got '%s'", x->name);
+
+        /* what the file should have built, through the C API */
+        gml_tensor *bb = variant == 1 ? b : variant >= 2 ? last_named(ctx, "b") : NULL;
+        CHECK((variant >= 2) == (bb != NULL && bb != b), "param b made only by make_optional or without a binder");
+        gml_tensor *y = gml_reshape(ctx, gml_linear(ctx, x, w, bb), 4, (int64_t[]){B, 1, T, D});
+        gml_tensor *m = variant == 1 ? gml_valid_len_mask(ctx, lens, T) : NULL;
+        gml_tensor *a = gml_softmax(ctx, gml_matmul(ctx, y, gml_transpose(ctx, y, -2, -1)), m, 0.5f, true);
+        gml_tensor *z = gml_matmul(ctx, a, y);
+        if (variant >= 2) z = gml_add(ctx, z, last_named(ctx, "extra"));
+        gml_tensor *api[2] = {z, a};
+        if (variant == 3) { /* lens is made too; made leafs hold garbage: compare structure only */
+            gml_tensor *lens_made = last_named(ctx, "lens");
+            CHECK(lens_made && lens_made != lens, "without a binder, lens is made");
+            a = gml_softmax(ctx, gml_matmul(ctx, y, gml_transpose(ctx, y, -2, -1)),
+                            gml_valid_len_mask(ctx, lens_made, T), 0.5f, true);
+            api[0] = gml_add(ctx, gml_matmul(ctx, a, y), last_named(ctx, "extra"));
+            api[1] = a;
+        }
+        gml_graph *g_file = gml_build_graph(ctx, outs, 2), *g_api = gml_build_graph(ctx, api, 2);
+        CHECK(gml_graph_digest(g_file) == gml_graph_digest(g_api), "file and C API build the same graph (%d vs %d nodes)",
+              gml_graph_n_nodes(g_file), gml_graph_n_nodes(g_api));
+        if (variant < 2) {
+            CHECK(gml_graph_compute(g_file, 2) == GML_OK && gml_graph_compute(g_api, 1) == GML_OK, "compute");
+            float *want = chk_dense(api[0]);
+            CHECK_EQUAL(outs[0], want, "file output equals the C API's");
+            free(want);
+        }
+        gml_graph_free(g_file);
+        gml_graph_free(g_api);
+        gml_free(ctx);
+    }
+
+    chk_case("an output that is none");
+    gml_context *ctx = chk_ctx(1 << 16);
+    bindings none_bound = {{NULL}, 0};
+    gml_graph_binder binder = {.bind = bind_by_name, .user = &none_bound};
+    const char *txt = "input a f32 [2] optional\nb = scale(a, 2)\noutput b\n";
+    gml_tensor *out[1];
+    char err[512] = "";
+    CHECK(gml_parse_graph(ctx, txt, strlen(txt), "n.graph", &binder, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "n.graph:3:8: output is none");
+    const char *txt2 = "input a f32 [2] optional\nlet k = a\n";
+    CHECK(gml_parse_graph(ctx, txt2, strlen(txt2), "n.graph", &binder, out, 1, err, sizeof err) == -1, "fails");
+    CHECK_CONTAINS(err, "n.graph:2:9: 'a' is a tensor, not a number");
+    gml_free(ctx);
+
+    chk_case("booleans from numbers");
+    ctx = chk_ctx(1 << 20);
+    gml_tensor *s = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 3), "s");
+    bindings sb = {{s}, 1};
+    const char *nm[] = {"C"};
+    for (int c = 0; c <= 1; c++) {
+        const int64_t vals[] = {c};
+        gml_graph_binder bd = {.bind = bind_by_name, .user = &sb, .sym_names = nm, .sym_values = vals, .n_syms = 1};
+        const char *t3 = "input s f32 [3, 3]\na = softmax(s, causal=C * 2)\noutput a\n";
+        gml_tensor *o[1];
+        CHECK(gml_parse_graph(ctx, t3, strlen(t3), "c.graph", &bd, o, 1, err, sizeof err) == 1, "%s", err);
+        gml_tensor *want = gml_softmax(ctx, s, NULL, 1.0f, c != 0);
+        gml_graph *g1 = gml_build_graph(ctx, o, 1), *g2 = gml_build_graph(ctx, &want, 1);
+        CHECK(gml_graph_digest(g1) == gml_graph_digest(g2), "causal=C*2 with C=%d is causal=%s", c, c ? "true" : "false");
+        gml_graph_free(g1);
+        gml_graph_free(g2);
+    }
+    gml_free(ctx);
+}
+
 typedef struct bad_case {
     const char *text, *want;
 } bad_case;
@@ -220,7 +352,11 @@ static void test_errors(void) {
         {"input x f32 [2, 3]\ny = cont(x, x)\noutput y\n", "bad.graph:2:13: cont takes at most 1 arguments"},
         {"input x f32 [2, 3]\ny = softmax(x, causal=true, causal=false)\noutput y\n",
          "bad.graph:2:29: softmax: argument 'causal' given twice"},
-        {"input x f32 [2, 3]\ny = softmax(x, causal=1)\noutput y\n", "bad.graph:2:23: expected a name, found '1'"},
+        {"input x f32 [2, 3]\ny = softmax(x, causal=maybe)\noutput y\n",
+         "bad.graph:2:23: softmax: 'causal' expects true, false or a whole number"},
+        {"input x f32 [2, 3]\ny = cont(none)\noutput y\n", "bad.graph:2:10: 'none' where a tensor is needed"},
+        {"input x f32 [2, 3] optionl\noutput x\n", "bad.graph:1:20: unexpected 'o' after the statement"},
+        {"input optional f32 [2]\noutput optional\n", "bad.graph:1:7: 'optional' is a reserved word"},
         {"input x f32 [2, 3]\ny = softmax(x, warmth=1)\noutput y\n", "bad.graph:2:16: softmax has no argument 'warmth'"},
         {"input x f32 [2, 3]\ny = softmax(scale=2, x)\noutput y\n",
          "bad.graph:2:22: softmax: a positional argument after name=value ones"},
@@ -278,6 +414,30 @@ static void test_errors(void) {
     CHECK_CONTAINS(err, "/nonexistent/g.graph");
     gml_free(ctx);
 
+    chk_case("deep nesting fails cleanly (no stack overflow)");
+    static const char *const open_close[][3] = {{"let a = ", "(", ")"}, {"let a = ", "-", ""},
+                                                 {"input x f32 [2]\ny = ", "cont(", ")"}};
+    for (int k = 0; k < 3; k++) {
+        const int n = 200000;
+        size_t cap = strlen(open_close[k][0]) + (size_t)n * 6 + 32, len = 0;
+        char *deep = malloc(cap);
+        len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][0]);
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][1]);
+        len += (size_t)snprintf(deep + len, cap - len, "%s", k == 2 ? "x" : "1");
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(deep + len, cap - len, "%s", open_close[k][2]);
+        len += (size_t)snprintf(deep + len, cap - len, "\n");
+        gml_context *dctx = chk_ctx(1 << 16);
+        CHECK(gml_parse_graph(dctx, deep, len, "deep.graph", NULL, out, 1, err, sizeof err) == -1, "fails");
+        CHECK_CONTAINS(err, "nested more than 100 levels deep");
+        gml_free(dctx);
+        free(deep);
+    }
+    chk_case("nesting up to the limit is fine");
+    gml_context *nctx = chk_ctx(1 << 16);
+    const char *ok_deep = "let a = ((((((((((((((((((((1))))))))))))))))))))\ninput x f32 [a]\noutput x\n";
+    CHECK(gml_parse_graph(nctx, ok_deep, strlen(ok_deep), "ok.graph", NULL, out, 1, err, sizeof err) == 1, "%s", err);
+    gml_free(nctx);
+
     chk_case("NUL byte");
     ctx = chk_ctx(1 << 16);
     const char nul[] = "input x f32 [2]\0\noutput x\n";
@@ -295,6 +455,7 @@ int main(void) {
     test_round_trip();
     test_hand_written();
     test_unbound();
+    test_optional();
     test_errors();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The README's quick start. On a fresh Debian 12 machine, as root:
-#   tools/quickstart.sh demo   build and run the multi-head attention demo
+#   tools/quickstart.sh demo   build, and run multi-head attention with run-graph
 #   tools/quickstart.sh test   build and run every test (what CI runs)
+#   tools/quickstart.sh bench  build and run the benchmark table (tools/bench.c)
 # Each installs what it lacks with apt-get first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
 TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils)
+BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
 JOBS=$(nproc)
 
 install_missing() {
@@ -79,7 +81,8 @@ case "${1:-}" in
 demo)
     install_missing "${BUILD_PKGS[@]}"
     build build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    ./build/tools/demo
+    echo "== run-graph mha --seq 10 --d-model 512 --heads 8 --causal"
+    ./build/tools/run-graph mha --seq 10 --d-model 512 --heads 8 --causal
     ;;
 test)
     install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
@@ -93,8 +96,13 @@ test)
     fuzz
     echo "== all tests passed"
     ;;
+bench)
+    install_missing "${BUILD_PKGS[@]}" "${BENCH_PKGS[@]}"
+    build build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    ./build/tools/bench
+    ;;
 *)
-    echo "usage: tools/quickstart.sh demo|test" >&2
+    echo "usage: tools/quickstart.sh demo|test|bench" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,435 @@
+/* The portable part of the f32 GEMM (see gemm.h): the reference
+ * micro-kernel, the variant table, packing from any strides, cache blocking
+ * and the split into chunks.
+ *
+ * Large products run Goto's loops around the micro-kernel, per chunk (a
+ * tile of C of one batch):
+ *
+ *   for jc in tile's N, step NC            B block  kc x nc   (L2/L3)
+ *     for pc in K, step KC
+ *       pack B[pc.., jc..] -> Bp
+ *       for ic in tile's M, step MC         A block  mc x kc   (L2)
+ *         pack A[ic.., pc..] -> Ap
+ *         for jr in nc, step NR             B micro-panel      (L1/L2)
+ *           for ir in mc, step MR
+ *             ukernel(Ap[ir], Bp[jr]) -> C[ic+ir.., jc+jr..]
+ *
+ * Few rows (M <= 32, decoding and small batches) are bound by reading B
+ * (the weight) once, not by packing, and take one of two loops that stream
+ * it. When B's rows are contiguous (C = A B), all of A's rows sit packed in
+ * L1/L2 while B passes by in NR-column micro-panels read in place (this
+ * also beats Goto's loops up to M = 64 by ~10%, so it runs up to there:
+ * 64 x 4096 x 4096 131 vs 120, 48 x 1024 x 1024 165 vs 134). When B
+ * is W^T with W's rows contiguous along k (an nn.Linear weight, or k^T in
+ * q k^T), C^T = W A^T: the micro-kernel reads MR rows of W in place as its
+ * A operand, against A^T packed once as its B operand, so W is never
+ * copied. Measured on one core of this machine, against the loop it
+ * replaces (Goto's, which transposes W while packing it, or the first one):
+ * W from memory (4096 x 4096): M=1 6.3 vs 3.5, M=20 112 vs 55, M=64 180 vs
+ * 102, M=256 188 vs 145 GFLOP/s. With short rows its transposed write of
+ * C^T costs more than packing saves (W in cache, K=64: M=20 87 vs 106, 256
+ * x 256 79 vs 150), so it takes K >= 256 for M <= 32, K >= 512 up to
+ * M = 256, while A^T fits 16 MiB.
+ *
+ * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
+ * gml_chunk_next and pack what they need into their own slice of the
+ * scratch buffer, so no thread waits for another. The K loop is the same
+ * for every chunk, and each element is a single fma chain (gemm.h), so the
+ * split changes no bit of the result. */
+#include "gemm.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* ---- micro-kernels ------------------------------------------------------ */
+
+void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                               size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    const size_t a_rs = lda ? lda : 1, a_cs = lda ? 1 : (size_t)mr;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = acc ? c[(size_t)i * ldc + j] : 0.0f;
+            for (size_t k = 0; k < kc; k++) s = fmaf(a[i * a_rs + k * a_cs], b[k * ldb + j], s);
+            c[(size_t)i * ldc + j] = s;
+        }
+}
+
+void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, const float *b,
+                                       size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    gml_f32_gemm_ukernel__ref(4, kc, a, lda, b, ldb, c, ldc, m, n, acc);
+}
+
+const gml_gemm_variant gml_gemm_variants[] = {
+#define GML_UKERNEL(isa, fn, mr, nr) {isa, fn, mr, nr, #fn},
+#include "gemm.inc"
+#undef GML_UKERNEL
+};
+const int gml_gemm_n_variants = sizeof gml_gemm_variants / sizeof gml_gemm_variants[0];
+
+const gml_gemm_variant *gml_gemm_pick(void) {
+    gml_isa isas[sizeof gml_gemm_variants / sizeof gml_gemm_variants[0]];
+    for (int i = 0; i < gml_gemm_n_variants; i++) isas[i] = gml_gemm_variants[i].isa;
+    return &gml_gemm_variants[gml_pick_variant(isas, gml_gemm_n_variants)];
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t sj) {
+    return *(const float *)(p + i * si + j * sj);
+}
+
+/* dst[k * ld + i] = row i's element k, for i < rows, k < kc: rows that are
+ * contiguous along k (row stride rs bytes) turned k-major, as packing needs
+ * for a row-major A and for B = W^T. 4x4 blocks go through SSE registers
+ * (baseline x86-64), 2.4x faster than element by element. */
+static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst) {
+    int i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= rows; i += 4) {
+        const float *r0 = (const float *)(src + i * rs);
+        const float *r1 = (const float *)(src + (i + 1) * rs);
+        const float *r2 = (const float *)(src + (i + 2) * rs);
+        const float *r3 = (const float *)(src + (i + 3) * rs);
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
+            __m128 x2 = _mm_loadu_ps(r2 + k), x3 = _mm_loadu_ps(r3 + k);
+            _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+            _mm_storeu_ps(dst + (k + 0) * ld + i, x0);
+            _mm_storeu_ps(dst + (k + 1) * ld + i, x1);
+            _mm_storeu_ps(dst + (k + 2) * ld + i, x2);
+            _mm_storeu_ps(dst + (k + 3) * ld + i, x3);
+        }
+        for (; k < kc; k++) {
+            dst[k * ld + i] = r0[k];
+            dst[k * ld + i + 1] = r1[k];
+            dst[k * ld + i + 2] = r2[k];
+            dst[k * ld + i + 3] = r3[k];
+        }
+    }
+#endif
+    for (; i < rows; i++) {
+        const float *r = (const float *)(src + i * rs);
+        for (int64_t k = 0; k < kc; k++) dst[k * ld + i] = r[k];
+    }
+}
+
+/* A block [mc x kc], element (i, k) at a + i*rs + k*cs, into MR-row panels
+ * (gemm.h), rows past mc zero. */
+static void pack_a(const char *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc, int mr,
+                   float *dst) {
+    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, mc - i0);
+        if (cs == sizeof(float)) { /* rows contiguous along k */
+            transpose_rows(a + i0 * rs, rs, rows, kc, mr, dst);
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < rows; i++) dst[k * mr + i] = at(a, i0 + i, rs, k, cs);
+        }
+        for (int64_t k = 0; k < kc && rows < mr; k++)
+            for (int i = rows; i < mr; i++) dst[k * mr + i] = 0.0f;
+    }
+}
+
+/* B block [kc x nc], element (k, j) at b + k*rs + j*cs, into NR-column
+ * panels (gemm.h), columns past nc zero. */
+static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr,
+                   float *dst) {
+    for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
+        const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
+        if (cs == sizeof(float)) { /* rows contiguous along n */
+            for (int64_t k = 0; k < kc; k++)
+                memcpy(dst + k * nr, b + k * rs + j0 * cs, (size_t)cols * sizeof(float));
+        } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
+            transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst);
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                for (int j = 0; j < cols; j++) dst[k * nr + j] = at(b, k, rs, j0 + j, cs);
+        }
+        for (int64_t k = 0; k < kc && cols < nr; k++)
+            for (int j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
+    }
+}
+
+/* ---- blocking and chunks ------------------------------------------------ */
+
+/* Cache blocks, for 48 KiB L1d and 1 MiB L2 per core, 32 MiB L3 shared
+ * (Zen 5; measured on 2048^3 and 4096^3, see tools/bench.c): MC x KC of A
+ * (672 KiB) stays in L2; an A micro-panel (MR x KC, 28 KiB at MR = 14) in
+ * L1, the B micro-panel (KC x NR, 64 KiB at NR = 32) streams from L2, the
+ * KC x NC block of B (4 MiB) from L3. A larger KC beat 256 (B micro-panel
+ * in L1) by ~15%: fewer trips of the C tile through the micro-kernel. */
+enum {
+    GEMM_KC = 512,
+    GEMM_MC = 336,   /* rows; rounded down to a multiple of MR */
+    GEMM_NC = 2048,  /* columns; rounded down to a multiple of NR */
+    GEMM_SMALL_M = 32,      /* few rows: decoding, small batches */
+    GEMM_ROWS_M = 64,       /* PATH_ROWS up to here */
+    GEMM_ROWS_T_M = 256,    /* PATH_ROWS_T up to here, when K is at least */
+    GEMM_ROWS_T_K = 512,    /* this (M > 32) */
+    GEMM_ROWS_T_K_SMALL = 256, /* or this (M <= 32), and while A^T fits: */
+    GEMM_ROWS_T_MAX_FLOATS = 4 << 20,
+    GEMM_MAX_NR = 32,       /* the widest tile in gemm.inc */
+    GEMM_SMALL_KC = 512,
+    GEMM_MIN_CHUNK_FLOPS = 4 << 20, /* smaller chunks cost more than they balance */
+};
+
+/* How a product runs: Goto's loops, or one of the few-rows loops. */
+typedef enum gemm_path {
+    PATH_LARGE,  /* Goto's loops */
+    PATH_ROWS,   /* M <= 64, C = A B: B streams in NR-column micro-panels */
+    PATH_ROWS_T, /* M <= 256 and long K, B = W^T with W's rows contiguous
+                    along k (an nn.Linear weight): C^T = W A^T, W read in
+                    place as the micro-kernel's A, A^T packed as its B */
+} gemm_path;
+
+typedef struct gemm_plan {
+    gemm_path path;
+    int64_t MC, KC, NC;     /* cache blocks */
+    int64_t tm, tn;         /* chunk tile */
+    int64_t mt, nt;         /* tiles per batch along M and N */
+    int64_t n_chunks;
+    size_t a_floats, b_floats; /* per-thread panels */
+} gemm_plan;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
+
+static gemm_path choose_path(const gml_gemm_desc *d) {
+    const bool w_rows = d->b_rs == sizeof(float) && d->b_cs != sizeof(float) &&
+                        is_float_stride(d->b_cs) && (uintptr_t)d->b % sizeof(float) == 0 &&
+                        d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
+                        d->b_bs[1] % (int64_t)sizeof(float) == 0;
+    const bool long_k = d->K >= (d->M <= GEMM_SMALL_M ? GEMM_ROWS_T_K_SMALL : GEMM_ROWS_T_K);
+    if (w_rows && long_k && d->M <= GEMM_ROWS_T_M &&
+        round_up(d->M, GEMM_MAX_NR) * d->K <= GEMM_ROWS_T_MAX_FLOATS)
+        return PATH_ROWS_T;
+    if (d->M > GEMM_ROWS_M) return PATH_LARGE;
+    return PATH_ROWS;
+}
+
+/* Tiles of C handed out as chunks: about 3 per thread (dynamic chunks
+ * absorb threads that run slower), each large enough to amortize packing
+ * (the larger side of a tile is split first). One thread: one tile. Few
+ * rows: only N is split. */
+static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth) {
+    const int64_t M = d->M, N = d->N, nbatch = d->nb0 * d->nb1;
+    int64_t want = 1;
+    if (nth > 1) {
+        double flops = 2.0 * (double)M * (double)N * (double)d->K * (double)nbatch;
+        want = GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS));
+        want = GML_MAX(want, (int64_t)1);
+    }
+    const bool large = pl->path == PATH_LARGE;
+    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr : nr; /* N tiles in whole micro-tiles */
+    const int64_t per_batch = cdiv(want, nbatch);
+    const int64_t min_m = large ? 4 * mr : M, min_n = (large ? 4 : 2) * n_unit;
+    int64_t mt = 1, nt = 1;
+    while (mt * nt < per_batch) {
+        const int64_t tile_m = cdiv(M, mt), tile_n = cdiv(N, nt);
+        const bool split_n = tile_n >= 2 * min_n, split_m = large && tile_m >= 2 * min_m;
+        if (split_n && (tile_n >= tile_m || !split_m)) nt++;
+        else if (split_m) mt++;
+        else break;
+    }
+    pl->tm = mt == 1 ? M : round_up(cdiv(M, mt), mr);
+    pl->tn = nt == 1 ? N : round_up(cdiv(N, nt), n_unit);
+    pl->mt = cdiv(M, pl->tm);
+    pl->nt = cdiv(N, pl->tn);
+    pl->n_chunks = nbatch * pl->mt * pl->nt;
+}
+
+static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
+    const int mr = v->mr, nr = v->nr;
+    gemm_plan pl = {.path = choose_path(d)};
+    plan_tiles(&pl, d, mr, nr, nth);
+    const int64_t K = GML_MAX(d->K, (int64_t)1);
+    switch (pl.path) {
+    case PATH_LARGE:
+        pl.KC = GML_MIN(K, (int64_t)GEMM_KC);
+        pl.MC = GML_MIN(round_up(pl.tm, mr), GML_MAX((int64_t)mr, GEMM_MC / mr * mr));
+        pl.NC = GML_MIN(round_up(pl.tn, nr), GML_MAX((int64_t)nr, GEMM_NC / nr * nr));
+        pl.a_floats = (size_t)(pl.MC * pl.KC);
+        pl.b_floats = (size_t)(pl.KC * pl.NC);
+        break;
+    case PATH_ROWS:
+        pl.KC = GML_MIN(K, (int64_t)GEMM_SMALL_KC);
+        pl.a_floats = (size_t)(round_up(d->M, mr) * pl.KC);
+        pl.b_floats = (size_t)(pl.KC * nr);
+        break;
+    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
+        pl.KC = K;
+        pl.b_floats = (size_t)(K * round_up(d->M, nr));
+        break;
+    }
+    pl.a_floats = gml_align_up(pl.a_floats, GML_ALIGN / sizeof(float));
+    pl.b_floats = gml_align_up(pl.b_floats, GML_ALIGN / sizeof(float));
+    return pl;
+}
+
+size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
+    size_t most = 0;
+    for (int i = 0; i < gml_gemm_n_variants; i++) {
+        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth);
+        most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
+    }
+    return most * (size_t)nth;
+}
+
+/* ---- one chunk ---------------------------------------------------------- */
+
+/* The operands of one tile: A rows [m0, m0+tm), B columns [n0, n0+tn). */
+typedef struct gemm_tile {
+    const char *a, *b;
+    float *c;
+    int64_t tm, tn;
+} gemm_tile;
+
+/* Asks the caches for an m x n tile of C (row stride ldc floats). */
+static inline void prefetch_tile(const float *c, size_t ldc, int m, int n) {
+#if defined(__GNUC__)
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j += 64 / (int)sizeof(float))
+            __builtin_prefetch(c + i * ldc + j, 1, 3);
+#else
+    GML_UNUSED(c), GML_UNUSED(ldc), GML_UNUSED(m), GML_UNUSED(n);
+#endif
+}
+
+static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
+                      const gemm_tile *t, float *ap, float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    const bool a_rows = d->a_cs == sizeof(float) && is_float_stride(d->a_rs) &&
+                        (uintptr_t)t->a % sizeof(float) == 0;
+    for (int64_t jc = 0; jc < t->tn; jc += pl->NC) {
+        const int64_t nc = GML_MIN(pl->NC, t->tn - jc);
+        /* Few columns: each A element feeds only nc/NR micro-kernel calls,
+         * too few to pay for its transposing pack; the micro-kernel reads
+         * A's rows in place instead (P @ V with d_k = 64: 2048 x 64 x 2048
+         * 112 -> 200 GFLOP/s on one core; from 128 columns on, packing wins
+         * on power-of-two row strides, where rows in place share cache sets). */
+        const bool a_in_place = a_rows && nc <= 2 * (int64_t)nr;
+        const size_t lda = a_in_place ? (size_t)d->a_rs / sizeof(float) : 0;
+        for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
+            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+            pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
+            for (int64_t ic = 0; ic < t->tm; ic += pl->MC) {
+                const int64_t mc = GML_MIN(pl->MC, t->tm - ic);
+                const float *a = (const float *)(t->a + ic * d->a_rs) + pc;
+                if (!a_in_place) {
+                    pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                    a = ap;
+                }
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    const int n = (int)GML_MIN((int64_t)nr, nc - jr);
+                    float *c = t->c + ic * (int64_t)ldc + jc + jr;
+                    for (int64_t ir = 0; ir < mc; ir += mr) {
+                        const int m = (int)GML_MIN((int64_t)mr, mc - ir);
+                        if (ir + mr < mc) /* the next call's C, loaded before its first fma */
+                            prefetch_tile(c + (ir + mr) * (int64_t)ldc, ldc,
+                                          (int)GML_MIN((int64_t)mr, mc - ir - mr), n);
+                        v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
+                              bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Few rows, C = A B: A's rows (all of the tile's M) packed per K block,
+ * B's NR-column micro-panels packed on the fly or read in place. */
+static void run_rows(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
+                     const gemm_tile *t, float *ap, float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    const bool direct = d->b_cs == sizeof(float) && is_float_stride(d->b_rs) &&
+                        (uintptr_t)t->b % sizeof(float) == 0;
+    for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
+        const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+        pack_a(t->a + pc * d->a_cs, d->a_rs, d->a_cs, t->tm, kc, mr, ap);
+        for (int64_t jr = 0; jr < t->tn; jr += nr) {
+            const int n = (int)GML_MIN((int64_t)nr, t->tn - jr);
+            const char *bsrc = t->b + pc * d->b_rs + jr * d->b_cs;
+            const float *panel = bp;
+            size_t ldb = (size_t)nr;
+            if (direct && n == nr) {
+                panel = (const float *)bsrc;
+                ldb = (size_t)d->b_rs / sizeof(float);
+            } else {
+                pack_b(bsrc, d->b_rs, d->b_cs, kc, n, nr, bp);
+            }
+            for (int64_t ir = 0; ir < t->tm; ir += mr) {
+                const int m = (int)GML_MIN((int64_t)mr, t->tm - ir);
+                v->fn((size_t)kc, ap + ir * kc, 0, panel, ldb, t->c + ir * (int64_t)ldc + jr, ldc,
+                      m, n, pc > 0);
+            }
+        }
+    }
+}
+
+enum { GEMM_MAX_TILE = 64 * 64 };
+
+/* Few rows, B = W^T: C^T = W A^T. The micro-kernel reads MR rows of W in
+ * place (each W element is loaded once, by one broadcast) against A^T
+ * packed into NR-column panels, all of K at once, and its MR x NR tile of
+ * C^T is written back transposed. */
+static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const gemm_tile *t,
+                       float *bp) {
+    const int mr = v->mr, nr = v->nr;
+    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float);
+    const size_t ldw = (size_t)d->b_cs / sizeof(float);
+    float tile[GEMM_MAX_TILE];
+    pack_b(t->a, d->a_cs, d->a_rs, K, t->tm, nr, bp); /* A^T [K x M] */
+    for (int64_t i0 = 0; i0 < t->tn; i0 += mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, t->tn - i0);
+        const float *w = (const float *)(t->b + i0 * d->b_cs);
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr) {
+            const int cols = (int)GML_MIN((int64_t)nr, t->tm - j0);
+            v->fn((size_t)K, w, ldw, bp + j0 * K, (size_t)nr, tile, (size_t)nr, rows, cols, false);
+            for (int j = 0; j < cols; j++) {
+                float *out = t->c + (j0 + j) * ldc + i0;
+                for (int i = 0; i < rows; i++) out[i] = tile[i * nr + j];
+            }
+        }
+    }
+}
+
+void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
+    if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
+    const gemm_plan pl = make_plan(d, v, p->nth);
+    const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
+    assert(v->mr * v->nr <= GEMM_MAX_TILE);
+    assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
+    float *ap = (float *)p->wdata + (size_t)p->ith * slice;
+    float *bp = ap + pl.a_floats;
+    for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
+        const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
+        const int64_t i1 = bi % d->nb1, i0 = bi / d->nb1;
+        const int64_t m0 = ti * pl.tm, n0 = tj * pl.tn;
+        gemm_tile t = {
+            .a = d->a + i0 * d->a_bs[0] + i1 * d->a_bs[1] + m0 * d->a_rs,
+            .b = d->b + i0 * d->b_bs[0] + i1 * d->b_bs[1] + n0 * d->b_cs,
+            .c = (float *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1] + m0 * d->c_rs) + n0,
+            .tm = GML_MIN(pl.tm, d->M - m0),
+            .tn = GML_MIN(pl.tn, d->N - n0),
+        };
+        if (d->K == 0) { /* an empty sum */
+            for (int64_t i = 0; i < t.tm; i++)
+                memset((char *)t.c + i * d->c_rs, 0, (size_t)t.tn * sizeof(float));
+        } else if (pl.path == PATH_ROWS_T) {
+            run_rows_t(d, v, &t, bp);
+        } else if (pl.path == PATH_ROWS) {
+            run_rows(d, &pl, v, &t, ap, bp);
+        } else {
+            run_large(d, &pl, v, &t, ap, bp);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+/* f32 GEMM, BLIS-style: a portable framework (ops/gemm.c: the loops around
+ * the micro-kernel, packing, cache blocking, the thread split) and one small
+ * register-tile micro-kernel per ISA (ops/gemm_<isa>.c, listed in
+ * ops/gemm.inc).
+ *
+ * Operand layouts. An A micro-panel holds MR rows of an mc x kc block:
+ * packed (lda == 0), k-major with element (i, k) at a[k * MR + i] and rows
+ * past the block's end zero; or read in place (lda > 0) from rows that are
+ * contiguous along k, element (i, k) at a[i * lda + k]. A B micro-panel
+ * holds NR columns of a kc x nc block, k-major: element (k, j) at
+ * b[k * ldb + j] (ldb == NR when packed, columns past the end zero; a
+ * row-major B with full panels may be read in place with its row stride).
+ *
+ * Arithmetic. Every output element is one chain of fused multiply-adds in k
+ * order, starting from +0: c = fma(a[k], b[k], c) for k = 0, 1, ..., K-1.
+ * Blocking K only stores and reloads the running sum (an exact float), so
+ * the result is bitwise the same for every block size, tile, thread count
+ * and ISA (the scalar kernels use fmaf). tests/test_gemm.c checks this. */
+#ifndef GGMLITE_OPS_GEMM_H
+#define GGMLITE_OPS_GEMM_H
+
+#include "../ggmlite/internal.h"
+
+/* C[m x n] (row stride ldc floats, 1 <= m <= MR, 1 <= n <= NR)
+ *   = (acc ? C : 0) + A_panel [m x kc] * B_panel [kc x n],
+ * one fma chain per element as above; a, lda, b, ldb as in "Operand
+ * layouts". An in-place A is read only in its m rows; C only in its m x n
+ * tile. Operands read in place (lda > 0, ldb != NR) come from memory rather
+ * than from packed panels in cache, and fast variants prefetch them ahead. */
+typedef void (*gml_f32_gemm_ukernel_fn)(size_t kc, const float *a, size_t lda, const float *b,
+                                        size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
+
+#define GML_UKERNEL(isa, fn, mr, nr)                                                        \
+    void fn(size_t kc, const float *a, size_t lda, const float *b, size_t ldb, float *c,   \
+            size_t ldc, int m, int n, bool acc);
+#include "gemm.inc"
+#undef GML_UKERNEL
+
+/* The reference micro-kernel for any tile height mr (the scalar variant is
+ * this at a fixed tile; the micro-kernel test compares every variant to it). */
+void gml_f32_gemm_ukernel__ref(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                               size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
+
+typedef struct gml_gemm_variant {
+    gml_isa isa;
+    gml_f32_gemm_ukernel_fn fn;
+    int mr, nr;
+    const char *name;
+} gml_gemm_variant;
+
+extern const gml_gemm_variant gml_gemm_variants[];
+extern const int gml_gemm_n_variants;
+
+/* The variant the ISA in effect selects. */
+const gml_gemm_variant *gml_gemm_pick(void);
+
+/* One batched product C[b] = A[b] @ B[b], every operand through byte strides
+ * (any layout: transposed, permuted, sliced, broadcast with a 0 stride).
+ *   A [nb0, nb1, M, K]: element (m, k) of batch (i0, i1) at
+ *       a + i0*a_bs[0] + i1*a_bs[1] + m*a_rs + k*a_cs
+ *   B [nb0, nb1, K, N]: (k, n) at b + i0*b_bs[0] + i1*b_bs[1] + k*b_rs + n*b_cs
+ *   C [nb0, nb1, M, N]: (m, n) at c + i0*c_bs[0] + i1*c_bs[1] + m*c_rs + n*4 */
+typedef struct gml_gemm_desc {
+    int64_t M, N, K;
+    int64_t nb0, nb1;
+    const char *a;
+    int64_t a_rs, a_cs, a_bs[2];
+    const char *b;
+    int64_t b_rs, b_cs, b_bs[2];
+    char *c;
+    int64_t c_rs, c_bs[2];
+} gml_gemm_desc;
+
+/* Scratch bytes gml_gemm needs for nth threads (any variant). */
+size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth);
+/* Thread p->ith's share of the product with micro-kernel v; call from every
+ * thread of the node. Shares are chunks taken with gml_chunk_next, each
+ * packing its own panels into the thread's slice of p->wdata: no barrier. */
+void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v);
+
+#endif /* GGMLITE_OPS_GEMM_H */

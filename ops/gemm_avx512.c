@@ -1,0 +1,82 @@
+/* AVX-512F f32 GEMM micro-kernel (see gemm.h): 14 rows x 32 columns of C in
+ * 28 zmm accumulators; per k, 2 vector loads of B and 14 broadcasts of A
+ * feed 28 FMAs (2 zmm for B, 1 for the broadcast: all 32 registers busy).
+ * Compiled with -mavx512f only.
+ *
+ * Operands read in place come from memory rather than from packed panels
+ * in L1/L2, so they are prefetched ahead: B rows 24 k ahead (a row per k,
+ * each on its own page when B is wide, which the hardware prefetchers do
+ * not follow), A rows 128 floats ahead every 16 k. On M=20 x 4096 x 4096
+ * this took one thread from 57 to 83 GFLOP/s (B in place) and from 90 to
+ * 110 (A in place). */
+#include "gemm.h"
+
+#include <immintrin.h>
+
+/* Mask of the first n lanes of 16 (n may be <= 0 or >= 16). */
+static inline __mmask16 lanes(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+#define MR 14
+#define NR 32
+#define PF_B_ROWS 24
+#define PF_A_FLOATS 128
+
+/* A hint for the line `floats` floats past p; the address may lie past the
+ * operand (prefetches never fault), hence integer arithmetic. */
+static inline void prefetch(const float *p, size_t floats) {
+    _mm_prefetch((const char *)((uintptr_t)p + floats * sizeof(float)), _MM_HINT_T0);
+}
+
+/* One k step: c[i] += a_i * b[k, 0:32] for the 14 rows, a_i = A_I. */
+#define STEP(A_I)                                                           \
+    do {                                                                    \
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16); \
+        _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {             \
+            const __m512 ai = _mm512_set1_ps(A_I);                          \
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);                         \
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);                         \
+        }                                                                   \
+    } while (0)
+
+void gml_f32_gemm_ukernel__avx512_14x32(size_t kc, const float *a, size_t lda, const float *b,
+                                        size_t ldb, float *c, size_t ldc, int m, int n, bool acc) {
+    const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++) {
+        c0[i] = c1[i] = _mm512_setzero_ps();
+        if (acc && i < m) {
+            c0[i] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
+            c1[i] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+        }
+    }
+    if (lda == 0 && ldb == NR) { /* both packed */
+        for (size_t k = 0; k < kc; k++, a += MR, b += NR) STEP(a[i]);
+    } else if (lda == 0) { /* B in place */
+        for (size_t k = 0; k < kc; k++, a += MR, b += ldb) {
+            prefetch(b, PF_B_ROWS * ldb);
+            prefetch(b, PF_B_ROWS * ldb + 16);
+            STEP(a[i]);
+        }
+    } else { /* A in place: a[i * lda + k]; rows past m reread row 0 */
+        const float *row[MR];
+#pragma GCC unroll 14
+        for (int i = 0; i < MR; i++) row[i] = a + (i < m ? (size_t)i : 0) * lda;
+        for (size_t k = 0; k < kc; k++, b += ldb) {
+            if (k % 16 == 0) {
+#pragma GCC unroll 14
+                for (int i = 0; i < MR; i++) prefetch(row[i], k + PF_A_FLOATS);
+            }
+            STEP(row[i][k]);
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++) {
+        if (i < m) {
+            _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
+            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
+        }
+    }
+}

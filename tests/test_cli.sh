@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# run-graph through its command line, as users and scripts call it:
+#   - every PyTorch fixture, run exactly as its `args` file says (in a copy of
+#     its folder), output and attention weights against the expected files;
+#   - the example graph files on the same fixtures and on random data: the
+#     same output digest as the built-in blocks;
+#   - round trips: --save-graph then run, --save-inputs then run (npy and
+#     safetensors written then read), --output's bytes against --json's digest;
+#   - every kind of bad input: exit status, a one-line message naming the file
+#     and what was wrong, and no output file left behind;
+#   - the outputs: --json (checked with cJSON), --attn-svg (xmllint), --profile,
+#     --print-graph, --dot, --help, --version.
+# usage: test_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR FIXTURES_DIR
+# Needs bash, coreutils, grep and xmllint (libxml2-utils). CLI_CHECK is
+# tests/cli_check.c (npy comparisons and JSON with the library and cJSON).
+set -u
+RG=$(realpath "$1") CHECK=$(realpath "$2") SRC=$(realpath "$3") FIX=$(realpath "$4")
+GRAPHS=$SRC/tools/graphs
+T=$(mktemp -d /tmp/test_cli.XXXXXX) || exit 2
+trap 'rm -rf "$T"' EXIT
+
+n_checks=0 n_failed=0
+pass() { n_checks=$((n_checks + 1)); }
+fail() {
+    n_checks=$((n_checks + 1)) n_failed=$((n_failed + 1))
+    echo "FAIL: $*" >&2
+}
+# check DESCRIPTION COMMAND...: the command succeeds.
+check() {
+    local desc=$1
+    shift
+    if "$@" >"$T/check.out" 2>&1; then pass; else fail "$desc: $(head -c 600 "$T/check.out")"; fi
+}
+# run ARGS...: run-graph with stdout in $T/out, stderr in $T/err, status in $rc.
+run() {
+    "$RG" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+}
+# expect_ok DESCRIPTION ARGS...
+expect_ok() {
+    local desc=$1
+    shift
+    run "$@"
+    if [ "$rc" -eq 0 ]; then pass; else fail "$desc: exit $rc: $(cat "$T/err")"; fi
+}
+# digest ARGS...: the xxh3 of a --json run (empty on failure).
+digest() {
+    if "$RG" "$@" --json >"$T/d.json" 2>"$T/d.err"; then
+        "$CHECK" json-get "$T/d.json" xxh3
+    else
+        echo "run-graph $* failed: $(cat "$T/d.err")" >&2
+    fi
+}
+# same_digest DESCRIPTION "ARGS A" "ARGS B": both runs give one digest.
+same_digest() {
+    local a b
+    a=$(eval digest "$2")
+    b=$(eval digest "$3")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then pass; else fail "$1: '$a' vs '$b' ($2 | $3)"; fi
+}
+# expect_error STATUS SUBSTRING DESCRIPTION ARGS...: run-graph fails with that
+# status and one line on stderr, "run-graph: ..." containing SUBSTRING, prints
+# nothing on stdout and leaves no output file (it is given --output too).
+expect_error() {
+    local status=$1 sub=$2 desc=$3
+    shift 3
+    rm -f "$T/never.npy"
+    run --output "$T/never.npy" "$@"
+    local lines
+    lines=$(wc -l <"$T/err")
+    if [ "$rc" -ne "$status" ]; then
+        fail "$desc: exit $rc, expected $status: $(cat "$T/err")"
+    elif [ "$lines" -ne 1 ] || ! grep -q '^run-graph: ' "$T/err"; then
+        fail "$desc: stderr is not one 'run-graph: ' line: $(cat "$T/err")"
+    elif ! grep -qF -- "$sub" "$T/err"; then
+        fail "$desc: expected \"$sub\" in: $(cat "$T/err")"
+    elif [ -s "$T/out" ] || [ -e "$T/never.npy" ] || [ -n "$(find "$T" -name '*.run-graph-tmp*')" ]; then
+        fail "$desc: printed to stdout or left an output file"
+    else
+        pass
+    fi
+}
+
+# ---- the PyTorch fixtures, exactly as their args say --------------------------
+
+mkdir -p "$T/fx"
+n_fixtures=0
+for dir in "$FIX"/*/; do
+    [ -f "$dir/args" ] || continue
+    name=$(basename "$dir")
+    n_fixtures=$((n_fixtures + 1))
+    cp -r "$dir" "$T/fx/$name"
+    cd "$T/fx/$name" || exit 2
+    args=$(cat args)
+    model=${args%% *} rest=${args#* }
+    # shellcheck disable=SC2086 # the args file is split into words, as a shell would
+    check "fixture $name: run-graph $args" "$RG" $args
+    check "fixture $name: output" "$CHECK" close got_out.npy out.npy
+    check "fixture $name: attention weights" "$CHECK" close got_attn.npy attn.npy
+    # the output file holds exactly the bytes --json digested
+    d=$(digest $args)
+    check "fixture $name: --output bytes have the --json digest" test "$d" = "$("$CHECK" xxh3 got_out.npy)"
+    # the example graph file computes the same bytes
+    if [ -f "$GRAPHS/$model.graph" ]; then
+        g=$(digest "$GRAPHS/$model.graph" $rest)
+        check "fixture $name: $model.graph gives the block's digest ($g vs $d)" test -n "$d" -a "$g" = "$d"
+        check "fixture $name: $model.graph output" "$CHECK" close got_out.npy out.npy
+    fi
+    # --save-graph, then the saved file on the same files: the same digest
+    s=$(digest $args --save-graph saved.graph)
+    r=$(digest saved.graph $rest)
+    check "fixture $name: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
+    cd "$T" || exit 2
+done
+check "fixtures found in $FIX" test "$n_fixtures" -ge 8
+
+# ---- graph files and built-in blocks on random data -------------------------------
+
+for sizes in "--seq 5 --d-model 24 --heads 6 --kv-heads 2" \
+    "--seq 5 --d-model 24 --heads 6 --kv-heads 3 --causal --seed 7" \
+    "--batch 3 --seq 2 --kv-seq 7 --d-model 16 --heads 4 --kv-heads 1 --valid-lens 7,0,3" \
+    "--batch 2 --seq 4 --kv-seq 3 --d-model 16 --heads 2 --kv-heads 2 --causal --valid-lens 1,3"; do
+    for model in gqa relpos; do
+        same_digest "$model.graph = $model with $sizes" "$model $sizes" "$GRAPHS/$model.graph $sizes"
+    done
+    mha_sizes=${sizes/--kv-heads [0-9]/}
+    same_digest "mha.graph = mha with $mha_sizes" "mha $mha_sizes" "$GRAPHS/mha.graph $mha_sizes"
+done
+
+# ---- round trips --------------------------------------------------------------------
+
+# --save-graph then run: every block, with and without masks, cross-attention
+for model in mha gqa relpos; do
+    sizes="--seq 4 --d-model 16 --heads 4 --seed 3"
+    [ "$model" = relpos ] && sizes="$sizes --max-rel 2"
+    [ "$model" = gqa ] && sizes="$sizes --kv-heads 2"
+    for extra in "" "--causal" "--valid-lens 3,1" "--kv-seq 6 --causal --valid-lens 6,2"; do
+        s=$(digest $model $sizes $extra --save-graph "$T/rt.graph")
+        r=$(digest "$T/rt.graph" $sizes $extra)
+        check "$model $sizes $extra: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
+    done
+done
+# the saved text reads back to the same text
+expect_ok "save a saved graph" "$T/rt.graph" $sizes --kv-seq 6 --causal --valid-lens 6,2 --save-graph "$T/rt2.graph"
+check "a saved graph saves to the same text" cmp "$T/rt.graph" "$T/rt2.graph"
+
+# --save-inputs: the weights (safetensors) and inputs (npy) written, then read
+# back through their args file, give the same digest
+for a in "mha --seq 3 --d-model 8 --heads 2 --causal --valid-lens 2,3" \
+    "gqa --seq 2 --kv-seq 5 --d-model 16 --heads 4 --kv-heads 2 --seed 9" \
+    "relpos --seq 4 --d-model 8 --heads 2 --max-rel 2" \
+    "matmul --m 3 --n 5 --k 7" \
+    "$GRAPHS/relpos.graph --seq 4 --d-model 8 --heads 2 --max-rel 1 --valid-lens 4,2"; do
+    rm -rf "$T/si"
+    d=$(digest $a --save-inputs "$T/si")
+    r=$(cd "$T/si" && digest $(cat args))
+    check "$a: --save-inputs then run its args ($d vs $r)" test -n "$d" -a "$d" = "$r"
+done
+check "--save-inputs wrote weights and inputs" test -f "$T/si/weights.safetensors" -a -f "$T/si/x.npy"
+# npy written, then read: bit-exact (the output fed back as an input)
+expect_ok "write an output" mha --seq 3 --d-model 8 --heads 2 --output "$T/o1.npy"
+expect_ok "read it as an input" mha --input "$T/o1.npy" --heads 2 --save-inputs "$T/si2"
+check "npy write then read is bit-exact" "$CHECK" equal "$T/o1.npy" "$T/si2/x.npy"
+
+# ---- determinism ---------------------------------------------------------------------
+
+same_digest "the same seed, the same digest" "mha --seq 4 --d-model 16 --heads 2 --seed 5" \
+    "mha --seq 4 --d-model 16 --heads 2 --seed 5"
+same_digest "any thread count, the same digest" "gqa --seq 9 --d-model 32 --heads 4 --threads 1" \
+    "gqa --seq 9 --d-model 32 --heads 4 --threads 3"
+d1=$(digest mha --seq 4 --d-model 16 --heads 2 --seed 5)
+d2=$(digest mha --seq 4 --d-model 16 --heads 2 --seed 6)
+check "another seed, another digest" test "$d1" != "$d2"
+
+# ---- --json ----------------------------------------------------------------------------
+
+expect_ok "--json" mha --seq 4 --d-model 16 --heads 2 --repeat 3 --json
+cp "$T/out" "$T/run.json"
+check "--json is one object with the documented keys" "$CHECK" json "$T/run.json" model output_shape xxh3 \
+    threads runs median_ms min_ms flops peak_bytes
+check "--json runs" test "$("$CHECK" json-get "$T/run.json" runs)" = 3
+check "--json output_shape" test "$("$CHECK" json-get "$T/run.json" output_shape)" = "[2,4,16]"
+check "--json xxh3 is 16 hex digits" grep -qE '"xxh3":"[0-9a-f]{16}"' "$T/run.json"
+check "--json peak_bytes > 0" test "$("$CHECK" json-get "$T/run.json" peak_bytes)" -gt 0
+# the planner reuses the memory of dead intermediates: less than without reuse
+expect_ok "--json, a bigger graph" relpos --seq 64 --d-model 32 --heads 4 --max-rel 8 --json
+peak=$("$CHECK" json-get "$T/out" peak_bytes) naive=$("$CHECK" json-get "$T/out" naive_bytes)
+check "peak_bytes ($peak) < naive_bytes ($naive) when memory is reused" test "$peak" -lt "$naive"
+expect_ok "--json --profile --print-graph" relpos --seq 3 --d-model 8 --heads 2 --json --profile --print-graph
+check "--json stays one object with --profile and --print-graph" "$CHECK" json "$T/out" profile xxh3
+check "--print-graph goes to stderr with --json" grep -q softmax "$T/err"
+
+# ---- the human summary, --profile, --print-graph, --dot -------------------------------
+
+expect_ok "summary" gqa --seq 4 --d-model 16 --heads 4 --kv-heads 2 --repeat 2
+check "summary: output shape and digest" grep -qE '^output  \[2,4,16\]  xxh3 [0-9a-f]{16}$' "$T/out"
+check "summary: time" grep -qE '^time    [0-9.]+ ms median, [0-9.]+ ms min of 2 runs' "$T/out"
+expect_ok "--profile" mha --seq 4 --d-model 16 --heads 2 --profile --repeat 2
+check "--profile: per-node rows" grep -qE '^ +[0-9]+  scores +matmul +\[2,2,4,4\]' "$T/out"
+check "--profile: per-op totals" grep -qE '^softmax +1 ' "$T/out"
+check "--profile: total 100%" grep -qE '^total .* 100\.0%$' "$T/out"
+expect_ok "--print-graph" relpos --seq 3 --d-model 8 --heads 2 --print-graph
+check "--print-graph lists the nodes" grep -qE '^node .* get_rows ' "$T/out"
+expect_ok "--dot" mha --seq 3 --d-model 8 --heads 2 --dot "$T/g.dot"
+check "--dot writes DOT" grep -q '^digraph ggmlite {' "$T/g.dot"
+check "--dot has edges" grep -q -- '->' "$T/g.dot"
+
+# ---- --attn-svg -----------------------------------------------------------------------
+
+expect_ok "--attn-svg" mha --seq 6 --d-model 32 --heads 4 --causal --tokens "The,cat,sat,on,the,mat" \
+    --attn-svg "$T/h.svg"
+check "--attn-svg is well-formed XML" xmllint --noout "$T/h.svg"
+check "--attn-svg: a panel per head" grep -q '>head 3</text>' "$T/h.svg"
+check "--attn-svg: no fifth panel" test "$(grep -c '>head [0-9]*</text>' "$T/h.svg")" = 4
+check "--attn-svg: token labels" grep -q '>cat</text>' "$T/h.svg"
+check "--attn-svg: values in small grids" grep -qE '>0\.[0-9]{2}</text>' "$T/h.svg"
+check "--attn-svg: a colour bar" grep -q 'url(#scale)' "$T/h.svg"
+expect_ok "--attn-svg with markup, quotes and bad UTF-8 in tokens" mha --seq 4 --d-model 8 --heads 2 \
+    --tokens "$(printf 'a&b,<c>,"d\x27,\xff\xfe')" --attn-svg "$T/h2.svg"
+check "--attn-svg escapes tokens" xmllint --noout "$T/h2.svg"
+check "--attn-svg: & escaped" grep -q 'a&amp;b' "$T/h2.svg"
+expect_ok "--attn-svg, cross-attention and a large grid" gqa --seq 40 --kv-seq 50 --d-model 16 --heads 4 \
+    --valid-lens 50,20 --attn-svg "$T/h3.svg" --attn-batch 1
+check "--attn-svg (large) is well-formed XML" xmllint --noout "$T/h3.svg"
+check "--attn-svg (large): no values printed" test "$(grep -cE '>0\.[0-9]{2}</text>' "$T/h3.svg")" = 0
+
+# ---- --help, --version -------------------------------------------------------------------
+
+expect_ok "--help" --help
+for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --n --k --causal --valid-lens \
+    --weights --input --query --key --value --bind --seed --output --attn-weights --attn-svg --tokens \
+    --query-tokens --attn-batch --dot --save-graph --save-inputs --threads --repeat --isa --profile \
+    --nan-trap --print-graph --json --help --version; do
+    check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
+done
+expect_ok "--version" --version
+version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/ggmlite.h")
+check "--version prints the library's version" grep -qx "run-graph (ggmlite) $version" "$T/out"
+
+# ---- bad input ------------------------------------------------------------------------------
+
+B=$T/bad
+mkdir -p "$B"
+cd "$B" || exit 2
+W=$FIX/mha_bias_causal/weights.safetensors # D = 48, H = 4, with biases
+X=$FIX/mha_bias_causal/x.npy               # [2, 7, 48]
+le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf '\\x%02x' $(((n >> (8 * i)) & 255)); done; }
+# mkst FILE JSON DATA_BYTES: a safetensors file
+mkst() {
+    printf "$(le64 ${#2})" >"$1"
+    printf '%s' "$2" >>"$1"
+    head -c "$3" /dev/zero >>"$1"
+}
+# mknpy FILE DESCR FORTRAN SHAPE DATA_BYTES [FILL_BYTE]: a .npy v1.0 file
+mknpy() {
+    local hdr="{'descr': '$2', 'fortran_order': $3, 'shape': $4, }"
+    local pad=$((((10 + ${#hdr} + 1 + 63) / 64) * 64 - 10 - ${#hdr} - 1))
+    hdr="$hdr$(printf '%*s' "$pad" '')"
+    local len=$((${#hdr} + 1))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+        printf '%s\n' "$hdr"
+        head -c "$5" /dev/zero | tr '\0' "${6:-\0}"
+    } >"$1"
+}
+mknpy ok.npy '<f4' False '(2, 7, 48)' 2688
+head -c 100 "$X" >trunc_header.npy
+head -c 400 "$X" >trunc_data.npy
+head -c 300 "$W" >trunc.safetensors
+: >empty.npy
+{ head -c 8 "$X"; printf '\xff\xff'; head -c 40 /dev/zero; } >hlen.npy
+{ printf "$(le64 100000)"; printf '{}'; } >hlen.safetensors
+mkst badjson.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [2,2], "data_offsets": [0, 16]' 16
+mkst range.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [2,2], "data_offsets": [0, 16]}}' 8
+mkst overlap.safetensors '{"a": {"dtype": "F32", "shape": [2,2], "data_offsets": [0, 16]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}' 16
+mkst f64.safetensors '{"w_q.weight": {"dtype": "F64", "shape": [2,2], "data_offsets": [0, 32]}}' 32
+mkst only_q.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
+mkst even_rel.safetensors '{"rel_k.weight": {"dtype": "F32", "shape": [6,12], "data_offsets": [0, 288]}}' 288
+mknpy f8.npy '<f8' False '(2, 7, 48)' 5376
+mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
+mknpy rank2.npy '<f4' False '(7, 48)' 1344
+mknpy i32.npy '<i4' False '(2, 7, 48)' 2688
+mknpy nan.npy '<f4' False '(2, 7, 48)' 2688 '\377'
+printf 'input x f32 [B, T, D]\nlet dk = D / H\ny = sofmax(x)\noutput y\n' >bad.graph
+printf 'input x f32 [B, T, D]\ny = scale(x, 2)\noutput y\n' >one_output.graph
+printf 'input x f32 [B, T, D]\ninput valid_lens i32 [B]\nm = valid_len_mask(valid_lens, T)\noutput x, m\n' >lens.graph
+printf 'input x f32 [B, T, D]\nlet dk = D / H\noutput x\n' >needs_h.graph
+
+expect_error 1 "trunc_header.npy: offset 8: header length" "truncated .npy header" mha --heads 4 --input trunc_header.npy
+expect_error 1 "trunc_data.npy: offset 128: data is" "truncated .npy data" mha --heads 4 --input trunc_data.npy
+expect_error 1 "empty.npy: file is 0 bytes, too short" "empty .npy" mha --heads 4 --input empty.npy
+expect_error 1 "trunc.safetensors: offset 0: header length" "truncated .safetensors" mha --heads 4 --weights trunc.safetensors
+expect_error 1 "hlen.npy: offset 8: header length 65535 goes past the end of the file" ".npy header length past EOF" \
+    mha --heads 4 --input hlen.npy
+expect_error 1 "hlen.safetensors: offset 0: header length 100000 goes past the end of the file" \
+    ".safetensors header length past EOF" mha --heads 4 --weights hlen.safetensors
+expect_error 1 "badjson.safetensors: offset 78: header is not valid JSON" "bad JSON" mha --heads 4 --weights badjson.safetensors
+expect_error 1 "range.safetensors: tensor 'w_q.weight': data_offsets [0, 16] end past the data buffer" \
+    "offsets out of range" mha --heads 4 --weights range.safetensors
+expect_error 1 "overlap.safetensors: tensors 'a' [0, 16] and 'b' [8, 16] overlap" "overlapping offsets" \
+    mha --heads 4 --weights overlap.safetensors
+expect_error 1 "f64.safetensors: tensor 'w_q.weight': dtype 'F64' is not supported" "F64 weights" \
+    mha --heads 4 --weights f64.safetensors
+expect_error 1 "f8.npy: offset 20: dtype '<f8' is not supported" "<f8 input" mha --heads 4 --input f8.npy
+expect_error 1 "fortran.npy: offset 44: fortran_order is True" "Fortran order" mha --heads 4 --input fortran.npy
+expect_error 1 "only_q.safetensors: attention weights: w_q.weight, w_k.weight and w_v.weight are not all present; present: w_q.weight [48,48]" \
+    "a missing weight lists the present ones" mha --heads 4 --weights only_q.safetensors --input ok.npy
+expect_error 1 "only_q.safetensors: no weight 'w_k.weight' [48,48] for $GRAPHS/mha.graph; present: w_q.weight [48,48]" \
+    "a graph file's missing param lists the present ones" "$GRAPHS/mha.graph" --heads 4 --weights only_q.safetensors --input ok.npy
+expect_error 1 "--d-model 64 disagrees with ok.npy [2,7,48] (D = 48)" "a flag that disagrees with a file" \
+    mha --heads 4 --input ok.npy --d-model 64
+expect_error 1 "--batch 3 disagrees with ok.npy [2,7,48] (B = 2)" "--batch against a file" mha --heads 4 --input ok.npy --batch 3
+expect_error 1 "w_q.weight [48,48] disagrees with $FIX/mha_seed/x.npy [2,10,512] (D = 512)" \
+    "weights that do not fit the input" mha --heads 4 --input "$FIX/mha_seed/x.npy" --weights "$W"
+expect_error 1 "rank2.npy: f32 [7,48] is not an f32 [B, T, D] input" "a 2-D input" mha --heads 4 --input rank2.npy
+expect_error 1 "i32.npy: i32 [2,7,48] is not an f32 [B, T, D] input" "an i32 input" mha --heads 4 --input i32.npy
+expect_error 1 "--heads 5 does not divide D = 48 (ok.npy [2,7,48])" "heads that do not divide d_model" \
+    mha --heads 5 --input ok.npy
+expect_error 1 "even_rel.safetensors: rel_k.weight [6,12] has 6 rows; expected 2P+1 (odd)" "an even relative table" \
+    relpos --heads 4 --weights even_rel.safetensors
+expect_error 1 "gqa: kv_heads 3 must divide heads 4" "kv heads that do not divide heads" gqa --heads 4 --kv-heads 3 --d-model 16
+expect_error 1 "--valid-lens has 3 lengths, but the batch is 2 (ok.npy [2,7,48])" "--valid-lens count" \
+    mha --heads 4 --input ok.npy --valid-lens 1,2,3
+expect_error 1 "--valid-lens: length 8 (batch 1) is more than the 7 keys" "--valid-lens past Tk" \
+    mha --heads 4 --input ok.npy --valid-lens 3,8
+expect_error 1 "bad.graph:3:5: unknown op 'sofmax'" "a malformed graph file (line:col)" bad.graph
+expect_error 1 "needs_h.graph:2:14: unknown symbol 'H' (give --heads)" "a graph file needing a size" needs_h.graph --weights "$W"
+expect_error 1 "lens.graph: input valid_lens [2] needs --valid-lens" "a graph file's valid_lens" lens.graph
+expect_error 1 "one_output.graph: --attn-weights needs a second output" "--attn-weights of a one-output graph" \
+    one_output.graph --attn-weights a.npy
+expect_error 1 "--tokens has 3 labels, but there are 7 keys (Tk)" "--tokens count" \
+    mha --heads 4 --input ok.npy --attn-svg h.svg --tokens a,b,c
+expect_error 1 "--attn-batch 2: the batch has 2 elements" "--attn-batch out of range" \
+    mha --heads 4 --input ok.npy --attn-svg h.svg --attn-batch 2
+expect_error 1 "the inputs need 1.72e+10 GiB of tensor data; this machine has" "sizes too large for memory" \
+    mha --batch 1073741824 --seq 1073741824 --d-model 1073741824 --heads 1
+expect_error 1 "nosuch.npy: cannot open: No such file or directory" "a missing file" mha --heads 4 --input nosuch.npy
+expect_error 1 "$B: not a regular file" "a directory as input" mha --heads 4 --input "$B"
+expect_error 1 "compute: nan trap: node" "a compute error (NaN trap)" mha --heads 4 --input nan.npy --nan-trap
+expect_error 1 "/nonexistent/dir/a.npy: cannot create" "an output that cannot be written" mha --heads 4 --input ok.npy \
+    --attn-weights /nonexistent/dir/a.npy
+expect_error 1 "/nonexistent/g.graph: cannot create" "a graph that cannot be saved" mha --heads 4 --input ok.npy \
+    --save-graph /nonexistent/g.graph --attn-svg h.svg
+check "a failed write leaves no other output (--output, staged)" test ! -e "$T/never.npy"
+expect_error 2 "--frobnicate: unknown flag" "an unknown flag" mha --frobnicate
+expect_error 2 "nosuch: not a model (mha, gqa, relpos, matmul) nor a readable graph file" "a bad MODEL" nosuch --heads 2
+expect_error 2 "no MODEL given" "no MODEL" --heads 2
+expect_error 2 "--heads: missing its value (H)" "a flag without its value" mha --heads
+expect_error 2 "--heads: 'four' is not a whole number" "a flag with a bad value" mha --heads four
+expect_error 2 "--seq: '0' is not a whole number in [1, " "a size of 0" mha --seq 0
+expect_error 2 "--valid-lens: '3,,2' is not a list of lengths" "a malformed --valid-lens" mha --valid-lens 3,,2
+expect_error 2 "give --heads: the weights do not say how many heads" "--weights without --heads" mha --weights "$W"
+expect_error 2 "--kv-heads does not apply to mha (grouped-query attention is gqa)" "--kv-heads for mha" mha --kv-heads 2
+expect_error 2 "--causal does not apply to matmul" "an attention flag for matmul" matmul --causal
+expect_error 2 "--input is self-attention" "--input with --query" mha --input ok.npy --query ok.npy
+expect_error 2 "--isa: 'avx9000' is not" "a bad --isa" mha --isa avx9000
+expect_error 2 "--attn-batch is for the --attn-svg heatmap" "--attn-batch without --attn-svg" mha --attn-batch 1
+expect_error 2 "a.npy: given for two outputs" "one path for two outputs" mha --attn-weights a.npy --attn-svg a.npy
+expect_error 2 "--bind c=...: matmul's inputs are a [M, K] and b [K, N]" "--bind of an unknown matmul input" \
+    matmul --bind c=ok.npy
+check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
+cd "$T" || exit 2
+
+echo "$n_checks checks, $n_failed failed"
+[ "$n_failed" -eq 0 ]

@@ -1,0 +1,89 @@
+/* Every f32 GEMM micro-kernel in ops/gemm.inc against the reference
+ * micro-kernel, bit for bit (each element is one fma chain in k order, see
+ * ops/gemm.h): k = 1, 2, 3, odd and block-sized; full and partial tiles
+ * (m < MR, n < NR, both); storing and accumulating; A packed or read in
+ * place by rows; B packed or read in place with a wider row stride.
+ * Elements of C outside the m x n tile must be left alone. Variants whose
+ * ISA the CPU lacks are skipped, with a message. */
+#include "../ops/gemm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures, checks;
+
+static uint32_t rng = 12345;
+static float rnd(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)(rng >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+/* One call of variant v against the reference; false on a mismatch. A is
+ * packed (lda 0: MR rows, k-major) or in place (m rows of lda floats, no
+ * more, so that a read past them is caught by ASan). */
+static bool check_case(const gml_gemm_variant *v, size_t kc, size_t lda, int m, int n, bool acc,
+                       size_t ldb) {
+    const int mr = v->mr;
+    const size_t ldc = (size_t)v->nr + 3, rows = (size_t)mr + 2;
+    const size_t a_len = lda ? (size_t)m * lda : kc * (size_t)mr;
+    float *a = malloc(sizeof(float) * a_len);
+    float *b = malloc(sizeof(float) * kc * ldb);
+    float *c = malloc(sizeof(float) * rows * ldc), *want = malloc(sizeof(float) * rows * ldc);
+    for (size_t i = 0; i < a_len; i++) a[i] = rnd();
+    for (size_t i = 0; i < kc * ldb; i++) b[i] = rnd();
+    for (size_t i = 0; i < rows * ldc; i++) c[i] = want[i] = rnd() * 4.0f;
+    gml_f32_gemm_ukernel__ref(mr, kc, a, lda, b, ldb, want, ldc, m, n, acc);
+    v->fn(kc, a, lda, b, ldb, c, ldc, m, n, acc);
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++)
+        for (size_t j = 0; j < ldc && ok; j++)
+            if (memcmp(&c[i * ldc + j], &want[i * ldc + j], sizeof(float)) != 0) {
+                fprintf(stderr,
+                        "FAIL %s kc=%zu lda=%zu m=%d n=%d acc=%d ldb=%zu: c[%zu][%zu] = %.9g, "
+                        "want %.9g%s\n",
+                        v->name, kc, lda, m, n, acc, ldb, i, j, c[i * ldc + j], want[i * ldc + j],
+                        (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
+                ok = false;
+            }
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+    checks++;
+    return ok;
+}
+
+int main(void) {
+    const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: KC */
+    for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
+        const gml_gemm_variant *v = &gml_gemm_variants[vi];
+        if (!gml_cpu_has(v->isa)) {
+            printf("skip %s: this CPU lacks %s\n", v->name, gml_isa_name(v->isa));
+            continue;
+        }
+        const int ms[] = {1, 2, v->mr / 2, v->mr - 1, v->mr};
+        const int ns[] = {1, 2, 7, 8, 9, 15, 16, 17, v->nr / 2 + 1, v->nr - 1, v->nr};
+        int before = failures;
+        for (size_t ki = 0; ki < sizeof kcs / sizeof kcs[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int m = ms[mi], n = ns[ni];
+                    if (m < 1 || m > v->mr || n < 1 || n > v->nr) continue;
+                    for (int acc = 0; acc < 2; acc++)
+                        for (int inplace = 0; inplace < 2; inplace++)
+                            for (size_t ldb = (size_t)v->nr; ldb <= (size_t)v->nr + 5; ldb += 5) {
+                                const size_t lda = inplace ? kcs[ki] + 3 : 0;
+                                if (check_case(v, kcs[ki], lda, m, n, acc, ldb)) continue;
+                                if (++failures > 20) {
+                                    fprintf(stderr, "too many failures\n");
+                                    return 1;
+                                }
+                            }
+                }
+        printf("%s (%s, %dx%d): %s\n", v->name, gml_isa_name(v->isa), v->mr, v->nr,
+               failures == before ? "ok" : "FAILED");
+    }
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}

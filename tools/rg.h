@@ -1,0 +1,200 @@
+/* run-graph's pieces, shared by its files:
+ *
+ *   rg_args.c    the command line: flags -> rg_opts, --help text
+ *   rg_data.c    input and weight files, shapes (from files, flags, defaults),
+ *                deterministic random data
+ *   rg_model.c   the graph: a built-in block or a graph file, bound to the data,
+ *                its tensors placed by the memory planner
+ *   rg_run.c     compute: timing, per-node profile
+ *   rg_svg.c     the attention heatmap (--attn-svg)
+ *   rg_out.c     output files, staged so that a failed run leaves none
+ *   run-graph.c  main: the steps in order, the summary and --json
+ *
+ * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h). */
+#ifndef RUN_GRAPH_RG_H
+#define RUN_GRAPH_RG_H
+
+#include "attention.h"
+#include "ggmlite.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#if defined(__GNUC__)
+#define RG_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define RG_PRINTF(f, a)
+#endif
+
+/* ---- errors: one line, and the exit status it means ---------------------- */
+
+enum { RG_OK = 0, RG_RUNTIME = 1, RG_USAGE = 2 };
+
+typedef struct rg_err {
+    int status;     /* RG_RUNTIME or RG_USAGE once failed */
+    char msg[1536]; /* printed as "run-graph: <msg>" */
+} rg_err;
+
+/* Records the first failure (later ones are dropped) and returns false. */
+bool rg_fail(rg_err *e, int status, const char *fmt, ...) RG_PRINTF(3, 4);
+
+/* ---- sizes ----------------------------------------------------------------- */
+
+/* The sizes run-graph knows, also the symbols a graph file sees. */
+enum { RG_B, RG_T, RG_S, RG_D, RG_H, RG_G, RG_P, RG_M, RG_N, RG_K, RG_NSYM };
+extern const char *const RG_SYM[RG_NSYM];  /* "B", "T", ... */
+extern const char *const RG_FLAG[RG_NSYM]; /* "--batch", "--seq", ... */
+
+typedef enum rg_kind { RG_MHA, RG_GQA, RG_RELPOS, RG_MATMUL, RG_GRAPH } rg_kind;
+
+/* ---- the command line (rg_args.c) ------------------------------------------ */
+
+#define RG_MAX_BINDS 16
+
+typedef struct rg_opts {
+    const char *model; /* as given: "mha" or a path */
+    rg_kind kind;
+    int64_t dim[RG_NSYM]; /* sizes given by flags, 0 = not given */
+    bool causal;
+    int32_t *valid_lens; /* --valid-lens, malloc'd; n_valid_lens of them */
+    int n_valid_lens;
+    const char *weights, *input, *query, *key, *value;
+    struct { const char *name, *path; } bind[RG_MAX_BINDS]; /* --bind NAME=FILE */
+    int n_bind;
+    uint64_t seed;
+    /* outputs */
+    const char *output, *attn_weights, *attn_svg, *dot, *save_graph, *save_inputs;
+    const char *tokens, *query_tokens; /* comma-separated labels for --attn-svg */
+    int attn_batch;                    /* which batch element --attn-svg draws */
+    /* running */
+    int threads, repeat;
+    const char *isa;
+    bool profile, print_graph, json, nan_trap;
+    bool done; /* --help or --version was handled: exit 0 */
+} rg_opts;
+
+/* Whether a model takes the size sym (has its flag): mha B T S D H; gqa
+ * and relpos G too, relpos P; matmul M N K; graph files all. */
+bool rg_size_applies(rg_kind kind, int sym);
+
+/* Fills o from argv; false with a usage error (status 2) in e. --help and
+ * --version print and set o->done. */
+bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e);
+void rg_opts_free(rg_opts *o);
+
+/* ---- data (rg_data.c) ------------------------------------------------------- */
+
+#define RG_MAX_CTX 24
+
+typedef struct rg_data {
+    gml_context *ctxs[RG_MAX_CTX]; /* everything loaded or made here, freed at the end */
+    int n_ctxs;
+    /* Weights: the --weights file, or random ones for a built-in block; NULL
+     * for a graph file without --weights (its params are made random). */
+    gml_context *wctx;
+    bool random_weights;
+    /* Inputs: self-attention has x only; cross-attention query, key (NULL:
+     * the query) and value (NULL: the key). matmul has a and b. */
+    gml_tensor *x, *query, *key, *value, *valid_lens, *a, *b;
+    gml_tensor *bound[RG_MAX_BINDS]; /* --bind, named by their NAME */
+    bool random_inputs;
+    /* Sizes, and where each came from ("x.npy [2,10,512]", "--heads 8",
+     * "default"); known[i] false: not known (only for graph files). */
+    int64_t dim[RG_NSYM];
+    bool known[RG_NSYM];
+    char src[RG_NSYM][160];
+} rg_data;
+
+/* Loads the files the options name, works out the sizes (flags that disagree
+ * with files are errors naming both), and makes the random inputs and
+ * weights the files do not give. */
+bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e);
+void rg_data_free(rg_data *d);
+
+/* False, with a message, if `bytes` of tensor data for `what` exceed the
+ * machine's memory. */
+bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e);
+
+/* Deterministic random values from (seed, t's name), so equal names get equal
+ * data whichever way the graph was made: params uniform in +-1/sqrt(last
+ * dim) (nn.Linear's init), inputs uniform in [-1, 1]. t contiguous f32. */
+void rg_fill_random(gml_tensor *t, uint64_t seed, bool is_param);
+
+/* The weight a graph-file param of this name binds to: the tensor of that
+ * name, or its nn.MultiheadAttention equivalent (out_proj.*, or rows of
+ * in_proj_weight / in_proj_bias made as views in ctx). NULL if none. */
+gml_tensor *rg_find_weight(gml_context *wctx, gml_context *ctx, const char *name);
+/* "; present: a [2,3], b [4]" listing wctx's tensors, into buf. */
+void rg_list_weights(gml_context *wctx, char *buf, size_t size);
+
+/* ---- the graph (rg_model.c) ---------------------------------------------------- */
+
+typedef struct rg_model {
+    gml_context *ctx; /* no_alloc: the planner places the data */
+    gml_graph *g;
+    gml_tensor *out;  /* the result */
+    gml_tensor *attn; /* attention weights [B, H, Tq, Tk], or NULL */
+    gml_tensor *outs[2];
+    int n_outs;
+    size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */
+    size_t naive_bytes; /* the same without reusing memory */
+} rg_model;
+
+bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+void rg_model_free(rg_model *m);
+
+/* ---- running (rg_run.c) --------------------------------------------------------- */
+
+typedef struct rg_timing {
+    int runs;
+    double median_ms, min_ms;
+    double flops;
+    double *node_ms; /* --profile: mean ms per node over the timed runs, or NULL */
+} rg_timing;
+
+/* One warm-up when repeat > 1, then `repeat` timed runs. */
+bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e);
+/* The per-node table and the per-op totals. */
+void rg_print_profile(FILE *f, const rg_model *m, const rg_timing *t);
+
+/* ---- outputs (rg_svg.c, rg_out.c) ------------------------------------------------- */
+
+/* t's elements in logical C order (any strides), malloc'd; *n_bytes set. */
+void *rg_dense(const gml_tensor *t, size_t *n_bytes);
+
+typedef struct rg_heatmap {
+    const float *attn; /* dense [B, H, Tq, Tk] */
+    int64_t B, H, Tq, Tk;
+    int batch;                        /* which batch element to draw */
+    char **key_labels, **query_labels; /* Tk / Tq labels, or NULL for indices */
+    const char *title;
+} rg_heatmap;
+
+/* Writes the heatmap as SVG to path; false with a message in err. */
+bool rg_write_svg(const char *path, const rg_heatmap *h, char *err, size_t err_size);
+/* Splits "a,b,c" into a malloc'd array of n strings (free with rg_free_labels). */
+char **rg_split_labels(const char *s, int *n);
+void rg_free_labels(char **labels, int n);
+
+/* Output files are written to "<path>.run-graph-tmp" and renamed into place
+ * only once every one of them was written: a failure leaves none. */
+#define RG_MAX_STAGED 16
+typedef struct rg_stage {
+    char *final[RG_MAX_STAGED], *tmp[RG_MAX_STAGED];
+    int n;
+    char *made_dir; /* a directory made for the outputs (--save-inputs), removed on abort */
+} rg_stage;
+
+/* The temporary path to write `path` to (owned by s). */
+const char *rg_stage_add(rg_stage *s, const char *path);
+/* Library messages name the temporary file: this names path instead. */
+void rg_stage_message(const rg_stage *s, char *msg, size_t size);
+bool rg_stage_commit(rg_stage *s, rg_err *e);
+void rg_stage_abort(rg_stage *s);
+
+/* Writes every output the options ask for, all or nothing. */
+bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+
+#endif

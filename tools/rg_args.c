@@ -1,0 +1,361 @@
+/* run-graph's command line: one table of flags gives each its argument, its
+ * help line and the models it applies to; --help prints the table. */
+#define _POSIX_C_SOURCE 200809L
+#include "rg.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bool rg_fail(rg_err *e, int status, const char *fmt, ...) {
+    if (e->status) return false;
+    e->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+const char *const RG_SYM[RG_NSYM] = {"B", "T", "S", "D", "H", "G", "P", "M", "N", "K"};
+const char *const RG_FLAG[RG_NSYM] = {"--batch", "--seq", "--kv-seq", "--d-model", "--heads",
+                                      "--kv-heads", "--max-rel", "--m", "--n", "--k"};
+
+/* Which models a flag applies to. */
+enum {
+    M_MHA = 1 << RG_MHA,
+    M_GQA = 1 << RG_GQA,
+    M_REL = 1 << RG_RELPOS,
+    M_MAT = 1 << RG_MATMUL,
+    M_GRAPH = 1 << RG_GRAPH,
+    M_ATTN = M_MHA | M_GQA | M_REL | M_GRAPH,
+    M_ALL = M_ATTN | M_MAT,
+};
+
+typedef enum flag_id {
+    F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
+    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_WEIGHTS, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
+    F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
+    F_JSON, F_HELP, F_VERSION,
+} flag_id;
+
+typedef struct flag {
+    const char *name;
+    const char *arg; /* NULL: takes no value */
+    unsigned models;
+    const char *help;
+    const char *group; /* starts a group in --help */
+} flag;
+
+/* Indexed by flag_id (the sizes first, in RG_SYM order); --help prints them in
+ * this order. */
+static const flag FLAGS[] = {
+    [RG_B] = {"--batch", "B", M_ATTN, "batch size", "Sizes (inferred from the input and weight files when given)"},
+    [RG_T] = {"--seq", "T", M_ATTN, "query length", NULL},
+    [RG_S] = {"--kv-seq", "S", M_ATTN, "key/value length (default T; S != T makes random inputs cross-attention)", NULL},
+    [RG_D] = {"--d-model", "D", M_ATTN, "model width d_model", NULL},
+    [RG_H] = {"--heads", "H", M_ATTN, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL},
+    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH, "key/value heads, dividing H (gqa default H/4)", NULL},
+    [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P]", NULL},
+    [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL},
+    [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL},
+    [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL},
+    [F_CAUSAL] = {"--causal", NULL, M_ATTN, "query i sees key j iff j <= i + (S - T)", "Masks"},
+    [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN, "one length per batch: keys j >= L are masked", NULL},
+    [F_WEIGHTS] = {"--weights", "FILE", M_ATTN,
+     "f32 safetensors: w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
+     "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
+     "Data (without files: deterministic random data from --seed)"},
+    [F_INPUT] = {"--input", "FILE", M_ATTN, "self-attention input .npy [B, T, D]", NULL},
+    [F_QUERY] = {"--query", "FILE", M_ATTN, "cross-attention query .npy [B, T, D]", NULL},
+    [F_KEY] = {"--key", "FILE", M_ATTN, "cross-attention key .npy [B, S, D] (default: the query)", NULL},
+    [F_VALUE] = {"--value", "FILE", M_ATTN, "cross-attention value .npy [B, S, D] (default: the key)", NULL},
+    [F_BIND] = {"--bind", "NAME=FILE", M_MAT | M_GRAPH, "binds a graph file's input or param NAME (matmul: a, b) to a .npy", NULL},
+    [F_SEED] = {"--seed", "N", M_ALL, "seed of the random weights and inputs (default 0)", NULL},
+    [F_OUTPUT] = {"--output", "FILE", M_ALL, "writes the output .npy", "Outputs (written only when the whole run succeeds)"},
+    [F_ATTN_WEIGHTS] = {"--attn-weights", "FILE", M_ATTN, "writes the attention weights .npy [B, H, T, S]", NULL},
+    [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head", NULL},
+    [F_TOKENS] = {"--tokens", "A,B,..", M_ATTN, "--attn-svg labels of the S keys (and of the queries when T = S)", NULL},
+    [F_QUERY_TOKENS] = {"--query-tokens", "A,B,..", M_ATTN, "--attn-svg labels of the T queries", NULL},
+    [F_ATTN_BATCH] = {"--attn-batch", "I", M_ATTN, "--attn-svg draws batch element I (default 0)", NULL},
+    [F_DOT] = {"--dot", "FILE", M_ALL, "writes the graph as Graphviz DOT", NULL},
+    [F_SAVE_GRAPH] = {"--save-graph", "FILE", M_ALL, "writes the graph as a graph file (tools/graphs/README.md)", NULL},
+    [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy", NULL},
+    [F_THREADS] = {"--threads", "N", M_ALL, "compute threads (default: all cores)", "Running"},
+    [F_REPEAT] = {"--repeat", "N", M_ALL, "one warm-up, then N timed runs: median and min ms, GFLOP/s", NULL},
+    [F_ISA] = {"--isa", "NAME", M_ALL, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL},
+    [F_PROFILE] = {"--profile", NULL, M_ALL, "per-node times (op, shape, ms, share) and per-op totals", NULL},
+    [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL, "stop at the first node that makes a NaN or Inf, and name it", NULL},
+    [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL, "prints the graph's nodes (to stderr with --json)", NULL},
+    [F_JSON] = {"--json", NULL, M_ALL, "prints one JSON object on stdout instead of the summary", NULL},
+    [F_HELP] = {"--help", NULL, M_ALL, "this text", "Other"},
+    [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL},
+};
+#define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
+_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_VERSION + 1, "FLAGS follows flag_id");
+
+bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
+
+static void print_help(FILE *f) {
+    fprintf(f,
+            "usage: run-graph MODEL [options]\n"
+            "\n"
+            "Runs an attention block (or a matmul, or a graph file) with ggmlite: binds weights\n"
+            "and inputs from files (or makes deterministic random ones), computes, and writes,\n"
+            "prints, times, profiles and draws the result.\n"
+            "\n"
+            "MODEL: mha | gqa | relpos | matmul | a graph file (see tools/graphs/README.md)\n"
+            "  mha     multi-head attention           out [B, T, D], weights [B, H, T, S]\n"
+            "  gqa     grouped-query attention        (G key/value heads)\n"
+            "  relpos  Shaw et al. relative-position attention (rel_k, rel_v tables [2P+1, D/H])\n"
+            "  matmul  a [M, K] @ b [K, N]            out [M, N]\n"
+            "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
+            "inputs x, query, key, value, valid_lens bind to the flags of those names, its params\n"
+            "to --weights by name, anything else to --bind or random data. Its first output is\n"
+            "the result, a second one the attention weights.\n");
+    for (int i = 0; i < N_FLAGS; i++) {
+        const flag *fl = &FLAGS[i];
+        if (fl->group) fprintf(f, "\n%s:\n", fl->group);
+        char left[48];
+        snprintf(left, sizeof left, "%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
+        fprintf(f, "  %-22s ", left);
+        /* the help text, wrapped at 100 columns under its first line */
+        int col = 25;
+        for (const char *w = fl->help; *w;) {
+            int len = (int)strcspn(w, " ");
+            if (col > 25 && col + 1 + len > 100) {
+                fprintf(f, "\n%25s", "");
+                col = 25;
+            } else if (col > 25) {
+                fputc(' ', f);
+                col++;
+            }
+            fprintf(f, "%.*s", len, w);
+            col += len;
+            w += len;
+            while (*w == ' ') w++;
+        }
+        fputc('\n', f);
+    }
+    fprintf(f,
+            "\n"
+            "Without --json: a short summary (output shape, XXH3 digest of the output bytes, time).\n"
+            "With --json: model, output_shape, xxh3, threads, runs, median_ms, min_ms, flops,\n"
+            "peak_bytes and more.\n"
+            "Exit status: 0 ok, 1 a run-time problem (a bad file, sizes that do not fit, a\n"
+            "failed compute), 2 a usage error. Errors are one line: run-graph: <file>: <what>.\n"
+            "\n"
+            "Example:\n"
+            "  run-graph mha --seq 6 --d-model 64 --heads 4 --causal \\\n"
+            "      --tokens \"The,cat,sat,on,the,mat\" --attn-svg attn.svg\n");
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+/* A whole decimal number in [lo, hi]. */
+static bool parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                      rg_err *e) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
+                       (long long)lo, (long long)hi);
+    *out = v;
+    return true;
+}
+
+static bool parse_lens(const char *s, rg_opts *o, rg_err *e) {
+    free(o->valid_lens);
+    o->n_valid_lens = 0;
+    int cap = 1;
+    for (const char *c = s; *c; c++) cap += *c == ',';
+    o->valid_lens = malloc((size_t)cap * sizeof *o->valid_lens);
+    if (!o->valid_lens) return rg_fail(e, RG_RUNTIME, "out of memory");
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (n == 0 || n >= sizeof item)
+            return rg_fail(e, RG_USAGE, "--valid-lens: '%s' is not a list of lengths like 3,2", s);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        int64_t v = 0;
+        if (!parse_int("--valid-lens", item, 0, INT32_MAX, &v, e)) return false;
+        o->valid_lens[o->n_valid_lens++] = (int32_t)v;
+        if (!comma) return true;
+        p = comma + 1;
+    }
+}
+
+static bool set_model(rg_opts *o, const char *m, rg_err *e) {
+    if (o->model) return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s'); see --help", m, o->model);
+    static const char *const NAMES[] = {"mha", "gqa", "relpos", "matmul"};
+    o->model = m;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(m, NAMES[i]) == 0) {
+            o->kind = (rg_kind)i;
+            return true;
+        }
+    o->kind = RG_GRAPH;
+    if (access(m, R_OK) != 0)
+        return rg_fail(e, RG_USAGE, "%s: not a model (mha, gqa, relpos, matmul) nor a readable graph file: %s",
+                       m, strerror(errno));
+    return true;
+}
+
+static const flag *find_flag(const char *name, size_t len) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strlen(FLAGS[i].name) == len && strncmp(FLAGS[i].name, name, len) == 0) return &FLAGS[i];
+    return NULL;
+}
+
+static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
+    const char *name = FLAGS[id].name;
+    int64_t n = 0;
+    if ((int)id < RG_NSYM) {
+        if (!parse_int(name, v, 1, (int64_t)1 << 30, &n, e)) return false;
+        o->dim[id] = n;
+        return true;
+    }
+    switch (id) {
+    case F_CAUSAL: o->causal = true; return true;
+    case F_VALID_LENS: return parse_lens(v, o, e);
+    case F_WEIGHTS: o->weights = v; return true;
+    case F_INPUT: o->input = v; return true;
+    case F_QUERY: o->query = v; return true;
+    case F_KEY: o->key = v; return true;
+    case F_VALUE: o->value = v; return true;
+    case F_BIND: {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || !eq[1])
+            return rg_fail(e, RG_USAGE, "--bind: '%s' is not NAME=FILE.npy", v);
+        if (o->n_bind == RG_MAX_BINDS) return rg_fail(e, RG_USAGE, "--bind: more than %d", RG_MAX_BINDS);
+        size_t len = (size_t)(eq - v);
+        char *nm = strndup(v, len);
+        if (!nm) return rg_fail(e, RG_RUNTIME, "out of memory");
+        for (int i = 0; i < o->n_bind; i++)
+            if (strcmp(o->bind[i].name, nm) == 0) {
+                free(nm);
+                return rg_fail(e, RG_USAGE, "--bind: '%.*s' is bound twice", (int)len, v);
+            }
+        o->bind[o->n_bind].name = nm;
+        o->bind[o->n_bind++].path = eq + 1;
+        return true;
+    }
+    case F_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (!*v || *end || errno || v[0] == '-')
+            return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
+        o->seed = s;
+        return true;
+    }
+    case F_OUTPUT: o->output = v; return true;
+    case F_ATTN_WEIGHTS: o->attn_weights = v; return true;
+    case F_ATTN_SVG: o->attn_svg = v; return true;
+    case F_TOKENS: o->tokens = v; return true;
+    case F_QUERY_TOKENS: o->query_tokens = v; return true;
+    case F_ATTN_BATCH:
+        if (!parse_int(name, v, 0, INT32_MAX, &n, e)) return false;
+        o->attn_batch = (int)n;
+        return true;
+    case F_DOT: o->dot = v; return true;
+    case F_SAVE_GRAPH: o->save_graph = v; return true;
+    case F_SAVE_INPUTS: o->save_inputs = v; return true;
+    case F_THREADS:
+        if (!parse_int(name, v, 1, 512, &n, e)) return false;
+        o->threads = (int)n;
+        return true;
+    case F_REPEAT:
+        if (!parse_int(name, v, 1, 1000000, &n, e)) return false;
+        o->repeat = (int)n;
+        return true;
+    case F_ISA: {
+        gml_isa isa;
+        if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
+            return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
+        o->isa = v;
+        return true;
+    }
+    case F_PROFILE: o->profile = true; return true;
+    case F_PRINT_GRAPH: o->print_graph = true; return true;
+    case F_JSON: o->json = true; return true;
+    case F_NAN_TRAP: o->nan_trap = true; return true;
+    case F_HELP: print_help(stdout); o->done = true; return true;
+    case F_VERSION: printf("run-graph (ggmlite) %s\n", GML_VERSION); o->done = true; return true;
+    default: return rg_fail(e, RG_USAGE, "%s: not handled", name);
+    }
+}
+
+/* Flags that only make sense together, and files given two ways. */
+static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
+    static const char *const KIND[] = {"mha", "gqa", "relpos", "matmul", "graph files"};
+    for (int i = 0; i < N_FLAGS; i++)
+        if (given[i] && !(FLAGS[i].models & (1u << o->kind))) {
+            const char *hint = i == RG_G && o->kind == RG_MHA ? " (grouped-query attention is gqa)" : "";
+            return rg_fail(e, RG_USAGE, "%s does not apply to %s%s; see --help", FLAGS[i].name,
+                           KIND[o->kind], hint);
+        }
+    if (o->input && (o->query || o->key || o->value))
+        return rg_fail(e, RG_USAGE, "--input is self-attention; for cross-attention give --query, --key, --value");
+    if (o->value && !o->key) return rg_fail(e, RG_USAGE, "--value needs --key");
+    if (o->key && !o->query) return rg_fail(e, RG_USAGE, "--key needs --query");
+    const char *outs[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph, o->save_inputs};
+    for (int i = 0; i < 6; i++)
+        for (int k = i + 1; k < 6; k++)
+            if (outs[i] && outs[k] && strcmp(outs[i], outs[k]) == 0)
+                return rg_fail(e, RG_USAGE, "%s: given for two outputs", outs[i]);
+    if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
+        return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
+                       o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");
+    return true;
+}
+
+bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e) {
+    *o = (rg_opts){.threads = 0, .repeat = 1};
+    unsigned given[N_FLAGS] = {0};
+    bool only_positional = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_positional || a[0] != '-' || !a[1]) {
+            if (!set_model(o, a, e)) return false;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_positional = true;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0) a = "--help";
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const flag *fl = find_flag(a, len);
+        if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", (int)len, a);
+        flag_id id = (flag_id)(fl - FLAGS);
+        const char *v = NULL;
+        if (fl->arg) {
+            if (eq) v = eq + 1;
+            else if (i + 1 < argc) v = argv[++i];
+            else return rg_fail(e, RG_USAGE, "%s: missing its value (%s)", fl->name, fl->arg);
+        } else if (eq) {
+            return rg_fail(e, RG_USAGE, "%s takes no value", fl->name);
+        }
+        given[id] = 1;
+        if (!apply(o, id, v, e)) return false;
+        if (o->done) return true;
+    }
+    if (!o->model) return rg_fail(e, RG_USAGE, "no MODEL given (mha, gqa, relpos, matmul or a graph file); see --help");
+    return check(o, e, given);
+}
+
+void rg_opts_free(rg_opts *o) {
+    free(o->valid_lens);
+    for (int i = 0; i < o->n_bind; i++) free((char *)o->bind[i].name);
+    *o = (rg_opts){0};
+}

@@ -1,0 +1,196 @@
+/* run-graph's graph: a built-in block (models/attention.h), a matmul, or a
+ * graph file whose inputs and params are bound to the loaded data.
+ *
+ * The graph is built in a no_alloc context (headers only); the memory
+ * planner then places every tensor that has no data in one buffer, reusing
+ * the memory of intermediates once their last reader has run. */
+#define _POSIX_C_SOURCE 200809L
+#include "rg.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- built-in blocks -------------------------------------------------------- */
+
+static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
+    if (o->kind == RG_MATMUL) { /* a [M, K] @ b [K, N] -> [M, N] */
+        m->out = gml_set_name(gml_matmul(ctx, d->a, d->b), "out");
+        if (!m->out) return rg_fail(e, RG_RUNTIME, "matmul: %s", gml_last_error(ctx));
+        m->outs[0] = m->out;
+        m->n_outs = 1;
+        return true;
+    }
+    gml_attn_weights w;
+    char err[1024];
+    if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
+    gml_attn_config cfg = {.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
+                           .n_kv_heads = (int)d->dim[RG_G], .causal = o->causal,
+                           .max_rel = (int)d->dim[RG_P],
+                           .want_weights = o->attn_weights || o->attn_svg};
+    gml_attn_inputs in = {.query = d->x ? d->x : d->query, .key = d->key, .value = d->value,
+                          .valid_lens = d->valid_lens};
+    gml_attn_result r = o->kind == RG_MHA   ? gml_mha(ctx, cfg, &w, in)
+                        : o->kind == RG_GQA ? gml_gqa(ctx, cfg, &w, in)
+                                            : gml_relpos_attn(ctx, cfg, &w, in);
+    if (!r.out) {
+        if (o->weights) return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, gml_last_error(ctx));
+        return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(ctx));
+    }
+    m->out = m->outs[0] = r.out;
+    m->attn = m->outs[1] = r.weights; /* NULL from the fused graph */
+    m->n_outs = r.weights ? 2 : 1;
+    return true;
+}
+
+/* What a saved graph file calls inputs and params. */
+static void flag_leafs(rg_data *d) {
+    gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->a, d->b};
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+        if (inputs[i]) gml_set_flags(inputs[i], GML_FLAG_INPUT);
+    if (d->wctx)
+        for (gml_tensor *t = gml_get_first_tensor(d->wctx); t; t = gml_get_next_tensor(d->wctx, t))
+            gml_set_flags(t, GML_FLAG_PARAM);
+}
+
+/* ---- graph files -------------------------------------------------------------- */
+
+typedef struct binding {
+    const rg_opts *o;
+    rg_data *d;
+    gml_context *ctx;
+} binding;
+
+/* Standard inputs: x and query are the same input; key defaults to the
+ * query and value to the key, so one file serves self- and cross-attention. */
+static gml_tensor *standard_input(rg_data *d, const char *name) {
+    gml_tensor *q = d->query ? d->query : d->x;
+    gml_tensor *k = d->key ? d->key : q;
+    if (strcmp(name, "x") == 0 || strcmp(name, "query") == 0) return q;
+    if (strcmp(name, "key") == 0) return k;
+    if (strcmp(name, "value") == 0) return d->value ? d->value : k;
+    if (strcmp(name, "valid_lens") == 0) return d->valid_lens;
+    return NULL;
+}
+
+static gml_tensor *bind(void *user, const char *name, bool is_param) {
+    binding *b = user;
+    for (int i = 0; i < b->o->n_bind; i++)
+        if (strcmp(b->o->bind[i].name, name) == 0) return b->d->bound[i];
+    return is_param ? rg_find_weight(b->d->wctx, b->ctx, name) : standard_input(b->d, name);
+}
+
+/* Optional params are made (then filled with random data) when there is no
+ * weights file; otherwise an optional input or param not given is none. */
+static bool make_optional(void *user, const char *name, bool is_param) {
+    (void)name;
+    const binding *b = user;
+    return is_param && !b->d->wctx;
+}
+
+static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
+    const char *names[RG_NSYM + 1];
+    int64_t values[RG_NSYM + 1];
+    int n = 0;
+    for (int i = 0; i < RG_NSYM; i++)
+        if (d->known[i]) {
+            names[n] = RG_SYM[i];
+            values[n++] = d->dim[i];
+        }
+    names[n] = "CAUSAL";
+    values[n++] = o->causal;
+    binding b = {o, d, ctx};
+    gml_graph_binder binder = {.bind = bind, .user = &b, .sym_names = names, .sym_values = values,
+                               .n_syms = n, .make_optional = make_optional};
+    char err[1024];
+    m->n_outs = gml_load_graph(ctx, o->model, &binder, m->outs, 2, err, sizeof err);
+    if (m->n_outs < 0) {
+        /* A size the file needs that run-graph could not tell: say which flag gives it. */
+        for (int i = 0; i < RG_NSYM; i++) {
+            char pat[32];
+            snprintf(pat, sizeof pat, "unknown symbol '%s'", RG_SYM[i]);
+            if (strstr(err, pat)) {
+                size_t len = strlen(err);
+                snprintf(err + len, sizeof err - len, " (give %s)", RG_FLAG[i]);
+                break;
+            }
+        }
+        return rg_fail(e, RG_RUNTIME, "%s", err);
+    }
+    m->out = m->outs[0];
+    m->attn = m->n_outs > 1 ? m->outs[1] : NULL;
+    return true;
+}
+
+/* Leafs the parser made (nothing bound them): random data, or an error when
+ * a weights file should have had them or they are indices. */
+static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
+    for (gml_tensor *t = gml_get_first_tensor(m->ctx); t; t = gml_get_next_tensor(m->ctx, t)) {
+        if (t->op != GML_OP_NONE || gml_graph_use_count(m->g, t) == 0) continue;
+        bool param = t->flags & GML_FLAG_PARAM;
+        char s[64];
+        gml_format_shape(t, s, sizeof s);
+        if (param && d->wctx) {
+            char present[1024];
+            rg_list_weights(d->wctx, present, sizeof present);
+            return rg_fail(e, RG_RUNTIME, "%s: no weight '%s' %s for %s; %s", o->weights, t->name, s, o->model,
+                           present);
+        }
+        if (t->type != GML_F32) {
+            if (strcmp(t->name, "valid_lens") == 0)
+                return rg_fail(e, RG_RUNTIME, "%s: input valid_lens %s needs --valid-lens (or declare it optional)",
+                               o->model, s);
+            return rg_fail(e, RG_RUNTIME, "%s: input '%s' is %s %s: give it with --bind %s=FILE.npy", o->model,
+                           t->name, gml_type_name(t->type), s, t->name);
+        }
+        rg_fill_random(t, o->seed, param);
+    }
+    return true;
+}
+
+static bool build(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
+    return o->kind == RG_GRAPH ? load_graph(o, d, ctx, m, e) : build_block(o, d, ctx, m, e);
+}
+
+/* Gives the graph's tensors without data (intermediates, and leafs a graph
+ * file made) their places with the memory planner, and counts the bytes of
+ * tensor data a run needs: the planned buffer plus the inputs and weights,
+ * which keep the data they came with. */
+static bool place(rg_model *m, rg_err *e) {
+    size_t own = 0; /* leafs with data: inputs and weights from files or made random */
+    for (int i = 0; i < gml_graph_n_leafs(m->g); i++) {
+        const gml_tensor *t = gml_graph_leaf(m->g, i);
+        if (t->data && !gml_is_view(t)) own += (gml_nbytes(t) + 63) / 64 * 64;
+    }
+    gml_status st = gml_graph_plan(m->g, &(gml_plan_options){.measure_only = true});
+    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(m->g) + own, "the graph's tensors", e))
+        return false;
+    if (st == GML_OK) st = gml_graph_plan(m->g, NULL);
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(m->g));
+    m->peak_bytes = own + gml_graph_plan_peak(m->g);
+    m->naive_bytes = own + gml_graph_plan_naive(m->g);
+    return true;
+}
+
+bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
+    *m = (rg_model){0};
+    /* headers only: the planner places the data */
+    size_t headers = 512;
+    struct stat st;
+    if (o->kind == RG_GRAPH && stat(o->model, &st) == 0) headers += (size_t)st.st_size / 2;
+    m->ctx = gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
+    if (!m->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+    if (!build(o, d, m->ctx, m, e)) return false;
+    if (o->kind != RG_GRAPH) flag_leafs(d);
+    m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
+    if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
+    return place(m, e) && (o->kind != RG_GRAPH || fill_made_leafs(o, d, m, e));
+}
+
+void rg_model_free(rg_model *m) {
+    if (m->g) gml_graph_free(m->g);
+    if (m->ctx) gml_free(m->ctx);
+    *m = (rg_model){0};
+}

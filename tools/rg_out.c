@@ -1,0 +1,248 @@
+/* run-graph's output files. Each is written to "<path>.run-graph-tmp" (the
+ * library's savers are atomic themselves), and only when every one of them
+ * was written are they renamed into place: a run that fails at any step
+ * leaves no output file, partial or complete. */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "rg.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void *rg_dense(const gml_tensor *t, size_t *n_bytes) {
+    const size_t es = gml_type_size(t->type);
+    *n_bytes = (size_t)gml_nelements(t) * es;
+    char *out = malloc(*n_bytes ? *n_bytes : 1), *p = out;
+    if (!out) return NULL;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
+                const char *row = (const char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] +
+                                  i2 * (int64_t)t->nb[2];
+                if (t->nb[3] == es) {
+                    memcpy(p, row, (size_t)t->ne[3] * es);
+                    p += (size_t)t->ne[3] * es;
+                } else {
+                    for (int64_t i3 = 0; i3 < t->ne[3]; i3++, p += es) memcpy(p, row + i3 * (int64_t)t->nb[3], es);
+                }
+            }
+    return out;
+}
+
+/* ---- staging -------------------------------------------------------------------- */
+
+const char *rg_stage_add(rg_stage *s, const char *path) {
+    if (s->n == RG_MAX_STAGED) return NULL;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->final[i], path) == 0) return NULL;
+    size_t len = strlen(path) + sizeof ".run-graph-tmp";
+    char *tmp = malloc(len), *final = strdup(path);
+    if (!tmp || !final) {
+        free(tmp);
+        free(final);
+        return NULL;
+    }
+    snprintf(tmp, len, "%s.run-graph-tmp", path);
+    s->final[s->n] = final;
+    s->tmp[s->n++] = tmp;
+    return tmp;
+}
+
+void rg_stage_message(const rg_stage *s, char *msg, size_t size) {
+    for (int i = 0; i < s->n; i++) {
+        size_t tlen = strlen(s->tmp[i]), flen = strlen(s->final[i]);
+        for (char *at = strstr(msg, s->tmp[i]); at; at = strstr(at + flen, s->tmp[i])) {
+            char rest[2048];
+            snprintf(rest, sizeof rest, "%s", at + tlen);
+            snprintf(at, size - (size_t)(at - msg), "%s%s", s->final[i], rest);
+        }
+    }
+}
+
+static void stage_free(rg_stage *s) {
+    for (int i = 0; i < s->n; i++) {
+        free(s->final[i]);
+        free(s->tmp[i]);
+    }
+    s->n = 0;
+    free(s->made_dir);
+    s->made_dir = NULL;
+}
+
+void rg_stage_abort(rg_stage *s) {
+    for (int i = 0; i < s->n; i++) unlink(s->tmp[i]);
+    if (s->made_dir) rmdir(s->made_dir);
+    stage_free(s);
+}
+
+bool rg_stage_commit(rg_stage *s, rg_err *e) {
+    bool ok = true;
+    for (int i = 0; i < s->n && ok; i++)
+        if (rename(s->tmp[i], s->final[i]) != 0)
+            ok = rg_fail(e, RG_RUNTIME, "%s: cannot rename %s into place: %s", s->final[i], s->tmp[i], strerror(errno));
+    if (!ok)
+        for (int i = 0; i < s->n; i++) unlink(s->tmp[i]);
+    stage_free(s);
+    return ok;
+}
+
+/* The staged path for `path`, or a failure (the same path given twice). */
+static const char *stage(rg_stage *s, const char *path, rg_err *e) {
+    const char *tmp = rg_stage_add(s, path);
+    if (!tmp) rg_fail(e, RG_USAGE, "%s: given for two outputs", path);
+    return tmp;
+}
+
+static bool library_failed(rg_stage *s, const char *err, rg_err *e) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", err);
+    rg_stage_message(s, msg, sizeof msg);
+    return rg_fail(e, RG_RUNTIME, "%s", msg);
+}
+
+static bool save_npy(rg_stage *s, const char *path, const gml_tensor *t, rg_err *e) {
+    const char *tmp = stage(s, path, e);
+    char err[1024];
+    if (!tmp) return false;
+    return gml_save_npy(tmp, t, err, sizeof err) == GML_OK || library_failed(s, err, e);
+}
+
+/* ---- the heatmap ------------------------------------------------------------------- */
+
+static bool svg(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *e) {
+    const gml_tensor *a = m->attn;
+    rg_heatmap h = {.B = a->ne[0], .H = a->ne[1], .Tq = a->ne[2], .Tk = a->ne[3], .batch = o->attn_batch};
+    int n_keys = 0, n_queries = 0;
+    char **keys = o->tokens ? rg_split_labels(o->tokens, &n_keys) : NULL;
+    char **queries = o->query_tokens ? rg_split_labels(o->query_tokens, &n_queries) : NULL;
+    h.key_labels = keys;
+    h.query_labels = queries ? queries : h.Tq == h.Tk ? keys : NULL;
+    char title[512];
+    snprintf(title, sizeof title, "%s attention weights, batch %d of %" PRId64 ": %" PRId64 " heads, %" PRId64
+             " queries x %" PRId64 " keys%s%s",
+             o->kind == RG_GRAPH ? o->model : (const char *[]){"mha", "gqa", "relpos"}[o->kind], h.batch, h.B, h.H,
+             h.Tq, h.Tk, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "");
+    h.title = title;
+    size_t n;
+    float *dense = rg_dense(a, &n);
+    h.attn = dense;
+    const char *tmp = dense ? stage(s, o->attn_svg, e) : NULL;
+    char err[1024] = "out of memory";
+    bool ok = tmp && rg_write_svg(tmp, &h, err, sizeof err);
+    if (!ok && (tmp || !dense)) library_failed(s, err, e);
+    free(dense);
+    rg_free_labels(keys, n_keys);
+    rg_free_labels(queries, n_queries);
+    return ok;
+}
+
+/* ---- --save-inputs: the data of a run, as a fixture folder --------------------------- */
+
+/* x.npy, q.npy, k.npy, v.npy as the fixtures name them; other inputs by name. */
+static const char *input_file(const char *name) {
+    static const char *const MAP[][2] = {{"query", "q"}, {"key", "k"}, {"value", "v"}};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, MAP[i][0]) == 0) return MAP[i][1];
+    return name;
+}
+
+static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *e) {
+    const char *dir = o->save_inputs;
+    if (mkdir(dir, 0777) == 0) s->made_dir = strdup(dir); /* removed again if the run fails */
+    else if (errno != EEXIST)
+        return rg_fail(e, RG_RUNTIME, "%s: cannot create the directory: %s", dir, strerror(errno));
+    int n_leafs = gml_graph_n_leafs(m->g), n_params = 0;
+    const gml_tensor **params = malloc((size_t)n_leafs * sizeof *params + 1);
+    if (!params) return rg_fail(e, RG_RUNTIME, "out of memory");
+    char path[PATH_MAX], err[1024], args[4096];
+    size_t k = 0;
+    bool ok = true;
+    /* the arguments that run the same case in the folder */
+    const char *model = o->model;
+    char abs[PATH_MAX];
+    if (o->kind == RG_GRAPH && realpath(o->model, abs)) model = abs;
+    k += (size_t)snprintf(args + k, sizeof args - k, "%s", model);
+    static const int SIZES[] = {RG_H, RG_G, RG_P, RG_M, RG_N, RG_K};
+    for (int i = 0; i < 6; i++) {
+        int sym = SIZES[i];
+        bool wanted = o->kind == RG_GRAPH ? d->known[sym]
+                      : sym == RG_H       ? o->kind != RG_MATMUL
+                      : sym == RG_G       ? o->kind == RG_GQA || o->kind == RG_RELPOS
+                      : sym == RG_P       ? o->kind == RG_RELPOS
+                                          : false;
+        if (wanted) k += (size_t)snprintf(args + k, sizeof args - k, " %s %" PRId64, RG_FLAG[sym], d->dim[sym]);
+    }
+    if (o->kind == RG_GRAPH)
+        for (int sym = RG_B; sym <= RG_D; sym++)
+            k += (size_t)snprintf(args + k, sizeof args - k, " %s %" PRId64, RG_FLAG[sym], d->dim[sym]);
+    if (o->causal) k += (size_t)snprintf(args + k, sizeof args - k, " --causal");
+    for (int i = 0; i < o->n_valid_lens; i++)
+        k += (size_t)snprintf(args + k, sizeof args - k, "%s%d", i ? "," : " --valid-lens ", (int)o->valid_lens[i]);
+    for (int i = 0; i < n_leafs && ok; i++) {
+        const gml_tensor *t = gml_graph_leaf(m->g, i);
+        if (t->flags & GML_FLAG_PARAM) {
+            params[n_params++] = t;
+            continue;
+        }
+        if (strcmp(t->name, "valid_lens") == 0 && o->n_valid_lens) continue; /* --valid-lens says it */
+        const char *file = input_file(t->name);
+        snprintf(path, sizeof path, "%s/%s.npy", dir, file);
+        ok = save_npy(s, path, t, e);
+        const char *flag = NULL; /* the flag that binds it again, else --bind */
+        if (o->kind != RG_MATMUL) {
+            static const char *const FLAGS[][2] = {{"x", "--input"}, {"query", "--query"}, {"key", "--key"},
+                                                   {"value", "--value"}};
+            for (int f = 0; f < 4; f++)
+                if (strcmp(t->name, FLAGS[f][0]) == 0) flag = FLAGS[f][1];
+        }
+        if (flag) k += (size_t)snprintf(args + k, sizeof args - k, " %s %s.npy", flag, file);
+        else k += (size_t)snprintf(args + k, sizeof args - k, " --bind %s=%s.npy", t->name, file);
+    }
+    if (ok && n_params) {
+        snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+        const char *tmp = stage(s, path, e);
+        ok = tmp && (gml_save_safetensors(tmp, (const gml_tensor *const *)params, n_params, err, sizeof err) == GML_OK ||
+                     library_failed(s, err, e));
+        k += (size_t)snprintf(args + k, sizeof args - k, " --weights weights.safetensors");
+    }
+    free(params);
+    if (!ok) return false;
+    if (k >= sizeof args) return rg_fail(e, RG_RUNTIME, "%s/args: too long", dir);
+    snprintf(path, sizeof path, "%s/args", dir);
+    const char *tmp = stage(s, path, e);
+    FILE *f = tmp ? fopen(tmp, "w") : NULL;
+    if (tmp && !f) return rg_fail(e, RG_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    if (!f) return false;
+    fprintf(f, "%s\n", args);
+    if (fclose(f) != 0) return rg_fail(e, RG_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    return true;
+}
+
+bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
+    rg_stage s = {0};
+    char err[1024];
+    bool ok = true;
+    if (o->output) ok = save_npy(&s, o->output, m->out, e);
+    if (ok && o->attn_weights) ok = save_npy(&s, o->attn_weights, m->attn, e);
+    if (ok && o->attn_svg) ok = svg(o, d, m, &s, e);
+    if (ok && o->dot) {
+        const char *tmp = stage(&s, o->dot, e);
+        ok = tmp && (gml_graph_dump_dot(m->g, tmp) == GML_OK ||
+                     rg_fail(e, RG_RUNTIME, "%s: cannot write: %s", o->dot, strerror(errno)));
+    }
+    if (ok && o->save_graph) {
+        const char *tmp = stage(&s, o->save_graph, e);
+        ok = tmp && (gml_save_graph(tmp, m->g, m->outs, m->n_outs, err, sizeof err) == GML_OK ||
+                     library_failed(&s, err, e));
+    }
+    if (ok && o->save_inputs) ok = save_inputs(o, d, m, &s, e);
+    if (!ok) {
+        rg_stage_abort(&s);
+        return false;
+    }
+    return rg_stage_commit(&s, e);
+}

@@ -1,0 +1,174 @@
+/* run-graph: ggmlite without writing C. Builds a built-in attention block (or
+ * a matmul, or loads a graph file), binds weights and inputs from files (or
+ * makes deterministic random ones), computes, and writes, prints, times,
+ * profiles and draws the result. `run-graph --help` lists the flags; the
+ * pieces are described in rg.h.
+ *
+ *   run-graph mha --seq 10 --d-model 512 --heads 8 --causal
+ *   run-graph gqa --heads 32 --kv-heads 8 --weights w.safetensors --input x.npy --output out.npy
+ *   run-graph tools/graphs/relpos.graph --heads 4 --max-rel 3 --repeat 20 --json
+ *
+ * The steps, each of which may fail with a one-line message and an exit
+ * status (2 usage, 1 anything at run time): parse the flags; load the files
+ * and settle the sizes; build the graph; check that the outputs asked for
+ * fit it; compute (timed); write every output file, all or none; report. */
+#define _POSIX_C_SOURCE 200809L
+#include "rg.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* Outputs asked for that the graph cannot give, found before computing. */
+static bool check_outputs(const rg_opts *o, const rg_model *m, rg_err *e) {
+    if ((o->attn_weights || o->attn_svg) && !m->attn)
+        return rg_fail(e, RG_RUNTIME, "%s: %s needs a second output (the attention weights); the file has one",
+                       o->model, o->attn_weights ? "--attn-weights" : "--attn-svg");
+    if (!o->attn_svg) return true;
+    const gml_tensor *a = m->attn;
+    char s[64];
+    gml_format_shape(a, s, sizeof s);
+    if (a->type != GML_F32 || a->n_dims != 4)
+        return rg_fail(e, RG_RUNTIME, "%s: the attention weights are %s %s, not f32 [B, H, Tq, Tk]", o->model,
+                       gml_type_name(a->type), s);
+    if (o->attn_batch >= a->ne[0])
+        return rg_fail(e, RG_RUNTIME, "--attn-batch %d: the batch has %" PRId64 " elements (weights %s)", o->attn_batch,
+                       a->ne[0], s);
+    const char *flag[2] = {"--tokens", "--query-tokens"}, *list[2] = {o->tokens, o->query_tokens};
+    const char *what[2] = {"keys (Tk)", "queries (Tq)"};
+    int64_t want[2] = {a->ne[3], a->ne[2]};
+    for (int i = 0; i < 2; i++) {
+        if (!list[i]) continue;
+        int n = 1;
+        for (const char *c = list[i]; *c; c++) n += *c == ',';
+        if (n != want[i])
+            return rg_fail(e, RG_RUNTIME, "%s has %d labels, but there are %" PRId64 " %s (weights %s)", flag[i], n,
+                           want[i], what[i], s);
+    }
+    return true;
+}
+
+/* The sizes of this model: "B=2 T=10 ...". */
+static void describe_sizes(const rg_opts *o, const rg_data *d, char *buf, size_t size) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < RG_NSYM && k < size; i++)
+        if (d->known[i] && rg_size_applies(o->kind, i))
+            k += (size_t)snprintf(buf + k, size - k, "%s%s=%" PRId64, k ? " " : "", RG_SYM[i], d->dim[i]);
+}
+
+static cJSON *shape_json(const gml_tensor *t) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 4 - t->n_dims; i < 4; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)t->ne[i]));
+    return a;
+}
+
+static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
+                        uint64_t digest, rg_err *e) {
+    cJSON *j = cJSON_CreateObject(), *sizes = cJSON_CreateObject();
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, digest);
+    cJSON_AddStringToObject(j, "model", o->model);
+    for (int i = 0; i < RG_NSYM; i++)
+        if (d->known[i] && rg_size_applies(o->kind, i)) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
+    cJSON_AddItemToObject(j, "sizes", sizes);
+    cJSON_AddBoolToObject(j, "causal", o->causal);
+    cJSON_AddItemToObject(j, "output_shape", shape_json(m->out));
+    if (m->attn) cJSON_AddItemToObject(j, "attn_shape", shape_json(m->attn));
+    cJSON_AddStringToObject(j, "xxh3", hex);
+    cJSON_AddNumberToObject(j, "threads", o->threads);
+    cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
+    cJSON_AddNumberToObject(j, "runs", t->runs);
+    cJSON_AddNumberToObject(j, "median_ms", t->median_ms);
+    cJSON_AddNumberToObject(j, "min_ms", t->min_ms);
+    cJSON_AddNumberToObject(j, "flops", t->flops);
+    cJSON_AddNumberToObject(j, "gflops", t->median_ms > 0 ? t->flops / (t->median_ms * 1e6) : 0);
+    cJSON_AddNumberToObject(j, "peak_bytes", (double)m->peak_bytes);
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
+    cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
+    snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
+    cJSON_AddStringToObject(j, "graph_digest", hex);
+    cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
+    cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
+    if (t->node_ms) {
+        cJSON *p = cJSON_AddArrayToObject(j, "profile");
+        for (int i = 0; i < gml_graph_n_nodes(m->g); i++) {
+            const gml_tensor *n = gml_graph_node(m->g, i);
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddNumberToObject(row, "node", i);
+            cJSON_AddStringToObject(row, "name", n->name);
+            cJSON_AddStringToObject(row, "op", gml_op_name(n->op));
+            cJSON_AddItemToObject(row, "shape", shape_json(n));
+            cJSON_AddNumberToObject(row, "ms", t->node_ms[i]);
+            cJSON_AddItemToArray(p, row);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
+    printf("%s\n", text);
+    cJSON_free(text);
+    return true;
+}
+
+static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
+                         uint64_t digest) {
+    char sizes[256], shape[64];
+    describe_sizes(o, d, sizes, sizeof sizes);
+    const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
+                         : d->random_inputs  ? ", random inputs"
+                                             : "";
+    printf("%s: %s%s%s%s\n", o->model, sizes, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "",
+           random);
+    printf("output  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(m->out, shape, sizeof shape), digest);
+    printf("time    %.3f ms", t->median_ms);
+    if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
+    printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
+    if (t->median_ms > 0 && t->flops > 0) printf(", %.2f GFLOP/s", t->flops / (t->median_ms * 1e6));
+    printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
+           (double)m->peak_bytes / (1 << 20), (double)m->naive_bytes / (1 << 20), gml_graph_n_nodes(m->g));
+}
+
+static bool digest_of(const gml_tensor *t, uint64_t *out, rg_err *e) {
+    size_t n;
+    void *bytes = rg_dense(t, &n);
+    if (!bytes) return rg_fail(e, RG_RUNTIME, "out of memory");
+    *out = XXH3_64bits(bytes, n);
+    free(bytes);
+    return true;
+}
+
+int main(int argc, char **argv) {
+    rg_opts o;
+    rg_err e = {0};
+    rg_data d = {0};
+    rg_model m = {0};
+    rg_timing t = {0};
+    uint64_t digest = 0;
+    bool ok = rg_parse_args(argc, argv, &o, &e);
+    if (ok && !o.done) {
+        if (!o.threads) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
+        }
+        gml_isa isa;
+        if (o.isa && gml_isa_from_name(o.isa, &isa) && gml_set_isa(isa) != GML_OK)
+            ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
+        ok = ok && rg_data_load(&o, &d, &e) && rg_model_build(&o, &d, &m, &e) && check_outputs(&o, &m, &e);
+        if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
+        ok = ok && rg_run(&o, &m, &t, &e) && digest_of(m.out, &digest, &e) && rg_write_outputs(&o, &d, &m, &e);
+        if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);
+        if (ok && o.json) ok = report_json(&o, &d, &m, &t, digest, &e);
+        else if (ok) report_human(&o, &d, &m, &t, digest);
+    }
+    free(t.node_ms);
+    rg_model_free(&m);
+    rg_data_free(&d);
+    rg_opts_free(&o);
+    if (ok) return 0;
+    fprintf(stderr, "run-graph: %s\n", e.msg);
+    return e.status ? e.status : RG_RUNTIME;
+}
