@@ -115,8 +115,8 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
         return s;
     }
     if (n < 1 || n > c->p.max_len) {
-        gml_fail(ctx, "kv_step: %" PRId64 " new tokens per step; the cache holds 1 to %" PRId64,
-                 n, c->p.max_len);
+        gml_fail(ctx, "kv_step: %" PRId64 " new tokens per step, but the cache holds %" PRId64
+                 " (max_len)", n, c->p.max_len);
         return s;
     }
     gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_pos");

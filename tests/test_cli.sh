@@ -9,7 +9,8 @@
 #   - every kind of bad input: exit status, a one-line message naming the file
 #     and what was wrong, and no output file left behind;
 #   - the outputs: --json (checked with cJSON), --attn-svg (xmllint), --profile,
-#     --print-graph, --dot, --help, --version.
+#     --print-graph, --dot, --help, --version;
+#   - the fused and unfused graphs (--attn) and decoding (--decode).
 # usage: test_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR FIXTURES_DIR
 # Needs bash, coreutils, grep and xmllint (libxml2-utils). CLI_CHECK is
 # tests/cli_check.c (npy comparisons and JSON with the library and cJSON).
@@ -121,10 +122,15 @@ for sizes in "--seq 5 --d-model 24 --heads 6 --kv-heads 2" \
     "--batch 3 --seq 2 --kv-seq 7 --d-model 16 --heads 4 --kv-heads 1 --valid-lens 7,0,3" \
     "--batch 2 --seq 4 --kv-seq 3 --d-model 16 --heads 2 --kv-heads 2 --causal --valid-lens 1,3"; do
     for model in gqa relpos; do
-        same_digest "$model.graph = $model with $sizes" "$model $sizes" "$GRAPHS/$model.graph $sizes"
+        same_digest "$model.graph = $model --attn unfused with $sizes" "$model --attn unfused $sizes" \
+            "$GRAPHS/$model.graph $sizes"
     done
+    same_digest "gqa_fused.graph = gqa (fused) with $sizes" "gqa $sizes" "$GRAPHS/gqa_fused.graph $sizes"
     mha_sizes=${sizes/--kv-heads [0-9]/}
-    same_digest "mha.graph = mha with $mha_sizes" "mha $mha_sizes" "$GRAPHS/mha.graph $mha_sizes"
+    same_digest "mha.graph = mha --attn unfused with $mha_sizes" "mha --attn unfused $mha_sizes" \
+        "$GRAPHS/mha.graph $mha_sizes"
+    same_digest "mha_fused.graph = mha (fused) with $mha_sizes" "mha $mha_sizes" \
+        "$GRAPHS/mha_fused.graph $mha_sizes"
 done
 
 # ---- round trips --------------------------------------------------------------------
@@ -134,6 +140,9 @@ for model in mha gqa relpos; do
     sizes="--seq 4 --d-model 16 --heads 4 --seed 3"
     [ "$model" = relpos ] && sizes="$sizes --max-rel 2"
     [ "$model" = gqa ] && sizes="$sizes --kv-heads 2"
+    s=$(digest $model $sizes --attn unfused --causal --save-graph "$T/rt.graph")
+    r=$(digest "$T/rt.graph" $sizes --causal)
+    check "$model $sizes --attn unfused --causal: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
     for extra in "" "--causal" "--valid-lens 3,1" "--kv-seq 6 --causal --valid-lens 6,2"; do
         s=$(digest $model $sizes $extra --save-graph "$T/rt.graph")
         r=$(digest "$T/rt.graph" $sizes $extra)
@@ -195,7 +204,7 @@ check "--print-graph goes to stderr with --json" grep -q softmax "$T/err"
 expect_ok "summary" gqa --seq 4 --d-model 16 --heads 4 --kv-heads 2 --repeat 2
 check "summary: output shape and digest" grep -qE '^output  \[2,4,16\]  xxh3 [0-9a-f]{16}$' "$T/out"
 check "summary: time" grep -qE '^time    [0-9.]+ ms median, [0-9.]+ ms min of 2 runs' "$T/out"
-expect_ok "--profile" mha --seq 4 --d-model 16 --heads 2 --profile --repeat 2
+expect_ok "--profile" mha --seq 4 --d-model 16 --heads 2 --attn unfused --profile --repeat 2
 check "--profile: per-node rows" grep -qE '^ +[0-9]+  scores +matmul +\[2,2,4,4\]' "$T/out"
 check "--profile: per-op totals" grep -qE '^softmax +1 ' "$T/out"
 check "--profile: total 100%" grep -qE '^total .* 100\.0%$' "$T/out"
@@ -224,13 +233,55 @@ expect_ok "--attn-svg, cross-attention and a large grid" gqa --seq 40 --kv-seq 5
 check "--attn-svg (large) is well-formed XML" xmllint --noout "$T/h3.svg"
 check "--attn-svg (large): no values printed" test "$(grep -cE '>0\.[0-9]{2}</text>' "$T/h3.svg")" = 0
 
+# ---- fused and unfused graphs --------------------------------------------------------------
+
+# the default is fused unless the weights are asked for; both compute the same attention
+same_digest "mha is fused by default" "mha --seq 6 --d-model 16 --heads 2 --causal" \
+    "mha --seq 6 --d-model 16 --heads 2 --causal --attn fused"
+for a in "mha --seq 7 --d-model 16 --heads 2 --causal --valid-lens 7,3" \
+    "gqa --seq 5 --kv-seq 9 --d-model 32 --heads 4 --kv-heads 2 --valid-lens 9,0"; do
+    expect_ok "$a --attn fused" $a --attn fused --output "$T/fused.npy"
+    expect_ok "$a --attn unfused" $a --attn unfused --output "$T/unfused.npy"
+    check "$a: fused and unfused outputs agree" "$CHECK" close "$T/fused.npy" "$T/unfused.npy"
+done
+expect_ok "--attn-weights takes the unfused graph" mha --seq 5 --d-model 16 --heads 2 --attn-weights "$T/a.npy" \
+    --print-graph
+check "... which has a softmax" grep -q softmax "$T/out"
+expect_ok "the fused graph" mha --seq 5 --d-model 16 --heads 2 --print-graph
+check "... has a flash_attn node" grep -q flash_attn "$T/out"
+# a long sequence: the fused graph's memory stays small, the unfused one holds [B, H, T, T]
+expect_ok "fused, T = 512" mha --seq 512 --d-model 32 --heads 4 --batch 1 --json
+fused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
+expect_ok "unfused, T = 512" mha --seq 512 --d-model 32 --heads 4 --batch 1 --attn unfused --json
+unfused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
+check "fused peak_bytes ($fused_peak) < unfused / 8 ($unfused_peak)" test $((fused_peak * 8)) -lt "$unfused_peak"
+
+# ---- --decode ----------------------------------------------------------------------------
+
+expect_ok "--decode --json" gqa --batch 2 --seq 6 --d-model 32 --heads 4 --kv-heads 2 --decode 5 --json \
+    --output "$T/dec.npy"
+cp "$T/out" "$T/dec.json"
+check "--decode --json has the documented keys" "$CHECK" json "$T/dec.json" tokens_per_s cache_bytes \
+    prompt_tokens decode_tokens max_len ms_per_token xxh3 output_shape
+check "--decode: the outputs of the 5 tokens" test "$("$CHECK" json-get "$T/dec.json" output_shape)" = "[2,5,32]"
+# K and V: 2 x [B=2, G=2, T_max=6+5, d_k=8] floats
+check "--decode: cache_bytes" test "$("$CHECK" json-get "$T/dec.json" cache_bytes)" = $((2 * 2 * 2 * 11 * 8 * 4))
+check "--decode: --output has the digest" test "$("$CHECK" json-get "$T/dec.json" xxh3)" = "$("$CHECK" xxh3 "$T/dec.npy")"
+same_digest "--decode: any thread count, the same tokens" \
+    "mha --seq 9 --d-model 32 --heads 4 --decode 7 --threads 1" "mha --seq 9 --d-model 32 --heads 4 --decode 7 --threads 3"
+same_digest "--decode --repeat: the same tokens" "mha --seq 3 --d-model 16 --heads 2 --decode 4" \
+    "mha --seq 3 --d-model 16 --heads 2 --decode 4 --repeat 3"
+expect_ok "--decode summary" mha --seq 4 --d-model 16 --heads 2 --decode 3 --max-len 10
+check "--decode summary: tokens/s" grep -qE '^decode  [0-9.]+ tokens/s, [0-9.]+ ms/token' "$T/out"
+check "--decode summary: the cache" grep -qE '^memory  KV cache [0-9.]+ MiB' "$T/out"
+
 # ---- --help, --version -------------------------------------------------------------------
 
 expect_ok "--help" --help
 for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --n --k --causal --valid-lens \
     --weights --input --query --key --value --bind --seed --output --attn-weights --attn-svg --tokens \
     --query-tokens --attn-batch --dot --save-graph --save-inputs --threads --repeat --isa --profile \
-    --nan-trap --print-graph --json --help --version; do
+    --nan-trap --print-graph --json --help --version --attn --decode --max-len; do
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
 expect_ok "--version" --version
@@ -359,6 +410,21 @@ expect_error 2 "--attn-batch is for the --attn-svg heatmap" "--attn-batch withou
 expect_error 2 "a.npy: given for two outputs" "one path for two outputs" mha --attn-weights a.npy --attn-svg a.npy
 expect_error 2 "--bind c=...: matmul's inputs are a [M, K] and b [K, N]" "--bind of an unknown matmul input" \
     matmul --bind c=ok.npy
+expect_error 1 "--decode: kv_cache: 1 new token at position 5 would pass the cache's max_len 5" \
+    "--decode past --max-len" mha --seq 3 --d-model 16 --heads 2 --decode 4 --max-len 5
+expect_error 1 "--decode: kv_step: 3 new tokens per step, but the cache holds 2 (max_len)" \
+    "a prompt longer than --max-len" mha --seq 3 --d-model 16 --heads 2 --decode 1 --max-len 2
+expect_error 2 "--attn: 'flash' is not fused or unfused" "a bad --attn" mha --attn flash
+expect_error 2 "--attn-weights needs the attention weights, which the fused graph does not make" \
+    "--attn fused with --attn-weights" mha --attn fused --attn-weights a.npy
+expect_error 2 "--attn does not apply to matmul" "--attn for matmul" matmul --attn fused
+expect_error 2 "--decode does not apply to relpos" "--decode for relpos" relpos --decode 3
+expect_error 2 "--attn-svg does not apply with --decode" "--decode with --attn-svg" mha --decode 3 --attn-svg h.svg
+expect_error 2 "--valid-lens does not apply with --decode" "--decode with --valid-lens" mha --decode 3 --valid-lens 1,2
+expect_error 2 "--decode runs the fused graph" "--decode with --attn unfused" mha --decode 3 --attn unfused
+expect_error 2 "--max-len is for --decode" "--max-len without --decode" mha --max-len 9
+expect_error 1 "decode: kv_heads 3 must divide heads 4" "--decode with bad kv heads" gqa --heads 4 --kv-heads 3 \
+    --d-model 16 --decode 2
 check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
 cd "$T" || exit 2
 

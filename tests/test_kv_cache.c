@@ -359,7 +359,7 @@ static void check_errors(void) {
            "x of 2 tokens, step of 1: '%s'", gml_last_error(ctx));
     gml_clear_error(ctx);
     gml_kv_step big = gml_kv_step_new(ctx, cache, 9);
-    EXPECT(!big.pos && strstr(gml_last_error(ctx), "9 new tokens per step; the cache holds 1 to 8"),
+    EXPECT(!big.pos && strstr(gml_last_error(ctx), "9 new tokens per step, but the cache holds 8 (max_len)"),
            "step of 9 into 8: '%s'", gml_last_error(ctx));
     gml_free(ctx);
     gml_kv_cache_free(cache);

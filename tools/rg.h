@@ -6,11 +6,13 @@
  *   rg_model.c   the graph: a built-in block or a graph file, bound to the data,
  *                its tensors placed by the memory planner
  *   rg_run.c     compute: timing, per-node profile
+ *   rg_decode.c  --decode: a prompt, then tokens one at a time through a KV cache
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   run-graph.c  main: the steps in order, the summary and --json
  *
- * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h). */
+ * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
+ * kv_cache.h). */
 #ifndef RUN_GRAPH_RG_H
 #define RUN_GRAPH_RG_H
 
@@ -60,6 +62,9 @@ typedef struct rg_opts {
     bool causal;
     int32_t *valid_lens; /* --valid-lens, malloc'd; n_valid_lens of them */
     int n_valid_lens;
+    gml_attn_impl attn_impl; /* --attn: AUTO (fused unless the weights are asked for) */
+    int64_t decode;          /* --decode N: tokens decoded after the prompt; 0: no decoding */
+    int64_t max_len;         /* --max-len: the KV cache's positions; 0: prompt + N */
     const char *weights, *input, *query, *key, *value;
     struct { const char *name, *path; } bind[RG_MAX_BINDS]; /* --bind NAME=FILE */
     int n_bind;
@@ -158,6 +163,25 @@ typedef struct rg_timing {
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e);
 /* The per-node table and the per-op totals. */
 void rg_print_profile(FILE *f, const rg_model *m, const rg_timing *t);
+
+/* ---- decoding (rg_decode.c) ------------------------------------------------------- */
+
+/* --decode N: the input's T tokens are the prompt, taken by one step through
+ * a KV cache; then N tokens are decoded one at a time, each fed the output of
+ * the one before (a block has no vocabulary), by a step graph built once. */
+typedef struct rg_decode {
+    gml_context *ctx;   /* holds out */
+    gml_tensor *out;    /* [B, N, D]: the decoded tokens' outputs */
+    int64_t prompt, tokens, max_len;
+    size_t cache_bytes; /* K and V */
+    double prompt_ms;   /* the prompt step */
+    int runs;           /* timed decodes of the N tokens (--repeat) */
+    double median_ms, min_ms; /* per token */
+    int step_nodes;
+} rg_decode;
+
+bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e);
+void rg_decode_free(rg_decode *r);
 
 /* ---- outputs (rg_svg.c, rg_out.c) ------------------------------------------------- */
 

@@ -37,7 +37,7 @@ enum {
 
 typedef enum flag_id {
     F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
-    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_WEIGHTS, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_VERSION,
@@ -66,6 +66,18 @@ static const flag FLAGS[] = {
     [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL},
     [F_CAUSAL] = {"--causal", NULL, M_ATTN, "query i sees key j iff j <= i + (S - T)", "Masks"},
     [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN, "one length per batch: keys j >= L are masked", NULL},
+    [F_ATTN] = {"--attn", "fused|unfused", M_MHA | M_GQA | M_REL,
+     "fused: one flash_attn op, memory independent of S, no attention weights; unfused: scores, "
+     "softmax and context as ops (default: fused, unless --attn-weights or --attn-svg asks for the "
+     "weights; relpos is unfused only)",
+     "Attention graph and decoding"},
+    [F_DECODE] = {"--decode", "N", M_MHA | M_GQA,
+     "decodes N tokens after a prompt (the input's T tokens, taken in one step) through a KV cache, "
+     "each new token fed the output of the one before; reports tokens/s and the cache size; "
+     "--output gets the N outputs [B, N, D]. Causal, self-attention, fused",
+     NULL},
+    [F_MAX_LEN] = {"--max-len", "T_MAX", M_MHA | M_GQA,
+     "--decode: the KV cache's positions (default T + N); passing it is an error", NULL},
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN,
      "f32 safetensors: w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
@@ -226,6 +238,13 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     switch (id) {
     case F_CAUSAL: o->causal = true; return true;
     case F_VALID_LENS: return parse_lens(v, o, e);
+    case F_ATTN:
+        if (strcmp(v, "fused") == 0) o->attn_impl = GML_ATTN_FUSED;
+        else if (strcmp(v, "unfused") == 0) o->attn_impl = GML_ATTN_UNFUSED;
+        else return rg_fail(e, RG_USAGE, "--attn: '%s' is not fused or unfused", v);
+        return true;
+    case F_DECODE: return parse_int(name, v, 1, INT32_MAX, &o->decode, e);
+    case F_MAX_LEN: return parse_int(name, v, 1, INT32_MAX, &o->max_len, e);
     case F_WEIGHTS: o->weights = v; return true;
     case F_INPUT: o->input = v; return true;
     case F_QUERY: o->query = v; return true;
@@ -312,6 +331,24 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
         for (int k = i + 1; k < 6; k++)
             if (outs[i] && outs[k] && strcmp(outs[i], outs[k]) == 0)
                 return rg_fail(e, RG_USAGE, "%s: given for two outputs", outs[i]);
+    if (o->attn_impl == GML_ATTN_FUSED && (o->attn_weights || o->attn_svg))
+        return rg_fail(e, RG_USAGE, "%s needs the attention weights, which the fused graph does not "
+                       "make: drop --attn fused (or give --attn unfused)",
+                       o->attn_weights ? "--attn-weights" : "--attn-svg");
+    if (given[F_MAX_LEN] && !o->decode) return rg_fail(e, RG_USAGE, "--max-len is for --decode");
+    if (o->decode) { /* a prompt, then one token at a time: causal self-attention, fused */
+        static const flag_id NOT_WITH_DECODE[] = {
+            F_VALID_LENS, F_QUERY, F_KEY, F_VALUE, F_ATTN_WEIGHTS, F_ATTN_SVG, F_DOT, F_SAVE_GRAPH,
+            F_SAVE_INPUTS, F_PROFILE, (flag_id)RG_S};
+        for (size_t i = 0; i < sizeof NOT_WITH_DECODE / sizeof *NOT_WITH_DECODE; i++)
+            if (given[NOT_WITH_DECODE[i]])
+                return rg_fail(e, RG_USAGE, "%s does not apply with --decode (causal self-attention "
+                               "of a prompt, then one token at a time)",
+                               FLAGS[NOT_WITH_DECODE[i]].name);
+        if (o->attn_impl == GML_ATTN_UNFUSED)
+            return rg_fail(e, RG_USAGE, "--decode runs the fused graph: drop --attn unfused");
+        o->causal = true;
+    }
     if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
         return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
                        o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");

@@ -28,7 +28,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
         return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
     gml_attn_config cfg = {.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
                            .n_kv_heads = (int)d->dim[RG_G], .causal = o->causal,
-                           .max_rel = (int)d->dim[RG_P],
+                           .max_rel = (int)d->dim[RG_P], .impl = o->attn_impl,
                            .want_weights = o->attn_weights || o->attn_svg};
     gml_attn_inputs in = {.query = d->x ? d->x : d->query, .key = d->key, .value = d->value,
                           .valid_lens = d->valid_lens};

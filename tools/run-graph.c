@@ -7,6 +7,7 @@
  *   run-graph mha --seq 10 --d-model 512 --heads 8 --causal
  *   run-graph gqa --heads 32 --kv-heads 8 --weights w.safetensors --input x.npy --output out.npy
  *   run-graph tools/graphs/relpos.graph --heads 4 --max-rel 3 --repeat 20 --json
+ *   run-graph gqa --seq 2048 --d-model 1024 --heads 16 --kv-heads 4 --decode 64
  *
  * The steps, each of which may fail with a one-line message and an exit
  * status (2 usage, 1 anything at run time): parse the flags; load the files
@@ -132,6 +133,59 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
            (double)m->peak_bytes / (1 << 20), (double)m->naive_bytes / (1 << 20), gml_graph_n_nodes(m->g));
 }
 
+/* --decode's report: --json, or the summary. */
+static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r, uint64_t digest,
+                          rg_err *e) {
+    char hex[17], sizes[256], shape[64];
+    snprintf(hex, sizeof hex, "%016" PRIx64, digest);
+    const double tps = r->median_ms > 0 ? 1e3 / r->median_ms : 0;
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject(), *sz = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", o->model);
+        for (int i = 0; i < RG_NSYM; i++)
+            if (d->known[i] && rg_size_applies(o->kind, i)) cJSON_AddNumberToObject(sz, RG_SYM[i], (double)d->dim[i]);
+        cJSON_AddItemToObject(j, "sizes", sz);
+        cJSON_AddBoolToObject(j, "causal", true);
+        cJSON_AddItemToObject(j, "output_shape", shape_json(r->out));
+        cJSON_AddStringToObject(j, "xxh3", hex);
+        cJSON_AddNumberToObject(j, "threads", o->threads);
+        cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
+        cJSON_AddNumberToObject(j, "prompt_tokens", (double)r->prompt);
+        cJSON_AddNumberToObject(j, "decode_tokens", (double)r->tokens);
+        cJSON_AddNumberToObject(j, "max_len", (double)r->max_len);
+        cJSON_AddNumberToObject(j, "prompt_ms", r->prompt_ms);
+        cJSON_AddNumberToObject(j, "runs", r->runs);
+        cJSON_AddNumberToObject(j, "ms_per_token", r->median_ms);
+        cJSON_AddNumberToObject(j, "min_ms_per_token", r->min_ms);
+        cJSON_AddNumberToObject(j, "tokens_per_s", tps);
+        cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
+        cJSON_AddNumberToObject(j, "step_nodes", r->step_nodes);
+        cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
+        cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
+        char *text = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
+        printf("%s\n", text);
+        cJSON_free(text);
+        return true;
+    }
+    describe_sizes(o, d, sizes, sizeof sizes);
+    const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
+                         : d->random_inputs  ? ", random inputs"
+                                             : "";
+    printf("%s: %s, causal%s; decoding %" PRId64 " tokens after a prompt of %" PRId64 "\n", o->model, sizes,
+           random, r->tokens, r->prompt);
+    printf("output  %s  xxh3 %s  (the decoded tokens)\n", gml_format_shape(r->out, shape, sizeof shape), hex);
+    printf("prompt  %" PRId64 " tokens in %.3f ms (one step)\n", r->prompt, r->prompt_ms);
+    printf("decode  %.1f tokens/s, %.3f ms/token", tps, r->median_ms);
+    if (r->runs > 1) printf(" median, %.3f min of %d runs", r->min_ms, r->runs);
+    printf(" (%d thread%s, %s), a step graph of %d nodes built once\n", o->threads, o->threads == 1 ? "" : "s",
+           gml_isa_name(gml_get_isa()), r->step_nodes);
+    printf("memory  KV cache %.2f MiB (K and V [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
+           r->max_len);
+    return true;
+}
+
 static bool digest_of(const gml_tensor *t, uint64_t *out, rg_err *e) {
     size_t n;
     void *bytes = rg_dense(t, &n);
@@ -147,6 +201,7 @@ int main(int argc, char **argv) {
     rg_data d = {0};
     rg_model m = {0};
     rg_timing t = {0};
+    rg_decode dec = {0};
     uint64_t digest = 0;
     bool ok = rg_parse_args(argc, argv, &o, &e);
     if (ok && !o.done) {
@@ -157,14 +212,24 @@ int main(int argc, char **argv) {
         gml_isa isa;
         if (o.isa && gml_isa_from_name(o.isa, &isa) && gml_set_isa(isa) != GML_OK)
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
-        ok = ok && rg_data_load(&o, &d, &e) && rg_model_build(&o, &d, &m, &e) && check_outputs(&o, &m, &e);
-        if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
-        ok = ok && rg_run(&o, &m, &t, &e) && digest_of(m.out, &digest, &e) && rg_write_outputs(&o, &d, &m, &e);
-        if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);
-        if (ok && o.json) ok = report_json(&o, &d, &m, &t, digest, &e);
-        else if (ok) report_human(&o, &d, &m, &t, digest);
+        ok = ok && rg_data_load(&o, &d, &e);
+        if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
+            ok = rg_decode_run(&o, &d, &dec, &e) && digest_of(dec.out, &digest, &e);
+            m.out = dec.out; /* --output: the decoded tokens */
+            ok = ok && rg_write_outputs(&o, &d, &m, &e) && report_decode(&o, &d, &dec, digest, &e);
+            m.out = NULL;
+        } else if (ok) {
+            ok = rg_model_build(&o, &d, &m, &e) && check_outputs(&o, &m, &e);
+            if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
+            ok = ok && rg_run(&o, &m, &t, &e) && digest_of(m.out, &digest, &e) &&
+                 rg_write_outputs(&o, &d, &m, &e);
+            if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);
+            if (ok && o.json) ok = report_json(&o, &d, &m, &t, digest, &e);
+            else if (ok) report_human(&o, &d, &m, &t, digest);
+        }
     }
     free(t.node_ms);
+    rg_decode_free(&dec);
     rg_model_free(&m);
     rg_data_free(&d);
     rg_opts_free(&o);

@@ -1,0 +1,150 @@
+/* run-graph --decode: incremental decoding through a KV cache (kv_cache.h).
+ *
+ * Two graphs over one cache, each built once and placed by the planner: the
+ * prompt step (the input's T tokens at once, causal among themselves) and
+ * the one-token step. After the prompt, each new token's input is the
+ * previous token's output (the first one's: the prompt's last output), so
+ * the N decoded outputs are a deterministic function of the weights and the
+ * prompt. --repeat R decodes the N tokens R times (after one warm-up when
+ * R > 1), rewinding the cache to the prompt each time; the times are per
+ * token. */
+#define _POSIX_C_SOURCE 200809L
+#include "kv_cache.h"
+#include "rg.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A step graph of n tokens in its own no_alloc context, placed. */
+typedef struct step {
+    gml_context *ctx;
+    gml_graph *g;
+    gml_kv_step kv;
+    gml_tensor *y; /* [B, n, D] */
+} step;
+
+static bool step_build(step *s, const rg_opts *o, gml_kv_cache *cache, gml_attn_config cfg,
+                       const gml_attn_weights *w, gml_tensor *x, rg_err *e) {
+    s->ctx = gml_init((gml_init_params){.mem_size = 256 * gml_tensor_overhead(), .no_alloc = true});
+    if (!s->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+    s->kv = gml_kv_step_new(s->ctx, cache, x->ne[2]);
+    s->y = gml_attn_decode(s->ctx, cfg, w, x, &s->kv, 0);
+    s->g = s->y ? gml_build_graph(s->ctx, &s->y, 1) : NULL;
+    if (!s->g) {
+        if (o->weights) return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, gml_last_error(s->ctx));
+        return rg_fail(e, RG_RUNTIME, "--decode: %s", gml_last_error(s->ctx));
+    }
+    gml_status st = gml_graph_plan(s->g, &(gml_plan_options){.measure_only = true});
+    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(s->g), "the decode graph", e))
+        return false;
+    if (st == GML_OK) st = gml_graph_plan(s->g, NULL);
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing the decode graph: %s", gml_graph_error(s->g));
+    gml_graph_set_nan_trap(s->g, o->nan_trap);
+    return true;
+}
+
+static void step_free(step *s) {
+    if (s->g) gml_graph_free(s->g);
+    if (s->ctx) gml_free(s->ctx);
+}
+
+static bool step_compute(step *s, int threads, double *ms, rg_err *e) {
+    char err[1024];
+    const double t0 = now_ms();
+    gml_status st = gml_kv_step_compute(&s->kv, s->g, threads, err, sizeof err);
+    if (ms) *ms = now_ms() - t0;
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
+    return true;
+}
+
+/* Row i of y [B, n, D] of every batch entry into row j of out [B, m, D]. */
+static void copy_rows(const gml_tensor *y, int64_t i, gml_tensor *out, int64_t j) {
+    const int64_t B = y->ne[1], D = y->ne[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < D; c++) {
+            const int64_t src[3] = {b, i, c}, dst[3] = {b, j, c};
+            gml_set_f32(out, dst, gml_get_f32(y, src));
+        }
+}
+
+bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
+    *r = (rg_decode){.prompt = d->x->ne[2], .tokens = o->decode, .runs = o->repeat};
+    gml_attn_weights w;
+    char err[1024];
+    if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
+    const int64_t B = d->x->ne[1], D = d->dim[RG_D], H = d->dim[RG_H];
+    const int64_t G = d->dim[RG_G] ? d->dim[RG_G] : H;
+    if (H < 1 || D % H)
+        return rg_fail(e, RG_RUNTIME, "--heads %lld does not divide D = %lld", (long long)H, (long long)D);
+    r->max_len = o->max_len ? o->max_len : r->prompt + r->tokens;
+    gml_kv_cache *cache = gml_kv_cache_new(
+        (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = (int)G,
+                              .max_len = r->max_len, .d_k = D / H},
+        err, sizeof err);
+    if (!cache) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
+    r->cache_bytes = gml_kv_cache_bytes(cache);
+    const gml_attn_config cfg = {.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G,
+                                 .causal = true, .impl = GML_ATTN_FUSED};
+
+    step prompt = {0}, one = {0};
+    gml_context *xctx = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead() +
+                                                               (size_t)(B * D * 4) + 256});
+    r->ctx = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead() +
+                                                    (size_t)(B * r->tokens * D * 4) + 256});
+    gml_tensor *x1 = xctx ? gml_new_tensor_3d(xctx, GML_F32, B, 1, D) : NULL;
+    r->out = r->ctx ? gml_set_name(gml_new_tensor_3d(r->ctx, GML_F32, B, r->tokens, D), "out") : NULL;
+    bool ok = (x1 && r->out) || rg_fail(e, RG_RUNTIME, "out of memory for the decoded outputs");
+    if (ok) gml_set_flags(gml_set_name(x1, "x"), GML_FLAG_INPUT);
+    ok = ok && step_build(&prompt, o, cache, cfg, &w, d->x, e) &&
+         step_build(&one, o, cache, cfg, &w, x1, e);
+    r->step_nodes = ok ? gml_graph_n_nodes(one.g) : 0;
+    ok = ok && step_compute(&prompt, o->threads, &r->prompt_ms, e);
+
+    /* the N tokens, R times (one warm-up first when R > 1) */
+    double *times = ok ? malloc((size_t)o->repeat * sizeof *times) : NULL;
+    if (ok && !times) ok = rg_fail(e, RG_RUNTIME, "out of memory");
+    for (int run = o->repeat > 1 ? -1 : 0; ok && run < o->repeat; run++) {
+        gml_kv_cache_truncate(cache, r->prompt);
+        copy_rows(prompt.y, r->prompt - 1, x1, 0);
+        double total = 0, ms;
+        for (int64_t i = 0; ok && i < r->tokens; i++) {
+            ok = step_compute(&one, o->threads, &ms, e);
+            total += ms;
+            if (ok) {
+                copy_rows(one.y, 0, r->out, i);
+                copy_rows(one.y, 0, x1, 0);
+            }
+        }
+        if (ok && run >= 0) times[run] = total / (double)r->tokens;
+    }
+    if (ok) {
+        qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
+        r->min_ms = times[0];
+        r->median_ms = o->repeat % 2 ? times[o->repeat / 2]
+                                     : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
+    }
+    free(times);
+    step_free(&prompt);
+    step_free(&one);
+    gml_free(xctx);
+    gml_kv_cache_free(cache);
+    return ok;
+}
+
+void rg_decode_free(rg_decode *r) {
+    if (r->ctx) gml_free(r->ctx);
+    *r = (rg_decode){0};
+}
