@@ -31,6 +31,12 @@
  * x 256 79 vs 150), so it takes K >= 256 for M <= 32, K >= 512 up to
  * M = 256, while A^T fits 16 MiB.
  *
+ * One to four rows against an nn.Linear weight (one token per sequence)
+ * take a matrix-vector loop instead (gemm.h, "Matrix-vector"): any register
+ * tile would be mostly padding there (the C^T = W A^T loop above ran M=1
+ * 1024 x 1024 at 6.5 GB/s of weights, 645 us); transposing 16 x 16 blocks of
+ * W in registers keeps every lane busy and streams W once.
+ *
  * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
  * gml_chunk_next and pack what they need into their own slice of the
  * scratch buffer, so no thread waits for another. The K loop is the same
@@ -69,6 +75,30 @@ const gml_gemm_variant gml_gemm_variants[] = {
 #undef GML_UKERNEL
 };
 const int gml_gemm_n_variants = sizeof gml_gemm_variants / sizeof gml_gemm_variants[0];
+
+/* Scalar matrix-vector kernel: the definition (gemm.h), any m and n. */
+void gml_f32_gemv_ukernel__scalar_4x16(size_t k, const float *a, size_t lda, int m,
+                                       const float *w, size_t ldw, int n, float *c, size_t ldc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (size_t kk = 0; kk < k; kk++) s = fmaf(a[i * lda + kk], w[j * ldw + kk], s);
+            c[i * ldc + j] = s;
+        }
+}
+
+const gml_gemv_variant gml_gemv_variants[] = {
+#define GML_GEMV_ENTRY(isa, fn, mr, nr) {isa, fn, mr, nr, #fn},
+    GML_F32_GEMV_UKERNELS(GML_GEMV_ENTRY)
+#undef GML_GEMV_ENTRY
+};
+const int gml_gemv_n_variants = sizeof gml_gemv_variants / sizeof gml_gemv_variants[0];
+
+const gml_gemv_variant *gml_gemv_pick(void) {
+    gml_isa isas[sizeof gml_gemv_variants / sizeof gml_gemv_variants[0]];
+    for (int i = 0; i < gml_gemv_n_variants; i++) isas[i] = gml_gemv_variants[i].isa;
+    return &gml_gemv_variants[gml_pick_variant(isas, gml_gemv_n_variants)];
+}
 
 const gml_gemm_variant *gml_gemm_pick(void) {
     gml_isa isas[sizeof gml_gemm_variants / sizeof gml_gemm_variants[0]];
@@ -176,6 +206,9 @@ enum {
     GEMM_MAX_NR = 32,       /* the widest tile in gemm.inc */
     GEMM_SMALL_KC = 512,
     GEMM_MIN_CHUNK_FLOPS = 4 << 20, /* smaller chunks cost more than they balance */
+    GEMM_GEMV_M = 4,        /* PATH_GEMV up to here (every gemv.inc variant's MR) */
+    GEMM_GEMV_NR = 16,      /* the widest gemv.inc tile */
+    GEMM_GEMV_CHUNK_N = 64, /* PATH_GEMV chunks: at least this many columns */
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
@@ -185,6 +218,7 @@ typedef enum gemm_path {
     PATH_ROWS_T, /* M <= 256 and long K, B = W^T with W's rows contiguous
                     along k (an nn.Linear weight): C^T = W A^T, W read in
                     place as the micro-kernel's A, A^T packed as its B */
+    PATH_GEMV,   /* M <= 4, B = W^T as above: the matrix-vector kernels */
 } gemm_path;
 
 typedef struct gemm_plan {
@@ -206,6 +240,7 @@ static gemm_path choose_path(const gml_gemm_desc *d) {
                         is_float_stride(d->b_cs) && (uintptr_t)d->b % sizeof(float) == 0 &&
                         d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
                         d->b_bs[1] % (int64_t)sizeof(float) == 0;
+    if (w_rows && d->M <= GEMM_GEMV_M) return PATH_GEMV;
     const bool long_k = d->K >= (d->M <= GEMM_SMALL_M ? GEMM_ROWS_T_K_SMALL : GEMM_ROWS_T_K);
     if (w_rows && long_k && d->M <= GEMM_ROWS_T_M &&
         round_up(d->M, GEMM_MAX_NR) * d->K <= GEMM_ROWS_T_MAX_FLOATS)
@@ -224,10 +259,14 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
     if (nth > 1) {
         double flops = 2.0 * (double)M * (double)N * (double)d->K * (double)nbatch;
         want = GML_MIN(3 * (int64_t)nth, (int64_t)(flops / GEMM_MIN_CHUNK_FLOPS));
+        if (pl->path == PATH_GEMV) /* bound by reading W: split it from a few rows on */
+            want = GML_MIN(3 * (int64_t)nth, cdiv(N, GEMM_GEMV_CHUNK_N));
         want = GML_MAX(want, (int64_t)1);
     }
     const bool large = pl->path == PATH_LARGE;
-    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr : nr; /* N tiles in whole micro-tiles */
+    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr /* N tiles in whole micro-tiles */
+                           : pl->path == PATH_GEMV ? GEMM_GEMV_NR
+                                                   : nr;
     const int64_t per_batch = cdiv(want, nbatch);
     const int64_t min_m = large ? 4 * mr : M, min_n = (large ? 4 : 2) * n_unit;
     int64_t mt = 1, nt = 1;
@@ -266,6 +305,10 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
         pl.KC = K;
         pl.b_floats = (size_t)(K * round_up(d->M, nr));
+        break;
+    case PATH_GEMV: /* A's rows, contiguous */
+        pl.KC = K;
+        pl.a_floats = (size_t)(d->M * K);
         break;
     }
     pl.a_floats = gml_align_up(pl.a_floats, GML_ALIGN / sizeof(float));
@@ -402,6 +445,24 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
     }
 }
 
+/* One to four rows against W's rows in place: A's rows packed contiguous,
+ * then the matrix-vector kernel over the tile's columns, NR at a time. */
+static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
+    const gml_gemv_variant *gv = gml_gemv_pick();
+    const int64_t K = d->K;
+    const size_t ldw = (size_t)d->b_cs / sizeof(float), ldc = (size_t)d->c_rs / sizeof(float);
+    for (int64_t i = 0; i < t->tm; i++) {
+        if (d->a_cs == sizeof(float))
+            memcpy(ap + i * K, t->a + i * d->a_rs, (size_t)K * sizeof(float));
+        else
+            for (int64_t k = 0; k < K; k++) ap[i * K + k] = at(t->a, i, d->a_rs, k, d->a_cs);
+    }
+    const float *w = (const float *)(const void *)t->b;
+    for (int64_t j0 = 0; j0 < t->tn; j0 += gv->nr)
+        gv->fn((size_t)K, ap, (size_t)K, (int)t->tm, w + j0 * (int64_t)ldw, ldw,
+               (int)GML_MIN((int64_t)gv->nr, t->tn - j0), t->c + j0, ldc);
+}
+
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
     const gemm_plan pl = make_plan(d, v, p->nth);
@@ -424,6 +485,8 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
         if (d->K == 0) { /* an empty sum */
             for (int64_t i = 0; i < t.tm; i++)
                 memset((char *)t.c + i * d->c_rs, 0, (size_t)t.tn * sizeof(float));
+        } else if (pl.path == PATH_GEMV) {
+            run_gemv(d, &t, ap);
         } else if (pl.path == PATH_ROWS_T) {
             run_rows_t(d, v, &t, bp);
         } else if (pl.path == PATH_ROWS) {

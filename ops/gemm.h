@@ -54,6 +54,38 @@ extern const int gml_gemm_n_variants;
 /* The variant the ISA in effect selects. */
 const gml_gemm_variant *gml_gemm_pick(void);
 
+/* ---- Matrix-vector ----------------------------------------------------------
+ * A few rows of A (decoding: one token per sequence) against W, an nn.Linear
+ * weight [N, K] whose rows are contiguous along k (B = W^T):
+ *     c[i * ldc + j] = sum_k a[i * lda + k] * w[j * ldw + k],  i < m, j < n
+ * with 1 <= m <= MR, 1 <= n <= NR, each element one fma chain in k order from
+ * +0 as above (so bitwise what the other paths give). The lanes run over
+ * W's rows (C's columns): 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks of W are
+ * transposed in registers, W is read once, in place, and nothing is wasted on
+ * padding a single row of A to a register tile. Variants: ops/gemv.inc. */
+typedef void (*gml_f32_gemv_ukernel_fn)(size_t k, const float *a, size_t lda, int m,
+                                        const float *w, size_t ldw, int n, float *c, size_t ldc);
+
+#include "gemv.inc"
+#define GML_DECLARE_GEMV(isa, fn, mr, nr)                                                    \
+    void fn(size_t k, const float *a, size_t lda, int m, const float *w, size_t ldw, int n, \
+            float *c, size_t ldc);
+GML_F32_GEMV_UKERNELS(GML_DECLARE_GEMV)
+#undef GML_DECLARE_GEMV
+
+typedef struct gml_gemv_variant {
+    gml_isa isa;
+    gml_f32_gemv_ukernel_fn fn;
+    int mr, nr;
+    const char *name;
+} gml_gemv_variant;
+
+extern const gml_gemv_variant gml_gemv_variants[];
+extern const int gml_gemv_n_variants;
+
+/* The variant the ISA in effect selects. */
+const gml_gemv_variant *gml_gemv_pick(void);
+
 /* One batched product C[b] = A[b] @ B[b], every operand through byte strides
  * (any layout: transposed, permuted, sliced, broadcast with a 0 stride).
  *   A [nb0, nb1, M, K]: element (m, k) of batch (i0, i1) at

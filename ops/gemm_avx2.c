@@ -73,3 +73,48 @@ void gml_f32_gemm_ukernel__avx2_6x16(size_t kc, const float *a, size_t lda, cons
         }
     }
 }
+
+/* ---- matrix-vector (gemm.h): lanes over 8 rows of W ----------------------- */
+
+/* r[j] = row j of an 8 x 8 block -> r[k] = column k. */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* r[i + c], half H: rows i..i+3 of column 4H + c */
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) { /* low halves make column c, high ones 4 + c */
+        t[c] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20);
+        t[4 + c] = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
+    }
+    for (int i = 0; i < 8; i++) r[i] = t[i];
+}
+
+/* As the AVX-512 variant, 8 rows of W per call, 8 k at a time. */
+void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m, const float *w,
+                                    size_t ldw, int n, float *c, size_t ldc) {
+    const float *row[8];
+    for (int j = 0; j < 8; j++) row[j] = w + (j < n ? (size_t)j : 0) * ldw;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (size_t k0 = 0; k0 < k; k0 += 8) {
+        const int nk = (int)GML_MIN((size_t)8, k - k0);
+        const __m256i km = lanes(nk);
+        __m256 r[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) r[j] = _mm256_maskload_ps(row[j] + k0, km);
+        transpose8(r);
+        for (int kk = 0; kk < nk; kk++)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                if (i < m) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
+    }
+    const __m256i nm = lanes(n);
+    for (int i = 0; i < m; i++) _mm256_maskstore_ps(c + i * ldc, nm, acc[i]);
+}

@@ -80,3 +80,62 @@ void gml_f32_gemm_ukernel__avx512_14x32(size_t kc, const float *a, size_t lda, c
         }
     }
 }
+
+/* ---- matrix-vector (gemm.h): lanes over 16 rows of W ---------------------- */
+
+/* r[j] = row j of a 16 x 16 block -> r[k] = column k (four rounds of
+ * shuffles: pairs of floats, of doubles, then 128-bit lanes twice). */
+static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* r[i + c], lane L: rows i..i+3 of column 4L + c */
+        const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+        const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int c = 0; c < 4; c++) { /* lanes 0 and 2 of two row groups, then 1 and 3 */
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+    for (int c = 0; c < 4; c++) { /* columns c, 8 + c, 4 + c, 12 + c, all 16 rows */
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+    }
+}
+
+/* c[i][j] for m <= 4 rows of A and n <= 16 rows of W: per 16 k, the block of
+ * W is loaded by rows (rows past n reread row 0; k past the end are zero and
+ * skipped), transposed, and column k feeds one fma per row of A. */
+void gml_f32_gemv_ukernel__avx512_4x16(size_t k, const float *a, size_t lda, int m,
+                                       const float *w, size_t ldw, int n, float *c, size_t ldc) {
+    const float *row[16];
+    for (int j = 0; j < 16; j++) row[j] = w + (j < n ? (size_t)j : 0) * ldw;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (size_t k0 = 0; k0 < k; k0 += 16) {
+        const int nk = (int)GML_MIN((size_t)16, k - k0);
+        const __mmask16 km = lanes(nk);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            if (k0 + 64 < k) prefetch(row[j], k0 + 64);
+            r[j] = _mm512_maskz_loadu_ps(km, row[j] + k0);
+        }
+        transpose16(r);
+        for (int kk = 0; kk < nk; kk++)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                if (i < m) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
+    }
+    for (int i = 0; i < m; i++) _mm512_mask_storeu_ps(c + i * ldc, lanes(n), acc[i]);
+}

@@ -6,7 +6,7 @@
  * accumulation) must agree within rounding.
  *
  * Shapes: tails around the tile and block sizes (MR, NR, MC, KC, NC), the
- * few-rows path (M <= 32) and its edge, batch broadcast both ways, 4-D,
+ * few-rows paths (M <= 32; M <= 4 against a weight) and their edges, batch broadcast both ways, 4-D,
  * transposed and permuted views, slices with offsets, nn.Linear weights
  * (batches folded into M), K = 1. */
 #include "ggmlite.h"
@@ -231,6 +231,9 @@ static void linear(void) {
         {1, 96, 77},   {20, 96, 77},  {32, 96, 77},  {33, 96, 77},  {70, 96, 77},
         {1, 300, 77},  {20, 300, 77}, {32, 256, 15}, {33, 520, 77}, {70, 520, 43},
         {257, 520, 30}, {20, 255, 40},
+        /* one to four rows (and five): the matrix-vector path, k and n around its blocks */
+        {1, 1, 1},     {1, 17, 33},   {2, 16, 16},   {3, 33, 17},   {4, 1024, 70},
+        {4, 7, 1},     {5, 64, 20},   {1, 1024, 1030},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int64_t M = cases[i][0], K = cases[i][1], N = cases[i][2];
@@ -243,6 +246,8 @@ static void linear(void) {
           T3(ctx, 2, 10, 300), T2(ctx, 130, 300), true, true);
     check("linear x [4,9,40], w [50,40] (M=36)", ctx, T3(ctx, 4, 9, 40), T2(ctx, 50, 40), true,
           true);
+    check("linear x [3,1,130], w [90,130] (decoding 3 sequences: M=3)", ctx, T3(ctx, 3, 1, 130),
+          T2(ctx, 90, 130), true, true);
     gml_free(ctx);
 }
 

@@ -1,5 +1,6 @@
 /* Every f32 GEMM micro-kernel in ops/gemm.inc against the reference
- * micro-kernel, bit for bit (each element is one fma chain in k order, see
+ * micro-kernel, and every matrix-vector one in ops/gemv.inc against the
+ * scalar one, bit for bit (each element is one fma chain in k order, see
  * ops/gemm.h): k = 1, 2, 3, odd and block-sized; full and partial tiles
  * (m < MR, n < NR, both); storing and accumulating; A packed or read in
  * place by rows; B packed or read in place with a wider row stride.
@@ -54,7 +55,61 @@ static bool check_case(const gml_gemm_variant *v, size_t kc, size_t lda, int m, 
     return ok;
 }
 
+/* One call of matrix-vector variant v against the scalar one (the
+ * definition), bit for bit: a [m x k] (row stride lda), w [n x k] (row
+ * stride ldw), exactly as long as they must be (ASan catches reads past
+ * them); c's elements outside the m x n tile must be left alone. */
+static bool check_gemv(const gml_gemv_variant *v, size_t k, int m, int n, size_t lda, size_t ldw) {
+    const size_t ldc = (size_t)v->nr + 3, rows = (size_t)v->mr + 2;
+    const size_t a_len = (size_t)(m - 1) * lda + k, w_len = (size_t)(n - 1) * ldw + k;
+    float *a = malloc(sizeof(float) * a_len), *w = malloc(sizeof(float) * w_len);
+    float *c = malloc(sizeof(float) * rows * ldc), *want = malloc(sizeof(float) * rows * ldc);
+    for (size_t i = 0; i < a_len; i++) a[i] = rnd();
+    for (size_t i = 0; i < w_len; i++) w[i] = rnd();
+    for (size_t i = 0; i < rows * ldc; i++) c[i] = want[i] = rnd() * 4.0f;
+    gml_f32_gemv_ukernel__scalar_4x16(k, a, lda, m, w, ldw, n, want, ldc);
+    v->fn(k, a, lda, m, w, ldw, n, c, ldc);
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++)
+        for (size_t j = 0; j < ldc && ok; j++)
+            if (memcmp(&c[i * ldc + j], &want[i * ldc + j], sizeof(float)) != 0) {
+                fprintf(stderr, "FAIL %s k=%zu m=%d n=%d lda=%zu ldw=%zu: c[%zu][%zu] = %.9g, want %.9g%s\n",
+                        v->name, k, m, n, lda, ldw, i, j, c[i * ldc + j], want[i * ldc + j],
+                        (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
+                ok = false;
+            }
+    free(a), free(w), free(c), free(want);
+    checks++;
+    return ok;
+}
+
+/* Every matrix-vector variant on k around its 8 / 16 blocks, every m, n. */
+static int check_gemv_variants(void) {
+    const size_t ks[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 100, 301};
+    for (int vi = 0; vi < gml_gemv_n_variants; vi++) {
+        const gml_gemv_variant *v = &gml_gemv_variants[vi];
+        if (!gml_cpu_has(v->isa)) {
+            printf("skip %s: this CPU lacks %s\n", v->name, gml_isa_name(v->isa));
+            continue;
+        }
+        int before = failures;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (int m = 1; m <= v->mr; m++)
+                for (int n = 1; n <= v->nr; n++)
+                    for (size_t pad = 0; pad <= 5; pad += 5)
+                        if (!check_gemv(v, ks[ki], m, n, ks[ki] + pad, ks[ki] + 2 * pad) &&
+                            ++failures > 20) {
+                            fprintf(stderr, "too many failures\n");
+                            return 1;
+                        }
+        printf("%s (%s, %dx%d): %s\n", v->name, gml_isa_name(v->isa), v->mr, v->nr,
+               failures == before ? "ok" : "FAILED");
+    }
+    return 0;
+}
+
 int main(void) {
+    if (check_gemv_variants()) return 1;
     const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: KC */
     for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
         const gml_gemm_variant *v = &gml_gemm_variants[vi];
