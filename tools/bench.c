@@ -3,13 +3,16 @@
  * found it). A tool, not a test: timings on a shared machine are noisy, so
  * every number is the median of --runs runs after warm-up.
  *
- *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention]
+ *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention|decode]
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
- * nn.Linear layout, the decoding shape); attention forward (C1..C5). */
+ * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
+ * through the unfused and the fused graph; the planned peak memory of both
+ * at T=8192); decoding through the KV cache (C5's dimensions, context 2048). */
 #define _POSIX_C_SOURCE 200809L
 #include "attention.h"
 #include "ggmlite.h"
+#include "kv_cache.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -210,8 +213,9 @@ typedef struct attn_case {
     int H, G; /* G == H: MHA */
 } attn_case;
 
-/* The case's graph in ctx (no_alloc); NULL (message printed) on failure. */
-static gml_graph *attn_graph(gml_context *ctx, const attn_case *c) {
+/* The case's graph in ctx (no_alloc), fused (one gml_flash_attn) or
+ * unfused (scores, softmax, context); NULL (message printed) on failure. */
+static gml_graph *attn_graph(gml_context *ctx, const attn_case *c, gml_attn_impl impl) {
     const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
     const gml_attn_weights w = {
         .w_q = gml_new_tensor_2d(ctx, GML_F32, c->D, c->D),
@@ -220,7 +224,7 @@ static gml_graph *attn_graph(gml_context *ctx, const attn_case *c) {
         .w_o = gml_new_tensor_2d(ctx, GML_F32, c->D, c->D),
     };
     const gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, c->B, c->T, c->D)};
-    const gml_attn_config cfg = {.n_heads = c->H, .n_kv_heads = c->G};
+    const gml_attn_config cfg = {.n_heads = c->H, .n_kv_heads = c->G, .impl = impl};
     gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
     if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
@@ -235,37 +239,146 @@ static void bench_attention(const opts *o) {
         {"C4 GQA B=2 T=10 G=8", 2, 10, 4096, 32, 8},
         {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
     };
-    printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case)\n");
-    printf("%-22s %5s %3s %7s %10s %10s %12s %10s\n", "case", "D", "H", "threads", "ms",
-           "GFLOP/s", "planned MiB", "unplanned");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const attn_case *c = &cases[i];
+    printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case;\n"
+           "graph: unfused = scores, softmax, context; fused = one flash_attn)\n");
+    printf("%-22s %5s %3s %-8s %7s %10s %10s %12s %10s\n", "case", "D", "H", "graph", "threads",
+           "ms", "GFLOP/s", "planned MiB", "unplanned");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int fused = 0; fused < 2; fused++) {
+            const attn_case *c = &cases[i];
+            gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+            gml_graph *g =
+                ctx ? attn_graph(ctx, c, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED) : NULL;
+            if (!g) exit(1);
+            if (gml_graph_plan(g, NULL) != GML_OK) {
+                fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+                exit(1);
+            }
+            for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
+                gml_tensor *t = gml_graph_leaf(g, l);
+                fill(t->data, gml_nelements(t), 11 + (uint32_t)l);
+            }
+            const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
+            for (int j = 0; j < o->n_threads; j++) {
+                double t[MAX_RUNS];
+                pause_s(0.25);
+                for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+                for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
+                const double sec = median(t, o->runs);
+                printf("%-22s %5lld %3d %-8s %7d %10.3f %10.1f %12.1f %10.1f\n", c->what,
+                       (long long)c->D, c->H, fused ? "fused" : "unfused", o->threads[j],
+                       sec * 1e3, flop / sec * 1e-9, (double)gml_graph_plan_peak(g) / mib,
+                       (double)gml_graph_plan_naive(g) / mib);
+                fflush(stdout);
+            }
+            gml_graph_free(g);
+            gml_free(ctx);
+        }
+
+    /* A long sequence: the planner's peak for both graphs, planned only (the
+     * unfused one would hold [B, H, T, T] scores: 2 GiB). */
+    const attn_case lc = {"MHA B=1 T=8192", 1, 8192, 512, 8, 8};
+    size_t peak[2];
+    for (int fused = 0; fused < 2; fused++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-        gml_graph *g = ctx ? attn_graph(ctx, c) : NULL;
-        if (!g) exit(1);
-        if (gml_graph_plan(g, NULL) != GML_OK) {
-            fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+        gml_graph *g = ctx ? attn_graph(ctx, &lc, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED)
+                           : NULL;
+        if (!g || gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) != GML_OK) {
+            fprintf(stderr, "bench: %s: %s\n", lc.what, g ? gml_graph_error(g) : "no graph");
             exit(1);
         }
-        for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
-            gml_tensor *t = gml_graph_leaf(g, l);
-            fill(t->data, gml_nelements(t), 11 + (uint32_t)l);
-        }
-        const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
-        for (int j = 0; j < o->n_threads; j++) {
-            double t[MAX_RUNS];
-            pause_s(0.25);
-            for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-            for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double sec = median(t, o->runs);
-            printf("%-22s %5lld %3d %7d %10.3f %10.1f %12.1f %10.1f\n", c->what, (long long)c->D,
-                   c->H, o->threads[j], sec * 1e3, flop / sec * 1e-9,
-                   (double)gml_graph_plan_peak(g) / mib, (double)gml_graph_plan_naive(g) / mib);
-            fflush(stdout);
-        }
+        peak[fused] = gml_graph_plan_peak(g);
         gml_graph_free(g);
         gml_free(ctx);
     }
+    printf("\nplanned peak memory, %s D=%lld H=%d: unfused %.1f MiB, fused %.1f MiB (1/%.1f)\n",
+           lc.what, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
+           (double)peak[1] / (1 << 20), (double)peak[0] / (double)peak[1]);
+}
+
+/* ---- decoding --------------------------------------------------------------
+ * C5's dimensions (D=1024, H=16, G=4), B=1, through the KV cache of
+ * models/kv_cache.h: a prompt of CONTEXT tokens (one step, not timed) fills
+ * the cache, then each run decodes DECODE_TOKENS tokens one at a time with
+ * the step graph built once, the cache rewound to the prompt before it.
+ * Tokens per second from the median run. */
+#define CONTEXT 2048
+#define DECODE_TOKENS 32
+
+static void bench_decode(const opts *o) {
+    const int64_t B = 1, D = 1024, dk = 64;
+    const int H = 16, G = 4;
+    char err[512];
+    gml_kv_cache *cache = gml_kv_cache_new(
+        (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = G,
+                              .max_len = CONTEXT + DECODE_TOKENS, .d_k = dk},
+        err, sizeof err);
+    const size_t wbytes = (size_t)(2 * D * D + 2 * G * dk * D) * sizeof(float);
+    gml_context *wctx = gml_init((gml_init_params){.mem_size = wbytes + (1 << 20)});
+    if (!cache || !wctx) {
+        fprintf(stderr, "bench: decode: %s\n", cache ? "out of memory" : err);
+        exit(1);
+    }
+    const gml_attn_weights w = {
+        .w_q = gml_new_tensor_2d(wctx, GML_F32, D, D),
+        .w_k = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
+        .w_v = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
+        .w_o = gml_new_tensor_2d(wctx, GML_F32, D, D),
+    };
+    gml_tensor *const ws[] = {w.w_q, w.w_k, w.w_v, w.w_o};
+    for (int i = 0; i < 4; i++) fill(ws[i]->data, gml_nelements(ws[i]), 21 + (uint32_t)i);
+    const gml_attn_config cfg = {.n_heads = H, .n_kv_heads = G, .causal = true};
+    gml_graph *g[2]; /* the prompt step, the one-token step; each planned */
+    gml_kv_step step[2];
+    gml_context *ctx[2];
+    for (int k = 0; k < 2; k++) {
+        ctx[k] = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        gml_tensor *x = gml_new_tensor_3d(ctx[k], GML_F32, B, k ? 1 : CONTEXT, D);
+        gml_set_flags(x, GML_FLAG_INPUT);
+        step[k] = gml_kv_step_new(ctx[k], cache, x->ne[2]);
+        gml_tensor *y = gml_attn_decode(ctx[k], cfg, &w, x, &step[k], 0);
+        g[k] = y ? gml_build_graph(ctx[k], &y, 1) : NULL;
+        if (!g[k] || gml_graph_plan(g[k], NULL) != GML_OK) {
+            fprintf(stderr, "bench: decode: %s\n",
+                    g[k] ? gml_graph_error(g[k]) : gml_last_error(ctx[k]));
+            exit(1);
+        }
+        fill(x->data, gml_nelements(x), 25 + (uint32_t)k);
+    }
+    printf("\ndecoding f32, C5's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
+           "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",
+           (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
+           DECODE_TOKENS);
+    printf("%-22s %7s %12s %12s\n", "case", "threads", "tokens/s", "ms/token");
+    for (int j = 0; j < o->n_threads; j++) {
+        const int nth = o->threads[j];
+        gml_kv_cache_truncate(cache, 0);
+        if (gml_kv_step_compute(&step[0], g[0], nth, err, sizeof err) != GML_OK) {
+            fprintf(stderr, "bench: decode: the prompt: %s\n", err);
+            exit(1);
+        }
+        double t[MAX_RUNS];
+        pause_s(0.25);
+        for (int r = -1; r < o->runs; r++) { /* run -1 warms up */
+            gml_kv_cache_truncate(cache, CONTEXT);
+            const double t0 = now_s();
+            for (int i = 0; i < DECODE_TOKENS; i++)
+                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
+                    fprintf(stderr, "bench: decode: %s\n", err);
+                    exit(1);
+                }
+            if (r >= 0) t[r] = (now_s() - t0) / DECODE_TOKENS;
+        }
+        const double sec = median(t, o->runs);
+        printf("%-22s %7d %12.0f %12.3f\n", "decode C5 ctx 2048", nth, 1.0 / sec, sec * 1e3);
+        fflush(stdout);
+    }
+    for (int k = 0; k < 2; k++) {
+        gml_graph_free(g[k]);
+        gml_free(ctx[k]);
+    }
+    gml_free(wctx);
+    gml_kv_cache_free(cache);
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -302,7 +415,7 @@ static void print_machine(const opts *o) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention]\n");
+                    "[--threads 1,2] [--only matmul|attention|decode]\n");
     exit(2);
 }
 
@@ -323,13 +436,16 @@ int main(int argc, char **argv) {
                 if ((o.threads[o.n_threads++] = atoi(s)) < 1) usage();
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
-            if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0) usage();
+            if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
+                strcmp(only, "decode") != 0)
+                usage();
         } else {
             usage();
         }
     }
     print_machine(&o);
-    if (strcmp(only, "attention") != 0) bench_matmul(&o);
-    if (strcmp(only, "matmul") != 0) bench_attention(&o);
+    if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(&o);
+    if (!only[0] || strcmp(only, "attention") == 0) bench_attention(&o);
+    if (!only[0] || strcmp(only, "decode") == 0) bench_decode(&o);
     return 0;
 }
