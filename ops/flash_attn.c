@@ -84,8 +84,8 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
         gml_row_index(dst, r, &b, &h, &i);
         const int64_t n = visible_keys(dst, b, i);
         const char *qi = gml_ptr(q, b, h, i, 0);
-        const char *mrow = mask ? gml_ptr(mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0)
-                                : NULL;
+        const char *mrow =
+            mask ? gml_ptr(mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0) : NULL;
         const int64_t mstride = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
         double m = -INFINITY, l = 0;
         bool nan = false;

@@ -113,7 +113,8 @@ void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m,
         for (int kk = 0; kk < nk; kk++)
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                if (i < m) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
+                if (i < m)
+                    acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
     }
     const __m256i nm = lanes(n);
     for (int i = 0; i < m; i++) _mm256_maskstore_ps(c + i * ldc, nm, acc[i]);

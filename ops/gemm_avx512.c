@@ -135,7 +135,8 @@ void gml_f32_gemv_ukernel__avx512_4x16(size_t k, const float *a, size_t lda, int
         for (int kk = 0; kk < nk; kk++)
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                if (i < m) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
+                if (i < m)
+                    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
     }
     for (int i = 0; i < m; i++) _mm512_mask_storeu_ps(c + i * ldc, lanes(n), acc[i]);
 }

@@ -135,7 +135,8 @@ static void verify(void *user) {
         du = fmax(du, fabs(f[e] - r->unf[e]));
         dr = fmax(dr, fabs(f[e] - r->want[e]));
     }
-    const double scale_u = fmax(max_abs(r->unf, n), 1e-30), scale_r = fmax(max_abs(r->want, n), 1e-30);
+    const double scale_u = fmax(max_abs(r->unf, n), 1e-30),
+                 scale_r = fmax(max_abs(r->want, n), 1e-30);
     r->err_unfused = fmax(r->err_unfused, du / scale_u);
     r->err_ref = fmax(r->err_ref, dr / scale_r);
     for (int64_t row = 0; row < rows; row++) {
@@ -166,21 +167,25 @@ static void run_case(fa_case c, uint64_t seed) {
     const chk_layout lq = (chk_layout)(c.layout % CHK_N_LAYOUTS),
                      lk = (chk_layout)((c.layout / 2) % CHK_N_LAYOUTS),
                      lv = (chk_layout)((c.layout / 3 + 1) % CHK_N_LAYOUTS);
-    r.q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){c.B, c.H, c.Tq, c.dk}, lq, "q", &rng, c.lo, c.hi);
-    r.k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){c.B, c.G, c.Tk, c.dk}, lk, "k", &rng, c.lo, c.hi);
+    r.q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){c.B, c.H, c.Tq, c.dk}, lq, "q", &rng, c.lo,
+                        c.hi);
+    r.k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){c.B, c.G, c.Tk, c.dk}, lk, "k", &rng, c.lo,
+                        c.hi);
     r.v = chk_new_input(ctx, GML_F32, 4, (int64_t[]){c.B, c.G, c.Tk, c.dv}, lv, "v", &rng, -1, 1);
     if (c.growing)
         for (int64_t e = 0; e < chk_numel(r.k); e++)
             *(float *)chk_at(r.k, e) *= 1.0f + (float)((e / c.dk) % c.Tk) / 64.0f;
     switch (c.mask) {
     case MASK_FULL:
-        r.mask = chk_new_layout(ctx, GML_F32, 4, (int64_t[]){c.B, c.H, c.Tq, c.Tk}, CHK_SLICED, "mask");
+        r.mask =
+            chk_new_layout(ctx, GML_F32, 4, (int64_t[]){c.B, c.H, c.Tq, c.Tk}, CHK_SLICED, "mask");
         break;
     case MASK_TQ_TK:
         r.mask = chk_new_layout(ctx, GML_F32, 2, (int64_t[]){c.Tq, c.Tk}, CHK_CONTIGUOUS, "mask");
         break;
     case MASK_B_TK:
-        r.mask = chk_new_layout(ctx, GML_F32, 4, (int64_t[]){c.B, 1, 1, c.Tk}, CHK_CONTIGUOUS, "mask");
+        r.mask =
+            chk_new_layout(ctx, GML_F32, 4, (int64_t[]){c.B, 1, 1, c.Tk}, CHK_CONTIGUOUS, "mask");
         break;
     case MASK_H_TK:
         r.mask = chk_new_layout(ctx, GML_F32, 3, (int64_t[]){c.H, 1, c.Tk}, CHK_TRANSPOSED, "mask");
@@ -214,7 +219,8 @@ static void run_case(fa_case c, uint64_t seed) {
     char s[64];
     snprintf(s, sizeof s, "[%lld,%lld,%lld,%lld]", (long long)c.B, (long long)c.H, (long long)c.Tq,
              (long long)c.dv);
-    CHECK(strcmp(gml_format_shape(r.fused, desc, sizeof desc), s) == 0, "shape %s, want %s", desc, s);
+    CHECK(strcmp(gml_format_shape(r.fused, desc, sizeof desc), s) == 0, "shape %s, want %s", desc,
+          s);
     const int64_t n = c.B * c.H * c.Tq * c.dv;
     r.want = malloc((size_t)n * sizeof *r.want);
     r.unf = malloc((size_t)n * sizeof *r.unf);
@@ -264,12 +270,21 @@ static void test_masks_and_shapes(void) {
 /* Key counts around every block size a kernel may use, one query block and
  * more; the max growing block after block (rescaling); huge scores. */
 static void test_tails_and_values(void) {
-    static const int64_t tks[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257};
+    static const int64_t tks[] = {1,  2,  7,  8,  15,  16,  17,  31, 32,
+                                  33, 63, 64, 65, 127, 128, 129, 257};
     static const int64_t tqs[] = {1, 3, 16, 17, 33};
     uint64_t seed = 1000;
     for (size_t i = 0; i < sizeof tks / sizeof *tks; i++) {
-        fa_case c = {.B = 1, .H = 2, .G = 1, .Tq = tqs[i % 5], .Tk = tks[i], .dk = 1 + 2 * (int64_t)i,
-                     .dv = 9, .causal = i % 2, .lens = (int)(i % 3), .layout = (int)i};
+        fa_case c = {.B = 1,
+                     .H = 2,
+                     .G = 1,
+                     .Tq = tqs[i % 5],
+                     .Tk = tks[i],
+                     .dk = 1 + 2 * (int64_t)i,
+                     .dv = 9,
+                     .causal = i % 2,
+                     .lens = (int)(i % 3),
+                     .layout = (int)i};
         run_case(c, seed++);
     }
     for (int causal = 0; causal < 2; causal++) {
@@ -305,8 +320,8 @@ static void set_rows_case(int n_dims, bool per_slice, bool sliced_dst, bool dup,
     memcpy(sne, ne, sizeof(int64_t) * (size_t)n_dims);
     sne[n_dims - 2] = nrows;
     sr_run r;
-    r.dst = chk_new_input(ctx, GML_F32, n_dims, ne, sliced_dst ? CHK_SLICED : CHK_CONTIGUOUS, "cache",
-                          &rng, -1, 1);
+    r.dst = chk_new_input(ctx, GML_F32, n_dims, ne, sliced_dst ? CHK_SLICED : CHK_CONTIGUOUS,
+                          "cache", &rng, -1, 1);
     gml_tensor *src = chk_new_input(ctx, GML_F32, n_dims, sne, (chk_layout)(seed % CHK_N_LAYOUTS),
                                     "rows", &rng, -1, 1);
     const int64_t A = ne[0];
@@ -327,7 +342,8 @@ static void set_rows_case(int n_dims, bool per_slice, bool sliced_dst, bool dup,
         const int64_t a = n_dims == 2 ? 0 : sl / (slices / A);
         for (int64_t i = 0; i < nrows; i++) {
             const int32_t row = ix[per_slice ? a * nrows + i : i];
-            memcpy(r.want + (sl * N + row) * d, s + (sl * nrows + i) * d, (size_t)d * sizeof(float));
+            memcpy(r.want + (sl * N + row) * d, s + (sl * nrows + i) * d,
+                   (size_t)d * sizeof(float));
         }
     }
     free(s);
@@ -360,11 +376,13 @@ static void test_set_rows(void) {
     gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, 2, 1), "pos");
     gml_tensor *bad = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, 2, 3, 1, 5), "bad");
     CHECK(!gml_set_rows(ctx, cache, bad, pos), "d differs: built");
-    CHECK_CONTAINS(gml_last_error(ctx), "set_rows(cache, bad, pos): src f32 [2,3,1,5] does not fit dst f32 [2,3,8,4]");
+    CHECK_CONTAINS(gml_last_error(ctx),
+                   "set_rows(cache, bad, pos): src f32 [2,3,1,5] does not fit dst f32 [2,3,8,4]");
     gml_clear_error(ctx);
     gml_tensor *fpos = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 2, 1), "fpos");
     CHECK(!gml_set_rows(ctx, cache, rows, fpos), "f32 indices: built");
-    CHECK_CONTAINS(gml_last_error(ctx), "set_rows(cache, k_new, fpos): indices must be i32 [1] or [A, n]");
+    CHECK_CONTAINS(gml_last_error(ctx),
+                   "set_rows(cache, k_new, fpos): indices must be i32 [1] or [A, n]");
     gml_clear_error(ctx);
     gml_tensor *pos3 = gml_new_tensor_2d(ctx, GML_I32, 3, 1);
     CHECK(!gml_set_rows(ctx, cache, rows, pos3), "idx [3, 1] for A = 2: built");
@@ -375,7 +393,9 @@ static void test_set_rows(void) {
     ((int32_t *)pos->data)[1] = 8;
     gml_graph *g = gml_build_graph(ctx, &out, 1);
     CHECK(g && gml_graph_compute(g, 2) == GML_ERR_INVALID, "index 8 of 8 rows computed");
-    if (g) CHECK_CONTAINS(gml_graph_error(g), "set_rows(cache, k_new, pos): index 8 at [1,0] is out of range [0, 8)");
+    if (g)
+        CHECK_CONTAINS(gml_graph_error(g),
+                       "set_rows(cache, k_new, pos): index 8 at [1,0] is out of range [0, 8)");
     gml_graph_free(g);
     gml_free(ctx);
 }
@@ -391,9 +411,11 @@ static void test_after(void) {
     chk_rng rng = chk_seed(7);
     gml_tensor *cache = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 6, 4), "cache");
     chk_fill_value(cache, 0.5f);
-    gml_tensor *row = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 1, 4}, CHK_SLICED, "k_new", &rng, -1, 1);
-    gml_tensor *slot = gml_view(ctx, cache, 3, (int64_t[]){2, 1, 4},
-                                (size_t[]){cache->nb[1], cache->nb[2], cache->nb[3]}, 3 * cache->nb[2]);
+    gml_tensor *row =
+        chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 1, 4}, CHK_SLICED, "k_new", &rng, -1, 1);
+    gml_tensor *slot =
+        gml_view(ctx, cache, 3, (int64_t[]){2, 1, 4},
+                 (size_t[]){cache->nb[1], cache->nb[2], cache->nb[3]}, 3 * cache->nb[2]);
     gml_tensor *cp = gml_cpy(ctx, row, slot);
     gml_tensor *all = gml_after(ctx, cache, cp);
     gml_tensor *reader = gml_set_name(gml_scale(ctx, all, 2.0f), "reader");
@@ -444,8 +466,9 @@ static void test_errors(void) {
               gml_is_contiguous(gml_permute(ctx, t, (int[]){0, 2, 1, 3})),
           "the output is stored head-interleaved");
     gml_tensor *k5 = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, 2, 2, 12, 32), "k5");
-    expect_fail(ctx, gml_flash_attn(ctx, q, k5, v, NULL, NULL, 1, false),
-                "flash_attn(q, k5, v): q and k differ in d_k: q [2,8,10,64], k [2,2,12,32], v [2,2,12,32]");
+    expect_fail(
+        ctx, gml_flash_attn(ctx, q, k5, v, NULL, NULL, 1, false),
+        "flash_attn(q, k5, v): q and k differ in d_k: q [2,8,10,64], k [2,2,12,32], v [2,2,12,32]");
     gml_tensor *k3 = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, 2, 3, 12, 64), "k3");
     gml_tensor *v3 = gml_set_name(gml_new_tensor_4d(ctx, GML_F32, 2, 3, 12, 32), "v3");
     expect_fail(ctx, gml_flash_attn(ctx, q, k3, v3, NULL, NULL, 1, false),
@@ -457,13 +480,16 @@ static void test_errors(void) {
     expect_fail(ctx, gml_flash_attn(ctx, q, k, vt, NULL, NULL, 1, false),
                 "flash_attn(q, k, vt): k and v differ in kv heads or length");
     gml_tensor *m = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 10, 11), "m");
-    expect_fail(ctx, gml_flash_attn(ctx, q, k, v, m, NULL, 1, false),
-                "flash_attn(q, k, v, m): mask [10,11] does not broadcast to the scores [2,8,10,12]");
+    expect_fail(
+        ctx, gml_flash_attn(ctx, q, k, v, m, NULL, 1, false),
+        "flash_attn(q, k, v, m): mask [10,11] does not broadcast to the scores [2,8,10,12]");
     gml_tensor *lens = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, 2, 12), "lens");
     expect_fail(ctx, gml_flash_attn(ctx, q, k, v, NULL, lens, 1, false),
-                "flash_attn(q, k, v, lens): valid lengths must be i32 [2] or [2,10] ([B] or [B, Tq]), got i32 [2,12]");
+                "flash_attn(q, k, v, lens): valid lengths must be i32 [2] or [2,10] ([B] or [B, "
+                "Tq]), got i32 [2,12]");
     gml_tensor *qi = gml_set_name(gml_new_tensor_4d(ctx, GML_I32, 2, 8, 10, 64), "qi");
-    expect_fail(ctx, gml_flash_attn(ctx, qi, k, v, NULL, NULL, 1, false), "flash_attn(qi): 'qi' must be f32");
+    expect_fail(ctx, gml_flash_attn(ctx, qi, k, v, NULL, NULL, 1, false),
+                "flash_attn(qi): 'qi' must be f32");
     expect_fail(ctx, gml_flash_attn(ctx, q, k, v, NULL, NULL, INFINITY, false),
                 "flash_attn(q): scale inf is not finite");
     /* a NULL input keeps the message of the builder that failed */
@@ -479,7 +505,8 @@ static void test_errors(void) {
     k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 1, 5, 4}, CHK_CONTIGUOUS, "k", &rng, -1, 1);
     v = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 1, 5, 4}, CHK_CONTIGUOUS, "v", &rng, -1, 1);
     for (int per_query = 0; per_query < 2; per_query++) {
-        lens = per_query ? gml_new_tensor_2d(ctx, GML_I32, 2, 3) : gml_new_tensor_1d(ctx, GML_I32, 2);
+        lens =
+            per_query ? gml_new_tensor_2d(ctx, GML_I32, 2, 3) : gml_new_tensor_1d(ctx, GML_I32, 2);
         gml_set_name(lens, "lens");
         for (int i = 0; i < (per_query ? 6 : 2); i++) ((int32_t *)lens->data)[i] = 5;
         ((int32_t *)lens->data)[per_query ? 4 : 1] = per_query ? 6 : -1;
@@ -488,8 +515,9 @@ static void test_errors(void) {
         CHECK(g && gml_graph_compute(g, 3) == GML_ERR_INVALID, "bad length computed");
         if (g)
             CHECK_CONTAINS(gml_graph_error(g),
-                           per_query ? "flash_attn(lens): valid length 6 at [1,1] is outside [0, 5]"
-                                     : "flash_attn(lens): valid length -1 for batch 1 is outside [0, 5]");
+                           per_query
+                               ? "flash_attn(lens): valid length 6 at [1,1] is outside [0, 5]"
+                               : "flash_attn(lens): valid length -1 for batch 1 is outside [0, 5]");
         gml_graph_free(g);
     }
     gml_free(ctx);

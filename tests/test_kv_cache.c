@@ -44,7 +44,8 @@ typedef struct model {
     attn_data *data[2]; /* the arrays (data[0]->xq is the input) */
 } model;
 
-static gml_tensor *param(gml_context *ctx, const char *name, int n, const int64_t *ne, const float *src) {
+static gml_tensor *param(gml_context *ctx, const char *name, int n, const int64_t *ne,
+                         const float *src) {
     gml_tensor *t = gml_set_name(gml_new_tensor(ctx, GML_F32, n, ne), name);
     memcpy(t->data, src, (size_t)gml_nelements(t) * sizeof(float));
     return t;
@@ -88,7 +89,8 @@ static bool full_forward(const model *m, gml_attn_impl impl, float *out) {
     gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
     bool ok = g && gml_set_isa(GML_ISA_REFERENCE) == GML_OK && gml_graph_compute(g, 1) == GML_OK;
     if (ok) attn_read(y, out);
-    else fprintf(stderr, "  full forward: %s%s\n", gml_last_error(ctx), g ? gml_graph_error(g) : "");
+    else
+        fprintf(stderr, "  full forward: %s%s\n", gml_last_error(ctx), g ? gml_graph_error(g) : "");
     gml_set_isa(GML_ISA_AUTO);
     gml_graph_free(g);
     gml_free(ctx);
@@ -213,7 +215,8 @@ static void check_case(dec_case c, uint64_t seed) {
     float *fused = malloc(n * 4), *unfused = malloc(n * 4), *dec = malloc(n * 4),
           *first = malloc(n * 4);
     const int fails_before = fails;
-    bool ok = full_forward(&m, GML_ATTN_FUSED, fused) && full_forward(&m, GML_ATTN_UNFUSED, unfused);
+    bool ok =
+        full_forward(&m, GML_ATTN_FUSED, fused) && full_forward(&m, GML_ATTN_UNFUSED, unfused);
     double err = 0, scale = 0;
     static const struct {
         gml_isa isa;
@@ -288,8 +291,8 @@ static void check_graph(void) {
             EXPECT(gml_is_view(t) || gml_nelements(t) < 2 * 2 * 40 * 4,
                    "node '%s' is as large as a cache", t->name);
         }
-        EXPECT(set_rows == 4 && flash == 2, "%d set_rows, %d flash_attn nodes (want 4, 2)", set_rows,
-               flash);
+        EXPECT(set_rows == 4 && flash == 2, "%d set_rows, %d flash_attn nodes (want 4, 2)",
+               set_rows, flash);
         /* pos past T_max bypassing gml_kv_step_compute: set_rows refuses it */
         for (int b = 0; b < 2; b++) {
             ((int32_t *)s.step.pos->data)[b] = 40;
@@ -327,7 +330,8 @@ static void check_errors(void) {
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 1, 16), "x");
     gml_kv_step step = gml_kv_step_new(ctx, cache, 1);
     const gml_attn_config ok = {.n_heads = 4, .n_kv_heads = 2, .causal = true};
-    EXPECT(gml_attn_decode(ctx, ok, &w, x, &step, 0), "well-formed decode: %s", gml_last_error(ctx));
+    EXPECT(gml_attn_decode(ctx, ok, &w, x, &step, 0), "well-formed decode: %s",
+           gml_last_error(ctx));
     static const struct {
         gml_attn_config cfg;
         int layer;
@@ -359,7 +363,8 @@ static void check_errors(void) {
            "x of 2 tokens, step of 1: '%s'", gml_last_error(ctx));
     gml_clear_error(ctx);
     gml_kv_step big = gml_kv_step_new(ctx, cache, 9);
-    EXPECT(!big.pos && strstr(gml_last_error(ctx), "9 new tokens per step, but the cache holds 8 (max_len)"),
+    EXPECT(!big.pos && strstr(gml_last_error(ctx),
+                              "9 new tokens per step, but the cache holds 8 (max_len)"),
            "step of 9 into 8: '%s'", gml_last_error(ctx));
     gml_free(ctx);
     gml_kv_cache_free(cache);

@@ -57,8 +57,10 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
     int32_t n_keys[32] = {0};
     const float *mask_rows[32];
     float *out_rows[32];
-    for (size_t i = 0; i < rows * ldk + pad; i++) k[i] = i < rows * ldk ? rand_uniform(-1, 1) : nan_pattern();
-    for (size_t i = 0; i < rows * ldv + pad; i++) v[i] = i < rows * ldv ? rand_uniform(-1, 1) : nan_pattern();
+    for (size_t i = 0; i < rows * ldk + pad; i++)
+        k[i] = i < rows * ldk ? rand_uniform(-1, 1) : nan_pattern();
+    for (size_t i = 0; i < rows * ldv + pad; i++)
+        v[i] = i < rows * ldv ? rand_uniform(-1, 1) : nan_pattern();
     for (size_t i = 0; i < wfloats + pad; i++) work[i] = i < wfloats ? nan_pattern() : 555.0f;
     for (size_t i = 0; i < nq * (dv + pad) + pad; i++) outbuf[i] = 777.0f;
     const float qscale = c == HUGE ? 40.0f : 1.0f;
@@ -77,7 +79,9 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         out_rows[l] = outbuf + l * (dv + pad);
         mask_rows[l] = mask + l * rows;
         for (size_t j = 0; j < rows; j++)
-            mask[l * rows + j] = rand_int(4) == 0 ? -INFINITY : rand_int(2) ? 0.0f : rand_uniform(-2, 0);
+            mask[l * rows + j] = rand_int(4) == 0 ? -INFINITY
+                                 : rand_int(2)    ? 0.0f
+                                                  : rand_uniform(-2, 0);
     }
     if (c == NAN_SCORE && nk_max > 0) {
         const size_t nan_key = (size_t)rand_int(nk_max); /* lane 0 sees it: its output is NaN */
@@ -95,7 +99,8 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         bool nan = false;
         for (int32_t j = 0; j < n_keys[l]; j++) {
             float dot = 0;
-            for (size_t d = 0; d < dk; d++) dot = fmaf(k[(size_t)j * ldk + d], qt[d * tile + l], dot);
+            for (size_t d = 0; d < dk; d++)
+                dot = fmaf(k[(size_t)j * ldk + d], qt[d * tile + l], dot);
             if (c == MASKED) dot += mask[l * rows + (size_t)j];
             s[j] = dot;
             nan |= isnan(dot);
@@ -182,7 +187,8 @@ static void op_case(const char *what, gml_context *ctx, gml_tensor *q, gml_tenso
     gml_tensor *o = gml_flash_attn(ctx, q, k, v, mask, lens, 0.3f, causal);
     CHECK(o != NULL, "%s: %s", what, gml_last_error(ctx));
     if (!o) return;
-    op_worst = fmax(op_worst, check_isas(ctx, o, (tolerance){.rel = OP_REL_TOL, .abs = OP_ABS_TOL}, what));
+    op_worst =
+        fmax(op_worst, check_isas(ctx, o, (tolerance){.rel = OP_REL_TOL, .abs = OP_ABS_TOL}, what));
 }
 
 static void check_op(void) {

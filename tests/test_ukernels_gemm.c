@@ -73,9 +73,11 @@ static bool check_gemv(const gml_gemv_variant *v, size_t k, int m, int n, size_t
     for (size_t i = 0; i < rows && ok; i++)
         for (size_t j = 0; j < ldc && ok; j++)
             if (memcmp(&c[i * ldc + j], &want[i * ldc + j], sizeof(float)) != 0) {
-                fprintf(stderr, "FAIL %s k=%zu m=%d n=%d lda=%zu ldw=%zu: c[%zu][%zu] = %.9g, want %.9g%s\n",
-                        v->name, k, m, n, lda, ldw, i, j, c[i * ldc + j], want[i * ldc + j],
-                        (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
+                fprintf(
+                    stderr,
+                    "FAIL %s k=%zu m=%d n=%d lda=%zu ldw=%zu: c[%zu][%zu] = %.9g, want %.9g%s\n",
+                    v->name, k, m, n, lda, ldw, i, j, c[i * ldc + j], want[i * ldc + j],
+                    (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
                 ok = false;
             }
     free(a), free(w), free(c), free(want);

@@ -47,10 +47,12 @@ static bool step_build(step *s, const rg_opts *o, gml_kv_cache *cache, gml_attn_
         return rg_fail(e, RG_RUNTIME, "--decode: %s", gml_last_error(s->ctx));
     }
     gml_status st = gml_graph_plan(s->g, &(gml_plan_options){.measure_only = true});
-    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(s->g), "the decode graph", e))
+    if (st == GML_OK &&
+        !rg_check_memory((uint64_t)gml_graph_plan_peak(s->g), "the decode graph", e))
         return false;
     if (st == GML_OK) st = gml_graph_plan(s->g, NULL);
-    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing the decode graph: %s", gml_graph_error(s->g));
+    if (st != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "placing the decode graph: %s", gml_graph_error(s->g));
     gml_graph_set_nan_trap(s->g, o->nan_trap);
     return true;
 }
@@ -88,7 +90,8 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     const int64_t B = d->x->ne[1], D = d->dim[RG_D], H = d->dim[RG_H];
     const int64_t G = d->dim[RG_G] ? d->dim[RG_G] : H;
     if (H < 1 || D % H)
-        return rg_fail(e, RG_RUNTIME, "--heads %lld does not divide D = %lld", (long long)H, (long long)D);
+        return rg_fail(e, RG_RUNTIME, "--heads %lld does not divide D = %lld", (long long)H,
+                       (long long)D);
     r->max_len = o->max_len ? o->max_len : r->prompt + r->tokens;
     gml_kv_cache *cache = gml_kv_cache_new(
         (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = (int)G,
@@ -105,7 +108,8 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     r->ctx = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead() +
                                                     (size_t)(B * r->tokens * D * 4) + 256});
     gml_tensor *x1 = xctx ? gml_new_tensor_3d(xctx, GML_F32, B, 1, D) : NULL;
-    r->out = r->ctx ? gml_set_name(gml_new_tensor_3d(r->ctx, GML_F32, B, r->tokens, D), "out") : NULL;
+    r->out =
+        r->ctx ? gml_set_name(gml_new_tensor_3d(r->ctx, GML_F32, B, r->tokens, D), "out") : NULL;
     bool ok = (x1 && r->out) || rg_fail(e, RG_RUNTIME, "out of memory for the decoded outputs");
     if (ok) gml_set_flags(gml_set_name(x1, "x"), GML_FLAG_INPUT);
     ok = ok && step_build(&prompt, o, cache, cfg, &w, d->x, e) &&
