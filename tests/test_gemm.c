@@ -6,9 +6,9 @@
  * accumulation) must agree within rounding.
  *
  * Shapes: tails around the tile and block sizes (MR, NR, MC, KC, NC), the
- * few-rows paths (M <= 32; M <= 4 against a weight) and their edges, batch broadcast both ways, 4-D,
- * transposed and permuted views, slices with offsets, nn.Linear weights
- * (batches folded into M), K = 1. */
+ * few-rows paths (M <= 32; M <= 4 against a weight) and their edges, batch
+ * broadcast both ways, 4-D, transposed and permuted views, slices with
+ * offsets, nn.Linear weights (batches folded into M), K = 1. */
 #include "ggmlite.h"
 
 #include <math.h>
