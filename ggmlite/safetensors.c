@@ -145,7 +145,8 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
     for (const cJSON *x = shape->child; x; x = x->next, d++) {
         uint64_t v;
         if (!json_uint(x, (double)ST_MAX_DIM, &v) || v == 0)
-            return entry_fail(h, name, "shape %s: size %d must be an integer in [1, 2^40]", list, d);
+            return entry_fail(h, name, "shape %s: dim %d must be a whole number in [1, 2^40]",
+                              list, d);
         e->ne[d] = (int64_t)v;
     }
     uint64_t bytes = gml_dense_bytes(e->ne, n);

@@ -661,12 +661,12 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),
                 "shape is a string");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-3],\"data_offsets\":[0,24]}}", 24),
-                "shape [-2, -3]: size 0 must be an integer in [1, 2^40]");
+                "shape [-2, -3]: dim 0 must be a whole number in [1, 2^40]");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24), "[2.5]");
-    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,0],\"data_offsets\":[0,0]}}", 24), "size 1");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,0],\"data_offsets\":[0,0]}}", 24), "dim 1");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,null],\"data_offsets\":[0,0]}}", 24),
                 "[6, (null)]");
-    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,0]}}", 24), "size 0");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,0]}}", 24), "dim 0");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,2,1,3],\"data_offsets\":[0,24]}}", 24),
                 "has 5 dims; ggmlite tensors have 1 to 4");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776,"
