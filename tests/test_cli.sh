@@ -262,7 +262,10 @@ expect_ok "--decode --json" gqa --batch 2 --seq 6 --d-model 32 --heads 4 --kv-he
     --output "$T/dec.npy"
 cp "$T/out" "$T/dec.json"
 check "--decode --json has the documented keys" "$CHECK" json "$T/dec.json" tokens_per_s cache_bytes \
-    prompt_tokens decode_tokens max_len ms_per_token xxh3 output_shape
+    prompt_tokens decode_tokens max_len ms_per_token xxh3 output_shape model threads runs median_ms min_ms \
+    flops peak_bytes
+check "--decode: peak_bytes holds the cache" test "$("$CHECK" json-get "$T/dec.json" peak_bytes)" -gt \
+    "$("$CHECK" json-get "$T/dec.json" cache_bytes)"
 check "--decode: the outputs of the 5 tokens" test "$("$CHECK" json-get "$T/dec.json" output_shape)" = "[2,5,32]"
 # K and V: 2 x [B=2, G=2, T_max=6+5, d_k=8] floats
 check "--decode: cache_bytes" test "$("$CHECK" json-get "$T/dec.json" cache_bytes)" = $((2 * 2 * 2 * 11 * 8 * 4))
@@ -328,6 +331,7 @@ mkst overlap.safetensors '{"a": {"dtype": "F32", "shape": [2,2], "data_offsets":
 mkst f64.safetensors '{"w_q.weight": {"dtype": "F64", "shape": [2,2], "data_offsets": [0, 32]}}' 32
 mkst only_q.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
 mkst even_rel.safetensors '{"rel_k.weight": {"dtype": "F32", "shape": [6,12], "data_offsets": [0, 288]}}' 288
+mkst nonsq.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [8,9], "data_offsets": [0, 288]}}' 288
 mknpy f8.npy '<f8' False '(2, 7, 48)' 5376
 mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
 mknpy rank2.npy '<f4' False '(7, 48)' 1344
@@ -425,6 +429,21 @@ expect_error 2 "--decode runs the fused graph" "--decode with --attn unfused" mh
 expect_error 2 "--max-len is for --decode" "--max-len without --decode" mha --max-len 9
 expect_error 1 "decode: kv_heads 3 must divide heads 4" "--decode with bad kv heads" gqa --heads 4 --kv-heads 3 \
     --d-model 16 --decode 2
+# outputs are checked before any work: one file spelled two ways, a directory
+mkdir -p adir
+expect_error 2 "ok1.npy: given for two outputs (--attn-weights ok1.npy, --attn-svg ./ok1.npy)" \
+    "one output file spelled two ways" mha --heads 4 --input ok.npy --attn-weights ok1.npy --attn-svg ./ok1.npy
+expect_error 1 "--attn-weights adir: cannot create: it is a directory" "an output path that is a directory" \
+    mha --heads 4 --input ok.npy --attn-weights adir
+check "a refused output path leaves no other output" test ! -e ok1.npy
+# a result holding NaN is an error, with or without --nan-trap
+expect_error 1 "the output [2,7,48] holds 672 non-finite values, the first NaN at [0,0,0]" \
+    "NaN input without --nan-trap: an error, not a NaN output" mha --heads 4 --input nan.npy
+expect_error 2 "--attn fused: relpos has no fused graph" "relpos --attn fused" relpos --attn fused
+expect_error 1 "weights.safetensors: relpos needs rel_k.weight [2P+1, d_k] (rel_v.weight is optional); present: w_q.weight" \
+    "relpos weights without rel_k list the present ones" relpos --heads 4 --weights "$W"
+expect_error 1 "nonsq.safetensors: w_q.weight is [8,9], but it must be square, [D, D]" "a non-square w_q" \
+    mha --heads 4 --weights nonsq.safetensors
 check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
 cd "$T" || exit 2
 

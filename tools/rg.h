@@ -148,6 +148,9 @@ typedef struct rg_model {
 } rg_model;
 
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+/* Bytes of the data g's leafs hold themselves (not placed by a plan): inputs,
+ * weights, caches; each rounded up to 64 bytes. */
+size_t rg_leaf_bytes(const gml_graph *g);
 void rg_model_free(rg_model *m);
 
 /* ---- running (rg_run.c) --------------------------------------------------------- */
@@ -177,6 +180,8 @@ typedef struct rg_decode {
     double prompt_ms;   /* the prompt step */
     int runs;           /* timed decodes of the N tokens (--repeat) */
     double median_ms, min_ms; /* per token */
+    double flops;             /* of one token's step */
+    size_t peak_bytes;        /* tensor data: weights, prompt, cache and both steps' buffers */
     int step_nodes;
 } rg_decode;
 
@@ -216,6 +221,10 @@ const char *rg_stage_add(rg_stage *s, const char *path);
 /* Library messages name the temporary file: this names path instead. */
 void rg_stage_message(const rg_stage *s, char *msg, size_t size);
 bool rg_stage_commit(rg_stage *s, rg_err *e);
+/* Before any work: each output path's directory exists, the path is not a
+ * directory (--save-inputs: is one, or is new), and no file is named twice,
+ * however spelled ("x.npy", "./x.npy"; a usage error). */
+bool rg_check_output_paths(const rg_opts *o, rg_err *e);
 void rg_stage_abort(rg_stage *s);
 
 /* Writes every output the options ask for, all or nothing. */

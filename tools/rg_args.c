@@ -326,15 +326,14 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
         return rg_fail(e, RG_USAGE, "--input is self-attention; for cross-attention give --query, --key, --value");
     if (o->value && !o->key) return rg_fail(e, RG_USAGE, "--value needs --key");
     if (o->key && !o->query) return rg_fail(e, RG_USAGE, "--key needs --query");
-    const char *outs[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph, o->save_inputs};
-    for (int i = 0; i < 6; i++)
-        for (int k = i + 1; k < 6; k++)
-            if (outs[i] && outs[k] && strcmp(outs[i], outs[k]) == 0)
-                return rg_fail(e, RG_USAGE, "%s: given for two outputs", outs[i]);
+    if (!rg_check_output_paths(o, e)) return false;
     if (o->attn_impl == GML_ATTN_FUSED && (o->attn_weights || o->attn_svg))
         return rg_fail(e, RG_USAGE, "%s needs the attention weights, which the fused graph does not "
                        "make: drop --attn fused (or give --attn unfused)",
                        o->attn_weights ? "--attn-weights" : "--attn-svg");
+    if (o->kind == RG_RELPOS && o->attn_impl == GML_ATTN_FUSED)
+        return rg_fail(e, RG_USAGE, "--attn fused: relpos has no fused graph (its relative-position "
+                       "terms need the scores); drop --attn or give --attn unfused");
     if (given[F_MAX_LEN] && !o->decode) return rg_fail(e, RG_USAGE, "--max-len is for --decode");
     if (o->decode) { /* a prompt, then one token at a time: causal self-attention, fused */
         static const flag_id NOT_WITH_DECODE[] = {

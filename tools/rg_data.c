@@ -96,10 +96,12 @@ static bool weight_facts(const rg_opts *o, rg_data *d, int64_t *dk, rg_err *e) {
     char s[64];
     for (int i = 0; i < 3; i++) {
         gml_tensor *t = gml_get_tensor(d->wctx, SQUARE[i]);
-        if (t && t->n_dims == 2 &&
-            !(fact(d, RG_D, t->ne[2], e, "%s: %s %s", o->weights, t->name, shape_of(t, s, sizeof s)) &&
-              fact(d, RG_D, t->ne[3], e, "%s: %s %s", o->weights, t->name, s)))
-            return false;
+        if (!t || t->n_dims != 2) continue;
+        shape_of(t, s, sizeof s);
+        if (t->ne[2] != t->ne[3])
+            return rg_fail(e, RG_RUNTIME, "%s: %s is %s, but it must be square, [D, D]", o->weights,
+                           t->name, s);
+        if (!fact(d, RG_D, t->ne[3], e, "%s: %s %s", o->weights, t->name, s)) return false;
     }
     for (int i = 0; i < 3; i++) {
         gml_tensor *t = gml_get_tensor(d->wctx, BY_D[i]);
@@ -259,11 +261,11 @@ bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e) {
 static bool make(rg_data *d, const spec *sp, int n, gml_tensor **out, rg_err *e) {
     uint64_t bytes = 4096;
     for (int i = 0; i < n; i++) {
-        uint64_t count = 4 + 127; /* bytes, with room to align */
+        uint64_t count = 4; /* bytes of the data, then room to align it */
         for (int k = 0; k < sp[i].n_dims; k++)
             if (__builtin_mul_overflow(count, (uint64_t)sp[i].ne[k], &count)) count = UINT64_MAX;
         uint64_t tensor;
-        if (__builtin_add_overflow(count, gml_tensor_overhead(), &tensor) ||
+        if (__builtin_add_overflow(count, 127 + gml_tensor_overhead(), &tensor) ||
             __builtin_add_overflow(bytes, tensor, &bytes))
             bytes = UINT64_MAX;
     }

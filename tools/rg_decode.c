@@ -114,7 +114,12 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     if (ok) gml_set_flags(gml_set_name(x1, "x"), GML_FLAG_INPUT);
     ok = ok && step_build(&prompt, o, cache, cfg, &w, d->x, e) &&
          step_build(&one, o, cache, cfg, &w, x1, e);
-    r->step_nodes = ok ? gml_graph_n_nodes(one.g) : 0;
+    if (ok) {
+        r->step_nodes = gml_graph_n_nodes(one.g);
+        r->flops = gml_graph_flops(one.g);
+        r->peak_bytes = rg_leaf_bytes(prompt.g) + gml_graph_plan_peak(prompt.g) +
+                        gml_graph_plan_peak(one.g);
+    }
     ok = ok && step_compute(&prompt, o->threads, &r->prompt_ms, e);
 
     /* the N tokens, R times (one warm-up first when R > 1) */

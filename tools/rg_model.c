@@ -10,7 +10,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* ---- built-in blocks -------------------------------------------------------- */
 
@@ -26,6 +25,12 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
     char err[1024];
     if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
         return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
+    if (o->kind == RG_RELPOS && !w.rel_k) {
+        char present[1024];
+        rg_list_weights(d->wctx, present, sizeof present);
+        return rg_fail(e, RG_RUNTIME, "%s: relpos needs rel_k.weight [2P+1, d_k] (rel_v.weight is "
+                       "optional); %s", o->weights, present);
+    }
     gml_attn_config cfg = {.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
                            .n_kv_heads = (int)d->dim[RG_G], .causal = o->causal,
                            .max_rel = (int)d->dim[RG_P], .impl = o->attn_impl,
@@ -158,12 +163,17 @@ static bool build(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, r
  * file made) their places with the memory planner, and counts the bytes of
  * tensor data a run needs: the planned buffer plus the inputs and weights,
  * which keep the data they came with. */
-static bool place(rg_model *m, rg_err *e) {
-    size_t own = 0; /* leafs with data: inputs and weights from files or made random */
-    for (int i = 0; i < gml_graph_n_leafs(m->g); i++) {
-        const gml_tensor *t = gml_graph_leaf(m->g, i);
+size_t rg_leaf_bytes(const gml_graph *g) {
+    size_t own = 0;
+    for (int i = 0; i < gml_graph_n_leafs(g); i++) {
+        const gml_tensor *t = gml_graph_leaf(g, i);
         if (t->data && !gml_is_view(t)) own += (gml_nbytes(t) + 63) / 64 * 64;
     }
+    return own;
+}
+
+static bool place(rg_model *m, rg_err *e) {
+    const size_t own = rg_leaf_bytes(m->g); /* inputs and weights, from files or made random */
     gml_status st = gml_graph_plan(m->g, &(gml_plan_options){.measure_only = true});
     if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(m->g) + own, "the graph's tensors", e))
         return false;
@@ -176,13 +186,22 @@ static bool place(rg_model *m, rg_err *e) {
 
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     *m = (rg_model){0};
-    /* headers only: the planner places the data */
-    size_t headers = 512;
-    struct stat st;
-    if (o->kind == RG_GRAPH && stat(o->model, &st) == 0) headers += (size_t)st.st_size / 2;
-    m->ctx = gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
-    if (!m->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
-    if (!build(o, d, m->ctx, m, e)) return false;
+    /* Headers only: the planner places the data. How many tensors a graph
+     * file makes is known only once it is parsed: build in a small arena,
+     * and again in a larger one while the arena is what ran out. */
+    for (size_t headers = 1024;; headers *= 8) {
+        const size_t arena = headers * gml_tensor_overhead();
+        m->ctx = gml_init((gml_init_params){.mem_size = arena, .no_alloc = true});
+        if (!m->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+        rg_err attempt = {0};
+        if (build(o, d, m->ctx, m, &attempt)) break;
+        if (gml_mem_required(m->ctx) <= arena || headers >= ((size_t)1 << 22)) {
+            *e = attempt;
+            return false;
+        }
+        gml_free(m->ctx);
+        m->ctx = NULL;
+    }
     if (o->kind != RG_GRAPH) flag_leafs(d);
     m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));

@@ -79,15 +79,77 @@ void rg_stage_abort(rg_stage *s) {
     stage_free(s);
 }
 
+/* Renames every staged file into place. rg_check_output_paths has ruled out
+ * what usually makes a rename fail; if one fails all the same, the files
+ * already renamed are removed again, so the run still leaves no output. */
 bool rg_stage_commit(rg_stage *s, rg_err *e) {
-    bool ok = true;
-    for (int i = 0; i < s->n && ok; i++)
-        if (rename(s->tmp[i], s->final[i]) != 0)
-            ok = rg_fail(e, RG_RUNTIME, "%s: cannot rename %s into place: %s", s->final[i], s->tmp[i], strerror(errno));
-    if (!ok)
-        for (int i = 0; i < s->n; i++) unlink(s->tmp[i]);
+    int placed = 0;
+    for (; placed < s->n; placed++)
+        if (rename(s->tmp[placed], s->final[placed]) != 0) break;
+    const bool ok = placed == s->n;
+    if (!ok) {
+        rg_fail(e, RG_RUNTIME, "%s: cannot rename %s into place: %s (no output file was written)",
+                s->final[placed], s->tmp[placed], strerror(errno));
+        for (int i = 0; i < placed; i++) unlink(s->final[i]);
+        for (int i = placed; i < s->n; i++) unlink(s->tmp[i]);
+        if (s->made_dir) rmdir(s->made_dir);
+    }
     stage_free(s);
     return ok;
+}
+
+/* The file path names, as "<real directory>/<base name>", so that two
+ * spellings of one file compare equal; false (errno set) if its directory
+ * cannot be resolved. */
+static bool canonical_path(const char *path, char out[PATH_MAX]) {
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        errno = EISDIR;
+        return false;
+    }
+    if (!realpath(dir, real)) return false;
+    struct stat st;
+    if (stat(real, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return false;
+    }
+    return snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) < PATH_MAX ||
+           (errno = ENAMETOOLONG, false);
+}
+
+bool rg_check_output_paths(const rg_opts *o, rg_err *e) {
+    const char *const flag[] = {"--output", "--attn-weights", "--attn-svg", "--dot", "--save-graph",
+                                "--save-inputs"};
+    const char *const path[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph,
+                                o->save_inputs};
+    enum { N = sizeof path / sizeof *path, SAVE_INPUTS = N - 1 };
+    static char canon[N][PATH_MAX];
+    for (int i = 0; i < N; i++) {
+        if (!path[i]) continue;
+        if (!canonical_path(path[i], canon[i]))
+            return rg_fail(e, RG_RUNTIME, "%s %s: cannot create: %s", flag[i], path[i],
+                           errno == EISDIR ? "it names a directory, not a file"
+                                           : errno == ENOENT ? "its directory does not exist"
+                                                             : strerror(errno));
+        struct stat st;
+        const bool exists = stat(canon[i], &st) == 0;
+        if (i != SAVE_INPUTS && exists && S_ISDIR(st.st_mode))
+            return rg_fail(e, RG_RUNTIME, "%s %s: cannot create: it is a directory", flag[i],
+                           path[i]);
+        if (i == SAVE_INPUTS && exists && !S_ISDIR(st.st_mode))
+            return rg_fail(e, RG_RUNTIME, "%s %s: exists and is not a directory", flag[i], path[i]);
+        for (int k = 0; k < i; k++)
+            if (path[k] && strcmp(canon[k], canon[i]) == 0)
+                return rg_fail(e, RG_USAGE, "%s: given for two outputs (%s %s, %s %s)", path[i],
+                               flag[k], path[k], flag[i], path[i]);
+    }
+    return true;
 }
 
 /* The staged path for `path`, or a failure (the same path given twice). */

@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,33 +68,54 @@ static cJSON *shape_json(const gml_tensor *t) {
     return a;
 }
 
-static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
-                        uint64_t digest, rg_err *e) {
+/* The keys every --json report has: what ran, on what, the output and the
+ * time of one run (for --decode: of one token). */
+static cJSON *json_head(const rg_opts *o, const rg_data *d, const gml_tensor *out, uint64_t digest,
+                        int runs, double median_ms, double min_ms, double flops, size_t peak_bytes) {
     cJSON *j = cJSON_CreateObject(), *sizes = cJSON_CreateObject();
     char hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, digest);
     cJSON_AddStringToObject(j, "model", o->model);
     for (int i = 0; i < RG_NSYM; i++)
-        if (d->known[i] && rg_size_applies(o->kind, i)) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
+        if (d->known[i] && rg_size_applies(o->kind, i))
+            cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
     cJSON_AddItemToObject(j, "sizes", sizes);
     cJSON_AddBoolToObject(j, "causal", o->causal);
-    cJSON_AddItemToObject(j, "output_shape", shape_json(m->out));
-    if (m->attn) cJSON_AddItemToObject(j, "attn_shape", shape_json(m->attn));
+    cJSON_AddItemToObject(j, "output_shape", shape_json(out));
     cJSON_AddStringToObject(j, "xxh3", hex);
     cJSON_AddNumberToObject(j, "threads", o->threads);
     cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
-    cJSON_AddNumberToObject(j, "runs", t->runs);
-    cJSON_AddNumberToObject(j, "median_ms", t->median_ms);
-    cJSON_AddNumberToObject(j, "min_ms", t->min_ms);
-    cJSON_AddNumberToObject(j, "flops", t->flops);
-    cJSON_AddNumberToObject(j, "gflops", t->median_ms > 0 ? t->flops / (t->median_ms * 1e6) : 0);
-    cJSON_AddNumberToObject(j, "peak_bytes", (double)m->peak_bytes);
+    cJSON_AddNumberToObject(j, "runs", runs);
+    cJSON_AddNumberToObject(j, "median_ms", median_ms);
+    cJSON_AddNumberToObject(j, "min_ms", min_ms);
+    cJSON_AddNumberToObject(j, "flops", flops);
+    cJSON_AddNumberToObject(j, "gflops", median_ms > 0 ? flops / (median_ms * 1e6) : 0);
+    cJSON_AddNumberToObject(j, "peak_bytes", (double)peak_bytes);
+    cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
+    cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
+    return j;
+}
+
+/* Prints j on one line and frees it. */
+static bool print_json(cJSON *j, rg_err *e) {
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
+    printf("%s\n", text);
+    cJSON_free(text);
+    return true;
+}
+
+static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
+                        uint64_t digest, rg_err *e) {
+    cJSON *j = json_head(o, d, m->out, digest, t->runs, t->median_ms, t->min_ms, t->flops,
+                         m->peak_bytes);
+    char hex[17];
+    if (m->attn) cJSON_AddItemToObject(j, "attn_shape", shape_json(m->attn));
     cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
-    cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
-    cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
     if (t->node_ms) {
         cJSON *p = cJSON_AddArrayToObject(j, "profile");
         for (int i = 0; i < gml_graph_n_nodes(m->g); i++) {
@@ -107,12 +129,7 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
             cJSON_AddItemToArray(p, row);
         }
     }
-    char *text = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
-    printf("%s\n", text);
-    cJSON_free(text);
-    return true;
+    return print_json(j, e);
 }
 
 static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
@@ -139,35 +156,19 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     char hex[17], sizes[256], shape[64];
     snprintf(hex, sizeof hex, "%016" PRIx64, digest);
     const double tps = r->median_ms > 0 ? 1e3 / r->median_ms : 0;
-    if (o->json) {
-        cJSON *j = cJSON_CreateObject(), *sz = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "model", o->model);
-        for (int i = 0; i < RG_NSYM; i++)
-            if (d->known[i] && rg_size_applies(o->kind, i)) cJSON_AddNumberToObject(sz, RG_SYM[i], (double)d->dim[i]);
-        cJSON_AddItemToObject(j, "sizes", sz);
-        cJSON_AddBoolToObject(j, "causal", true);
-        cJSON_AddItemToObject(j, "output_shape", shape_json(r->out));
-        cJSON_AddStringToObject(j, "xxh3", hex);
-        cJSON_AddNumberToObject(j, "threads", o->threads);
-        cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
+    if (o->json) { /* the times and flops are those of one decoded token */
+        cJSON *j = json_head(o, d, r->out, digest, r->runs, r->median_ms, r->min_ms, r->flops,
+                             r->peak_bytes);
         cJSON_AddNumberToObject(j, "prompt_tokens", (double)r->prompt);
         cJSON_AddNumberToObject(j, "decode_tokens", (double)r->tokens);
         cJSON_AddNumberToObject(j, "max_len", (double)r->max_len);
         cJSON_AddNumberToObject(j, "prompt_ms", r->prompt_ms);
-        cJSON_AddNumberToObject(j, "runs", r->runs);
         cJSON_AddNumberToObject(j, "ms_per_token", r->median_ms);
         cJSON_AddNumberToObject(j, "min_ms_per_token", r->min_ms);
         cJSON_AddNumberToObject(j, "tokens_per_s", tps);
         cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
         cJSON_AddNumberToObject(j, "step_nodes", r->step_nodes);
-        cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
-        cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
-        char *text = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
-        printf("%s\n", text);
-        cJSON_free(text);
-        return true;
+        return print_json(j, e);
     }
     describe_sizes(o, d, sizes, sizeof sizes);
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
@@ -184,6 +185,35 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     printf("memory  KV cache %.2f MiB (K and V [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
            r->max_len);
     return true;
+}
+
+/* A result that holds NaN or an infinity is an error, not an output: names
+ * the first such element and how to find the node that made it. */
+static bool check_finite(const rg_opts *o, const gml_tensor *t, const char *what, rg_err *e) {
+    int64_t bad = 0, first[4] = {0};
+    float first_v = 0;
+    int64_t i[4];
+    for (i[0] = 0; i[0] < t->ne[0]; i[0]++)
+        for (i[1] = 0; i[1] < t->ne[1]; i[1]++)
+            for (i[2] = 0; i[2] < t->ne[2]; i[2]++)
+                for (i[3] = 0; i[3] < t->ne[3]; i[3]++) {
+                    const float v = *(const float *)((const char *)t->data + i[0] * (int64_t)t->nb[0] +
+                                                     i[1] * (int64_t)t->nb[1] + i[2] * (int64_t)t->nb[2] +
+                                                     i[3] * (int64_t)t->nb[3]);
+                    if (isfinite(v)) continue;
+                    if (!bad++) memcpy(first, i, sizeof first), first_v = v;
+                }
+    if (!bad) return true;
+    char shape[64], at[64];
+    size_t k = 0;
+    for (int d = 4 - t->n_dims; d < 4; d++)
+        k += (size_t)snprintf(at + k, sizeof at - k, "%s%" PRId64, k ? "," : "", first[d]);
+    return rg_fail(e, RG_RUNTIME,
+                   "%s %s holds %" PRId64 " non-finite value%s, the first %s at [%s]; the inputs or "
+                   "weights may hold NaN or inf%s",
+                   what, gml_format_shape(t, shape, sizeof shape), bad, bad == 1 ? "" : "s",
+                   isnan(first_v) ? "NaN" : first_v > 0 ? "inf" : "-inf", at,
+                   o->nan_trap ? "" : " (--nan-trap names the first node that makes one)");
 }
 
 static bool digest_of(const gml_tensor *t, uint64_t *out, rg_err *e) {
@@ -214,15 +244,19 @@ int main(int argc, char **argv) {
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
         ok = ok && rg_data_load(&o, &d, &e);
         if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
-            ok = rg_decode_run(&o, &d, &dec, &e) && digest_of(dec.out, &digest, &e);
+            ok = rg_decode_run(&o, &d, &dec, &e) && check_finite(&o, dec.out, "the output", &e) &&
+                 digest_of(dec.out, &digest, &e);
             m.out = dec.out; /* --output: the decoded tokens */
             ok = ok && rg_write_outputs(&o, &d, &m, &e) && report_decode(&o, &d, &dec, digest, &e);
             m.out = NULL;
         } else if (ok) {
             ok = rg_model_build(&o, &d, &m, &e) && check_outputs(&o, &m, &e);
             if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
-            ok = ok && rg_run(&o, &m, &t, &e) && digest_of(m.out, &digest, &e) &&
-                 rg_write_outputs(&o, &d, &m, &e);
+            ok = ok && rg_run(&o, &m, &t, &e);
+            for (int i = 0; ok && i < m.n_outs; i++)
+                ok = m.outs[i]->type != GML_F32 ||
+                     check_finite(&o, m.outs[i], i ? "the attention weights" : "the output", &e);
+            ok = ok && digest_of(m.out, &digest, &e) && rg_write_outputs(&o, &d, &m, &e);
             if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);
             if (ok && o.json) ok = report_json(&o, &d, &m, &t, digest, &e);
             else if (ok) report_human(&o, &d, &m, &t, digest);
