@@ -26,9 +26,8 @@ static const char *role_label(const gml_tensor *t, const char *role, char *buf, 
     return buf;
 }
 
-/* t must be f32 [rows, cols] (cols < 0: 1-D [rows]); what says it in words. */
-static bool check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
-                        const char *role, int64_t rows, int64_t cols, const char *what) {
+bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
+                          const char *role, int64_t rows, int64_t cols, const char *what) {
     bool shape_ok = cols < 0 ? t->n_dims == 1 && t->ne[3] == rows
                              : t->n_dims == 2 && t->ne[2] == rows && t->ne[3] == cols;
     if (shape_ok && t->type == GML_F32) return true;
@@ -119,10 +118,10 @@ static bool check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_at
         char what[96];
         snprintf(what, sizeof what, "rows of w_q, w_k, w_v: [d_model + 2*%s, d_model]",
                  p->G == p->H ? "d_model" : "kv_heads*d_k");
-        if (!check_param(ctx, p, w->in_proj_weight, "in_proj_weight", D + 2 * kv, D, what))
+        if (!gml_attn_check_param(ctx, p, w->in_proj_weight, "in_proj_weight", D + 2 * kv, D, what))
             return false;
-        if (w->in_proj_bias &&
-            !check_param(ctx, p, w->in_proj_bias, "in_proj_bias", D + 2 * kv, -1, "b_q, b_k, b_v"))
+        if (w->in_proj_bias && !gml_attn_check_param(ctx, p, w->in_proj_bias, "in_proj_bias",
+                                                     D + 2 * kv, -1, "b_q, b_k, b_v"))
             return false;
     } else {
         const char *missing = !w->w_q ? "w_q" : !w->w_k ? "w_k" : !w->w_v ? "w_v" : NULL;
@@ -131,18 +130,18 @@ static bool check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_at
                                  "%s: %s.weight is missing (NULL): give w_q, w_k, w_v or "
                                  "in_proj_weight",
                                  p->block, missing);
-        if (!check_param(ctx, p, w->w_q, "w_q.weight", D, D, "[d_model, d_model]") ||
-            !check_param(ctx, p, w->w_k, "w_k.weight", kv, D, kv_rows) ||
-            !check_param(ctx, p, w->w_v, "w_v.weight", kv, D, kv_rows) ||
-            (w->b_q && !check_param(ctx, p, w->b_q, "w_q.bias", D, -1, "[d_model]")) ||
-            (w->b_k && !check_param(ctx, p, w->b_k, "w_k.bias", kv, -1, kv_len)) ||
-            (w->b_v && !check_param(ctx, p, w->b_v, "w_v.bias", kv, -1, kv_len)))
+        if (!gml_attn_check_param(ctx, p, w->w_q, "w_q.weight", D, D, "[d_model, d_model]") ||
+            !gml_attn_check_param(ctx, p, w->w_k, "w_k.weight", kv, D, kv_rows) ||
+            !gml_attn_check_param(ctx, p, w->w_v, "w_v.weight", kv, D, kv_rows) ||
+            (w->b_q && !gml_attn_check_param(ctx, p, w->b_q, "w_q.bias", D, -1, "[d_model]")) ||
+            (w->b_k && !gml_attn_check_param(ctx, p, w->b_k, "w_k.bias", kv, -1, kv_len)) ||
+            (w->b_v && !gml_attn_check_param(ctx, p, w->b_v, "w_v.bias", kv, -1, kv_len)))
             return false;
     }
     if (!w->w_o)
         return gml_attn_fail(ctx, "%s: w_o.weight (out_proj.weight) is missing (NULL)", p->block);
-    return check_param(ctx, p, w->w_o, "w_o.weight", D, D, "[d_model, d_model]") &&
-           (!w->b_o || check_param(ctx, p, w->b_o, "w_o.bias", D, -1, "[d_model]"));
+    return gml_attn_check_param(ctx, p, w->w_o, "w_o.weight", D, D, "[d_model, d_model]") &&
+           (!w->b_o || gml_attn_check_param(ctx, p, w->b_o, "w_o.bias", D, -1, "[d_model]"));
 }
 
 static bool check_lens(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *lens) {

@@ -31,6 +31,11 @@ typedef struct gml_attn_plan {
 
 /* gml_fail for functions returning bool: records the message, returns false. */
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+/* A weight t must be f32 [rows, cols] (cols < 0: 1-D [rows]); else false,
+ * with a message naming the block, the role ("w_k.weight"), t's shape and
+ * what the shape means (`what`, e.g. "[d_model, d_model]"). */
+bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
+                          const char *role, int64_t rows, int64_t cols, const char *what);
 
 /* Validates everything the block needs (shapes, types, divisibility),
  * chooses the fused or unfused graph (can_fuse false: the block has only the

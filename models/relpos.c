@@ -22,15 +22,10 @@
 /* table must be f32 [2P+1, d_k] */
 static bool check_table(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
                         const char *role, int max_rel) {
-    if (t->type == GML_F32 && t->n_dims == 2 && t->ne[2] == 2 * (int64_t)max_rel + 1 &&
-        t->ne[3] == p->dk)
-        return true;
-    char st[GML_SHAPE_MAX];
-    return gml_attn_fail(ctx,
-                         "relpos: %s '%s' is %s %s, expected f32 [%" PRId64 ",%" PRId64
-                         "] ([2*max_rel+1, d_k] with max_rel %d, d_k %" PRId64 ")",
-                         role, t->name, gml_type_name(t->type), GML_SHAPE(t, st),
-                         2 * (int64_t)max_rel + 1, p->dk, max_rel, p->dk);
+    char what[96];
+    snprintf(what, sizeof what, "[2*max_rel+1, d_k] with max_rel %d, d_k %" PRId64, max_rel,
+             p->dk);
+    return gml_attn_check_param(ctx, p, t, role, 2 * (int64_t)max_rel + 1, p->dk, what);
 }
 
 /* table [2P+1, d_k], idx [Tq, Tk] -> rows [Tq, 1, Tk, d_k] */

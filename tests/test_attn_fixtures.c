@@ -115,13 +115,26 @@ static gml_tensor *load_npy(const char *dir, const char *file, gml_context **own
     return gml_get_first_tensor(*owner);
 }
 
-/* Max |got - want| over same-shaped tensors; *bad counts out-of-tolerance. */
-static double compare(const gml_tensor *got, const gml_tensor *want, size_t *bad) {
+/* How far a result is from PyTorch's: the max |got - want|, and the max
+ * share of the tolerance used, |got - want| / (TOL_ABS + TOL_REL |want|). */
+typedef struct fix_err {
+    double abs, tol_used;
+} fix_err;
+
+static void err_max(fix_err *acc, fix_err e) {
+    acc->abs = fmax(acc->abs, e.abs);
+    acc->tol_used = fmax(acc->tol_used, e.tol_used);
+}
+
+/* got against want (same shape); *bad counts the elements out of tolerance. */
+static fix_err compare(const gml_tensor *got, const gml_tensor *want, size_t *bad) {
     size_t n = (size_t)gml_nelements(want);
     float *g = malloc(n * sizeof *g), *w = malloc(n * sizeof *w);
     attn_read(got, g);
     attn_read(want, w);
-    double e = attn_max_err(g, w, n, TOL_ABS, TOL_REL, bad);
+    fix_err e = {.abs = attn_max_err(g, w, n, TOL_ABS, TOL_REL, bad)};
+    for (size_t i = 0; i < n; i++)
+        e.tol_used = fmax(e.tol_used, fabs((double)g[i] - w[i]) / (TOL_ABS + TOL_REL * fabs(w[i])));
     free(g);
     free(w);
     return e;
@@ -234,12 +247,15 @@ static int run_case(const char *root, const char *name) {
         memcpy(in.valid_lens->data, a.lens, (size_t)a.n_lens * sizeof *a.lens);
     }
 
-    double err_out = 0, err_attn = 0, err_fused = 0;
+    fix_err err_out[3] = {{0}}, err_attn[3] = {{0}}; /* per form */
+    double err_fused = 0;
     bool built = true; /* the block accepted the case: shapes are consistent */
-    /* Graphs: the unfused one (for GQA and relpos in both forms), then the
-     * fused one (mha, gqa), compared with PyTorch and with the unfused out. */
+    /* Graphs: the unfused one (for grouped kv heads in the broadcast and the
+     * repeat form), then the fused one (mha, gqa), compared with PyTorch and
+     * with the unfused out. */
     const bool has_fused = strcmp(a.block, "relpos") != 0;
-    const int n_unfused = strcmp(a.block, "mha") == 0 ? 1 : 2;
+    const bool grouped = strcmp(a.block, "mha") != 0 && a.kv_heads && a.kv_heads != a.heads;
+    const int n_unfused = grouped ? 2 : 1; /* GQA: the broadcast and the repeat form */
     const int n_forms = n_unfused + has_fused;
     float *unfused_out = malloc((size_t)gml_nelements(out_want) * sizeof(float));
     for (int form = 0; form < n_forms && !fails; form++) {
@@ -274,10 +290,10 @@ static int run_case(const char *root, const char *name) {
                     break;
                 }
                 size_t bad_out, bad_attn = 0;
-                double eo = compare(r.out, out_want, &bad_out);
-                double ea = fused ? 0 : compare(r.weights, attn_want, &bad_attn);
-                err_out = fmax(err_out, eo);
-                err_attn = fmax(err_attn, ea);
+                const fix_err eo = compare(r.out, out_want, &bad_out);
+                const fix_err ea = fused ? (fix_err){0} : compare(r.weights, attn_want, &bad_attn);
+                err_max(&err_out[form], eo);
+                err_max(&err_attn[form], ea);
                 if (bad_out || bad_attn) {
                     fprintf(stderr,
                             "  %s (%s%s, %d threads): %zu outputs, %zu weights out "
@@ -287,7 +303,7 @@ static int run_case(const char *root, const char *name) {
                             : n_unfused == 1 ? ""
                             : form      ? "repeat form, "
                                         : "broadcast form, ",
-                            gml_isa_name(isas[ii]), nth, bad_out, bad_attn, eo, ea);
+                            gml_isa_name(isas[ii]), nth, bad_out, bad_attn, eo.abs, ea.abs);
                     fails = 1;
                 }
                 const size_t n_out = (size_t)gml_nelements(out_want);
@@ -336,12 +352,20 @@ static int run_case(const char *root, const char *name) {
     char shape[64], opts[64];
     snprintf(opts, sizeof opts, "H%d G%d%s%s%s", a.heads, a.kv_heads ? a.kv_heads : a.heads,
              a.causal ? " causal" : "", a.n_lens ? " lens" : "", a.max_rel >= 0 ? " rel" : "");
-    printf("%s %-24s %-6s %-16s out %-11s max |err| out %.2e attn %.2e (naive reference %.2e, "
-           "%.2e)",
+    printf("%s %-24s %-6s %-16s out %-11s naive reference: max |err| out %.2e, attn %.2e\n",
            fails ? "FAIL" : "ok  ", name, a.block, opts,
-           gml_format_shape(out_want, shape, sizeof shape), err_out, err_attn, ref_out, ref_attn);
-    if (has_fused) printf("; fused vs unfused %.2e rel", err_fused);
-    printf("\n");
+           gml_format_shape(out_want, shape, sizeof shape), ref_out, ref_attn);
+    for (int form = 0; form < n_forms && built; form++) {
+        const bool fused = form == n_unfused;
+        printf("       %-9s max |err| out %.2e (%5.2f%% of the tolerance)",
+               fused ? "fused" : form ? "repeat" : n_unfused == 2 ? "broadcast" : "unfused",
+               err_out[form].abs, 100 * err_out[form].tol_used);
+        if (!fused)
+            printf(", attn %.2e (%5.2f%%)", err_attn[form].abs, 100 * err_attn[form].tol_used);
+        else
+            printf(", vs the unfused graph %.2e rel", err_fused);
+        printf("\n");
+    }
 done:
     for (int i = 0; i < 6; i++)
         gml_free(owners[i]);

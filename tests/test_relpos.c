@@ -171,8 +171,8 @@ static void check_errors(void) {
     w.rel_k = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 5, 8), "rel_k.weight");
     r = gml_relpos_attn(ctx, cfg, &w, in);
     EXPECT(!r.out &&
-               strstr(gml_last_error(ctx), "relpos: rel_k.weight 'rel_k.weight' is f32 [5,8], "
-                                           "expected f32 [7,8]"),
+               strstr(gml_last_error(ctx), "relpos: rel_k.weight is [5,8], expected [7,8] "
+                                           "([2*max_rel+1, d_k] with max_rel 3, d_k 8)"),
            "rel_k rows: '%s'", gml_last_error(ctx));
     w.rel_k = gml_new_tensor_2d(ctx, GML_F32, 7, 8);
     w.rel_v = gml_new_tensor_2d(ctx, GML_F32, 7, 4);
