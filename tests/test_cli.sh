@@ -256,6 +256,15 @@ expect_ok "unfused, T = 512" mha --seq 512 --d-model 32 --heads 4 --batch 1 --at
 unfused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
 check "fused peak_bytes ($fused_peak) < unfused / 8 ($unfused_peak)" test $((fused_peak * 8)) -lt "$unfused_peak"
 
+# ---- the ISA: GGMLITE_ISA (the library's environment variable) and --isa -----------------------
+
+GGMLITE_ISA=reference "$RG" mha --seq 4 --d-model 16 --heads 2 --json >"$T/isa.json" 2>"$T/isa.err"
+check "GGMLITE_ISA=reference runs the reference kernels" \
+    test "$("$CHECK" json-get "$T/isa.json" isa)" = reference
+GGMLITE_ISA=avx9000 "$RG" mha --seq 4 --d-model 16 --heads 2 --json >"$T/isa.json" 2>"$T/isa.err"
+check "GGMLITE_ISA=avx9000 warns and runs the best ISA" grep -q "GGMLITE_ISA" "$T/isa.err"
+check "GGMLITE_ISA=avx9000: a result all the same" "$CHECK" json "$T/isa.json" xxh3
+
 # ---- --decode ----------------------------------------------------------------------------
 
 expect_ok "--decode --json" gqa --batch 2 --seq 6 --d-model 32 --heads 4 --kv-heads 2 --decode 5 --json \
@@ -414,9 +423,9 @@ expect_error 2 "--attn-batch is for the --attn-svg heatmap" "--attn-batch withou
 expect_error 2 "a.npy: given for two outputs" "one path for two outputs" mha --attn-weights a.npy --attn-svg a.npy
 expect_error 2 "--bind c=...: matmul's inputs are a [M, K] and b [K, N]" "--bind of an unknown matmul input" \
     matmul --bind c=ok.npy
-expect_error 1 "--decode: kv_cache: 1 new token at position 5 would pass the cache's max_len 5" \
+expect_error 1 "--decode 4 after a prompt of 3 tokens needs 7 cache positions, but --max-len is 5" \
     "--decode past --max-len" mha --seq 3 --d-model 16 --heads 2 --decode 4 --max-len 5
-expect_error 1 "--decode: kv_step: 3 new tokens per step, but the cache holds 2 (max_len)" \
+expect_error 1 "--decode 1 after a prompt of 3 tokens needs 4 cache positions, but --max-len is 2" \
     "a prompt longer than --max-len" mha --seq 3 --d-model 16 --heads 2 --decode 1 --max-len 2
 expect_error 2 "--attn: 'flash' is not fused or unfused" "a bad --attn" mha --attn flash
 expect_error 2 "--attn-weights needs the attention weights, which the fused graph does not make" \

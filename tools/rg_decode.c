@@ -93,6 +93,12 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
         return rg_fail(e, RG_RUNTIME, "--heads %lld does not divide D = %lld", (long long)H,
                        (long long)D);
     r->max_len = o->max_len ? o->max_len : r->prompt + r->tokens;
+    if (r->prompt + r->tokens > r->max_len) /* said before any work */
+        return rg_fail(e, RG_RUNTIME,
+                       "--decode %lld after a prompt of %lld tokens needs %lld cache positions, "
+                       "but --max-len is %lld",
+                       (long long)r->tokens, (long long)r->prompt,
+                       (long long)(r->prompt + r->tokens), (long long)r->max_len);
     gml_kv_cache *cache = gml_kv_cache_new(
         (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = (int)G,
                               .max_len = r->max_len, .d_k = D / H},
