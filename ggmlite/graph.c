@@ -4,48 +4,25 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include <xxhash.h> /* the digest */
 
-/* ---- a pointer hash set keyed with XXH3 ---------------------------------- */
+/* ---- tensor -> entry, through the hash index --------------------------- */
 
-static size_t slot_of(const gml_graph *g, const gml_tensor *t) {
-    uint64_t h = XXH3_64bits(&t, sizeof t);
-    size_t mask = g->hash_cap - 1, i = (size_t)h & mask;
-    while (g->hash_keys[i] && g->hash_keys[i] != t) i = (i + 1) & mask;
-    return i;
+/* Whether entry val of graph user is tensor key (the index's equality). */
+static bool entry_is(const void *user, int val, const void *key) {
+    const gml_graph *g = user;
+    return g->entries[val].t == key;
 }
 
 /* Index of t in g->entries, or -1. */
 static int lookup(const gml_graph *g, const gml_tensor *t) {
-    if (g->hash_cap == 0) return -1;
-    size_t i = slot_of(g, t);
-    return g->hash_keys[i] ? g->hash_vals[i] : -1;
+    return gml_hashindex_find(&g->entry_index, gml_hash_ptr(t), entry_is, g, t);
 }
 
 int gml_graph_entry(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
 
-static bool grow(gml_graph *g) {
-    size_t old_cap = g->hash_cap;
-    const gml_tensor **old_keys = g->hash_keys;
-    int *old_vals = g->hash_vals;
-    g->hash_cap = old_cap ? old_cap * 2 : 64;
-    g->hash_keys = calloc(g->hash_cap, sizeof *g->hash_keys);
-    g->hash_vals = calloc(g->hash_cap, sizeof *g->hash_vals);
-    if (!g->hash_keys || !g->hash_vals) return false;
-    for (size_t i = 0; i < old_cap; i++) {
-        if (!old_keys[i]) continue;
-        size_t s = slot_of(g, old_keys[i]);
-        g->hash_keys[s] = old_keys[i];
-        g->hash_vals[s] = old_vals[i];
-    }
-    free(old_keys);
-    free(old_vals);
-    return true;
-}
-
 /* Adds t as a new entry; returns its index or -1 on malloc failure. */
 static int insert(gml_graph *g, gml_tensor *t) {
-    if ((size_t)(g->n_entries + 1) * 2 > g->hash_cap && !grow(g)) return -1;
     if (g->n_entries == g->entries_cap) {
         int cap = g->entries_cap ? g->entries_cap * 2 : 64;
         struct gml_graph_entry *e = realloc(g->entries, (size_t)cap * sizeof *e);
@@ -53,9 +30,7 @@ static int insert(gml_graph *g, gml_tensor *t) {
         g->entries = e;
         g->entries_cap = cap;
     }
-    size_t s = slot_of(g, t);
-    g->hash_keys[s] = t;
-    g->hash_vals[s] = g->n_entries;
+    if (!gml_hashindex_add(&g->entry_index, gml_hash_ptr(t), g->n_entries)) return -1;
     g->entries[g->n_entries] = (struct gml_graph_entry){.t = t};
     return g->n_entries++;
 }
@@ -164,8 +139,7 @@ void gml_graph_free(gml_graph *g) {
     free(g->nodes);
     free(g->leafs);
     free(g->entries);
-    free(g->hash_keys);
-    free(g->hash_vals);
+    gml_hashindex_free(&g->entry_index);
     free(g);
 }
 

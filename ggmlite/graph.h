@@ -2,6 +2,7 @@
 #ifndef GGMLITE_GRAPH_H
 #define GGMLITE_GRAPH_H
 
+#include "hashindex.h"
 #include "internal.h"
 
 struct gml_graph_entry {
@@ -18,12 +19,11 @@ struct gml_graph {
     gml_tensor **leafs;
     int n_leafs, leafs_cap;
 
-    /* every tensor of the graph, found through an XXH3-keyed hash set */
+    /* every tensor of the graph, found by pointer through an index of
+     * positions in entries */
     struct gml_graph_entry *entries;
     int n_entries, entries_cap;
-    const gml_tensor **hash_keys;
-    int *hash_vals;
-    size_t hash_cap;
+    gml_hashindex entry_index;
 
     /* compute */
     gml_node_callback callback;

@@ -3,6 +3,7 @@
  * arguments (for the parser) and its text (for the writer). */
 #include "file.h"
 #include "graph.h"
+#include "hashindex.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -50,6 +51,8 @@ typedef struct parser {
     int depth;        /* nesting of expressions and calls, bounded (the parser recurses) */
     named *names;
     int n_names, cap_names;
+    gml_hashindex name_index;   /* name -> its entry in names */
+    gml_hashindex tensor_index; /* tensor -> the first entry in names that holds it */
 } parser;
 
 static bool fail_at(parser *p, size_t col, const char *fmt, ...) GML_PRINTF(3, 4);
@@ -66,10 +69,23 @@ static bool fail_at(parser *p, size_t col, const char *fmt, ...) {
 }
 #define FAIL(p, ...) fail_at((p), here(p), __VA_ARGS__)
 
+/* The index's equalities: names[val] is called key / holds tensor key. */
+static bool name_is(const void *names, int val, const void *key) {
+    return strcmp(((const named *)names)[val].name, key) == 0;
+}
+static bool tensor_is(const void *names, int val, const void *key) {
+    return ((const named *)names)[val].t == key;
+}
+
 static named *find_name(parser *p, const char *name) {
-    for (int i = 0; i < p->n_names; i++)
-        if (strcmp(p->names[i].name, name) == 0) return &p->names[i];
-    return NULL;
+    int i = gml_hashindex_find(&p->name_index, gml_hash_str(name), name_is, p->names, name);
+    return i < 0 ? NULL : &p->names[i];
+}
+
+/* Whether t already has a name in the file (then a statement that yields it
+ * again, `y = x` or add(x, none), leaves its name alone). */
+static bool is_named(const parser *p, const gml_tensor *t) {
+    return gml_hashindex_find(&p->tensor_index, gml_hash_ptr(t), tensor_is, p->names, t) >= 0;
 }
 
 static const char *const RESERVED[] = {"input", "param", "let", "output", "true", "false",
@@ -86,11 +102,21 @@ static bool define(parser *p, size_t col, const char *name, gml_tensor *t, int64
         p->names = n;
         p->cap_names = cap;
     }
-    named *n = &p->names[p->n_names++];
+    /* Fill the entry first: an index never refers to an unwritten one. Each
+     * index holds the first entry of a name (binder symbols longer than a
+     * name are cut, so two can end up the same; the first is the one found)
+     * and of a tensor (is_named asks only whether there is one). */
+    bool first_of_t = t && !is_named(p, t);
+    named *n = &p->names[p->n_names];
     snprintf(n->name, sizeof n->name, "%s", name);
     n->t = t;
     n->none = false;
     n->sym = sym;
+    bool first_of_name = !find_name(p, n->name);
+    if ((first_of_name && !gml_hashindex_add(&p->name_index, gml_hash_str(n->name), p->n_names)) ||
+        (first_of_t && !gml_hashindex_add(&p->tensor_index, gml_hash_ptr(t), p->n_names)))
+        return fail_at(p, col, "out of memory");
+    p->n_names++;
     return true;
 }
 
@@ -100,14 +126,6 @@ static bool define_none(parser *p, size_t col, const char *name) {
     if (!define(p, col, name, NULL, 0)) return false;
     p->names[p->n_names - 1].none = true;
     return true;
-}
-
-/* Whether t already has a name in the file (then a statement that yields it
- * again, `y = x` or add(x, none), leaves its name alone). */
-static bool is_named(const parser *p, const gml_tensor *t) {
-    for (int i = 0; i < p->n_names; i++)
-        if (p->names[i].t == t) return true;
-    return false;
 }
 
 /* ---- tokens --------------------------------------------------------------- */
@@ -788,6 +806,8 @@ int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *
         ok = FAIL(&p, "no 'output' statement: nothing to compute");
     }
     free(p.names);
+    gml_hashindex_free(&p.name_index);
+    gml_hashindex_free(&p.tensor_index);
     return ok ? n_outputs : -1;
 }
 
@@ -808,6 +828,7 @@ int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *b
 typedef struct namer {
     const gml_graph *g;
     char (*names)[GML_MAX_NAME]; /* per graph entry */
+    gml_hashindex taken;         /* the names given so far -> their entry */
 } namer;
 
 static const char *ref_name(const void *n, const gml_tensor *t) {
@@ -825,39 +846,79 @@ static bool valid_ident(const char *s) {
     return true;
 }
 
-static bool name_taken(const namer *nm, int upto, const char *s) {
-    for (int i = 0; i < upto; i++)
-        if (strcmp(nm->names[i], s) == 0) return true;
-    return false;
+/* The index's equality: entry val was given the name key. */
+static bool given_is(const void *names, int val, const void *key) {
+    return strcmp(((const char (*)[GML_MAX_NAME])names)[val], key) == 0;
+}
+
+/* Whether a name given so far is s. */
+static bool name_taken(const namer *nm, const char *s) {
+    return gml_hashindex_find(&nm->taken, gml_hash_str(s), given_is, nm->names, s) >= 0;
+}
+
+/* Records entry i's name as given (false if malloc fails). */
+static bool give(namer *nm, int i) {
+    return gml_hashindex_add(&nm->taken, gml_hash_str(nm->names[i]), i);
+}
+
+/* Makes entry i's name differ from those given so far: append '_' while it
+ * can grow, then make its last character '_'. A full-length name that ends
+ * in '_' and is still taken would stay so (that looped forever): it becomes
+ * t<i>_<k> instead, growing again; some k is free, there are finitely many
+ * names. */
+static void rename_apart(namer *nm, int i) {
+    char *s = nm->names[i];
+    int k = 0;
+    while (name_taken(nm, s)) {
+        size_t n = strlen(s);
+        if (n + 2 < GML_MAX_NAME) strcat(s, "_");
+        else if (s[n - 1] != '_') s[n - 1] = '_';
+        else snprintf(s, GML_MAX_NAME, "t%d_%d", i, k++);
+    }
+}
+
+/* Gives every entry its name in the file: its own unless an earlier entry
+ * has it, else t<i>; then renames apart the ones that still collide. */
+static gml_status name_entries(namer *nm, const char *path, char *err, size_t err_size) {
+    const gml_graph *g = nm->g;
+    for (int i = 0; i < g->n_entries; i++) {
+        const gml_tensor *t = g->entries[i].t;
+        if (t->op == GML_OP_NONE && !valid_ident(t->name)) {
+            gml_errf(err, err_size,
+                     "%s: leaf '%s' has no name a graph file can use ([A-Za-z_][A-Za-z0-9_.]*)",
+                     path, t->name);
+            return GML_ERR_INVALID;
+        }
+        if (t->op != GML_OP_NONE && !form_by_op(t->op)) {
+            gml_errf(err, err_size, "%s: op '%s' has no graph-file form", path, gml_op_name(t->op));
+            return GML_ERR_INVALID;
+        }
+        if (valid_ident(t->name) && !name_taken(nm, t->name))
+            snprintf(nm->names[i], GML_MAX_NAME, "%s", t->name);
+        else
+            snprintf(nm->names[i], GML_MAX_NAME, "t%d", i);
+        if (!give(nm, i)) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
+    }
+    /* A generated t<i> may collide with a later tensor's own name: walk again,
+     * renaming each entry apart from the final names before it. */
+    gml_hashindex_clear(&nm->taken);
+    for (int i = 0; i < g->n_entries; i++) {
+        rename_apart(nm, i);
+        if (!give(nm, i)) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
+    }
+    return GML_OK;
 }
 
 gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
                           int n_outputs, char *err, size_t err_size) {
     namer nm = {.g = g, .names = calloc((size_t)g->n_entries, GML_MAX_NAME)};
     if (!nm.names) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
-    for (int i = 0; i < g->n_entries; i++) {
-        const gml_tensor *t = g->entries[i].t;
-        if (t->op == GML_OP_NONE && !valid_ident(t->name)) {
-            free(nm.names);
-            gml_errf(err, err_size, "%s: leaf '%s' has no name a graph file can use ([A-Za-z_][A-Za-z0-9_.]*)",
-                     path, t->name);
-            return GML_ERR_INVALID;
-        }
-        if (t->op != GML_OP_NONE && !form_by_op(t->op)) {
-            free(nm.names);
-            gml_errf(err, err_size, "%s: op '%s' has no graph-file form", path, gml_op_name(t->op));
-            return GML_ERR_INVALID;
-        }
-        if (valid_ident(t->name) && !name_taken(&nm, i, t->name)) snprintf(nm.names[i], GML_MAX_NAME, "%s", t->name);
-        else snprintf(nm.names[i], GML_MAX_NAME, "t%d", i);
+    gml_status st = name_entries(&nm, path, err, err_size);
+    gml_hashindex_free(&nm.taken); /* the names are final: only ref_name reads them now */
+    if (st != GML_OK) {
+        free(nm.names);
+        return st;
     }
-    /* a generated t<i> may collide with a later tensor's own name: rename those */
-    for (int i = 0; i < g->n_entries; i++)
-        while (name_taken(&nm, i, nm.names[i])) {
-            size_t n = strlen(nm.names[i]);
-            if (n + 2 >= GML_MAX_NAME) nm.names[i][n - 1] = '_';
-            else strcat(nm.names[i], "_");
-        }
 
     gml_outfile out;
     if (!gml_outfile_open(&out, path, err, err_size)) {

@@ -2,9 +2,12 @@
 /* Graph files: a graph saved as text and read back is the same graph (equal
  * digest) and computes the same bytes; hand-written files with symbols,
  * expressions and nested calls build what the C API builds; every parse
- * error says file:line:col and what was wrong. */
+ * error says file:line:col and what was wrong; large files parse and save in
+ * time linear in their size (names are found through the hash index). */
 #include "check.h"
+#include "hashindex.h"
 
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -446,6 +449,165 @@ static void test_errors(void) {
     gml_free(ctx);
 }
 
+/* ---- large files and the hash index ----------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "input x f32 [4]", then a1 = scale(x, 2) ... an = scale(an-1, 2), then
+ * "output an". If dup > 0, the line that defines a<dup> (line dup + 1)
+ * redefines a5 instead, indented by two spaces. Sets *len; free the result. */
+static char *chain_text(int n, int dup, size_t *len) {
+    size_t cap = (size_t)n * 40 + 64, k = 0;
+    char *txt = malloc(cap);
+    if (!txt) return NULL;
+    k += (size_t)snprintf(txt + k, cap - k, "input x f32 [4]\n");
+    for (int i = 1; i <= n; i++) {
+        char src[16];
+        snprintf(src, sizeof src, i == 1 ? "x" : "a%d", i - 1);
+        if (i == dup) k += (size_t)snprintf(txt + k, cap - k, "  a5 = scale(%s, 2)\n", src);
+        else k += (size_t)snprintf(txt + k, cap - k, "a%d = scale(%s, 2)\n", i, src);
+    }
+    k += (size_t)snprintf(txt + k, cap - k, "output a%d\n", n);
+    *len = k;
+    return txt;
+}
+
+static void test_large(void) {
+    enum { N = 100000 };
+    const size_t mem = gml_tensor_overhead() * 2 * (N + 100);
+    size_t len;
+    char err[512] = "";
+    gml_tensor *out[1];
+
+    chk_case("a %d-line chain parses and saves in linear time", N);
+    char *txt = chain_text(N, 0, &len);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = mem, .no_alloc = true});
+    if (!CHECK(txt && ctx, "out of memory")) return;
+    double t0 = now_s();
+    int n = gml_parse_graph(ctx, txt, len, "chain.graph", NULL, out, 1, err, sizeof err);
+    double t_parse = now_s() - t0;
+    CHECK(n == 1, "parse: %d outputs: %s", n, err);
+    if (n != 1) return;
+    CHECK(strcmp(out[0]->name, "a100000") == 0, "the output is a100000, got '%s'", out[0]->name);
+    /* Found by a linear scan of the names, this took 30 s (7.4 s at 40,000 lines). */
+    CHECK(t_parse < 2.0, "parsing %d lines took %.2f s (want < 2 s)", N + 2, t_parse);
+    gml_graph *g = gml_build_graph(ctx, out, 1);
+    CHECK(g && gml_graph_n_nodes(g) == N && gml_graph_n_leafs(g) == 1, "graph of %d nodes", N);
+    if (!g) return;
+
+    /* The saver's names: each checked against the names given before it. */
+    char path[128];
+    snprintf(path, sizeof path, "%s/chain.graph", tmpdir);
+    t0 = now_s();
+    CHECK(gml_save_graph(path, g, out, 1, err, sizeof err) == GML_OK, "save: %s", err);
+    double t_save = now_s() - t0;
+    CHECK(t_save < 2.0, "saving %d nodes took %.2f s (want < 2 s)", N, t_save);
+    gml_context *ctx2 = gml_init((gml_init_params){.mem_size = mem, .no_alloc = true});
+    gml_tensor *out2[1];
+    n = gml_load_graph(ctx2, path, NULL, out2, 1, err, sizeof err);
+    CHECK(n == 1, "load of the saved chain: %s", err);
+    if (n == 1) {
+        gml_graph *g2 = gml_build_graph(ctx2, out2, 1);
+        CHECK(g2 && gml_graph_digest(g2) == gml_graph_digest(g),
+              "gml_save_graph then gml_load_graph of the chain gives the same digest");
+        CHECK(strcmp(out2[0]->name, "a100000") == 0, "the saved output keeps its name, got '%s'",
+              out2[0]->name);
+        gml_graph_free(g2);
+    }
+    gml_free(ctx2);
+    gml_graph_free(g);
+    gml_free(ctx);
+    free(txt);
+    printf("  %d-line chain: parse %.3f s, save %.3f s\n", N + 2, t_parse, t_save);
+
+    chk_case("a duplicate name deep in a large file");
+    txt = chain_text(N, N / 2, &len);
+    ctx = gml_init((gml_init_params){.mem_size = mem, .no_alloc = true});
+    if (!CHECK(txt && ctx, "out of memory")) return;
+    n = gml_parse_graph(ctx, txt, len, "chain.graph", NULL, out, 1, err, sizeof err);
+    CHECK(n == -1, "parse fails (got %d)", n);
+    CHECK_CONTAINS(err, "chain.graph:50001:3: 'a5' is already defined");
+    gml_free(ctx);
+    free(txt);
+}
+
+/* Own names that the saver's renaming walks up to the longest name, ending
+ * in '_' and still taken: appending or replacing a last '_' changes nothing,
+ * which looped forever. Entries (pre-order from the output): t1, t1, t1, t1_,
+ * t1__, ... and the leaf, t1 and 60 '_'. */
+static void test_save_long_renames(void) {
+    chk_case("saving names that rename to the longest name ends");
+    gml_context *ctx = chk_ctx(1 << 20);
+    char name[GML_MAX_NAME] = "t1";
+    while (strlen(name) < GML_MAX_NAME - 2) strcat(name, "_");
+    gml_tensor *t = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), name);
+    gml_set_flags(t, GML_FLAG_INPUT);
+    for (size_t k = strlen(name) - 1; k >= 2; k--) { /* t1 and 59 '_', down to t1 */
+        name[k] = '\0';
+        t = gml_set_name(gml_scale(ctx, t, 2), name);
+    }
+    t = gml_set_name(gml_scale(ctx, gml_set_name(gml_scale(ctx, t, 2), "t1"), 2), "t1");
+    gml_graph *g = gml_build_graph(ctx, &t, 1);
+    char path[128], err[512] = "";
+    snprintf(path, sizeof path, "%s/long.graph", tmpdir);
+    CHECK(gml_save_graph(path, g, &t, 1, err, sizeof err) == GML_OK, "save: %s", err);
+    gml_context *ctx2 = chk_ctx(1 << 20);
+    gml_tensor *out[1];
+    int n = gml_load_graph(ctx2, path, NULL, out, 1, err, sizeof err);
+    CHECK(n == 1, "load: %s", err);
+    if (n == 1) {
+        gml_graph *g2 = gml_build_graph(ctx2, out, 1);
+        CHECK(gml_graph_digest(g2) == gml_graph_digest(g), "saved and loaded: the same digest");
+        gml_graph_free(g2);
+    }
+    gml_graph_free(g);
+    gml_free(ctx);
+    gml_free(ctx2);
+}
+
+/* The index alone: string keys kept by the caller, every hash equal (so the
+ * equality decides, across growth), a key that is absent, and clear. */
+static bool word_is(const void *words, int val, const void *key) {
+    return strcmp(((const char (*)[16])words)[val], key) == 0;
+}
+
+static void test_hashindex(void) {
+    chk_case("hash index");
+    enum { N = 1000 };
+    static char words[N][16];
+    for (int pass = 0; pass < 2; pass++) { /* 0: real hashes; 1: all equal */
+        gml_hashindex ix = {0};
+        CHECK(gml_hashindex_find(&ix, gml_hash_str("w1"), word_is, words, "w1") == -1, "empty");
+        bool ok = true;
+        for (int i = 0; i < N; i++) {
+            snprintf(words[i], sizeof words[i], "w%d", i);
+            ok = ok && gml_hashindex_add(&ix, pass ? 42 : gml_hash_str(words[i]), i);
+        }
+        CHECK(ok && ix.n == N && ix.n * 2 <= ix.cap, "%d added, at most half full (cap %zu)", N,
+              ix.cap);
+        int wrong = 0;
+        for (int i = 0; i < N; i++)
+            wrong += gml_hashindex_find(&ix, pass ? 42 : gml_hash_str(words[i]), word_is, words,
+                                        words[i]) != i;
+        CHECK(wrong == 0, "pass %d: %d of %d keys found at the wrong value", pass, wrong, N);
+        CHECK(gml_hashindex_find(&ix, pass ? 42 : gml_hash_str("w1000"), word_is, words, "w1000") ==
+                  -1,
+              "an absent key is not found");
+        gml_hashindex_clear(&ix);
+        CHECK(ix.n == 0 && gml_hashindex_find(&ix, pass ? 42 : gml_hash_str("w1"), word_is, words,
+                                              "w1") == -1,
+              "clear empties it");
+        gml_hashindex_free(&ix);
+    }
+    int x, y;
+    CHECK(gml_hash_ptr(&x) != gml_hash_ptr(&y) && gml_hash_str("a") != gml_hash_str("b"),
+          "different keys hash apart");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/gml_graphfile_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -457,6 +619,9 @@ int main(void) {
     test_unbound();
     test_optional();
     test_errors();
+    test_large();
+    test_save_long_renames();
+    test_hashindex();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
