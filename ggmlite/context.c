@@ -45,8 +45,10 @@ void gml_free(gml_context *ctx) {
     free(ctx);
 }
 
-const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : "no context"; }
-void gml_clear_error(gml_context *ctx) { ctx->err[0] = '\0'; }
+const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : ""; }
+void gml_clear_error(gml_context *ctx) {
+    if (ctx) ctx->err[0] = '\0';
+}
 size_t gml_used_mem(const gml_context *ctx) { return ctx->used; }
 size_t gml_mem_required(const gml_context *ctx) { return ctx->required; }
 bool gml_get_no_alloc(const gml_context *ctx) { return ctx->no_alloc; }
@@ -75,14 +77,27 @@ void gml_contiguous_strides(gml_type type, const int64_t ne[GML_MAX_DIMS], size_
     for (int i = GML_MAX_DIMS - 2; i >= 0; i--) nb[i] = nb[i + 1] * (size_t)ne[i + 1];
 }
 
-/* Reserves bytes in the arena, or records why it cannot. */
-static void *arena_take(gml_context *ctx, size_t bytes, const char *what, const gml_tensor *t) {
+/* The builder call a tensor is made for, as its messages name it: op and
+ * sources ("add(a, b)"; "new_tensor" for leafs). */
+struct caller {
+    const char *op;
+    gml_tensor *const *src;
+    int n_src;
+};
+
+/* Reserves bytes in the arena, or records why it cannot: who could not have
+ * what ("header" or "data") of t. t is not made yet, so it has no name; its
+ * shape and type say which it is. */
+static void *arena_take(gml_context *ctx, size_t bytes, const struct caller *who,
+                        const char *what, const gml_tensor *t) {
     if (ctx->mem_size - ctx->used < bytes || ctx->used > ctx->mem_size) {
-        char shape[GML_SHAPE_MAX];
+        char call[GML_CALL_MAX], shape[GML_SHAPE_MAX];
         gml_fail(ctx,
-                 "arena too small: %s of '%s' %s %s needs %zu bytes, %zu of %zu available "
-                 "(%zu needed so far); size the arena with gml_mem_required() after a no_alloc build",
-                 what, t->name, GML_SHAPE(t, shape), gml_type_name(t->type), bytes,
+                 "%s: arena too small: %s of %s %s needs %zu bytes, %zu of %zu available "
+                 "(%zu needed so far); size the arena with gml_mem_required() after a "
+                 "no_alloc build",
+                 gml_format_call(who->op, who->src, who->n_src, call, sizeof call), what,
+                 GML_SHAPE(t, shape), gml_type_name(t->type), bytes,
                  ctx->mem_size > ctx->used ? ctx->mem_size - ctx->used : 0, ctx->mem_size,
                  ctx->required);
         return NULL;
@@ -92,24 +107,24 @@ static void *arena_take(gml_context *ctx, size_t bytes, const char *what, const 
     return p;
 }
 
-/* Makes a header (and data unless no_alloc or view) for shape ne. */
-static gml_tensor *new_object(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne,
-                              bool view) {
+/* Makes a header (and data unless no_alloc or view) for shape ne, for the
+ * call who (error messages); the caller names it. */
+static gml_tensor *new_object(gml_context *ctx, const struct caller *who, gml_type type, int n_dims,
+                              const int64_t *ne, bool view) {
     assert(n_dims >= 1 && n_dims <= GML_MAX_DIMS);
     gml_tensor tmp = {.type = type, .n_dims = n_dims};
     for (int i = 0; i < GML_MAX_DIMS; i++) tmp.ne[i] = 1;
     for (int i = 0; i < n_dims; i++) tmp.ne[GML_MAX_DIMS - n_dims + i] = ne[i];
     gml_contiguous_strides(type, tmp.ne, tmp.nb);
-    snprintf(tmp.name, sizeof tmp.name, "tensor_%d", ctx->n_tensors);
 
     size_t data_bytes = view ? 0 : gml_align_up(gml_nbytes(&tmp), GML_ALIGN);
     ctx->required += OBJ_SIZE + data_bytes;
 
-    struct gml_object *obj = arena_take(ctx, OBJ_SIZE, "header", &tmp);
+    struct gml_object *obj = arena_take(ctx, OBJ_SIZE, who, "header", &tmp);
     if (!obj) return NULL;
     void *data = NULL;
     if (data_bytes && !ctx->no_alloc) {
-        data = arena_take(ctx, data_bytes, "data", &tmp);
+        data = arena_take(ctx, data_bytes, who, "data", &tmp);
         if (!data) {
             ctx->used -= OBJ_SIZE;
             return NULL;
@@ -154,7 +169,8 @@ gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const in
     if (type != GML_F32 && type != GML_I32)
         return gml_fail(ctx, "new_tensor: unknown type %d", (int)type);
     if (!valid_sizes(ctx, "new_tensor", n_dims, ne)) return NULL;
-    gml_tensor *t = new_object(ctx, type, n_dims, ne, false);
+    gml_tensor *t = new_object(ctx, &(struct caller){"new_tensor", NULL, 0}, type, n_dims, ne,
+                               false);
     if (t) snprintf(t->name, sizeof t->name, "leaf_%d", t->id);
     return t;
 }
@@ -174,10 +190,18 @@ gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64
 }
 
 gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne) {
+    return gml_new_op_src(ctx, op, type, n_dims, ne, NULL, 0);
+}
+
+gml_tensor *gml_new_op_src(gml_context *ctx, gml_op op, gml_type type, int n_dims,
+                           const int64_t *ne, gml_tensor *const *src, int n_src) {
+    assert(n_src >= 0 && n_src <= GML_MAX_SRC);
     if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
-    gml_tensor *t = new_object(ctx, type, n_dims, ne, false);
+    const struct caller who = {gml_op_name(op), src, n_src};
+    gml_tensor *t = new_object(ctx, &who, type, n_dims, ne, false);
     if (!t) return NULL;
     t->op = op;
+    for (int i = 0; i < n_src; i++) t->src[i] = src[i];
     snprintf(t->name, sizeof t->name, "node_%d", t->id);
     return t;
 }
@@ -185,7 +209,8 @@ gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, c
 gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
                          const int64_t *ne, const size_t *nb, size_t offset, const char *what) {
     if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
-    gml_tensor *t = new_object(ctx, a->type, n_dims, ne, true);
+    const struct caller who = {gml_op_name(op), &a, 1};
+    gml_tensor *t = new_object(ctx, &who, a->type, n_dims, ne, true);
     if (!t) return NULL;
     for (int i = 0; i < n_dims; i++) t->nb[GML_MAX_DIMS - n_dims + i] = nb[i];
     /* Leading unused dims: stride of the whole tensor, as a contiguous one. */

@@ -150,8 +150,8 @@ typedef struct gml_init_params {
 gml_context *gml_init(gml_init_params params);
 void gml_free(gml_context *ctx);
 
-const char *gml_last_error(const gml_context *ctx); /* "" when none */
-void gml_clear_error(gml_context *ctx);
+const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
+void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
 
 size_t gml_used_mem(const gml_context *ctx);     /* arena bytes in use */
 /* Bytes an allocating arena needs for every tensor created so far (headers
@@ -193,11 +193,15 @@ bool gml_same_shape(const gml_tensor *a, const gml_tensor *b);
 /* Writes "[2,8,10,64]" into buf; returns buf. */
 char *gml_format_shape(const gml_tensor *t, char *buf, size_t size);
 
-/* Element access by outermost-first index (n_dims entries). */
+/* Element access by outermost-first index (n_dims entries, each in
+ * [0, size)). Every call is checked, in every build: a NULL tensor or index,
+ * an index out of range, the other type (get_f32 of an i32 tensor) or a
+ * tensor without data (no_alloc) reads and writes nothing; the getters then
+ * return NAN (f32) or INT32_MIN (i32), the setters false. */
 float gml_get_f32(const gml_tensor *t, const int64_t *idx);
-void gml_set_f32(gml_tensor *t, const int64_t *idx, float v);
+bool gml_set_f32(gml_tensor *t, const int64_t *idx, float v);  /* false: nothing written */
 int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx);
-void gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v);
+bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothing written */
 
 /* ---- views (no copy) ---------------------------------------------------- */
 

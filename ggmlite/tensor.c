@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 static const gml_op_def *const OP_DEFS[GML_OP_COUNT] = {
@@ -69,37 +70,60 @@ char *gml_format_shape(const gml_tensor *t, char *buf, size_t size) {
     return buf;
 }
 
-static char *elem_ptr(const gml_tensor *t, const int64_t *idx) {
+char *gml_format_call(const char *op, gml_tensor *const *src, int n_src, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "%s", op);
+    int named = 0;
+    for (int i = 0; i < n_src; i++) {
+        if (!src[i]) continue;
+        n += (size_t)snprintf(buf + GML_MIN(n, size), n < size ? size - n : 0, "%s%s",
+                              named++ ? ", " : "(", src[i]->name);
+    }
+    if (named) snprintf(buf + GML_MIN(n, size), n < size ? size - n : 0, ")");
+    return buf;
+}
+
+/* The address of element idx of t (n_dims indices, outermost first), or NULL
+ * when the call is a mistake: no tensor or index, a type other than want, no
+ * data, or an index outside [0, size). Always checked, also without asserts:
+ * a bad index must never read or write outside the tensor. */
+static char *elem_ptr(const gml_tensor *t, const int64_t *idx, gml_type want) {
+    if (!t || !idx || t->type != want || !t->data) return NULL;
+    if (t->n_dims < 1 || t->n_dims > GML_MAX_DIMS) return NULL;
     int64_t i[GML_MAX_DIMS] = {0, 0, 0, 0};
     for (int d = 0; d < t->n_dims; d++) {
-        i[GML_MAX_DIMS - t->n_dims + d] = idx[d];
-        assert(idx[d] >= 0 && idx[d] < t->ne[GML_MAX_DIMS - t->n_dims + d]);
+        const int ax = GML_MAX_DIMS - t->n_dims + d;
+        if (idx[d] < 0 || idx[d] >= t->ne[ax]) return NULL;
+        i[ax] = idx[d];
     }
     return gml_ptr(t, i[0], i[1], i[2], i[3]);
 }
 
 float gml_get_f32(const gml_tensor *t, const int64_t *idx) {
-    assert(t->type == GML_F32);
+    const char *p = elem_ptr(t, idx, GML_F32);
+    if (!p) return NAN;
     float v;
-    memcpy(&v, elem_ptr(t, idx), sizeof v);
+    memcpy(&v, p, sizeof v);
     return v;
 }
 
-void gml_set_f32(gml_tensor *t, const int64_t *idx, float v) {
-    assert(t->type == GML_F32);
-    memcpy(elem_ptr(t, idx), &v, sizeof v);
+bool gml_set_f32(gml_tensor *t, const int64_t *idx, float v) {
+    char *p = elem_ptr(t, idx, GML_F32);
+    if (p) memcpy(p, &v, sizeof v);
+    return p != NULL;
 }
 
 int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx) {
-    assert(t->type == GML_I32);
+    const char *p = elem_ptr(t, idx, GML_I32);
+    if (!p) return INT32_MIN;
     int32_t v;
-    memcpy(&v, elem_ptr(t, idx), sizeof v);
+    memcpy(&v, p, sizeof v);
     return v;
 }
 
-void gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v) {
-    assert(t->type == GML_I32);
-    memcpy(elem_ptr(t, idx), &v, sizeof v);
+bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v) {
+    char *p = elem_ptr(t, idx, GML_I32);
+    if (p) memcpy(p, &v, sizeof v);
+    return p != NULL;
 }
 
 /* Leafs: nothing to compute. */

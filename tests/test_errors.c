@@ -275,11 +275,106 @@ static void fill_leafs(gml_graph *g) {
     }
 }
 
+/* gml_get/set_*: an index out of range, the wrong type or a tensor without
+ * data give NAN / INT32_MIN / false and touch nothing. The tensor tried is a
+ * view of rows 1..2 of a larger one, so that a bad index that slipped through
+ * would land in the larger tensor's bytes (seen here, no sanitizer needed). */
+static void test_element_access(void) {
+    chk_case("element access");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *p = F32(ctx, "p", 4, 5);
+    float *pd = p->data;
+    for (int e = 0; e < 20; e++) pd[e] = (float)e;
+    gml_tensor *v = gml_view(ctx, p, 2, (int64_t[]){2, 5}, (size_t[]){p->nb[2], p->nb[3]},
+                             p->nb[2]); /* v[i][j] is p[1 + i][j] */
+    gml_tensor *ix = I32(ctx, "ix", 3);
+    int32_t *id = ix->data;
+    for (int e = 0; e < 3; e++) id[e] = 10 + e;
+
+    CHECK(gml_get_f32(v, (int64_t[]){1, 4}) == 14.0f, "v[1][4] is p[2][4]");
+    CHECK(gml_set_f32(v, (int64_t[]){0, 2}, 100.0f) && pd[7] == 100.0f, "v[0][2] = 100");
+    pd[7] = 7.0f;
+    CHECK(gml_get_i32(ix, (int64_t[]){2}) == 12, "ix[2]");
+    CHECK(gml_set_i32(ix, (int64_t[]){1}, -5) && id[1] == -5, "ix[1] = -5");
+    id[1] = 11;
+
+    static const int64_t bad[][2] = {{2, 0}, {0, 5}, {-1, 0}, {0, -1}, {-1, 9}, {1, 5}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        const int64_t *i = bad[k];
+        float got = gml_get_f32(v, i);
+        CHECK(isnan(got), "get_f32(v [2,5], [%lld,%lld]) gives NAN, got %g", (long long)i[0],
+              (long long)i[1], (double)got);
+        CHECK(!gml_set_f32(v, i, -1.0f), "set_f32(v [2,5], [%lld,%lld]) fails", (long long)i[0],
+              (long long)i[1]);
+    }
+    for (int64_t i = -1; i <= 3; i += 4) {
+        CHECK(gml_get_i32(ix, &i) == INT32_MIN, "get_i32(ix [3], [%lld])", (long long)i);
+        CHECK(!gml_set_i32(ix, &i, -1), "set_i32(ix [3], [%lld]) fails", (long long)i);
+    }
+    /* the wrong type */
+    CHECK(isnan(gml_get_f32(ix, (int64_t[]){0})), "get_f32 of an i32 tensor");
+    CHECK(!gml_set_f32(ix, (int64_t[]){0}, -1.0f), "set_f32 of an i32 tensor");
+    CHECK(gml_get_i32(p, (int64_t[]){0, 0}) == INT32_MIN, "get_i32 of an f32 tensor");
+    CHECK(!gml_set_i32(p, (int64_t[]){0, 0}, -1), "set_i32 of an f32 tensor");
+    /* NULL tensor or index */
+    CHECK(isnan(gml_get_f32(NULL, (int64_t[]){0})) && isnan(gml_get_f32(p, NULL)), "NULL get_f32");
+    CHECK(!gml_set_f32(NULL, (int64_t[]){0}, 1.0f) && !gml_set_f32(p, NULL, -1.0f), "NULL set_f32");
+    CHECK(gml_get_i32(NULL, (int64_t[]){0}) == INT32_MIN && gml_get_i32(ix, NULL) == INT32_MIN,
+          "NULL get_i32");
+    CHECK(!gml_set_i32(NULL, (int64_t[]){0}, 1) && !gml_set_i32(ix, NULL, -1), "NULL set_i32");
+    /* nothing was written */
+    for (int e = 0; e < 20; e++)
+        CHECK(pd[e] == (float)e, "p[%d] is %g, want %d", e, (double)pd[e], e);
+    for (int e = 0; e < 3; e++) CHECK(id[e] == 10 + e, "ix[%d] is %d, want %d", e, id[e], 10 + e);
+    gml_free(ctx);
+
+    /* no data (a no_alloc context) */
+    gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *f = gml_new_tensor_1d(na, GML_F32, 4), *n = gml_new_tensor_1d(na, GML_I32, 4);
+    CHECK(isnan(gml_get_f32(f, (int64_t[]){1})) && !gml_set_f32(f, (int64_t[]){1}, 1.0f),
+          "f32 without data");
+    CHECK(gml_get_i32(n, (int64_t[]){1}) == INT32_MIN && !gml_set_i32(n, (int64_t[]){1}, 1),
+          "i32 without data");
+    gml_free(na);
+
+    chk_case("last_error, clear_error of NULL");
+    CHECK(strcmp(gml_last_error(NULL), "") == 0, "gml_last_error(NULL) is \"%s\"",
+          gml_last_error(NULL));
+    gml_clear_error(NULL); /* nothing happens */
+}
+
+/* The pieces an arena failure must hold: who failed (the op and its inputs),
+ * what did not fit, and the byte counts, worked out here from the arena's
+ * size, what it holds (gml_used_mem) and the documented header size. */
+static void expect_arena_error(const char *file, int line, gml_context *ctx, bool failed,
+                               const char *who, const char *shape, size_t need_before,
+                               size_t data_bytes) {
+    const size_t header = gml_tensor_overhead(), size = 64 << 10;
+    const size_t left = size - gml_used_mem(ctx); /* a failed call gives back what it took */
+    const bool header_fits = left >= header;
+    char start[128], what[128], needs[64], avail[64], so_far[64];
+    snprintf(start, sizeof start, "%s: arena too small: ", who);
+    snprintf(what, sizeof what, "%s of %s f32", header_fits ? "data" : "header", shape);
+    snprintf(needs, sizeof needs, "needs %zu bytes", header_fits ? data_bytes : header);
+    snprintf(avail, sizeof avail, ", %zu of %zu available", header_fits ? left - header : left,
+             size);
+    snprintf(so_far, sizeof so_far, "(%zu needed so far)", need_before + header + data_bytes);
+    const char *msg = gml_last_error(ctx);
+    chk_check(strncmp(msg, start, strlen(start)) == 0, file, line,
+              "expected the message to start with \"%s\": \"%s\"", start, msg);
+    expect_error(file, line, ctx, failed, (const char *[]){what, needs, avail, so_far, NULL});
+}
+#define EXPECT_ARENA_ERROR(ctx, result, who, shape, need_before, data_bytes)                      \
+    expect_arena_error(__FILE__, __LINE__, (ctx), (result) == NULL, (who), (shape), (need_before), \
+                       (data_bytes))
+
 static void test_arena(void) {
     chk_case("arena too small");
     gml_context *ctx = chk_ctx(64 << 10);
+    gml_tensor *m = F32(ctx, "m", 2, 5);
+    size_t before = gml_mem_required(ctx);
     gml_tensor *big = gml_new_tensor_2d(ctx, GML_F32, 100, 1000);
-    EXPECT_ERROR(ctx, big, "arena too small", "[100,1000]", "needs 400000 bytes", "of 65536 available");
+    EXPECT_ARENA_ERROR(ctx, big, "new_tensor", "[100,1000]", before, 400000);
     /* the context still works for what fits */
     gml_tensor *a = F32(ctx, "a", 10), *b = F32(ctx, "b", 10);
     gml_tensor *y = gml_add(ctx, a, b);
@@ -291,11 +386,18 @@ static void test_arena(void) {
               "compute after the failure");
         gml_graph_free(g);
     }
-    /* a failing op in a full arena: message names the op's result */
+    /* in a full arena: an op names itself and its inputs, as every builder
+     * message does; a view likewise */
     while (gml_new_tensor_1d(ctx, GML_F32, 1)) {
     }
     gml_clear_error(ctx);
-    EXPECT_ERROR(ctx, gml_add(ctx, a, b), "arena too small");
+    before = gml_mem_required(ctx);
+    EXPECT_ARENA_ERROR(ctx, gml_add(ctx, a, b), "add(a, b)", "[10]", before, 64);
+    before = gml_mem_required(ctx);
+    EXPECT_ARENA_ERROR(ctx, gml_transpose(ctx, m, 0, 1), "transpose(m)", "[5,2]", before, 0);
+    before = gml_mem_required(ctx);
+    EXPECT_ARENA_ERROR(ctx, gml_softmax(ctx, a, NULL, 1.0f, false), "softmax(a)", "[10]", before,
+                       64);
     gml_free(ctx);
 
     chk_case("no_alloc, gml_mem_required, then an arena of exactly that size");
@@ -444,5 +546,6 @@ int main(void) {
     test_get_rows_range();
     test_valid_len_range();
     test_compute_args();
+    test_element_access();
     return chk_summary();
 }
