@@ -6,6 +6,7 @@
 #include "graph.h"
 #include "threadpool.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,8 @@ void gml_graph_release_compute(gml_graph *g) {
     g->work_size = 0;
     free(g->steps);
     g->steps = NULL;
+    free(g->neg_inf_ok);
+    g->neg_inf_ok = NULL;
     g->n_steps = 0;
 }
 
@@ -83,10 +86,17 @@ gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
     return st;
 }
 
-/* Every tensor must have data before anything runs. */
+/* Every tensor must have data before anything runs. A view's data is its
+ * storage owner's plus its offset, taken afresh here: the owner may have got
+ * its data after the view was made (a no_alloc graph whose inputs the user
+ * places by hand, before or after planning). */
 static gml_status check_data(gml_graph *g) {
     for (int i = 0; i < g->n_entries; i++) {
-        const gml_tensor *t = g->entries[i].t;
+        gml_tensor *t = g->entries[i].t;
+        if (t->view_src && t->view_src->data) {
+            char *data = (char *)t->view_src->data + t->view_offs;
+            if (t->data != data) t->data = data; /* no write when it holds: graphs share tensors */
+        }
         if (t->data) continue;
         char shape[GML_SHAPE_MAX];
         return gml_graph_fail(g, GML_ERR_INVALID,
@@ -117,12 +127,46 @@ static gml_status prepare_work(gml_graph *g, int nth) {
     return GML_OK;
 }
 
+/* For the NaN trap, per node: whether -inf in it can be by design. The node
+ * is a mask, or moves or adds values of a tensor that may hold it (a leaf:
+ * user data, or such a node): cont(permute(mask)), scores + mask. NaN and
+ * +inf never are. Filled once per graph, in node order (sources first), so
+ * that each node looks at its sources' answers only: linear in the graph,
+ * where asking each source again would walk every path (2^n of them through
+ * n diamonds x = x + x). */
+static void find_neg_inf_ok(const gml_graph *g) {
+    bool *ok = g->neg_inf_ok;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gml_tensor *t = g->nodes[i];
+        const unsigned flags = gml_op_get(t->op)->flags;
+        ok[i] = flags & GML_OPF_INF_OK;
+        if (ok[i] || !(flags & (GML_OPF_NOOP | GML_OPF_MOVES_VALUES))) continue;
+        for (int s = 0; s < GML_MAX_SRC && !ok[i]; s++) {
+            const gml_tensor *src = t->src[s];
+            if (!src) continue;
+            if (src->op == GML_OP_NONE) {
+                ok[i] = true;
+                continue;
+            }
+            const int e = gml_graph_entry(g, src);
+            assert(e >= 0 && g->entries[e].pos >= 0 && g->entries[e].pos < i);
+            ok[i] = ok[g->entries[e].pos];
+        }
+    }
+}
+
 /* The nodes that compute, with the kernel the ISA in effect picks. The list
- * is allocated by the first compute and refilled by each (no allocation). */
+ * is allocated (and neg_inf_ok found) by the first compute and refilled by
+ * each (no allocation): a graph's nodes never change. */
 static gml_status prepare_steps(gml_graph *g) {
     if (!g->steps && g->n_nodes > 0) {
         g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
-        if (!g->steps) return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
+        g->neg_inf_ok = malloc((size_t)g->n_nodes * sizeof *g->neg_inf_ok);
+        if (!g->steps || !g->neg_inf_ok) {
+            gml_graph_release_compute(g);
+            return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
+        }
+        find_neg_inf_ok(g);
     }
     const bool reference = gml_get_isa() == GML_ISA_REFERENCE;
     g->n_steps = 0;
@@ -172,23 +216,11 @@ static gml_status trap_report(gml_graph *g, int i, const gml_tensor *t, const in
                           isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", where, srcs);
 }
 
-/* Whether -inf in t can be by design: t is a leaf (user data), a mask, or
- * moves or adds values of such tensors (cont(permute(mask)), scores + mask).
- * NaN and +inf never are. */
-static bool may_hold_neg_inf(const gml_tensor *t) {
-    if (t->op == GML_OP_NONE) return true;
-    const unsigned flags = gml_op_get(t->op)->flags;
-    if (flags & GML_OPF_INF_OK) return true;
-    if (!(flags & (GML_OPF_NOOP | GML_OPF_MOVES_VALUES))) return false;
-    for (int s = 0; s < GML_MAX_SRC; s++)
-        if (t->src[s] && may_hold_neg_inf(t->src[s])) return true;
-    return false;
-}
-
-/* The NaN/Inf trap's verdict on node t: the first element it must not hold. */
-static bool trapped(const gml_tensor *t, int64_t idx[GML_MAX_DIMS], float *v) {
+/* The NaN/Inf trap's verdict on node t: the first element it must not hold.
+ * neg_inf_ok: -inf may be in t by design. */
+static bool trapped(const gml_tensor *t, bool neg_inf_ok, int64_t idx[GML_MAX_DIMS], float *v) {
     if (!find_nonfinite(t, idx, v)) return false;
-    if (!(*v == -INFINITY && may_hold_neg_inf(t))) return true;
+    if (!(*v == -INFINITY && neg_inf_ok)) return true;
     /* -inf is allowed here: look for a NaN or +inf */
     for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
@@ -212,7 +244,7 @@ static gml_status check_nodes(gml_graph *g, int first, int end) {
         if (g->nan_trap && !(gml_op_get(node->op)->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
             int64_t idx[GML_MAX_DIMS];
             float v;
-            if (trapped(node, idx, &v)) return trap_report(g, i, node, idx, v);
+            if (trapped(node, g->neg_inf_ok[i], idx, &v)) return trap_report(g, i, node, idx, v);
         }
         if (g->callback && !g->callback(node, i, g->callback_user))
             return gml_graph_fail(g, GML_ERR_ABORTED,

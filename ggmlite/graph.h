@@ -33,6 +33,7 @@ struct gml_graph {
     size_t work_size;
     struct gml_step *steps; /* the nodes that compute, [n_nodes] once made */
     int n_steps;
+    bool *neg_inf_ok;       /* [n_nodes]: -inf may be in the node by design (NaN trap) */
     char err[GML_ERR_MAX];
 
     /* memory plan (plan.c) */

@@ -176,7 +176,9 @@ static void assign_offsets(const gml_graph *g, struct slot *sl, struct freelist 
     }
 }
 
-/* Sets the data of every placed root and of the views into them. */
+/* Sets the data of every placed root and of the views into them. A view of
+ * a root that has data of its own takes it too: the root may have got it
+ * after the view was made (an input placed by hand in a no_alloc context). */
 static void set_data(gml_graph *g, const struct slot *sl, char *base) {
     for (int e = 0; e < g->n_entries; e++)
         if (sl[e].place) {
@@ -185,10 +187,9 @@ static void set_data(gml_graph *g, const struct slot *sl, char *base) {
         }
     for (int e = 0; e < g->n_entries; e++) {
         gml_tensor *t = g->entries[e].t;
-        if (t->view_src && sl[sl[e].root].place) {
-            t->data = (char *)t->view_src->data + t->view_offs;
-            g->plan_placed[g->n_plan_placed++] = t;
-        }
+        if (!t->view_src || !t->view_src->data) continue;
+        t->data = (char *)t->view_src->data + t->view_offs;
+        if (sl[sl[e].root].place) g->plan_placed[g->n_plan_placed++] = t;
     }
 }
 

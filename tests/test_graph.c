@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "check.h"
 
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- multi-head attention ---------------------------------------------------- */
@@ -638,6 +640,104 @@ static void test_nan_trap(void) {
     gml_free(ctx);
 }
 
+/* SIGALRM: the compute is taking forever; say so (write alone is safe in a
+ * signal handler) and fail. */
+static void too_slow(int sig) {
+    (void)sig;
+    static const char head[] = "test_graph: FAIL [",
+                      tail[] = "]: compute still running after 10 s (does the trap walk every "
+                               "path of the graph?)\n";
+    bool ok = write(2, head, sizeof head - 1) >= 0 &&
+              write(2, chk_state.case_name, strlen(chk_state.case_name)) >= 0 &&
+              write(2, tail, sizeof tail - 1) >= 0;
+    _exit(ok ? 1 : 2);
+}
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Computes g with the trap on, in under a second, with an alarm in case the
+ * trap's work grows with the number of paths (2^60 here) and never ends. */
+static gml_status timed_trap_compute(gml_graph *g, double *took) {
+    struct sigaction sa = {.sa_handler = too_slow}, old;
+    sigaction(SIGALRM, &sa, &old);
+    alarm(10);
+    gml_graph_set_nan_trap(g, true);
+    double t0 = seconds();
+    gml_status st = gml_graph_compute(g, 2);
+    *took = seconds() - t0;
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    return st;
+}
+
+/* x = x + x sixty times: 60 nodes, 2^60 paths from the last to the first.
+ * The first is a scale (whose output is never -inf by design), so whether
+ * -inf may be at a node after the chain takes knowing it of every node in
+ * it: the trap must not walk every path to find out. */
+static gml_tensor *diamonds(gml_context *ctx, const float start[4], int n, const char *name) {
+    gml_tensor *leaf = gml_new_tensor_1d(ctx, GML_F32, 4);
+    if (leaf) memcpy(leaf->data, start, 16);
+    gml_tensor *x = gml_scale(ctx, leaf, 1.0f);
+    for (int i = 0; i < n; i++) x = gml_add(ctx, x, x);
+    return gml_set_name(x, name);
+}
+
+static gml_tensor *leaf4(gml_context *ctx, const char *name, const float v[4]) {
+    gml_tensor *t = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), name);
+    if (t) memcpy(t->data, v, 16);
+    return t;
+}
+
+static void test_nan_trap_diamonds(void) {
+    const int n = 60;
+    gml_context *ctx = chk_ctx(1 << 20);
+    double took;
+
+    chk_case("trap: a chain of diamonds plus a -inf mask");
+    gml_tensor *x = diamonds(ctx, (float[]){1.0f, 2.0f, 0.5f, -3.0f}, n, "x60");
+    gml_tensor *mask = leaf4(ctx, "mask", (float[]){0.0f, -INFINITY, 0.0f, 0.0f});
+    gml_tensor *y = gml_set_name(gml_add(ctx, x, mask), "y");
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    gml_status st = timed_trap_compute(g, &took);
+    CHECK(st == GML_OK, "-inf from the mask passes: status %d (%s)", (int)st, gml_graph_error(g));
+    CHECK(took < 1.0, "%d diamonds with the trap on took %.2f s", n, took);
+    CHECK_EQUAL(y, ((float[]){ldexpf(1.0f, n), -INFINITY, ldexpf(0.5f, n), ldexpf(-3.0f, n)}),
+                "x * 2^%d + mask", n);
+    gml_graph_free(g);
+
+    chk_case("trap: a NaN after a chain of diamonds and a -inf mask");
+    gml_tensor *inf = leaf4(ctx, "inf", (float[]){0.0f, INFINITY, 0.0f, 0.0f});
+    gml_tensor *z = gml_set_name(gml_add(ctx, y, inf), "z"); /* z[1] = -inf + inf */
+    g = gml_build_graph(ctx, &z, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    st = timed_trap_compute(g, &took);
+    CHECK(st == GML_ERR_NONFINITE, "status %d (%s)", (int)st, gml_graph_error(g));
+    CHECK(took < 1.0, "%d diamonds and a NaN with the trap on took %.2f s", n, took);
+    CHECK_CONTAINS(gml_graph_error(g), "'z'");
+    CHECK_CONTAINS(gml_graph_error(g), "nan");
+    CHECK_CONTAINS(gml_graph_error(g), "[1]");
+    gml_graph_free(g);
+
+    chk_case("trap: -inf at the end of a chain of diamonds, no mask");
+    /* -1.5 * 2^(128 - n) doubled n times: -1.5 * 2^128 overflows at the last add */
+    gml_tensor *w = diamonds(ctx, (float[]){ldexpf(-1.5f, 128 - n), 1.0f, 1.0f, 1.0f}, n, "w60");
+    g = gml_build_graph(ctx, &w, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    st = timed_trap_compute(g, &took);
+    CHECK(st == GML_ERR_NONFINITE, "status %d (%s)", (int)st, gml_graph_error(g));
+    CHECK(took < 1.0, "%d diamonds and a -inf with the trap on took %.2f s", n, took);
+    CHECK_CONTAINS(gml_graph_error(g), "'w60'");
+    CHECK_CONTAINS(gml_graph_error(g), "-inf");
+    CHECK_CONTAINS(gml_graph_error(g), "[0]");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(void) {
     test_attention();
     test_shared_subexpression();
@@ -648,5 +748,6 @@ int main(void) {
     test_dot();
     test_callback();
     test_nan_trap();
+    test_nan_trap_diamonds();
     return chk_summary();
 }
