@@ -189,12 +189,8 @@ gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64
     return gml_new_tensor(ctx, type, 4, (int64_t[]){n0, n1, n2, n3});
 }
 
-gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne) {
-    return gml_new_op_src(ctx, op, type, n_dims, ne, NULL, 0);
-}
-
-gml_tensor *gml_new_op_src(gml_context *ctx, gml_op op, gml_type type, int n_dims,
-                           const int64_t *ne, gml_tensor *const *src, int n_src) {
+gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne,
+                       gml_tensor *const *src, int n_src) {
     assert(n_src >= 0 && n_src <= GML_MAX_SRC);
     if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
     const struct caller who = {gml_op_name(op), src, n_src};

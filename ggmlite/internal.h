@@ -43,17 +43,13 @@ struct gml_context {
  * NULL, so builders can `return gml_fail(ctx, ...)`. */
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 
-/* A new tensor made by op; contiguous, data allocated unless the context is
- * no_alloc. Named "node_<id>". NULL (error set) if the arena is full; the
- * message starts "<op>: arena too small: ", as the sources are not known. */
-gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims,
-                       const int64_t *ne);
-/* The same with its n_src sources (NULL ones skipped), set as src[0..n_src-1]
- * of the result and named in the message of a full arena as every builder
- * error names them: "add(a, b): arena too small: data of [100] f32 needs
- * 448 bytes, ...". */
-gml_tensor *gml_new_op_src(gml_context *ctx, gml_op op, gml_type type, int n_dims,
-                           const int64_t *ne, gml_tensor *const *src, int n_src);
+/* A new tensor made by op from its n_src sources (NULL ones allowed: an
+ * optional input), set as src[0..n_src-1]; contiguous, data allocated unless
+ * the context is no_alloc. Named "node_<id>". NULL (error set) if the arena
+ * is full, the message naming the call as every builder message does:
+ * "add(a, b): arena too small: data of [100] f32 needs 448 bytes, ...". */
+gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne,
+                       gml_tensor *const *src, int n_src);
 /* A view of a (shape ne, byte strides nb, offset bytes into a's data) made by
  * op; view_src is the tensor that owns the data. Named "<a> (<what>)". A full
  * arena gives "<op>(<a>): arena too small: ...". */

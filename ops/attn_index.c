@@ -56,7 +56,7 @@ gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk) {
         return gml_fail(ctx, "valid_len_mask(%s): Tk is %" PRId64 ", must be >= 1", lens->name, tk);
     int64_t tq = lens->n_dims == 2 ? lens->ne[3] : 1;
     int64_t ne[4] = {lens->n_dims == 2 ? lens->ne[2] : lens->ne[3], 1, tq, tk};
-    return gml_new_op_src(ctx, GML_OP_VALID_LEN_MASK, GML_F32, 4, ne, &lens, 1);
+    return gml_new_op(ctx, GML_OP_VALID_LEN_MASK, GML_F32, 4, ne, &lens, 1);
 }
 
 /* out [Tq, Tk] i32 = clip(j - i, -P, P) + P */
@@ -101,8 +101,8 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
     if (max_rel < 0 || max_rel > (1 << 24))
         return gml_fail(ctx, "relpos_index: max relative position %d is out of range [0, 2^24]",
                         max_rel);
-    gml_tensor *t = gml_new_op_src(ctx, GML_OP_RELPOS_INDEX, GML_I32, 2, (int64_t[]){tq, tk},
-                                   NULL, 0);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_RELPOS_INDEX, GML_I32, 2, (int64_t[]){tq, tk},
+                               NULL, 0);
     if (!t) return NULL;
     t->op_params[0] = max_rel;
     return t;

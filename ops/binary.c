@@ -149,7 +149,7 @@ static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor
     int64_t ne[GML_MAX_DIMS];
     int n;
     if (!gml_broadcast_shape(ctx, name, a, b, ne, &n)) return NULL;
-    return gml_new_op_src(ctx, op, GML_F32, n, ne + GML_MAX_DIMS - n, (gml_tensor *[]){a, b}, 2);
+    return gml_new_op(ctx, op, GML_F32, n, ne + GML_MAX_DIMS - n, (gml_tensor *[]){a, b}, 2);
 }
 
 /* a [...], b [...] broadcastable -> out [broadcast shape] */
@@ -165,8 +165,8 @@ gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
 gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s) {
     if (!a) return NULL;
     if (!gml_expect_type(ctx, "scale", a, GML_F32)) return NULL;
-    gml_tensor *t = gml_new_op_src(ctx, GML_OP_SCALE, GML_F32, a->n_dims,
-                                   a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_SCALE, GML_F32, a->n_dims,
+                               a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
     if (!t) return NULL;
     gml_set_param_f32(t, 0, s);
     return t;

@@ -113,8 +113,8 @@ const gml_op_def gml_opdef_cpy = {.name = "cpy", .forward = gml_x32_copy,
 /* a [...] (any strides) -> out [...] contiguous */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
     if (!a) return NULL;
-    gml_tensor *t = gml_new_op_src(ctx, GML_OP_CONT, a->type, a->n_dims,
-                                   a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_CONT, a->type, a->n_dims,
+                               a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
     if (!t) return NULL;
     snprintf(t->name, sizeof t->name, "%.*s (cont)", GML_MAX_NAME - 16, a->name);
     return t;

@@ -355,18 +355,14 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
     }
     const int n = q->n_dims;
     int64_t ne[GML_MAX_DIMS] = {B, H, Tq, v->ne[3]};
-    gml_tensor *t = gml_new_op(ctx, GML_OP_FLASH_ATTN, GML_F32, n, ne + GML_MAX_DIMS - n);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_FLASH_ATTN, GML_F32, n, ne + GML_MAX_DIMS - n,
+                               (gml_tensor *[]){q, k, v, mask, valid_lens}, 5);
     if (!t) return NULL;
     if (H > 1 && Tq > 1) { /* head-interleaved storage [B, Tq, H, d_v] */
         t->nb[1] = t->nb[3] * (size_t)ne[3];
         t->nb[2] = t->nb[1] * (size_t)H;
         t->nb[0] = t->nb[2] * (size_t)Tq;
     }
-    t->src[0] = q;
-    t->src[1] = k;
-    t->src[2] = v;
-    t->src[3] = mask;
-    t->src[4] = valid_lens;
     gml_set_param_f32(t, 0, scale);
     t->op_params[1] = causal;
     return t;

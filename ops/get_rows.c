@@ -77,7 +77,7 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
     int64_t ne[GML_MAX_DIMS];
     for (int i = 0; i < idx->n_dims; i++) ne[i] = idx->ne[GML_MAX_DIMS - idx->n_dims + i];
     ne[n - 1] = table->ne[3];
-    return gml_new_op_src(ctx, GML_OP_GET_ROWS, GML_F32, n, ne, (gml_tensor *[]){table, idx}, 2);
+    return gml_new_op(ctx, GML_OP_GET_ROWS, GML_F32, n, ne, (gml_tensor *[]){table, idx}, 2);
 }
 
 /* Every thread checks every index before writing (A n numbers), so a bad

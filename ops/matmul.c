@@ -95,8 +95,8 @@ gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
                             b->name, GML_SHAPE(a, sa), GML_SHAPE(b, sb));
         ne[i] = GML_MAX(a->ne[i], b->ne[i]);
     }
-    return gml_new_op_src(ctx, GML_OP_MATMUL, GML_F32, n, ne + GML_MAX_DIMS - n,
-                          (gml_tensor *[]){a, b}, 2);
+    return gml_new_op(ctx, GML_OP_MATMUL, GML_F32, n, ne + GML_MAX_DIMS - n,
+                      (gml_tensor *[]){a, b}, 2);
 }
 
 /* x [.., in] (1-D to 4-D), w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */

@@ -119,8 +119,8 @@ gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, 
     int64_t ne[GML_MAX_DIMS];
     for (int i = 0; i < GML_MAX_DIMS; i++) ne[i] = x->ne[i];
     ne[axis] *= repeats;
-    gml_tensor *t = gml_new_op_src(ctx, GML_OP_REPEAT_INTERLEAVE, x->type, x->n_dims,
-                                   ne + GML_MAX_DIMS - x->n_dims, &x, 1);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_REPEAT_INTERLEAVE, x->type, x->n_dims,
+                               ne + GML_MAX_DIMS - x->n_dims, &x, 1);
     if (!t) return NULL;
     t->op_params[0] = axis;
     t->op_params[1] = repeats;

@@ -127,8 +127,8 @@ gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float
                         GML_SHAPE(x, sx));
     if (!isfinite(scale))
         return gml_fail(ctx, "softmax(%s): scale %g is not finite", x->name, (double)scale);
-    gml_tensor *t = gml_new_op_src(ctx, GML_OP_SOFTMAX, GML_F32, x->n_dims,
-                                   x->ne + GML_MAX_DIMS - x->n_dims, (gml_tensor *[]){x, mask}, 2);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_SOFTMAX, GML_F32, x->n_dims,
+                               x->ne + GML_MAX_DIMS - x->n_dims, (gml_tensor *[]){x, mask}, 2);
     if (!t) return NULL;
     gml_set_param_f32(t, 0, scale);
     t->op_params[1] = causal;
