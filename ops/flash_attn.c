@@ -120,11 +120,13 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                     acc[c] += e * *(const float *)(vj + c * (int64_t)v->nb[3]);
             }
         }
+        /* no visible key: zeros; a NaN score, or a +inf one (inf - inf
+         * makes l NaN), NaN: as the softmax op, never zeros for a NaN */
         char *out = gml_ptr(dst, b, h, i, 0);
-        for (int64_t c = 0; c < dv; c++) /* no visible key: zeros; a NaN score: NaN */
-            *(float *)(out + c * (int64_t)dst->nb[3]) = nan    ? NAN
-                                                        : l > 0 ? (float)(acc[c] / l)
-                                                                : 0.0f;
+        for (int64_t c = 0; c < dv; c++)
+            *(float *)(out + c * (int64_t)dst->nb[3]) = nan || isnan(l) ? NAN
+                                                        : l > 0         ? (float)(acc[c] / l)
+                                                                        : 0.0f;
     }
 }
 
@@ -146,15 +148,18 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
         nmax = GML_MAX(nmax, a->n_keys[l]);
     }
     for (size_t i = 0; i < dv * tile; i++) ot[i] = 0;
-    for (int32_t j0 = 0; j0 < nmax; j0 += SCALAR_KEY_BLOCK) {
-        const size_t nk = (size_t)GML_MIN(SCALAR_KEY_BLOCK, nmax - j0);
+    /* size_t keys: n_keys < INT32_MAX, but the block after the last may
+     * start past it (an int32 j0 += 32 would overflow from Tk > 2^31 - 33) */
+    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += SCALAR_KEY_BLOCK) {
+        const size_t nk = GML_MIN((size_t)SCALAR_KEY_BLOCK, (size_t)nmax - j0);
         for (size_t j = 0; j < nk; j++) {
-            const float *kj = a->k + (size_t)(j0 + (int32_t)j) * a->ldk;
+            const float *kj = a->k + (j0 + j) * a->ldk;
             for (size_t l = 0; l < nq; l++) {
                 float dot = 0; /* an FMA chain over d in order, as every variant's */
                 for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
-                if (a->mask) dot += a->mask[l][(size_t)(j0 + (int32_t)j) * a->mask_stride];
-                s[j * tile + l] = j0 + (int32_t)j < a->n_keys[l] ? dot : -INFINITY;
+                /* the mask first: a hidden key stays -inf whatever it holds */
+                if (a->mask) dot += a->mask[l][(j0 + j) * a->mask_stride];
+                s[j * tile + l] = j0 + j < (size_t)a->n_keys[l] ? dot : -INFINITY;
             }
         }
         for (size_t l = 0; l < nq; l++) {
@@ -174,7 +179,7 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
             m[l] = mnew;
         }
         for (size_t j = 0; j < nk; j++) {
-            const float *vj = a->v + (size_t)(j0 + (int32_t)j) * a->ldv;
+            const float *vj = a->v + (j0 + j) * a->ldv;
             for (size_t c = 0; c < dv; c++)
                 for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
         }
@@ -204,7 +209,9 @@ static size_t fast_work_bytes(const gml_tensor *dst) {
            gml_align_up(tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN);
 }
 
-/* K and V rows must be contiguous (any row stride); counts must fit int32. */
+/* K and V rows must be contiguous (any row stride); key counts must fit
+ * int32 with room for one more (the AVX2 variant compares j + 1 with them);
+ * the variants step their key blocks in size_t, past any count. */
 static bool fast_fits(const gml_tensor *dst) {
     const gml_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     return (k->ne[3] == 1 || k->nb[3] == sizeof(float)) &&

@@ -108,6 +108,12 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
         scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
 
+        /* the mask first, then -inf past each lane's keys (as the AVX-512
+         * variant: a hidden key stays hidden whatever the mask holds) */
+        if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
@@ -117,10 +123,6 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
                     _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), neg_inf, past));
                 }
             }
-        if (a->mask)
-            for (size_t i = 0; i < nq; i++)
-                for (size_t j = 0; j < nk; j++)
-                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
 
         /* online softmax, as the AVX-512 variant */
         __m256 base[2], alpha[2];

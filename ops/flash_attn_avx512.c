@@ -5,7 +5,7 @@
  *
  *   scores   s[j][l] = sum_d k[j][d] qt[d][l]      (MR keys x NV vectors of
  *            accumulators; k broadcast from its rows in place)
- *   masks    lanes past their key count, the additive mask: -inf / + mask
+ *   masks    + the additive mask, then -inf for lanes past their key count
  *   softmax  m' = max(m, max_j s[j]); p[j] = exp(s[j] - m'); l = l e^(m - m')
  *            + sum_j p[j]; the output rescaled by e^(m - m') where it moved
  *   values   ot[c][l] += sum_j v[j][c] p[j][l]      (MR output columns x NV
@@ -121,6 +121,13 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
         scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
 
+        /* the mask first, then -inf past each lane's keys: a key the lane
+         * does not see stays hidden whatever the mask holds there (NaN and
+         * +inf added to -inf would make the lane NaN) */
+        if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
@@ -130,10 +137,6 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
                     _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), past, neg_inf));
                 }
             }
-        if (a->mask)
-            for (size_t i = 0; i < nq; i++)
-                for (size_t j = 0; j < nk; j++)
-                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
 
         /* online softmax. NaN scores are passed over by the max (max_ps
          * returns its second operand) and make their lane NaN through exp. */

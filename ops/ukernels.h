@@ -93,8 +93,10 @@ GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
  *     s_j = qt[:, l] . k_j (+ mask[l][j * mask_stride])   over keys j < n_keys[l]
  *     out[l] = sum_j softmax(s)_j v_j
  * the keys taken in blocks with a running max and sum per lane, the output
- * accumulated transposed in work. Keys past a lane's n_keys and -inf mask
- * entries are dropped; a lane that sees no key gets zeros; a NaN score makes
+ * accumulated transposed in work. Keys past a lane's n_keys are dropped
+ * whatever the mask holds there (NaN and +inf too: the mask is added first,
+ * then those scores set to -inf), and so are keys whose mask is -inf; a lane
+ * that sees no key gets zeros; a NaN score, or a +inf one (inf - inf), makes
  * its lane NaN. The variants read key and value rows below max(n_keys) only
  * (n_keys[l] <= Tk), and rows past a lane's limit weigh 0 (an inf or NaN in
  * such a row of v would still show). */

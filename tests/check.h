@@ -14,11 +14,11 @@
  *   CHECK_EQUAL(t, want, ...)  bitwise equality with a dense array
  *   CHECK_CLOSE(t, want, atol, rtol, ...)  |got - want| <= atol + rtol |want|
  *   CHECK_WITHIN(t, want, bound, ...)      |got - want| <= bound[i]
- *   CHECK_RUN(g, .outs, .n_outs, .verify, ...)  computes g at 1, 2, 3 and 7
+ *   CHECK_RUN(g, .outs, .n_outs, .verify, ...)  computes g at 1, 2, 3, 4 and 7
  *                              threads under the reference kernels and under the
- *                              best the CPU has (or GGMLITE_ISA's choice); verifies
- *                              every result and that results are bitwise identical
- *                              across thread counts for each kernel set
+ *                              best the CPU has (or GGMLITE_ISA's choice, or .isa);
+ *                              verifies every result and that results are bitwise
+ *                              identical across thread counts for each kernel set
  *
  * Elements are addressed by their flat logical index e: row-major over the
  * tensor's shape, whatever its strides. References are written as plain loops
@@ -351,8 +351,9 @@ static inline bool chk_equal(const char *file, int line, const gml_tensor *t, co
 }
 
 /* |got - want| <= tol for every element, tol = bound[e] if bound, else
- * atol + rtol |want|. An infinite want must be matched exactly; NaN never
- * passes. Reports the worst element (largest |diff| / tol). */
+ * atol + rtol |want|. An infinite want must be matched exactly, a NaN want
+ * by a NaN (any payload); a NaN got where want is a number never passes.
+ * Reports the worst element (largest |diff| / tol). */
 static inline bool chk_close(const char *file, int line, const gml_tensor *t, const double *want,
                              const double *bound, double atol, double rtol, const char *fmt, ...)
     CHK_PRINTF(8, 9);
@@ -366,7 +367,8 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
         double got = dense[e], w = want[e];
         double tol = bound ? bound[e] : atol + rtol * fabs(w);
         double ratio;
-        if (isinf(w)) ratio = got == w ? 0 : INFINITY;
+        if (isnan(w)) ratio = isnan(got) ? 0 : INFINITY; /* else |got - NaN| passes */
+        else if (isinf(w)) ratio = got == w ? 0 : INFINITY;
         else if (isnan(got) || isinf(got)) ratio = INFINITY;
         else ratio = fabs(got - w) / (tol > 0 ? tol : 1e-300);
         if (ratio > 1) bad++;
@@ -400,14 +402,15 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
 
 /* ---- running graphs --------------------------------------------------------- */
 
-static const int CHK_THREADS[] = {1, 2, 3, 7};
+static const int CHK_THREADS[] = {1, 2, 3, 4, 7};
 
 /* The kernel sets CHECK_RUN tries: the reference kernels, then the ISA in
  * effect when the program started, which is the best the CPU has
  * (GML_ISA_AUTO) unless GGMLITE_ISA names another, so that
- * `GGMLITE_ISA=avx2 ctest` runs every test against the AVX2 kernels. Fills
- * sets and returns how many (1 when that ISA is the reference). The first
- * call must come before a test changes the ISA. */
+ * `GGMLITE_ISA=avx2 ctest` runs every test against the AVX2 kernels (a run
+ * may name another, chk_run_args.isa). Fills sets and returns how many (1
+ * when that ISA is the reference). The first call must come before a test
+ * changes the ISA. */
 static inline int chk_kernel_sets(gml_isa sets[2]) {
     static gml_isa initial = GML_ISA_AUTO; /* AUTO: not asked yet (gml_get_isa never returns it) */
     if (initial == GML_ISA_AUTO) initial = gml_get_isa();
@@ -422,6 +425,8 @@ typedef struct chk_run_args {
     void (*before)(void *user); /* optional: reset state before each compute */
     void (*verify)(void *user); /* optional: check the results after each compute */
     void *user;
+    gml_isa isa;                /* optional: the kernels besides the reference; unset
+                                   (GML_ISA_AUTO): those in effect at the start */
 } chk_run_args;
 
 /* Every node that owns its data gets NaN before each compute, so an element
@@ -436,7 +441,11 @@ static inline void chk_poison_nodes(const gml_graph *g) {
 static inline bool chk_run(const char *file, int line, gml_graph *g, chk_run_args a) {
     long failures_before = chk_state.failures;
     gml_isa sets[2];
-    const int n_sets = chk_kernel_sets(sets);
+    int n_sets = chk_kernel_sets(sets);
+    if (a.isa != GML_ISA_AUTO) { /* the caller's kernels instead of the initial ones */
+        sets[1] = a.isa;
+        n_sets = a.isa == GML_ISA_REFERENCE ? 1 : 2;
+    }
     const gml_isa saved = gml_get_isa();
     void **first = calloc((size_t)(a.n_outs > 0 ? a.n_outs : 1), sizeof *first);
     if (!chk_check(g != NULL, file, line, "CHECK_RUN: no graph")) {

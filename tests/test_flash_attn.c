@@ -6,13 +6,14 @@
  * on every mask combination (causal, valid lengths [B] and [B, Tq], additive
  * masks of several broadcast shapes), Tq != Tk both ways, GQA and MQA, T = 1,
  * tails (Tk around the key blocks, odd d_k, d_v != d_k), fully masked rows
- * (exact zeros), scores whose max grows block after block, huge scores, and
- * q, k, v in non-contiguous layouts; every run at 1, 2, 3 and 7 threads
- * under the reference and the best kernels, bitwise equal across thread
- * counts. Fused must equal unfused within 1e-5 relative (+ 1e-6 absolute,
- * outputs are O(1)). Also: set_rows (the KV-cache append), after (a
- * dependency edge), builder errors, runtime length errors and the graph-file
- * forms of the three ops. */
+ * (exact zeros), scores whose max grows block after block, huge scores,
+ * NaN and +inf mask entries (ignored at hidden keys, a NaN row at seen ones;
+ * under every ISA), and q, k, v in non-contiguous layouts; every run at 1,
+ * 2, 3, 4 and 7 threads under the reference and the best kernels, bitwise
+ * equal across thread counts. Fused must equal unfused within 1e-5
+ * relative (+ 1e-6 absolute, outputs are O(1)). Also: set_rows (the
+ * KV-cache append), after (a dependency edge), builder errors, runtime
+ * length errors and the graph-file forms of the three ops. */
 #include "check.h"
 
 #include <unistd.h>
@@ -36,11 +37,14 @@ typedef struct fa_case {
     float lo, hi; /* q and k values in [lo, hi]; 0, 0: [-1, 1] */
     bool growing; /* key j scaled by 1 + j/64: block after block raises the max */
     int layout;   /* picks the layouts of q, k, v */
+    bool nonfinite; /* NaN and +inf in the mask at every key causality or the valid
+                       lengths hide (ignored), and at two keys rows see (NaN rows) */
 } fa_case;
 
 typedef struct fa_run {
     fa_case c;
     gml_tensor *q, *k, *v, *mask, *lens, *fused, *unfused;
+    gml_tensor *mask_unf; /* the unfused graph's mask when it differs (nonfinite) */
     double *want;     /* naive loop, [B, H, Tq, d_v] */
     bool *empty;      /* [B, H, Tq]: the row sees no key */
     double *unf;      /* the unfused graph's output (filled by verify) */
@@ -48,6 +52,7 @@ typedef struct fa_run {
 } fa_run;
 
 static double g_max_rel_unfused, g_max_rel_ref;
+static gml_isa g_isa; /* the kernels CHECK_RUN tries besides the reference; AUTO: the best */
 
 /* ---- the naive loop ------------------------------------------------------- */
 
@@ -65,6 +70,7 @@ static void naive(fa_run *r) {
             for (int64_t i = 0; i < c->Tq; i++) {
                 const float *qi = q + ((b * c->H + h) * c->Tq + i) * c->dk;
                 double max = -INFINITY;
+                bool nan = false; /* a NaN score (NaN in the mask at a key it sees) */
                 for (int64_t j = 0; j < c->Tk; j++) {
                     s[j] = -INFINITY;
                     if (c->causal && j > i + (c->Tk - c->Tq)) continue;
@@ -76,13 +82,14 @@ static void naive(fa_run *r) {
                     if (m)
                         s[j] += m[(((b % mne[0]) * mne[1] + h % mne[1]) * mne[2] + i % mne[2]) *
                                       mne[3] + j % mne[3]];
+                    nan |= isnan(s[j]);
                     if (s[j] > max) max = s[j];
                 }
                 double *out = r->want + ((b * c->H + h) * c->Tq + i) * c->dv;
-                r->empty[(b * c->H + h) * c->Tq + i] = max == -INFINITY;
+                r->empty[(b * c->H + h) * c->Tq + i] = max == -INFINITY && !nan;
                 double sum = 0;
-                for (int64_t d = 0; d < c->dv; d++) out[d] = 0;
-                if (max == -INFINITY) continue;
+                for (int64_t d = 0; d < c->dv; d++) out[d] = nan ? NAN : 0;
+                if (max == -INFINITY || nan) continue; /* +inf: inf - inf below, NaN */
                 for (int64_t j = 0; j < c->Tk; j++) {
                     s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - max);
                     sum += s[j];
@@ -106,7 +113,7 @@ static gml_tensor *unfused(gml_context *ctx, const fa_run *r) {
         v = gml_repeat_interleave(ctx, v, (int)(c->H / c->G), 1);
     }
     gml_tensor *s = gml_matmul(ctx, r->q, gml_transpose(ctx, k, -2, -1)); /* [B, H, Tq, Tk] */
-    gml_tensor *mask = r->mask;
+    gml_tensor *mask = r->mask_unf ? r->mask_unf : r->mask;
     if (r->lens) {
         gml_tensor *lm = gml_valid_len_mask(ctx, r->lens, c->Tk); /* [B, 1, 1|Tq, Tk] */
         mask = mask ? gml_add(ctx, mask, lm) : lm;
@@ -158,6 +165,58 @@ static void fill_mask(gml_tensor *m, chk_rng *r, bool mask_row) {
     for (int64_t j = 0; mask_row && j < m->ne[3]; j++) *(float *)chk_at(m, j) = -INFINITY;
 }
 
+/* Whether key j is hidden from query i of batch b, by causality or by the
+ * valid lengths. */
+static bool key_hidden(const fa_run *r, int64_t b, int64_t i, int64_t j) {
+    const fa_case *c = &r->c;
+    if (c->causal && j > i + (c->Tk - c->Tq)) return true;
+    if (!r->lens) return false;
+    const int32_t *l = r->lens->data;
+    return j >= l[c->lens == LENS_B ? b : b * c->Tq + i];
+}
+
+/* Whether mask element e (of any broadcast shape) is hidden from every
+ * score it is added to (hidden true), or from none (hidden false). */
+static bool mask_entry_all(const fa_run *r, int64_t e, bool hidden) {
+    int64_t ix[GML_MAX_DIMS];
+    chk_index(r->mask, e, ix);
+    const int64_t *mne = r->mask->ne;
+    for (int64_t b = ix[0]; b < r->c.B; b += mne[0] == 1 ? 1 : r->c.B)
+        for (int64_t i = ix[2]; i < r->c.Tq; i += mne[2] == 1 ? 1 : r->c.Tq)
+            if (key_hidden(r, b, i, ix[3]) != hidden) return false;
+    return true;
+}
+
+/* NaN or +inf at every mask entry hidden from all its scores (fused and the
+ * naive loop skip those keys, as every kernel must: -inf + NaN would make a
+ * NaN row), then NaN and +inf at two entries every score sees (those rows
+ * are NaN). The unfused graph adds the valid lengths' -inf mask to this
+ * one, so it gets a copy with 0 at the hidden entries: the same attention,
+ * written the way a graph of ops can say it. */
+static void poison_mask(gml_context *ctx, fa_run *r, chk_rng *rng) {
+    gml_tensor *m = r->mask;
+    const int64_t n = chk_numel(m);
+    float *unf = chk_dense(m);
+    for (int64_t e = 0; e < n; e++)
+        if (mask_entry_all(r, e, true)) {
+            *(float *)chk_at(m, e) = chk_randint(rng, 0, 1) ? NAN : INFINITY;
+            unf[e] = 0.0f;
+        }
+    int placed = 0;
+    for (int64_t k = 0; k < n && placed < 2; k++) {
+        const int64_t e = (k * 7919 + n / 3) % n; /* spread over the mask */
+        if (!mask_entry_all(r, e, false)) continue;
+        *(float *)chk_at(m, e) = unf[e] = placed++ ? INFINITY : NAN;
+    }
+    CHECK(placed == 2, "nonfinite: %d mask entries every score sees, want 2", placed);
+    if (r->lens) {
+        r->mask_unf = chk_new_layout(ctx, GML_F32, m->n_dims, m->ne + GML_MAX_DIMS - m->n_dims,
+                                     CHK_CONTIGUOUS, "mask_unf");
+        chk_write(r->mask_unf, unf);
+    }
+    free(unf);
+}
+
 static void run_case(fa_case c, uint64_t seed) {
     if (c.scale == 0) c.scale = (float)(1.0 / sqrt((double)c.dk));
     if (c.lo == 0 && c.hi == 0) c.lo = -1, c.hi = 1;
@@ -202,13 +261,15 @@ static void run_case(fa_case c, uint64_t seed) {
         l[0] = (int32_t)c.Tk; /* the edges: a full row and an empty one */
         if (n > 1) l[n - 1] = 0;
     }
+    if (c.nonfinite && r.mask) poison_mask(ctx, &r, &rng);
     char desc[256];
-    chk_case("B%lld H%lld G%lld Tq%lld Tk%lld d_k%lld d_v%lld%s lens %s mask %s, q %s k %s v %s%s",
+    chk_case("B%lld H%lld G%lld Tq%lld Tk%lld d_k%lld d_v%lld%s lens %s mask %s%s, q %s k %s v "
+             "%s%s",
              (long long)c.B, (long long)c.H, (long long)c.G, (long long)c.Tq, (long long)c.Tk,
              (long long)c.dk, (long long)c.dv, c.causal ? " causal" : "",
              c.lens == LENS_B ? "[B]" : c.lens == LENS_BQ ? "[B,Tq]" : "none", MASK_NAMES[c.mask],
-             chk_layout_name(lq), chk_layout_name(lk), chk_layout_name(lv),
-             c.growing ? ", growing keys" : "");
+             c.nonfinite ? " (NaN, +inf)" : "", chk_layout_name(lq), chk_layout_name(lk),
+             chk_layout_name(lv), c.growing ? ", growing keys" : "");
     r.fused = gml_set_name(gml_flash_attn(ctx, r.q, r.k, r.v, r.mask, r.lens, c.scale, c.causal),
                            "fused");
     r.unfused = unfused(ctx, &r);
@@ -228,7 +289,7 @@ static void run_case(fa_case c, uint64_t seed) {
     naive(&r);
     gml_tensor *outs[] = {r.fused, r.unfused};
     gml_graph *g = gml_build_graph(ctx, outs, 2);
-    CHECK_RUN(g, .outs = outs, .n_outs = 2, .verify = verify, .user = &r);
+    CHECK_RUN(g, .outs = outs, .n_outs = 2, .verify = verify, .user = &r, .isa = g_isa);
     g_max_rel_unfused = fmax(g_max_rel_unfused, r.err_unfused);
     g_max_rel_ref = fmax(g_max_rel_ref, r.err_ref);
     gml_graph_free(g);
@@ -295,6 +356,39 @@ static void test_tails_and_values(void) {
                            .causal = causal, .lo = -300, .hi = 300, .scale = 1},
                  seed++); /* scores up to 3.6e5: only the max survives */
     }
+}
+
+/* NaN and +inf in the mask at keys causality or the valid lengths hide are
+ * ignored (by every kernel: the AVX2 and AVX-512 ones once added the mask
+ * after setting those scores to -inf, making the rows NaN); at a key a row
+ * sees they make it NaN. Rows of one kernel block see different numbers of
+ * keys (causal, or lengths per query), so hidden keys sit inside the key
+ * blocks. Every ISA the CPU has, each with the reference. */
+static void test_nonfinite_masks(void) {
+    static const fa_case cases[] = {
+        {.B = 2, .H = 6, .G = 2, .Tq = 20, .Tk = 45, .dk = 8, .dv = 8, .causal = true,
+         .mask = MASK_TQ_TK},
+        {.B = 2, .H = 6, .G = 2, .Tq = 20, .Tk = 45, .dk = 7, .dv = 5, .causal = true,
+         .lens = LENS_BQ, .mask = MASK_FULL, .layout = 1},
+        {.B = 2, .H = 4, .G = 2, .Tq = 3, .Tk = 130, .dk = 16, .dv = 16, .lens = LENS_BQ,
+         .mask = MASK_FULL, .layout = 2}, /* few rows: the narrow variants */
+        {.B = 1, .H = 2, .G = 1, .Tq = 40, .Tk = 140, .dk = 32, .dv = 24, .lens = LENS_BQ,
+         .mask = MASK_FULL, .layout = 3}, /* many key blocks */
+    };
+    static const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!gml_cpu_has(isas[k])) {
+            printf("skip non-finite masks under %s: this CPU lacks it\n", gml_isa_name(isas[k]));
+            continue;
+        }
+        g_isa = isas[k];
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            fa_case c = cases[i];
+            c.nonfinite = true;
+            run_case(c, 3000 + i);
+        }
+    }
+    g_isa = GML_ISA_AUTO;
 }
 
 /* ---- set_rows ---------------------------------------------------------------- */
@@ -594,6 +688,7 @@ static void test_graph_file(void) {
 int main(void) {
     test_masks_and_shapes();
     test_tails_and_values();
+    test_nonfinite_masks();
     printf("fused vs unfused: max |diff| %.2e of max |unfused|; fused vs the naive loop: %.2e\n",
            g_max_rel_unfused, g_max_rel_ref);
     test_set_rows();

@@ -1,11 +1,13 @@
 /* Flash attention: every micro-kernel variant (both lists of
  * ops/flash_attn.inc) against attention computed here in double, on blocks
  * of 1 .. tile query rows (lanes) with their own key counts (0 included),
- * key counts around the key blocks, odd d_k and d_v, an additive mask, a
- * NaN score, scores whose max grows block after block and huge ones; the
- * variants must not read key or value rows past the largest key count, nor
- * write outside their rows and scratch. Then the op under every ISA against
- * its reference kernel at 1-3 threads (simd_check.h). */
+ * key counts around the key blocks, odd d_k and d_v, an additive mask (NaN
+ * and +inf at the keys past a lane's count are ignored; at a key the lane
+ * sees they make it NaN), a NaN score, scores whose max grows block after
+ * block and huge ones; the variants must not read key or value rows past
+ * the largest key count, nor write outside their rows and scratch. Then the
+ * op under every ISA against its reference kernel at 1-3 threads
+ * (simd_check.h). */
 #include "../ops/ukernels.h"
 #include "simd_check.h"
 
@@ -82,6 +84,15 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
             mask[l * rows + j] = rand_int(4) == 0 ? -INFINITY
                                  : rand_int(2)    ? 0.0f
                                                   : rand_uniform(-2, 0);
+        /* Keys past the lane's count (hidden by causality or valid lengths
+         * in the op) must stay hidden whatever the mask holds there: NaN and
+         * +inf, which would make the lane NaN if added to a -inf. */
+        for (size_t j = (size_t)n_keys[l]; j < rows; j++)
+            mask[l * rows + j] = rand_int(2) ? NAN : INFINITY;
+        /* At a key the lane sees, NaN or +inf (inf - inf in the softmax)
+         * makes the lane NaN: lanes 1 and 2 when they see a key. */
+        if ((l == 1 || l == 2) && l + 1 < nq && n_keys[l] > 0)
+            mask[l * rows + (size_t)rand_int(n_keys[l])] = l == 1 ? NAN : INFINITY;
     }
     if (c == NAN_SCORE && nk_max > 0) {
         const size_t nan_key = (size_t)rand_int(nk_max); /* lane 0 sees it: its output is NaN */
@@ -114,7 +125,8 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         for (size_t cc = 0; cc < dv; cc++) {
             double o = 0;
             for (int32_t j = 0; j < n_keys[l]; j++) o += s[j] * v[(size_t)j * ldv + cc];
-            want[l * dv + cc] = nan ? NAN : sum > 0 ? o / sum : 0.0;
+            /* a NaN score, or +inf (inf - inf gives a NaN sum): NaN */
+            want[l * dv + cc] = nan || isnan(sum) ? NAN : sum > 0 ? o / sum : 0.0;
         }
     }
     free(s);
@@ -218,6 +230,30 @@ static void check_op(void) {
     gml_tensor *m = random_tensor(ctx, 2, (int64_t[]){33, 33});
     for (int i = 0; i < 33 * 33; i++) if (rand_int(4) == 0) ((float *)m->data)[i] = -INFINITY;
     op_case("permuted q = k = v [2,4,33,8], mask [33,33], causal", ctx, qp, qp, qp, m, NULL, true);
+    /* GQA, causal and valid lengths per query, a full mask holding NaN and
+     * +inf at every key they hide (ignored there), and NaN or +inf at a key
+     * two rows see (those rows NaN) */
+    gml_tensor *qn = random_tensor(ctx, 4, (int64_t[]){2, 6, 20, 8});
+    gml_tensor *kn = random_tensor(ctx, 4, (int64_t[]){2, 2, 45, 8});
+    gml_tensor *vn = random_tensor(ctx, 4, (int64_t[]){2, 2, 45, 8});
+    gml_tensor *ln = gml_new_tensor_2d(ctx, GML_I32, 2, 20);
+    gml_tensor *mn = gml_new_tensor_4d(ctx, GML_F32, 2, 6, 20, 45);
+    int32_t *lv = ln->data;
+    float *mv = mn->data;
+    for (int i = 0; i < 40; i++) lv[i] = i == 7 ? 0 : 1 + (int32_t)rand_int(45);
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < 6; h++)
+            for (int i = 0; i < 20; i++)
+                for (int j = 0; j < 45; j++) {
+                    const bool hidden = j > i + (45 - 20) || j >= lv[b * 20 + i];
+                    mv[((b * 6 + h) * 20 + i) * 45 + j] = hidden ? (rand_int(2) ? NAN : INFINITY)
+                                                          : rand_int(4) == 0 ? -INFINITY
+                                                                             : rand_uniform(-2, 0);
+                }
+    mv[((0 * 6 + 1) * 20 + 3) * 45 + 0] = NAN;       /* row [0,1,3] sees key 0: NaN */
+    mv[((1 * 6 + 4) * 20 + 10) * 45 + 0] = INFINITY; /* row [1,4,10]: NaN too */
+    op_case("GQA 6/2 [2,6,20,8] x 45 keys, causal, lens [B,Tq], NaN/+inf mask at hidden keys",
+            ctx, qn, kn, vn, mn, ln, true);
     /* k with strided rows along d: the reference path of the forward kernel */
     gml_tensor *kt = gml_transpose(ctx, random_tensor(ctx, 4, (int64_t[]){2, 3, 16, 70}), -2, -1);
     op_case("transposed k [2,3,70,16]", ctx, q, kt, v, NULL, NULL, false);
