@@ -1,6 +1,8 @@
 /* The scheduler: a graph using every op gives bitwise the same results on 1,
  * 2, 3, 4, 7 and 16 threads (more threads than cores too), with the fast
- * kernels and the reference ones; gml_barrier, gml_chunk_next and
+ * kernels and the reference ones; so does an attention graph (flash_attn
+ * with every mask, set_rows, gml_mha and gml_gqa fused and unfused) sized so
+ * that its matmuls split into several chunks; gml_barrier, gml_chunk_next and
  * gml_kernel_fail behave as internal.h says; the node callback sees each node
  * finished by all threads; the NaN trap, explicit pools, a compute nested in
  * a callback, computes from two threads at once and a forked child work; idle
@@ -8,6 +10,7 @@
  *
  * `test_threads quick` runs fewer thread counts (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* fork, nanosleep */
+#include "attention.h"
 #include "check.h"
 #include "internal.h"
 
@@ -34,9 +37,12 @@ static gml_tensor *leaf(gml_context *ctx, const char *name, int n, const int64_t
 struct big {
     gml_context *ctx;
     gml_graph *g;
-    gml_tensor *cache;        /* a leaf written by cpy */
-    gml_tensor *a_mm, *bt_mm; /* naive check of one matmul */
+    gml_tensor *written[4];   /* leafs a compute writes (cpy, set_rows) */
+    int n_written;
+    gml_tensor *a_mm, *bt_mm; /* naive check of one matmul (NULL: none) */
     gml_tensor *mm;
+    gml_tensor *fused[2], *unfused[2]; /* the same attention twice (NULL: none) */
+    gml_tensor *finite;       /* an output that must be finite (NULL: none) */
 };
 
 static struct big build_big(void) {
@@ -78,10 +84,10 @@ static struct big build_big(void) {
     gml_tensor *mm4 = gml_matmul(ctx, leaf(ctx, "a4", 4, (int64_t[]){2, 1, 5, 9}),
                                  leaf(ctx, "b4", 4, (int64_t[]){1, 3, 9, 6}));
     /* cpy of y into rows 2..8 of a cache [2,10,15] */
-    b.cache = leaf(ctx, "cache", 3, (int64_t[]){2, 10, 15});
-    gml_tensor *slot = gml_view(ctx, b.cache, 3, (int64_t[]){2, 7, 15},
-                                (size_t[]){b.cache->nb[1], b.cache->nb[2], b.cache->nb[3]},
-                                2 * b.cache->nb[2]);
+    gml_tensor *cache = b.written[b.n_written++] = leaf(ctx, "cache", 3, (int64_t[]){2, 10, 15});
+    gml_tensor *slot = gml_view(ctx, cache, 3, (int64_t[]){2, 7, 15},
+                                (size_t[]){cache->nb[1], cache->nb[2], cache->nb[3]},
+                                2 * cache->nb[2]);
     gml_tensor *written = gml_cpy(ctx, y, slot);
     gml_tensor *outs[] = {h, y, rp, b.mm, mm4, written};
     if (!written || !mm4 || !rp || !h) {
@@ -92,9 +98,108 @@ static struct big build_big(void) {
     return b;
 }
 
-/* Bytes of every node that computes, and the cache: what a compute writes. */
+/* ---- an attention graph whose kernels split ---------------------------------- */
+
+static gml_tensor *leaf_in(gml_context *ctx, const char *name, int n, const int64_t *ne,
+                           float bound) {
+    gml_tensor *t = gml_set_name(gml_new_tensor(ctx, GML_F32, n, ne), name);
+    chk_fill_uniform(t, &rng, -bound, bound);
+    return t;
+}
+
+static gml_tensor *lens_in(gml_context *ctx, const char *name, int n, const int64_t *ne, int hi) {
+    gml_tensor *t = gml_set_name(gml_new_tensor(ctx, GML_I32, n, ne), name);
+    chk_fill_int(t, &rng, 0, hi);
+    ((int32_t *)t->data)[0] = hi; /* a row that sees every key and one that sees none */
+    ((int32_t *)t->data)[gml_nelements(t) - 1] = 0;
+    return t;
+}
+
+/* Projections of D = 256 (nn.Linear's [out, in], biases). */
+static gml_attn_weights attn_weights(gml_context *ctx, int64_t kv) {
+    const float s = 0.0625f; /* 1 / sqrt(D): outputs O(1) */
+    return (gml_attn_weights){
+        .w_q = leaf_in(ctx, "w_q", 2, (int64_t[]){256, 256}, s),
+        .b_q = leaf_in(ctx, "b_q", 1, (int64_t[]){256}, s),
+        .w_k = leaf_in(ctx, "w_k", 2, (int64_t[]){kv, 256}, s),
+        .b_k = leaf_in(ctx, "b_k", 1, (int64_t[]){kv}, s),
+        .w_v = leaf_in(ctx, "w_v", 2, (int64_t[]){kv, 256}, s),
+        .b_v = leaf_in(ctx, "b_v", 1, (int64_t[]){kv}, s),
+        .w_o = leaf_in(ctx, "w_o", 2, (int64_t[]){256, 256}, s),
+        .b_o = leaf_in(ctx, "b_o", 1, (int64_t[]){256}, s),
+    };
+}
+
+/* flash_attn with causal, valid lengths per query and a mask, GQA 6/2,
+ * Tq 19 != Tk 150, d_k 13, d_v 11 (tails of every block: 57 query rows per
+ * kv head, keys past 128), over K and V caches after set_rows wrote three
+ * rows per slice (one index twice: the last write wins); then gml_mha
+ * (self, causal, lengths [B]) and gml_gqa (8/2 heads, cross Tq 37 != Tk 70,
+ * causal, lengths [B, Tq]), each fused and unfused, D = 256.
+ *
+ * The GEMM (ops/gemm.c, plan_tiles) cuts a product into min(3 nth, flops /
+ * 4 Mi) chunks when it has 2+ threads (1 below 8 Mi flops), as tiles of at
+ * least 4 MR rows or 4 NR columns (AVX-512 14 x 32): here mha's q, k, v and
+ * o projections, [140, 256] x [256, 256] (2 B T rows, 18.4 M flops), get 4
+ * chunks (N cut at 128, then M at 70); gqa's q and o ones, [74, 256] x
+ * [256, 256] (9.7 M), 2 (N cut at 128). The reference matmul splits rows. */
+static struct big build_attn(void) {
+    struct big b = {0};
+    b.ctx = gml_init((gml_init_params){.mem_size = 32 << 20});
+    gml_context *ctx = b.ctx;
+    /* flash_attn over caches written by set_rows */
+    gml_tensor *kc = b.written[b.n_written++] =
+        leaf_in(ctx, "k_cache", 4, (int64_t[]){2, 2, 150, 13}, 1);
+    gml_tensor *vc = b.written[b.n_written++] =
+        leaf_in(ctx, "v_cache", 4, (int64_t[]){2, 2, 150, 11}, 1);
+    gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, 2, 3), "pos");
+    memcpy(pos->data, (int32_t[]){5, 77, 149, 64, 0, 64}, 6 * sizeof(int32_t));
+    gml_tensor *k = gml_set_rows(ctx, kc, leaf_in(ctx, "k_new", 4, (int64_t[]){2, 2, 3, 13}, 1),
+                                 pos);
+    gml_tensor *v = gml_set_rows(ctx, vc, leaf_in(ctx, "v_new", 4, (int64_t[]){2, 2, 3, 11}, 1),
+                                 pos);
+    gml_tensor *q = leaf_in(ctx, "q", 4, (int64_t[]){2, 6, 19, 13}, 1);
+    gml_tensor *mask = leaf_in(ctx, "mask", 2, (int64_t[]){19, 150}, 2);
+    for (int i = 0; i < 19 * 150; i += 7) ((float *)mask->data)[i] = -INFINITY;
+    gml_tensor *lens = lens_in(ctx, "lens", 2, (int64_t[]){2, 19}, 150);
+    gml_tensor *fa = b.finite = gml_flash_attn(ctx, q, k, v, mask, lens, 0.3f, true);
+
+    /* gml_mha, self-attention */
+    gml_attn_weights wm = attn_weights(ctx, 256);
+    gml_attn_inputs im = {.query = leaf_in(ctx, "x", 3, (int64_t[]){2, 70, 256}, 1),
+                          .valid_lens = lens_in(ctx, "lens_b", 1, (int64_t[]){2}, 70)};
+    gml_attn_config cm = {.n_heads = 8, .causal = true, .impl = GML_ATTN_FUSED};
+    b.fused[0] = gml_mha(ctx, cm, &wm, im).out;
+    cm.impl = GML_ATTN_UNFUSED;
+    b.unfused[0] = gml_mha(ctx, cm, &wm, im).out;
+
+    /* gml_gqa, cross-attention */
+    gml_attn_weights wg = attn_weights(ctx, 64);
+    gml_tensor *xkv = leaf_in(ctx, "xkv", 3, (int64_t[]){2, 70, 256}, 1);
+    gml_attn_inputs ig = {.query = leaf_in(ctx, "xq", 3, (int64_t[]){2, 37, 256}, 1),
+                          .key = xkv, .value = xkv,
+                          .valid_lens = lens_in(ctx, "lens_bq", 2, (int64_t[]){2, 37}, 70)};
+    gml_attn_config cg = {.n_heads = 8, .n_kv_heads = 2, .causal = true,
+                          .impl = GML_ATTN_FUSED};
+    b.fused[1] = gml_gqa(ctx, cg, &wg, ig).out;
+    cg.impl = GML_ATTN_UNFUSED;
+    b.unfused[1] = gml_gqa(ctx, cg, &wg, ig).out;
+
+    gml_tensor *outs[] = {fa, b.fused[0], b.unfused[0], b.fused[1], b.unfused[1]};
+    for (int i = 0; i < 5; i++)
+        if (!outs[i]) {
+            fprintf(stderr, "building the attention graph failed: %s\n", gml_last_error(ctx));
+            exit(1);
+        }
+    b.g = gml_build_graph(ctx, outs, 5);
+    return b;
+}
+
+/* Bytes of every node that computes, and the leafs written: what a
+ * compute writes. */
 static size_t snapshot_size(const struct big *b) {
-    size_t n = gml_nbytes(b->cache);
+    size_t n = 0;
+    for (int i = 0; i < b->n_written; i++) n += gml_nbytes(b->written[i]);
     for (int i = 0; i < gml_graph_n_nodes(b->g); i++) {
         gml_tensor *t = gml_graph_node(b->g, i);
         if (!gml_is_view(t)) n += gml_nbytes(t);
@@ -109,7 +214,25 @@ static void snapshot(const struct big *b, char *out) {
         memcpy(out, t->data, gml_nbytes(t));
         out += gml_nbytes(t);
     }
-    memcpy(out, b->cache->data, gml_nbytes(b->cache));
+    for (int i = 0; i < b->n_written; i++) {
+        memcpy(out, b->written[i]->data, gml_nbytes(b->written[i]));
+        out += gml_nbytes(b->written[i]);
+    }
+}
+
+/* The leafs a compute writes, saved (to) or put back (from). */
+static void save_written(const struct big *b, char *to) {
+    for (int i = 0; i < b->n_written; i++) {
+        memcpy(to, b->written[i]->data, gml_nbytes(b->written[i]));
+        to += gml_nbytes(b->written[i]);
+    }
+}
+
+static void restore_written(const struct big *b, const char *from) {
+    for (int i = 0; i < b->n_written; i++) {
+        memcpy(b->written[i]->data, from, gml_nbytes(b->written[i]));
+        from += gml_nbytes(b->written[i]);
+    }
 }
 
 /* NaN into every node (a share nobody computed stays NaN). */
@@ -122,20 +245,35 @@ static void poison(const struct big *b) {
 
 static bool quick;
 
-static void test_determinism(struct big *b, gml_isa isa) {
+/* |a - b| <= 1e-4 (1 + |b|) for every element: two graphs of one attention. */
+static void check_agree(const gml_tensor *a, const gml_tensor *b) {
+    float *x = chk_dense(a), *y = chk_dense(b);
+    int64_t bad = 0, first = -1;
+    for (int64_t e = 0; e < chk_numel(a); e++)
+        if (!(fabsf(x[e] - y[e]) <= 1e-4f * (1.0f + fabsf(y[e]))) && bad++ == 0) first = e;
+    CHECK(bad == 0, "%s vs %s: %lld elements differ, first [%lld] %g vs %g", a->name, b->name,
+          (long long)bad, (long long)first, first < 0 ? 0.0 : (double)x[first],
+          first < 0 ? 0.0 : (double)y[first]);
+    free(x);
+    free(y);
+}
+
+/* Computes b at 1 thread, then at each of counts[n]: every node and every
+ * leaf written bitwise the same. The leafs written are put back before each
+ * compute and every node poisoned, so a share nobody computed shows. */
+static void test_determinism(struct big *b, gml_isa isa, const int *counts, int n) {
     if (!gml_cpu_has(isa)) return;
     CHECK(gml_set_isa(isa) == GML_OK, "set_isa %s", gml_isa_name(isa));
     const size_t size = snapshot_size(b);
-    char *ref = malloc(size), *got = malloc(size);
-    float *cache0 = malloc(gml_nbytes(b->cache));
-    memcpy(cache0, b->cache->data, gml_nbytes(b->cache));
+    char *ref = malloc(size), *got = malloc(size), *written0 = malloc(size);
+    save_written(b, written0);
 
     poison(b);
     CHECK(gml_graph_compute(b->g, 1) == GML_OK, "%s", gml_graph_error(b->g));
     snapshot(b, ref);
 
     /* One matmul against a naive loop, so the 1-thread result is right too. */
-    for (int m = 0; m < 37; m++)
+    for (int m = 0; b->mm && m < 37; m++)
         for (int n = 0; n < 23; n++) {
             const float *a = b->a_mm->data, *bt = b->bt_mm->data;
             double acc = 0;
@@ -143,12 +281,20 @@ static void test_determinism(struct big *b, gml_isa isa) {
             float v = ((float *)b->mm->data)[m * 23 + n];
             CHECK(fabs(v - acc) <= 1e-5 * (1 + fabs(acc)), "matmul [%d,%d] %g vs %g", m, n, v, acc);
         }
+    /* The fused and unfused graphs of one attention agree; no NaN is
+     * compared bitwise with itself. */
+    for (int i = 0; i < 2; i++)
+        if (b->fused[i]) check_agree(b->fused[i], b->unfused[i]);
+    if (b->finite) {
+        float *x = chk_dense(b->finite);
+        int64_t bad = 0;
+        for (int64_t e = 0; e < chk_numel(b->finite); e++) bad += !isfinite(x[e]);
+        CHECK(bad == 0, "%s: %lld elements not finite", b->finite->name, (long long)bad);
+        free(x);
+    }
 
-    const int all[] = {2, 3, 4, 7, 16, 1, 4}, few[] = {2, 3, 7};
-    const int *counts = quick ? few : all;
-    int n_counts = quick ? 3 : 7;
-    for (int c = 0; c < n_counts; c++) {
-        memcpy(b->cache->data, cache0, gml_nbytes(b->cache));
+    for (int c = 0; c < n; c++) {
+        restore_written(b, written0);
         poison(b);
         gml_status st = gml_graph_compute(b->g, counts[c]);
         CHECK(st == GML_OK, "%d threads: %s", counts[c], gml_graph_error(b->g));
@@ -156,9 +302,10 @@ static void test_determinism(struct big *b, gml_isa isa) {
         CHECK(memcmp(ref, got, size) == 0, "isa %s: %d threads differ from 1", gml_isa_name(isa),
               counts[c]);
     }
+    restore_written(b, written0);
     free(ref);
     free(got);
-    free(cache0);
+    free(written0);
     gml_set_isa(GML_ISA_AUTO);
 }
 
@@ -463,9 +610,16 @@ static void test_pools(void) {
 int main(int argc, char **argv) {
     quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     struct big b = build_big();
-    test_determinism(&b, GML_ISA_AUTO);
-    test_determinism(&b, GML_ISA_REFERENCE);
+    const int all[] = {2, 3, 4, 7, 16, 1, 4}, few[] = {2, 3, 7};
+    test_determinism(&b, GML_ISA_AUTO, quick ? few : all, quick ? 3 : 7);
+    test_determinism(&b, GML_ISA_REFERENCE, quick ? few : all, quick ? 3 : 7);
     test_callback(&b);
+    struct big a = build_attn();
+    const int attn_counts[] = {2, 3, 4, 7}; /* against 1 */
+    test_determinism(&a, GML_ISA_AUTO, attn_counts, quick ? 2 : 4);
+    test_determinism(&a, GML_ISA_REFERENCE, attn_counts, quick ? 2 : 4);
+    gml_graph_free(a.g);
+    gml_free(a.ctx);
     const int counts[] = {1, 2, 3, 4, 7, 16};
     for (int i = 0; i < 6; i++) {
         if (quick && counts[i] > 4) continue;
