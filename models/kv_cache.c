@@ -31,9 +31,14 @@ gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params p, char *err, size_t err_size
              p.max_len, p.d_k);
         return NULL;
     }
+    if (p.max_len > INT32_MAX) { /* gml_kv_step_compute writes pos and lens as i32 */
+        errf(err, err_size, "kv_cache: max_len %" PRId64 " is past %" PRId32 " (INT32_MAX): "
+             "positions and lengths are i32", p.max_len, INT32_MAX);
+        return NULL;
+    }
     const int64_t ne[4] = {p.batch, p.n_kv_heads, p.max_len, p.d_k};
-    if (p.n_layers > 4096 || p.batch > (1 << 20) || p.max_len > (INT64_C(1) << 31) ||
-        p.d_k > (1 << 20) || (double)ne[0] * ne[1] * ne[2] * ne[3] * 2 * p.n_layers > 0x1p40) {
+    if (p.n_layers > 4096 || p.batch > (1 << 20) || p.d_k > (1 << 20) ||
+        (double)ne[0] * ne[1] * ne[2] * ne[3] * 2 * p.n_layers > 0x1p40) {
         errf(err, err_size, "kv_cache: [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] x %d "
              "layers x 2 is too large", ne[0], ne[1], ne[2], ne[3], p.n_layers);
         return NULL;

@@ -47,7 +47,7 @@ typedef struct gml_kv_cache_params {
     int n_layers;     /* caches kept: one K and one V per layer */
     int64_t batch;    /* B */
     int n_kv_heads;   /* G */
-    int64_t max_len;  /* T_max: positions 0 .. T_max - 1 */
+    int64_t max_len;  /* T_max: positions 0 .. T_max - 1; at most INT32_MAX (i32 positions) */
     int64_t d_k;      /* per-head size of keys and values */
 } gml_kv_cache_params;
 

@@ -5,14 +5,20 @@
  * unfused graphs) within 1e-5 relative (+ 1e-6 absolute; outputs are O(1)),
  * for MHA, GQA and MQA, batch > 1, one and two layers; bitwise the same at
  * 1, 2, 3 and 7 threads; the step graph appends rows in place (no copy of
- * the past); passing T_max is a clear error; bad configurations too. */
+ * the past); passing T_max is a clear error; bad configurations too (a
+ * max_len past INT32_MAX: positions are i32). */
+#define _POSIX_C_SOURCE 200809L /* fork */
 #include "attn_check.h"
 #include "kv_cache.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int fails;
 
@@ -370,6 +376,59 @@ static void check_errors(void) {
     gml_kv_cache_free(cache);
 }
 
+/* A max_len past INT32_MAX is refused, naming the value and the limit:
+ * positions and lengths are i32 (2^31 would wrap to negative ones). */
+static bool max_len_refused(int64_t max_len, int64_t d_k) {
+    char err[256] = "";
+    gml_kv_cache *c = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1,
+                                                            .n_kv_heads = 1, .max_len = max_len,
+                                                            .d_k = d_k},
+                                       err, sizeof err);
+    char want[96];
+    snprintf(want, sizeof want, "max_len %lld is past 2147483647 (INT32_MAX)", (long long)max_len);
+    const bool ok = !c && strstr(err, want);
+    if (!ok)
+        fprintf(stderr, "FAIL %s:%d: max_len %lld, d_k %lld: %s; message '%s' lacks '%s'\n",
+                __FILE__, __LINE__, (long long)max_len, (long long)d_k,
+                c ? "made a cache" : "refused", err, want);
+    gml_kv_cache_free(c);
+    return ok;
+}
+
+static void check_max_len(void) {
+    /* 2^31 x 1024 or INT64_MAX rows: refused for the type, not only as too large */
+    if (!max_len_refused(INT64_C(1) << 31, 1024)) fails++;
+    if (!max_len_refused(INT64_MAX, 1)) fails++;
+    /* 2^31 rows of d_k 1 (16 GiB of K and V) fit the size limit: only the i32
+     * bound refuses them. In a child whose address space is capped near its
+     * current size, so that without the bound the allocation fails there
+     * instead of filling the machine's memory. */
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(2);
+        fclose(f);
+        const rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+        if (setrlimit(RLIMIT_AS, &(struct rlimit){cap, cap}) != 0) _exit(2);
+        _exit(max_len_refused(INT64_C(1) << 31, 1) ? 0 : 1);
+    }
+    int status = 0;
+    EXPECT(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0,
+           "max_len 2^31, d_k 1: the child %s %d (0: refused with the message)",
+           WIFEXITED(status) ? "exited with" : "died of signal",
+           WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    /* INT32_MAX itself is allowed: past the size limit here, so refused as too large */
+    char err[256] = "";
+    EXPECT(!gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 1,
+                                                   .max_len = INT32_MAX, .d_k = 1024},
+                             err, sizeof err) &&
+               strstr(err, "too large"),
+           "max_len INT32_MAX, d_k 1024: '%s'", err);
+}
+
 int main(void) {
     static const dec_case cases[] = {
         {.B = 2, .T = 13, .D = 32, .H = 4, .G = 4, .layers = 1},              /* MHA */
@@ -385,6 +444,7 @@ int main(void) {
     printf("decode vs full forward: max error %.2e of max |out|\n", g_max_err);
     check_graph();
     check_errors();
+    check_max_len();
     if (fails) {
         fprintf(stderr, "test_kv_cache: %d failures\n", fails);
         return 1;
