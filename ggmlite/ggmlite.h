@@ -504,6 +504,10 @@ typedef struct gml_graph_binder {
     const char *const *sym_names;
     const int64_t *sym_values;
     int n_syms;
+    /* NULL, or [n_syms]: set after a parse to whether the file reads each of
+     * those symbols (so a caller can tell a user that a setting of theirs
+     * changes nothing). */
+    bool *sym_used;
     /* For an `optional` declaration bind left unbound: true makes a leaf as
      * for any other declaration, false (or no callback) makes the name none. */
     bool (*make_optional)(void *user, const char *name, bool is_param);

@@ -34,6 +34,7 @@ typedef struct named {
     char name[GML_MAX_NAME];
     gml_tensor *t;     /* a tensor, or NULL for a symbol or none */
     bool none;         /* an optional input left unbound, or what was made from one */
+    bool used;         /* a symbol the file has read */
     int64_t sym;
 } named;
 
@@ -111,6 +112,7 @@ static bool define(parser *p, size_t col, const char *name, gml_tensor *t, int64
     snprintf(n->name, sizeof n->name, "%s", name);
     n->t = t;
     n->none = false;
+    n->used = false;
     n->sym = sym;
     bool first_of_name = !find_name(p, n->name);
     if ((first_of_name && !gml_hashindex_add(&p->name_index, gml_hash_str(n->name), p->n_names)) ||
@@ -241,6 +243,7 @@ static bool primary(parser *p, double *out, bool *literal, float *lit_f32) {
         named *n = find_name(p, name);
         if (!n) return fail_at(p, col, "unknown symbol '%s'", name);
         if (n->t || n->none) return fail_at(p, col, "'%s' is a tensor, not a number", name);
+        n->used = true;
         *out = (double)n->sym;
         return true;
     }
@@ -805,6 +808,8 @@ int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *
         p.line_len = 0;
         ok = FAIL(&p, "no 'output' statement: nothing to compute");
     }
+    if (ok && binder && binder->sym_used) /* the caller's symbols are the first names */
+        for (int i = 0; i < binder->n_syms; i++) binder->sym_used[i] = p.names[i].used;
     free(p.names);
     gml_hashindex_free(&p.name_index);
     gml_hashindex_free(&p.tensor_index);

@@ -453,6 +453,13 @@ expect_error 1 "weights.safetensors: relpos needs rel_k.weight [2P+1, d_k] (rel_
     "relpos weights without rel_k list the present ones" relpos --heads 4 --weights "$W"
 expect_error 1 "nonsq.safetensors: w_q.weight is [8,9], but it must be square, [D, D]" "a non-square w_q" \
     mha --heads 4 --weights nonsq.safetensors
+# flags a graph file never reads change nothing: a warning says so, and its sizes leave the summary
+expect_ok "flags a graph file never reads" one_output.graph --causal --heads 4 --seq 3 --d-model 8 --valid-lens 1,2
+check "--causal unread: a warning" grep -qF "warning: --causal: one_output.graph never reads CAUSAL" "$T/err"
+check "--heads unread: a warning" grep -qF "warning: --heads 4: one_output.graph never reads H" "$T/err"
+check "--valid-lens unread: a warning" grep -qF "warning: --valid-lens: one_output.graph declares no input valid_lens" \
+    "$T/err"
+check "the summary names the sizes the file reads, not H" grep -qE "^one_output.graph: B=2 T=3 D=8, causal" "$T/out"
 check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
 cd "$T" || exit 2
 

@@ -66,6 +66,7 @@ typedef struct binding {
     const rg_opts *o;
     rg_data *d;
     gml_context *ctx;
+    bool asked_lens; /* the file declares valid_lens */
 } binding;
 
 /* Standard inputs: x and query are the same input; key defaults to the
@@ -82,6 +83,7 @@ static gml_tensor *standard_input(rg_data *d, const char *name) {
 
 static gml_tensor *bind(void *user, const char *name, bool is_param) {
     binding *b = user;
+    if (strcmp(name, "valid_lens") == 0) b->asked_lens = true;
     for (int i = 0; i < b->o->n_bind; i++)
         if (strcmp(b->o->bind[i].name, name) == 0) return b->d->bound[i];
     return is_param ? rg_find_weight(b->d->wctx, b->ctx, name) : standard_input(b->d, name);
@@ -106,9 +108,10 @@ static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *
         }
     names[n] = "CAUSAL";
     values[n++] = o->causal;
-    binding b = {o, d, ctx};
+    binding b = {o, d, ctx, false};
+    bool used[RG_NSYM + 1];
     gml_graph_binder binder = {.bind = bind, .user = &b, .sym_names = names, .sym_values = values,
-                               .n_syms = n, .make_optional = make_optional};
+                               .n_syms = n, .sym_used = used, .make_optional = make_optional};
     char err[1024];
     m->n_outs = gml_load_graph(ctx, o->model, &binder, m->outs, 2, err, sizeof err);
     if (m->n_outs < 0) {
@@ -124,6 +127,23 @@ static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *
         }
         return rg_fail(e, RG_RUNTIME, "%s", err);
     }
+    /* A flag the file never reads changes nothing: a warning says so (a
+     * saved graph has its sizes and causal written in, and runs with the
+     * flags it was saved with). Sizes it does not read leave the summary and
+     * --save-inputs' args. */
+    for (int i = 0, k = 0; i < RG_NSYM; i++) {
+        if (!d->known[i] || used[k++]) continue;
+        if (o->dim[i])
+            fprintf(stderr, "run-graph: warning: %s %" PRId64 ": %s never reads %s; the flag changes "
+                    "nothing\n", RG_FLAG[i], o->dim[i], o->model, RG_SYM[i]);
+        d->known[i] = false;
+    }
+    if (o->causal && !used[n - 1])
+        fprintf(stderr, "run-graph: warning: --causal: %s never reads CAUSAL (e.g. softmax(s, "
+                "causal=CAUSAL)); the flag changes nothing\n", o->model);
+    if (o->n_valid_lens && !b.asked_lens)
+        fprintf(stderr, "run-graph: warning: --valid-lens: %s declares no input valid_lens (input "
+                "valid_lens i32 [B] optional); the flag changes nothing\n", o->model);
     m->out = m->outs[0];
     m->attn = m->n_outs > 1 ? m->outs[1] : NULL;
     return true;
