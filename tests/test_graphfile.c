@@ -608,6 +608,28 @@ static void test_hashindex(void) {
           "different keys hash apart");
 }
 
+/* sym_used: which of the caller's symbols the file read, in a shape, a let,
+ * a number argument; a symbol only defined is not read. */
+static void test_sym_used(void) {
+    chk_case("sym_used: the caller's symbols a file reads");
+    gml_context *ctx = chk_ctx(1 << 16);
+    const char *names[] = {"B", "T", "H", "CAUSAL", "P"};
+    const int64_t values[] = {2, 3, 4, 1, 5};
+    bool used[5] = {true, true, true, true, true};
+    gml_graph_binder binder = {.sym_names = names, .sym_values = values, .n_syms = 5,
+                               .sym_used = used};
+    const char *text = "input x f32 [B, 7]\nlet two = T - 1\n"
+                       "y = softmax(x, causal=CAUSAL)\noutput y\n";
+    gml_tensor *out[1];
+    char err[512] = "";
+    int n = gml_parse_graph(ctx, text, strlen(text), "u.graph", &binder, out, 1, err, sizeof err);
+    CHECK(n == 1, "parse: %s", err);
+    const bool want[5] = {true, true, false, true, false};
+    for (int i = 0; i < 5; i++)
+        CHECK(used[i] == want[i], "symbol %s: used %d, expected %d", names[i], used[i], want[i]);
+    gml_free(ctx);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/gml_graphfile_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -622,6 +644,7 @@ int main(void) {
     test_large();
     test_save_long_renames();
     test_hashindex();
+    test_sym_used();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
