@@ -4,18 +4,21 @@
  * view; an in-place chain; a cpy into a cache), on memory poisoned with NaN;
  * no two tensors alive at once share bytes (liveness worked out here,
  * independently); inputs are never overwritten; the MHA graph of benchmark
- * config C2 plans into at most 60% of its intermediates; 10,000 computes of
- * a planned graph do not grow resident memory; the options, a caller's buffer
- * and GGMLITE_PLAN_NOREUSE work.
+ * config C2 plans into at most 60% of its intermediates; 10,000 computes at
+ * 1, 2, 3 threads in turn do not grow resident memory (the diamond, planned
+ * MHA fused and unfused with masks, a KV-cache decode step); the options, a
+ * caller's buffer and GGMLITE_PLAN_NOREUSE work.
  *
  * `test_plan quick` skips the resident-memory run (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
-#include "attention.h"
 #include "check.h"
+#include "kv_cache.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Leaf k of a case gets the same values in every build. */
 static void fill_leaf(gml_tensor *t, int k) {
@@ -24,13 +27,14 @@ static void fill_leaf(gml_tensor *t, int k) {
     else chk_fill_uniform(t, &r, -1.0f, 1.0f);
 }
 
-#define MAX_IO 8
+#define MAX_IO 12
 struct io {
     gml_tensor *in[MAX_IO], *out[MAX_IO];
     int n_in, n_out;
 };
 
 static gml_tensor *input(gml_context *ctx, struct io *io, gml_type type, int n, const int64_t *ne) {
+    assert(io->n_in < MAX_IO);
     gml_tensor *t = gml_new_tensor(ctx, type, n, ne);
     io->in[io->n_in++] = t;
     return t;
@@ -376,6 +380,107 @@ static void test_c2_peak(void) {
     gml_free(data);
 }
 
+/* ---- the cases run 10,000 times -------------------------------------------------- */
+
+#define RSS_T 16 /* B=2 T=16 D=64 H=4: 10,000 runs in about a second */
+
+/* gml_mha on x [2,16,64], 4 heads, causal, per-batch valid lengths, biases:
+ * the fused graph (flash_attn and its scratch) or the unfused one (its
+ * weights an output too). */
+static void g_mha(gml_context *ctx, struct io *io, gml_attn_impl impl) {
+    gml_attn_weights w = {.w_q = F32(ctx, io, 64, 64), .b_q = F32(ctx, io, 64),
+                          .w_k = F32(ctx, io, 64, 64), .b_k = F32(ctx, io, 64),
+                          .w_v = F32(ctx, io, 64, 64), .b_v = F32(ctx, io, 64),
+                          .w_o = F32(ctx, io, 64, 64), .b_o = F32(ctx, io, 64)};
+    gml_attn_inputs in = {.query = F32(ctx, io, 2, RSS_T, 64),
+                          .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 4, .causal = true, .impl = impl},
+                                &w, in);
+    io->out[io->n_out++] = r.out;
+    if (impl == GML_ATTN_UNFUSED) io->out[io->n_out++] = r.weights;
+}
+static void g_mha_fused(gml_context *ctx, struct io *io) { g_mha(ctx, io, GML_ATTN_FUSED); }
+static void g_mha_unfused(gml_context *ctx, struct io *io) { g_mha(ctx, io, GML_ATTN_UNFUSED); }
+
+/* A graph built without data, planned, its inputs filled; valid lengths
+ * T, T - 5, T - 10, ... */
+static struct built planned(builder fn) {
+    struct built b = build(fn, true);
+    if (!CHECK(gml_graph_plan(b.g, NULL) == GML_OK, "plan: %s", gml_graph_error(b.g)))
+        exit(chk_summary());
+    for (int i = 0; i < b.io.n_in; i++) {
+        gml_tensor *t = b.io.in[i];
+        fill_leaf(t, i);
+        if (t->type == GML_I32)
+            for (int64_t k = 0; k < gml_nelements(t); k++)
+                ((int32_t *)t->data)[k] = (int32_t)(RSS_T - 5 * k);
+    }
+    return b;
+}
+
+/* Run i of a case, on 1 + i % 3 threads: NULL, or what failed. */
+typedef const char *(*run_fn)(void *state, int i);
+
+static const char *run_graph(void *state, int i) {
+    struct built *b = state;
+    return gml_graph_compute(b->g, 1 + i % 3) == GML_OK ? NULL : gml_graph_error(b->g);
+}
+
+/* One KV-cache decode step (kv_cache.h) as run-graph --decode runs it: the
+ * weights and the token x have data, the step graph is planned. B=2 D=64
+ * H=4 over a cache of 32 positions, truncated back to 8 when full. */
+#define DEC_MAX 32
+#define DEC_KEEP 8
+struct decode {
+    gml_context *data, *ctx;
+    gml_kv_cache *cache;
+    gml_kv_step step;
+    gml_graph *g;
+    char err[512];
+};
+
+static bool decode_new(struct decode *d) {
+    const int64_t B = 2, D = 64;
+    const int H = 4;
+    *d = (struct decode){.data = gml_init((gml_init_params){.mem_size = 1 << 20})};
+    chk_rng r = chk_seed(99);
+    gml_attn_weights w = {0};
+    gml_tensor **ws[] = {&w.w_q, &w.w_k, &w.w_v, &w.w_o}, **bs[] = {&w.b_q, &w.b_k, &w.b_v, &w.b_o};
+    for (int i = 0; i < 4; i++) {
+        chk_fill_uniform(*ws[i] = gml_new_tensor_2d(d->data, GML_F32, D, D), &r, -0.2f, 0.2f);
+        chk_fill_uniform(*bs[i] = gml_new_tensor_1d(d->data, GML_F32, D), &r, -0.2f, 0.2f);
+    }
+    gml_tensor *x = gml_new_tensor_3d(d->data, GML_F32, B, 1, D);
+    chk_fill_uniform(x, &r, -1.0f, 1.0f);
+    d->cache = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = H,
+                                                      .max_len = DEC_MAX, .d_k = D / H},
+                                d->err, sizeof d->err);
+    if (!CHECK(d->cache, "kv cache: %s", d->err)) return false;
+    d->ctx = gml_init((gml_init_params){.mem_size = 256 * gml_tensor_overhead(), .no_alloc = true});
+    d->step = gml_kv_step_new(d->ctx, d->cache, 1);
+    gml_tensor *y = gml_attn_decode(d->ctx, (gml_attn_config){.n_heads = H, .causal = true}, &w, x,
+                                    &d->step, 0);
+    d->g = y ? gml_build_graph(d->ctx, &y, 1) : NULL;
+    if (!CHECK(d->g, "decode step: %s", gml_last_error(d->ctx))) return false;
+    return CHECK(gml_graph_plan(d->g, NULL) == GML_OK, "plan the decode step: %s",
+                 gml_graph_error(d->g));
+}
+
+static const char *run_decode(void *state, int i) {
+    struct decode *d = state;
+    if (gml_kv_cache_len(d->cache) == DEC_MAX && !gml_kv_cache_truncate(d->cache, DEC_KEEP))
+        return "truncate";
+    return gml_kv_step_compute(&d->step, d->g, 1 + i % 3, d->err, sizeof d->err) == GML_OK ? NULL
+                                                                                           : d->err;
+}
+
+static void decode_free(struct decode *d) {
+    gml_graph_free(d->g);
+    gml_free(d->ctx);
+    if (d->cache) gml_kv_cache_free(d->cache);
+    gml_free(d->data);
+}
+
 /* ---- no growth over many computes ------------------------------------------------ */
 
 /* A line of /proc/self/status in KiB: VmRSS is all resident memory, RssAnon
@@ -394,21 +499,54 @@ static long status_kib(const char *key) {
     return kib;
 }
 
-static void test_rss(void) {
-    struct built p = build(g_diamond, true);
-    CHECK(gml_graph_plan(p.g, NULL) == GML_OK, "plan");
-    for (int i = 0; i < p.io.n_in; i++) fill_leaf(p.io.in[i], i);
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 100 warm-up runs (the scratch buffer and the pool grow to 3 threads),
+ * then 10,000 that must leave resident memory where it was: a leak of 100
+ * bytes a run would add ~1 MiB. */
+static void check_no_growth(const char *name, run_fn run, void *state) {
+    enum { WARMUP = 100, RUNS = 10000 };
+    chk_case("%s, %d runs", name, RUNS);
     int bad = 0;
-    for (int i = 0; i < 1000; i++) bad += gml_graph_compute(p.g, 1 + i % 3) != GML_OK;
-    long rss0 = status_kib("VmRSS"), anon0 = status_kib("RssAnon");
-    for (int i = 0; i < 10000; i++) bad += gml_graph_compute(p.g, 1 + i % 3) != GML_OK;
-    long rss1 = status_kib("VmRSS"), anon1 = status_kib("RssAnon");
-    printf("resident memory over 10000 computes: VmRSS %ld -> %ld KiB, RssAnon %ld -> %ld KiB\n",
-           rss0, rss1, anon0, anon1);
-    CHECK(bad == 0, "%d computes failed", bad);
-    CHECK(anon0 > 0 && anon1 - anon0 < 64, "anonymous resident memory grew by %ld KiB", anon1 - anon0);
-    CHECK(rss1 - rss0 <= 256, "resident memory grew by %ld KiB", rss1 - rss0);
-    drop(&p);
+    const char *err = NULL, *e;
+    for (int i = 0; i < WARMUP; i++)
+        if ((e = run(state, i))) bad++, err = e;
+    const long rss0 = status_kib("VmRSS"), anon0 = status_kib("RssAnon");
+    const double t0 = now_s();
+    for (int i = 0; i < RUNS; i++)
+        if ((e = run(state, i))) bad++, err = e;
+    const double t1 = now_s();
+    const long rss1 = status_kib("VmRSS"), anon1 = status_kib("RssAnon");
+    printf("  %-12s %d runs in %.2f s: VmRSS %ld -> %ld KiB (%+ld), RssAnon %ld -> %ld KiB "
+           "(%+ld)\n", name, RUNS, t1 - t0, rss0, rss1, rss1 - rss0, anon0, anon1, anon1 - anon0);
+    CHECK(bad == 0, "%s: %d runs failed, the last: %s", name, bad, err);
+    CHECK(anon0 > 0 && anon1 - anon0 < 64, "%s: anonymous resident memory grew by %ld KiB", name,
+          anon1 - anon0);
+    CHECK(rss1 - rss0 <= 256, "%s: resident memory grew by %ld KiB", name, rss1 - rss0);
+}
+
+/* The diamond, planned MHA (fused: flash_attn and its scratch; unfused:
+ * matmuls) and a KV-cache decode step, at 1, 2, 3 threads in turn. */
+static void test_rss(void) {
+    printf("resident memory over 10000 computes (after 100):\n");
+    static const struct {
+        const char *name;
+        builder fn;
+    } cases[] = {{"diamond", g_diamond},
+                 {"mha fused", g_mha_fused},
+                 {"mha unfused", g_mha_unfused}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct built b = planned(cases[c].fn);
+        check_no_growth(cases[c].name, run_graph, &b);
+        drop(&b);
+    }
+    struct decode d;
+    if (decode_new(&d)) check_no_growth("kv decode", run_decode, &d);
+    decode_free(&d);
 }
 
 int main(int argc, char **argv) {
