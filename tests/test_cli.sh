@@ -346,6 +346,10 @@ mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
 mknpy rank2.npy '<f4' False '(7, 48)' 1344
 mknpy i32.npy '<i4' False '(2, 7, 48)' 2688
 mknpy nan.npy '<f4' False '(2, 7, 48)' 2688 '\377'
+# zeros [2, 3, 4] but one NaN at [1, 2, 1]: element 21, 84 bytes into the 96 of data
+mknpy one_nan.npy '<f4' False '(2, 3, 4)' 96
+printf '\377\377\377\377' | dd of=one_nan.npy bs=1 seek=$(($(wc -c <one_nan.npy) - 96 + 84)) conv=notrunc 2>/dev/null
+printf 'input x f32 [2, 3, 4]\ny = permute(x, [0, 2, 1])\noutput y\n' >permute.graph
 printf 'input x f32 [B, T, D]\nlet dk = D / H\ny = sofmax(x)\noutput y\n' >bad.graph
 printf 'input x f32 [B, T, D]\ny = scale(x, 2)\noutput y\n' >one_output.graph
 printf 'input x f32 [B, T, D]\ninput valid_lens i32 [B]\nm = valid_len_mask(valid_lens, T)\noutput x, m\n' >lens.graph
@@ -448,6 +452,8 @@ check "a refused output path leaves no other output" test ! -e ok1.npy
 # a result holding NaN is an error, with or without --nan-trap
 expect_error 1 "the output [2,7,48] holds 672 non-finite values, the first NaN at [0,0,0]" \
     "NaN input without --nan-trap: an error, not a NaN output" mha --heads 4 --input nan.npy
+expect_error 1 "the output [2,4,3] holds 1 non-finite value, the first NaN at [1,1,2]" \
+    "a NaN in a permuted output is named where the output has it" permute.graph --bind x=one_nan.npy
 expect_error 2 "--attn fused: relpos has no fused graph" "relpos --attn fused" relpos --attn fused
 expect_error 1 "weights.safetensors: relpos needs rel_k.weight [2P+1, d_k] (rel_v.weight is optional); present: w_q.weight" \
     "relpos weights without rel_k list the present ones" relpos --heads 4 --weights "$W"

@@ -187,42 +187,40 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     return true;
 }
 
-/* A result that holds NaN or an infinity is an error, not an output: names
- * the first such element and how to find the node that made it. */
-static bool check_finite(const rg_opts *o, const gml_tensor *t, const char *what, rg_err *e) {
-    int64_t bad = 0, first[4] = {0};
-    float first_v = 0;
-    int64_t i[4];
-    for (i[0] = 0; i[0] < t->ne[0]; i[0]++)
-        for (i[1] = 0; i[1] < t->ne[1]; i[1]++)
-            for (i[2] = 0; i[2] < t->ne[2]; i[2]++)
-                for (i[3] = 0; i[3] < t->ne[3]; i[3]++) {
-                    const float v = *(const float *)((const char *)t->data + i[0] * (int64_t)t->nb[0] +
-                                                     i[1] * (int64_t)t->nb[1] + i[2] * (int64_t)t->nb[2] +
-                                                     i[3] * (int64_t)t->nb[3]);
-                    if (isfinite(v)) continue;
-                    if (!bad++) memcpy(first, i, sizeof first), first_v = v;
-                }
+/* Checks a result and, given digest, hashes it: one dense copy (rg_dense,
+ * logical C order) serves both. An f32 result that holds NaN or an infinity
+ * is an error, not an output: the message names the first such element and
+ * how to find the node that made it. */
+static bool check_result(const rg_opts *o, const gml_tensor *t, const char *what, uint64_t *digest,
+                         rg_err *e) {
+    size_t n_bytes;
+    void *bytes = rg_dense(t, &n_bytes);
+    if (!bytes) return rg_fail(e, RG_RUNTIME, "out of memory");
+    int64_t bad = 0, first = 0;
+    if (t->type == GML_F32) {
+        const float *v = bytes;
+        for (int64_t i = 0; i < gml_nelements(t); i++)
+            if (!isfinite(v[i]) && !bad++) first = i;
+    }
+    if (digest) *digest = XXH3_64bits(bytes, n_bytes);
+    const float first_v = bad ? ((const float *)bytes)[first] : 0;
+    free(bytes);
     if (!bad) return true;
+    int64_t idx[4] = {0}; /* first's index, outermost first */
+    for (int d = 3; d >= 4 - t->n_dims; d--) {
+        idx[d] = first % t->ne[d];
+        first /= t->ne[d];
+    }
     char shape[64], at[64];
     size_t k = 0;
     for (int d = 4 - t->n_dims; d < 4; d++)
-        k += (size_t)snprintf(at + k, sizeof at - k, "%s%" PRId64, k ? "," : "", first[d]);
+        k += (size_t)snprintf(at + k, sizeof at - k, "%s%" PRId64, k ? "," : "", idx[d]);
     return rg_fail(e, RG_RUNTIME,
                    "%s %s holds %" PRId64 " non-finite value%s, the first %s at [%s]; the inputs or "
                    "weights may hold NaN or inf%s",
                    what, gml_format_shape(t, shape, sizeof shape), bad, bad == 1 ? "" : "s",
                    isnan(first_v) ? "NaN" : first_v > 0 ? "inf" : "-inf", at,
                    o->nan_trap ? "" : " (--nan-trap names the first node that makes one)");
-}
-
-static bool digest_of(const gml_tensor *t, uint64_t *out, rg_err *e) {
-    size_t n;
-    void *bytes = rg_dense(t, &n);
-    if (!bytes) return rg_fail(e, RG_RUNTIME, "out of memory");
-    *out = XXH3_64bits(bytes, n);
-    free(bytes);
-    return true;
 }
 
 int main(int argc, char **argv) {
@@ -244,8 +242,8 @@ int main(int argc, char **argv) {
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
         ok = ok && rg_data_load(&o, &d, &e);
         if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
-            ok = rg_decode_run(&o, &d, &dec, &e) && check_finite(&o, dec.out, "the output", &e) &&
-                 digest_of(dec.out, &digest, &e);
+            ok = rg_decode_run(&o, &d, &dec, &e) &&
+                 check_result(&o, dec.out, "the output", &digest, &e);
             m.out = dec.out; /* --output: the decoded tokens */
             ok = ok && rg_write_outputs(&o, &d, &m, &e) && report_decode(&o, &d, &dec, digest, &e);
             m.out = NULL;
@@ -254,9 +252,9 @@ int main(int argc, char **argv) {
             if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
             ok = ok && rg_run(&o, &m, &t, &e);
             for (int i = 0; ok && i < m.n_outs; i++)
-                ok = m.outs[i]->type != GML_F32 ||
-                     check_finite(&o, m.outs[i], i ? "the attention weights" : "the output", &e);
-            ok = ok && digest_of(m.out, &digest, &e) && rg_write_outputs(&o, &d, &m, &e);
+                ok = check_result(&o, m.outs[i], i ? "the attention weights" : "the output",
+                                  i ? NULL : &digest, &e);
+            ok = ok && rg_write_outputs(&o, &d, &m, &e);
             if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);
             if (ok && o.json) ok = report_json(&o, &d, &m, &t, digest, &e);
             else if (ok) report_human(&o, &d, &m, &t, digest);
