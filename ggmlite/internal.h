@@ -3,7 +3,7 @@
 #ifndef GGMLITE_INTERNAL_H
 #define GGMLITE_INTERNAL_H
 
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -154,7 +154,7 @@ typedef struct gml_op_def {
 } gml_op_def;
 
 #define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
-#include "ops.inc"
+#include <ggmlite/ops.inc>
 #undef GML_OP
 
 const gml_op_def *gml_op_get(gml_op op);

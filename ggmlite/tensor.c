@@ -8,7 +8,7 @@
 
 static const gml_op_def *const OP_DEFS[GML_OP_COUNT] = {
 #define GML_OP(id, name) [GML_OP_##id] = &gml_opdef_##name,
-#include "ops.inc"
+#include <ggmlite/ops.inc>
 #undef GML_OP
 };
 

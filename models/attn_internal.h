@@ -13,8 +13,8 @@
 #ifndef GGMLITE_ATTN_INTERNAL_H
 #define GGMLITE_ATTN_INTERNAL_H
 
-#include "../ggmlite/internal.h"
-#include "attention.h"
+#include "internal.h"
+#include <ggmlite/attention.h>
 
 typedef struct gml_attn_plan {
     const char *block; /* "mha", "gqa", "relpos": starts every message */

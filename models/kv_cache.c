@@ -1,5 +1,5 @@
 /* The KV cache and the decode step (see kv_cache.h). */
-#include "kv_cache.h"
+#include <ggmlite/kv_cache.h>
 
 #include "attn_internal.h"
 

@@ -1,6 +1,6 @@
 /* Index and mask generators for attention: an additive mask from valid
  * lengths, and Shaw et al.'s clipped relative-position index matrix. */
-#include "../ggmlite/internal.h"
+#include "internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -19,7 +19,7 @@
 #ifndef GGMLITE_OPS_GEMM_H
 #define GGMLITE_OPS_GEMM_H
 
-#include "../ggmlite/internal.h"
+#include "internal.h"
 
 /* C[m x n] (row stride ldc floats, 1 <= m <= MR, 1 <= n <= NR)
  *   = (acc ? C : 0) + A_panel [m x kc] * B_panel [kc x n],

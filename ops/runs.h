@@ -9,7 +9,7 @@
 #ifndef GGMLITE_RUNS_H
 #define GGMLITE_RUNS_H
 
-#include "../ggmlite/internal.h"
+#include "internal.h"
 
 /* An operand (an input, or the output itself) as read along the runs. */
 typedef struct {

@@ -7,7 +7,7 @@
 #ifndef GGMLITE_UKERNELS_H
 #define GGMLITE_UKERNELS_H
 
-#include "../ggmlite/internal.h"
+#include "internal.h"
 
 #include <stddef.h>
 

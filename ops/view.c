@@ -1,7 +1,7 @@
 /* Views: view, reshape, permute, transpose, and after (a dependency edge).
  * Each makes a new header over the same data (sizes and byte strides
  * rearranged); nothing is copied and no kernel runs. */
-#include "../ggmlite/internal.h"
+#include "internal.h"
 
 #include <string.h>
 

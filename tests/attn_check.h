@@ -5,7 +5,7 @@
 #ifndef GGMLITE_ATTN_CHECK_H
 #define GGMLITE_ATTN_CHECK_H
 
-#include "attention.h"
+#include <ggmlite/attention.h>
 #include "attn_ref.h"
 
 enum { ATTN_LENS_NONE = 0, ATTN_LENS_BATCH = 1 /* [B] */, ATTN_LENS_QUERY = 2 /* [B, Tq] */ };

@@ -26,7 +26,7 @@
 #ifndef GGMLITE_TESTS_CHECK_H
 #define GGMLITE_TESTS_CHECK_H
 
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #include <math.h>
 #include <stdarg.h>

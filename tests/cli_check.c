@@ -10,7 +10,8 @@
  *
  * Exit status 0 when the check holds, 1 when not (with a message), 2 on
  * wrong usage. */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

@@ -4,7 +4,7 @@
 #ifndef GGMLITE_SIMD_CHECK_H
 #define GGMLITE_SIMD_CHECK_H
 
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #include <math.h>
 #include <stdint.h>

@@ -11,7 +11,8 @@
  * checked against the same numbers. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r, strdup, opendir */
 
-#include "attention.h"
+#include <ggmlite/io.h>
+#include <ggmlite/attention.h>
 #include "attn_check.h"
 #include "attn_ref.h"
 

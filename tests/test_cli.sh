@@ -297,7 +297,7 @@ for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
 expect_ok "--version" --version
-version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/ggmlite.h")
+version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/include/ggmlite/ggmlite.h")
 check "--version prints the library's version" grep -qx "run-graph (ggmlite) $version" "$T/out"
 
 # ---- bad input ------------------------------------------------------------------------------

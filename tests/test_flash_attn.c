@@ -16,6 +16,7 @@
  * length errors and the graph-file forms of the three ops. */
 #include "check.h"
 
+#include <ggmlite/io.h>
 #include <unistd.h>
 
 #define FUSED_RTOL 1e-5

@@ -9,7 +9,7 @@
  * few-rows paths (M <= 32; M <= 4 against a weight) and their edges, batch
  * broadcast both ways, 4-D, transposed and permuted views, slices with
  * offsets, nn.Linear weights (batches folded into M), K = 1. */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #include <math.h>
 #include <stdio.h>

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "hashindex.h"
 
+#include <ggmlite/io.h>
 #include <time.h>
 #include <unistd.h>
 

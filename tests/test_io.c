@@ -12,7 +12,8 @@
  *   the file and what was expected;
  * - failed saves leave no file behind and never clobber an existing one. */
 #define _XOPEN_SOURCE 700 /* mkdtemp, setrlimit */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <dirent.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
  * max_len past INT32_MAX: positions are i32). */
 #define _POSIX_C_SOURCE 200809L /* fork */
 #include "attn_check.h"
-#include "kv_cache.h"
+#include <ggmlite/kv_cache.h>
 
 #include <math.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
  * `test_plan quick` skips the resident-memory run (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check.h"
-#include "kv_cache.h"
+#include <ggmlite/kv_cache.h>
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* gml_get_first_tensor / gml_get_next_tensor visit every tensor of a
  * context once, in creation order, in allocating and no_alloc contexts. */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #include <stdio.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  *
  * `test_threads quick` runs fewer thread counts (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* fork, nanosleep */
-#include "attention.h"
+#include <ggmlite/attention.h>
 #include "check.h"
 #include "internal.h"
 

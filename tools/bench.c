@@ -10,9 +10,9 @@
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048). */
 #define _POSIX_C_SOURCE 200809L
-#include "attention.h"
-#include "ggmlite.h"
-#include "kv_cache.h"
+#include <ggmlite/attention.h>
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/kv_cache.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -298,7 +298,7 @@ static void bench_attention(const opts *o) {
 
 /* ---- decoding --------------------------------------------------------------
  * C5's dimensions (D=1024, H=16, G=4), B=1, through the KV cache of
- * models/kv_cache.h: a prompt of CONTEXT tokens (one step, not timed) fills
+ * models/include/ggmlite/kv_cache.h: a prompt of CONTEXT tokens (one step, not timed) fills
  * the cache, then each run decodes DECODE_TOKENS tokens one at a time with
  * the step graph built once, the cache rewound to the prompt before it.
  * Tokens per second from the median run. */

@@ -16,8 +16,9 @@
 #ifndef RUN_GRAPH_RG_H
 #define RUN_GRAPH_RG_H
 
-#include "attention.h"
-#include "ggmlite.h"
+#include <ggmlite/attention.h>
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <stdbool.h>
 #include <stddef.h>

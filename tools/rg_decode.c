@@ -9,7 +9,7 @@
  * R > 1), rewinding the cache to the prompt each time; the times are per
  * token. */
 #define _POSIX_C_SOURCE 200809L
-#include "kv_cache.h"
+#include <ggmlite/kv_cache.h>
 #include "rg.h"
 
 #include <stdlib.h>

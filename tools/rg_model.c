@@ -1,4 +1,4 @@
-/* run-graph's graph: a built-in block (models/attention.h), a matmul, or a
+/* run-graph's graph: a built-in block (models/include/ggmlite/attention.h), a matmul, or a
  * graph file whose inputs and params are bound to the loaded data.
  *
  * The graph is built in a no_alloc context (headers only); the memory

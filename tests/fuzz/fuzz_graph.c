@@ -4,7 +4,8 @@
  * overflows its stack or leaks (ASan, UBSan and LeakSanitizer watch). What
  * it accepts is consistent: the outputs are flagged, and the graph saved as
  * text and read back is the same graph (equal digest). Nothing is computed. */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <stdint.h>
 #include <stdio.h>

@@ -2,7 +2,8 @@
  * one-line message naming the input; it never crashes, hangs, reads out of
  * bounds or leaks (ASan, UBSan and LeakSanitizer watch). What it accepts is
  * consistent: one tensor whose data is the input's last bytes. */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <stdint.h>
 #include <string.h>

@@ -3,7 +3,8 @@
  * bounds or leaks (ASan, UBSan and LeakSanitizer watch). What it accepts is
  * consistent: every tensor fits in the input, and the tensors' bytes do not
  * add up to more than the input holds (they may not overlap). */
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 #include <stdint.h>
 #include <string.h>

@@ -37,7 +37,7 @@
 #ifndef GGMLITE_KV_CACHE_H
 #define GGMLITE_KV_CACHE_H
 
-#include "attention.h"
+#include <ggmlite/attention.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,6 +7,7 @@
 #define GGMLITE_FILE_H
 
 #include "internal.h"
+#include <ggmlite/io.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ggmlite's file formats are little-endian and are read by memcpy: little-endian hosts only"

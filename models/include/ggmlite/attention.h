@@ -56,7 +56,7 @@
 #ifndef GGMLITE_ATTENTION_H
 #define GGMLITE_ATTENTION_H
 
-#include "ggmlite.h"
+#include <ggmlite/ggmlite.h>
 
 #ifdef __cplusplus
 extern "C" {

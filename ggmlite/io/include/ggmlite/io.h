@@ -1,0 +1,113 @@
+/*
+ * ggmlite/io.h: file formats over the engine (library ggmlite::io): NumPy
+ * .npy and safetensors tensors, and graph files (a text form of graphs).
+ * The only part of ggmlite that needs cJSON.
+ */
+#ifndef GGMLITE_IO_H
+#define GGMLITE_IO_H
+
+#include <ggmlite/ggmlite.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- files: NumPy .npy and safetensors ----------------------------------
+ * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,
+ * C order. A 0-D scalar in a file loads as a 1-D tensor [1]. Loaders make a
+ * new context (free it with gml_free) holding exactly the tensors, data
+ * 64-byte aligned; on failure they return NULL and write one line into err
+ * naming the file, the byte offset where it applies and what was expected:
+ *   w.safetensors: tensor 'w_q.weight': data_offsets [0, 4096] end past the
+ *   data buffer (1024 bytes, at file offset 72)
+ * They check everything and never read outside the input, whatever it holds.
+ * Savers write any strides (a permuted or sliced view saves what it shows,
+ * in logical C order) to a temporary file in the same directory renamed into
+ * place, so a failed save leaves no partial file and the old one intact;
+ * their messages name the path and the system's reason.
+ */
+
+/* Every entry of a safetensors file, each a tensor named by its key (in file
+ * order; find them with gml_get_tensor). __metadata__ is checked, then
+ * ignored. Names longer than GML_MAX_NAME - 1 bytes are an error. */
+gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
+/* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
+ * name without ".npy", e.g. "x" for "dir/x.npy"). */
+gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
+/* The same from bytes in memory; `what` names the source in messages. */
+gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
+                                   size_t err_size);
+gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
+                           char *err, size_t err_size);
+/* Writes tensors under their names (which must differ) / one tensor; .npy
+ * files are version 1.0 with the data at a multiple of 64 bytes, as numpy
+ * writes them. GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate
+ * names) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
+gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
+                                char *err, size_t err_size);
+gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
+
+/* ---- graph files ----------------------------------------------------------
+ * A small text format for graphs, so a new attention variant needs no
+ * recompiling. One statement per line; `#` starts a comment:
+ *
+ *     # ggmlite graph 1
+ *     let dk = D / H                      # integer symbols; B, T, D, H... may
+ *     input x f32 [B, T, D]               #   also come from the caller
+ *     param w_q.weight f32 [D, D]
+ *     q = linear(x, w_q.weight)           # [B, T, D]
+ *     qh = permute(reshape(q, [B, T, H, dk]), [0, 2, 1, 3])
+ *     a = softmax(s, scale=1/sqrt(dk), causal=true)
+ *     output out
+ *     output a
+ *
+ * `input`/`param` declare leafs (the caller binds them to tensors, or they are
+ * made in the context); `let` defines a symbol; `NAME = op(args)` applies any
+ * builder of this header (view with strides and offset in elements, reshape,
+ * permute, transpose, cont, cpy, matmul, linear, add, mul, scale, softmax,
+ * repeat_interleave, get_rows, set_rows, valid_len_mask, relpos_index,
+ * flash_attn (scale 1/sqrt(d_k) unless given), after); calls nest;
+ * `output` lists results in order. Numbers are expressions over + - * / ( )
+ * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
+ * takes its value from the bound tensor. A declaration ending in `optional`
+ * that the binder leaves unbound is `none`: none is accepted where a tensor is
+ * optional (linear's bias, softmax's mask; add/mul(a, none) is a), and a call
+ * needing a tensor that is none is none. Booleans (causal=) take true, false
+ * or a number (0 is false), e.g. a caller's symbol.
+ * The full reference: tools/graphs/README.md. */
+
+typedef struct gml_graph_binder {
+    /* Returns the tensor to use for a declared input or param, or NULL to
+     * have the parser create a leaf in the context. A bound tensor's type and
+     * shape must match the declaration. */
+    gml_tensor *(*bind)(void *user, const char *name, bool is_param);
+    void *user;
+    /* Symbols known before the file is read (e.g. B, T from the command line). */
+    const char *const *sym_names;
+    const int64_t *sym_values;
+    int n_syms;
+    /* NULL, or [n_syms]: set after a parse to whether the file reads each of
+     * those symbols (so a caller can tell a user that a setting of theirs
+     * changes nothing). */
+    bool *sym_used;
+    /* For an `optional` declaration bind left unbound: true makes a leaf as
+     * for any other declaration, false (or no callback) makes the name none. */
+    bool (*make_optional)(void *user, const char *name, bool is_param);
+} gml_graph_binder;
+
+/* Builds the graph text in ctx; writes up to max_outputs output tensors and
+ * returns their number, or -1 with "file:line:col: what" in err. */
+int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
+                    const gml_graph_binder *binder, gml_tensor **outputs, int max_outputs,
+                    char *err, size_t err_size);
+int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
+                   gml_tensor **outputs, int max_outputs, char *err, size_t err_size);
+/* Writes g's leafs and nodes as graph text (GML_FLAG_PARAM leafs as param,
+ * other leafs as input), outputs listed in the given order. */
+gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
+                          int n_outputs, char *err, size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGMLITE_IO_H */
