@@ -74,6 +74,13 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
     gml_f32_vbinary_ukernel *const vopc =
         op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
                      : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
+    gml_kernel_note(p, a->dense && b->dense
+                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADD_UKERNELS)
+                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMUL_UKERNELS))
+                       : a->dense || b->dense
+                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADDC_UKERNELS)
+                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMULC_UKERNELS))
+                           : "fill (both operands constant along each run)");
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -103,6 +110,7 @@ static void binary_forward(const gml_compute_params *p, gml_tensor *dst, binop o
     gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), gml_run_operand_of(dst->src[1])};
     const int k = gml_find_runs(dst->ne, ops, 2, true);
     if (k == GML_MAX_DIMS) {
+        gml_kernel_note(p, "reference (an operand's last dim is strided)");
         reference(p, dst);
         return;
     }
@@ -121,6 +129,7 @@ static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
     gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), {.data = (char *)&s}};
     const int k = gml_find_runs(dst->ne, ops, 2, true);
     if (k == GML_MAX_DIMS) {
+        gml_kernel_note(p, "reference (the input's last dim is strided)");
         gml_f32_scale__ref(p, dst);
         return;
     }

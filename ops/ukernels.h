@@ -20,11 +20,17 @@
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
 #define GML_UKERNEL_FN(isa, fn, tile) fn,
+#define GML_UKERNEL_NAME(isa, fn, tile) #fn,
 
 /* The variant of `list` (functions of type `type`) for the ISA in effect,
  * as gml_pick_variant chooses it. Kernels take it once per call. */
 #define GML_PICK_UKERNEL(list, type)                                                 \
     ((type *const[]){list(GML_UKERNEL_FN)}[gml_pick_variant(                         \
+        (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
+        (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
+/* Its name, "gml_f32_vadd_ukernel__avx512_u32" (a literal: gml_kernel_note). */
+#define GML_PICK_UKERNEL_NAME(list)                                                  \
+    ((const char *const[]){list(GML_UKERNEL_NAME)}[gml_pick_variant(                 \
         (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
         (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
 

@@ -223,6 +223,10 @@ check "summary: time" grep -qE '^time    [0-9.]+ ms median, [0-9.]+ ms min of 2 
 expect_ok "--profile" mha --seq 4 --d-model 16 --heads 2 --attn unfused --profile --repeat 2
 check "--profile: per-node rows" grep -qE '^ +[0-9]+  scores +matmul +\[2,2,4,4\]' "$T/out"
 check "--profile: per-op totals" grep -qE '^softmax +1 ' "$T/out"
+check "--profile: each node's kernel" grep -qE '^ +[0-9]+  scores +matmul .*%  gml_f32_gem[mv]_ukernel__[a-z0-9]+_[0-9]+x[0-9]+( \([a-z_]+\))?$' "$T/out"
+check "--profile: a view runs no kernel" grep -qE '^ +[0-9]+  .* permute .*%  -$' "$T/out"
+expect_ok "--profile --isa reference" mha --seq 4 --d-model 16 --heads 2 --attn unfused --profile --isa reference
+check "--profile --isa reference: the reference kernels" grep -qE '^ +[0-9]+  scores +matmul .*%  reference$' "$T/out"
 check "--profile: total 100%" grep -qE '^total .* 100\.0%$' "$T/out"
 expect_ok "--print-graph" relpos --seq 3 --d-model 8 --heads 2 --print-graph
 check "--print-graph lists the nodes" grep -qE '^node .* get_rows ' "$T/out"
