@@ -224,6 +224,7 @@ expect_ok "--profile" mha --seq 4 --d-model 16 --heads 2 --attn unfused --profil
 check "--profile: per-node rows" grep -qE '^ +[0-9]+  scores +matmul +\[2,2,4,4\]' "$T/out"
 check "--profile: per-op totals" grep -qE '^softmax +1 ' "$T/out"
 check "--profile: each node's kernel" grep -qE '^ +[0-9]+  scores +matmul .*%  gml_f32_gem[mv]_ukernel__[a-z0-9]+_[0-9]+x[0-9]+( \([a-z_]+\))?$' "$T/out"
+check "--profile: the softmax's kernel" grep -qE '^ +[0-9]+  attn +softmax .*%  gml_f32_softmax_ukernel__[a-z0-9]+_u[0-9]+$' "$T/out"
 check "--profile: a view runs no kernel" grep -qE '^ +[0-9]+  .* permute .*%  -$' "$T/out"
 expect_ok "--profile --isa reference" mha --seq 4 --d-model 16 --heads 2 --attn unfused --profile --isa reference
 check "--profile --isa reference: the reference kernels" grep -qE '^ +[0-9]+  scores +matmul .*%  reference$' "$T/out"
