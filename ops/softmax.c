@@ -92,13 +92,8 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const bool gather = !(x_rows && mask_rows);
     gml_f32_softmax_ukernel *const ukernel =
         GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
-    static const char *const gathered[] = {
-#define GML_SOFTMAX_GATHERED_NAME(isa, fn, tile) #fn " (strided rows gathered)",
-        GML_F32_SOFTMAX_UKERNELS(GML_SOFTMAX_GATHERED_NAME)
-#undef GML_SOFTMAX_GATHERED_NAME
-    };
-    const gml_isa isas[] = {GML_F32_SOFTMAX_UKERNELS(GML_UKERNEL_ISA)};
-    gml_kernel_note(p, gather ? gathered[gml_pick_variant(isas, (int)(sizeof isas / sizeof *isas))]
+    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS,
+                                                         GML_UKERNEL_NAME_GATHERED)
                               : GML_PICK_UKERNEL_NAME(GML_F32_SOFTMAX_UKERNELS));
     const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
     int64_t r0, r1;

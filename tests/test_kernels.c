@@ -58,8 +58,8 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
     if (!CHECK(g != NULL, "no graph")) return;
     static const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
     const gml_isa saved = gml_get_isa();
-    double *ref[8] = {0};
-    float *first[8] = {0};
+    double *ref[16] = {0};
+    float *first[16] = {0};
     for (size_t s = 0; s < sizeof isas / sizeof *isas; s++) {
         if (!gml_cpu_has(isas[s])) {
             printf("  %s: the CPU lacks %s: its kernels are not checked\n", chk_state.case_name,
@@ -80,7 +80,7 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
                       "node %d '%s' (%s) ran '%s', expected '%s'", node, ex[i].t->name,
                       gml_op_name(ex[i].t->op), name ? name : "(null)", want);
             }
-            for (int o = 0; o < n_outs && o < 8; o++) {
+            for (int o = 0; o < n_outs && o < 16; o++) {
                 if (nth == 1) {
                     free(first[o]);
                     first[o] = chk_dense(outs[o]);
@@ -112,7 +112,7 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
     }
     chk_state.config[0] = '\0';
     gml_set_isa(saved);
-    for (int o = 0; o < 8; o++) {
+    for (int o = 0; o < 16; o++) {
         free(ref[o]);
         free(first[o]);
     }
@@ -226,20 +226,32 @@ static void test_binary(void) {
     gml_tensor *mul = gml_set_name(gml_mul(ctx, d, c), "mul");    /* c constant along runs */
     gml_tensor *addc = gml_set_name(gml_add(ctx, c, a), "addc");  /* the constant first */
     gml_tensor *scale = gml_set_name(gml_scale(ctx, a, 0.3f), "scale");
-    /* the one fallback left: a last dim strided runs the reference, and says so */
-    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 7, 33}, CHK_TRANSPOSED, "t", &r, -1, 1);
-    gml_tensor *slow = gml_set_name(gml_add(ctx, t, b), "slow");
-    gml_tensor *outs[] = {add, mul, addc, scale, slow};
-    gml_graph *g = gml_build_graph(ctx, outs, 5);
+    /* a last dim strided (transposed, odd, longer than the gather stretch):
+     * rows gathered, then the same micro-kernels */
+    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "t", &r, -1, 1);
+    gml_tensor *u = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_REVERSED, "u", &r, -1, 1);
+    gml_tensor *tu = gml_set_name(gml_mul(ctx, t, u), "tu");               /* both gathered */
+    gml_tensor *tc = gml_set_name(gml_add(ctx, t, gml_cont(ctx, u)), "tc"); /* one gathered */
+    gml_tensor *c3 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 1}, CHK_CONTIGUOUS, "c3", &r, -1, 1);
+    gml_tensor *ct = gml_set_name(gml_add(ctx, c3, t), "ct");              /* constant + gathered */
+    gml_tensor *ts = gml_set_name(gml_scale(ctx, t, -1.5f), "ts");
+    gml_tensor *tu_dense = gml_set_name(gml_mul(ctx, gml_cont(ctx, t), gml_cont(ctx, u)), "tu_dense");
+    gml_tensor *outs[] = {add, mul, addc, scale, tu, tc, ct, ts, tu_dense};
+    gml_graph *g = gml_build_graph(ctx, outs, 9);
     const expect ex[] = {
         {add, "gml_f32_vadd_ukernel__", NULL, false},
         {mul, "gml_f32_vmulc_ukernel__", NULL, false},
         {addc, "gml_f32_vaddc_ukernel__", NULL, false},
         {scale, "gml_f32_vmulc_ukernel__", NULL, false},
-        {slow, "reference (an operand's last dim is strided)", NULL, true},
+        {tu, "gml_f32_vmul_ukernel__", "(strided rows gathered)", false},
+        {tc, "gml_f32_vadd_ukernel__", "(strided rows gathered)", false},
+        {ct, "gml_f32_vaddc_ukernel__", "(strided rows gathered)", false},
+        {ts, "gml_f32_vmulc_ukernel__", "(strided rows gathered)", false},
+        {tu_dense, "gml_f32_vmul_ukernel__", NULL, false},
     };
-    chk_case("add, mul, scale on permuted, sliced and broadcast operands");
-    run_case(g, ex, 5, outs, 5, 0, NULL, 0);
+    const same pairs[] = {{tu, tu_dense}};
+    chk_case("add, mul, scale on permuted, sliced, transposed and broadcast operands");
+    run_case(g, ex, 9, outs, 9, 0, pairs, 1);
     gml_graph_free(g);
     gml_free(ctx);
 }
