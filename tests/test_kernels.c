@@ -11,7 +11,10 @@
  * GML_ISA_REFERENCE, "reference". Results: the same bits at every thread
  * count; within a tight tolerance of the reference kernels' (bitwise for
  * moves); and where a strided input is packed or gathered (flash_attn's K
- * and V, softmax's rows), bitwise what the same data made contiguous gives. */
+ * and V, softmax's and add/mul's rows), bitwise what the same data made
+ * contiguous gives. The moves that have no fast kernel for a layout (a copy
+ * between two strided last dims, a repeat of a transposed tensor) must say
+ * so in their name. */
 #include "check.h"
 
 /* One node's expected kernel: under an ISA, prefix + isa name + "_" and then
@@ -269,17 +272,27 @@ static void test_moves(void) {
     gml_tensor *rep_heads = gml_set_name(gml_repeat_interleave(ctx, z, 3, 1), "rep_heads");
     gml_tensor *w = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 5, 13}, CHK_SLICED, "w", &r, -1, 1);
     gml_tensor *rep_last = gml_set_name(gml_repeat_interleave(ctx, w, 3, -1), "rep_last");
-    gml_tensor *outs[] = {transposed, runs, rep_heads, rep_last};
-    gml_graph *g = gml_build_graph(ctx, outs, 4);
+    /* what has no fast kernel says so: both last dims strided, a repeat of
+     * a transposed x */
+    gml_tensor *into = gml_transpose(ctx, gml_new_tensor_3d(ctx, GML_F32, 4, 35, 19), -2, -1);
+    gml_tensor *both = gml_set_name(gml_cpy(ctx, x, into), "both");
+    gml_tensor *zt = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 3, 7, 5}, CHK_TRANSPOSED, "zt", &r, -1, 1);
+    gml_tensor *rep_t = gml_set_name(gml_repeat_interleave(ctx, zt, 2, 1), "rep_t");
+    gml_tensor *rep_t_last = gml_set_name(gml_repeat_interleave(ctx, zt, 2, -1), "rep_t_last");
+    gml_tensor *outs[] = {transposed, runs, rep_heads, rep_last, both, rep_t, rep_t_last};
+    gml_graph *g = gml_build_graph(ctx, outs, 7);
     /* contiguous runs are glibc's memcpy, whatever the ISA (ops/copy.inc) */
     const expect ex[] = {
         {transposed, "gml_x32_transpose_ukernel__", NULL, false},
         {runs, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
         {rep_heads, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
         {rep_last, "gml_x32_repeat_ukernel__", NULL, false},
+        {both, "reference (the last dims of both sides are strided)", NULL, true},
+        {rep_t, "reference (x's last dim is strided)", NULL, true},
+        {rep_t_last, "strided loop (x's last dim is strided)", NULL, true},
     };
-    chk_case("cont and repeat_interleave on transposed, permuted and sliced inputs");
-    run_case(g, ex, 4, outs, 4, 0, NULL, 0);
+    chk_case("cont, cpy and repeat_interleave on transposed, permuted and sliced inputs");
+    run_case(g, ex, 7, outs, 7, 0, NULL, 0);
     gml_graph_free(g);
     gml_free(ctx);
 }
