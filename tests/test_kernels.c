@@ -6,7 +6,7 @@
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
  * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
- * kernels, at 1, 2 and 3 threads. Each node must name the micro-kernel of
+ * kernels, at 1, 2, 3, 4 and 7 threads. Each node must name the micro-kernel of
  * that ISA (gml_<type>_<what>_ukernel__<isa>_<tile>) and its path; under
  * GML_ISA_REFERENCE, "reference". Results: the same bits at every thread
  * count; within a tight tolerance of the reference kernels' (bitwise for
@@ -52,8 +52,8 @@ static bool names_ok(const char *name, const expect *e, gml_isa isa, char *want,
     return n > ns && strcmp(name + n - ns, e->suffix) == 0 && name[n - ns - 1] == ' ';
 }
 
-/* Computes g under the reference kernels and every ISA the CPU has, at 1, 2
- * and 3 threads; checks each expect, the outputs against the reference
+/* Computes g under the reference kernels and every ISA the CPU has, at 1, 2,
+ * 3, 4 and 7 threads; checks each expect, the outputs against the reference
  * kernels' within tol (0: bitwise) and across thread counts (bitwise), and
  * each pair bitwise. */
 static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const *outs, int n_outs,
@@ -70,7 +70,8 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
             continue;
         }
         if (!CHECK(gml_set_isa(isas[s]) == GML_OK, "gml_set_isa(%s)", gml_isa_name(isas[s]))) continue;
-        for (int nth = 1; nth <= 3; nth++) {
+        for (size_t kth = 0; kth < sizeof CHK_THREADS / sizeof *CHK_THREADS; kth++) {
+            const int nth = CHK_THREADS[kth];
             snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d thread%s",
                      gml_isa_name(isas[s]), nth, nth > 1 ? "s" : "");
             chk_poison_nodes(g);
