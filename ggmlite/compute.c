@@ -22,7 +22,7 @@ struct gml_compute_shared {
     atomic_int halt;
     gml_status status;
 
-    const struct gml_step *steps;
+    struct gml_step *steps;
     int n_steps;
     void *wdata;
     size_t wsize;
@@ -179,6 +179,23 @@ static gml_status prepare_steps(gml_graph *g) {
     return GML_OK;
 }
 
+const char *gml_graph_node_kernel(const gml_graph *g, int i) {
+    if (i < 0) i += g->n_nodes;
+    if (i < 0 || i >= g->n_nodes) return NULL;
+    int lo = 0, hi = g->n_steps; /* steps are in node order */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (g->steps[mid].node < i) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == g->n_steps || g->steps[lo].node != i) return NULL; /* a view, or not computed yet */
+    const struct gml_step *st = &g->steps[lo];
+    if (st->kernel) return st->kernel;
+    const gml_op_def *def = gml_op_get(st->t->op);
+    /* no note: the reference kernel (GML_ISA_REFERENCE), or the op's one kernel */
+    return st->fn == def->reference && def->forward != def->reference ? "reference" : def->name;
+}
+
 /* The NaN/Inf trap: the first non-finite element of t, as an index. */
 static bool find_nonfinite(const gml_tensor *t, int64_t idx[GML_MAX_DIMS], float *val) {
     if (t->type != GML_F32) return false;
@@ -265,9 +282,10 @@ static gml_status check_step(struct gml_compute_shared *sh, int s) {
  * last (the caller then joins the threads anyway). */
 static void run_steps(void *arg, int ith, int nth) {
     struct gml_compute_shared *sh = arg;
-    const gml_compute_params p = {
+    gml_compute_params p = {
         .ith = ith, .nth = nth, .wdata = sh->wdata, .wsize = sh->wsize, .shared = sh};
     for (int s = 0; s < sh->n_steps; s++) {
+        p.note = &sh->steps[s].kernel;
         sh->steps[s].fn(&p, sh->steps[s].t);
         if (s + 1 == sh->n_steps) break;
         gml_barrier(&p);

@@ -47,7 +47,8 @@ struct gml_graph {
 struct gml_step {
     gml_kernel_fn fn;
     gml_tensor *t;
-    int node; /* index among the graph's nodes */
+    int node;           /* index among the graph's nodes */
+    const char *kernel; /* what it ran (gml_kernel_note), or NULL; reset by each compute */
 };
 
 /* Index of t in g->entries, or -1. */

@@ -125,6 +125,7 @@ typedef struct gml_compute_params {
     void *wdata;
     size_t wsize;
     struct gml_compute_shared *shared;
+    const char **note; /* where gml_kernel_note writes for this node, or NULL */
 } gml_compute_params;
 
 typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
@@ -180,6 +181,18 @@ int64_t gml_chunk_next(const gml_compute_params *p);
 /* Reports a runtime error (bad index data, ...); the first one wins and
  * compute stops after this node. */
 void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* Records which code the node ran: a kernel that chooses among paths or
+ * micro-kernels calls it, on every thread or on thread 0 at least, with a
+ * string that lives forever (a literal, or a variant list's #fn), before
+ * returning. Named as XNNPACK names micro-kernels
+ * ("gml_f32_flash_ukernel__avx512_x32"), with the path in parentheses when
+ * there are several, and "reference (why)" when a fast kernel hands its node
+ * to the reference kernel. Only thread 0's call is kept (no race, no
+ * allocation, no effect on results); gml_graph_node_kernel reads it. */
+static inline void gml_kernel_note(const gml_compute_params *p, const char *variant) {
+    if (p->ith == 0 && p->note) *p->note = variant;
+}
 
 /* For the scheduler's tests: runs fns[k] on dsts[k] for k = 0..n-1 on
  * n_threads threads of the default pool, exactly as compute runs a graph's

@@ -2,6 +2,8 @@
 #include "runs.h"
 #include "ukernels.h"
 
+#include <string.h>
+
 /* out[i] = a[i % a.shape] (op) b[i % b.shape]; rows split across threads. */
 #define BINARY_KERNEL(fn, expr)                                                        \
     static void fn(const gml_compute_params *p, gml_tensor *dst) {                     \
@@ -74,6 +76,13 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
     gml_f32_vbinary_ukernel *const vopc =
         op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
                      : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
+    gml_kernel_note(p, a->dense && b->dense
+                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADD_UKERNELS)
+                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMUL_UKERNELS))
+                       : a->dense || b->dense
+                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADDC_UKERNELS)
+                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMULC_UKERNELS))
+                           : "fill (both operands constant along each run)");
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -98,22 +107,83 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
 
 /* Runs over dense or broadcast inputs; an input whose last dim is strided
  * (a transposed view) sends the whole op to the reference. */
-static void binary_forward(const gml_compute_params *p, gml_tensor *dst, binop op,
-                           gml_kernel_fn reference) {
+/* Stretches of a row gathered at a time (stack buffers). */
+#define GATHER_CHUNK 256
+
+/* An operand's last dim is strided (a transposed view), so there are no
+ * runs: each output row (dst is contiguous) is done in stretches, strided
+ * operands gathered into buffers first, then the micro-kernels run as on
+ * runs: the same sums and products, bitwise. b == NULL: the constant *bc
+ * (scale). Rows split across threads; in place, the thread writing out[i]
+ * reads a[i] (same row) before it. */
+static void binary_gather(const gml_compute_params *p, gml_tensor *dst, binop op,
+                          const gml_tensor *a, const gml_tensor *b, const float *bc) {
+    gml_f32_vbinary_ukernel *const vop =
+        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADD_UKERNELS, gml_f32_vbinary_ukernel)
+                     : GML_PICK_UKERNEL(GML_F32_VMUL_UKERNELS, gml_f32_vbinary_ukernel);
+    gml_f32_vbinary_ukernel *const vopc =
+        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
+                     : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
+    const int64_t n = dst->ne[3];
+    /* byte strides along the row; 0: one value for the whole row */
+    const int64_t sa = a->ne[3] == 1 ? 0 : (int64_t)a->nb[3];
+    const int64_t sb = !b || b->ne[3] == 1 ? 0 : (int64_t)b->nb[3];
+    const bool both = sa && sb;
+    gml_kernel_note(p, both ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME_AS(GML_F32_VADD_UKERNELS,
+                                                                      GML_UKERNEL_NAME_GATHERED)
+                                            : GML_PICK_UKERNEL_NAME_AS(GML_F32_VMUL_UKERNELS,
+                                                                      GML_UKERNEL_NAME_GATHERED))
+                       : op == OP_ADD ? GML_PICK_UKERNEL_NAME_AS(GML_F32_VADDC_UKERNELS,
+                                                                 GML_UKERNEL_NAME_GATHERED)
+                                      : GML_PICK_UKERNEL_NAME_AS(GML_F32_VMULC_UKERNELS,
+                                                                 GML_UKERNEL_NAME_GATHERED));
+    float buf_a[GATHER_CHUNK], buf_b[GATHER_CHUNK];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *pa = gml_ptr(a, i0 % a->ne[0], i1 % a->ne[1], i2 % a->ne[2], 0);
+        const char *pb = b ? gml_ptr(b, i0 % b->ne[0], i1 % b->ne[1], i2 % b->ne[2], 0)
+                           : (const char *)bc;
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j0 = 0; j0 < n; j0 += GATHER_CHUNK) {
+            const int64_t len = GML_MIN((int64_t)GATHER_CHUNK, n - j0);
+            const float *xa = (const float *)(const void *)pa, *xb = (const float *)(const void *)pb;
+            if (sa == (int64_t)sizeof(float)) {
+                xa += j0;
+            } else if (sa) {
+                for (int64_t j = 0; j < len; j++) memcpy(&buf_a[j], pa + (j0 + j) * sa, sizeof(float));
+                xa = buf_a;
+            }
+            if (sb == (int64_t)sizeof(float)) {
+                xb += j0;
+            } else if (sb) {
+                for (int64_t j = 0; j < len; j++) memcpy(&buf_b[j], pb + (j0 + j) * sb, sizeof(float));
+                xb = buf_b;
+            }
+            if (both) vop((size_t)len, xa, xb, out + j0);
+            else if (sa) vopc((size_t)len, xa, xb, out + j0);
+            else vopc((size_t)len, xb, xa, out + j0); /* a + b = b + a, bitwise */
+        }
+    }
+}
+
+static void binary_forward(const gml_compute_params *p, gml_tensor *dst, binop op) {
     gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), gml_run_operand_of(dst->src[1])};
     const int k = gml_find_runs(dst->ne, ops, 2, true);
     if (k == GML_MAX_DIMS) {
-        reference(p, dst);
+        binary_gather(p, dst, op, dst->src[0], dst->src[1], NULL);
         return;
     }
     binary_runs(p, dst, op, &ops[0], &ops[1], k);
 }
 
 static void gml_f32_add(const gml_compute_params *p, gml_tensor *dst) {
-    binary_forward(p, dst, OP_ADD, gml_f32_add__ref);
+    binary_forward(p, dst, OP_ADD);
 }
 static void gml_f32_mul(const gml_compute_params *p, gml_tensor *dst) {
-    binary_forward(p, dst, OP_MUL, gml_f32_mul__ref);
+    binary_forward(p, dst, OP_MUL);
 }
 /* a * s: b is the constant s */
 static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
@@ -121,7 +191,7 @@ static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
     gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), {.data = (char *)&s}};
     const int k = gml_find_runs(dst->ne, ops, 2, true);
     if (k == GML_MAX_DIMS) {
-        gml_f32_scale__ref(p, dst);
+        binary_gather(p, dst, OP_MUL, dst->src[0], NULL, &s);
         return;
     }
     binary_runs(p, dst, OP_MUL, &ops[0], &ops[1], k);

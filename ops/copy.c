@@ -46,6 +46,7 @@ static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_ru
                       const gml_run_operand *s, int k) {
     gml_x32_copy_ukernel *const copy =
         GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS));
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -68,6 +69,7 @@ static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const 
                             int t) {
     gml_x32_transpose_ukernel *const transpose =
         GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_TRANSPOSE_UKERNELS));
     int o[2], n_o = 0; /* the other two dims */
     for (int d = 0; d < 3; d++)
         if (d != t) o[n_o++] = d;
@@ -102,6 +104,7 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
                 copy_transposed(p, dst, src, t);
                 return;
             }
+    gml_kernel_note(p, "reference (the last dims of both sides are strided)");
     gml_x32_copy__ref(p, dst);
 }
 

@@ -200,32 +200,60 @@ void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_sca
  * tasks in turn (gml_chunk_next), each computed whole by one thread, keys in
  * order: results do not depend on the thread count. */
 
-/* Per thread: q^T, the variant's scratch, and the lane tables; 64-byte
- * aligned pieces. */
+/* K and V are read by the micro-kernels as rows of d contiguous floats (any
+ * row stride). When a tensor's rows are not (a permuted view whose last dim
+ * is strided), each thread packs the [Tk, d] block of the (b, g) it works on
+ * into its scratch, once per (b, g) it meets: the same floats in the same
+ * order, so the result is bitwise the contiguous one. */
+static bool rows_dense(const gml_tensor *t) {
+    return (t->ne[3] == 1 || t->nb[3] == sizeof(float)) && t->nb[2] % sizeof(float) == 0 &&
+           (uintptr_t)t->data % sizeof(float) == 0;
+}
+
+/* Floats of t's packed [Tk, d] block (0 when t is read in place). */
+static size_t packed_floats(const gml_tensor *t) {
+    return rows_dense(t) ? 0 : gml_align_up((size_t)(t->ne[2] * t->ne[3]), GML_ALIGN / sizeof(float));
+}
+
+/* t[b, g, :, :] -> dst [Tk, d], contiguous. */
+static void pack_rows(const gml_tensor *t, int64_t b, int64_t g, float *dst) {
+    const int64_t n = t->ne[2], d = t->ne[3];
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = gml_ptr(t, b, g, j, 0);
+        for (int64_t c = 0; c < d; c++)
+            memcpy(dst + j * d + c, row + c * (int64_t)t->nb[3], sizeof(float));
+    }
+}
+
+/* Per thread: q^T, the variant's scratch, the lane tables and the packed K
+ * and V blocks (when packed); 64-byte aligned pieces. */
 static size_t fast_work_bytes(const gml_tensor *dst) {
     const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->ne[3];
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
-           gml_align_up(tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN);
+           gml_align_up(tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN) +
+           (packed_floats(dst->src[1]) + packed_floats(dst->src[2])) * sizeof(float);
 }
 
-/* K and V rows must be contiguous (any row stride); key counts must fit
- * int32 with room for one more (the AVX2 variant compares j + 1 with them);
- * the variants step their key blocks in size_t, past any count. */
-static bool fast_fits(const gml_tensor *dst) {
-    const gml_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    return (k->ne[3] == 1 || k->nb[3] == sizeof(float)) &&
-           (v->ne[3] == 1 || v->nb[3] == sizeof(float)) && k->nb[2] % sizeof(float) == 0 &&
-           v->nb[2] % sizeof(float) == 0 && k->ne[2] < INT32_MAX &&
-           (!mask || mask->nb[3] % sizeof(float) == 0);
+/* Why the fast kernel cannot take dst (a note naming the reference), or
+ * NULL: key counts must fit int32 with room for one more (the AVX2 variant
+ * compares j + 1 with them); the variants step their key blocks in size_t,
+ * past any count. */
+static const char *fast_refusal(const gml_tensor *dst) {
+    const gml_tensor *k = dst->src[1], *mask = dst->src[3];
+    if (k->ne[2] >= INT32_MAX) return "reference (Tk >= 2^31 - 1)";
+    if (mask && mask->nb[3] % sizeof(float) != 0)
+        return "reference (mask stride not a whole number of floats)";
+    return NULL;
 }
 
 typedef struct flash_variant {
     gml_f32_flash_ukernel *fn;
     size_t tile;
+    const char *name, *packed_name; /* K or V packed */
 } flash_variant;
 
-#define FLASH_ENTRY(isa, fn, tile) {fn, tile},
+#define FLASH_ENTRY(isa, fn, tile) {fn, tile, #fn, #fn " (K/V rows packed)"},
 static flash_variant pick_variant(bool few) {
     static const flash_variant wide[] = {GML_F32_FLASH_UKERNELS(FLASH_ENTRY)};
     static const flash_variant narrow[] = {GML_F32_FLASH_FEW_UKERNELS(FLASH_ENTRY)};
@@ -238,7 +266,9 @@ static flash_variant pick_variant(bool few) {
 #undef FLASH_ENTRY
 
 static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
-    if (!fast_fits(dst)) {
+    const char *refusal = fast_refusal(dst);
+    if (refusal) {
+        gml_kernel_note(p, refusal);
         gml_f32_flash_attn__ref(p, dst);
         return;
     }
@@ -249,6 +279,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
     const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
+    const bool pack_k = !rows_dense(k), pack_v = !rows_dense(v);
+    gml_kernel_note(p, pack_k || pack_v ? var.packed_name : var.name);
 
     char *w = (char *)p->wdata + (size_t)p->ith * fast_work_bytes(dst);
     float *qt = (float *)w;
@@ -258,16 +290,26 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     int32_t *n_keys = (int32_t *)w;
     const float **mask_rows = (const float **)(void *)(n_keys + tile);
     float **out_rows = (float **)(void *)(mask_rows + tile);
+    w += gml_align_up((size_t)tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN);
+    float *k_packed = (float *)w, *v_packed = k_packed + packed_floats(k);
 
-    gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt, .ldk = k->nb[2] / 4,
-                        .ldv = v->nb[2] / 4, .n_keys = n_keys, .mask = mask ? mask_rows : NULL,
+    gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt,
+                        .ldk = pack_k ? (size_t)dk : k->nb[2] / 4,
+                        .ldv = pack_v ? (size_t)dv : v->nb[2] / 4, .n_keys = n_keys,
+                        .mask = mask ? mask_rows : NULL,
                         .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
                         .out = out_rows, .work = work};
+    int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
     for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
         const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
-        a.k = (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
-        a.v = (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
+        if ((pack_k || pack_v) && packed_bg != b * G + g) {
+            if (pack_k) pack_rows(k, b, g, k_packed);
+            if (pack_v) pack_rows(v, b, g, v_packed);
+            packed_bg = b * G + g;
+        }
+        a.k = pack_k ? k_packed : (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
+        a.v = pack_v ? v_packed : (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
         for (int64_t l = 0; l < tile; l++) {
             if (l >= (int64_t)a.nq) { /* idle lane */
                 n_keys[l] = 0;

@@ -70,7 +70,8 @@ void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, co
 }
 
 const gml_gemm_variant gml_gemm_variants[] = {
-#define GML_UKERNEL(isa, fn, mr, nr) {isa, fn, mr, nr, #fn},
+#define GML_UKERNEL(isa, fn, mr, nr) \
+    {isa, fn, mr, nr, #fn, {#fn " (large)", #fn " (rows)", #fn " (rows_t)"}},
 #include "gemm.inc"
 #undef GML_UKERNEL
 };
@@ -471,6 +472,10 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
     float *ap = (float *)p->wdata + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
+    gml_kernel_note(p, pl.path == PATH_GEMV    ? gml_gemv_pick()->name
+                       : pl.path == PATH_ROWS_T ? v->path_names[2]
+                       : pl.path == PATH_ROWS   ? v->path_names[1]
+                                                : v->path_names[0]);
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
         const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
         const int64_t i1 = bi % d->nb1, i0 = bi / d->nb1;

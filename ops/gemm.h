@@ -46,6 +46,8 @@ typedef struct gml_gemm_variant {
     gml_f32_gemm_ukernel_fn fn;
     int mr, nr;
     const char *name;
+    /* name with each path of gml_gemm: "(large)", "(rows)", "(rows_t)" (gemm.c) */
+    const char *path_names[3];
 } gml_gemm_variant;
 
 extern const gml_gemm_variant gml_gemm_variants[];

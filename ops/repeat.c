@@ -29,6 +29,7 @@ static void repeat_runs(const gml_compute_params *p, gml_tensor *dst, const gml_
                         int axis, int reps, int k) {
     gml_x32_copy_ukernel *const copy =
         GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS));
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -61,6 +62,8 @@ static void repeat_last_dim(const gml_compute_params *p, gml_tensor *dst, const 
     gml_x32_repeat_ukernel *const repeat =
         GML_PICK_UKERNEL(GML_X32_REPEAT_UKERNELS, gml_x32_repeat_ukernel);
     const int64_t n = x->ne[3], sx = (int64_t)x->nb[3] / 4;
+    gml_kernel_note(p, sx == 1 || n == 1 ? GML_PICK_UKERNEL_NAME(GML_X32_REPEAT_UKERNELS)
+                                         : "strided loop (x's last dim is strided)");
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -90,6 +93,7 @@ static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *d
     int k = GML_MAX_DIMS;
     while (k > axis + 1 && gml_run_fits(&xo, dst->ne, k - 1, true)) k--;
     if (k == GML_MAX_DIMS) { /* x's last dim strided */
+        gml_kernel_note(p, "reference (x's last dim is strided)");
         gml_x32_repeat_interleave__ref(p, dst);
         return;
     }

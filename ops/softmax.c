@@ -76,32 +76,48 @@ void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
 /* Same as the reference, one micro-kernel call per row. Rows of x and of the
  * mask must be contiguous (last stride one element, or Tk = 1); otherwise
  * the reference runs. */
+/* Rows of x or of the mask that are not contiguous (a permuted or
+ * transposed view, a mask broadcast along the keys) are gathered into the
+ * output row first, as x * scale (+ mask), with the same two roundings the
+ * micro-kernels make (a multiply, then an add: this file is built without
+ * FMA), and the micro-kernel then runs in place with scale 1 and no mask:
+ * bitwise what it gives on the same numbers laid out contiguously. */
 static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *mask = dst->src[1];
     const float scale = gml_param_f32(dst, 0);
     const bool causal = dst->op_params[1] != 0;
     const int64_t tq = dst->ne[2], tk = dst->ne[3];
-    const bool x_rows = x->nb[3] == sizeof(float);
-    const bool mask_rows = !mask || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
-    if (tk > 1 && !(x_rows && mask_rows)) {
-        gml_f32_softmax__ref(p, dst);
-        return;
-    }
+    const bool x_rows = tk == 1 || x->nb[3] == sizeof(float);
+    const bool mask_rows = !mask || tk == 1 || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
+    const bool gather = !(x_rows && mask_rows);
     gml_f32_softmax_ukernel *const ukernel =
         GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
+    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS,
+                                                         GML_UKERNEL_NAME_GATHERED)
+                              : GML_PICK_UKERNEL_NAME(GML_F32_SOFTMAX_UKERNELS));
+    const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i0, i1, i2;
         gml_row_index(dst, r, &i0, &i1, &i2);
-        const float *xr = (const float *)gml_ptr(x, i0, i1, i2, 0);
-        const float *mr = mask ? (const float *)gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1],
-                                                         i2 % mask->ne[2], 0)
-                               : NULL;
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        const char *mr = mask ? gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1], i2 % mask->ne[2], 0)
+                              : NULL;
         float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
         /* keys j < n are visible: causal cuts at i + (Tk - Tq) */
         const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
-        if (n > 0) ukernel((size_t)n, xr, mr, scale, out);
+        if (n > 0 && gather) {
+            for (int64_t j = 0; j < n; j++) {
+                float v = *(const float *)(xr + j * sx) * scale;
+                if (mr) v += *(const float *)(mr + j * sm);
+                out[j] = v;
+            }
+            ukernel((size_t)n, out, NULL, 1.0f, out);
+        } else if (n > 0) {
+            ukernel((size_t)n, (const float *)(const void *)xr,
+                    (const float *)(const void *)mr, scale, out);
+        }
         for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
     }
 }

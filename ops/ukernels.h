@@ -20,6 +20,7 @@
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
 #define GML_UKERNEL_FN(isa, fn, tile) fn,
+#define GML_UKERNEL_NAME(isa, fn, tile) #fn,
 
 /* The variant of `list` (functions of type `type`) for the ISA in effect,
  * as gml_pick_variant chooses it. Kernels take it once per call. */
@@ -27,6 +28,14 @@
     ((type *const[]){list(GML_UKERNEL_FN)}[gml_pick_variant(                         \
         (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
         (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
+/* Its name, "gml_f32_vadd_ukernel__avx512_u32" (a literal: gml_kernel_note);
+ * _AS: as the X-macro X(isa, fn, tile) spells it, e.g. with a path appended. */
+#define GML_PICK_UKERNEL_NAME_AS(list, X)                                            \
+    ((const char *const[]){list(X)}[gml_pick_variant(                                \
+        (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
+        (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
+#define GML_PICK_UKERNEL_NAME(list) GML_PICK_UKERNEL_NAME_AS(list, GML_UKERNEL_NAME)
+#define GML_UKERNEL_NAME_GATHERED(isa, fn, tile) #fn " (strided rows gathered)",
 
 /* A row with no score above -inf: its keys are all masked and it gets
  * zeros, unless a score is NaN (a NaN input, or inf - inf): then the row is

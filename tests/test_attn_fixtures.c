@@ -1,5 +1,5 @@
 /* The attention blocks against PyTorch: every case folder under the fixtures
- * directory (argv[1], ../shared/fixtures beside the checkout) holds
+ * directory (argv[1]: tests/fixtures, written by tests/fixtures/gen_fixtures.py) holds
  * weights.safetensors, inputs (x.npy or q/k/v.npy), the expected out.npy
  * [B, Tq, D] and attn.npy [B, H, Tq, Tk], and `args`, the run-graph command
  * line that reproduces it (block, heads, kv heads, masks, max_rel), which
@@ -26,11 +26,31 @@
 #define TOL_ABS 2e-4
 #define TOL_REL 2e-4
 
-/* The cases gen_fixtures.py writes; each must be there. */
+/* The cases tests/fixtures/gen_fixtures.py writes; each must be there (a
+ * missing one fails). Between them: no mask, causal, valid lengths per batch
+ * [B] and per query [B, Tq] (with 0, rows that see no key), causal with
+ * lengths, cross-attention (Tq != Tk) with lengths, Tk past the fused
+ * kernel's 32-key block, MHA, GQA (G = 1, G < H: both graph forms), relative
+ * positions (with G < H too), biases and nn.MultiheadAttention's names. */
 static const char *const REQUIRED[] = {
-    "mha_seed",         "mha_d2l_cross_validlens", "mha_bias_causal",
-    "mha_torch_native", "gqa_seed_small",          "mqa",
-    "relpos_key",       "relpos_key_value",
+    "mha_seed",
+    "mha_d2l_cross_validlens",
+    "mha_bias_causal",
+    "mha_torch_native",
+    "gqa_seed_small",
+    "mqa",
+    "relpos_key",
+    "relpos_key_value",
+    "mha_validlens",
+    "mha_causal_validlens",
+    "mha_validlens_per_query",
+    "mha_cross_causal_validlens",
+    "mha_cross_validlens_per_query",
+    "mha_long_causal",
+    "gqa_causal_validlens",
+    "gqa_cross_validlens_per_query",
+    "gqa_long_causal_validlens",
+    "relpos_gqa_causal",
 };
 
 typedef struct {
@@ -381,12 +401,12 @@ static int cmp_str(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : getenv("GGMLITE_FIXTURES");
     if (!root) {
-        fprintf(stderr, "usage: test_attn_fixtures FIXTURES_DIR (../shared/fixtures)\n");
+        fprintf(stderr, "usage: test_attn_fixtures FIXTURES_DIR (tests/fixtures)\n");
         return 1;
     }
     DIR *dir = opendir(root);
     if (!dir) {
-        fprintf(stderr, "test_attn_fixtures: cannot open the fixtures directory %s\n", root);
+        fprintf(stderr, "test_attn_fixtures: FAIL: cannot open the fixtures directory %s\n", root);
         return 1;
     }
     /* Every folder with an args file is a case. */

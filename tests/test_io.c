@@ -1,6 +1,6 @@
 /* File I/O: .npy and safetensors readers and writers.
  *
- *   test_io FIXTURES_DIR
+ *   test_io FIXTURES_DIR     (tests/fixtures, written by gen_fixtures.py)
  *
  * - round trips are bit-exact (f32 specials: -0, inf, NaN payloads,
  *   denormals; i32; 1..4 dims, odd sizes), and views (permuted, sliced) are
@@ -315,17 +315,28 @@ typedef struct fixture_case {
     bool bias, native, rel_v;
 } fixture_case;
 
-/* From gen_fixtures.py's PUBLIC list (B, Tq, Tk, D and the weights it
- * saves); heads, kv-heads and max-rel are read from each args file. */
+/* The cases tests/fixtures/gen_fixtures.py writes (B, Tq, Tk, D and the
+ * weights it saves); heads, kv-heads and max-rel are read from each args
+ * file. Every one must be there: a missing file fails. */
 static const fixture_case CASES[] = {
-    {"mha_seed", 2, 10, 10, 512, false, false, false},
-    {"mha_d2l_cross_validlens", 2, 4, 6, 100, false, false, false},
+    {"mha_seed", 2, 10, 10, 40, false, false, false},
+    {"mha_d2l_cross_validlens", 2, 5, 7, 30, false, false, false},
     {"mha_bias_causal", 2, 7, 7, 48, true, false, false},
     {"mha_torch_native", 3, 5, 5, 32, true, true, false},
-    {"gqa_seed_small", 2, 10, 10, 256, false, false, false},
-    {"mqa", 1, 6, 6, 64, false, false, false},
+    {"gqa_seed_small", 2, 10, 10, 48, false, false, false},
+    {"mqa", 2, 7, 7, 40, false, false, false},
     {"relpos_key", 2, 9, 9, 32, false, false, false},
     {"relpos_key_value", 2, 9, 9, 32, false, false, true},
+    {"mha_validlens", 3, 9, 9, 21, false, false, false},
+    {"mha_causal_validlens", 3, 11, 11, 27, true, false, false},
+    {"mha_validlens_per_query", 2, 6, 6, 20, false, false, false},
+    {"mha_cross_causal_validlens", 2, 3, 13, 18, false, false, false},
+    {"mha_cross_validlens_per_query", 2, 4, 19, 14, false, false, false},
+    {"mha_long_causal", 1, 45, 45, 14, false, false, false},
+    {"gqa_causal_validlens", 2, 11, 11, 36, false, false, false},
+    {"gqa_cross_validlens_per_query", 2, 3, 9, 28, true, false, false},
+    {"gqa_long_causal_validlens", 1, 37, 37, 24, false, false, false},
+    {"relpos_gqa_causal", 2, 8, 8, 24, false, false, true},
 };
 
 /* The integer after `flag` in an args line, or dflt. */
@@ -764,8 +775,15 @@ static void test_save_failures(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_io FIXTURES_DIR\n");
+        fprintf(stderr, "usage: test_io FIXTURES_DIR (tests/fixtures)\n");
         return 2;
+    }
+    struct stat fst; /* missing data fails, never skips */
+    const bool have = stat(argv[1], &fst) == 0;
+    if (!have || !S_ISDIR(fst.st_mode)) {
+        fprintf(stderr, "test_io: FAIL: the fixtures directory %s: %s\n", argv[1],
+                have ? "not a directory" : strerror(errno));
+        return 1;
     }
     snprintf(tmpdir, sizeof tmpdir, "test_io.XXXXXX");
     if (!mkdtemp(tmpdir)) {

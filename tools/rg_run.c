@@ -96,13 +96,16 @@ void rg_print_profile(FILE *f, const rg_model *m, const rg_timing *t) {
     for (int i = 0; i < n; i++) total += t->node_ms[i];
     if (total <= 0) total = 1e-12;
     fprintf(f, "profile: mean of %d run%s, node times in graph order\n", t->runs, t->runs == 1 ? "" : "s");
-    fprintf(f, "%5s  %-24s %-17s %-16s %10s %7s\n", "node", "name", "op", "shape", "ms", "share");
+    fprintf(f, "%5s  %-24s %-17s %-16s %10s %7s  %s\n", "node", "name", "op", "shape", "ms", "share",
+            "kernel");
     op_total ops[GML_OP_COUNT] = {{0}};
     for (int i = 0; i < n; i++) {
         const gml_tensor *node = gml_graph_node(m->g, i);
         char s[64];
-        fprintf(f, "%5d  %-24.24s %-17s %-16s %10.4f %6.1f%%\n", i, node->name, gml_op_name(node->op),
-                gml_format_shape(node, s, sizeof s), t->node_ms[i], 100.0 * t->node_ms[i] / total);
+        const char *kernel = gml_graph_node_kernel(m->g, i); /* NULL: a view */
+        fprintf(f, "%5d  %-24.24s %-17s %-16s %10.4f %6.1f%%  %s\n", i, node->name,
+                gml_op_name(node->op), gml_format_shape(node, s, sizeof s), t->node_ms[i],
+                100.0 * t->node_ms[i] / total, kernel ? kernel : "-");
         ops[node->op].op = gml_op_name(node->op);
         ops[node->op].ms += t->node_ms[i];
         ops[node->op].count++;

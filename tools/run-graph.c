@@ -126,6 +126,8 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
             cJSON_AddStringToObject(row, "op", gml_op_name(n->op));
             cJSON_AddItemToObject(row, "shape", shape_json(n));
             cJSON_AddNumberToObject(row, "ms", t->node_ms[i]);
+            const char *kernel = gml_graph_node_kernel(m->g, i);
+            if (kernel) cJSON_AddStringToObject(row, "kernel", kernel);
             cJSON_AddItemToArray(p, row);
         }
     }

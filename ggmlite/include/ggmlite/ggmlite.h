@@ -347,6 +347,14 @@ bool gml_cpu_has(gml_isa isa);
 const char *gml_isa_name(gml_isa isa);
 /* "avx2" -> GML_ISA_AVX2; false if unknown. */
 bool gml_isa_from_name(const char *name, gml_isa *out);
+/* Which code node i (negative: from the end) ran in the last compute of g:
+ * the micro-kernel, XNNPACK-style, with its path when the op has several,
+ * e.g. "gml_f32_flash_ukernel__avx512_x32", "gml_f32_gemm_ukernel__avx2_6x16
+ * (rows)"; "reference" under GML_ISA_REFERENCE, or "reference (why)" when a
+ * fast kernel could not take the node; the op's name for an op with one
+ * kernel. NULL for a node that computes nothing (a view), an index out of
+ * range, or before the first compute. The string lives forever. */
+const char *gml_graph_node_kernel(const gml_graph *g, int i);
 
 /* Called after each node; return false to stop (compute returns
  * GML_ERR_ABORTED). */

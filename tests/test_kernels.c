@@ -1,0 +1,339 @@
+/* Which kernels ran (gml_graph_node_kernel), so that a fast path that
+ * quietly hands its node to the reference kernel fails here.
+ *
+ * For each op family with fast kernels (matmul on each of its four paths,
+ * flash_attn, softmax, add/mul/scale, cont, repeat_interleave) a graph on
+ * strided, permuted, sliced, broadcast and odd-sized inputs is computed
+ * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
+ * those it lacks are skipped with a message) and under the reference
+ * kernels, at 1, 2, 3, 4 and 7 threads. Each node must name the micro-kernel of
+ * that ISA (gml_<type>_<what>_ukernel__<isa>_<tile>) and its path; under
+ * GML_ISA_REFERENCE, "reference". Results: the same bits at every thread
+ * count; within a tight tolerance of the reference kernels' (bitwise for
+ * moves); and where a strided input is packed or gathered (flash_attn's K
+ * and V, softmax's and add/mul's rows), bitwise what the same data made
+ * contiguous gives. The moves that have no fast kernel for a layout (a copy
+ * between two strided last dims, a repeat of a transposed tensor) must say
+ * so in their name. */
+#include "check.h"
+
+/* One node's expected kernel: under an ISA, prefix + isa name + "_" and then
+ * anything up to the suffix (NULL: no path in parentheses); any_isa: the
+ * name is exactly prefix (a family with a single variant). */
+typedef struct expect {
+    const gml_tensor *t;
+    const char *prefix, *suffix;
+    bool any_isa;
+} expect;
+
+/* Pairs that must be bitwise equal (strided vs the same data contiguous). */
+typedef struct same {
+    const gml_tensor *a, *b;
+} same;
+
+static bool names_ok(const char *name, const expect *e, gml_isa isa, char *want, size_t size) {
+    if (isa == GML_ISA_REFERENCE) {
+        snprintf(want, size, "reference");
+        return name && strcmp(name, "reference") == 0;
+    }
+    if (e->any_isa) {
+        snprintf(want, size, "%s", e->prefix);
+        return name && strcmp(name, e->prefix) == 0;
+    }
+    snprintf(want, size, "%s%s_<tile>%s%s", e->prefix, gml_isa_name(isa), e->suffix ? " " : "",
+             e->suffix ? e->suffix : "");
+    const size_t np = strlen(e->prefix), ni = strlen(gml_isa_name(isa));
+    if (!name || strncmp(name, e->prefix, np) != 0 || strncmp(name + np, gml_isa_name(isa), ni) != 0 ||
+        name[np + ni] != '_')
+        return false;
+    const char *paren = strchr(name, '(');
+    if (!e->suffix) return paren == NULL;
+    const size_t ns = strlen(e->suffix), n = strlen(name);
+    return n > ns && strcmp(name + n - ns, e->suffix) == 0 && name[n - ns - 1] == ' ';
+}
+
+/* Computes g under the reference kernels and every ISA the CPU has, at 1, 2,
+ * 3, 4 and 7 threads; checks each expect, the outputs against the reference
+ * kernels' within tol (0: bitwise) and across thread counts (bitwise), and
+ * each pair bitwise. */
+static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const *outs, int n_outs,
+                     double tol, const same *pairs, int n_pairs) {
+    if (!CHECK(g != NULL, "no graph")) return;
+    static const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa saved = gml_get_isa();
+    double *ref[16] = {0};
+    float *first[16] = {0};
+    for (size_t s = 0; s < sizeof isas / sizeof *isas; s++) {
+        if (!gml_cpu_has(isas[s])) {
+            printf("  %s: the CPU lacks %s: its kernels are not checked\n", chk_state.case_name,
+                   gml_isa_name(isas[s]));
+            continue;
+        }
+        if (!CHECK(gml_set_isa(isas[s]) == GML_OK, "gml_set_isa(%s)", gml_isa_name(isas[s]))) continue;
+        for (size_t kth = 0; kth < sizeof CHK_THREADS / sizeof *CHK_THREADS; kth++) {
+            const int nth = CHK_THREADS[kth];
+            snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d thread%s",
+                     gml_isa_name(isas[s]), nth, nth > 1 ? "s" : "");
+            chk_poison_nodes(g);
+            if (!CHECK(gml_graph_compute(g, nth) == GML_OK, "compute: %s", gml_graph_error(g))) continue;
+            for (int i = 0; i < n_ex; i++) {
+                const int node = gml_graph_find(g, ex[i].t);
+                const char *name = gml_graph_node_kernel(g, node);
+                char want[256];
+                CHECK(names_ok(name, &ex[i], isas[s], want, sizeof want),
+                      "node %d '%s' (%s) ran '%s', expected '%s'", node, ex[i].t->name,
+                      gml_op_name(ex[i].t->op), name ? name : "(null)", want);
+            }
+            for (int o = 0; o < n_outs && o < 16; o++) {
+                if (nth == 1) {
+                    free(first[o]);
+                    first[o] = chk_dense(outs[o]);
+                } else {
+                    CHECK_EQUAL(outs[o], first[o], "'%s' differs from the 1-thread result",
+                                outs[o]->name);
+                }
+                if (isas[s] == GML_ISA_REFERENCE && nth == 1) {
+                    const int64_t n = chk_numel(outs[o]);
+                    ref[o] = malloc((size_t)n * sizeof(double));
+                    for (int64_t e = 0; e < n; e++) ref[o][e] = first[o][e];
+                } else if (ref[o] && tol > 0) {
+                    CHECK_CLOSE(outs[o], ref[o], tol, tol, "'%s' against the reference kernels",
+                                outs[o]->name);
+                } else if (ref[o]) {
+                    float *want = malloc((size_t)chk_numel(outs[o]) * sizeof(float));
+                    for (int64_t e = 0; e < chk_numel(outs[o]); e++) want[e] = (float)ref[o][e];
+                    CHECK_EQUAL(outs[o], want, "'%s' against the reference kernels", outs[o]->name);
+                    free(want);
+                }
+            }
+            for (int i = 0; i < n_pairs; i++) {
+                float *b = chk_dense(pairs[i].b);
+                CHECK_EQUAL(pairs[i].a, b, "'%s' (strided inputs) differs from '%s' (the same "
+                            "inputs made contiguous)", pairs[i].a->name, pairs[i].b->name);
+                free(b);
+            }
+        }
+    }
+    chk_state.config[0] = '\0';
+    gml_set_isa(saved);
+    for (int o = 0; o < 16; o++) {
+        free(ref[o]);
+        free(first[o]);
+    }
+}
+
+/* ---- matmul: the four paths of ops/gemm.c ------------------------------------ */
+
+static void test_matmul(void) {
+    chk_rng r = chk_seed(1);
+    gml_context *ctx = chk_ctx(16 << 20);
+    /* Goto's loops (M = 71 > 64), A transposed in storage, B sliced */
+    gml_tensor *a1 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 71, 29}, CHK_TRANSPOSED, "a1", &r, -1, 1);
+    gml_tensor *b1 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){29, 37}, CHK_SLICED, "b1", &r, -1, 1);
+    gml_tensor *large = gml_set_name(gml_matmul(ctx, a1, b1), "large");
+    /* few rows (M = 13), A's outer dims swapped, B reversed */
+    gml_tensor *a2 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 13, 29}, CHK_OUTER_SWAPPED, "a2", &r, -1, 1);
+    gml_tensor *b2 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 29, 19}, CHK_REVERSED, "b2", &r, -1, 1);
+    gml_tensor *rows = gml_set_name(gml_matmul(ctx, a2, b2), "rows");
+    /* few rows against an nn.Linear weight, long K: C^T = W A^T (M = 15 folded) */
+    gml_tensor *x3 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 5, 301}, CHK_SLICED, "x3", &r, -1, 1);
+    gml_tensor *w3 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){37, 301}, CHK_CONTIGUOUS, "w3", &r, -1, 1);
+    gml_tensor *rows_t = gml_set_name(gml_linear(ctx, x3, w3, NULL), "rows_t");
+    /* one to four rows against a weight: matrix-vector */
+    gml_tensor *x4 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){3, 67}, CHK_SLICED, "x4", &r, -1, 1);
+    gml_tensor *w4 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){19, 67}, CHK_CONTIGUOUS, "w4", &r, -1, 1);
+    gml_tensor *gemv = gml_set_name(gml_linear(ctx, x4, w4, NULL), "gemv");
+    gml_tensor *outs[] = {large, rows, rows_t, gemv};
+    gml_graph *g = gml_build_graph(ctx, outs, 4);
+    const expect ex[] = {
+        {large, "gml_f32_gemm_ukernel__", "(large)", false},
+        {rows, "gml_f32_gemm_ukernel__", "(rows)", false},
+        {rows_t, "gml_f32_gemm_ukernel__", "(rows_t)", false},
+        {gemv, "gml_f32_gemv_ukernel__", NULL, false},
+    };
+    chk_case("matmul: large, rows, rows_t and gemv paths on strided operands");
+    run_case(g, ex, 4, outs, 4, 1e-5, NULL, 0);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- flash_attn: K and V rows strided (packed) or contiguous ------------------- */
+
+static void test_flash_attn(int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk, int64_t dk,
+                            bool causal) {
+    chk_rng r = chk_seed((uint64_t)(Tq * 131 + Tk));
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, H, Tq, dk}, CHK_OUTER_SWAPPED, "q", &r, -1, 1);
+    /* K's rows strided (stored [B, G, d_k, Tk]); V all dims reversed */
+    gml_tensor *k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, G, Tk, dk}, CHK_TRANSPOSED, "k", &r, -1, 1);
+    gml_tensor *v = chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, G, Tk, dk + 2}, CHK_REVERSED, "v", &r, -1, 1);
+    gml_tensor *lens = gml_new_tensor_1d(ctx, GML_I32, B);
+    for (int64_t b = 0; b < B; b++) ((int32_t *)lens->data)[b] = (int32_t)(b % 2 ? Tk - 3 : Tk);
+    const float scale = 1.0f / sqrtf((float)dk);
+    gml_tensor *strided = gml_set_name(gml_flash_attn(ctx, q, k, v, NULL, lens, scale, causal), "strided");
+    gml_tensor *kc = gml_cont(ctx, k), *vc = gml_cont(ctx, v);
+    gml_tensor *dense = gml_set_name(gml_flash_attn(ctx, q, kc, vc, NULL, lens, scale, causal), "dense");
+    /* only V strided */
+    gml_tensor *v_only = gml_set_name(gml_flash_attn(ctx, q, kc, v, NULL, lens, scale, causal), "v_only");
+    gml_tensor *outs[] = {strided, dense, v_only};
+    gml_graph *g = gml_build_graph(ctx, outs, 3);
+    const expect ex[] = {
+        {strided, "gml_f32_flash_ukernel__", "(K/V rows packed)", false},
+        {dense, "gml_f32_flash_ukernel__", NULL, false},
+        {v_only, "gml_f32_flash_ukernel__", "(K/V rows packed)", false},
+    };
+    const same pairs[] = {{strided, dense}, {v_only, dense}};
+    chk_case("flash_attn: B %lld H %lld G %lld Tq %lld Tk %lld d_k %lld%s, K and V strided",
+             (long long)B, (long long)H, (long long)G, (long long)Tq, (long long)Tk, (long long)dk,
+             causal ? " causal" : "");
+    run_case(g, ex, 3, outs, 3, 1e-5, pairs, 2);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- softmax: strided rows gathered ---------------------------------------- */
+
+static void test_softmax(void) {
+    chk_rng r = chk_seed(3);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 3, 13, 37}, CHK_TRANSPOSED, "x", &r, -4, 4);
+    gml_tensor *m = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 1, 13, 37}, CHK_TRANSPOSED, "m", &r, -2, 2);
+    gml_tensor *strided = gml_set_name(gml_softmax(ctx, x, m, 0.37f, true), "strided");
+    gml_tensor *dense = gml_set_name(gml_softmax(ctx, gml_cont(ctx, x), gml_cont(ctx, m), 0.37f, true), "dense");
+    /* a mask broadcast along the keys: gathered too */
+    gml_tensor *mk = chk_new_input(ctx, GML_F32, 4, (int64_t[]){1, 3, 13, 1}, CHK_CONTIGUOUS, "mk", &r, -2, 2);
+    gml_tensor *bcast = gml_set_name(gml_softmax(ctx, gml_cont(ctx, x), mk, 1.0f, false), "bcast");
+    gml_tensor *outs[] = {strided, dense, bcast};
+    gml_graph *g = gml_build_graph(ctx, outs, 3);
+    const expect ex[] = {
+        {strided, "gml_f32_softmax_ukernel__", "(strided rows gathered)", false},
+        {dense, "gml_f32_softmax_ukernel__", NULL, false},
+        {bcast, "gml_f32_softmax_ukernel__", "(strided rows gathered)", false},
+    };
+    const same pairs[] = {{strided, dense}};
+    chk_case("softmax: transposed scores and mask, a mask broadcast along the keys");
+    run_case(g, ex, 3, outs, 3, 1e-6, pairs, 1);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- add, mul, scale: runs of the binary micro-kernels ------------------------ */
+
+static void test_binary(void) {
+    chk_rng r = chk_seed(4);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *a = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 7, 33}, CHK_OUTER_SWAPPED, "a", &r, -1, 1);
+    gml_tensor *b = chk_new_input(ctx, GML_F32, 1, (int64_t[]){33}, CHK_SLICED, "b", &r, -1, 1);
+    gml_tensor *c = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 1, 1}, CHK_CONTIGUOUS, "c", &r, -1, 1);
+    gml_tensor *d = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 7, 33}, CHK_SLICED, "d", &r, -1, 1);
+    gml_tensor *add = gml_set_name(gml_add(ctx, a, b), "add");    /* both dense along runs */
+    gml_tensor *mul = gml_set_name(gml_mul(ctx, d, c), "mul");    /* c constant along runs */
+    gml_tensor *addc = gml_set_name(gml_add(ctx, c, a), "addc");  /* the constant first */
+    gml_tensor *scale = gml_set_name(gml_scale(ctx, a, 0.3f), "scale");
+    /* a last dim strided (transposed, odd, longer than the gather stretch):
+     * rows gathered, then the same micro-kernels */
+    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "t", &r, -1, 1);
+    gml_tensor *u = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_REVERSED, "u", &r, -1, 1);
+    gml_tensor *tu = gml_set_name(gml_mul(ctx, t, u), "tu");               /* both gathered */
+    gml_tensor *tc = gml_set_name(gml_add(ctx, t, gml_cont(ctx, u)), "tc"); /* one gathered */
+    gml_tensor *c3 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 1}, CHK_CONTIGUOUS, "c3", &r, -1, 1);
+    gml_tensor *ct = gml_set_name(gml_add(ctx, c3, t), "ct");              /* constant + gathered */
+    gml_tensor *ts = gml_set_name(gml_scale(ctx, t, -1.5f), "ts");
+    gml_tensor *tu_dense = gml_set_name(gml_mul(ctx, gml_cont(ctx, t), gml_cont(ctx, u)), "tu_dense");
+    gml_tensor *outs[] = {add, mul, addc, scale, tu, tc, ct, ts, tu_dense};
+    gml_graph *g = gml_build_graph(ctx, outs, 9);
+    const expect ex[] = {
+        {add, "gml_f32_vadd_ukernel__", NULL, false},
+        {mul, "gml_f32_vmulc_ukernel__", NULL, false},
+        {addc, "gml_f32_vaddc_ukernel__", NULL, false},
+        {scale, "gml_f32_vmulc_ukernel__", NULL, false},
+        {tu, "gml_f32_vmul_ukernel__", "(strided rows gathered)", false},
+        {tc, "gml_f32_vadd_ukernel__", "(strided rows gathered)", false},
+        {ct, "gml_f32_vaddc_ukernel__", "(strided rows gathered)", false},
+        {ts, "gml_f32_vmulc_ukernel__", "(strided rows gathered)", false},
+        {tu_dense, "gml_f32_vmul_ukernel__", NULL, false},
+    };
+    const same pairs[] = {{tu, tu_dense}};
+    chk_case("add, mul, scale on permuted, sliced, transposed and broadcast operands");
+    run_case(g, ex, 9, outs, 9, 0, pairs, 1);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- cont and repeat_interleave -------------------------------------------------- */
+
+static void test_moves(void) {
+    chk_rng r = chk_seed(5);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 3, (int64_t[]){4, 19, 35}, CHK_TRANSPOSED, "x", &r, -1, 1);
+    gml_tensor *y = chk_new_input(ctx, GML_F32, 3, (int64_t[]){4, 19, 35}, CHK_OUTER_SWAPPED, "y", &r, -1, 1);
+    gml_tensor *transposed = gml_set_name(gml_cont(ctx, x), "transposed");
+    gml_tensor *runs = gml_set_name(gml_cont(ctx, y), "runs");
+    gml_tensor *z = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 3, 7, 5}, CHK_OUTER_SWAPPED, "z", &r, -1, 1);
+    gml_tensor *rep_heads = gml_set_name(gml_repeat_interleave(ctx, z, 3, 1), "rep_heads");
+    gml_tensor *w = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 5, 13}, CHK_SLICED, "w", &r, -1, 1);
+    gml_tensor *rep_last = gml_set_name(gml_repeat_interleave(ctx, w, 3, -1), "rep_last");
+    /* what has no fast kernel says so: both last dims strided, a repeat of
+     * a transposed x */
+    gml_tensor *into = gml_transpose(ctx, gml_new_tensor_3d(ctx, GML_F32, 4, 35, 19), -2, -1);
+    gml_tensor *both = gml_set_name(gml_cpy(ctx, x, into), "both");
+    gml_tensor *zt = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 3, 7, 5}, CHK_TRANSPOSED, "zt", &r, -1, 1);
+    gml_tensor *rep_t = gml_set_name(gml_repeat_interleave(ctx, zt, 2, 1), "rep_t");
+    gml_tensor *rep_t_last = gml_set_name(gml_repeat_interleave(ctx, zt, 2, -1), "rep_t_last");
+    gml_tensor *outs[] = {transposed, runs, rep_heads, rep_last, both, rep_t, rep_t_last};
+    gml_graph *g = gml_build_graph(ctx, outs, 7);
+    /* contiguous runs are glibc's memcpy, whatever the ISA (ops/copy.inc) */
+    const expect ex[] = {
+        {transposed, "gml_x32_transpose_ukernel__", NULL, false},
+        {runs, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
+        {rep_heads, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
+        {rep_last, "gml_x32_repeat_ukernel__", NULL, false},
+        {both, "reference (the last dims of both sides are strided)", NULL, true},
+        {rep_t, "reference (x's last dim is strided)", NULL, true},
+        {rep_t_last, "strided loop (x's last dim is strided)", NULL, true},
+    };
+    chk_case("cont, cpy and repeat_interleave on transposed, permuted and sliced inputs");
+    run_case(g, ex, 7, outs, 7, 0, NULL, 0);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- the query itself ------------------------------------------------------------ */
+
+static void test_query(void) {
+    chk_case("gml_graph_node_kernel: views, indices, before the first compute");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *a = gml_new_tensor_2d(ctx, GML_F32, 3, 5);
+    chk_fill_value(a, 1.0f);
+    gml_tensor *t = gml_transpose(ctx, a, 0, 1);
+    gml_tensor *c = gml_cont(ctx, t);
+    gml_tensor *s = gml_scale(ctx, c, 2.0f);
+    gml_graph *g = gml_build_graph(ctx, &s, 1);
+    const int it = gml_graph_find(g, t), is = gml_graph_find(g, s);
+    CHECK(gml_graph_node_kernel(g, is) == NULL, "before any compute: NULL");
+    CHECK(gml_graph_compute(g, 2) == GML_OK, "compute: %s", gml_graph_error(g));
+    CHECK(it >= 0 && gml_graph_node_kernel(g, it) == NULL, "a view computes nothing: NULL");
+    CHECK(gml_graph_node_kernel(g, gml_graph_n_nodes(g)) == NULL, "past the end: NULL");
+    CHECK(gml_graph_node_kernel(g, -1 - gml_graph_n_nodes(g)) == NULL, "before the start: NULL");
+    const char *last = gml_graph_node_kernel(g, -1);
+    CHECK(last && last == gml_graph_node_kernel(g, is), "-1 is the last node: '%s'",
+          last ? last : "(null)");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+int main(void) {
+    const gml_isa best = gml_cpu_has(GML_ISA_AVX512) ? GML_ISA_AVX512
+                         : gml_cpu_has(GML_ISA_AVX2) ? GML_ISA_AVX2
+                                                     : GML_ISA_SCALAR;
+    printf("this CPU's best kernels: %s\n", gml_isa_name(best));
+    test_query();
+    test_matmul();
+    test_flash_attn(2, 6, 3, 7, 41, 9, true);   /* 14 rows per kv head: the few-rows variant */
+    test_flash_attn(1, 4, 2, 37, 70, 5, false); /* 74 rows: the wide one, tails everywhere */
+    test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
+    test_softmax();
+    test_binary();
+    test_moves();
+    return chk_summary();
+}
