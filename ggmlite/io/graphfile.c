@@ -741,3 +741,19 @@ gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *cons
                          : (gml_outfile_abort(&out), gml_errf(err, err_size, "%s: write failed", path));
     return ok ? GML_OK : GML_ERR_IO;
 }
+
+/* ---- the op table ------------------------------------------------------------ */
+
+void gml_write_op_table(FILE *f) {
+    fputs("| op | arguments | result |\n| --- | --- | --- |\n", f);
+    for (int i = 0; i < gml_form_count(); i++) {
+        const gml_op_form *form = gml_form_at(i);
+        fprintf(f, "| `%s(", gml_form_name(form));
+        for (int a = 0; a < gml_form_n_args(form); a++) {
+            const gml_arg_spec *spec = gml_form_arg(form, a);
+            fprintf(f, "%s%s", a ? ", " : "", spec->name);
+            if (spec->optional) fprintf(f, "=%s", spec->def);
+        }
+        fprintf(f, ")` | %s | %s |\n", gml_form_doc_args(form), gml_form_doc_result(form));
+    }
+}
