@@ -269,7 +269,8 @@ static void test_forms(void) {
     }
 }
 
-/* build's checks report whole numbers as written, not cut to an int. */
+/* build's checks report whole numbers as written, not cut to an int; a
+ * number no float holds is an error, not inf. */
 static void test_build_ranges(void) {
     static const struct {
         const char *text, *want;
@@ -289,6 +290,7 @@ static void test_build_ranges(void) {
         {"y = relpos_index(4, 4, 16777217)\noutput y\n",
          "relpos_index: max relative position is 16777217, must be in [0, 16777216]"},
         {"input x f32 [3, 4]\ny = view(x, [2], [1], -1)\noutput y\n", "view(x): negative offset -1"},
+        {"input x f32 [3, 4]\ny = scale(x, 1e39)\noutput y\n", "r.graph:2:14: scale: 's' is 1e+39, past a float"},
         {"input x f32 [3, 4]\ny = view(x, [2, 2], [1])\noutput y\n", "view(x): 2 sizes but 1 strides"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -378,7 +378,9 @@ static bool arg_value(parser *p, const char *op, const gml_arg_spec *spec, gml_a
     case GML_ARG_FLOAT: {
         bool lit;
         double d;
-        return expr(p, &d, &lit, &v->f);
+        if (!expr(p, &d, &lit, &v->f)) return false;
+        if (!isfinite(v->f)) return fail_at(p, col, "%s: '%s' is %g, past a float", op, spec->name, d);
+        return true;
     }
     }
     return false;
