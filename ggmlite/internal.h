@@ -161,12 +161,13 @@ typedef struct gml_op_def {
     double (*flops)(const gml_tensor *dst);              /* NULL: 0 */
     unsigned flags;
 
-    /* The call form: the builder's arguments in order (tensors first, as
-     * the builder takes them), ... */
+    /* The call form: the builder's arguments in its order, the required
+     * ones first (a call is written positional, then name=value), ... */
     const gml_arg_spec *args;
     int n_args;
-    /* ... the builder called with their values, checking what the C types
-     * cannot (ranges of whole numbers, as written: gml_arg_dim) ... */
+    /* ... the builder called with their values (gml_form_build sees that
+     * the required ones are given, the TENSOR ones not NULL), checking what
+     * the C types cannot (whole numbers as written: gml_arg_dim) ... */
     gml_tensor *(*build)(gml_context *ctx, const gml_arg *args);
     /* ... and the values back from a node of the op (NULL for a builder-only
      * form): tensors are its sources, numbers its shape and params. Every

@@ -57,7 +57,15 @@ const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i) {
     return i >= 0 && i < f->def->n_args ? &f->def->args[i] : NULL;
 }
 
+/* A form's build sees every required argument given and every TENSOR one
+ * non-NULL. */
 gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg *args) {
+    for (int i = 0; i < f->def->n_args; i++) {
+        const gml_arg_spec *spec = &f->def->args[i];
+        if (spec->kind == GML_ARG_TENSOR && !args[i].t) return NULL; /* as builders do */
+        if (!spec->optional && !args[i].given)
+            return gml_fail(ctx, "%s: missing argument '%s'", f->name, spec->name);
+    }
     return f->def->build(ctx, args);
 }
 

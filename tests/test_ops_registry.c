@@ -333,6 +333,34 @@ static void test_format(void) {
     gml_free(ctx);
 }
 
+/* gml_form_build straight from C, as a binding would call it. */
+static void test_build_api(void) {
+    chk_case("gml_form_build");
+    gml_context *ctx = chk_ctx(1 << 16);
+    const gml_op_form *f = gml_form_find("permute");
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 4), "x");
+    gml_arg args[GML_MAX_ARGS] = {{.given = true, .t = x}, {.given = true, .list = {1, 0}, .n = 2}};
+    gml_tensor *y = gml_form_build(ctx, f, args);
+    CHECK(y && y->op == GML_OP_PERMUTE && gml_dim(y, 0) == 4, "permute(x, [1, 0]): %s",
+          gml_last_error(ctx));
+    gml_arg back[GML_MAX_ARGS];
+    CHECK(gml_form_get_args(y, back) && back[0].t == x && back[1].n == 2 && back[1].list[0] == 1,
+          "get_args gives the call back");
+    CHECK(!gml_form_get_args(x, back), "a leaf has no arguments");
+    args[0].t = NULL;
+    CHECK(gml_form_build(ctx, f, args) == NULL && !gml_last_error(ctx)[0],
+          "a NULL tensor gives NULL, as builders do: '%s'", gml_last_error(ctx));
+    args[0].t = x;
+    args[1].given = false;
+    CHECK(gml_form_build(ctx, f, args) == NULL, "a required argument left out");
+    CHECK_CONTAINS(gml_last_error(ctx), "permute: missing argument 'axes'");
+    gml_clear_error(ctx);
+    /* flash_attn without q: its default scale would read q's shape */
+    gml_arg fa[GML_MAX_ARGS] = {{.given = true}, {.given = true, .t = x}, {.given = true, .t = x}};
+    CHECK(gml_form_build(ctx, gml_form_find("flash_attn"), fa) == NULL, "flash_attn(NULL, ...)");
+    gml_free(ctx);
+}
+
 /* tools/graphs/README.md's op table is what the registry prints. */
 static void test_readme_table(const char *readme) {
     chk_case("README op table");
@@ -367,6 +395,7 @@ int main(int argc, char **argv) {
     test_every_op();
     test_build_ranges();
     test_format();
+    test_build_api();
     if (argc > 1) test_readme_table(argv[1]);
     else CHECK(false, "usage: test_ops_registry tools/graphs/README.md");
     char cmd[128];

@@ -379,9 +379,11 @@ const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i);
 /* What the arguments are and what the result is, one phrase each (Markdown). */
 const char *gml_form_doc_args(const gml_op_form *f);
 const char *gml_form_doc_result(const gml_op_form *f);
-/* Calls the builder with args[0..n_args-1]; it checks what the C types cannot
- * (an axis of 2^32 is out of range as written, not cut to an int). NULL with
- * the message on ctx, as any builder. */
+/* Calls the builder with args[0..n_args-1] (an optional one not `given`
+ * takes its default); it checks what the C types cannot (an axis of 2^32 is
+ * out of range as written, not cut to an int). NULL with the message on ctx,
+ * as any builder; a NULL tensor argument that is not optional gives NULL and
+ * keeps the first message, as builders do. */
 gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg *args);
 /* The argument values that build node again from its sources: false if node
  * has no form (a leaf). */
