@@ -176,21 +176,21 @@ static void format_strides(const gml_tensor *t, char *buf, size_t size) {
     if (k < size) snprintf(buf + k, size - k, "]");
 }
 
+#define CALL_MAX 1024 /* room for any call but huge lists of huge names: cut then */
+
 static void print_row(FILE *f, const char *kind, int i, const gml_tensor *t, int uses) {
-    char shape[GML_SHAPE_MAX], strides[GML_SHAPE_MAX * 2];
+    char shape[GML_SHAPE_MAX], strides[GML_SHAPE_MAX * 2], call[CALL_MAX];
     gml_format_shape(t, shape, sizeof shape);
     format_strides(t, strides, sizeof strides);
-    fprintf(f, "%-4s %4d  %-28.28s %-17s %-18s %-22s %4d  ", kind, i, t->name,
-            gml_op_name(t->op), shape, strides, uses);
-    for (int s = 0; s < GML_MAX_SRC; s++)
-        if (t->src[s]) fprintf(f, "%s%s", s ? ", " : "", t->src[s]->name);
-    fputc('\n', f);
+    gml_format_node(t, NULL, NULL, call, sizeof call);
+    fprintf(f, "%-4s %4d  %-28.28s %-17s %-18s %-22s %4d  %s\n", kind, i, t->name,
+            gml_op_name(t->op), shape, strides, uses, call);
 }
 
 void gml_graph_print(const gml_graph *g, FILE *f) {
     fprintf(f, "graph: %d nodes, %d leafs (strides in elements)\n", g->n_nodes, g->n_leafs);
     fprintf(f, "%-4s %4s  %-28s %-17s %-18s %-22s %4s  %s\n", "", "#", "name", "op", "shape",
-            "strides", "uses", "sources");
+            "strides", "uses", "call");
     for (int i = 0; i < g->n_leafs; i++)
         print_row(f, "leaf", i, g->leafs[i], gml_graph_use_count(g, g->leafs[i]));
     for (int i = 0; i < g->n_nodes; i++)
@@ -217,9 +217,14 @@ gml_status gml_graph_dump_dot(const gml_graph *g, const char *path) {
                             : gml_op_get(t->op)->flags & GML_OPF_NOOP
                                 ? "shape=ellipse, style=dashed"
                                 : "shape=ellipse, style=filled, fillcolor=\"#f5e6c8\"";
+        char call[CALL_MAX];
         fprintf(f, "  t%d [%s, label=\"", i, style);
         dot_escape(f, t->name);
-        fprintf(f, "\\n%s %s %s\"];\n", gml_op_name(t->op), shape, gml_type_name(t->type));
+        if (gml_format_node(t, NULL, NULL, call, sizeof call) >= 0) {
+            fputs("\\n", f);
+            dot_escape(f, call);
+        }
+        fprintf(f, "\\n%s %s\"];\n", shape, gml_type_name(t->type));
     }
     for (int i = 0; i < g->n_entries; i++) {
         const gml_tensor *t = g->entries[i].t;

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #define GML_ALIGN 64          /* data alignment: one cache line, one zmm */
 #define GML_ERR_MAX 512
@@ -74,14 +75,20 @@ static inline char *gml_ptr(const gml_tensor *t, int64_t i0, int64_t i1, int64_t
            i2 * (int64_t)t->nb[2] + i3 * (int64_t)t->nb[3];
 }
 
-static inline void gml_set_param_f32(gml_tensor *t, int i, float v) {
-    union { float f; int32_t i; } u = {.f = v};
-    t->op_params[i] = u.i;
+/* Op parameters: each op that has any keeps them in a small struct of its
+ * own (no padding: 4- and 8-byte fields in order), copied into op_params
+ * with the rest zeroed, so gml_graph_digest sees the same bytes for the same
+ * values; only the op's file reads and writes them, through these. */
+static inline void gml_set_params(gml_tensor *t, const void *p, size_t size) {
+    memset(t->op_params, 0, sizeof t->op_params);
+    memcpy(t->op_params, p, size);
 }
-static inline float gml_param_f32(const gml_tensor *t, int i) {
-    union { float f; int32_t i; } u = {.i = t->op_params[i]};
-    return u.f;
+static inline void gml_get_params(const gml_tensor *t, void *p, size_t size) {
+    memcpy(p, t->op_params, size);
 }
+#define GML_PARAMS_FIT(type)                                                        \
+    _Static_assert(sizeof(type) <= sizeof(((gml_tensor *)0)->op_params),            \
+                   #type " fits in op_params")
 
 /* Rows of t: every index but the last, flattened. Row r is [i0, i1, i2, :]. */
 static inline int64_t gml_nrows(const gml_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2]; }
@@ -144,21 +151,60 @@ enum {
     GML_OPF_MOVES_VALUES = 8,
 };
 
-/* What the core knows of an op. Defined by each op's file as gml_opdef_<name>. */
+/* What the core knows of an op, defined by each op's file as gml_opdef_<name>
+ * (its name is the one in ops.inc), and of a builder-only form (gml_form_<name>:
+ * a call form, no kernels). The public gml_op_form (registry.c) is an entry
+ * of the list: its name, its op, its def. */
 typedef struct gml_op_def {
-    const char *name;
     gml_kernel_fn forward;    /* fast path: picks its ISA variant itself */
     gml_kernel_fn reference;  /* the plain kernel, kept forever */
     size_t (*work_size)(const gml_tensor *dst, int nth); /* NULL: none */
     double (*flops)(const gml_tensor *dst);              /* NULL: 0 */
     unsigned flags;
+
+    /* The call form: the builder's arguments in its order, the required
+     * ones first (a call is written positional, then name=value), ... */
+    const gml_arg_spec *args;
+    int n_args;
+    /* ... the builder called with their values (gml_form_build sees that
+     * the required ones are given, the TENSOR ones not NULL), checking what
+     * the C types cannot (whole numbers as written: gml_arg_dim) ... */
+    gml_tensor *(*build)(gml_context *ctx, const gml_arg *args);
+    /* ... and the values back from a node of the op (NULL for a builder-only
+     * form): tensors are its sources, numbers its shape and params. Every
+     * optional argument is given (none as t NULL). */
+    void (*get_args)(const gml_tensor *node, gml_arg *args);
+    /* For the op table (Markdown): the arguments, and the result. */
+    const char *doc_args, *doc_result;
 } gml_op_def;
 
+/* The arguments of a call form, with their count. */
+#define GML_ARGS(...) .args = (const gml_arg_spec[]){__VA_ARGS__},                  \
+                      .n_args = (int)(sizeof((const gml_arg_spec[]){__VA_ARGS__}) /    \
+                                      sizeof(gml_arg_spec))
+#define GML_T(n) {n, GML_ARG_TENSOR, false, NULL}            /* a required tensor */
+#define GML_REQ(n, kind) {n, GML_ARG_##kind, false, NULL}    /* a required value */
+#define GML_OPT(n, kind, def) {n, GML_ARG_##kind, true, def} /* optional, default def */
+
 #define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
+#define GML_FORM(name) extern const gml_op_def gml_form_##name;
 #include <ggmlite/ops.inc>
 #undef GML_OP
+#undef GML_FORM
 
 const gml_op_def *gml_op_get(gml_op op);
+
+/* get_args for ops whose arguments are their sources, in order. */
+void gml_args_from_srcs(const gml_tensor *node, gml_arg *args);
+/* For a form's build: the dim or axis d (as written, negative from the end)
+ * of t as an int in [-n, n), or false with "<op>(<t>): <what> <d> is out of
+ * range for a <n>-D input <shape>" recorded. */
+bool gml_arg_dim(gml_context *ctx, const char *op, const gml_tensor *t, const char *what,
+                 int64_t d, int *out);
+/* For a form's build: v in [lo, hi], or false with "<call>: <what> is <v>,
+ * must be in [lo, hi]" recorded (call: "op(t)" or "op" when t is NULL). */
+bool gml_arg_range(gml_context *ctx, const char *op, const gml_tensor *t, const char *what,
+                   int64_t v, int64_t lo, int64_t hi);
 
 /* Splits [0, n) into nth nearly equal parts; part ith is [*start, *end). */
 static inline void gml_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {

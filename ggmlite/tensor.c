@@ -1,25 +1,9 @@
-/* Tensor queries: sizes, strides, contiguity, shapes as text, element access,
- * and the op table. */
+/* Tensor queries: sizes, strides, contiguity, shapes as text, element access. */
 #include "internal.h"
 
 #include <assert.h>
 #include <math.h>
 #include <string.h>
-
-static const gml_op_def *const OP_DEFS[GML_OP_COUNT] = {
-#define GML_OP(id, name) [GML_OP_##id] = &gml_opdef_##name,
-#include <ggmlite/ops.inc>
-#undef GML_OP
-};
-
-const gml_op_def *gml_op_get(gml_op op) {
-    assert((unsigned)op < GML_OP_COUNT);
-    return OP_DEFS[op];
-}
-
-const char *gml_op_name(gml_op op) {
-    return (unsigned)op < GML_OP_COUNT ? OP_DEFS[op]->name : "?";
-}
 
 int64_t gml_nelements(const gml_tensor *t) {
     return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -125,9 +109,6 @@ bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v) {
     if (p) memcpy(p, &v, sizeof v);
     return p != NULL;
 }
-
-/* Leafs: nothing to compute. */
-const gml_op_def gml_opdef_none = {.name = "none", .flags = GML_OPF_NOOP};
 
 bool gml_broadcast_shape(gml_context *ctx, const char *op, const gml_tensor *a,
                          const gml_tensor *b, int64_t ne[GML_MAX_DIMS], int *n_dims) {

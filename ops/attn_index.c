@@ -38,13 +38,6 @@ static void gml_f32_valid_len_mask__ref(const gml_compute_params *p, gml_tensor 
 /* No separate fast kernel: the reference's loop is already vectorized by
  * the compiler and bound by stores; two fills (memset, then -inf) measured
  * slower on [8,1,1024,1024]. */
-const gml_op_def gml_opdef_valid_len_mask = {
-    .name = "valid_len_mask",
-    .forward = gml_f32_valid_len_mask__ref,
-    .reference = gml_f32_valid_len_mask__ref,
-    .flags = GML_OPF_INF_OK,
-};
-
 /* lens i32 [B] or [B, Tq] -> out f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk] */
 gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk) {
     if (!lens) return NULL;
@@ -59,9 +52,40 @@ gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk) {
     return gml_new_op(ctx, GML_OP_VALID_LEN_MASK, GML_F32, 4, ne, &lens, 1);
 }
 
+static gml_tensor *build_valid_len_mask(gml_context *ctx, const gml_arg *v) {
+    return gml_valid_len_mask(ctx, v[0].t, v[1].i);
+}
+
+static void valid_len_mask_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].i = t->ne[3];
+}
+
+const gml_op_def gml_opdef_valid_len_mask = {
+    .forward = gml_f32_valid_len_mask__ref,
+    .reference = gml_f32_valid_len_mask__ref,
+    .flags = GML_OPF_INF_OK,
+    GML_ARGS(GML_T("lens"), GML_REQ("tk", INT)),
+    .build = build_valid_len_mask,
+    .get_args = valid_len_mask_args,
+    .doc_args = "lens i32 `[B]` or `[B, Tq]`",
+    .doc_result = "f32 `[B, 1, 1, tk]` or `[B, 1, Tq, tk]`: 0 where key j < len, -inf elsewhere",
+};
+
+typedef struct relpos_params {
+    int32_t max_rel; /* P, in [0, 2^24] */
+} relpos_params;
+GML_PARAMS_FIT(relpos_params);
+
+static int32_t max_rel_of(const gml_tensor *t) {
+    relpos_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p.max_rel;
+}
+
 /* out [Tq, Tk] i32 = clip(j - i, -P, P) + P */
 static void gml_i32_relpos_index__ref(const gml_compute_params *p, gml_tensor *dst) {
-    const int32_t P = dst->op_params[0];
+    const int32_t P = max_rel_of(dst);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
@@ -77,7 +101,7 @@ static void gml_i32_relpos_index__ref(const gml_compute_params *p, gml_tensor *d
  * j - i + P, 2P right of i + P; plain loops (no ISA variants), which the
  * compiler vectorizes: 6x the reference on [1024,1024]. */
 static void gml_i32_relpos_index(const gml_compute_params *p, gml_tensor *dst) {
-    const int32_t P = dst->op_params[0];
+    const int32_t P = max_rel_of(dst);
     const int64_t tk = dst->ne[3];
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
@@ -91,12 +115,6 @@ static void gml_i32_relpos_index(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
-const gml_op_def gml_opdef_relpos_index = {
-    .name = "relpos_index",
-    .forward = gml_i32_relpos_index,
-    .reference = gml_i32_relpos_index__ref,
-};
-
 gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel) {
     if (max_rel < 0 || max_rel > (1 << 24))
         return gml_fail(ctx, "relpos_index: max relative position %d is out of range [0, 2^24]",
@@ -104,6 +122,33 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
     gml_tensor *t = gml_new_op(ctx, GML_OP_RELPOS_INDEX, GML_I32, 2, (int64_t[]){tq, tk},
                                NULL, 0);
     if (!t) return NULL;
-    t->op_params[0] = max_rel;
+    gml_set_params(t, &(relpos_params){max_rel}, sizeof(relpos_params));
     return t;
 }
+
+/* Sizes in [1, 1e9]: checked here, as written (the builder takes any
+ * int64, the arena says no). */
+static gml_tensor *build_relpos_index(gml_context *ctx, const gml_arg *v) {
+    if (v[0].i < 1 || v[1].i < 1 || v[0].i > 1000000000 || v[1].i > 1000000000)
+        return gml_fail(ctx, "relpos_index: sizes %" PRId64 " x %" PRId64 " out of range [1, 1e9]",
+                        v[0].i, v[1].i);
+    if (!gml_arg_range(ctx, "relpos_index", NULL, "max relative position", v[2].i, 0, 1 << 24))
+        return NULL;
+    return gml_relpos_index(ctx, v[0].i, v[1].i, (int)v[2].i);
+}
+
+static void relpos_index_args(const gml_tensor *t, gml_arg *v) {
+    v[0].i = t->ne[2];
+    v[1].i = t->ne[3];
+    v[2].i = max_rel_of(t);
+}
+
+const gml_op_def gml_opdef_relpos_index = {
+    .forward = gml_i32_relpos_index,
+    .reference = gml_i32_relpos_index__ref,
+    GML_ARGS(GML_REQ("tq", INT), GML_REQ("tk", INT), GML_REQ("max_rel", INT)),
+    .build = build_relpos_index,
+    .get_args = relpos_index_args,
+    .doc_args = "numbers",
+    .doc_result = "i32 `[tq, tk]`: `clip(j - i, -max_rel, max_rel) + max_rel`",
+};

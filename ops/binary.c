@@ -26,12 +26,23 @@
         }                                                                              \
     }
 
+typedef struct scale_params {
+    float s;
+} scale_params;
+GML_PARAMS_FIT(scale_params);
+
+static float scale_of(const gml_tensor *t) {
+    scale_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p.s;
+}
+
 BINARY_KERNEL(gml_f32_add__ref, x + y)
 BINARY_KERNEL(gml_f32_mul__ref, x * y)
 
 static void gml_f32_scale__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *a = dst->src[0];
-    const float s = gml_param_f32(dst, 0);
+    const float s = scale_of(dst);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -187,7 +198,7 @@ static void gml_f32_mul(const gml_compute_params *p, gml_tensor *dst) {
 }
 /* a * s: b is the constant s */
 static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
-    const float s = gml_param_f32(dst, 0);
+    const float s = scale_of(dst);
     gml_run_operand ops[2] = {gml_run_operand_of(dst->src[0]), {.data = (char *)&s}};
     const int k = gml_find_runs(dst->ne, ops, 2, true);
     if (k == GML_MAX_DIMS) {
@@ -198,18 +209,6 @@ static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 static double elementwise_flops(const gml_tensor *dst) { return (double)gml_nelements(dst); }
-
-/* In place (GML_OPF_INPLACE): the thread that writes out[i] reads a[i], and
- * every variant loads a block of a before it stores that block of out. */
-const gml_op_def gml_opdef_add = {.name = "add", .forward = gml_f32_add,
-                                  .reference = gml_f32_add__ref, .flops = elementwise_flops,
-                                  .flags = GML_OPF_INPLACE | GML_OPF_MOVES_VALUES};
-const gml_op_def gml_opdef_mul = {.name = "mul", .forward = gml_f32_mul,
-                                  .reference = gml_f32_mul__ref, .flops = elementwise_flops,
-                                  .flags = GML_OPF_INPLACE};
-const gml_op_def gml_opdef_scale = {.name = "scale", .forward = gml_f32_scale,
-                                    .reference = gml_f32_scale__ref, .flops = elementwise_flops,
-                                    .flags = GML_OPF_INPLACE};
 
 static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;
@@ -238,6 +237,58 @@ gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s) {
     gml_tensor *t = gml_new_op(ctx, GML_OP_SCALE, GML_F32, a->n_dims,
                                a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
     if (!t) return NULL;
-    gml_set_param_f32(t, 0, s);
+    gml_set_params(t, &(scale_params){s}, sizeof(scale_params));
     return t;
 }
+
+/* add(a, none) and mul(a, none) are a: a term or factor left out. */
+static gml_tensor *build_add(gml_context *ctx, const gml_arg *v) {
+    return v[1].t ? gml_add(ctx, v[0].t, v[1].t) : v[0].t;
+}
+static gml_tensor *build_mul(gml_context *ctx, const gml_arg *v) {
+    return v[1].t ? gml_mul(ctx, v[0].t, v[1].t) : v[0].t;
+}
+static gml_tensor *build_scale(gml_context *ctx, const gml_arg *v) {
+    return gml_scale(ctx, v[0].t, v[1].f);
+}
+
+static void scale_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].f = scale_of(t);
+}
+
+/* In place (GML_OPF_INPLACE): the thread that writes out[i] reads a[i], and
+ * every variant loads a block of a before it stores that block of out. */
+const gml_op_def gml_opdef_add = {
+    .forward = gml_f32_add,
+    .reference = gml_f32_add__ref,
+    .flops = elementwise_flops,
+    .flags = GML_OPF_INPLACE | GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("a"), GML_REQ("b", OPT_TENSOR)),
+    .build = build_add,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "broadcast as in PyTorch; b may be `none`",
+    .doc_result = "a + b; with b none: a",
+};
+const gml_op_def gml_opdef_mul = {
+    .forward = gml_f32_mul,
+    .reference = gml_f32_mul__ref,
+    .flops = elementwise_flops,
+    .flags = GML_OPF_INPLACE,
+    GML_ARGS(GML_T("a"), GML_REQ("b", OPT_TENSOR)),
+    .build = build_mul,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "broadcast as in PyTorch; b may be `none`",
+    .doc_result = "a * b; with b none: a",
+};
+const gml_op_def gml_opdef_scale = {
+    .forward = gml_f32_scale,
+    .reference = gml_f32_scale__ref,
+    .flops = elementwise_flops,
+    .flags = GML_OPF_INPLACE,
+    GML_ARGS(GML_T("a"), GML_REQ("s", FLOAT)),
+    .build = build_scale,
+    .get_args = scale_args,
+    .doc_args = "s a number",
+    .doc_result = "a * s",
+};

@@ -108,11 +108,6 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
     gml_x32_copy__ref(p, dst);
 }
 
-const gml_op_def gml_opdef_cont = {.name = "cont", .forward = gml_x32_copy,
-                                   .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
-const gml_op_def gml_opdef_cpy = {.name = "cpy", .forward = gml_x32_copy,
-                                  .reference = gml_x32_copy__ref, .flags = GML_OPF_MOVES_VALUES};
-
 /* a [...] (any strides) -> out [...] contiguous */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
     if (!a) return NULL;
@@ -141,3 +136,27 @@ gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
              GML_MAX_NAME / 2 - 8, a->name);
     return t;
 }
+
+static gml_tensor *build_cont(gml_context *ctx, const gml_arg *v) { return gml_cont(ctx, v[0].t); }
+static gml_tensor *build_cpy(gml_context *ctx, const gml_arg *v) { return gml_cpy(ctx, v[0].t, v[1].t); }
+
+const gml_op_def gml_opdef_cont = {
+    .forward = gml_x32_copy,
+    .reference = gml_x32_copy__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("a")),
+    .build = build_cont,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "any strides",
+    .doc_result = "a contiguous copy",
+};
+const gml_op_def gml_opdef_cpy = {
+    .forward = gml_x32_copy,
+    .reference = gml_x32_copy__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("a"), GML_T("dst")),
+    .build = build_cpy,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "same shape",
+    .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
+};

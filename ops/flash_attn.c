@@ -15,6 +15,18 @@
 
 /* ---- shared by the kernels ---------------------------------------------- */
 
+typedef struct flash_attn_params {
+    float scale;
+    int32_t causal; /* 0 or 1 */
+} flash_attn_params;
+GML_PARAMS_FIT(flash_attn_params);
+
+static flash_attn_params params_of(const gml_tensor *t) {
+    flash_attn_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p;
+}
+
 /* Every thread checks every valid length before computing (B or B Tq
  * numbers), so a bad one is reported the same way whatever the thread
  * count: the first in row-major order. False (reported) if one is outside
@@ -50,7 +62,7 @@ static int64_t visible_keys(const gml_tensor *dst, int64_t b, int64_t i) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *lens = dst->src[4];
     const int64_t tq = q->ne[2], tk = k->ne[2];
     int64_t lim = tk;
-    if (dst->op_params[1]) lim = GML_MAX(0, GML_MIN(lim, i + (tk - tq) + 1));
+    if (params_of(dst).causal) lim = GML_MAX(0, GML_MIN(lim, i + (tk - tq) + 1));
     if (lens) {
         int32_t len;
         memcpy(&len, lens->n_dims == 1 ? gml_ptr(lens, 0, 0, 0, b) : gml_ptr(lens, 0, 0, b, i),
@@ -71,7 +83,7 @@ static size_t ref_work_doubles(const gml_tensor *dst) { return REF_KEY_BLOCK + (
  * blocks of REF_KEY_BLOCK; every product, exp and sum in double. */
 static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const double scale = gml_param_f32(dst, 0);
+    const double scale = params_of(dst).scale;
     const int64_t H = dst->ne[1], dv = dst->ne[3], dk = q->ne[3];
     const int64_t rep = H / k->ne[1]; /* query heads per kv head */
     double *s = (double *)p->wdata + (size_t)p->ith * ref_work_doubles(dst);
@@ -274,7 +286,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     }
     if (!lens_ok(p, dst)) return;
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const float scale = gml_param_f32(dst, 0);
+    const float scale = params_of(dst).scale;
     const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3];
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
     const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
@@ -343,14 +355,6 @@ static double flash_attn_flops(const gml_tensor *dst) {
     return rows * tk * (2.0 * (double)(q->ne[3] + dst->ne[3]) + 5.0);
 }
 
-const gml_op_def gml_opdef_flash_attn = {
-    .name = "flash_attn",
-    .forward = gml_f32_flash_attn,
-    .reference = gml_f32_flash_attn__ref,
-    .work_size = flash_attn_work_size,
-    .flops = flash_attn_flops,
-};
-
 /* ---- builder -------------------------------------------------------------- */
 
 /* q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v], mask broadcastable
@@ -412,7 +416,37 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
         t->nb[2] = t->nb[1] * (size_t)H;
         t->nb[0] = t->nb[2] * (size_t)Tq;
     }
-    gml_set_param_f32(t, 0, scale);
-    t->op_params[1] = causal;
+    gml_set_params(t, &(flash_attn_params){scale, causal}, sizeof(flash_attn_params));
     return t;
 }
+
+/* scale: 1/sqrt(d_k) unless given */
+static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
+    const float scale = v[5].given ? v[5].f : (float)(1.0 / sqrt((double)v[0].t->ne[3]));
+    return gml_flash_attn(ctx, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, scale, v[6].i != 0);
+}
+
+static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
+    const flash_attn_params p = params_of(t);
+    gml_args_from_srcs(t, v); /* q, k, v, mask, valid_lens */
+    v[5].t = NULL;
+    v[5].f = p.scale;
+    v[6].i = p.causal;
+}
+
+const gml_op_def gml_opdef_flash_attn = {
+    .forward = gml_f32_flash_attn,
+    .reference = gml_f32_flash_attn__ref,
+    .work_size = flash_attn_work_size,
+    .flops = flash_attn_flops,
+    GML_ARGS(GML_T("q"), GML_T("k"), GML_T("v"), GML_OPT("mask", OPT_TENSOR, "none"),
+             GML_OPT("valid_lens", OPT_TENSOR, "none"), GML_OPT("scale", FLOAT, "1/sqrt(d_k)"),
+             GML_OPT("causal", BOOL, "false")),
+    .build = build_flash_attn,
+    .get_args = flash_attn_args,
+    .doc_args = "q `[B, H, Tq, d_k]`, k `[B, G, Tk, d_k]`, v `[B, G, Tk, d_v]` (G divides H); "
+                "mask as softmax's; valid_lens i32 `[B]` or `[B, Tq]`",
+    .doc_result = "`[B, H, Tq, d_v]`: softmax(q k^T * scale + masks) v in one op (online "
+                  "softmax, no scores); query head h reads kv head h / (H/G); stored as "
+                  "`[B, Tq, H, d_v]`, so `permute(.., [0, 2, 1, 3])` is contiguous",
+};

@@ -59,10 +59,6 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
-const gml_op_def gml_opdef_get_rows = {.name = "get_rows", .forward = gml_f32_get_rows,
-                                       .reference = gml_f32_get_rows__ref,
-                                       .flags = GML_OPF_MOVES_VALUES};
-
 /* table [N, d] f32, idx [...] i32 (1-D to 3-D) -> out [..., d] */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
     if (!table || !idx) return NULL;
@@ -146,10 +142,6 @@ static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
     set_rows(p, dst, true);
 }
 
-const gml_op_def gml_opdef_set_rows = {
-    .name = "set_rows", .forward = gml_x32_set_rows, .reference = gml_x32_set_rows__ref,
-    .flags = GML_OPF_MOVES_VALUES};
-
 /* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
  * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write */
 gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx) {
@@ -178,3 +170,34 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
     t->src[2] = idx;
     return t;
 }
+
+static gml_tensor *build_get_rows(gml_context *ctx, const gml_arg *v) {
+    return gml_get_rows(ctx, v[0].t, v[1].t);
+}
+
+const gml_op_def gml_opdef_get_rows = {
+    .forward = gml_f32_get_rows,
+    .reference = gml_f32_get_rows__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("table"), GML_T("idx")),
+    .build = build_get_rows,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "table f32 `[N, d]`, idx i32 of any shape (up to 3-D)",
+    .doc_result = "`[..., d]`: `table[idx[...], :]`",
+};
+
+static gml_tensor *build_set_rows(gml_context *ctx, const gml_arg *v) {
+    return gml_set_rows(ctx, v[0].t, v[1].t, v[2].t);
+}
+
+const gml_op_def gml_opdef_set_rows = {
+    .forward = gml_x32_set_rows,
+    .reference = gml_x32_set_rows__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("dst"), GML_T("src"), GML_T("idx")),
+    .build = build_set_rows,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`",
+    .doc_result = "writes src's rows into dst at rows idx (a KV-cache append); the result is dst "
+                  "after the write",
+};

@@ -71,10 +71,6 @@ static double matmul_flops(const gml_tensor *dst) {
     return 2.0 * (double)gml_nelements(dst) * (double)dst->src[0]->ne[3];
 }
 
-const gml_op_def gml_opdef_matmul = {.name = "matmul", .forward = gml_f32_matmul,
-                                     .reference = gml_f32_matmul__ref,
-                                     .work_size = matmul_work_size, .flops = matmul_flops};
-
 /* a [.., M, K] @ b [.., K, N] -> out [.., M, N]; 2-D to 4-D, batch broadcast */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;
@@ -121,3 +117,31 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
     if (y && x->n_dims == 1) y = gml_reshape(ctx, y, 1, (int64_t[]){w->ne[2]});
     return bias ? gml_add(ctx, y, bias) : y;
 }
+
+static gml_tensor *build_matmul(gml_context *ctx, const gml_arg *v) {
+    return gml_matmul(ctx, v[0].t, v[1].t);
+}
+
+const gml_op_def gml_opdef_matmul = {
+    .forward = gml_f32_matmul,
+    .reference = gml_f32_matmul__ref,
+    .work_size = matmul_work_size,
+    .flops = matmul_flops,
+    GML_ARGS(GML_T("a"), GML_T("b")),
+    .build = build_matmul,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast",
+    .doc_result = "`[..., M, N]` (torch.matmul; any strides)",
+};
+
+static gml_tensor *build_linear(gml_context *ctx, const gml_arg *v) {
+    return gml_linear(ctx, v[0].t, v[1].t, v[2].t);
+}
+
+/* Builder-only: its nodes are a matmul and an add, written as such. */
+const gml_op_def gml_form_linear = {
+    GML_ARGS(GML_T("x"), GML_T("w"), GML_OPT("bias", OPT_TENSOR, "none")),
+    .build = build_linear,
+    .doc_args = "x `[..., in]`, w `[out, in]` (nn.Linear), bias `[out]`",
+    .doc_result = "`[..., out]`: written as matmul(x, w^T) (+ add)",
+};

@@ -5,10 +5,25 @@
 
 #include <string.h>
 
+typedef struct repeat_params {
+    int32_t repeats; /* >= 1 */
+    int32_t dim;     /* PyTorch's dim, 0..n_dims-1 */
+} repeat_params;
+GML_PARAMS_FIT(repeat_params);
+
+static repeat_params params_of(const gml_tensor *t) {
+    repeat_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p;
+}
+
+/* The index into ne/nb that dst repeats along. */
+static int axis_of(const gml_tensor *dst) { return gml_axis(dst, params_of(dst).dim); }
+
 /* out[.., j, ..] = x[.., j / repeats, ..] along axis; rows split across threads. */
 static void gml_x32_repeat_interleave__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0];
-    const int axis = dst->op_params[0], reps = dst->op_params[1];
+    const int axis = axis_of(dst), reps = params_of(dst).repeats;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -84,7 +99,7 @@ static void repeat_last_dim(const gml_compute_params *p, gml_tensor *dst, const 
  * when x's dims after the repeated one are dense, else the reference. */
 static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0];
-    const int axis = dst->op_params[0], reps = dst->op_params[1];
+    const int axis = axis_of(dst), reps = params_of(dst).repeats;
     if (axis == GML_MAX_DIMS - 1) {
         repeat_last_dim(p, dst, x, reps);
         return;
@@ -99,13 +114,6 @@ static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *d
     }
     repeat_runs(p, dst, x, axis, reps, k);
 }
-
-const gml_op_def gml_opdef_repeat_interleave = {
-    .name = "repeat_interleave",
-    .forward = gml_x32_repeat_interleave,
-    .reference = gml_x32_repeat_interleave__ref,
-    .flags = GML_OPF_MOVES_VALUES,
-};
 
 /* x [.., n, ..] -> out [.., n * repeats, ..] (dim may be negative) */
 gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim) {
@@ -126,7 +134,33 @@ gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, 
     gml_tensor *t = gml_new_op(ctx, GML_OP_REPEAT_INTERLEAVE, x->type, x->n_dims,
                                ne + GML_MAX_DIMS - x->n_dims, &x, 1);
     if (!t) return NULL;
-    t->op_params[0] = axis;
-    t->op_params[1] = repeats;
+    gml_set_params(t, &(repeat_params){repeats, axis - (GML_MAX_DIMS - x->n_dims)},
+                   sizeof(repeat_params));
     return t;
 }
+
+static gml_tensor *build_repeat_interleave(gml_context *ctx, const gml_arg *v) {
+    int dim;
+    if (!gml_arg_range(ctx, "repeat_interleave", v[0].t, "repeats", v[1].i, 1, INT32_MAX) ||
+        !gml_arg_dim(ctx, "repeat_interleave", v[0].t, "dim", v[2].i, &dim))
+        return NULL;
+    return gml_repeat_interleave(ctx, v[0].t, (int)v[1].i, dim);
+}
+
+static void repeat_interleave_args(const gml_tensor *t, gml_arg *v) {
+    const repeat_params p = params_of(t);
+    v[0].t = t->src[0];
+    v[1].i = p.repeats;
+    v[2].i = p.dim;
+}
+
+const gml_op_def gml_opdef_repeat_interleave = {
+    .forward = gml_x32_repeat_interleave,
+    .reference = gml_x32_repeat_interleave__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("x"), GML_REQ("repeats", INT), GML_REQ("dim", INT)),
+    .build = build_repeat_interleave,
+    .get_args = repeat_interleave_args,
+    .doc_args = "dim negative from the end",
+    .doc_result = "each slice along dim repeated `repeats` times in place",
+};

@@ -4,13 +4,26 @@
 
 #include <math.h>
 
+typedef struct softmax_params {
+    float scale;
+    int32_t causal; /* 0 or 1 */
+} softmax_params;
+GML_PARAMS_FIT(softmax_params);
+
+static softmax_params params_of(const gml_tensor *t) {
+    softmax_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p;
+}
+
 /* Row [i0, i1, i2, :] of x [.., Tq, Tk]: v_j = x_j * scale + mask_j, keys past
  * the causal limit dropped; out = exp(v - max) / sum, or all zeros when every
  * key is masked. Reference: expf per element, double sum. */
 static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *mask = dst->src[1];
-    const float scale = gml_param_f32(dst, 0);
-    const bool causal = dst->op_params[1] != 0;
+    const softmax_params par = params_of(dst);
+    const float scale = par.scale;
+    const bool causal = par.causal != 0;
     const int64_t tq = dst->ne[2], tk = dst->ne[3];
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
@@ -84,8 +97,9 @@ void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
  * bitwise what it gives on the same numbers laid out contiguously. */
 static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *mask = dst->src[1];
-    const float scale = gml_param_f32(dst, 0);
-    const bool causal = dst->op_params[1] != 0;
+    const softmax_params par = params_of(dst);
+    const float scale = par.scale;
+    const bool causal = par.causal != 0;
     const int64_t tq = dst->ne[2], tk = dst->ne[3];
     const bool x_rows = tk == 1 || x->nb[3] == sizeof(float);
     const bool mask_rows = !mask || tk == 1 || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
@@ -124,12 +138,6 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
 
 static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_nelements(dst); }
 
-/* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
- * every variant reads x[j] only in its first pass, before it stores out[j]. */
-const gml_op_def gml_opdef_softmax = {.name = "softmax", .forward = gml_f32_softmax,
-                                      .reference = gml_f32_softmax__ref, .flops = softmax_flops,
-                                      .flags = GML_OPF_INPLACE};
-
 /* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal) {
@@ -146,7 +154,34 @@ gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float
     gml_tensor *t = gml_new_op(ctx, GML_OP_SOFTMAX, GML_F32, x->n_dims,
                                x->ne + GML_MAX_DIMS - x->n_dims, (gml_tensor *[]){x, mask}, 2);
     if (!t) return NULL;
-    gml_set_param_f32(t, 0, scale);
-    t->op_params[1] = causal;
+    gml_set_params(t, &(softmax_params){scale, causal}, sizeof(softmax_params));
     return t;
 }
+
+static gml_tensor *build_softmax(gml_context *ctx, const gml_arg *v) {
+    return gml_softmax(ctx, v[0].t, v[1].t, v[2].given ? v[2].f : 1.0f, v[3].i != 0);
+}
+
+static void softmax_args(const gml_tensor *t, gml_arg *v) {
+    const softmax_params p = params_of(t);
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+    v[2].f = p.scale;
+    v[3].i = p.causal;
+}
+
+/* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
+ * every variant reads x[j] only in its first pass, before it stores out[j]. */
+const gml_op_def gml_opdef_softmax = {
+    .forward = gml_f32_softmax,
+    .reference = gml_f32_softmax__ref,
+    .flops = softmax_flops,
+    .flags = GML_OPF_INPLACE,
+    GML_ARGS(GML_T("x"), GML_OPT("mask", OPT_TENSOR, "none"), GML_OPT("scale", FLOAT, "1"),
+             GML_OPT("causal", BOOL, "false")),
+    .build = build_softmax,
+    .get_args = softmax_args,
+    .doc_args = "x `[..., Tq, Tk]`; mask additive, broadcast to x (0 keep, -inf drop)",
+    .doc_result = "softmax over the last dim of x*scale + mask; causal: query i sees key j iff "
+                  "j <= i + (Tk - Tq); a row with no key left is all 0",
+};

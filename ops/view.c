@@ -5,11 +5,19 @@
 
 #include <string.h>
 
-const gml_op_def gml_opdef_view = {.name = "view", .flags = GML_OPF_NOOP};
-const gml_op_def gml_opdef_reshape = {.name = "reshape", .flags = GML_OPF_NOOP};
-const gml_op_def gml_opdef_permute = {.name = "permute", .flags = GML_OPF_NOOP};
-const gml_op_def gml_opdef_transpose = {.name = "transpose", .flags = GML_OPF_NOOP};
-const gml_op_def gml_opdef_after = {.name = "after", .flags = GML_OPF_NOOP};
+/* A view's shape and strides are its own; its params only what they lose. */
+typedef struct view_params {
+    uint64_t offset; /* bytes into the source's data */
+} view_params;
+GML_PARAMS_FIT(view_params);
+typedef struct permute_params {
+    int32_t axes[GML_MAX_DIMS]; /* out dim i is input dim axes[i], 0..n-1 */
+} permute_params;
+GML_PARAMS_FIT(permute_params);
+typedef struct transpose_params {
+    int32_t d0, d1; /* the swapped dims, 0..n-1 */
+} transpose_params;
+GML_PARAMS_FIT(transpose_params);
 
 static void format_list(char *buf, size_t size, int n, const int64_t *v) {
     size_t k = (size_t)snprintf(buf, size, "[");
@@ -60,12 +68,50 @@ gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t 
                         a->view_offs + last + esize, have, root->name,
                         GML_SHAPE(root, sa));
     gml_tensor *t = gml_new_view(ctx, GML_OP_VIEW, a, n_dims, ne, nb, offset, "view");
-    if (t) {
-        t->op_params[0] = (int32_t)(offset & 0x7fffffff);
-        t->op_params[1] = (int32_t)(offset >> 31);
-    }
+    if (t) gml_set_params(t, &(view_params){offset}, sizeof(view_params));
     return t;
 }
+
+/* In elements: view(a, shape, strides, offset=0). */
+static gml_tensor *build_view(gml_context *ctx, const gml_arg *v) {
+    gml_tensor *a = v[0].t;
+    char s[GML_SHAPE_MAX];
+    if (v[2].n != v[1].n)
+        return gml_fail(ctx, "view(%s): %d sizes but %d strides (input %s)", a->name, v[1].n,
+                        v[2].n, GML_SHAPE(a, s));
+    const size_t es = gml_type_size(a->type); /* whole numbers are < 2^53: no overflow */
+    size_t nb[GML_MAX_DIMS];
+    for (int i = 0; i < v[2].n; i++) {
+        if (v[2].list[i] < 0)
+            return gml_fail(ctx, "view(%s): negative stride %" PRId64, a->name, v[2].list[i]);
+        nb[i] = (size_t)v[2].list[i] * es;
+    }
+    if (v[3].i < 0) return gml_fail(ctx, "view(%s): negative offset %" PRId64, a->name, v[3].i);
+    return gml_view(ctx, a, v[1].n, v[1].list, nb, (size_t)v[3].i * es);
+}
+
+static void view_args(const gml_tensor *t, gml_arg *v) {
+    const size_t es = gml_type_size(t->type);
+    view_params p;
+    gml_get_params(t, &p, sizeof p);
+    v[0].t = t->src[0];
+    v[1].n = v[2].n = t->n_dims;
+    for (int i = 0; i < t->n_dims; i++) {
+        v[1].list[i] = t->ne[GML_MAX_DIMS - t->n_dims + i];
+        v[2].list[i] = (int64_t)(t->nb[GML_MAX_DIMS - t->n_dims + i] / es);
+    }
+    v[3].i = (int64_t)(p.offset / es);
+}
+
+const gml_op_def gml_opdef_view = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("a"), GML_REQ("shape", INTS), GML_REQ("strides", INTS),
+             GML_OPT("offset", INT, "0")),
+    .build = build_view,
+    .get_args = view_args,
+    .doc_args = "sizes, strides in elements, offset in elements",
+    .doc_result = "a view of a's data (no copy); every element must lie inside a",
+};
 
 /* a contiguous [..] -> [ne...] with the same element count; one size may be -1 */
 gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne) {
@@ -113,6 +159,25 @@ gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64
                         "reshaped");
 }
 
+static gml_tensor *build_reshape(gml_context *ctx, const gml_arg *v) {
+    return gml_reshape(ctx, v[0].t, v[1].n, v[1].list);
+}
+
+static void reshape_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].n = t->n_dims;
+    memcpy(v[1].list, t->ne + GML_MAX_DIMS - t->n_dims, (size_t)t->n_dims * sizeof *t->ne);
+}
+
+const gml_op_def gml_opdef_reshape = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("a"), GML_REQ("shape", INTS)),
+    .build = build_reshape,
+    .get_args = reshape_args,
+    .doc_args = "a contiguous; same element count",
+    .doc_result = "a view `[shape]`",
+};
+
 /* a [d0, .., dn-1] -> [d_perm[0], .., d_perm[n-1]] */
 gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm) {
     if (!a) return NULL;
@@ -139,10 +204,42 @@ gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm) {
         nb[i] = a->nb[ax];
     }
     gml_tensor *t = gml_new_view(ctx, GML_OP_PERMUTE, a, n, ne, nb, 0, "permuted");
-    if (t)
-        for (int i = 0; i < n; i++) t->op_params[i] = axes[i];
+    if (t) {
+        permute_params p = {{0}};
+        for (int i = 0; i < n; i++) p.axes[i] = axes[i];
+        gml_set_params(t, &p, sizeof p);
+    }
     return t;
 }
+
+static gml_tensor *build_permute(gml_context *ctx, const gml_arg *v) {
+    gml_tensor *a = v[0].t;
+    char s[GML_SHAPE_MAX];
+    if (v[1].n != a->n_dims)
+        return gml_fail(ctx, "permute(%s): %d axes for a %d-D input %s", a->name, v[1].n,
+                        a->n_dims, GML_SHAPE(a, s));
+    int axes[GML_MAX_DIMS];
+    for (int i = 0; i < v[1].n; i++)
+        if (!gml_arg_dim(ctx, "permute", a, "axis", v[1].list[i], &axes[i])) return NULL;
+    return gml_permute(ctx, a, axes);
+}
+
+static void permute_args(const gml_tensor *t, gml_arg *v) {
+    permute_params p;
+    gml_get_params(t, &p, sizeof p);
+    v[0].t = t->src[0];
+    v[1].n = t->n_dims;
+    for (int i = 0; i < t->n_dims; i++) v[1].list[i] = p.axes[i];
+}
+
+const gml_op_def gml_opdef_permute = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("a"), GML_REQ("axes", INTS)),
+    .build = build_permute,
+    .get_args = permute_args,
+    .doc_args = "PyTorch's order: `out.shape[i] = a.shape[axes[i]]`",
+    .doc_result = "a view",
+};
 
 /* a -> a with dims d0 and d1 swapped */
 gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1) {
@@ -161,12 +258,34 @@ gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1) {
         nb[i] = a->nb[GML_MAX_DIMS - n + src];
     }
     gml_tensor *t = gml_new_view(ctx, GML_OP_TRANSPOSE, a, n, ne, nb, 0, "transposed");
-    if (t) {
-        t->op_params[0] = x0;
-        t->op_params[1] = x1;
-    }
+    if (t) gml_set_params(t, &(transpose_params){x0, x1}, sizeof(transpose_params));
     return t;
 }
+
+static gml_tensor *build_transpose(gml_context *ctx, const gml_arg *v) {
+    int d0, d1;
+    if (!gml_arg_dim(ctx, "transpose", v[0].t, "dim", v[1].i, &d0) ||
+        !gml_arg_dim(ctx, "transpose", v[0].t, "dim", v[2].i, &d1))
+        return NULL;
+    return gml_transpose(ctx, v[0].t, d0, d1);
+}
+
+static void transpose_args(const gml_tensor *t, gml_arg *v) {
+    transpose_params p;
+    gml_get_params(t, &p, sizeof p);
+    v[0].t = t->src[0];
+    v[1].i = p.d0;
+    v[2].i = p.d1;
+}
+
+const gml_op_def gml_opdef_transpose = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("a"), GML_REQ("d0", INT), GML_REQ("d1", INT)),
+    .build = build_transpose,
+    .get_args = transpose_args,
+    .doc_args = "dims (negative from the end)",
+    .doc_result = "a view with d0, d1 swapped",
+};
 
 /* t [...] -> the same view of t's data, with dep as a second source: a graph
  * computes dep before any reader of the result. */
@@ -180,3 +299,22 @@ gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep) {
              GML_MAX_NAME / 2 - 8, dep->name);
     return r;
 }
+
+static gml_tensor *build_after(gml_context *ctx, const gml_arg *v) {
+    return gml_after(ctx, v[0].t, v[1].t);
+}
+
+static void after_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+}
+
+const gml_op_def gml_opdef_after = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("t"), GML_T("dep")),
+    .build = build_after,
+    .get_args = after_args,
+    .doc_args = "any",
+    .doc_result = "t (a view), computed after dep: orders a reader of t after a write into it "
+                  "that the data flow does not show",
+};

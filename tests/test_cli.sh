@@ -308,15 +308,17 @@ expect_ok "--decode summary" mha --seq 4 --d-model 16 --heads 2 --decode 3 --max
 check "--decode summary: tokens/s" grep -qE '^decode  [0-9.]+ tokens/s, [0-9.]+ ms/token' "$T/out"
 check "--decode summary: the cache" grep -qE '^memory  KV cache [0-9.]+ MiB' "$T/out"
 
-# ---- --help, --version -------------------------------------------------------------------
+# ---- --help, --list-ops, --version --------------------------------------------------------
 
 expect_ok "--help" --help
 for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --n --k --causal --valid-lens \
     --weights --input --query --key --value --bind --seed --output --attn-weights --attn-svg --tokens \
     --query-tokens --attn-batch --dot --save-graph --save-inputs --threads --repeat --isa --profile \
-    --nan-trap --print-graph --json --help --version --attn --decode --max-len; do
+    --nan-trap --print-graph --json --help --list-ops --version --attn --decode --max-len; do
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
+expect_ok "--list-ops" --list-ops
+check "--list-ops prints the op table" grep -q '^| `softmax(x, mask=none, scale=1, causal=false)` |' "$T/out"
 expect_ok "--version" --version
 version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/include/ggmlite/ggmlite.h")
 check "--version prints the library's version" grep -qx "run-graph (ggmlite) $version" "$T/out"

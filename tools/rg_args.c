@@ -40,7 +40,7 @@ typedef enum flag_id {
     F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
-    F_JSON, F_HELP, F_VERSION,
+    F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
 } flag_id;
 
 typedef struct flag {
@@ -105,6 +105,7 @@ static const flag FLAGS[] = {
     [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL, "prints the graph's nodes (to stderr with --json)", NULL},
     [F_JSON] = {"--json", NULL, M_ALL, "prints one JSON object on stdout instead of the summary", NULL},
     [F_HELP] = {"--help", NULL, M_ALL, "this text", "Other"},
+    [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL},
 };
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
@@ -308,6 +309,7 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     case F_JSON: o->json = true; return true;
     case F_NAN_TRAP: o->nan_trap = true; return true;
     case F_HELP: print_help(stdout); o->done = true; return true;
+    case F_LIST_OPS: gml_write_op_table(stdout); o->done = true; return true;
     case F_VERSION: printf("run-graph (ggmlite) %s\n", GML_VERSION); o->done = true; return true;
     default: return rg_fail(e, RG_USAGE, "%s: not handled", name);
     }

@@ -1,6 +1,8 @@
 /* Graph files: a line-oriented text form of graphs (see "graph files" in
- * ggmlite.h and tools/graphs/README.md). One table below gives each op its
- * arguments (for the parser) and its text (for the writer). */
+ * ggmlite/io.h and tools/graphs/README.md). What each op takes and how it is
+ * written comes from the op registry (gml_form_*, ggmlite.h): the parser
+ * reads a call's arguments as its form names them and calls its build; the
+ * writer writes each node as gml_format_node does. */
 #include "file.h"
 #include "graph.h"
 #include "hashindex.h"
@@ -13,20 +15,6 @@
 
 #define NAME_MAX_LEN (GML_MAX_NAME - 1)
 #define MAX_DEPTH 100 /* nesting of ( ), unary minus and calls: keeps the recursion off the stack's end */
-#define MAX_ARGS 8
-
-/* ---- values an argument can take ------------------------------------------ */
-
-typedef enum { V_NONE, V_TENSOR, V_NUM, V_LIST, V_BOOL } vkind;
-
-typedef struct value {
-    vkind kind;
-    gml_tensor *t;
-    double num;     /* V_NUM (and V_BOOL as 0/1) */
-    float num_f32;  /* the same number read straight as a float when it was a literal */
-    int64_t list[GML_MAX_DIMS];
-    int list_n;
-} value;
 
 /* ---- the parser ------------------------------------------------------------ */
 
@@ -336,192 +324,6 @@ static bool int_list(parser *p, int64_t *out, int *n) {
     return expect(p, ']');
 }
 
-/* ---- ops: arguments (parser) and text (writer), one row each --------------- */
-
-/* Argument kinds: T tensor, M tensor or none, I whole number, F number,
- * L list of whole numbers, B true/false. */
-typedef struct argspec {
-    const char *name;
-    char kind;
-    bool optional;
-} argspec;
-
-typedef gml_tensor *(*build_fn)(gml_context *ctx, const value *v);
-
-/* Writes the arguments of node t; `ref` names a source. */
-typedef void (*write_fn)(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *),
-                         const void *names);
-
-typedef struct opform {
-    const char *name;
-    gml_op op;        /* the node op it writes; GML_OP_NONE for parse-only forms */
-    argspec args[MAX_ARGS];
-    build_fn build;
-    write_fn write;
-} opform;
-
-static float num_f32(const value *v) { return v->num_f32; }
-
-static gml_tensor *b_view(gml_context *c, const value *v) {
-    size_t nb[GML_MAX_DIMS];
-    if (v[2].list_n != v[1].list_n) {
-        char s[GML_SHAPE_MAX];
-        return gml_fail(c, "view(%s): %d sizes but %d strides (input %s)", v[0].t->name,
-                        v[1].list_n, v[2].list_n, GML_SHAPE(v[0].t, s));
-    }
-    size_t es = gml_type_size(v[0].t->type);
-    for (int i = 0; i < v[2].list_n; i++) {
-        if (v[2].list[i] < 0) return gml_fail(c, "view(%s): negative stride %" PRId64, v[0].t->name, v[2].list[i]);
-        nb[i] = (size_t)v[2].list[i] * es;
-    }
-    if (v[3].num < 0) return gml_fail(c, "view(%s): negative offset %.0f", v[0].t->name, v[3].num);
-    return gml_view(c, v[0].t, v[1].list_n, v[1].list, nb, (size_t)v[3].num * es);
-}
-static gml_tensor *b_reshape(gml_context *c, const value *v) { return gml_reshape(c, v[0].t, v[1].list_n, v[1].list); }
-static gml_tensor *b_permute(gml_context *c, const value *v) {
-    char s[GML_SHAPE_MAX];
-    if (v[1].list_n != v[0].t->n_dims)
-        return gml_fail(c, "permute(%s): %d axes for a %d-D input %s", v[0].t->name, v[1].list_n,
-                        v[0].t->n_dims, GML_SHAPE(v[0].t, s));
-    int axes[GML_MAX_DIMS];
-    for (int i = 0; i < v[1].list_n; i++) axes[i] = (int)GML_MAX(GML_MIN(v[1].list[i], 64), -64);
-    return gml_permute(c, v[0].t, axes);
-}
-static gml_tensor *b_transpose(gml_context *c, const value *v) {
-    return gml_transpose(c, v[0].t, (int)GML_MAX(GML_MIN(v[1].num, 64), -64), (int)GML_MAX(GML_MIN(v[2].num, 64), -64));
-}
-static gml_tensor *b_cont(gml_context *c, const value *v) { return gml_cont(c, v[0].t); }
-static gml_tensor *b_cpy(gml_context *c, const value *v) { return gml_cpy(c, v[0].t, v[1].t); }
-static gml_tensor *b_matmul(gml_context *c, const value *v) { return gml_matmul(c, v[0].t, v[1].t); }
-static gml_tensor *b_linear(gml_context *c, const value *v) { return gml_linear(c, v[0].t, v[1].t, v[2].t); }
-/* add(a, none) and mul(a, none) are a: a term or factor left out. */
-static gml_tensor *b_add(gml_context *c, const value *v) { return v[1].t ? gml_add(c, v[0].t, v[1].t) : v[0].t; }
-static gml_tensor *b_mul(gml_context *c, const value *v) { return v[1].t ? gml_mul(c, v[0].t, v[1].t) : v[0].t; }
-static gml_tensor *b_scale(gml_context *c, const value *v) { return gml_scale(c, v[0].t, num_f32(&v[1])); }
-static gml_tensor *b_softmax(gml_context *c, const value *v) {
-    return gml_softmax(c, v[0].t, v[1].t, v[2].kind == V_NONE ? 1.0f : num_f32(&v[2]), v[3].num != 0);
-}
-static gml_tensor *b_repeat(gml_context *c, const value *v) {
-    if (v[1].num < 1 || v[1].num > INT32_MAX)
-        return gml_fail(c, "repeat_interleave(%s): repeats is %.0f, must be in [1, 2^31)", v[0].t->name, v[1].num);
-    return gml_repeat_interleave(c, v[0].t, (int)v[1].num, (int)GML_MAX(GML_MIN(v[2].num, 64), -64));
-}
-static gml_tensor *b_get_rows(gml_context *c, const value *v) { return gml_get_rows(c, v[0].t, v[1].t); }
-static gml_tensor *b_set_rows(gml_context *c, const value *v) { return gml_set_rows(c, v[0].t, v[1].t, v[2].t); }
-static gml_tensor *b_after(gml_context *c, const value *v) { return gml_after(c, v[0].t, v[1].t); }
-static gml_tensor *b_flash(gml_context *c, const value *v) { /* scale: 1/sqrt(d_k) unless given */
-    float scale = v[5].kind == V_NONE ? (float)(1.0 / sqrt((double)v[0].t->ne[3])) : num_f32(&v[5]);
-    return gml_flash_attn(c, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, scale, v[6].num != 0);
-}
-static gml_tensor *b_len_mask(gml_context *c, const value *v) { return gml_valid_len_mask(c, v[0].t, (int64_t)v[1].num); }
-static gml_tensor *b_relpos(gml_context *c, const value *v) {
-    if (v[0].num < 1 || v[1].num < 1 || v[0].num > 1e9 || v[1].num > 1e9)
-        return gml_fail(c, "relpos_index: sizes %.0f x %.0f out of range [1, 1e9]", v[0].num, v[1].num);
-    if (v[2].num < 0 || v[2].num > (1 << 24))
-        return gml_fail(c, "relpos_index: max relative position %.0f is out of range [0, 2^24]", v[2].num);
-    return gml_relpos_index(c, (int64_t)v[0].num, (int64_t)v[1].num, (int)v[2].num);
-}
-
-/* Writers: print after "name = op(". */
-#define SRC(i) ref(names, t->src[i])
-static void write_list_i64(FILE *f, const int64_t *v, int n) {
-    fputc('[', f);
-    for (int i = 0; i < n; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", v[i]);
-    fputc(']', f);
-}
-static void w_view(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    int64_t ne[GML_MAX_DIMS], nb[GML_MAX_DIMS];
-    size_t es = gml_type_size(t->type);
-    for (int i = 0; i < t->n_dims; i++) {
-        ne[i] = t->ne[GML_MAX_DIMS - t->n_dims + i];
-        nb[i] = (int64_t)(t->nb[GML_MAX_DIMS - t->n_dims + i] / es);
-    }
-    size_t offs = (size_t)(uint32_t)t->op_params[0] | (size_t)(uint32_t)t->op_params[1] << 31;
-    fprintf(f, "%s, ", SRC(0));
-    write_list_i64(f, ne, t->n_dims);
-    fputs(", ", f);
-    write_list_i64(f, nb, t->n_dims);
-    fprintf(f, ", %zu", offs / es);
-}
-static void w_shape(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, ", SRC(0));
-    write_list_i64(f, t->ne + GML_MAX_DIMS - t->n_dims, t->n_dims);
-}
-static void w_permute(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    int64_t ax[GML_MAX_DIMS];
-    for (int i = 0; i < t->n_dims; i++) ax[i] = t->op_params[i];
-    fprintf(f, "%s, ", SRC(0));
-    write_list_i64(f, ax, t->n_dims);
-}
-static void w_transpose(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, %d, %d", SRC(0), (int)t->op_params[0], (int)t->op_params[1]);
-}
-static void w_srcs(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    for (int i = 0; i < GML_MAX_SRC && t->src[i]; i++) fprintf(f, "%s%s", i ? ", " : "", SRC(i));
-}
-static void w_scale(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, %.9g", SRC(0), (double)gml_param_f32(t, 0));
-}
-static void w_softmax(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s", SRC(0));
-    if (t->src[1]) fprintf(f, ", %s", SRC(1));
-    fprintf(f, ", scale=%.9g, causal=%s", (double)gml_param_f32(t, 0), t->op_params[1] ? "true" : "false");
-}
-static void w_repeat(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, %d, %d", SRC(0), (int)t->op_params[1], t->op_params[0] - (GML_MAX_DIMS - t->n_dims));
-}
-static void w_flash(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, %s, %s", SRC(0), SRC(1), SRC(2));
-    if (t->src[3]) fprintf(f, ", mask=%s", SRC(3));
-    if (t->src[4]) fprintf(f, ", valid_lens=%s", SRC(4));
-    fprintf(f, ", scale=%.9g, causal=%s", (double)gml_param_f32(t, 0), t->op_params[1] ? "true" : "false");
-}
-static void w_len_mask(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    fprintf(f, "%s, %" PRId64, SRC(0), t->ne[3]);
-}
-static void w_relpos(FILE *f, const gml_tensor *t, const char *(*ref)(const void *, const gml_tensor *), const void *names) {
-    (void)ref, (void)names;
-    fprintf(f, "%" PRId64 ", %" PRId64 ", %d", t->ne[2], t->ne[3], (int)t->op_params[0]);
-}
-#undef SRC
-
-#define T(n) {n, 'T', false}
-static const opform FORMS[] = {
-    {"view", GML_OP_VIEW, {T("a"), {"shape", 'L', false}, {"strides", 'L', false}, {"offset", 'I', true}}, b_view, w_view},
-    {"reshape", GML_OP_RESHAPE, {T("a"), {"shape", 'L', false}}, b_reshape, w_shape},
-    {"permute", GML_OP_PERMUTE, {T("a"), {"axes", 'L', false}}, b_permute, w_permute},
-    {"transpose", GML_OP_TRANSPOSE, {T("a"), {"d0", 'I', false}, {"d1", 'I', false}}, b_transpose, w_transpose},
-    {"cont", GML_OP_CONT, {T("a")}, b_cont, w_srcs},
-    {"cpy", GML_OP_CPY, {T("a"), T("dst")}, b_cpy, w_srcs},
-    {"matmul", GML_OP_MATMUL, {T("a"), T("b")}, b_matmul, w_srcs},
-    {"linear", GML_OP_NONE, {T("x"), T("w"), {"bias", 'M', true}}, b_linear, NULL},
-    {"add", GML_OP_ADD, {T("a"), {"b", 'M', false}}, b_add, w_srcs},
-    {"mul", GML_OP_MUL, {T("a"), {"b", 'M', false}}, b_mul, w_srcs},
-    {"scale", GML_OP_SCALE, {T("a"), {"s", 'F', false}}, b_scale, w_scale},
-    {"softmax", GML_OP_SOFTMAX, {T("x"), {"mask", 'M', true}, {"scale", 'F', true}, {"causal", 'B', true}}, b_softmax, w_softmax},
-    {"repeat_interleave", GML_OP_REPEAT_INTERLEAVE, {T("x"), {"repeats", 'I', false}, {"dim", 'I', false}}, b_repeat, w_repeat},
-    {"get_rows", GML_OP_GET_ROWS, {T("table"), T("idx")}, b_get_rows, w_srcs},
-    {"valid_len_mask", GML_OP_VALID_LEN_MASK, {T("lens"), {"tk", 'I', false}}, b_len_mask, w_len_mask},
-    {"relpos_index", GML_OP_RELPOS_INDEX, {{"tq", 'I', false}, {"tk", 'I', false}, {"max_rel", 'I', false}}, b_relpos, w_relpos},
-    {"flash_attn", GML_OP_FLASH_ATTN, {T("q"), T("k"), T("v"), {"mask", 'M', true}, {"valid_lens", 'M', true}, {"scale", 'F', true}, {"causal", 'B', true}}, b_flash, w_flash},
-    {"set_rows", GML_OP_SET_ROWS, {T("dst"), T("src"), T("idx")}, b_set_rows, w_srcs},
-    {"after", GML_OP_AFTER, {T("t"), T("dep")}, b_after, w_srcs},
-};
-#undef T
-#define N_FORMS (int)(sizeof FORMS / sizeof *FORMS)
-
-static const opform *form_by_name(const char *name) {
-    for (int i = 0; i < N_FORMS; i++)
-        if (strcmp(FORMS[i].name, name) == 0) return &FORMS[i];
-    return NULL;
-}
-
-static const opform *form_by_op(gml_op op) {
-    for (int i = 0; i < N_FORMS; i++)
-        if (FORMS[i].op == op && FORMS[i].write) return &FORMS[i];
-    return NULL;
-}
-
 /* ---- calls ---------------------------------------------------------------- */
 
 static bool call(parser *p, const char *opname, size_t col, gml_tensor **out);
@@ -547,50 +349,41 @@ static bool tensor_arg(parser *p, gml_tensor **out, bool allow_none) {
     return true;
 }
 
-static bool arg_value(parser *p, const opform *form, const argspec *spec, value *v) {
+static bool arg_value(parser *p, const char *op, const gml_arg_spec *spec, gml_arg *v) {
     size_t col = here(p);
     switch (spec->kind) {
-    case 'T':
-    case 'M':
-        v->kind = V_TENSOR;
-        if (!tensor_arg(p, &v->t, spec->kind == 'M')) return false;
-        if (!v->t) v->kind = V_NONE;
-        return true;
-    case 'L':
-        v->kind = V_LIST;
-        return int_list(p, v->list, &v->list_n);
-    case 'B': { /* true, false, or a whole number: 0 is false (e.g. causal=CAUSAL) */
+    case GML_ARG_TENSOR:
+    case GML_ARG_OPT_TENSOR:
+        return tensor_arg(p, &v->t, spec->kind == GML_ARG_OPT_TENSOR);
+    case GML_ARG_INTS:
+        return int_list(p, v->list, &v->n);
+    case GML_ARG_BOOL: { /* true, false, or a whole number: 0 is false (e.g. causal=CAUSAL) */
         char word[GML_MAX_NAME];
         int after;
-        v->kind = V_BOOL;
         if (peek_ident(p, word, &after) && (!strcmp(word, "true") || !strcmp(word, "false"))) {
             ident(p, word);
-            v->num = word[0] == 't';
+            v->i = word[0] == 't';
             return true;
         }
         int64_t i = 0;
         if (!int_expr(p, &i)) {
             p->failed = false;
-            return fail_at(p, col, "%s: '%s' expects true, false or a whole number", form->name,
-                           spec->name);
+            return fail_at(p, col, "%s: '%s' expects true, false or a whole number", op, spec->name);
         }
-        v->num = i != 0;
+        v->i = i != 0;
         return true;
     }
-    case 'I': {
-        int64_t i = 0;
-        if (!int_expr(p, &i)) return false;
-        v->kind = V_NUM;
-        v->num = (double)i;
-        v->num_f32 = (float)i;
-        return true;
-    }
-    default: { /* 'F' */
+    case GML_ARG_INT:
+        return int_expr(p, &v->i);
+    case GML_ARG_FLOAT: {
         bool lit;
-        v->kind = V_NUM;
-        return expr(p, &v->num, &lit, &v->num_f32);
+        double d;
+        if (!expr(p, &d, &lit, &v->f)) return false;
+        if (!isfinite(v->f)) return fail_at(p, col, "%s: '%s' is %g, past a float", op, spec->name, d);
+        return true;
     }
     }
+    return false;
 }
 
 static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out);
@@ -604,19 +397,19 @@ static bool call(parser *p, const char *opname, size_t col, gml_tensor **out) {
 /* opname(args...) with the cursor on '('. Positional arguments fill the
  * form's arguments in order, then name=value ones any argument. */
 static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **out) {
-    const opform *form = form_by_name(opname);
+    const gml_op_form *form = gml_form_find(opname);
     if (!form) {
         char known[512];
         size_t k = 0;
-        for (int i = 0; i < N_FORMS && k < sizeof known; i++)
-            k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", FORMS[i].name);
+        for (int i = 0; i < gml_form_count() && k < sizeof known; i++)
+            k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "",
+                                  gml_form_name(gml_form_at(i)));
         return fail_at(p, col, "unknown op '%s'; known ops: %s", opname, known);
     }
-    value v[MAX_ARGS];
-    bool given[MAX_ARGS] = {false};
+    const char *name_of = gml_form_name(form);
+    const int n_spec = gml_form_n_args(form);
+    gml_arg v[GML_MAX_ARGS];
     memset(v, 0, sizeof v);
-    int n_spec = 0;
-    while (n_spec < MAX_ARGS && form->args[n_spec].name) n_spec++;
     if (!expect(p, '(')) return false;
     int positional = 0;
     bool keywords = false;
@@ -628,33 +421,34 @@ static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **ou
             if (peek_ident(p, name, &after) && after == '=') {
                 ident(p, name);
                 accept(p, '=');
-                for (slot = 0; slot < n_spec && strcmp(form->args[slot].name, name); slot++) {}
-                if (slot == n_spec) return fail_at(p, acol, "%s has no argument '%s'", form->name, name);
+                for (slot = 0; slot < n_spec && strcmp(gml_form_arg(form, slot)->name, name); slot++) {}
+                if (slot == n_spec) return fail_at(p, acol, "%s has no argument '%s'", name_of, name);
                 keywords = true;
             } else {
                 if (keywords)
-                    return fail_at(p, acol, "%s: a positional argument after name=value ones", form->name);
+                    return fail_at(p, acol, "%s: a positional argument after name=value ones", name_of);
                 if (positional == n_spec)
-                    return fail_at(p, acol, "%s takes at most %d arguments", form->name, n_spec);
+                    return fail_at(p, acol, "%s takes at most %d arguments", name_of, n_spec);
                 slot = positional++;
             }
-            if (given[slot])
-                return fail_at(p, acol, "%s: argument '%s' given twice", form->name, form->args[slot].name);
-            given[slot] = true;
-            if (!arg_value(p, form, &form->args[slot], &v[slot])) return false;
+            if (v[slot].given)
+                return fail_at(p, acol, "%s: argument '%s' given twice", name_of,
+                               gml_form_arg(form, slot)->name);
+            v[slot].given = true;
+            if (!arg_value(p, name_of, gml_form_arg(form, slot), &v[slot])) return false;
         } while (accept(p, ','));
         if (!expect(p, ')')) return false;
     }
     for (int i = 0; i < n_spec; i++)
-        if (!given[i] && !form->args[i].optional)
-            return fail_at(p, col, "%s: missing argument '%s'", form->name, form->args[i].name);
+        if (!v[i].given && !gml_form_arg(form, i)->optional)
+            return fail_at(p, col, "%s: missing argument '%s'", name_of, gml_form_arg(form, i)->name);
     /* A tensor the op needs is none: so is the call (none flows on, as NaN does). */
     for (int i = 0; i < n_spec; i++)
-        if (form->args[i].kind == 'T' && v[i].kind == V_NONE) {
+        if (gml_form_arg(form, i)->kind == GML_ARG_TENSOR && !v[i].t) {
             *out = NULL;
             return true;
         }
-    gml_tensor *t = form->build(p->ctx, v);
+    gml_tensor *t = gml_form_build(p->ctx, form, v);
     if (!t) return fail_at(p, col, "%s", gml_last_error(p->ctx));
     *out = t;
     return true;
@@ -836,7 +630,7 @@ typedef struct namer {
     gml_hashindex taken;         /* the names given so far -> their entry */
 } namer;
 
-static const char *ref_name(const void *n, const gml_tensor *t) {
+static const char *ref_name(void *n, const gml_tensor *t) {
     const namer *nm = n;
     int i = gml_graph_entry(nm->g, t);
     return i < 0 ? "?" : nm->names[i];
@@ -894,10 +688,6 @@ static gml_status name_entries(namer *nm, const char *path, char *err, size_t er
                      path, t->name);
             return GML_ERR_INVALID;
         }
-        if (t->op != GML_OP_NONE && !form_by_op(t->op)) {
-            gml_errf(err, err_size, "%s: op '%s' has no graph-file form", path, gml_op_name(t->op));
-            return GML_ERR_INVALID;
-        }
         if (valid_ident(t->name) && !name_taken(nm, t->name))
             snprintf(nm->names[i], GML_MAX_NAME, "%s", t->name);
         else
@@ -931,25 +721,41 @@ gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *cons
         return GML_ERR_IO;
     }
     FILE *f = out.f;
-    char shape[GML_SHAPE_MAX];
+    char shape[GML_SHAPE_MAX], call[GML_MAX_ARGS * GML_MAX_NAME * 2];
     fprintf(f, "# ggmlite graph 1: %d leafs, %d nodes\n", g->n_leafs, g->n_nodes);
     for (int i = 0; i < g->n_leafs; i++) {
         const gml_tensor *t = g->leafs[i];
         fprintf(f, "%s %s %s ", t->flags & GML_FLAG_PARAM ? "param" : "input", ref_name(&nm, t),
                 gml_type_name(t->type));
-        write_list_i64(f, t->ne + GML_MAX_DIMS - t->n_dims, t->n_dims);
-        fputc('\n', f);
+        fputc('[', f);
+        for (int d = GML_MAX_DIMS - t->n_dims; d < GML_MAX_DIMS; d++)
+            fprintf(f, "%s%" PRId64, d > GML_MAX_DIMS - t->n_dims ? ", " : "", t->ne[d]);
+        fputs("]\n", f);
     }
     for (int i = 0; i < g->n_nodes; i++) {
         const gml_tensor *t = g->nodes[i];
-        const opform *form = form_by_op(t->op);
-        fprintf(f, "%s = %s(", ref_name(&nm, t), form->name);
-        form->write(f, t, ref_name, &nm);
-        fprintf(f, ")  # %s\n", gml_format_shape(t, shape, sizeof shape));
+        gml_format_node(t, ref_name, &nm, call, sizeof call); /* names < 64: it fits */
+        fprintf(f, "%s = %s  # %s\n", ref_name(&nm, t), call, gml_format_shape(t, shape, sizeof shape));
     }
     for (int i = 0; i < n_outputs; i++) fprintf(f, "output %s\n", ref_name(&nm, outputs[i]));
     free(nm.names);
     bool ok = !ferror(f) ? gml_outfile_commit(&out, err, err_size)
                          : (gml_outfile_abort(&out), gml_errf(err, err_size, "%s: write failed", path));
     return ok ? GML_OK : GML_ERR_IO;
+}
+
+/* ---- the op table ------------------------------------------------------------ */
+
+void gml_write_op_table(FILE *f) {
+    fputs("| op | arguments | result |\n| --- | --- | --- |\n", f);
+    for (int i = 0; i < gml_form_count(); i++) {
+        const gml_op_form *form = gml_form_at(i);
+        fprintf(f, "| `%s(", gml_form_name(form));
+        for (int a = 0; a < gml_form_n_args(form); a++) {
+            const gml_arg_spec *spec = gml_form_arg(form, a);
+            fprintf(f, "%s%s", a ? ", " : "", spec->name);
+            if (spec->optional) fprintf(f, "=%s", spec->def);
+        }
+        fprintf(f, ")` | %s | %s |\n", gml_form_doc_args(form), gml_form_doc_result(form));
+    }
 }

@@ -62,11 +62,10 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
  *     output a
  *
  * `input`/`param` declare leafs (the caller binds them to tensors, or they are
- * made in the context); `let` defines a symbol; `NAME = op(args)` applies any
- * builder of this header (view with strides and offset in elements, reshape,
- * permute, transpose, cont, cpy, matmul, linear, add, mul, scale, softmax,
- * repeat_interleave, get_rows, set_rows, valid_len_mask, relpos_index,
- * flash_attn (scale 1/sqrt(d_k) unless given), after); calls nest;
+ * made in the context); `let` defines a symbol; `NAME = op(args)` applies an
+ * op or builder-only form of the registry (gml_form_*, ggmlite.h) with
+ * arguments positional or name=value: the table of them all is in
+ * tools/graphs/README.md ("Ops", made by gml_write_op_table); calls nest;
  * `output` lists results in order. Numbers are expressions over + - * / ( )
  * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
  * takes its value from the bound tensor. A declaration ending in `optional`
@@ -103,9 +102,14 @@ int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *
 int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
                    gml_tensor **outputs, int max_outputs, char *err, size_t err_size);
 /* Writes g's leafs and nodes as graph text (GML_FLAG_PARAM leafs as param,
- * other leafs as input), outputs listed in the given order. */
+ * other leafs as input), outputs listed in the given order; each node as
+ * gml_format_node writes its call. */
 gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
                           int n_outputs, char *err, size_t err_size);
+/* The ops a graph file can call, as the Markdown table of tools/graphs/
+ * README.md: a row per form of the registry, "| `softmax(x, mask=none,
+ * scale=1, causal=false)` | arguments | result |" (run-graph --list-ops). */
+void gml_write_op_table(FILE *f);
 
 #ifdef __cplusplus
 }
