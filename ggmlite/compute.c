@@ -193,7 +193,7 @@ const char *gml_graph_node_kernel(const gml_graph *g, int i) {
     if (st->kernel) return st->kernel;
     const gml_op_def *def = gml_op_get(st->t->op);
     /* no note: the reference kernel (GML_ISA_REFERENCE), or the op's one kernel */
-    return st->fn == def->reference && def->forward != def->reference ? "reference" : def->name;
+    return st->fn == def->reference && def->forward != def->reference ? "reference" : gml_op_name(st->t->op);
 }
 
 /* The NaN/Inf trap: the first non-finite element of t, as an index. */
