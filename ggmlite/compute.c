@@ -2,7 +2,11 @@
  * same list of the nodes that compute (views cost nothing, not even a
  * barrier); for each, every thread runs the kernel on its own share, then all
  * meet at a barrier. A kernel failure stops every thread after the node. The
- * node callback and the NaN trap run on thread 0 between two barriers. */
+ * node callback and the NaN trap run on thread 0 between two barriers.
+ *
+ * Kernels run on the graph's own copies of the tensor headers (g->bound),
+ * rebound at each compute: the headers, which other graphs may share, are
+ * only read. */
 #include "graph.h"
 #include "threadpool.h"
 
@@ -67,6 +71,31 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
 
 const char *gml_graph_error(const gml_graph *g) { return g->err; }
 
+/* ---- binding ------------------------------------------------------------- */
+
+void gml_graph_bind(gml_graph *g) {
+    for (int e = 0; e < g->n_entries; e++) {
+        gml_tensor c;
+        memcpy(&c, g->entries[e].t, sizeof c);
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            if (c.src[s]) c.src[s] = &g->bound[gml_graph_entry(g, c.src[s])]; /* always in g */
+        if (c.view_src) {
+            const int r = gml_graph_entry(g, c.view_src);
+            if (r >= 0) c.view_src = &g->bound[r];
+        }
+        c.data = gml_entry_data(g, e);
+        /* No write when nothing changed: readers of a result (gml_graph_tensor)
+         * never see a store they did not expect. */
+        if (memcmp(&g->bound[e], &c, sizeof c) != 0) memcpy(&g->bound[e], &c, sizeof c);
+    }
+}
+
+const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t) {
+    if (!g || !t) return NULL;
+    const int e = gml_graph_entry(g, t);
+    return e < 0 ? NULL : &g->bound[e];
+}
+
 void gml_graph_release_compute(gml_graph *g) {
     free(g->work);
     g->work = NULL;
@@ -86,17 +115,13 @@ gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
     return st;
 }
 
-/* Every tensor must have data before anything runs. A view's data is its
- * storage owner's plus its offset, taken afresh here: the owner may have got
- * its data after the view was made (a no_alloc graph whose inputs the user
- * places by hand, before or after planning). */
+/* Every tensor must have data before anything runs: binds the graph's
+ * copies afresh (the user may have placed an input, or re-pointed one, since
+ * the last compute), then checks them. */
 static gml_status check_data(gml_graph *g) {
+    gml_graph_bind(g);
     for (int i = 0; i < g->n_entries; i++) {
-        gml_tensor *t = g->entries[i].t;
-        if (t->view_src && t->view_src->data) {
-            char *data = (char *)t->view_src->data + t->view_offs;
-            if (t->data != data) t->data = data; /* no write when it holds: graphs share tensors */
-        }
+        const gml_tensor *t = &g->bound[i];
         if (t->data) continue;
         char shape[GML_SHAPE_MAX];
         return gml_graph_fail(g, GML_ERR_INVALID,
@@ -174,7 +199,8 @@ static gml_status prepare_steps(gml_graph *g) {
         const gml_op_def *def = gml_op_get(g->nodes[i]->op);
         if (def->flags & GML_OPF_NOOP) continue;
         g->steps[g->n_steps++] = (struct gml_step){
-            .fn = reference ? def->reference : def->forward, .t = g->nodes[i], .node = i};
+            .fn = reference ? def->reference : def->forward,
+            .t = &g->bound[gml_graph_entry(g, g->nodes[i])], .node = i};
     }
     return GML_OK;
 }
@@ -237,10 +263,11 @@ static bool trapped(const gml_tensor *t, bool neg_inf_ok, int64_t idx[GML_MAX_DI
 }
 
 /* The checks after nodes [first, end) are done (on thread 0, the others
- * waiting): the NaN trap on each that computes, then the callback on each. */
+ * waiting): the NaN trap on each that computes, then the callback on each.
+ * Both see the graph's bound copy of the node (its data the graph's). */
 static gml_status check_nodes(gml_graph *g, int first, int end) {
     for (int i = first; i < end; i++) {
-        gml_tensor *node = g->nodes[i];
+        const gml_tensor *node = &g->bound[gml_graph_entry(g, g->nodes[i])];
         if (g->nan_trap && !(gml_op_get(node->op)->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
             int64_t idx[GML_MAX_DIMS];
             float v;

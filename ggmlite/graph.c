@@ -123,6 +123,10 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
             outputs[i]->flags |= GML_FLAG_OUTPUT;
             g->entries[lookup(g, outputs[i])].uses++;
         }
+        /* The graph's copies of the headers, bound now so that
+         * gml_graph_tensor has them before any plan or compute. */
+        ok = (g->bound = calloc((size_t)g->n_entries, sizeof *g->bound)) != NULL;
+        if (ok) gml_graph_bind(g);
     }
     if (!ok) {
         gml_graph_free(g);
@@ -136,6 +140,7 @@ void gml_graph_free(gml_graph *g) {
     if (!g) return;
     gml_graph_release_compute(g);
     gml_graph_release_plan(g);
+    free(g->bound);
     free(g->nodes);
     free(g->leafs);
     free(g->entries);

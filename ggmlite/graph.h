@@ -5,6 +5,7 @@
 #include "hashindex.h"
 #include "internal.h"
 
+
 struct gml_graph_entry {
     gml_tensor *t;
     int uses; /* consumer edges, +1 if an output */
@@ -25,6 +26,14 @@ struct gml_graph {
     int n_entries, entries_cap;
     gml_hashindex entry_index;
 
+    /* The graph's own copies of its tensors' headers, [n_entries], made with
+     * the graph: bound[e] is entries[e].t as of the last bind, its src[] and
+     * view_src pointing at the copies (a view_src outside the graph stays the
+     * header) and its data the one the graph computes with (gml_entry_data).
+     * Kernels, the NaN trap and the callback see these, never the headers,
+     * which other graphs may share. */
+    gml_tensor *bound;
+
     /* compute */
     gml_node_callback callback;
     void *callback_user;
@@ -36,17 +45,20 @@ struct gml_graph {
     bool *neg_inf_ok;       /* [n_nodes]: -inf may be in the node by design (NaN trap) */
     char err[GML_ERR_MAX];
 
-    /* memory plan (plan.c) */
-    void *plan_buffer;        /* owned, or NULL */
-    gml_tensor **plan_placed; /* tensors whose data the plan set */
-    int n_plan_placed;
+    /* memory plan (plan.c): where the plan put each entry. The headers are
+     * never written: a placed tensor's header keeps data == NULL. */
+    void *plan_buffer;  /* owned, or NULL */
+    char *plan_base;    /* the buffer placed into (owned or the caller's); NULL: no plan */
+    size_t *plan_offs;  /* [n_entries]: offset in plan_base, or GML_UNPLACED */
     size_t plan_peak, plan_naive;
 };
+
+#define GML_UNPLACED SIZE_MAX
 
 /* One node that computes: the kernel compute runs on it (ISA-dependent). */
 struct gml_step {
     gml_kernel_fn fn;
-    gml_tensor *t;
+    gml_tensor *t; /* the graph's bound copy of the node */
     int node; /* index among the graph's nodes */
 };
 
@@ -60,5 +72,14 @@ void gml_graph_release_compute(gml_graph *g);
 /* Frees the memory plan's buffer and lists, touching no tensor: the context
  * may be gone already (plan.c). */
 void gml_graph_release_plan(gml_graph *g);
+/* The data entry e has in g's computes: for a root, its header's data if it
+ * has some (the user's or an allocating context's; it wins over the plan),
+ * else its planned address, else NULL; for a view, its root's (bound the same
+ * way, inside the graph or not) plus view_offs, or the view's own header data
+ * when the root has none (plan.c). */
+void *gml_entry_data(const gml_graph *g, int e);
+/* Refreshes every bound copy from its header (writing only what changed, so
+ * that a steady state writes nothing) and binds its data (compute.c). */
+void gml_graph_bind(gml_graph *g);
 
 #endif

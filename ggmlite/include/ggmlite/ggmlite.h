@@ -60,6 +60,13 @@
  *   only headers are made (data == NULL) and a planner or the user places data
  *   later; gml_mem_required tells how large an allocating arena would need to
  *   be for everything created so far, in either mode.
+ *   Tensors describe, graphs execute: a tensor's `data` is the data the user
+ *   (or an allocating context) gave it, and nothing else ever writes it. A
+ *   tensor the memory planner placed keeps data == NULL in its header: the
+ *   place belongs to the graph that was planned (several graphs over shared
+ *   tensors each have their own), and gml_graph_data(g, t) gives it. It
+ *   stays valid until that graph is planned again or freed. A header that has
+ *   data when a graph computes always wins over that graph's plan.
  *
  * - THREADS. Results do not depend on the thread count: every output element
  *   is computed by one thread in a fixed order.
@@ -348,8 +355,12 @@ const char *gml_isa_name(gml_isa isa);
 /* "avx2" -> GML_ISA_AVX2; false if unknown. */
 bool gml_isa_from_name(const char *name, gml_isa *out);
 
-/* Called after each node; return false to stop (compute returns
- * GML_ERR_ABORTED). */
+/* Called after each node, on the thread that called compute; return false
+ * to stop (compute returns GML_ERR_ABORTED). node is the graph's bound copy
+ * of the node, gml_graph_tensor(g, gml_graph_node(g, index)): node->data
+ * (and node->src[i]->data) are the data this graph computes with, readable
+ * with gml_get_f32 and friends even where the header has none (a planned
+ * tensor). Compare names or the index, not node with a header pointer. */
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
@@ -361,10 +372,30 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
 /* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
  * the process-wide pool below. Results are bitwise the same for any count.
- * Every tensor needs data: allocate the context, or plan the graph. */
+ * Every tensor needs data: allocate the context, or plan the graph. Each
+ * compute binds the graph's data afresh: a tensor whose header has data then
+ * uses it (an input re-pointed between computes), any other one its place
+ * in this graph's plan; a view, its source's plus its offset. Kernels run on
+ * the graph's own copies of the headers and never write a header. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
-/* The message of the last failed compute ("" when none). */
+/* The message of the last failed compute or plan of g ("" when none). */
 const char *gml_graph_error(const gml_graph *g);
+
+/* The data t has in g's computes: the header's data if it has some, else
+ * its place in g's plan (for a view, its source's plus its offset), NULL if
+ * t is not in g or has none (not planned, measure_only). For a planned
+ * tensor this is where g's compute writes it (outputs) and reads it (inputs:
+ * fill them here, after planning); valid until g is planned again or freed.
+ * Two graphs sharing t may give two different addresses. */
+void *gml_graph_data(const gml_graph *g, const gml_tensor *t);
+/* g's own copy of t's header (NULL if t is not in g): the same shape,
+ * strides, name and op, its data the one g computes with, its src[] and
+ * view_src g's copies too. Read results through it with gml_get_f32,
+ * gml_get_i32 or the strides, e.g. gml_get_f32(gml_graph_tensor(g, y), idx).
+ * The copy is refreshed by gml_graph_plan and at the start of each compute
+ * (so after changing a header, plan or compute before reading it); it lives
+ * as long as g. Do not read it while another thread computes g. */
+const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t);
 
 /* ---- threads ---------------------------------------------------------------
  * gml_graph_compute runs on a process-wide pool of worker threads, made by
@@ -410,7 +441,14 @@ void gml_threadpool_shutdown(void);
  *   - an elementwise node (add, mul, scale, softmax) may write over its first
  *     source when the node is that source's last use and the sizes match.
  * Offsets are 64-byte aligned. Tensors that already have data keep it.
- * Placed data stays valid until the graph is freed or planned again. */
+ * The plan is the graph's own: no tensor header is written (a placed tensor's
+ * data stays NULL); gml_graph_data(g, t) gives a placed tensor's address,
+ * gml_graph_tensor(g, t) a header that points there. Placed data stays valid
+ * until the graph is freed or planned again. What gets a place is decided
+ * from the headers at plan time; a header given data after planning wins at
+ * compute (plan again to drop the place it no longer needs). Graphs sharing
+ * tensors plan, compute, re-plan and free in any order; a graph may also be
+ * freed after its context (it touches no tensor then). */
 typedef struct gml_plan_options {
     bool no_reuse;      /* debugging: every tensor its own memory; the
                            environment variable GGMLITE_PLAN_NOREUSE=1 forces it */
