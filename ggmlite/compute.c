@@ -6,7 +6,7 @@
  *
  * Kernels run on the graph's own copies of the tensor headers (g->bound),
  * rebound at each compute: the headers, which other graphs may share, are
- * only read. */
+ * only read. A graph computes (or plans) once at a time: its lock. */
 #include "graph.h"
 #include "threadpool.h"
 
@@ -69,7 +69,51 @@ void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user) {
 
 void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
 
-const char *gml_graph_error(const gml_graph *g) { return g->err; }
+/* ---- one compute of a graph at a time ------------------------------------- */
+
+/* The graphs this thread is computing, innermost first: a node callback that
+ * starts a compute runs inside its caller's. On the computing thread's stack. */
+struct computing {
+    const gml_graph *g;
+    const struct computing *up;
+};
+static _Thread_local const struct computing *computing;
+
+/* A compute or plan refused because the graph was busy: its message belongs
+ * to the refused thread (g->err belongs to the running compute), so it is
+ * kept here and gml_graph_error shows it to this thread only, until this
+ * thread next computes or plans that graph. Graphs are told apart by id, not
+ * by address: a freed graph's address comes back. */
+static _Thread_local struct {
+    uint64_t id;
+    char msg[GML_ERR_MAX];
+} refused;
+
+gml_status gml_graph_lock(gml_graph *g, const char *what) {
+    if (!computing) {
+        pthread_mutex_lock(&g->mu); /* takes turns; this thread holds no graph */
+    } else if (pthread_mutex_trylock(&g->mu) != 0) {
+        /* Inside a compute (a node callback): waiting could deadlock, on this
+         * very graph or on the pool this thread holds. */
+        bool mine = false;
+        for (const struct computing *c = computing; c && !mine; c = c->up) mine = c->g == g;
+        snprintf(refused.msg, sizeof refused.msg, "%s: %s", what,
+                 mine ? "the graph is being computed by this thread already (a node callback "
+                        "cannot compute or plan its own graph)"
+                      : "graph is being computed by another thread (a node callback cannot "
+                        "wait for it)");
+        refused.id = g->id;
+        return GML_ERR_INVALID;
+    }
+    if (refused.id == g->id) refused.id = 0;
+    return GML_OK;
+}
+
+void gml_graph_unlock(gml_graph *g) { pthread_mutex_unlock(&g->mu); }
+
+const char *gml_graph_error(const gml_graph *g) {
+    return refused.id == g->id ? refused.msg : g->err;
+}
 
 /* ---- binding ------------------------------------------------------------- */
 
@@ -317,7 +361,8 @@ static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n
     return GML_OK;
 }
 
-static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
+/* Computes g, its lock held. */
+static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threads) {
     g->err[0] = '\0';
     if (n_threads < 1 || n_threads > GML_MAX_THREADS)
         return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
@@ -341,11 +386,25 @@ static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
     return st;
 }
 
-gml_status gml_graph_compute(gml_graph *g, int n_threads) { return compute(g, NULL, n_threads); }
+/* pool NULL: the default pool, unless pooled (gml_graph_compute_pool). */
+static gml_status compute(gml_graph *g, gml_threadpool *pool, bool pooled, int n_threads) {
+    gml_status st = gml_graph_lock(g, "compute");
+    if (st != GML_OK) return st;
+    const struct computing frame = {g, computing};
+    computing = &frame;
+    if (pooled && !pool) st = gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
+    else st = compute_locked(g, pool, n_threads);
+    computing = frame.up;
+    gml_graph_unlock(g);
+    return st;
+}
+
+gml_status gml_graph_compute(gml_graph *g, int n_threads) {
+    return compute(g, NULL, false, n_threads);
+}
 
 gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
-    if (!pool) return gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
-    return compute(g, pool, gml_threadpool_n_threads(pool));
+    return compute(g, pool, true, gml_threadpool_n_threads(pool));
 }
 
 gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,

@@ -5,6 +5,7 @@
 #include "hashindex.h"
 #include "internal.h"
 
+#include <pthread.h>
 
 struct gml_graph_entry {
     gml_tensor *t;
@@ -14,6 +15,9 @@ struct gml_graph_entry {
 
 struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
+    uint64_t id;      /* unique in the process, never 0 (compute.c's thread-local messages) */
+    /* Held by a compute or a plan of this graph: one at a time (compute.c). */
+    pthread_mutex_t mu;
 
     gml_tensor **nodes; /* topological order */
     int n_nodes, nodes_cap;
@@ -81,5 +85,12 @@ void *gml_entry_data(const gml_graph *g, int e);
 /* Refreshes every bound copy from its header (writing only what changed, so
  * that a steady state writes nothing) and binds its data (compute.c). */
 void gml_graph_bind(gml_graph *g);
+/* Takes g's compute lock for a compute or a plan (what: "compute", "plan"):
+ * waits for another thread's compute or plan of g to finish, unless this
+ * thread is inside a compute itself (a node callback), which cannot wait:
+ * GML_ERR_INVALID then, with the message kept for this thread's
+ * gml_graph_error (compute.c). */
+gml_status gml_graph_lock(gml_graph *g, const char *what);
+void gml_graph_unlock(gml_graph *g);
 
 #endif

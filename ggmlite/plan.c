@@ -208,6 +208,7 @@ static bool env_no_reuse(void) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+/* Plans g, its lock held. */
 static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
     g->err[0] = '\0';
     /* Drop the previous plan. It wrote no header: what had no data then has
@@ -270,8 +271,11 @@ static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
 gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
     const gml_plan_options defaults = {0};
     if (!opt) opt = &defaults;
-    gml_status st = plan(g, opt);
+    gml_status st = gml_graph_lock(g, "plan");
+    if (st != GML_OK) return st;
+    st = plan(g, opt);
     gml_graph_bind(g); /* the copies take the new places (or lose the dropped ones) */
+    gml_graph_unlock(g);
     return st;
 }
 

@@ -69,7 +69,12 @@
  *   data when a graph computes always wins over that graph's plan.
  *
  * - THREADS. Results do not depend on the thread count: every output element
- *   is computed by one thread in a fixed order.
+ *   is computed by one thread in a fixed order. Several threads may compute
+ *   different graphs at once, also graphs that share tensors of one context:
+ *   each reads the shared headers and writes only its own planned data (see
+ *   MEMORY). Data two such graphs both write through a header (an allocating
+ *   context's intermediates, a cache placed by hand) is one memory: do not
+ *   compute them at once. Computes of one graph take turns.
  *
  * Every name ggmlite exports starts with gml_ (types, functions) or GML_
  * (macros, enum constants).
@@ -360,7 +365,10 @@ bool gml_isa_from_name(const char *name, gml_isa *out);
  * of the node, gml_graph_tensor(g, gml_graph_node(g, index)): node->data
  * (and node->src[i]->data) are the data this graph computes with, readable
  * with gml_get_f32 and friends even where the header has none (a planned
- * tensor). Compare names or the index, not node with a header pointer. */
+ * tensor). Compare names or the index, not node with a header pointer. A
+ * compute or plan started from a callback runs alone on its thread; if its
+ * graph is being computed (by this thread, or by another: a callback cannot
+ * wait), it returns GML_ERR_INVALID. */
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
@@ -376,9 +384,14 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
  * compute binds the graph's data afresh: a tensor whose header has data then
  * uses it (an input re-pointed between computes), any other one its place
  * in this graph's plan; a view, its source's plus its offset. Kernels run on
- * the graph's own copies of the headers and never write a header. */
+ * the graph's own copies of the headers and never write a header.
+ * A graph computes once at a time: a compute (or plan) of a graph that
+ * another thread is computing waits for it to finish. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
-/* The message of the last failed compute or plan of g ("" when none). */
+/* The message of the last failed compute or plan of g ("" when none). A
+ * compute refused because g was busy (from a node callback) keeps its
+ * message for the refused thread alone, never overwriting the running
+ * compute's. Read it on the thread that computed. */
 const char *gml_graph_error(const gml_graph *g);
 
 /* The data t has in g's computes: the header's data if it has some, else
@@ -404,9 +417,12 @@ const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t);
  * Between computes the workers sleep (no CPU). Computes from several threads
  * take turns on the pool; a compute started from inside a node callback, or
  * one for which threads cannot be created, runs on its calling thread alone
- * (with the same results). The workers are joined at exit (atexit) or by
- * gml_threadpool_shutdown; a forked child makes a fresh pool when it needs
- * one. For computes side by side, give each its own pool.
+ * (with the same results). A second compute of a graph that is being
+ * computed waits for the first; from inside a node callback, where waiting
+ * could deadlock, it returns GML_ERR_INVALID instead. The workers are
+ * joined at exit (atexit) or by gml_threadpool_shutdown; a forked child makes
+ * a fresh pool when it needs one. For computes side by side, give each its
+ * own pool.
  * Built with GGMLITE_OPENMP=ON, computes run in one OpenMP parallel region
  * each instead, and a pool only fixes the thread count; idle threads then
  * follow OpenMP's wait policy (OMP_WAIT_POLICY=passive: sleep at once), and
@@ -461,7 +477,9 @@ typedef struct gml_plan_options {
 
 /* opt NULL: the defaults (all zero). GML_ERR_NOMEM if the buffer cannot be
  * allocated or the caller's is too small (the message gives the size);
- * nothing is placed then. Planning again first drops the previous plan. */
+ * nothing is placed then. Planning again first drops the previous plan.
+ * Waits for a compute of g on another thread; from a node callback of a
+ * compute of g, GML_ERR_INVALID. */
 gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
 /* Bytes of the planned buffer (0 before planning). */
 size_t gml_graph_plan_peak(const gml_graph *g);
