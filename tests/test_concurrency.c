@@ -26,8 +26,8 @@ static bool quick;
 
 /* ---- two graphs over shared tensors ------------------------------------------ */
 
-/* x [16, 24] and w [24, 24]: h = softmax(x @ w) shared; y1 = h * 2 + x,
- * y2 = cont(h^T) @ x^T-ish: y2 = matmul(cont(transpose(h)), x) [24, 24]. */
+/* x [16, 24] and w [24, 24]; h = softmax(x @ w * 0.5) [16, 24], shared by
+ * y1 = h * 2 + x [16, 24] and y2 = cont(h^T) @ x [24, 24] (through a view). */
 struct shared {
     gml_tensor *x, *w, *y1, *y2;
 };

@@ -315,7 +315,10 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
  * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL or the context
- * holds an error from an earlier builder call (the message stays). The graph is malloc'd: free it with gml_graph_free. */
+ * holds an error from an earlier builder call (the message stays). The
+ * graph is malloc'd: free it with gml_graph_free, before or after gml_free
+ * of its context (it touches no tensor: its plan and its copies of the
+ * headers are its own). Several graphs may share the tensors of a context. */
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
 void gml_graph_free(gml_graph *g);
 
