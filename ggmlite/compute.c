@@ -2,7 +2,11 @@
  * same list of the nodes that compute (views cost nothing, not even a
  * barrier); for each, every thread runs the kernel on its own share, then all
  * meet at a barrier. A kernel failure stops every thread after the node. The
- * node callback and the NaN trap run on thread 0 between two barriers. */
+ * node callback and the NaN trap run on thread 0 between two barriers.
+ *
+ * Kernels run on the graph's own copies of the tensor headers (g->bound),
+ * rebound at each compute: the headers, which other graphs may share, are
+ * only read. A graph computes (or plans) once at a time: its lock. */
 #include "graph.h"
 #include "threadpool.h"
 
@@ -65,7 +69,76 @@ void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user) {
 
 void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
 
-const char *gml_graph_error(const gml_graph *g) { return g->err; }
+/* ---- one compute of a graph at a time ------------------------------------- */
+
+/* The graphs this thread is computing, innermost first: a node callback that
+ * starts a compute runs inside its caller's. On the computing thread's stack. */
+struct computing {
+    const gml_graph *g;
+    const struct computing *up;
+};
+static _Thread_local const struct computing *computing;
+
+/* A compute or plan refused because the graph was busy: its message belongs
+ * to the refused thread (g->err belongs to the running compute), so it is
+ * kept here and gml_graph_error shows it to this thread only, until this
+ * thread next computes or plans that graph. Graphs are told apart by id, not
+ * by address: a freed graph's address comes back. */
+static _Thread_local struct {
+    uint64_t id;
+    char msg[GML_ERR_MAX];
+} refused;
+
+gml_status gml_graph_lock(gml_graph *g, const char *what) {
+    if (!computing) {
+        pthread_mutex_lock(&g->mu); /* takes turns; this thread holds no graph */
+    } else if (pthread_mutex_trylock(&g->mu) != 0) {
+        /* Inside a compute (a node callback): waiting could deadlock, on this
+         * very graph or on the pool this thread holds. */
+        bool mine = false;
+        for (const struct computing *c = computing; c && !mine; c = c->up) mine = c->g == g;
+        snprintf(refused.msg, sizeof refused.msg, "%s: %s", what,
+                 mine ? "the graph is being computed by this thread already (a node callback "
+                        "cannot compute or plan its own graph)"
+                      : "graph is being computed by another thread (a node callback cannot "
+                        "wait for it)");
+        refused.id = g->id;
+        return GML_ERR_INVALID;
+    }
+    if (refused.id == g->id) refused.id = 0;
+    return GML_OK;
+}
+
+void gml_graph_unlock(gml_graph *g) { pthread_mutex_unlock(&g->mu); }
+
+const char *gml_graph_error(const gml_graph *g) {
+    return refused.id == g->id ? refused.msg : g->err;
+}
+
+/* ---- binding ------------------------------------------------------------- */
+
+void gml_graph_bind(gml_graph *g) {
+    for (int e = 0; e < g->n_entries; e++) {
+        gml_tensor c;
+        memcpy(&c, g->entries[e].t, sizeof c);
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            if (c.src[s]) c.src[s] = &g->bound[gml_graph_entry(g, c.src[s])]; /* always in g */
+        if (c.view_src) {
+            const int r = gml_graph_entry(g, c.view_src);
+            if (r >= 0) c.view_src = &g->bound[r];
+        }
+        c.data = gml_entry_data(g, e);
+        /* No write when nothing changed: readers of a result (gml_graph_tensor)
+         * never see a store they did not expect. */
+        if (memcmp(&g->bound[e], &c, sizeof c) != 0) memcpy(&g->bound[e], &c, sizeof c);
+    }
+}
+
+const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t) {
+    if (!g || !t) return NULL;
+    const int e = gml_graph_entry(g, t);
+    return e < 0 ? NULL : &g->bound[e];
+}
 
 void gml_graph_release_compute(gml_graph *g) {
     free(g->work);
@@ -86,17 +159,13 @@ gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
     return st;
 }
 
-/* Every tensor must have data before anything runs. A view's data is its
- * storage owner's plus its offset, taken afresh here: the owner may have got
- * its data after the view was made (a no_alloc graph whose inputs the user
- * places by hand, before or after planning). */
+/* Every tensor must have data before anything runs: binds the graph's
+ * copies afresh (the user may have placed an input, or re-pointed one, since
+ * the last compute), then checks them. */
 static gml_status check_data(gml_graph *g) {
+    gml_graph_bind(g);
     for (int i = 0; i < g->n_entries; i++) {
-        gml_tensor *t = g->entries[i].t;
-        if (t->view_src && t->view_src->data) {
-            char *data = (char *)t->view_src->data + t->view_offs;
-            if (t->data != data) t->data = data; /* no write when it holds: graphs share tensors */
-        }
+        const gml_tensor *t = &g->bound[i];
         if (t->data) continue;
         char shape[GML_SHAPE_MAX];
         return gml_graph_fail(g, GML_ERR_INVALID,
@@ -174,7 +243,8 @@ static gml_status prepare_steps(gml_graph *g) {
         const gml_op_def *def = gml_op_get(g->nodes[i]->op);
         if (def->flags & GML_OPF_NOOP) continue;
         g->steps[g->n_steps++] = (struct gml_step){
-            .fn = reference ? def->reference : def->forward, .t = g->nodes[i], .node = i};
+            .fn = reference ? def->reference : def->forward,
+            .t = &g->bound[gml_graph_entry(g, g->nodes[i])], .node = i};
     }
     return GML_OK;
 }
@@ -254,10 +324,11 @@ static bool trapped(const gml_tensor *t, bool neg_inf_ok, int64_t idx[GML_MAX_DI
 }
 
 /* The checks after nodes [first, end) are done (on thread 0, the others
- * waiting): the NaN trap on each that computes, then the callback on each. */
+ * waiting): the NaN trap on each that computes, then the callback on each.
+ * Both see the graph's bound copy of the node (its data the graph's). */
 static gml_status check_nodes(gml_graph *g, int first, int end) {
     for (int i = first; i < end; i++) {
-        gml_tensor *node = g->nodes[i];
+        const gml_tensor *node = &g->bound[gml_graph_entry(g, g->nodes[i])];
         if (g->nan_trap && !(gml_op_get(node->op)->flags & (GML_OPF_INF_OK | GML_OPF_NOOP))) {
             int64_t idx[GML_MAX_DIMS];
             float v;
@@ -308,7 +379,8 @@ static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n
     return GML_OK;
 }
 
-static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
+/* Computes g, its lock held. */
+static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threads) {
     g->err[0] = '\0';
     if (n_threads < 1 || n_threads > GML_MAX_THREADS)
         return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
@@ -332,11 +404,25 @@ static gml_status compute(gml_graph *g, gml_threadpool *pool, int n_threads) {
     return st;
 }
 
-gml_status gml_graph_compute(gml_graph *g, int n_threads) { return compute(g, NULL, n_threads); }
+/* pool NULL: the default pool, unless pooled (gml_graph_compute_pool). */
+static gml_status compute(gml_graph *g, gml_threadpool *pool, bool pooled, int n_threads) {
+    gml_status st = gml_graph_lock(g, "compute");
+    if (st != GML_OK) return st;
+    const struct computing frame = {g, computing};
+    computing = &frame;
+    if (pooled && !pool) st = gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
+    else st = compute_locked(g, pool, n_threads);
+    computing = frame.up;
+    gml_graph_unlock(g);
+    return st;
+}
+
+gml_status gml_graph_compute(gml_graph *g, int n_threads) {
+    return compute(g, NULL, false, n_threads);
+}
 
 gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
-    if (!pool) return gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
-    return compute(g, pool, gml_threadpool_n_threads(pool));
+    return compute(g, pool, true, gml_threadpool_n_threads(pool));
 }
 
 gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,

@@ -110,6 +110,13 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
         return NULL;
     }
     g->ctx = ctx;
+    static atomic_uint_least64_t last_id;
+    g->id = atomic_fetch_add(&last_id, 1) + 1;
+    if (pthread_mutex_init(&g->mu, NULL) != 0) {
+        free(g);
+        gml_fail(ctx, "build_graph: cannot make the graph's lock");
+        return NULL;
+    }
     bool ok = true;
     for (int i = 0; i < n_outputs && ok; i++) ok = visit(g, outputs[i]);
     if (ok) {
@@ -123,6 +130,10 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
             outputs[i]->flags |= GML_FLAG_OUTPUT;
             g->entries[lookup(g, outputs[i])].uses++;
         }
+        /* The graph's copies of the headers, bound now so that
+         * gml_graph_tensor has them before any plan or compute. */
+        ok = (g->bound = calloc((size_t)g->n_entries, sizeof *g->bound)) != NULL;
+        if (ok) gml_graph_bind(g);
     }
     if (!ok) {
         gml_graph_free(g);
@@ -136,6 +147,8 @@ void gml_graph_free(gml_graph *g) {
     if (!g) return;
     gml_graph_release_compute(g);
     gml_graph_release_plan(g);
+    free(g->bound);
+    pthread_mutex_destroy(&g->mu);
     free(g->nodes);
     free(g->leafs);
     free(g->entries);

@@ -5,6 +5,8 @@
 #include "hashindex.h"
 #include "internal.h"
 
+#include <pthread.h>
+
 struct gml_graph_entry {
     gml_tensor *t;
     int uses; /* consumer edges, +1 if an output */
@@ -13,6 +15,9 @@ struct gml_graph_entry {
 
 struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
+    uint64_t id;      /* unique in the process, never 0 (compute.c's thread-local messages) */
+    /* Held by a compute or a plan of this graph: one at a time (compute.c). */
+    pthread_mutex_t mu;
 
     gml_tensor **nodes; /* topological order */
     int n_nodes, nodes_cap;
@@ -25,6 +30,14 @@ struct gml_graph {
     int n_entries, entries_cap;
     gml_hashindex entry_index;
 
+    /* The graph's own copies of its tensors' headers, [n_entries], made with
+     * the graph: bound[e] is entries[e].t as of the last bind, its src[] and
+     * view_src pointing at the copies (a view_src outside the graph stays the
+     * header) and its data the one the graph computes with (gml_entry_data).
+     * Kernels, the NaN trap and the callback see these, never the headers,
+     * which other graphs may share. */
+    gml_tensor *bound;
+
     /* compute */
     gml_node_callback callback;
     void *callback_user;
@@ -36,17 +49,20 @@ struct gml_graph {
     bool *neg_inf_ok;       /* [n_nodes]: -inf may be in the node by design (NaN trap) */
     char err[GML_ERR_MAX];
 
-    /* memory plan (plan.c) */
-    void *plan_buffer;        /* owned, or NULL */
-    gml_tensor **plan_placed; /* tensors whose data the plan set */
-    int n_plan_placed;
+    /* memory plan (plan.c): where the plan put each entry. The headers are
+     * never written: a placed tensor's header keeps data == NULL. */
+    void *plan_buffer;  /* owned, or NULL */
+    char *plan_base;    /* the buffer placed into (owned or the caller's); NULL: no plan */
+    size_t *plan_offs;  /* [n_entries]: offset in plan_base, or GML_UNPLACED */
     size_t plan_peak, plan_naive;
 };
+
+#define GML_UNPLACED SIZE_MAX
 
 /* One node that computes: the kernel compute runs on it (ISA-dependent). */
 struct gml_step {
     gml_kernel_fn fn;
-    gml_tensor *t;
+    gml_tensor *t;      /* the graph's bound copy of the node */
     int node;           /* index among the graph's nodes */
     const char *kernel; /* what it ran (gml_kernel_note), or NULL; reset by each compute */
 };
@@ -61,5 +77,21 @@ void gml_graph_release_compute(gml_graph *g);
 /* Frees the memory plan's buffer and lists, touching no tensor: the context
  * may be gone already (plan.c). */
 void gml_graph_release_plan(gml_graph *g);
+/* The data entry e has in g's computes: for a root, its header's data if it
+ * has some (the user's or an allocating context's; it wins over the plan),
+ * else its planned address, else NULL; for a view, its root's (bound the same
+ * way, inside the graph or not) plus view_offs, or the view's own header data
+ * when the root has none (plan.c). */
+void *gml_entry_data(const gml_graph *g, int e);
+/* Refreshes every bound copy from its header (writing only what changed, so
+ * that a steady state writes nothing) and binds its data (compute.c). */
+void gml_graph_bind(gml_graph *g);
+/* Takes g's compute lock for a compute or a plan (what: "compute", "plan"):
+ * waits for another thread's compute or plan of g to finish, unless this
+ * thread is inside a compute itself (a node callback), which cannot wait:
+ * GML_ERR_INVALID then, with the message kept for this thread's
+ * gml_graph_error (compute.c). */
+gml_status gml_graph_lock(gml_graph *g, const char *what);
+void gml_graph_unlock(gml_graph *g);
 
 #endif

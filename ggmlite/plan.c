@@ -6,7 +6,12 @@
  * gets a block (or, elementwise, takes over its dying first source's block),
  * then the roots whose last use was this node give their blocks back. Blocks
  * come from a list of free ranges, best fit first, else from the end of the
- * buffer, which then grows: its final size is the peak. */
+ * buffer, which then grows: its final size is the peak.
+ *
+ * The plan is the graph's own: an offset per entry (plan_offs), never a
+ * write to a tensor header, so graphs that share tensors each have their own
+ * places for them. Compute binds them into the graph's copies of the headers
+ * (gml_graph_bind); users read them with gml_graph_data. */
 #include "graph.h"
 
 #include <stdlib.h>
@@ -81,10 +86,32 @@ static void give_back(struct freelist *f, size_t offs, size_t size) {
 void gml_graph_release_plan(gml_graph *g) {
     free(g->plan_buffer);
     g->plan_buffer = NULL;
-    free(g->plan_placed);
-    g->plan_placed = NULL;
-    g->n_plan_placed = 0;
+    g->plan_base = NULL;
+    free(g->plan_offs);
+    g->plan_offs = NULL;
     g->plan_peak = g->plan_naive = 0;
+}
+
+/* A root's data: its header's, else its place in the plan. */
+static void *root_data(const gml_graph *g, int e) {
+    const gml_tensor *t = g->entries[e].t;
+    if (t->data) return t->data;
+    if (g->plan_offs && g->plan_offs[e] != GML_UNPLACED) return g->plan_base + g->plan_offs[e];
+    return NULL;
+}
+
+void *gml_entry_data(const gml_graph *g, int e) {
+    const gml_tensor *t = g->entries[e].t;
+    if (!t->view_src) return root_data(g, e);
+    const int r = gml_graph_entry(g, t->view_src);
+    char *base = r >= 0 ? root_data(g, r) : t->view_src->data;
+    return base ? base + t->view_offs : t->data;
+}
+
+void *gml_graph_data(const gml_graph *g, const gml_tensor *t) {
+    if (!g || !t) return NULL;
+    const int e = gml_graph_entry(g, t);
+    return e < 0 ? NULL : gml_entry_data(g, e);
 }
 
 /* Entry index of the storage owner of t. */
@@ -176,34 +203,16 @@ static void assign_offsets(const gml_graph *g, struct slot *sl, struct freelist 
     }
 }
 
-/* Sets the data of every placed root and of the views into them. A view of
- * a root that has data of its own takes it too: the root may have got it
- * after the view was made (an input placed by hand in a no_alloc context). */
-static void set_data(gml_graph *g, const struct slot *sl, char *base) {
-    for (int e = 0; e < g->n_entries; e++)
-        if (sl[e].place) {
-            g->entries[e].t->data = base + sl[e].offs;
-            g->plan_placed[g->n_plan_placed++] = g->entries[e].t;
-        }
-    for (int e = 0; e < g->n_entries; e++) {
-        gml_tensor *t = g->entries[e].t;
-        if (!t->view_src || !t->view_src->data) continue;
-        t->data = (char *)t->view_src->data + t->view_offs;
-        if (sl[sl[e].root].place) g->plan_placed[g->n_plan_placed++] = t;
-    }
-}
-
 static bool env_no_reuse(void) {
     const char *v = getenv("GGMLITE_PLAN_NOREUSE");
     return v && *v && strcmp(v, "0") != 0;
 }
 
-gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
-    const gml_plan_options defaults = {0};
-    if (!opt) opt = &defaults;
+/* Plans g, its lock held. */
+static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
     g->err[0] = '\0';
-    /* Drop the previous plan: its tensors are data-less again. */
-    for (int i = 0; i < g->n_plan_placed; i++) g->plan_placed[i]->data = NULL;
+    /* Drop the previous plan. It wrote no header: what had no data then has
+     * none now, unless the user has placed it since (then it keeps that). */
     gml_graph_release_plan(g);
     if (opt->buffer && (uintptr_t)opt->buffer % GML_ALIGN)
         return gml_graph_fail(g, GML_ERR_INVALID, "plan: the buffer %p is not %d-byte aligned",
@@ -241,10 +250,13 @@ gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
                        "has %zu bytes", peak, opt->buffer_size);
     } else if (!base && peak > 0 && !(base = g->plan_buffer = aligned_alloc(GML_ALIGN, peak))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: cannot allocate a %zu-byte buffer", peak);
-    } else if (!(g->plan_placed = malloc((size_t)GML_MAX(g->n_entries, 1) * sizeof *g->plan_placed))) {
+    } else if (!(g->plan_offs = malloc((size_t)GML_MAX(g->n_entries, 1) * sizeof *g->plan_offs))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: out of memory");
     } else {
-        set_data(g, sl, base);
+        /* The graph's own record: no header is written. */
+        for (int e = 0; e < g->n_entries; e++)
+            g->plan_offs[e] = sl[e].place ? sl[e].offs : GML_UNPLACED;
+        g->plan_base = base;
     }
     free(sl);
     if (st != GML_OK) {
@@ -254,6 +266,17 @@ gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
     g->plan_peak = peak;
     g->plan_naive = naive;
     return GML_OK;
+}
+
+gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
+    const gml_plan_options defaults = {0};
+    if (!opt) opt = &defaults;
+    gml_status st = gml_graph_lock(g, "plan");
+    if (st != GML_OK) return st;
+    st = plan(g, opt);
+    gml_graph_bind(g); /* the copies take the new places (or lose the dropped ones) */
+    gml_graph_unlock(g);
+    return st;
 }
 
 size_t gml_graph_plan_peak(const gml_graph *g) { return g->plan_peak; }

@@ -190,10 +190,11 @@ gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char
              "the cache's max_len %" PRId64, s->n, s->n > 1 ? "s" : "", c->len, c->p.max_len);
         return GML_ERR_INVALID;
     }
-    int32_t *pos = s->pos->data, *lens = s->lens->data;
+    /* The positions' data in this graph: their own, or their place in g's plan. */
+    int32_t *pos = gml_graph_data(g, s->pos), *lens = gml_graph_data(g, s->lens);
     if (!pos || !lens) {
-        errf(err, err_size, "kv_step: the step's positions have no data (a no_alloc context: "
-             "plan the graph first)");
+        errf(err, err_size, "kv_step: the step's positions have no data in this graph (not in "
+             "it, or a no_alloc context: plan the graph first)");
         return GML_ERR_INVALID;
     }
     for (int64_t b = 0; b < c->p.batch; b++)

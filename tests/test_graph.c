@@ -512,7 +512,10 @@ struct cb_log {
 static bool on_node(const gml_tensor *node, int index, void *user) {
     struct cb_log *log = user;
     const gml_tensor *want = gml_graph_node(log->g, log->calls);
-    log->in_order = log->in_order && index == log->calls && node == want && node->op == want->op;
+    /* the callback gets the graph's own copy of the node, its data bound */
+    log->in_order = log->in_order && index == log->calls &&
+                    node == gml_graph_tensor(log->g, want) && node->op == want->op &&
+                    node->data == want->data && !strcmp(node->name, want->name);
     log->calls++;
     return log->stop_after < 0 || index < log->stop_after;
 }

@@ -9,6 +9,12 @@
  * MHA fused and unfused with masks, a KV-cache decode step); the options, a
  * caller's buffer and GGMLITE_PLAN_NOREUSE work.
  *
+ * A plan is its graph's own: it writes no tensor header; graphs over shared
+ * tensors (the issue's reproducer: a second graph over the tensors of a freed
+ * one; two live graphs sharing intermediates computed alternately) each
+ * compute from their own places; re-planning follows an input placed by hand;
+ * graphs and their context free in either order.
+ *
  * `test_plan quick` skips the resident-memory run (for valgrind). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "check.h"
@@ -25,6 +31,14 @@ static void fill_leaf(gml_tensor *t, int k) {
     chk_rng r = chk_seed((uint64_t)k + 1);
     if (t->type == GML_I32) chk_fill_int(t, &r, 0, 6); /* valid lengths, Tk = 6 */
     else chk_fill_uniform(t, &r, -1.0f, 1.0f);
+}
+
+/* A planned tensor's header keeps data == NULL: its data is the graph's
+ * (gml_graph_data). fill_leaf on it fills it there. */
+static void fill_in_graph(const gml_graph *g, const gml_tensor *t, int k) {
+    gml_tensor placed = *t;
+    placed.data = gml_graph_data(g, t);
+    fill_leaf(&placed, k);
 }
 
 #define MAX_IO 12
@@ -144,8 +158,8 @@ static void check_no_overlap(gml_graph *g, const char *what) {
         for (int b = a + 1; b < n; b++) {
             gml_tensor *tb = gml_graph_node(g, b);
             if (gml_is_view(tb) || last[a] < b) continue; /* a is dead when b is made */
-            const char *a0 = ta->data, *a1 = a0 + gml_nbytes(ta);
-            const char *b0 = tb->data, *b1 = b0 + gml_nbytes(tb);
+            const char *a0 = gml_graph_data(g, ta), *a1 = a0 + gml_nbytes(ta);
+            const char *b0 = gml_graph_data(g, tb), *b1 = b0 + gml_nbytes(tb);
             if (a1 <= b0 || b1 <= a0) continue;
             /* allowed: b written over its first source a, at a's last use */
             bool inplace = last[a] == b && tb->src[0] && root(tb->src[0]) == ta && a0 == b0 &&
@@ -157,11 +171,11 @@ static void check_no_overlap(gml_graph *g, const char *what) {
     }
     for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* placed leafs: nobody's */
         gml_tensor *tl = gml_graph_leaf(g, l);
-        const char *l0 = tl->data, *l1 = l0 + gml_nbytes(tl);
+        const char *l0 = gml_graph_data(g, tl), *l1 = l0 + gml_nbytes(tl);
         for (int b = 0; b < n; b++) {
             gml_tensor *tb = gml_graph_node(g, b);
             if (gml_is_view(tb)) continue;
-            const char *b0 = tb->data, *b1 = b0 + gml_nbytes(tb);
+            const char *b0 = gml_graph_data(g, tb), *b1 = b0 + gml_nbytes(tb);
             CHECK(l1 <= b0 || b1 <= l0, "%s: leaf '%s' and node '%s' share bytes", what, tl->name,
                   tb->name);
         }
@@ -172,7 +186,7 @@ static void check_no_overlap(gml_graph *g, const char *what) {
 static void poison_nodes(gml_graph *g) {
     for (int i = 0; i < gml_graph_n_nodes(g); i++) {
         gml_tensor *t = gml_graph_node(g, i);
-        if (!gml_is_view(t)) chk_poison_bytes(t->data, gml_nbytes(t));
+        if (!gml_is_view(t)) chk_poison_bytes(gml_graph_data(g, t), gml_nbytes(t));
     }
 }
 
@@ -216,19 +230,23 @@ static void plan_and_compare(const char *name, struct built *ref, struct built *
     size_t peak = gml_graph_plan_peak(p->g), naive = gml_graph_plan_naive(p->g);
     CHECK(peak <= naive && peak > 0 && peak % 64 == 0, "%s: peak %zu, naive %zu", what, peak, naive);
     if (opt->no_reuse) CHECK(peak == naive, "%s: no reuse, yet peak %zu < naive %zu", what, peak, naive);
+    /* The plan is the graph's: it writes no header. */
+    int placed_headers = 0;
+    for (int i = 0; i < gml_graph_n_nodes(p->g); i++) placed_headers += !!gml_graph_node(p->g, i)->data;
+    CHECK(placed_headers == 0, "%s: the plan wrote data into %d node headers", what, placed_headers);
     poison_nodes(p->g);
-    for (int i = 0; i < p->io.n_in; i++) fill_leaf(p->io.in[i], i);
+    for (int i = 0; i < p->io.n_in; i++) fill_in_graph(p->g, p->io.in[i], i);
     check_no_overlap(p->g, what);
     st = gml_graph_compute(p->g, nth);
     CHECK(st == GML_OK, "%s: %s", what, gml_graph_error(p->g));
     for (int i = 0; i < p->io.n_out; i++) {
         float *want = chk_dense(ref->io.out[i]);
-        CHECK_EQUAL(p->io.out[i], want, "%s: output %d", what, i);
+        CHECK_EQUAL(gml_graph_tensor(p->g, p->io.out[i]), want, "%s: output %d", what, i);
         free(want);
     }
     for (int i = 0; i < p->io.n_in; i++) {
         gml_tensor *in = p->io.in[i];
-        CHECK(memcmp(in->data, ref->io.in[i]->data, gml_nbytes(in)) == 0 ||
+        CHECK(memcmp(gml_graph_data(p->g, in), ref->io.in[i]->data, gml_nbytes(in)) == 0 ||
                   in == root(p->io.out[0]) /* the cache is written on purpose */,
               "%s: input %d was overwritten", what, i);
     }
@@ -270,20 +288,22 @@ static void test_options(void) {
     /* measure only: sizes, no data */
     CHECK(gml_graph_plan(p.g, &(gml_plan_options){.measure_only = true}) == GML_OK, "measure");
     size_t peak = gml_graph_plan_peak(p.g);
-    CHECK(peak > 0 && gml_graph_node(p.g, -1)->data == NULL, "measure placed data");
+    CHECK(peak > 0 && gml_graph_data(p.g, gml_graph_node(p.g, -1)) == NULL, "measure placed data");
 
     /* into a caller buffer of exactly that size */
     char *buf = aligned_alloc(64, peak);
     gml_plan_options opt = {.buffer = buf, .buffer_size = peak};
     plan_and_compare("attention", &ref, &p, &opt, "caller buf", 2);
     for (int i = 0; i < gml_graph_n_nodes(p.g); i++) {
-        const char *d = gml_graph_node(p.g, i)->data;
+        const char *d = gml_graph_data(p.g, gml_graph_node(p.g, i));
         CHECK(d >= buf && d < buf + peak, "node %d outside the caller's buffer", i);
     }
     opt.buffer_size = peak - 64;
     CHECK(gml_graph_plan(p.g, &opt) == GML_ERR_NOMEM && strstr(gml_graph_error(p.g), "needs"),
           "small buffer: '%s'", gml_graph_error(p.g));
-    CHECK(gml_graph_node(p.g, -1)->data == NULL, "a failed plan left data behind");
+    CHECK(gml_graph_data(p.g, gml_graph_node(p.g, -1)) == NULL &&
+              gml_graph_tensor(p.g, gml_graph_node(p.g, -1))->data == NULL,
+          "a failed plan left data behind");
     opt = (gml_plan_options){.buffer = buf + 4, .buffer_size = peak};
     CHECK(gml_graph_plan(p.g, &opt) == GML_ERR_INVALID && strstr(gml_graph_error(p.g), "aligned"),
           "misaligned: '%s'", gml_graph_error(p.g));
@@ -337,10 +357,204 @@ static void test_placed_by_hand(void) {
         if (after_plan) x->data = mine;
         gml_status st = gml_graph_compute(g, 2);
         CHECK(st == GML_OK, "compute: status %d (%s)", (int)st, gml_graph_error(g));
-        if (st == GML_OK) CHECK_EQUAL(y, want, "cont(transpose(x)) vs the loops");
+        if (st == GML_OK) CHECK_EQUAL(gml_graph_tensor(g, y), want, "cont(transpose(x)) vs the loops");
         gml_graph_free(g);
         gml_free(ctx);
         free(mine);
+    }
+}
+
+/* ---- the plan belongs to its graph ------------------------------------------------ */
+
+/* The issue's reproducer: h = scale(a, 2), y = add(h, a) in a no_alloc
+ * context; graph 1 planned, computed and freed; graph 2 over the same y
+ * planned and computed must give 3 for a = 1 (it gave -0, reading graph 1's
+ * freed buffer, when plans wrote the shared headers). */
+static void test_second_graph_over_same_tensors(void) {
+    chk_case("a second graph over the tensors of a freed one");
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *a = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), "a");
+    gml_set_flags(a, GML_FLAG_INPUT);
+    gml_tensor *h = gml_scale(ctx, a, 2.0f);
+    gml_tensor *y = gml_add(ctx, h, a);
+    for (int round = 0; round < 2; round++) {
+        gml_graph *g = gml_build_graph(ctx, &y, 1);
+        if (!CHECK(g, "build %d: %s", round, gml_last_error(ctx))) break;
+        CHECK(gml_graph_plan(g, NULL) == GML_OK, "plan %d: %s", round, gml_graph_error(g));
+        float *in = gml_graph_data(g, a), *out = gml_graph_data(g, y);
+        if (!CHECK(in && out, "round %d: a and y have no place in the graph", round)) break;
+        for (int i = 0; i < 4; i++) in[i] = 1.0f + (float)i;
+        gml_status st = gml_graph_compute(g, 2);
+        CHECK(st == GML_OK, "compute %d: %s", round, gml_graph_error(g));
+        for (int i = 0; i < 4; i++) {
+            const float want = 3.0f * (1.0f + (float)i);
+            CHECK(out[i] == want, "round %d: y[%d] = %g, want %g", round, i, (double)out[i],
+                  (double)want);
+            CHECK(gml_get_f32(gml_graph_tensor(g, y), (int64_t[]){i}) == want,
+                  "round %d: y[%d] through the graph's copy", round, i);
+        }
+        CHECK(!a->data && !h->data && !y->data, "round %d: the plan wrote a header", round);
+        gml_graph_free(g);
+        CHECK(!a->data && !h->data && !y->data, "round %d: freeing wrote a header", round);
+    }
+    gml_free(ctx);
+}
+
+/* Inputs [6, 10] shared by two graphs, with shared intermediates (one of them
+ * a view) and a by hand (the same buffer for both), b planned (each graph its
+ * own place): y1 = (scale(a, 2) * b)^T cont + b^T, y2 = softmax(t + scale(a,2)). */
+struct shared_io {
+    gml_tensor *a, *b, *y1, *y2;
+};
+
+static struct shared_io shared_build(gml_context *ctx) {
+    struct shared_io s;
+    s.a = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 6, 10), "a");
+    s.b = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 6, 10), "b");
+    gml_set_flags(s.a, GML_FLAG_INPUT);
+    gml_set_flags(s.b, GML_FLAG_INPUT);
+    gml_tensor *h = gml_scale(ctx, s.a, 2.0f);                    /* shared */
+    gml_tensor *m = gml_mul(ctx, h, s.b);                         /* shared */
+    gml_tensor *mt = gml_cont(ctx, gml_transpose(ctx, m, 0, 1));  /* shared, through a view */
+    gml_tensor *bt = gml_transpose(ctx, s.b, 0, 1);
+    s.y1 = gml_add(ctx, mt, bt);
+    s.y2 = gml_softmax(ctx, gml_add(ctx, m, h), NULL, 1.0f, false);
+    return s;
+}
+
+/* Input values of variant k. */
+static void shared_fill(float *a, float *b, int k) {
+    for (int i = 0; i < 60; i++) {
+        a[i] = (float)((i * 7 + k * 13) % 17) / 8.0f - 1.0f;
+        b[i] = (float)((i * 5 + k * 3) % 11) / 5.0f - 1.0f;
+    }
+}
+
+static void test_two_live_graphs(void) {
+    chk_case("two live graphs sharing intermediates, computed alternately");
+    enum { VARIANTS = 3 };
+    float want1[VARIANTS][60], want2[VARIANTS][60];
+    for (int k = 0; k < VARIANTS; k++) { /* each from a fresh single graph, allocating */
+        gml_context *ref = gml_init((gml_init_params){.mem_size = 1 << 20});
+        struct shared_io r = shared_build(ref);
+        shared_fill(r.a->data, r.b->data, k);
+        gml_tensor *outs[2] = {r.y1, r.y2};
+        gml_graph *g = gml_build_graph(ref, outs, 2);
+        CHECK(g && gml_graph_compute(g, 1) == GML_OK, "reference %d", k);
+        memcpy(want1[k], r.y1->data, sizeof want1[k]);
+        memcpy(want2[k], r.y2->data, sizeof want2[k]);
+        gml_graph_free(g);
+        gml_free(ref);
+    }
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct shared_io s = shared_build(ctx);
+    float *a = aligned_alloc(64, 256), b_dummy[60];
+    s.a->data = a; /* by hand: both graphs read this buffer */
+    gml_graph *g1 = gml_build_graph(ctx, &s.y1, 1), *g2 = gml_build_graph(ctx, &s.y2, 1);
+    if (!CHECK(g1 && g2, "build: %s", gml_last_error(ctx))) return;
+    CHECK(gml_graph_plan(g1, NULL) == GML_OK && gml_graph_plan(g2, NULL) == GML_OK, "plan");
+    CHECK(gml_graph_data(g1, s.a) == a && gml_graph_data(g2, s.a) == a, "a by hand in both");
+    CHECK(gml_graph_data(g1, s.b) != gml_graph_data(g2, s.b), "b: one place per graph");
+    CHECK(gml_graph_data(g1, s.y2) == NULL && gml_graph_data(g2, s.y1) == NULL,
+          "a tensor outside the graph has no data in it");
+    /* the shared intermediates: placed in each graph, apart */
+    const gml_tensor *m = s.y2->src[0]->src[0];
+    CHECK(gml_graph_data(g1, m) && gml_graph_data(g2, m) &&
+              gml_graph_data(g1, m) != gml_graph_data(g2, m),
+          "the shared intermediate m has two places");
+    int bad1 = 0, bad2 = 0;
+    for (int it = 0; it < 100; it++) {
+        const int k = it % VARIANTS, nth = 1 + it % 3;
+        shared_fill(a, gml_graph_data(g1, s.b), k);
+        shared_fill(b_dummy, gml_graph_data(g2, s.b), k);
+        /* in either order, each recomputing from its own places */
+        gml_graph *first = it % 2 ? g2 : g1, *second = it % 2 ? g1 : g2;
+        CHECK(gml_graph_compute(first, nth) == GML_OK, "compute: %s", gml_graph_error(first));
+        CHECK(gml_graph_compute(second, nth) == GML_OK, "compute: %s", gml_graph_error(second));
+        bad1 += memcmp(gml_graph_data(g1, s.y1), want1[k], sizeof want1[k]) != 0;
+        bad2 += memcmp(gml_graph_data(g2, s.y2), want2[k], sizeof want2[k]) != 0;
+        if (it == 50) { /* re-plan one while the other lives on */
+            CHECK(gml_graph_plan(g1, &(gml_plan_options){.no_inplace = true}) == GML_OK, "re-plan");
+        }
+    }
+    CHECK(bad1 == 0 && bad2 == 0, "of 100 alternate computes, y1 differed %d times, y2 %d", bad1,
+          bad2);
+    CHECK(!s.b->data && !m->data && !s.y1->data && !s.y2->data, "a plan wrote a header");
+    gml_graph_free(g2); /* freed in the other order than built */
+    gml_graph_free(g1);
+    gml_free(ctx);
+    free(a);
+}
+
+/* The plan decides from the headers at plan time; a header with data at
+ * compute wins; re-planning follows the headers. y = cont(x^T) * 2. */
+static void test_replan_after_placement(void) {
+    chk_case("re-plan after changing an input's placement");
+    float xs[12], want[12], mine_want[12];
+    for (int e = 0; e < 12; e++) xs[e] = (float)e - 3.0f;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            want[i * 3 + j] = 2.0f * xs[j * 4 + i];
+            mine_want[i * 3 + j] = 2.0f * (10.0f * xs[j * 4 + i]);
+        }
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 4), "x");
+    gml_set_flags(x, GML_FLAG_INPUT);
+    gml_tensor *y = gml_scale(ctx, gml_cont(ctx, gml_transpose(ctx, x, 0, 1)), 2.0f);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    if (!CHECK(g, "build: %s", gml_last_error(ctx))) return;
+    CHECK(gml_graph_plan(g, NULL) == GML_OK, "plan: %s", gml_graph_error(g));
+    const size_t peak_placed = gml_graph_plan_peak(g);
+    float *planned_x = gml_graph_data(g, x);
+    memcpy(planned_x, xs, sizeof xs);
+    CHECK(gml_graph_compute(g, 2) == GML_OK, "compute: %s", gml_graph_error(g));
+    CHECK_EQUAL(gml_graph_tensor(g, y), want, "x planned");
+
+    float *mine = aligned_alloc(64, 64);
+    for (int e = 0; e < 12; e++) mine[e] = 10.0f * xs[e];
+    x->data = mine; /* by hand after planning: wins at the next compute */
+    CHECK(gml_graph_data(g, x) == mine, "gml_graph_data follows the header");
+    CHECK(gml_graph_compute(g, 2) == GML_OK, "compute: %s", gml_graph_error(g));
+    CHECK_EQUAL(gml_graph_tensor(g, y), mine_want, "x by hand, same plan");
+    CHECK(gml_graph_plan(g, NULL) == GML_OK, "re-plan: %s", gml_graph_error(g));
+    CHECK(gml_graph_plan_peak(g) < peak_placed, "re-planned with x by hand: peak %zu, was %zu",
+          gml_graph_plan_peak(g), peak_placed);
+    CHECK(gml_graph_compute(g, 3) == GML_OK, "compute: %s", gml_graph_error(g));
+    CHECK_EQUAL(gml_graph_tensor(g, y), mine_want, "x by hand, re-planned");
+
+    x->data = NULL; /* taken away: this plan has no place for x */
+    CHECK(gml_graph_data(g, x) == NULL, "x has no data now");
+    CHECK(gml_graph_compute(g, 1) == GML_ERR_INVALID && strstr(gml_graph_error(g), "'x"),
+          "compute without x's data: '%s'", gml_graph_error(g));
+    CHECK(gml_graph_plan(g, NULL) == GML_OK && gml_graph_plan_peak(g) == peak_placed,
+          "re-planned: x placed again");
+    memcpy(gml_graph_data(g, x), xs, sizeof xs);
+    CHECK(gml_graph_compute(g, 2) == GML_OK, "compute: %s", gml_graph_error(g));
+    CHECK_EQUAL(gml_graph_tensor(g, y), want, "x planned again");
+    gml_graph_free(g);
+    gml_free(ctx);
+    free(mine);
+}
+
+/* Graph then context, and context then graph (the header: the graph touches
+ * no tensor then), with two planned, computed graphs over shared tensors. */
+static void test_free_order(void) {
+    for (int ctx_first = 0; ctx_first < 2; ctx_first++) {
+        chk_case("free %s", ctx_first ? "the context, then the graphs" : "the graphs, then the context");
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        struct shared_io s = shared_build(ctx);
+        gml_graph *g1 = gml_build_graph(ctx, &s.y1, 1), *g2 = gml_build_graph(ctx, &s.y2, 1);
+        if (!CHECK(g1 && g2, "build: %s", gml_last_error(ctx))) return;
+        gml_graph *gs[2] = {g1, g2};
+        for (int k = 0; k < 2; k++) {
+            CHECK(gml_graph_plan(gs[k], NULL) == GML_OK, "plan: %s", gml_graph_error(gs[k]));
+            shared_fill(gml_graph_data(gs[k], s.a), gml_graph_data(gs[k], s.b), 0);
+            CHECK(gml_graph_compute(gs[k], 2) == GML_OK, "compute: %s", gml_graph_error(gs[k]));
+        }
+        if (ctx_first) gml_free(ctx);
+        gml_graph_free(g1);
+        gml_graph_free(g2);
+        if (!ctx_first) gml_free(ctx);
     }
 }
 
@@ -410,10 +624,10 @@ static struct built planned(builder fn) {
         exit(chk_summary());
     for (int i = 0; i < b.io.n_in; i++) {
         gml_tensor *t = b.io.in[i];
-        fill_leaf(t, i);
+        fill_in_graph(b.g, t, i);
         if (t->type == GML_I32)
             for (int64_t k = 0; k < gml_nelements(t); k++)
-                ((int32_t *)t->data)[k] = (int32_t)(RSS_T - 5 * k);
+                ((int32_t *)gml_graph_data(b.g, t))[k] = (int32_t)(RSS_T - 5 * k);
     }
     return b;
 }
@@ -554,6 +768,10 @@ int main(int argc, char **argv) {
     test_graphs();
     test_options();
     test_placed_by_hand();
+    test_second_graph_over_same_tensors();
+    test_two_live_graphs();
+    test_replan_after_placement();
+    test_free_order();
     test_c2_peak();
     if (!quick) test_rss();
     return chk_summary();

@@ -424,7 +424,9 @@ static bool watch_cb(const gml_tensor *node, int index, void *user) {
     for (int i = 0; i < gml_graph_n_nodes(w->b->g); i++) {
         gml_tensor *t = gml_graph_node(w->b->g, i);
         if (gml_is_view(t)) continue;
-        if (t == node && memcmp(r, t->data, gml_nbytes(t)) != 0) w->mismatches++;
+        /* the callback gets the graph's copy of the node, its data bound */
+        if (gml_graph_tensor(w->b->g, t) == node && memcmp(r, node->data, gml_nbytes(t)) != 0)
+            w->mismatches++;
         r += gml_nbytes(t);
     }
     return index != w->stop_at;

@@ -255,8 +255,8 @@ static void bench_attention(const opts *o) {
                 exit(1);
             }
             for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
-                gml_tensor *t = gml_graph_leaf(g, l);
-                fill(t->data, gml_nelements(t), 11 + (uint32_t)l);
+                gml_tensor *t = gml_graph_leaf(g, l); /* planned: its data is the graph's */
+                fill(gml_graph_data(g, t), gml_nelements(t), 11 + (uint32_t)l);
             }
             const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
             for (int j = 0; j < o->n_threads; j++) {
@@ -343,7 +343,7 @@ static void bench_decode(const opts *o) {
                     g[k] ? gml_graph_error(g[k]) : gml_last_error(ctx[k]));
             exit(1);
         }
-        fill(x->data, gml_nelements(x), 25 + (uint32_t)k);
+        fill(gml_graph_data(g[k], x), gml_nelements(x), 25 + (uint32_t)k); /* planned */
     }
     printf("\ndecoding f32, C5's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
            "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",

@@ -92,7 +92,7 @@ test)
     # OpenMP threads that spin while waiting crawl on a busy 2-core machine: let them sleep.
     OMP_WAIT_POLICY=passive check "openmp (gcc)" build-omp -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_OPENMP=ON
-    memcheck test_plan test_threads
+    memcheck test_plan test_threads test_concurrency
     fuzz
     echo "== all tests passed"
     ;;

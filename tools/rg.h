@@ -140,8 +140,10 @@ void rg_list_weights(gml_context *wctx, char *buf, size_t size);
 typedef struct rg_model {
     gml_context *ctx; /* no_alloc: the planner places the data */
     gml_graph *g;
-    gml_tensor *out;  /* the result */
-    gml_tensor *attn; /* attention weights [B, H, Tq, Tk], or NULL */
+    /* After rg_model_build, the graph's copies (gml_graph_tensor) of the
+     * result and attention weights: their data is where the graph puts them. */
+    const gml_tensor *out;  /* the result */
+    const gml_tensor *attn; /* attention weights [B, H, Tq, Tk], or NULL */
     gml_tensor *outs[2];
     int n_outs;
     size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */

@@ -133,14 +133,14 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     if (ok && !times) ok = rg_fail(e, RG_RUNTIME, "out of memory");
     for (int run = o->repeat > 1 ? -1 : 0; ok && run < o->repeat; run++) {
         gml_kv_cache_truncate(cache, r->prompt);
-        copy_rows(prompt.y, r->prompt - 1, x1, 0);
+        copy_rows(gml_graph_tensor(prompt.g, prompt.y), r->prompt - 1, x1, 0);
         double total = 0, ms;
         for (int64_t i = 0; ok && i < r->tokens; i++) {
             ok = step_compute(&one, o->threads, &ms, e);
             total += ms;
-            if (ok) {
-                copy_rows(one.y, 0, r->out, i);
-                copy_rows(one.y, 0, x1, 0);
+            if (ok) { /* y is planned: its data is the graph's */
+                copy_rows(gml_graph_tensor(one.g, one.y), 0, r->out, i);
+                copy_rows(gml_graph_tensor(one.g, one.y), 0, x1, 0);
             }
         }
         if (ok && run >= 0) times[run] = total / (double)r->tokens;

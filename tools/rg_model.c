@@ -15,9 +15,9 @@
 
 static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
     if (o->kind == RG_MATMUL) { /* a [M, K] @ b [K, N] -> [M, N] */
-        m->out = gml_set_name(gml_matmul(ctx, d->a, d->b), "out");
-        if (!m->out) return rg_fail(e, RG_RUNTIME, "matmul: %s", gml_last_error(ctx));
-        m->outs[0] = m->out;
+        m->outs[0] = gml_set_name(gml_matmul(ctx, d->a, d->b), "out");
+        if (!m->outs[0]) return rg_fail(e, RG_RUNTIME, "matmul: %s", gml_last_error(ctx));
+        m->out = m->outs[0];
         m->n_outs = 1;
         return true;
     }
@@ -170,7 +170,9 @@ static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e
             return rg_fail(e, RG_RUNTIME, "%s: input '%s' is %s %s: give it with --bind %s=FILE.npy", o->model,
                            t->name, gml_type_name(t->type), s, t->name);
         }
-        rg_fill_random(t, o->seed, param);
+        gml_tensor placed = *t; /* planned: the data is the graph's, not the header's */
+        placed.data = gml_graph_data(m->g, t);
+        rg_fill_random(&placed, o->seed, param);
     }
     return true;
 }
@@ -225,7 +227,12 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     if (o->kind != RG_GRAPH) flag_leafs(d);
     m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
-    return place(m, e) && (o->kind != RG_GRAPH || fill_made_leafs(o, d, m, e));
+    if (!place(m, e) || (o->kind == RG_GRAPH && !fill_made_leafs(o, d, m, e))) return false;
+    /* The results are planned: read them through the graph's copies, whose
+     * data is where the graph computes them. */
+    m->out = gml_graph_tensor(m->g, m->out);
+    if (m->attn) m->attn = gml_graph_tensor(m->g, m->attn);
+    return true;
 }
 
 void rg_model_free(rg_model *m) {

@@ -245,7 +245,8 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
     for (int i = 0; i < o->n_valid_lens; i++)
         k += (size_t)snprintf(args + k, sizeof args - k, "%s%d", i ? "," : " --valid-lens ", (int)o->valid_lens[i]);
     for (int i = 0; i < n_leafs && ok; i++) {
-        const gml_tensor *t = gml_graph_leaf(m->g, i);
+        /* the graph's copy: a leaf the graph file made is planned, its data the graph's */
+        const gml_tensor *t = gml_graph_tensor(m->g, gml_graph_leaf(m->g, i));
         if (t->flags & GML_FLAG_PARAM) {
             params[n_params++] = t;
             continue;

@@ -254,7 +254,8 @@ int main(int argc, char **argv) {
             if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
             ok = ok && rg_run(&o, &m, &t, &e);
             for (int i = 0; ok && i < m.n_outs; i++)
-                ok = check_result(&o, m.outs[i], i ? "the attention weights" : "the output",
+                ok = check_result(&o, gml_graph_tensor(m.g, m.outs[i]), /* planned: the graph's data */
+                                  i ? "the attention weights" : "the output",
                                   i ? NULL : &digest, &e);
             ok = ok && rg_write_outputs(&o, &d, &m, &e);
             if (ok && o.profile) rg_print_profile(o.json ? stderr : stdout, &m, &t);

@@ -60,9 +60,21 @@
  *   only headers are made (data == NULL) and a planner or the user places data
  *   later; gml_mem_required tells how large an allocating arena would need to
  *   be for everything created so far, in either mode.
+ *   Tensors describe, graphs execute: a tensor's `data` is the data the user
+ *   (or an allocating context) gave it, and nothing else ever writes it. A
+ *   tensor the memory planner placed keeps data == NULL in its header: the
+ *   place belongs to the graph that was planned (several graphs over shared
+ *   tensors each have their own), and gml_graph_data(g, t) gives it. It
+ *   stays valid until that graph is planned again or freed. A header that has
+ *   data when a graph computes always wins over that graph's plan.
  *
  * - THREADS. Results do not depend on the thread count: every output element
- *   is computed by one thread in a fixed order.
+ *   is computed by one thread in a fixed order. Several threads may compute
+ *   different graphs at once, also graphs that share tensors of one context:
+ *   each reads the shared headers and writes only its own planned data (see
+ *   MEMORY). Data two such graphs both write through a header (an allocating
+ *   context's intermediates, a cache placed by hand) is one memory: do not
+ *   compute them at once. Computes of one graph take turns.
  *
  * Every name ggmlite exports starts with gml_ (types, functions) or GML_
  * (macros, enum constants).
@@ -303,7 +315,10 @@ gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_r
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
  * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL or the context
- * holds an error from an earlier builder call (the message stays). The graph is malloc'd: free it with gml_graph_free. */
+ * holds an error from an earlier builder call (the message stays). The
+ * graph is malloc'd: free it with gml_graph_free, before or after gml_free
+ * of its context (it touches no tensor: its plan and its copies of the
+ * headers are its own). Several graphs may share the tensors of a context. */
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
 void gml_graph_free(gml_graph *g);
 
@@ -425,8 +440,15 @@ bool gml_isa_from_name(const char *name, gml_isa *out);
  * range, or before the first compute. The string lives forever. */
 const char *gml_graph_node_kernel(const gml_graph *g, int i);
 
-/* Called after each node; return false to stop (compute returns
- * GML_ERR_ABORTED). */
+/* Called after each node, on the thread that called compute; return false
+ * to stop (compute returns GML_ERR_ABORTED). node is the graph's bound copy
+ * of the node, gml_graph_tensor(g, gml_graph_node(g, index)): node->data
+ * (and node->src[i]->data) are the data this graph computes with, readable
+ * with gml_get_f32 and friends even where the header has none (a planned
+ * tensor). Compare names or the index, not node with a header pointer. A
+ * compute or plan started from a callback runs alone on its thread; if its
+ * graph is being computed (by this thread, or by another: a callback cannot
+ * wait), it returns GML_ERR_INVALID. */
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
@@ -438,10 +460,35 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
 /* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
  * the process-wide pool below. Results are bitwise the same for any count.
- * Every tensor needs data: allocate the context, or plan the graph. */
+ * Every tensor needs data: allocate the context, or plan the graph. Each
+ * compute binds the graph's data afresh: a tensor whose header has data then
+ * uses it (an input re-pointed between computes), any other one its place
+ * in this graph's plan; a view, its source's plus its offset. Kernels run on
+ * the graph's own copies of the headers and never write a header.
+ * A graph computes once at a time: a compute (or plan) of a graph that
+ * another thread is computing waits for it to finish. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
-/* The message of the last failed compute ("" when none). */
+/* The message of the last failed compute or plan of g ("" when none). A
+ * compute refused because g was busy (from a node callback) keeps its
+ * message for the refused thread alone, never overwriting the running
+ * compute's. Read it on the thread that computed. */
 const char *gml_graph_error(const gml_graph *g);
+
+/* The data t has in g's computes: the header's data if it has some, else
+ * its place in g's plan (for a view, its source's plus its offset), NULL if
+ * t is not in g or has none (not planned, measure_only). For a planned
+ * tensor this is where g's compute writes it (outputs) and reads it (inputs:
+ * fill them here, after planning); valid until g is planned again or freed.
+ * Two graphs sharing t may give two different addresses. */
+void *gml_graph_data(const gml_graph *g, const gml_tensor *t);
+/* g's own copy of t's header (NULL if t is not in g): the same shape,
+ * strides, name and op, its data the one g computes with, its src[] and
+ * view_src g's copies too. Read results through it with gml_get_f32,
+ * gml_get_i32 or the strides, e.g. gml_get_f32(gml_graph_tensor(g, y), idx).
+ * The copy is refreshed by gml_graph_plan and at the start of each compute
+ * (so after changing a header, plan or compute before reading it); it lives
+ * as long as g. Do not read it while another thread computes g. */
+const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t);
 
 /* ---- threads ---------------------------------------------------------------
  * gml_graph_compute runs on a process-wide pool of worker threads, made by
@@ -450,9 +497,12 @@ const char *gml_graph_error(const gml_graph *g);
  * Between computes the workers sleep (no CPU). Computes from several threads
  * take turns on the pool; a compute started from inside a node callback, or
  * one for which threads cannot be created, runs on its calling thread alone
- * (with the same results). The workers are joined at exit (atexit) or by
- * gml_threadpool_shutdown; a forked child makes a fresh pool when it needs
- * one. For computes side by side, give each its own pool.
+ * (with the same results). A second compute of a graph that is being
+ * computed waits for the first; from inside a node callback, where waiting
+ * could deadlock, it returns GML_ERR_INVALID instead. The workers are
+ * joined at exit (atexit) or by gml_threadpool_shutdown; a forked child makes
+ * a fresh pool when it needs one. For computes side by side, give each its
+ * own pool.
  * Built with GGMLITE_OPENMP=ON, computes run in one OpenMP parallel region
  * each instead, and a pool only fixes the thread count; idle threads then
  * follow OpenMP's wait policy (OMP_WAIT_POLICY=passive: sleep at once), and
@@ -487,7 +537,14 @@ void gml_threadpool_shutdown(void);
  *   - an elementwise node (add, mul, scale, softmax) may write over its first
  *     source when the node is that source's last use and the sizes match.
  * Offsets are 64-byte aligned. Tensors that already have data keep it.
- * Placed data stays valid until the graph is freed or planned again. */
+ * The plan is the graph's own: no tensor header is written (a placed tensor's
+ * data stays NULL); gml_graph_data(g, t) gives a placed tensor's address,
+ * gml_graph_tensor(g, t) a header that points there. Placed data stays valid
+ * until the graph is freed or planned again. What gets a place is decided
+ * from the headers at plan time; a header given data after planning wins at
+ * compute (plan again to drop the place it no longer needs). Graphs sharing
+ * tensors plan, compute, re-plan and free in any order; a graph may also be
+ * freed after its context (it touches no tensor then). */
 typedef struct gml_plan_options {
     bool no_reuse;      /* debugging: every tensor its own memory; the
                            environment variable GGMLITE_PLAN_NOREUSE=1 forces it */
@@ -500,7 +557,9 @@ typedef struct gml_plan_options {
 
 /* opt NULL: the defaults (all zero). GML_ERR_NOMEM if the buffer cannot be
  * allocated or the caller's is too small (the message gives the size);
- * nothing is placed then. Planning again first drops the previous plan. */
+ * nothing is placed then. Planning again first drops the previous plan.
+ * Waits for a compute of g on another thread; from a node callback of a
+ * compute of g, GML_ERR_INVALID. */
 gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
 /* Bytes of the planned buffer (0 before planning). */
 size_t gml_graph_plan_peak(const gml_graph *g);

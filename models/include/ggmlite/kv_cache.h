@@ -94,7 +94,8 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
 gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_tensor *x, const gml_kv_step *step, int layer);
 
-/* One step: fills pos and lens from the cache's length, computes g (a graph
+/* One step: fills pos and lens (their data in g, gml_graph_data: planned or
+ * their own) from the cache's length, computes g (a graph
  * holding the step's gml_attn_decode outputs) and, if that worked, advances
  * the length by n. GML_ERR_INVALID with a message in err, and nothing
  * computed, when the new tokens would pass T_max; compute failures pass
