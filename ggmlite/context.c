@@ -45,6 +45,8 @@ void gml_free(gml_context *ctx) {
     free(ctx);
 }
 
+const char *gml_version(void) { return GML_VERSION; }
+
 const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : ""; }
 void gml_clear_error(gml_context *ctx) {
     if (ctx) ctx->err[0] = '\0';

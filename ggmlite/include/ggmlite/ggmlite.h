@@ -79,7 +79,15 @@
 extern "C" {
 #endif
 
+/* The version of these headers: GML_VERSION_MAJOR.MINOR.PATCH, the one
+ * place it is written (CMake's project() reads it from here), GML_VERSION
+ * the same as a string, and GML_VERSION_NUMBER for #if comparisons
+ * (MAJOR * 10000 + MINOR * 100 + PATCH: 0.1.0 is 100). */
+#define GML_VERSION_MAJOR 0
+#define GML_VERSION_MINOR 1
+#define GML_VERSION_PATCH 0
 #define GML_VERSION "0.1.0"
+#define GML_VERSION_NUMBER (GML_VERSION_MAJOR * 10000 + GML_VERSION_MINOR * 100 + GML_VERSION_PATCH)
 #define GML_MAX_DIMS 4
 #define GML_MAX_SRC 6
 #define GML_MAX_NAME 64
@@ -136,6 +144,11 @@ typedef struct gml_tensor {
 
 typedef struct gml_context gml_context;
 typedef struct gml_graph gml_graph;
+
+/* The version of the library linked in: GML_VERSION as it was when the
+ * library was built, e.g. "0.1.0". It differs from GML_VERSION when a
+ * program was compiled against other headers than the library it runs with. */
+const char *gml_version(void);
 
 /* ---- context ---------------------------------------------------------- */
 
