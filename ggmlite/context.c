@@ -63,6 +63,19 @@ gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) {
     return NULL;
 }
 
+gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) {
+    if (ctx) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    return NULL;
+}
+
+gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gml_set_error_v(ctx, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
 static const char *const TYPE_NAMES[] = {[GML_F32] = "f32", [GML_I32] = "i32"};
 
 size_t gml_type_size(gml_type type) {
