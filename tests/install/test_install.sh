@@ -88,7 +88,7 @@ for kind in static shared; do
     env -u LD_LIBRARY_PATH "$prefix/bin/run-graph" mha --seq 4 --d-model 16 --heads 2 --causal \
         >/dev/null || fail "$kind: run-graph mha failed"
 
-    # needed EXE: the shared ggmlite libraries EXE names, in order.
+    # needed EXE: the ggmlite shared libraries EXE needs, sorted, on one line.
     needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(libggmlite.*\)\]/\1/p' | sort | tr '\n' ' '; }
     if [[ $kind == static ]]; then
         want=""
