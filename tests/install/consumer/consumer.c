@@ -50,7 +50,8 @@ static void naive_mha(const float *x, const float *const wt[8], float *out) {
                 for (int j = 0; j <= i; j++) {
                     s[j] = 0;
                     for (int d = 0; d < DK; d++)
-                        s[j] += (double)q[(b * T + i) * D + h * DK + d] * k[(b * T + j) * D + h * DK + d];
+                        s[j] += (double)q[(b * T + i) * D + h * DK + d] *
+                                k[(b * T + j) * D + h * DK + d];
                     s[j] /= sqrt(DK);
                     if (s[j] > mx) mx = s[j];
                 }
@@ -68,7 +69,8 @@ int main(int argc, char **argv) {
     if (argc != 2) return fprintf(stderr, "usage: consumer DIR\n"), 2;
     printf("ggmlite headers %s, library %s\n", GML_VERSION, gml_version());
     if (strcmp(GML_VERSION, gml_version()) != 0 ||
-        GML_VERSION_NUMBER != GML_VERSION_MAJOR * 10000 + GML_VERSION_MINOR * 100 + GML_VERSION_PATCH)
+        GML_VERSION_NUMBER !=
+            GML_VERSION_MAJOR * 10000 + GML_VERSION_MINOR * 100 + GML_VERSION_PATCH)
         return fprintf(stderr, "version mismatch\n"), 1;
 
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 4 << 20});
@@ -87,14 +89,19 @@ int main(int argc, char **argv) {
     if (!g) return fprintf(stderr, "mha: %s\n", gml_last_error(ctx)), 1;
     if (gml_graph_compute(g, 2) != GML_OK) return fprintf(stderr, "%s\n", gml_graph_error(g)), 1;
 
-    /* A builder error of one's own, through the public API. */
-    if (gml_set_error(ctx, "consumer: %d", 42) != NULL || strcmp(gml_last_error(ctx), "consumer: 42"))
+    /* A builder error of one's own, through the public API: recorded, and
+     * the context refuses to build a graph until it is cleared. */
+    if (gml_set_error(ctx, "consumer: %d", 42) != NULL ||
+        strcmp(gml_last_error(ctx), "consumer: 42") != 0 || gml_set_error(NULL, "nothing") != NULL)
         return fprintf(stderr, "gml_set_error: '%s'\n", gml_last_error(ctx)), 1;
+    if (gml_build_graph(ctx, &r.out, 1) != NULL)
+        return fprintf(stderr, "gml_build_graph built a graph despite an error\n"), 1;
     gml_clear_error(ctx);
 
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/out.npy", argv[1]);
-    if (gml_save_npy(path, r.out, err, sizeof err) != GML_OK) return fprintf(stderr, "%s\n", err), 1;
+    if (gml_save_npy(path, r.out, err, sizeof err) != GML_OK)
+        return fprintf(stderr, "%s\n", err), 1;
     gml_context *back = gml_load_npy(path, "out", err, sizeof err);
     if (!back) return fprintf(stderr, "%s\n", err), 1;
     gml_tensor *o = gml_get_tensor(back, "out");
