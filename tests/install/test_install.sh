@@ -48,9 +48,16 @@ step "install $build ($this) into prefix-$this"
 cmake --install "$build" --prefix "$work/prefix-$this" >/dev/null
 
 step "build a $other ggmlite (libraries, run-graph) and install it into prefix-$other"
-cmake -S "$src" -B "$work/build-$other" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER="$cc" -DBUILD_SHARED_LIBS=$other_shared -DGGMLITE_OPENMP="$openmp" \
-    -DGGMLITE_TESTS=OFF -DGGMLITE_TOOLS=ON -DGGMLITE_INSTALL=ON >/dev/null
+config=(-G "$generator" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc"
+    -DBUILD_SHARED_LIBS="$other_shared" -DGGMLITE_OPENMP="$openmp" -DGGMLITE_TESTS=OFF
+    -DGGMLITE_TOOLS=ON -DGGMLITE_INSTALL=ON)
+# Another compiler or generator than last time: start afresh (CMake would
+# drop its cache and forget the other options).
+if [[ "$(cat "$work/build-$other.config" 2>/dev/null)" != "${config[*]}" ]]; then
+    rm -rf "$work/build-$other"
+    echo "${config[*]}" >"$work/build-$other.config"
+fi
+cmake -S "$src" -B "$work/build-$other" "${config[@]}" >/dev/null
 cmake --build "$work/build-$other" -j $jobs --target ggmlite ggmlite_models ggmlite_io run-graph \
     >/dev/null
 cmake --install "$work/build-$other" --prefix "$work/prefix-$other" >/dev/null
