@@ -15,6 +15,9 @@
 #     libraries and checks a result against a naive computation);
 #   - each consumer links ggmlite the way the prefix says (static: nothing
 #     of ggmlite in its NEEDED entries; shared: all three .so.<major>).
+# The consumer is also built by tests/install/parent, with ggmlite's tree
+# inside (add_subdirectory, in WORK/parent, kept between runs like the
+# other kind): no tests or tools of ggmlite, no warning options leaking.
 # And: every installed header compiles on its own (C11, and C++ if a C++
 # compiler is installed) with -Wall -Wextra -Wpedantic -Werror; the static
 # libraries link whole into a shared object that dlopen() loads and runs.
@@ -133,6 +136,29 @@ for kind in static shared; do
     "$out/consumer" "$work/out-pc-$kind"
     unset PKG_CONFIG_PATH
 done
+
+step "add_subdirectory: ggmlite's tree inside a parent project"
+out=$work/parent
+config=(-G "$generator" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc"
+    -DGGMLITE_SOURCE_DIR="$src" -DGGMLITE_OPENMP="$openmp" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
+if [[ "$(cat "$out.config" 2>/dev/null)" != "${config[*]}" ]]; then
+    rm -rf "$out"
+    echo "${config[*]}" >"$out.config"
+fi
+cmake -S "$here/parent" -B "$out" "${config[@]}" >/dev/null
+cmake --build "$out" -j $jobs >/dev/null
+# No tests, tools or benchmarks, and ggmlite's warning options stay on its
+# own sources.
+if cmake --build "$out" --target help | grep -E "run-graph|bench|test_|cli_check"; then
+    fail "add_subdirectory builds ggmlite's tests or tools"
+fi
+grep -q '"command": .*-Wall.*context\.c"' "$out/compile_commands.json" ||
+    fail "ggmlite's own sources lost -Wall"
+if grep '"command": .*consumer\.c"' "$out/compile_commands.json" | grep -E -- "-Wall|-Wextra"; then
+    fail "ggmlite's warning options reach the parent's sources"
+fi
+mkdir -p "$work/out-parent"
+"$out/consumer" "$work/out-parent"
 
 step "static: libggmlite.a and the others linked whole into a shared object, dlopen()ed"
 prefix=$work/prefix-static
