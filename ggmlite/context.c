@@ -45,6 +45,8 @@ void gml_free(gml_context *ctx) {
     free(ctx);
 }
 
+const char *gml_version(void) { return GML_VERSION; }
+
 const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : ""; }
 void gml_clear_error(gml_context *ctx) {
     if (ctx) ctx->err[0] = '\0';
@@ -57,6 +59,19 @@ gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) {
+    if (ctx) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    return NULL;
+}
+
+gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gml_set_error_v(ctx, fmt, ap);
     va_end(ap);
     return NULL;
 }

@@ -12,17 +12,10 @@
 
 #define GML_ALIGN 64          /* data alignment: one cache line, one zmm */
 #define GML_ERR_MAX 512
-#define GML_SHAPE_MAX 64      /* room for "[a,b,c,d]" of any int64 sizes */
 
 #define GML_UNUSED(x) (void)(x)
 #define GML_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define GML_MAX(a, b) ((a) > (b) ? (a) : (b))
-
-#if defined(__GNUC__)
-#define GML_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define GML_PRINTF(f, a)
-#endif
 
 static inline size_t gml_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -41,7 +34,8 @@ struct gml_context {
 };
 
 /* Records a message on the context (replacing any earlier one) and returns
- * NULL, so builders can `return gml_fail(ctx, ...)`. */
+ * NULL, so builders can `return gml_fail(ctx, ...)`. (gml_set_error, the
+ * public form, also takes a NULL ctx.) */
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 
 /* A new tensor made by op from its n_src sources (NULL ones allowed: an

@@ -12,7 +12,7 @@
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    gml_set_error_v(ctx, fmt, ap);
     va_end(ap);
     return false;
 }
@@ -179,8 +179,8 @@ bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config
     if (!in->query || (in->key == NULL && in->value != NULL)) {
         /* A NULL input is an earlier builder's failure: keep its message. */
         if (!gml_last_error(ctx)[0])
-            gml_fail(ctx, "%s: %s is NULL", block,
-                     in->query ? "key (with a value given)" : "query");
+            gml_set_error(ctx, "%s: %s is NULL", block,
+                          in->query ? "key (with a value given)" : "query");
         return false;
     }
     if (!w) return gml_attn_fail(ctx, "%s: no weights given (NULL)", block);

@@ -13,8 +13,15 @@
 #ifndef GGMLITE_ATTN_INTERNAL_H
 #define GGMLITE_ATTN_INTERNAL_H
 
-#include "internal.h"
+/* The models are a library on the engine's public API alone (ggmlite.h),
+ * as a user's own blocks would be: messages go through gml_set_error. */
 #include <ggmlite/attention.h>
+
+#include <inttypes.h>
+#include <stdarg.h>
+
+/* Formats t's shape into the char array buf: "[2,8,10,64]". */
+#define GML_SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
 
 typedef struct gml_attn_plan {
     const char *block; /* "mha", "gqa", "relpos": starts every message */
@@ -29,7 +36,7 @@ typedef struct gml_attn_plan {
     bool fused;        /* the graph is gml_attn_fused's */
 } gml_attn_plan;
 
-/* gml_fail for functions returning bool: records the message, returns false. */
+/* gml_set_error for functions returning bool: records the message, returns false. */
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 /* A weight t must be f32 [rows, cols] (cols < 0: 1-D [rows]); else false,
  * with a message naming the block, the role ("w_k.weight"), t's shape and

@@ -116,12 +116,12 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
     gml_kv_step s = {.cache = c, .n = n};
     if (!ctx) return s;
     if (!c) {
-        gml_fail(ctx, "kv_step: no cache (NULL)");
+        gml_set_error(ctx, "kv_step: no cache (NULL)");
         return s;
     }
     if (n < 1 || n > c->p.max_len) {
-        gml_fail(ctx, "kv_step: %" PRId64 " new tokens per step, but the cache holds %" PRId64
-                 " (max_len)", n, c->p.max_len);
+        gml_set_error(ctx, "kv_step: %" PRId64 " new tokens per step, but the cache holds %" PRId64
+                      " (max_len)", n, c->p.max_len);
         return s;
     }
     gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, c->p.batch, n), "kv_pos");
@@ -140,30 +140,30 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
     if (!ctx) return NULL;
     if (!x || !step || !step->pos) {
         if (!gml_last_error(ctx)[0])
-            gml_fail(ctx, "decode: %s is NULL", !x ? "x" : "the step (or its positions)");
+            gml_set_error(ctx, "decode: %s is NULL", !x ? "x" : "the step (or its positions)");
         return NULL;
     }
     const gml_kv_cache *c = step->cache;
     const gml_kv_cache_params *cp = &c->p;
     if (layer < 0 || layer >= cp->n_layers)
-        return gml_fail(ctx, "decode: layer %d is out of range; the cache has %d layers", layer,
-                        cp->n_layers);
+        return gml_set_error(ctx, "decode: layer %d is out of range; the cache has %d layers",
+                             layer, cp->n_layers);
     if (!cfg.causal)
-        return gml_fail(ctx, "decode: decoding is causal (each token sees the ones before it); "
-                        "set cfg.causal");
+        return gml_set_error(ctx, "decode: decoding is causal (each token sees the ones before "
+                             "it); set cfg.causal");
     if (cfg.want_weights || cfg.impl == GML_ATTN_UNFUSED)
-        return gml_fail(ctx, "decode: decoding uses the fused graph, which has no attention "
-                        "weights (impl auto or fused, want_weights false)");
+        return gml_set_error(ctx, "decode: decoding uses the fused graph, which has no attention "
+                             "weights (impl auto or fused, want_weights false)");
     gml_attn_plan p;
     gml_attn_inputs in = {.query = x};
     if (!gml_attn_prepare(ctx, "decode", &cfg, w, &in, true, &p)) return NULL;
     char sx[GML_SHAPE_MAX];
     if (p.G != cp->n_kv_heads || p.dk != cp->d_k || p.B != cp->batch || p.Tq != step->n)
-        return gml_fail(ctx, "decode: x '%s' %s with %" PRId64 " heads, %" PRId64 " kv heads "
-                        "(d_k %" PRId64 ") does not fit the cache: batch %" PRId64 ", kv heads "
-                        "%d, d_k %" PRId64 ", %" PRId64 " new tokens per step", x->name,
-                        GML_SHAPE(x, sx), p.H, p.G, p.dk, cp->batch, cp->n_kv_heads, cp->d_k,
-                        step->n);
+        return gml_set_error(ctx, "decode: x '%s' %s with %" PRId64 " heads, %" PRId64 " kv "
+                             "heads (d_k %" PRId64 ") does not fit the cache: batch %" PRId64
+                             ", kv heads %d, d_k %" PRId64 ", %" PRId64 " new tokens per step",
+                             x->name, GML_SHAPE(x, sx), p.H, p.G, p.dk, cp->batch,
+                             cp->n_kv_heads, cp->d_k, step->n);
     const int perm[] = {0, 2, 1, 3};
     gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p.q, p.H, p.dk), perm); /* [B,H,n,dk] */
     gml_tensor *k = gml_permute(ctx, gml_attn_split(ctx, p.k, p.G, p.dk), perm); /* [B,G,n,dk] */

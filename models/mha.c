@@ -16,8 +16,8 @@
 gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
     if (ctx && cfg.n_kv_heads != 0 && cfg.n_kv_heads != cfg.n_heads) {
-        gml_fail(ctx, "mha: kv_heads %d differs from heads %d; grouped-query attention is gml_gqa",
-                 cfg.n_kv_heads, cfg.n_heads);
+        gml_set_error(ctx, "mha: kv_heads %d differs from heads %d; grouped-query attention is "
+                      "gml_gqa", cfg.n_kv_heads, cfg.n_heads);
         return (gml_attn_result){0};
     }
     gml_attn_plan p;

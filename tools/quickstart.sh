@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
-TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils)
+# pkg-config and g++: test_install builds a consumer with pkg-config and
+# compiles the installed headers as C++ too.
+TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils pkg-config g++)
 BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
 JOBS=$(nproc)
 

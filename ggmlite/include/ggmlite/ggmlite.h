@@ -82,6 +82,7 @@
 #ifndef GGMLITE_H
 #define GGMLITE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,11 +92,27 @@
 extern "C" {
 #endif
 
+/* The version of these headers: GML_VERSION_MAJOR.MINOR.PATCH, the one
+ * place it is written (CMake's project() reads it from here), GML_VERSION
+ * the same as a string, and GML_VERSION_NUMBER for #if comparisons
+ * (MAJOR * 10000 + MINOR * 100 + PATCH: 0.1.0 is 100). */
+#define GML_VERSION_MAJOR 0
+#define GML_VERSION_MINOR 1
+#define GML_VERSION_PATCH 0
 #define GML_VERSION "0.1.0"
+#define GML_VERSION_NUMBER (GML_VERSION_MAJOR * 10000 + GML_VERSION_MINOR * 100 + GML_VERSION_PATCH)
 #define GML_MAX_DIMS 4
 #define GML_MAX_SRC 6
 #define GML_MAX_NAME 64
 #define GML_MAX_OP_PARAMS 16 /* int32 slots */
+#define GML_SHAPE_MAX 64 /* room for any shape gml_format_shape writes */
+
+/* printf-style format checking (GCC, Clang) of the functions taking one. */
+#if defined(__GNUC__)
+#define GML_PRINTF(fmt_arg, first_arg) __attribute__((format(printf, fmt_arg, first_arg)))
+#else
+#define GML_PRINTF(fmt_arg, first_arg)
+#endif
 
 typedef enum gml_type {
     GML_F32 = 0,
@@ -149,6 +166,11 @@ typedef struct gml_tensor {
 typedef struct gml_context gml_context;
 typedef struct gml_graph gml_graph;
 
+/* The version of the library linked in: GML_VERSION as it was when the
+ * library was built, e.g. "0.1.0". It differs from GML_VERSION when a
+ * program was compiled against other headers than the library it runs with. */
+const char *gml_version(void);
+
 /* ---- context ---------------------------------------------------------- */
 
 typedef struct gml_init_params {
@@ -164,6 +186,17 @@ void gml_free(gml_context *ctx);
 
 const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
 void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
+/* For builders of your own (as the attention blocks of <ggmlite/attention.h>
+ * are): records a message on ctx as ggmlite's builders do, replacing any
+ * earlier one, and returns NULL, so a builder can report a mistake with
+ *     char s[GML_SHAPE_MAX];
+ *     if (x->ne[3] % 2) return gml_set_error(ctx, "my_rope(x): odd last dim: %s",
+ *                                            gml_format_shape(x, s, sizeof s));
+ * and gml_build_graph then refuses the context, as for any builder error.
+ * The message is cut at 511 bytes. ctx NULL: does nothing. gml_set_error_v
+ * takes a va_list, for wrappers of your own. */
+gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) GML_PRINTF(2, 0);
 
 size_t gml_used_mem(const gml_context *ctx);     /* arena bytes in use */
 /* Bytes an allocating arena needs for every tensor created so far (headers
