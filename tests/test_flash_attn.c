@@ -674,10 +674,11 @@ static void test_graph_file(void) {
                        "o = flash_attn(q, k, k, causal=true)\noutput o\n";
     gml_tensor *o3 = NULL;
     n = gml_parse_graph(c2, text, strlen(text), "t.graph", NULL, &o3, 1, err, sizeof err);
-    CHECK(n == 1 && o3->op == GML_OP_FLASH_ATTN && o3->op_params[1] == 1, "parse: %s", err);
-    if (n == 1) {
-        union { int32_t i; float f; } u = {.i = o3->op_params[0]};
-        CHECK(u.f == 0.25f, "default scale %g, want 0.25", (double)u.f);
+    CHECK(n == 1 && o3->op == GML_OP_FLASH_ATTN, "parse: %s", err);
+    gml_arg args[GML_MAX_ARGS]; /* q, k, v, mask, valid_lens, scale, causal */
+    if (n == 1 && CHECK(gml_form_get_args(o3, args), "flash_attn's arguments")) {
+        CHECK(args[6].i == 1, "causal=%d, want 1", (int)args[6].i);
+        CHECK(args[5].f == 0.25f, "default scale %g, want 0.25", (double)args[5].f);
     }
     gml_graph_free(g1);
     gml_free(c1);
