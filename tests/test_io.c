@@ -184,7 +184,7 @@ static void test_round_trips(void) {
             int64_t ne[4];
             for (int d = 0; d < n_dims; d++) ne[d] = 1 + (int64_t)(rng() % 9); /* 1..9 */
             char name[32];
-            snprintf(name, sizeof name, "t%d.w\"\\\x01%d", trial, k); /* JSON-escaped */
+            snprintf(name, sizeof name, "t%d.w\"\\\xc3\xa9/%d", trial, k); /* JSON-escaped, UTF-8 */
             ts[k] = gml_set_name(random_tensor(ctx, rng() % 2 ? GML_F32 : GML_I32, n_dims, ne), name);
         }
 
@@ -667,14 +667,15 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24),
                 "tensor 'a': dtype 'F64' is not supported; expected F32 or I32");
     EXPECT_FAIL(ST("{\"a\\u0001\\\\\":{\"dtype\":\"\nF32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 24),
-                "tensor 'a\\x01\\x5c': dtype '\\x0aF32' is not supported"); /* found by fuzz_safetensors */
+                "offset 11: tensor name 'a\\x01\\x5c' holds byte 0x01"); /* found by fuzz_safetensors */
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]}}", 24),
                 "dtype 'F16' is not supported");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),
                 "shape is a string");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-3],\"data_offsets\":[0,24]}}", 24),
-                "shape [-2, -3]: dim 0 must be a whole number in [1, 2^40]");
-    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24), "[2.5]");
+                "offset 37: tensor 'a': shape dim 0 is -2, negative");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24),
+                "shape dim 0 is 2.5, not a whole number");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,0],\"data_offsets\":[0,0]}}", 24), "dim 1");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,null],\"data_offsets\":[0,0]}}", 24),
                 "[6, (null)]");
@@ -688,7 +689,7 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":{}}}", 24),
                 "data_offsets is an object, expected [begin, end]");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[-1,23]}}", 24),
-                "[-1, 23]");
+                "data_offsets[0] is -1, negative");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[24,0]}}", 24),
                 "[24, 0]: begin is after end");
     EXPECT_FAIL(ST("{\"w_q.weight\":{\"dtype\":\"F32\",\"shape\":[32,32],\"data_offsets\":[0,4096]}}", 1024),
@@ -704,6 +705,66 @@ static void test_bad_safetensors(void) {
                 "tensor name 'a' appears twice");
     EXPECT_FAIL(ST("{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":{}}", 0),
                 "name is 71 bytes");
+
+    /* what the format forbids, as the reference loader refuses it */
+#define ENTRY(name, shape, offs) "\"" name "\":{\"dtype\":\"F32\",\"shape\":" shape ",\"data_offsets\":" offs "}"
+    EXPECT_FAIL(ST("{" ENTRY("w_q.weight\\u0000junk", "[1]", "[0,4]") "}", 4),
+                "w.safetensors: offset 20: tensor name 'w_q.weight\\x00junk' holds byte 0x00, a "
+                "control character; names must be printable");
+    EXPECT_FAIL(ST("{" ENTRY("a\\nb", "[1]", "[0,4]") "}", 4),
+                "offset 11: tensor name 'a\\x0ab' holds byte 0x0a");
+    EXPECT_FAIL(ST("{" ENTRY("a\nb", "[1]", "[0,4]") "}", 4),
+                "offset 11: byte 0x0a inside a string; JSON needs control characters escaped");
+    EXPECT_FAIL(ST("{" ENTRY("\\u001b[31mred", "[1]", "[0,4]") "}", 4),
+                "offset 10: tensor name '\\x1b[31mred' holds byte 0x1b");
+    EXPECT_FAIL(ST("{" ENTRY("\x1b[2J", "[1]", "[0,4]") "}", 4), "offset 10: byte 0x1b inside a string");
+    EXPECT_FAIL(ST("{" ENTRY("del\x7f", "[1]", "[0,4]") "}", 4),
+                "offset 13: tensor name 'del\\x7f' holds byte 0x7f");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "offset 22: tensor 'a': dtype 'F32\\x00junk' is not supported");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\\u0000\":[9],\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "tensor 'a': field name 'shape\\x00' holds byte 0x00");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[9],\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "tensor 'a': entry has \"shape\" twice");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[8,16]") "}", 16),
+                "tensor 'a': data_offsets [8, 16]: the first tensor starts at 8, not 0, leaving a "
+                "gap at file offset 63 (the format allows none)");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "," ENTRY("b", "[2]", "[12,20]") "}", 20),
+                "tensor 'b': data_offsets [12, 20]: a gap of 4 bytes after tensor 'a' (ends at 8");
+    EXPECT_FAIL(ST("{" ENTRY("b", "[2]", "[12,20]") "," ENTRY("a", "[2]", "[0,8]") "}", 20),
+                "a gap of 4 bytes after tensor 'a'"); /* sorted by offset, not header order */
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "}", 12),
+                "w.safetensors: offset 70: 4 unused bytes after the last tensor's data (the data "
+                "buffer is 12 bytes; the format allows no trailing bytes)");
+    EXPECT_FAIL(ST("{}", 1), "offset 10: 1 unused bytes after the header, which lists no tensors");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "," ENTRY("b", "[2]", "[0,8]") "}", 8),
+                "tensors 'a' [0, 8] and 'b' [0, 8] overlap");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[2.0]", "[0,8]") "}", 8),
+                "offset 37: tensor 'w': shape dim 0 is 2.0, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[1,2e0]", "[0,8]") "}", 8), "shape dim 1 is 2e0, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[-0]", "[0,8]") "}", 8), "shape dim 0 is -0, negative");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[2]", "[0,2.5]") "}", 8), "data_offsets[1] is 2.5, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,4e1]") "}", 40), "data_offsets[1] is 4e1, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,40.0]") "}", 40), "data_offsets[1] is 40.0");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,040]") "}", 40),
+                "header is not valid JSON: '040' is not a number");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1.}}", 4),
+                "'1.' is not a number");
+    EXPECT_FAIL(ST(" {}", 0), "offset 8: header starts with byte 0x20, expected '{'");
+    EXPECT_FAIL(ST("{\"a\xff\":{}}", 0), "offset 11: header is not UTF-8 (byte 0xff)");
+    EXPECT_FAIL(ST("{\"a\xc0\xaf\":{}}", 0), "offset 11: header is not UTF-8 (byte 0xc0)");
+    EXPECT_FAIL(ST("{\"a\xed\xa0\x80\":{}}", 0), "offset 11: header is not UTF-8"); /* a surrogate */
+    EXPECT_FAIL(ST("{\"a\\ud800\":{}}", 0), "offset 11: header is not valid JSON"); /* cJSON */
+#undef ENTRY
+    c = ST("{\"__metadata__\":null,\"\xc3\xa9\\u00e9\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8],"
+           "\"extra\":[1.5e3, \"\\n\"]}}\t\r\n ", 8);
+    CHECK(c && gml_get_tensor(c, "\xc3\xa9\xc3\xa9") && gml_get_tensor(c, "x"),
+          "null metadata, UTF-8 names (raw and escaped), unknown fields, whitespace padding: %s", err);
+    gml_free(c);
+    c = ST("{\"__metadata__\":{\"text\":\"line 1\\nline 2\\u0000\"}}", 0);
+    CHECK(c, "metadata values may hold control characters (they are ignored): %s", err);
+    gml_free(c);
 
     EXPECT_FAIL(gml_load_safetensors(tmp_path("missing.safetensors"), err, sizeof err),
                 "missing.safetensors: cannot open: No such file or directory");
@@ -735,6 +796,10 @@ static void test_save_failures(void) {
     gml_set_name(b, "__metadata__");
     CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
               strstr(err, "reserves"), "__metadata__ as a name: %s", err);
+    gml_set_name(b, "b\x1b[2J");
+    CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "tensor 1's name 'b\\x1b[2J' holds byte 0x1b") && !strchr(err, 0x1b),
+          "a name the loader would refuse: %s", err);
     gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
     gml_tensor *empty = gml_new_tensor_1d(na, GML_F32, 4);
     CHECK(gml_save_npy(tmp_path("empty.npy"), empty, err, sizeof err) == GML_ERR_INVALID &&

@@ -21,13 +21,13 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) {
 
 static bool plain(unsigned char c) { return c >= 0x20 && c != 0x7f && c != '\\'; }
 
-const char *gml_printable(const char *s, char *buf, size_t size) {
+const char *gml_printable_n(const char *s, size_t n, char *buf, size_t size) {
     size_t full = 0; /* the escaped length */
-    for (const char *p = s; *p; p++) full += plain((unsigned char)*p) ? 1 : 4;
+    for (size_t i = 0; i < n; i++) full += plain((unsigned char)s[i]) ? 1 : 4;
     bool cut = full >= size;
     size_t room = cut ? size - 4 : size - 1, k = 0; /* size >= 8: see file.h */
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (k + (plain(c) ? 1 : 4) > room) break;
         if (plain(c)) buf[k++] = (char)c;
         else k += (size_t)snprintf(buf + k, 5, "\\x%02x", c);
@@ -38,6 +38,10 @@ const char *gml_printable(const char *s, char *buf, size_t size) {
     }
     buf[k] = '\0';
     return buf;
+}
+
+const char *gml_printable(const char *s, char *buf, size_t size) {
+    return gml_printable_n(s, strlen(s), buf, size);
 }
 
 /* ---- reading ------------------------------------------------------------ */

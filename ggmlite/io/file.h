@@ -21,6 +21,8 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4)
  * 0x20, 0x7f and backslashes as \xNN, cut to size - 1 bytes with "..." at
  * the end when too long (size >= 8). Returns buf. */
 const char *gml_printable(const char *s, char *buf, size_t size);
+/* The same for n bytes at s, which may include NUL (shown as \x00). */
+const char *gml_printable_n(const char *s, size_t n, char *buf, size_t size);
 
 /* Little-endian integers at p (any alignment). */
 static inline uint64_t gml_le64(const unsigned char *p) {

@@ -28,8 +28,17 @@ extern "C" {
  */
 
 /* Every entry of a safetensors file, each a tensor named by its key (in file
- * order; find them with gml_get_tensor). __metadata__ is checked, then
- * ignored. Names longer than GML_MAX_NAME - 1 bytes are an error. */
+ * order; find them with gml_get_tensor). __metadata__ (null, or strings to
+ * strings) is checked, then ignored. Refused, as the reference loader
+ * (huggingface/safetensors) refuses them: a header that is not UTF-8 JSON
+ * starting with '{' or is over 100,000,000 bytes; shape sizes and
+ * data_offsets not written as plain integers ("2.0", "1e1", "-0"); data
+ * that does not tile the data buffer exactly (a gap before the first
+ * tensor or between two, an overlap, bytes after the last); dtype, shape or
+ * data_offsets twice in an entry. Refused by ggmlite besides: names holding
+ * a control character (a byte below 0x20, or 0x7f, raw or \u-escaped; the
+ * message names the byte and its file offset), names of GML_MAX_NAME bytes
+ * or more, repeated names, \u0000 in a dtype or a field name. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
 /* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
  * name without ".npy", e.g. "x" for "dir/x.npy"). */
@@ -39,7 +48,8 @@ gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what
                                    size_t err_size);
 gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
                            char *err, size_t err_size);
-/* Writes tensors under their names (which must differ) / one tensor; .npy
+/* Writes tensors under their names (which must differ, and be printable:
+ * no byte below 0x20 nor 0x7f, as the loader wants) / one tensor; .npy
  * files are version 1.0 with the data at a multiple of 64 bytes, as numpy
  * writes them. GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate
  * names) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
