@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- harness -------------------------------------------------------------- */
@@ -838,6 +839,85 @@ static void test_save_failures(void) {
     gml_free(ctx);
 }
 
+/* ---- fatal signals: gml_cleanup_on_signals ------------------------------------ */
+
+/* Runs fn in a child process; its wait status. */
+static int in_child(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return status;
+}
+
+/* Killed by SIGXFSZ midway through a save (its default action, past
+ * `ulimit -f`): the handler removes the temporary file. */
+static void child_xfsz(void) {
+    signal(SIGXFSZ, SIG_DFL);
+    if (!gml_cleanup_on_signals()) _exit(3);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    gml_tensor *big = random_tensor(ctx, GML_F32, 1, (int64_t[]){4096});
+    struct rlimit small = {.rlim_cur = 1000, .rlim_max = 1000};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(4);
+    gml_save_npy(tmp_path("killed.npy"), big, err, sizeof err);
+    _exit(5); /* not reached: the write past 1000 bytes kills */
+}
+
+/* SIGTERM after a finished save, with a file and a directory of the
+ * program's own registered: those go, the saved file stays. */
+static void child_term(void) {
+    if (!gml_cleanup_on_signals()) _exit(3);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    gml_tensor *t = random_tensor(ctx, GML_F32, 1, (int64_t[]){16});
+    if (gml_save_npy(tmp_path("saved.npy"), t, err, sizeof err) != GML_OK) _exit(4);
+    char dir[256], file[256];
+    snprintf(dir, sizeof dir, "%s", tmp_path("made"));
+    snprintf(file, sizeof file, "%s", tmp_path("made/partial"));
+    if (mkdir(dir, 0777) != 0 || gml_cleanup_register(dir) < 0) _exit(5);
+    if (!write_bytes(file, "x", 1) || gml_cleanup_register(file) < 0) _exit(6);
+    int gone = gml_cleanup_register(tmp_path("unregistered"));
+    write_bytes(tmp_path("unregistered"), "x", 1);
+    gml_cleanup_unregister(gone);
+    raise(SIGTERM);
+    _exit(7);
+}
+
+/* An ignored signal stays ignored. */
+static void child_ignored(void) {
+    signal(SIGINT, SIG_IGN);
+    if (!gml_cleanup_on_signals()) _exit(3);
+    struct sigaction now;
+    sigaction(SIGINT, NULL, &now);
+    _exit(now.sa_handler == SIG_IGN ? 0 : 4);
+}
+
+static void test_signal_cleanup(void) {
+    int st = in_child(child_xfsz);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ, "the child should die of SIGXFSZ (status "
+          "%#x)", (unsigned)st);
+    CHECK(count_temp_files() == 0 && !file_exists(tmp_path("killed.npy")),
+          "killed by SIGXFSZ midway: %d temporary files left", count_temp_files());
+    st = in_child(child_term);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "the child should die of SIGTERM (status "
+          "%#x)", (unsigned)st);
+    CHECK(file_exists(tmp_path("saved.npy")), "a finished save survives the signal");
+    CHECK(!file_exists(tmp_path("made/partial")) && !file_exists(tmp_path("made")),
+          "registered files and directories go");
+    CHECK(file_exists(tmp_path("unregistered")), "an unregistered file stays");
+    st = in_child(child_ignored);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an ignored SIGINT stays ignored (status %#x)",
+          (unsigned)st);
+    CHECK(gml_cleanup_register(NULL) == -1, "no path, no slot");
+    int slots[GML_CLEANUP_SLOTS + 1], n = 0;
+    while (n <= GML_CLEANUP_SLOTS && (slots[n] = gml_cleanup_register("x")) >= 0) n++;
+    CHECK(n == GML_CLEANUP_SLOTS, "the table holds %d paths, got %d", GML_CLEANUP_SLOTS, n);
+    while (n > 0) gml_cleanup_unregister(slots[--n]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_io FIXTURES_DIR (tests/fixtures)\n");
@@ -861,6 +941,7 @@ int main(int argc, char **argv) {
     test_bad_npy();
     test_bad_safetensors();
     test_save_failures();
+    test_signal_cleanup();
     remove_tree(tmpdir);
 
     printf("%ld checks, %ld failed\n", n_checks, n_failures);

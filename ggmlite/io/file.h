@@ -88,12 +88,14 @@ bool gml_read_file(const char *path, void **buf, size_t *len, char *err, size_t 
 
 /* An output written to "<path>.tmp.<pid>.<n>" and renamed to path by commit;
  * abort (or a failed commit) removes the temporary file, so a failed save
- * never leaves a partial file at path. Messages: "<path>: <what failed>:
+ * never leaves a partial file at path. While it exists its name is in the
+ * cleanup table, so gml_cleanup_on_signals's handler removes it too. Messages: "<path>: <what failed>:
  * <errno text>". */
 typedef struct gml_outfile {
     const char *path;
     char *tmp;
     FILE *f;
+    int slot; /* tmp's place in the cleanup table (gml_cleanup_register), or -1 */
 } gml_outfile;
 
 bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_size);

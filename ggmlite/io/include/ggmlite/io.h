@@ -57,6 +57,35 @@ gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tenso
                                 char *err, size_t err_size);
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
 
+/* ---- temporary files and fatal signals ------------------------------------
+ * A save writes "<path>.tmp.<pid>.<n>" and renames it into place; on any
+ * error it removes it. A signal whose default action ends the process would
+ * leave it behind, so while such a file exists its name is in a fixed
+ * table of GML_CLEANUP_SLOTS paths (written before the file is created).
+ * The library installs no signal handler by itself (a process's signal
+ * dispositions are its program's): a program that wants temporary files
+ * gone when it is killed calls gml_cleanup_on_signals() once, early. That
+ * installs, for SIGHUP, SIGINT, SIGPIPE, SIGTERM and SIGXFSZ where the
+ * action is still the default (an ignored signal or the program's own
+ * handler is left alone), a handler that unlinks every path in the table,
+ * then rmdirs them (directories registered by the program, once empty),
+ * restores the default action and raises the signal again, so the process
+ * still dies of it (a shell sees 128 + the signal number). False if a
+ * sigaction call failed.
+ * SIGXFSZ (a write past `ulimit -f`) is better ignored, as POSIX allows:
+ * signal(SIGXFSZ, SIG_IGN) makes the write fail with EFBIG instead, and the
+ * save fails with "<path>: write failed: File too large" and cleans up as
+ * for any error. run-graph does both.
+ * gml_cleanup_register adds a program's own file (or a directory it made)
+ * to the table: the slot (>= 0) to pass to gml_cleanup_unregister once the
+ * file is renamed or removed, or -1 (the table is full, or the path has
+ * 4096 bytes or more: then nothing removes it on a signal). Thread-safe;
+ * a slot's path must not change while a signal could be handled. */
+#define GML_CLEANUP_SLOTS 64
+bool gml_cleanup_on_signals(void);
+int gml_cleanup_register(const char *path);
+void gml_cleanup_unregister(int slot);
+
 /* ---- graph files ----------------------------------------------------------
  * A small text format for graphs, so a new attention variant needs no
  * recompiling. One statement per line; `#` starts a comment:
