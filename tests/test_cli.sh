@@ -490,6 +490,26 @@ check "--valid-lens unread: a warning" grep -qF "warning: --valid-lens: one_outp
     "$T/err"
 check "the summary names the sizes the file reads, not H" grep -qE "^one_output.graph: B=2 T=3 D=8, causal" "$T/out"
 check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
+# a write that fails, however it fails, leaves no file: past `ulimit -f` (run-graph ignores SIGXFSZ,
+# so the write fails with EFBIG and the run cleans up), and killed by a signal once the outputs
+# are staged (RUN_GRAPH_TEST_RAISE, a test hook in tools/rg_out.c: the signal handler removes
+# them, and run-graph still dies of the signal)
+K=$T/killed
+mkdir -p "$K"
+(ulimit -f 8 && "$RG" mha --heads 4 --seq 64 --d-model 64 --output "$K/out.npy" >"$T/out" 2>"$T/err")
+rc=$?
+check "past ulimit -f: exit 1 (not killed by SIGXFSZ: $rc)" test "$rc" -eq 1
+check "past ulimit -f: the message says why" grep -qF "out.npy: write failed: File too large" "$T/err"
+check "past ulimit -f: one line, no temporary path in it" test "$(wc -l <"$T/err")" -eq 1 -a \
+    -z "$(grep -F run-graph-tmp "$T/err")"
+check "past ulimit -f: no file left ($(ls -A "$K"))" test -z "$(ls -A "$K")"
+for sig in 1 2 13 15; do
+    RUN_GRAPH_TEST_RAISE=$sig "$RG" mha --heads 4 --seq 8 --d-model 16 --output "$K/out.npy" \
+        --attn-weights "$K/attn.npy" --save-graph "$K/g.graph" --save-inputs "$K/inputs" >"$T/out" 2>"$T/err"
+    rc=$?
+    check "killed by signal $sig: the exit status says so ($rc)" test "$rc" -eq $((128 + sig))
+    check "killed by signal $sig: no file left ($(ls -A "$K"))" test -z "$(ls -A "$K")"
+done
 cd "$T" || exit 2
 
 echo "$n_checks checks, $n_failed failed"
