@@ -364,6 +364,10 @@ mkst f64.safetensors '{"w_q.weight": {"dtype": "F64", "shape": [2,2], "data_offs
 mkst only_q.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
 mkst even_rel.safetensors '{"rel_k.weight": {"dtype": "F32", "shape": [6,12], "data_offsets": [0, 288]}}' 288
 mkst nonsq.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [8,9], "data_offsets": [0, 288]}}' 288
+mkst nulkey.safetensors '{"w_q.weight\u0000junk": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
+mkst esckey.safetensors '{"\u001b[2Jw_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
+mkst trailing.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9220
+mkst float.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48.0,48], "data_offsets": [0, 9216]}}' 9216
 mknpy f8.npy '<f8' False '(2, 7, 48)' 5376
 mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
 mknpy rank2.npy '<f4' False '(7, 48)' 1344
@@ -387,6 +391,15 @@ expect_error 1 "hlen.npy: offset 8: header length 65535 goes past the end of the
 expect_error 1 "hlen.safetensors: offset 0: header length 100000 goes past the end of the file" \
     ".safetensors header length past EOF" mha --heads 4 --weights hlen.safetensors
 expect_error 1 "badjson.safetensors: offset 78: header is not valid JSON" "bad JSON" mha --heads 4 --weights badjson.safetensors
+expect_error 1 "nulkey.safetensors: offset 20: tensor name 'w_q.weight\\x00junk' holds byte 0x00, a control character" \
+    "a NUL in a tensor name is refused, not cut short" mha --heads 4 --weights nulkey.safetensors
+expect_error 1 "esckey.safetensors: offset 10: tensor name '\\x1b[2Jw_q.weight' holds byte 0x1b" \
+    "an escape sequence in a tensor name is refused" mha --heads 4 --weights esckey.safetensors
+check "the escape sequence does not reach the terminal" test -z "$(tr -d -c '\033' <"$T/err")"
+expect_error 1 "trailing.safetensors: offset 9301: 4 unused bytes after the last tensor's data" \
+    "bytes after the last tensor" mha --heads 4 --weights trailing.safetensors
+expect_error 1 "float.safetensors: offset 50: tensor 'w_q.weight': shape dim 0 is 48.0, not a whole number" \
+    "a size written 48.0" mha --heads 4 --weights float.safetensors
 expect_error 1 "range.safetensors: tensor 'w_q.weight': data_offsets [0, 16] end past the data buffer" \
     "offsets out of range" mha --heads 4 --weights range.safetensors
 expect_error 1 "overlap.safetensors: tensors 'a' [0, 16] and 'b' [8, 16] overlap" "overlapping offsets" \
