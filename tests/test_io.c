@@ -577,7 +577,12 @@ static void test_bad_npy(void) {
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20),
                 "offset 128", "data is 20 bytes", "(2, 3)", "needs 24");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28),
-                "data is 28 bytes", "needs exactly 24");
+                "data is 28 bytes", "needs exactly 24"); /* np.load would ignore them; we refuse */
+    EXPECT_FAIL(gml_parse_npy(buf, make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", 24),
+                              "x.npy", "\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J"
+                              "\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J", err, sizeof err),
+                "tensor name '\\x1b[2J\\x1b", "is 64 bytes");
+    CHECK(!strchr(err, 0x1b), "a name is shown printably: %s", err);
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }", 24),
                 "needs more than 2^62 (file truncated?)");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}x", 24), "unexpected 'x'");

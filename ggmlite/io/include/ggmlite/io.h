@@ -41,7 +41,8 @@ extern "C" {
  * or more, repeated names, \u0000 in a dtype or a field name. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
 /* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
- * name without ".npy", e.g. "x" for "dir/x.npy"). */
+ * name without ".npy", e.g. "x" for "dir/x.npy"). The data must end the
+ * file: bytes after it are refused (np.load would ignore them). */
 gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
 /* The same from bytes in memory; `what` names the source in messages. */
 gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
