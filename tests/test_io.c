@@ -749,6 +749,7 @@ static void test_bad_safetensors(void) {
                 "offset 37: tensor 'w': shape dim 0 is 2.0, not a whole number");
     EXPECT_FAIL(ST("{" ENTRY("w", "[1,2e0]", "[0,8]") "}", 8), "shape dim 1 is 2e0, not a whole number");
     EXPECT_FAIL(ST("{" ENTRY("w", "[-0]", "[0,8]") "}", 8), "shape dim 0 is -0, negative");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[[2]]", "[0,8]") "}", 8), "shape [(an array)]: dim 0 must be a whole number");
     EXPECT_FAIL(ST("{" ENTRY("w", "[2]", "[0,2.5]") "}", 8), "data_offsets[1] is 2.5, not a whole number");
     EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,4e1]") "}", 40), "data_offsets[1] is 4e1, not a whole number");
     EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,40.0]") "}", 40), "data_offsets[1] is 40.0");

@@ -279,7 +279,9 @@ typedef struct st_str {
     size_t bad_at;              /* its text offset (a raw byte or the escape's '\') */
 } st_str;
 
-enum { AT_ROOT, AT_META, AT_ENTRY, AT_DTYPE, AT_SHAPE, AT_OFFSETS, AT_OTHER };
+/* What a value is: the header, __metadata__, a tensor's entry, its dtype,
+ * shape or data_offsets, an element of those arrays, or anything else. */
+enum { AT_ROOT, AT_META, AT_ENTRY, AT_DTYPE, AT_SHAPE, AT_DIM, AT_OFFSETS, AT_OFFSET, AT_OTHER };
 
 /* "<what>: offset <file offset of text offset at>: <message>" */
 static bool scan_fail(const st_scan *sc, size_t at, const char *fmt, ...) GML_PRINTF(3, 4);
@@ -389,7 +391,7 @@ static void skip_ws(st_scan *sc) {
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* The number at sc->i: JSON's grammar, and where it is a size or an offset
- * (where is AT_SHAPE or AT_OFFSETS, index k), plain digits. */
+ * (where is AT_DIM or AT_OFFSET, index k), plain digits. */
 static bool scan_number(st_scan *sc, int where, int k) {
     const char *s = sc->s;
     const size_t at = sc->i;
@@ -419,20 +421,20 @@ static bool scan_number(st_scan *sc, int where, int k) {
     const int shown = (int)GML_MIN(len, (size_t)40);
     if (!ok || j != i)
         return scan_fail(sc, at, "header is not valid JSON: '%.*s' is not a number", shown, s + at);
-    if (where != AT_SHAPE && where != AT_OFFSETS) return true;
+    if (where != AT_DIM && where != AT_OFFSET) return true;
     bool whole = true;
     for (size_t p = at; p < i; p++) whole = whole && is_digit(s[p]);
     if (whole) return true;
     char name[100], field[40];
     gml_printable_n(sc->name, sc->name_len, name, sizeof name);
-    if (where == AT_SHAPE) snprintf(field, sizeof field, "shape dim %d", k);
+    if (where == AT_DIM) snprintf(field, sizeof field, "shape dim %d", k);
     else snprintf(field, sizeof field, "data_offsets[%d]", k);
     const bool negative = !memchr(s + at, '.', len) && !memchr(s + at, 'e', len) &&
                           !memchr(s + at, 'E', len);
     return scan_fail(sc, at, "tensor '%s': %s is %.*s, %s (%s are written as plain digits: no "
                      "sign, point or exponent)", name, field, shown, s + at,
                      negative ? "negative" : "not a whole number",
-                     where == AT_SHAPE ? "sizes" : "offsets");
+                     where == AT_DIM ? "sizes" : "offsets");
 }
 
 /* The value at sc->i (after whitespace); where says what it is. */
@@ -499,10 +501,8 @@ static bool scan_value(st_scan *sc, int where, int k) {
                 return scan_fail(sc, sc->i, "header is not valid JSON: expected ':'");
             sc->i++;
         }
-        if (!scan_value(sc, object ? child : where == AT_SHAPE || where == AT_OFFSETS ? where
-                                                                                     : AT_OTHER,
-                        n))
-            return false;
+        if (!object) child = where == AT_SHAPE ? AT_DIM : where == AT_OFFSETS ? AT_OFFSET : AT_OTHER;
+        if (!scan_value(sc, child, n)) return false;
         skip_ws(sc);
         if (sc->i < sc->n && sc->s[sc->i] == ',') {
             sc->i++;
