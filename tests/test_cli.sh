@@ -364,6 +364,10 @@ mkst f64.safetensors '{"w_q.weight": {"dtype": "F64", "shape": [2,2], "data_offs
 mkst only_q.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
 mkst even_rel.safetensors '{"rel_k.weight": {"dtype": "F32", "shape": [6,12], "data_offsets": [0, 288]}}' 288
 mkst nonsq.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [8,9], "data_offsets": [0, 288]}}' 288
+mkst nulkey.safetensors '{"w_q.weight\u0000junk": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
+mkst esckey.safetensors '{"\u001b[2Jw_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
+mkst trailing.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9220
+mkst float.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48.0,48], "data_offsets": [0, 9216]}}' 9216
 mknpy f8.npy '<f8' False '(2, 7, 48)' 5376
 mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
 mknpy rank2.npy '<f4' False '(7, 48)' 1344
@@ -387,6 +391,15 @@ expect_error 1 "hlen.npy: offset 8: header length 65535 goes past the end of the
 expect_error 1 "hlen.safetensors: offset 0: header length 100000 goes past the end of the file" \
     ".safetensors header length past EOF" mha --heads 4 --weights hlen.safetensors
 expect_error 1 "badjson.safetensors: offset 78: header is not valid JSON" "bad JSON" mha --heads 4 --weights badjson.safetensors
+expect_error 1 "nulkey.safetensors: offset 20: tensor name 'w_q.weight\\x00junk' holds byte 0x00, a control character" \
+    "a NUL in a tensor name is refused, not cut short" mha --heads 4 --weights nulkey.safetensors
+expect_error 1 "esckey.safetensors: offset 10: tensor name '\\x1b[2Jw_q.weight' holds byte 0x1b" \
+    "an escape sequence in a tensor name is refused" mha --heads 4 --weights esckey.safetensors
+check "the escape sequence does not reach the terminal" test -z "$(tr -d -c '\033' <"$T/err")"
+expect_error 1 "trailing.safetensors: offset 9301: 4 unused bytes after the last tensor's data" \
+    "bytes after the last tensor" mha --heads 4 --weights trailing.safetensors
+expect_error 1 "float.safetensors: offset 50: tensor 'w_q.weight': shape dim 0 is 48.0, not a whole number" \
+    "a size written 48.0" mha --heads 4 --weights float.safetensors
 expect_error 1 "range.safetensors: tensor 'w_q.weight': data_offsets [0, 16] end past the data buffer" \
     "offsets out of range" mha --heads 4 --weights range.safetensors
 expect_error 1 "overlap.safetensors: tensors 'a' [0, 16] and 'b' [8, 16] overlap" "overlapping offsets" \
@@ -490,6 +503,26 @@ check "--valid-lens unread: a warning" grep -qF "warning: --valid-lens: one_outp
     "$T/err"
 check "the summary names the sizes the file reads, not H" grep -qE "^one_output.graph: B=2 T=3 D=8, causal" "$T/out"
 check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/needs_h.graph" -type f)"
+# a write that fails, however it fails, leaves no file: past `ulimit -f` (run-graph ignores SIGXFSZ,
+# so the write fails with EFBIG and the run cleans up), and killed by a signal once the outputs
+# are staged (RUN_GRAPH_TEST_RAISE, a test hook in tools/rg_out.c: the signal handler removes
+# them, and run-graph still dies of the signal)
+K=$T/killed
+mkdir -p "$K"
+(ulimit -f 8 && "$RG" mha --heads 4 --seq 64 --d-model 64 --output "$K/out.npy" >"$T/out" 2>"$T/err")
+rc=$?
+check "past ulimit -f: exit 1 (not killed by SIGXFSZ: $rc)" test "$rc" -eq 1
+check "past ulimit -f: the message says why" grep -qF "out.npy: write failed: File too large" "$T/err"
+check "past ulimit -f: one line, no temporary path in it" test "$(wc -l <"$T/err")" -eq 1 -a \
+    -z "$(grep -F run-graph-tmp "$T/err")"
+check "past ulimit -f: no file left ($(ls -A "$K"))" test -z "$(ls -A "$K")"
+for sig in 1 2 13 15; do
+    RUN_GRAPH_TEST_RAISE=$sig "$RG" mha --heads 4 --seq 8 --d-model 16 --output "$K/out.npy" \
+        --attn-weights "$K/attn.npy" --save-graph "$K/g.graph" --save-inputs "$K/inputs" >"$T/out" 2>"$T/err"
+    rc=$?
+    check "killed by signal $sig: the exit status says so ($rc)" test "$rc" -eq $((128 + sig))
+    check "killed by signal $sig: no file left ($(ls -A "$K"))" test -z "$(ls -A "$K")"
+done
 cd "$T" || exit 2
 
 echo "$n_checks checks, $n_failed failed"

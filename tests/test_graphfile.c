@@ -371,6 +371,11 @@ static void test_errors(void) {
         {"input x f32 [1, 2, 3, 4, 5]\noutput x\n", "bad.graph:1:26: more than 4 dimensions"},
         {"input x f32 [N]\noutput x\n", "bad.graph:1:14: unknown symbol 'N'"},
         {"let n = 7 / 2\n", "bad.graph:1:9: expected a whole number, got 3.5"},
+        /* the axis as written, not cut to an int first (2^32 + 1 is not 1) */
+        {"input x f32 [2, 3]\ny = permute(x, [4294967297, 0])\noutput y\n",
+         "bad.graph:2:5: permute(x): axis 4294967297 is out of range for a 2-D input [2,3]"},
+        {"input x f32 [2, 3]\ny = transpose(x, -4294967295, 0)\noutput y\n",
+         "bad.graph:2:5: transpose(x): dim -4294967295 is out of range for a 2-D input [2,3]"},
         {"let n = 7 / (3 - 3)\n", "bad.graph:1:11: division by zero"},
         {"input x f32 [2, 3]\ny = reshape(x, [4, 2])\noutput y\n",
          "bad.graph:2:5: reshape(x): [2,3] has 6 elements, [4,2] has 8"},

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- harness -------------------------------------------------------------- */
@@ -184,7 +185,7 @@ static void test_round_trips(void) {
             int64_t ne[4];
             for (int d = 0; d < n_dims; d++) ne[d] = 1 + (int64_t)(rng() % 9); /* 1..9 */
             char name[32];
-            snprintf(name, sizeof name, "t%d.w\"\\\x01%d", trial, k); /* JSON-escaped */
+            snprintf(name, sizeof name, "t%d.w\"\\\xc3\xa9/%d", trial, k); /* JSON-escaped, UTF-8 */
             ts[k] = gml_set_name(random_tensor(ctx, rng() % 2 ? GML_F32 : GML_I32, n_dims, ne), name);
         }
 
@@ -576,7 +577,12 @@ static void test_bad_npy(void) {
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20),
                 "offset 128", "data is 20 bytes", "(2, 3)", "needs 24");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28),
-                "data is 28 bytes", "needs exactly 24");
+                "data is 28 bytes", "needs exactly 24"); /* np.load would ignore them; we refuse */
+    EXPECT_FAIL(gml_parse_npy(buf, make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", 24),
+                              "x.npy", "\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J"
+                              "\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J\x1b[2J", err, sizeof err),
+                "tensor name '\\x1b[2J\\x1b", "is 64 bytes");
+    CHECK(!strchr(err, 0x1b), "a name is shown printably: %s", err);
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }", 24),
                 "needs more than 2^62 (file truncated?)");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}x", 24), "unexpected 'x'");
@@ -667,14 +673,15 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24),
                 "tensor 'a': dtype 'F64' is not supported; expected F32 or I32");
     EXPECT_FAIL(ST("{\"a\\u0001\\\\\":{\"dtype\":\"\nF32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 24),
-                "tensor 'a\\x01\\x5c': dtype '\\x0aF32' is not supported"); /* found by fuzz_safetensors */
+                "offset 11: tensor name 'a\\x01\\x5c' holds byte 0x01"); /* found by fuzz_safetensors */
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]}}", 24),
                 "dtype 'F16' is not supported");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),
                 "shape is a string");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-3],\"data_offsets\":[0,24]}}", 24),
-                "shape [-2, -3]: dim 0 must be a whole number in [1, 2^40]");
-    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24), "[2.5]");
+                "offset 37: tensor 'a': shape dim 0 is -2, negative");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}", 24),
+                "shape dim 0 is 2.5, not a whole number");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,0],\"data_offsets\":[0,0]}}", 24), "dim 1");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6,null],\"data_offsets\":[0,0]}}", 24),
                 "[6, (null)]");
@@ -688,7 +695,7 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":{}}}", 24),
                 "data_offsets is an object, expected [begin, end]");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[-1,23]}}", 24),
-                "[-1, 23]");
+                "data_offsets[0] is -1, negative");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[24,0]}}", 24),
                 "[24, 0]: begin is after end");
     EXPECT_FAIL(ST("{\"w_q.weight\":{\"dtype\":\"F32\",\"shape\":[32,32],\"data_offsets\":[0,4096]}}", 1024),
@@ -704,6 +711,67 @@ static void test_bad_safetensors(void) {
                 "tensor name 'a' appears twice");
     EXPECT_FAIL(ST("{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\":{}}", 0),
                 "name is 71 bytes");
+
+    /* what the format forbids, as the reference loader refuses it */
+#define ENTRY(name, shape, offs) "\"" name "\":{\"dtype\":\"F32\",\"shape\":" shape ",\"data_offsets\":" offs "}"
+    EXPECT_FAIL(ST("{" ENTRY("w_q.weight\\u0000junk", "[1]", "[0,4]") "}", 4),
+                "w.safetensors: offset 20: tensor name 'w_q.weight\\x00junk' holds byte 0x00, a "
+                "control character; names must be printable");
+    EXPECT_FAIL(ST("{" ENTRY("a\\nb", "[1]", "[0,4]") "}", 4),
+                "offset 11: tensor name 'a\\x0ab' holds byte 0x0a");
+    EXPECT_FAIL(ST("{" ENTRY("a\nb", "[1]", "[0,4]") "}", 4),
+                "offset 11: byte 0x0a inside a string; JSON needs control characters escaped");
+    EXPECT_FAIL(ST("{" ENTRY("\\u001b[31mred", "[1]", "[0,4]") "}", 4),
+                "offset 10: tensor name '\\x1b[31mred' holds byte 0x1b");
+    EXPECT_FAIL(ST("{" ENTRY("\x1b[2J", "[1]", "[0,4]") "}", 4), "offset 10: byte 0x1b inside a string");
+    EXPECT_FAIL(ST("{" ENTRY("del\x7f", "[1]", "[0,4]") "}", 4),
+                "offset 13: tensor name 'del\\x7f' holds byte 0x7f");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "offset 22: tensor 'a': dtype 'F32\\x00junk' is not supported");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\\u0000\":[9],\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "tensor 'a': field name 'shape\\x00' holds byte 0x00");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[9],\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+                "tensor 'a': entry has \"shape\" twice");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[8,16]") "}", 16),
+                "tensor 'a': data_offsets [8, 16]: the first tensor starts at 8, not 0, leaving a "
+                "gap at file offset 63 (the format allows none)");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "," ENTRY("b", "[2]", "[12,20]") "}", 20),
+                "tensor 'b': data_offsets [12, 20]: a gap of 4 bytes after tensor 'a' (ends at 8");
+    EXPECT_FAIL(ST("{" ENTRY("b", "[2]", "[12,20]") "," ENTRY("a", "[2]", "[0,8]") "}", 20),
+                "a gap of 4 bytes after tensor 'a'"); /* sorted by offset, not header order */
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "}", 12),
+                "w.safetensors: offset 70: 4 unused bytes after the last tensor's data (the data "
+                "buffer is 12 bytes; the format allows no trailing bytes)");
+    EXPECT_FAIL(ST("{}", 1), "offset 10: 1 unused bytes after the header, which lists no tensors");
+    EXPECT_FAIL(ST("{" ENTRY("a", "[2]", "[0,8]") "," ENTRY("b", "[2]", "[0,8]") "}", 8),
+                "tensors 'a' [0, 8] and 'b' [0, 8] overlap");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[2.0]", "[0,8]") "}", 8),
+                "offset 37: tensor 'w': shape dim 0 is 2.0, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[1,2e0]", "[0,8]") "}", 8), "shape dim 1 is 2e0, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[-0]", "[0,8]") "}", 8), "shape dim 0 is -0, negative");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[[2]]", "[0,8]") "}", 8), "shape [(an array)]: dim 0 must be a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[2]", "[0,2.5]") "}", 8), "data_offsets[1] is 2.5, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,4e1]") "}", 40), "data_offsets[1] is 4e1, not a whole number");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,40.0]") "}", 40), "data_offsets[1] is 40.0");
+    EXPECT_FAIL(ST("{" ENTRY("w", "[10]", "[0,040]") "}", 40),
+                "header is not valid JSON: '040' is not a number");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1.}}", 4),
+                "'1.' is not a number");
+    EXPECT_FAIL(ST(" {}", 0), "offset 8: header starts with byte 0x20, expected '{'");
+    EXPECT_FAIL(ST("{\"a\xff\":{}}", 0), "offset 11: header is not UTF-8 (byte 0xff)");
+    EXPECT_FAIL(ST("{\"a\xc0\xaf\":{}}", 0), "offset 11: header is not UTF-8 (byte 0xc0)");
+    EXPECT_FAIL(ST("{\"a\xed\xa0\x80\":{}}", 0), "offset 11: header is not UTF-8"); /* a surrogate */
+    EXPECT_FAIL(ST("{\"a\\ud800\":{}}", 0), "offset 11: header is not valid JSON"); /* cJSON */
+#undef ENTRY
+    c = ST("{\"__metadata__\":null,\"\xc3\xa9\\u00e9\":{\"dtype\":\"F32\",\"shape\":[1],"
+           "\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8],"
+           "\"extra\":[1.5e3, \"\\n\"]}}\t\r\n ", 8);
+    CHECK(c && gml_get_tensor(c, "\xc3\xa9\xc3\xa9") && gml_get_tensor(c, "x"),
+          "null metadata, UTF-8 names (raw and escaped), unknown fields, whitespace padding: %s", err);
+    gml_free(c);
+    c = ST("{\"__metadata__\":{\"text\":\"line 1\\nline 2\\u0000\"}}", 0);
+    CHECK(c, "metadata values may hold control characters (they are ignored): %s", err);
+    gml_free(c);
 
     EXPECT_FAIL(gml_load_safetensors(tmp_path("missing.safetensors"), err, sizeof err),
                 "missing.safetensors: cannot open: No such file or directory");
@@ -735,6 +803,10 @@ static void test_save_failures(void) {
     gml_set_name(b, "__metadata__");
     CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
               strstr(err, "reserves"), "__metadata__ as a name: %s", err);
+    gml_set_name(b, "b\x1b[2J");
+    CHECK(gml_save_safetensors(keep, ts, 2, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "tensor 1's name 'b\\x1b[2J' holds byte 0x1b") && !strchr(err, 0x1b),
+          "a name the loader would refuse: %s", err);
     gml_context *na = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
     gml_tensor *empty = gml_new_tensor_1d(na, GML_F32, 4);
     CHECK(gml_save_npy(tmp_path("empty.npy"), empty, err, sizeof err) == GML_ERR_INVALID &&
@@ -773,6 +845,85 @@ static void test_save_failures(void) {
     gml_free(ctx);
 }
 
+/* ---- fatal signals: gml_cleanup_on_signals ------------------------------------ */
+
+/* Runs fn in a child process; its wait status. */
+static int in_child(void (*fn)(void)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return status;
+}
+
+/* Killed by SIGXFSZ midway through a save (its default action, past
+ * `ulimit -f`): the handler removes the temporary file. */
+static void child_xfsz(void) {
+    signal(SIGXFSZ, SIG_DFL);
+    if (!gml_cleanup_on_signals()) _exit(3);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    gml_tensor *big = random_tensor(ctx, GML_F32, 1, (int64_t[]){4096});
+    struct rlimit small = {.rlim_cur = 1000, .rlim_max = 1000};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(4);
+    gml_save_npy(tmp_path("killed.npy"), big, err, sizeof err);
+    _exit(5); /* not reached: the write past 1000 bytes kills */
+}
+
+/* SIGTERM after a finished save, with a file and a directory of the
+ * program's own registered: those go, the saved file stays. */
+static void child_term(void) {
+    if (!gml_cleanup_on_signals()) _exit(3);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    gml_tensor *t = random_tensor(ctx, GML_F32, 1, (int64_t[]){16});
+    if (gml_save_npy(tmp_path("saved.npy"), t, err, sizeof err) != GML_OK) _exit(4);
+    char dir[256], file[256];
+    snprintf(dir, sizeof dir, "%s", tmp_path("made"));
+    snprintf(file, sizeof file, "%s", tmp_path("made/partial"));
+    if (mkdir(dir, 0777) != 0 || gml_cleanup_register(dir) < 0) _exit(5);
+    if (!write_bytes(file, "x", 1) || gml_cleanup_register(file) < 0) _exit(6);
+    int gone = gml_cleanup_register(tmp_path("unregistered"));
+    write_bytes(tmp_path("unregistered"), "x", 1);
+    gml_cleanup_unregister(gone);
+    raise(SIGTERM);
+    _exit(7);
+}
+
+/* An ignored signal stays ignored. */
+static void child_ignored(void) {
+    signal(SIGINT, SIG_IGN);
+    if (!gml_cleanup_on_signals()) _exit(3);
+    struct sigaction now;
+    sigaction(SIGINT, NULL, &now);
+    _exit(now.sa_handler == SIG_IGN ? 0 : 4);
+}
+
+static void test_signal_cleanup(void) {
+    int st = in_child(child_xfsz);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ, "the child should die of SIGXFSZ (status "
+          "%#x)", (unsigned)st);
+    CHECK(count_temp_files() == 0 && !file_exists(tmp_path("killed.npy")),
+          "killed by SIGXFSZ midway: %d temporary files left", count_temp_files());
+    st = in_child(child_term);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "the child should die of SIGTERM (status "
+          "%#x)", (unsigned)st);
+    CHECK(file_exists(tmp_path("saved.npy")), "a finished save survives the signal");
+    CHECK(!file_exists(tmp_path("made/partial")) && !file_exists(tmp_path("made")),
+          "registered files and directories go");
+    CHECK(file_exists(tmp_path("unregistered")), "an unregistered file stays");
+    st = in_child(child_ignored);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "an ignored SIGINT stays ignored (status %#x)",
+          (unsigned)st);
+    CHECK(gml_cleanup_register(NULL) == -1, "no path, no slot");
+    int slots[GML_CLEANUP_SLOTS + 1], n = 0;
+    while (n <= GML_CLEANUP_SLOTS && (slots[n] = gml_cleanup_register("x")) >= 0) n++;
+    CHECK(n == GML_CLEANUP_SLOTS, "the table holds %d paths, got %d", GML_CLEANUP_SLOTS, n);
+    while (n > 0) gml_cleanup_unregister(slots[--n]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_io FIXTURES_DIR (tests/fixtures)\n");
@@ -796,6 +947,7 @@ int main(int argc, char **argv) {
     test_bad_npy();
     test_bad_safetensors();
     test_save_failures();
+    test_signal_cleanup();
     remove_tree(tmpdir);
 
     printf("%ld checks, %ld failed\n", n_checks, n_failures);

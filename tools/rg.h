@@ -211,12 +211,17 @@ char **rg_split_labels(const char *s, int *n);
 void rg_free_labels(char **labels, int n);
 
 /* Output files are written to "<path>.run-graph-tmp" and renamed into place
- * only once every one of them was written: a failure leaves none. */
+ * only once every one of them was written: a failure leaves none. Each
+ * staged path (and a directory made for them) is in the library's cleanup
+ * table (gml_cleanup_register) until renamed or removed, so a fatal signal
+ * (gml_cleanup_on_signals, installed by main) leaves none either. */
 #define RG_MAX_STAGED 16
 typedef struct rg_stage {
     char *final[RG_MAX_STAGED], *tmp[RG_MAX_STAGED];
+    int slot[RG_MAX_STAGED]; /* tmp[i]'s cleanup slot + 1 (0: none) */
     int n;
     char *made_dir; /* a directory made for the outputs (--save-inputs), removed on abort */
+    int dir_slot;   /* made_dir's cleanup slot + 1 (0: none) */
 } rg_stage;
 
 /* The temporary path to write `path` to (owned by s). */

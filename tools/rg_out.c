@@ -1,13 +1,19 @@
 /* run-graph's output files. Each is written to "<path>.run-graph-tmp" (the
  * library's savers are atomic themselves), and only when every one of them
  * was written are they renamed into place: a run that fails at any step
- * leaves no output file, partial or complete. */
+ * leaves no output file, partial or complete; nor does a run killed by a
+ * signal (the staged paths are in the library's cleanup table).
+ *
+ * A test hook: with RUN_GRAPH_TEST_RAISE=<signal number> in the environment,
+ * run-graph raises that signal once every output is staged, just before
+ * renaming them into place (tests/test_cli.sh checks that nothing is left). */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "rg.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -48,6 +54,7 @@ const char *rg_stage_add(rg_stage *s, const char *path) {
     }
     snprintf(tmp, len, "%s.run-graph-tmp", path);
     s->final[s->n] = final;
+    s->slot[s->n] = gml_cleanup_register(tmp) + 1; /* before anything creates it */
     s->tmp[s->n++] = tmp;
     return tmp;
 }
@@ -63,12 +70,16 @@ void rg_stage_message(const rg_stage *s, char *msg, size_t size) {
     }
 }
 
+/* After the staged files are renamed or removed. */
 static void stage_free(rg_stage *s) {
     for (int i = 0; i < s->n; i++) {
+        gml_cleanup_unregister(s->slot[i] - 1);
         free(s->final[i]);
         free(s->tmp[i]);
     }
     s->n = 0;
+    gml_cleanup_unregister(s->dir_slot - 1);
+    s->dir_slot = 0;
     free(s->made_dir);
     s->made_dir = NULL;
 }
@@ -214,8 +225,10 @@ static const char *input_file(const char *name) {
 
 static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *e) {
     const char *dir = o->save_inputs;
-    if (mkdir(dir, 0777) == 0) s->made_dir = strdup(dir); /* removed again if the run fails */
-    else if (errno != EEXIST)
+    if (mkdir(dir, 0777) == 0) { /* removed again if the run fails */
+        s->made_dir = strdup(dir);
+        s->dir_slot = gml_cleanup_register(dir) + 1;
+    } else if (errno != EEXIST)
         return rg_fail(e, RG_RUNTIME, "%s: cannot create the directory: %s", dir, strerror(errno));
     int n_leafs = gml_graph_n_leafs(m->g), n_params = 0;
     const gml_tensor **params = malloc((size_t)n_leafs * sizeof *params + 1);
@@ -307,5 +320,7 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
         rg_stage_abort(&s);
         return false;
     }
+    const char *hook = getenv("RUN_GRAPH_TEST_RAISE"); /* the test hook: see the top */
+    if (hook) raise(atoi(hook));
     return rg_stage_commit(&s, e);
 }

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -233,6 +234,14 @@ int main(int argc, char **argv) {
     rg_timing t = {0};
     rg_decode dec = {0};
     uint64_t digest = 0;
+    /* Outputs are staged in temporary files: past `ulimit -f` a write fails
+     * with EFBIG and the run cleans up as for any error (SIGXFSZ ignored, as
+     * POSIX allows); killed by another signal, the handler removes them and
+     * the process still dies of it. */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGXFSZ, &ign, NULL);
+    gml_cleanup_on_signals();
     bool ok = rg_parse_args(argc, argv, &o, &e);
     if (ok && !o.done) {
         if (!o.threads) {

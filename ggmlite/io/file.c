@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,13 +22,13 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) {
 
 static bool plain(unsigned char c) { return c >= 0x20 && c != 0x7f && c != '\\'; }
 
-const char *gml_printable(const char *s, char *buf, size_t size) {
+const char *gml_printable_n(const char *s, size_t n, char *buf, size_t size) {
     size_t full = 0; /* the escaped length */
-    for (const char *p = s; *p; p++) full += plain((unsigned char)*p) ? 1 : 4;
+    for (size_t i = 0; i < n; i++) full += plain((unsigned char)s[i]) ? 1 : 4;
     bool cut = full >= size;
     size_t room = cut ? size - 4 : size - 1, k = 0; /* size >= 8: see file.h */
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (k + (plain(c) ? 1 : 4) > room) break;
         if (plain(c)) buf[k++] = (char)c;
         else k += (size_t)snprintf(buf + k, 5, "\\x%02x", c);
@@ -38,6 +39,10 @@ const char *gml_printable(const char *s, char *buf, size_t size) {
     }
     buf[k] = '\0';
     return buf;
+}
+
+const char *gml_printable(const char *s, char *buf, size_t size) {
+    return gml_printable_n(s, strlen(s), buf, size);
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -122,20 +127,98 @@ bool gml_read_file(const char *path, void **buf, size_t *len, char *err, size_t 
     return true;
 }
 
+/* ---- removed on a fatal signal ------------------------------------------
+ * A fixed table a signal handler can read: a slot is claimed (BUSY) with a
+ * compare-and-swap, its path written, then ARMED; the handler unlinks what
+ * is ARMED, then rmdirs it (a directory a program made, once empty), and
+ * calls nothing else that is not async-signal-safe. */
+
+enum { SLOT_FREE, SLOT_BUSY, SLOT_ARMED };
+#define CLEANUP_PATH 4096
+static char cleanup_path[GML_CLEANUP_SLOTS][CLEANUP_PATH];
+static atomic_int cleanup_state[GML_CLEANUP_SLOTS];
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal handler needs lock-free atomics");
+
+static const int FATAL_SIGNALS[] = {SIGHUP, SIGINT, SIGPIPE, SIGTERM, SIGXFSZ};
+enum { N_FATAL = sizeof FATAL_SIGNALS / sizeof *FATAL_SIGNALS };
+
+/* Sets an owned slot's path (slot < 0: nothing). */
+static void cleanup_set(int slot, const char *path) {
+    if (slot < 0) return;
+    atomic_store(&cleanup_state[slot], SLOT_BUSY);
+    size_t n = strlen(path);
+    if (n >= CLEANUP_PATH) return; /* stays BUSY: never removed, still owned */
+    memcpy(cleanup_path[slot], path, n + 1);
+    atomic_store(&cleanup_state[slot], SLOT_ARMED);
+}
+
+int gml_cleanup_register(const char *path) {
+    if (!path || strlen(path) >= CLEANUP_PATH) return -1;
+    for (int i = 0; i < GML_CLEANUP_SLOTS; i++) {
+        int expected = SLOT_FREE;
+        if (atomic_compare_exchange_strong(&cleanup_state[i], &expected, SLOT_BUSY)) {
+            cleanup_set(i, path);
+            return i;
+        }
+    }
+    return -1;
+}
+
+void gml_cleanup_unregister(int slot) {
+    if (slot >= 0 && slot < GML_CLEANUP_SLOTS) atomic_store(&cleanup_state[slot], SLOT_FREE);
+}
+
+static void on_fatal_signal(int sig) {
+    const int saved = errno;
+    for (int i = 0; i < GML_CLEANUP_SLOTS; i++)
+        if (atomic_load(&cleanup_state[i]) == SLOT_ARMED) unlink(cleanup_path[i]);
+    for (int i = 0; i < GML_CLEANUP_SLOTS; i++) /* directories, emptied by the pass before */
+        if (atomic_load(&cleanup_state[i]) == SLOT_ARMED) rmdir(cleanup_path[i]);
+    /* Die of the signal, as without this handler: the default action, and
+     * the signal again (blocked here, so delivered when the handler returns). */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+    errno = saved;
+}
+
+bool gml_cleanup_on_signals(void) {
+    struct sigaction sa = {.sa_handler = on_fatal_signal};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < N_FATAL; i++) sigaddset(&sa.sa_mask, FATAL_SIGNALS[i]);
+    bool ok = true;
+    for (int i = 0; i < N_FATAL; i++) {
+        struct sigaction old;
+        if (sigaction(FATAL_SIGNALS[i], NULL, &old) != 0) {
+            ok = false;
+            continue;
+        }
+        /* ignored, or the program's own handler: left alone */
+        if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+        if (sigaction(FATAL_SIGNALS[i], &sa, NULL) != 0) ok = false;
+    }
+    return ok;
+}
+
 /* ---- writing ------------------------------------------------------------ */
 
 static _Atomic unsigned tmp_counter;
 
 bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_size) {
-    *out = (gml_outfile){.path = path};
+    *out = (gml_outfile){.path = path, .slot = -1};
     if (!path) return gml_errf(err, err_size, "(null): no path given");
     size_t cap = strlen(path) + 64;
     out->tmp = malloc(cap);
     if (!out->tmp) return gml_errf(err, err_size, "%s: out of memory", path);
     /* A fresh name each try; O_EXCL never reuses someone else's file. The
-     * mode goes through the umask, as for any new file. */
+     * mode goes through the umask, as for any new file. The name is in the
+     * cleanup table before the file exists (a stale file of this very name,
+     * our pid's, is all a signal in between could remove). */
     for (int attempt = 0;; attempt++) {
         snprintf(out->tmp, cap, "%s.tmp.%ld.%u", path, (long)getpid(), tmp_counter++);
+        if (out->slot < 0) out->slot = gml_cleanup_register(out->tmp);
+        else cleanup_set(out->slot, out->tmp);
         int fd = open(out->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
             out->f = fdopen(fd, "wb");
@@ -148,6 +231,7 @@ bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_
         if (fd >= 0 || errno != EEXIST || attempt == 100) {
             gml_errf(err, err_size, "%s: cannot create temporary file %s: %s", path, out->tmp,
                      strerror(errno));
+            gml_cleanup_unregister(out->slot);
             free(out->tmp);
             out->tmp = NULL;
             return false;
@@ -186,6 +270,8 @@ bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, 
 
 static void finish(gml_outfile *out, bool remove_tmp) {
     if (out->tmp && remove_tmp) unlink(out->tmp);
+    gml_cleanup_unregister(out->slot); /* renamed or removed: nothing to clean up */
+    out->slot = -1;
     free(out->tmp);
     out->tmp = NULL;
     out->f = NULL;

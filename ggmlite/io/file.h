@@ -21,6 +21,8 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4)
  * 0x20, 0x7f and backslashes as \xNN, cut to size - 1 bytes with "..." at
  * the end when too long (size >= 8). Returns buf. */
 const char *gml_printable(const char *s, char *buf, size_t size);
+/* The same for n bytes at s, which may include NUL (shown as \x00). */
+const char *gml_printable_n(const char *s, size_t n, char *buf, size_t size);
 
 /* Little-endian integers at p (any alignment). */
 static inline uint64_t gml_le64(const unsigned char *p) {
@@ -86,12 +88,14 @@ bool gml_read_file(const char *path, void **buf, size_t *len, char *err, size_t 
 
 /* An output written to "<path>.tmp.<pid>.<n>" and renamed to path by commit;
  * abort (or a failed commit) removes the temporary file, so a failed save
- * never leaves a partial file at path. Messages: "<path>: <what failed>:
+ * never leaves a partial file at path. While it exists its name is in the
+ * cleanup table, so gml_cleanup_on_signals's handler removes it too. Messages: "<path>: <what failed>:
  * <errno text>". */
 typedef struct gml_outfile {
     const char *path;
     char *tmp;
     FILE *f;
+    int slot; /* tmp's place in the cleanup table (gml_cleanup_register), or -1 */
 } gml_outfile;
 
 bool gml_outfile_open(gml_outfile *out, const char *path, char *err, size_t err_size);

@@ -6,7 +6,10 @@
  *   offset 10 or 12: H bytes of a Python dict literal, padded with spaces
  *              and a final '\n', e.g.
  *                {'descr': '<f4', 'fortran_order': False, 'shape': (2, 10, 512), }
- *   then the array data, C order, exactly prod(shape) * 4 bytes.
+ *   then the array data, C order, exactly prod(shape) * 4 bytes, to the end
+ *   of the file. numpy's np.load reads prod(shape) items and ignores what
+ *   follows; we refuse bytes after the data (a .npy file holds one array,
+ *   and numpy writes nothing after it), naming how many.
  *
  * We read '<f4' (f32) and '<i4' (i32) arrays of 0 to 4 dims in C order; a 0-D
  * array (shape ()) loads as a 1-D tensor [1], as ggmlite has no 0-D tensors.
@@ -312,8 +315,9 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
         name = fallback;
     }
     if (strlen(name) >= GML_MAX_NAME) {
-        gml_errf(err, es, "%s: tensor name '%.40s...' is %zu bytes; names hold at most %d", what,
-                 name, strlen(name), GML_MAX_NAME - 1);
+        char shown[48];
+        gml_errf(err, es, "%s: tensor name '%s' is %zu bytes; names hold at most %d", what,
+                 gml_printable(name, shown, sizeof shown), strlen(name), GML_MAX_NAME - 1);
         return NULL;
     }
     gml_context *ctx = gml_init((gml_init_params){
@@ -355,12 +359,13 @@ gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t 
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size) {
     if (!path) return gml_errf(err, err_size, "save_npy: no path given"), GML_ERR_INVALID;
     if (!t) return gml_errf(err, err_size, "%s: no tensor given", path), GML_ERR_INVALID;
+    char shown[100];
     if (t->type != GML_F32 && t->type != GML_I32)
-        return gml_errf(err, err_size, "%s: tensor '%s' has unknown type %d", path, t->name,
-                        (int)t->type), GML_ERR_INVALID;
+        return gml_errf(err, err_size, "%s: tensor '%s' has unknown type %d", path,
+                        gml_printable(t->name, shown, sizeof shown), (int)t->type), GML_ERR_INVALID;
     if (!t->data)
         return gml_errf(err, err_size, "%s: tensor '%s' has no data (made in a no_alloc context?)",
-                        path, t->name), GML_ERR_INVALID;
+                        path, gml_printable(t->name, shown, sizeof shown)), GML_ERR_INVALID;
 
     /* The dict, then spaces and '\n' up to a multiple of 64, as numpy does. */
     char shape[128], dict[256];

@@ -8,13 +8,30 @@
  *   offset 8+N the data buffer; data_offsets [begin, end) count from here.
  *
  * We read F32 and I32 tensors of 0 to 4 dims (a 0-D scalar, shape [], loads
- * as [1]); each tensor's bytes must be exactly prod(shape) * 4 and lie in
- * the data buffer, and no two tensors may overlap. Gaps between tensors and
- * bytes after the last one are tolerated (the format forbids them; nothing
- * here needs them gone). __metadata__ must map strings to strings and is
- * otherwise ignored; unknown fields of a tensor entry are ignored. The JSON
- * is parsed by cJSON. We write tensors in the order given, packed, with a
- * header padded by spaces to a multiple of 8 bytes. */
+ * as [1]). Beyond what ggmlite needs, we reject what the format forbids, as
+ * the reference loader (huggingface/safetensors, SafeTensors::read_metadata
+ * and Metadata::validate) does:
+ *  - the header is at most 100,000,000 bytes of UTF-8, one JSON object that
+ *    starts with '{' at offset 8, padded at the end with whitespace only;
+ *  - JSON as RFC 8259 has it: no raw control byte inside a string, numbers
+ *    as the grammar writes them (cJSON alone takes "01", "1." and "-.5");
+ *  - shape sizes and data_offsets are integers written as plain digits: no
+ *    sign, fraction or exponent ("2.0", "2e0" and "-0" are not sizes);
+ *  - dtype, shape and data_offsets appear once in an entry; other fields
+ *    are ignored; __metadata__ is null or maps strings to strings;
+ *  - data_offsets tile the data buffer: sorted by begin, the first begins at
+ *    0, each begins where the one before ends, the last ends at the end of
+ *    the file (no gap, no overlap, no unused byte after the last tensor);
+ *  - each tensor's bytes are exactly prod(shape) * 4.
+ * And where ggmlite is stricter than the reference: tensor names are
+ * printable (no byte below 0x20, nor 0x7f, written raw or as \u escapes;
+ * UTF-8 is fine), unique and shorter than GML_MAX_NAME; no string ggmlite
+ * reads (dtype, an entry's field names) holds \u0000, which cJSON would cut
+ * short; sizes are >= 1 (no empty tensors). The JSON is parsed by cJSON,
+ * and a second pass over its text (st_scan) checks what only the text
+ * shows. We write tensors in the order given, packed, with a header padded
+ * by spaces to a multiple of 8 bytes, and refuse to write a name the loader
+ * would refuse. */
 #include "file.h"
 
 #include <cjson/cJSON.h>
@@ -22,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_MAX_HEADER ((uint64_t)100 << 20) /* as the reference implementation */
+#define ST_MAX_HEADER ((uint64_t)100000000) /* as the reference implementation */
 #define ST_MAX_DIM ((uint64_t)1 << 40)      /* ggmlite's largest dimension */
 
 /* One tensor of the header, checked. */
@@ -95,9 +112,10 @@ static void format_json_list(const cJSON *arr, char *buf, size_t size) {
 }
 
 static bool check_metadata(st_header *h, const cJSON *meta) {
+    if (cJSON_IsNull(meta)) return true; /* as the reference's Option: no metadata */
     if (!cJSON_IsObject(meta))
         return gml_errf(h->err, h->err_size, "%s: header: __metadata__ is %s, expected an object "
-                        "of strings", h->what, json_type(meta));
+                        "of strings (or null)", h->what, json_type(meta));
     char shown[100];
     for (const cJSON *x = meta->child; x; x = x->next)
         if (!cJSON_IsString(x))
@@ -122,6 +140,11 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offs ? "data_offsets" : NULL;
     if (missing) return entry_fail(h, name, "entry has no \"%s\"", missing);
+    for (const cJSON *a = j->child; a; a = a->next) /* the Get calls found the first */
+        if ((a != dtype && strcmp(a->string, "dtype") == 0) ||
+            (a != shape && strcmp(a->string, "shape") == 0) ||
+            (a != offs && strcmp(a->string, "data_offsets") == 0))
+            return entry_fail(h, name, "entry has \"%s\" twice", a->string);
 
     if (!cJSON_IsString(dtype))
         return entry_fail(h, name, "dtype is %s, expected a string like \"F32\"", json_type(dtype));
@@ -189,10 +212,11 @@ static int by_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Duplicate names and overlapping byte ranges, each found by sorting. */
+/* Duplicate names, and byte ranges that do not tile the data buffer (the
+ * first at 0, each where the one before ends, the last at its end): found
+ * by sorting. */
 static bool check_all(st_header *h) {
-    if (h->n < 2) return true;
-    const st_entry **s = malloc((size_t)h->n * sizeof *s);
+    const st_entry **s = malloc((size_t)h->n * sizeof *s + 1);
     if (!s) return gml_errf(h->err, h->err_size, "%s: out of memory", h->what);
     for (int i = 0; i < h->n; i++) s[i] = &h->e[i];
     bool ok = true;
@@ -203,15 +227,312 @@ static bool check_all(st_header *h) {
             ok = gml_errf(h->err, h->err_size, "%s: header: tensor name '%s' appears twice",
                           h->what, gml_printable(s[i]->name, a, sizeof a));
     qsort(s, (size_t)h->n, sizeof *s, by_begin);
-    for (int i = 1; i < h->n && ok; i++)
-        if (s[i]->begin < s[i - 1]->end)
+    uint64_t at = 0; /* where the tensors so far end */
+    for (int i = 0; i < h->n && ok; i++) {
+        const st_entry *e = s[i], *p = i ? s[i - 1] : NULL;
+        if (p && e->begin < at)
             ok = gml_errf(h->err, h->err_size, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and "
                           "'%s' [%" PRIu64 ", %" PRIu64 "] overlap (data buffer at file offset %"
-                          PRIu64 ")", h->what, gml_printable(s[i - 1]->name, a, sizeof a),
-                          s[i - 1]->begin, s[i - 1]->end, gml_printable(s[i]->name, b, sizeof b),
-                          s[i]->begin, s[i]->end, h->data_at);
+                          PRIu64 ")", h->what, gml_printable(p->name, a, sizeof a),
+                          p->begin, p->end, gml_printable(e->name, b, sizeof b),
+                          e->begin, e->end, h->data_at);
+        else if (!p && e->begin > 0)
+            ok = entry_fail(h, e->name, "data_offsets [%" PRIu64 ", %" PRIu64 "]: the first "
+                            "tensor starts at %" PRIu64 ", not 0, leaving a gap at file offset %"
+                            PRIu64 " (the format allows none)", e->begin, e->end, e->begin,
+                            h->data_at);
+        else if (e->begin > at)
+            ok = entry_fail(h, e->name, "data_offsets [%" PRIu64 ", %" PRIu64 "]: a gap of %"
+                            PRIu64 " bytes after tensor '%s' (ends at %" PRIu64 "; file offset %"
+                            PRIu64 "); the format allows none", e->begin, e->end, e->begin - at,
+                            gml_printable(p->name, a, sizeof a), at, h->data_at + at);
+        at = e->end;
+    }
+    if (ok && at != h->data_len)
+        ok = gml_errf(h->err, h->err_size, "%s: offset %" PRIu64 ": %" PRIu64 " unused bytes "
+                      "after the %s (the data buffer is %" PRIu64 " bytes; the format allows "
+                      "no trailing bytes)", h->what, h->data_at + at, h->data_len - at,
+                      h->n ? "last tensor's data" : "header, which lists no tensors",
+                      h->data_len);
     free(s);
     return ok;
+}
+
+/* ---- the header's text ---------------------------------------------------
+ * cJSON keeps neither how a number was written ("2.0" and "2" are both 2.0)
+ * nor a string past a \u0000 ("w\u0000junk" is "w"), and takes some text
+ * JSON forbids; this pass over the text that cJSON parsed checks those. */
+
+typedef struct st_scan {
+    st_header *h;
+    const char *s;
+    size_t n, i;                /* text length, position */
+    char name[GML_MAX_NAME * 2]; /* the tensor whose entry is being read (decoded, cut) */
+    size_t name_len;
+} st_scan;
+
+/* A string token, decoded (UTF-8; the first bytes only). */
+typedef struct st_str {
+    char text[GML_MAX_NAME * 2];
+    size_t len, full_len;       /* bytes kept, bytes in all */
+    int bad;                    /* the first byte < 0x20 or 0x7f, or -1 */
+    size_t bad_at;              /* its text offset (a raw byte or the escape's '\') */
+} st_str;
+
+/* What a value is: the header, __metadata__, a tensor's entry, its dtype,
+ * shape or data_offsets, an element of those arrays, or anything else. */
+enum { AT_ROOT, AT_META, AT_ENTRY, AT_DTYPE, AT_SHAPE, AT_DIM, AT_OFFSETS, AT_OFFSET, AT_OTHER };
+
+/* "<what>: offset <file offset of text offset at>: <message>" */
+static bool scan_fail(const st_scan *sc, size_t at, const char *fmt, ...) GML_PRINTF(3, 4);
+static bool scan_fail(const st_scan *sc, size_t at, const char *fmt, ...) {
+    char msg[GML_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return gml_errf(sc->h->err, sc->h->err_size, "%s: offset %" PRIu64 ": %s", sc->h->what,
+                    (uint64_t)(8 + at), msg);
+}
+
+static bool str_is(const st_str *t, const char *lit) {
+    return t->full_len == strlen(lit) && t->len == t->full_len && memcmp(t->text, lit, t->len) == 0;
+}
+
+static void str_put(st_str *t, unsigned char c) {
+    if (t->len < sizeof t->text) t->text[t->len++] = (char)c;
+    t->full_len++;
+}
+
+static int hex4(const char *p) {
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        char c = p[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* The string at sc->i (a '"'), decoded into t. */
+static bool scan_string(st_scan *sc, st_str *t) {
+    *t = (st_str){.bad = -1};
+    const char *s = sc->s;
+    size_t i = sc->i + 1;
+    while (i < sc->n && s[i] != '"') {
+        const size_t at = i;
+        unsigned char c = (unsigned char)s[i];
+        uint32_t cp;
+        if (c < 0x20)
+            return scan_fail(sc, i, "byte 0x%02x inside a string; JSON needs control characters "
+                             "escaped", c);
+        if (c != '\\') {
+            str_put(t, c);
+            if (c == 0x7f && t->bad < 0) t->bad = c, t->bad_at = at;
+            i++;
+            continue;
+        }
+        if (i + 1 >= sc->n) break;
+        char e = s[i + 1];
+        i += 2;
+        switch (e) {
+        case '"': case '\\': case '/': cp = (unsigned char)e; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u': {
+            int v = i + 4 <= sc->n ? hex4(s + i) : -1;
+            if (v < 0) return scan_fail(sc, at, "a \\u escape needs 4 hex digits");
+            i += 4;
+            cp = (uint32_t)v;
+            int lo = cp >= 0xd800 && cp < 0xdc00 && i + 6 <= sc->n && s[i] == '\\' && s[i + 1] == 'u'
+                         ? hex4(s + i + 2) : -1;
+            if (lo >= 0xdc00 && lo < 0xe000) {
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (uint32_t)(lo - 0xdc00);
+                i += 6;
+            } else if (cp >= 0xd800 && cp < 0xe000) {
+                return scan_fail(sc, at, "\\u%04x is half a UTF-16 surrogate pair", (unsigned)cp);
+            }
+            break;
+        }
+        default:
+            return scan_fail(sc, at, "unknown escape '\\%c' in a string", e);
+        }
+        if ((cp < 0x20 || cp == 0x7f) && t->bad < 0) t->bad = (int)cp, t->bad_at = at;
+        if (cp < 0x80) {
+            str_put(t, (unsigned char)cp);
+        } else if (cp < 0x800) {
+            str_put(t, (unsigned char)(0xc0 | cp >> 6));
+            str_put(t, (unsigned char)(0x80 | (cp & 0x3f)));
+        } else if (cp < 0x10000) {
+            str_put(t, (unsigned char)(0xe0 | cp >> 12));
+            str_put(t, (unsigned char)(0x80 | (cp >> 6 & 0x3f)));
+            str_put(t, (unsigned char)(0x80 | (cp & 0x3f)));
+        } else {
+            str_put(t, (unsigned char)(0xf0 | cp >> 18));
+            str_put(t, (unsigned char)(0x80 | (cp >> 12 & 0x3f)));
+            str_put(t, (unsigned char)(0x80 | (cp >> 6 & 0x3f)));
+            str_put(t, (unsigned char)(0x80 | (cp & 0x3f)));
+        }
+    }
+    if (i >= sc->n) return scan_fail(sc, sc->i, "string without its closing quote");
+    sc->i = i + 1;
+    return true;
+}
+
+static void skip_ws(st_scan *sc) {
+    while (sc->i < sc->n && strchr(" \t\r\n", sc->s[sc->i]) && sc->s[sc->i]) sc->i++;
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* The number at sc->i: JSON's grammar, and where it is a size or an offset
+ * (where is AT_DIM or AT_OFFSET, index k), plain digits. */
+static bool scan_number(st_scan *sc, int where, int k) {
+    const char *s = sc->s;
+    const size_t at = sc->i;
+    size_t i = at;
+    while (i < sc->n && s[i] && strchr("0123456789+-eE.", s[i])) i++;
+    const size_t len = i - at;
+    sc->i = i;
+    /* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+    size_t j = at;
+    bool ok = true;
+    if (j < i && s[j] == '-') j++;
+    if (j < i && s[j] == '0') j++;
+    else if (j < i && is_digit(s[j])) while (j < i && is_digit(s[j])) j++;
+    else ok = false;
+    if (ok && j < i && s[j] == '.') {
+        size_t d = ++j;
+        while (j < i && is_digit(s[j])) j++;
+        ok = j > d;
+    }
+    if (ok && j < i && (s[j] == 'e' || s[j] == 'E')) {
+        j++;
+        if (j < i && (s[j] == '+' || s[j] == '-')) j++;
+        size_t d = j;
+        while (j < i && is_digit(s[j])) j++;
+        ok = j > d;
+    }
+    const int shown = (int)GML_MIN(len, (size_t)40);
+    if (!ok || j != i)
+        return scan_fail(sc, at, "header is not valid JSON: '%.*s' is not a number", shown, s + at);
+    if (where != AT_DIM && where != AT_OFFSET) return true;
+    bool whole = true;
+    for (size_t p = at; p < i; p++) whole = whole && is_digit(s[p]);
+    if (whole) return true;
+    char name[100], field[40];
+    gml_printable_n(sc->name, sc->name_len, name, sizeof name);
+    if (where == AT_DIM) snprintf(field, sizeof field, "shape dim %d", k);
+    else snprintf(field, sizeof field, "data_offsets[%d]", k);
+    const bool negative = !memchr(s + at, '.', len) && !memchr(s + at, 'e', len) &&
+                          !memchr(s + at, 'E', len);
+    return scan_fail(sc, at, "tensor '%s': %s is %.*s, %s (%s are written as plain digits: no "
+                     "sign, point or exponent)", name, field, shown, s + at,
+                     negative ? "negative" : "not a whole number",
+                     where == AT_DIM ? "sizes" : "offsets");
+}
+
+/* The value at sc->i (after whitespace); where says what it is. */
+static bool scan_value(st_scan *sc, int where, int k) {
+    skip_ws(sc);
+    if (sc->i >= sc->n) return scan_fail(sc, sc->i, "header is not valid JSON: it ends early");
+    const char c = sc->s[sc->i];
+    char shown[100], name[100];
+    if (c == '"') {
+        const size_t at = sc->i;
+        st_str t;
+        if (!scan_string(sc, &t)) return false;
+        if (where == AT_DTYPE && memchr(t.text, '\0', t.len))
+            return scan_fail(sc, at, "tensor '%s': dtype '%s' is not supported; expected F32 or I32",
+                             gml_printable_n(sc->name, sc->name_len, name, sizeof name),
+                             gml_printable_n(t.text, t.len, shown, 40));
+        return true;
+    }
+    if (c == '-' || is_digit(c)) return scan_number(sc, where, k);
+    if (c != '{' && c != '[') { /* true, false, null: cJSON checked them */
+        while (sc->i < sc->n && sc->s[sc->i] >= 'a' && sc->s[sc->i] <= 'z') sc->i++;
+        return true;
+    }
+    const bool object = c == '{';
+    const char close = object ? '}' : ']';
+    sc->i++;
+    skip_ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == close) {
+        sc->i++;
+        return true;
+    }
+    for (int n = 0;; n++) {
+        int child = AT_OTHER;
+        if (object) {
+            skip_ws(sc);
+            const size_t at = sc->i;
+            st_str key;
+            if (sc->i >= sc->n || sc->s[sc->i] != '"')
+                return scan_fail(sc, sc->i, "header is not valid JSON: expected a key");
+            if (!scan_string(sc, &key)) return false;
+            if (where == AT_ROOT && str_is(&key, "__metadata__")) {
+                child = AT_META;
+            } else if (where == AT_ROOT) {
+                if (key.bad >= 0)
+                    return scan_fail(sc, key.bad_at, "tensor name '%s' holds byte 0x%02x, a control "
+                                     "character; names must be printable",
+                                     gml_printable_n(key.text, key.len, shown, sizeof shown),
+                                     key.bad);
+                memcpy(sc->name, key.text, key.len);
+                sc->name_len = key.len;
+                child = AT_ENTRY;
+            } else if (where == AT_ENTRY) {
+                if (memchr(key.text, '\0', key.len))
+                    return scan_fail(sc, at, "tensor '%s': field name '%s' holds byte 0x00",
+                                     gml_printable_n(sc->name, sc->name_len, name, sizeof name),
+                                     gml_printable_n(key.text, key.len, shown, sizeof shown));
+                child = str_is(&key, "dtype")          ? AT_DTYPE
+                        : str_is(&key, "shape")        ? AT_SHAPE
+                        : str_is(&key, "data_offsets") ? AT_OFFSETS
+                                                       : AT_OTHER;
+            }
+            skip_ws(sc);
+            if (sc->i >= sc->n || sc->s[sc->i] != ':')
+                return scan_fail(sc, sc->i, "header is not valid JSON: expected ':'");
+            sc->i++;
+        }
+        if (!object) child = where == AT_SHAPE ? AT_DIM : where == AT_OFFSETS ? AT_OFFSET : AT_OTHER;
+        if (!scan_value(sc, child, n)) return false;
+        skip_ws(sc);
+        if (sc->i < sc->n && sc->s[sc->i] == ',') {
+            sc->i++;
+            continue;
+        }
+        if (sc->i < sc->n && sc->s[sc->i] == close) {
+            sc->i++;
+            return true;
+        }
+        return scan_fail(sc, sc->i, "header is not valid JSON: expected ',' or '%c'", close);
+    }
+}
+
+/* The first byte that is not UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF), or n. */
+static size_t utf8_check(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!len || len > n - i) return i;
+        for (size_t k = 1; k < len; k++)
+            if ((s[i + k] & 0xc0) != 0x80) return i;
+        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] > 0x9f) ||
+            (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] > 0x8f))
+            return i;
+        i += len;
+    }
+    return n;
 }
 
 /* Reads and checks the header of s into h (free it with free_header). */
@@ -240,6 +561,14 @@ static bool read_header(const gml_source *s, st_header *h) {
         return false;
     }
     text[n] = '\0';
+    const size_t bad = utf8_check((const unsigned char *)text, (size_t)n);
+    if (bad < n) {
+        gml_errf(h->err, h->err_size, "%s: offset %" PRIu64 ": header is not UTF-8 (byte 0x%02x); "
+                 "the format's header is UTF-8 JSON", what, 8 + (uint64_t)bad,
+                 (unsigned char)text[bad]);
+        free(text);
+        return false;
+    }
     const char *end = NULL;
     h->root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, false);
     uint64_t stop = end ? (uint64_t)(end - text) : 0;
@@ -251,12 +580,20 @@ static bool read_header(const gml_source *s, st_header *h) {
     } else if (!cJSON_IsObject(h->root)) {
         ok = gml_errf(h->err, h->err_size, "%s: offset 8: header is %s, expected a JSON object",
                       what, json_type(h->root));
+    } else if (text[0] != '{') {
+        ok = gml_errf(h->err, h->err_size, "%s: offset 8: header starts with byte 0x%02x, "
+                      "expected '{' (the format allows no space before the JSON object)", what,
+                      (unsigned char)text[0]);
     } else {
         for (uint64_t i = stop; i < n && ok; i++)
             if (!strchr(" \t\r\n", text[i]) || !text[i])
                 ok = gml_errf(h->err, h->err_size, "%s: offset %" PRIu64 ": unexpected byte 0x%02x "
                               "after the header's JSON object (only spaces may pad it)", what,
                               8 + i, (unsigned char)text[i]);
+    }
+    if (ok) {
+        st_scan sc = {.h = h, .s = text, .n = (size_t)stop};
+        ok = scan_value(&sc, AT_ROOT, 0);
     }
     free(text);
     if (!ok) return false;
@@ -391,22 +728,29 @@ static void sb_json_string(strbuf *b, const char *s) {
 static bool check_save_args(const char *path, const gml_tensor *const *ts, int n, char *err,
                             size_t es) {
     if (n < 0 || (n > 0 && !ts)) return gml_errf(err, es, "%s: no tensors given (n = %d)", path, n);
+    char shown[100];
     for (int i = 0; i < n; i++) {
         const gml_tensor *t = ts[i];
         if (!t) return gml_errf(err, es, "%s: tensor %d is NULL", path, i);
+        const char *name = gml_printable(t->name, shown, sizeof shown);
         if (t->type != GML_F32 && t->type != GML_I32)
-            return gml_errf(err, es, "%s: tensor '%s' has unknown type %d", path, t->name,
+            return gml_errf(err, es, "%s: tensor '%s' has unknown type %d", path, name,
                             (int)t->type);
         if (!t->data)
             return gml_errf(err, es, "%s: tensor '%s' has no data (made in a no_alloc context?)",
-                            path, t->name);
+                            path, name);
         if (strcmp(t->name, "__metadata__") == 0)
             return gml_errf(err, es, "%s: tensor %d is named '__metadata__', which the format "
                             "reserves", path, i);
+        for (const char *p = t->name; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) /* the loader refuses them */
+                return gml_errf(err, es, "%s: tensor %d's name '%s' holds byte 0x%02x, a control "
+                                "character; names must be printable", path, i, name,
+                                (unsigned char)*p);
         for (int k = 0; k < i; k++)
             if (strcmp(ts[k]->name, t->name) == 0)
                 return gml_errf(err, es, "%s: tensors %d and %d are both named '%s'", path, k, i,
-                                t->name);
+                                name);
     }
     return true;
 }

@@ -58,6 +58,15 @@ ST = {
     "past_end": st({"a": d("F32", [4], 0, 16)}, f32(1, 2)),
     # found by fuzzing: a raw newline inside the dtype string must not reach the message
     "ctrl_dtype": st(b'{"a":{"dtype":"\nF32","shape":[2],"data_offsets":[0,8]}}', f32(1, 2)),
+    # the format's rules (safetensors.c): each refused, with a message naming the field
+    "nul_key": st(b'{"w_q.weight\\u0000junk":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', f32(1)),
+    "esc_key": st(b'{"\\u001b[31m":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', f32(1)),
+    "utf8_key": st('{"\u00e9\\u00e9":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'.encode(), f32(1)),
+    "gap_between": st({"a": d("F32", [1], 0, 4), "b": d("F32", [1], 8, 12)}, f32(1, 2, 3)),
+    "trailing": st({"a": d("F32", [1], 0, 4)}, f32(1, 2)),
+    "float_shape": st(b'{"w":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}}', f32(1, 2)),
+    "exp_offset": st(b'{"w":{"dtype":"F32","shape":[10],"data_offsets":[0,4e1]}}', f32(*range(10))),
+    "leading_space": st(b' {"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', f32(1)),
     "bad_json": st(b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]', f32(1), pad=False),
 }
 

@@ -28,24 +28,64 @@ extern "C" {
  */
 
 /* Every entry of a safetensors file, each a tensor named by its key (in file
- * order; find them with gml_get_tensor). __metadata__ is checked, then
- * ignored. Names longer than GML_MAX_NAME - 1 bytes are an error. */
+ * order; find them with gml_get_tensor). __metadata__ (null, or strings to
+ * strings) is checked, then ignored. Refused, as the reference loader
+ * (huggingface/safetensors) refuses them: a header that is not UTF-8 JSON
+ * starting with '{' or is over 100,000,000 bytes; shape sizes and
+ * data_offsets not written as plain integers ("2.0", "1e1", "-0"); data
+ * that does not tile the data buffer exactly (a gap before the first
+ * tensor or between two, an overlap, bytes after the last); dtype, shape or
+ * data_offsets twice in an entry. Refused by ggmlite besides: names holding
+ * a control character (a byte below 0x20, or 0x7f, raw or \u-escaped; the
+ * message names the byte and its file offset), names of GML_MAX_NAME bytes
+ * or more, repeated names, \u0000 in a dtype or a field name. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
 /* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
- * name without ".npy", e.g. "x" for "dir/x.npy"). */
+ * name without ".npy", e.g. "x" for "dir/x.npy"). The data must end the
+ * file: bytes after it are refused (np.load would ignore them). */
 gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
 /* The same from bytes in memory; `what` names the source in messages. */
 gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
                                    size_t err_size);
 gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
                            char *err, size_t err_size);
-/* Writes tensors under their names (which must differ) / one tensor; .npy
+/* Writes tensors under their names (which must differ, and be printable:
+ * no byte below 0x20 nor 0x7f, as the loader wants) / one tensor; .npy
  * files are version 1.0 with the data at a multiple of 64 bytes, as numpy
  * writes them. GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate
  * names) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
 gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
                                 char *err, size_t err_size);
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
+
+/* ---- temporary files and fatal signals ------------------------------------
+ * A save writes "<path>.tmp.<pid>.<n>" and renames it into place; on any
+ * error it removes it. A signal whose default action ends the process would
+ * leave it behind, so while such a file exists its name is in a fixed
+ * table of GML_CLEANUP_SLOTS paths (written before the file is created).
+ * The library installs no signal handler by itself (a process's signal
+ * dispositions are its program's): a program that wants temporary files
+ * gone when it is killed calls gml_cleanup_on_signals() once, early. That
+ * installs, for SIGHUP, SIGINT, SIGPIPE, SIGTERM and SIGXFSZ where the
+ * action is still the default (an ignored signal or the program's own
+ * handler is left alone), a handler that unlinks every path in the table,
+ * then rmdirs them (directories registered by the program, once empty),
+ * restores the default action and raises the signal again, so the process
+ * still dies of it (a shell sees 128 + the signal number). False if a
+ * sigaction call failed.
+ * SIGXFSZ (a write past `ulimit -f`) is better ignored, as POSIX allows:
+ * signal(SIGXFSZ, SIG_IGN) makes the write fail with EFBIG instead, and the
+ * save fails with "<path>: write failed: File too large" and cleans up as
+ * for any error. run-graph does both.
+ * gml_cleanup_register adds a program's own file (or a directory it made)
+ * to the table: the slot (>= 0) to pass to gml_cleanup_unregister once the
+ * file is renamed or removed, or -1 (the table is full, or the path has
+ * 4096 bytes or more: then nothing removes it on a signal). Thread-safe;
+ * a slot's path must not change while a signal could be handled. */
+#define GML_CLEANUP_SLOTS 64
+bool gml_cleanup_on_signals(void);
+int gml_cleanup_register(const char *path);
+void gml_cleanup_unregister(int slot);
 
 /* ---- graph files ----------------------------------------------------------
  * A small text format for graphs, so a new attention variant needs no
