@@ -191,11 +191,18 @@ static int find_sum(overlap_search *o, int k, int64_t t0, int64_t t1, bool any) 
     const overlap_term *t = &o->t[k];
     const int64_t c0 = GML_MAX(t->lo, ceil_div(t0 - o->max_in[k + 1], t->s));
     const int64_t c1 = GML_MIN(t->hi, floor_div(t1 - o->min_in[k + 1], t->s));
-    for (int64_t c = c0; c <= c1; c++) {
-        o->c[k] = c;
-        const int r = find_sum(o, k + 1, t0 - c * t->s, t1 - c * t->s, any || c != 0);
-        if (r) return r;
-    }
+    if (c0 > c1) return 0;
+    /* nearest 0 first, so that the two elements a message names are the
+     * first ones (small indices) */
+    const int64_t from = GML_MAX(c0, GML_MIN(c1, 0));
+    for (int64_t d = 0; from + d <= c1 || from - d >= c0; d++)
+        for (int side = 0; side < (d ? 2 : 1); side++) {
+            const int64_t c = side ? from - d : from + d;
+            if (c < c0 || c > c1) continue;
+            o->c[k] = c;
+            const int r = find_sum(o, k + 1, t0 - c * t->s, t1 - c * t->s, any || c != 0);
+            if (r) return r;
+        }
     return 0;
 }
 
@@ -239,13 +246,14 @@ static gml_overlap search(overlap_search *o, int64_t t0, int64_t t1, gml_overlap
     const int r = find_sum(o, 0, t0, t1, false);
     if (r <= 0) return r < 0 ? GML_OVERLAP_MAYBE : GML_OVERLAP_NO;
     for (int k = 0; k < o->n; k++) {
-        /* split c among the parts: each from its lo up, in order */
+        /* split c among the parts (every range holds 0): each part from 0
+         * towards c's sign, as far as its range and what is left allow */
         const overlap_term *t = &o->t[k];
-        int64_t left = o->c[k] - t->lo;
+        int64_t left = o->c[k];
         for (int q = 0; q < t->n_parts; q++) {
-            const int64_t add = GML_MIN(left, t->part[q].hi - t->part[q].lo);
-            const int64_t c = t->part[q].lo + add, ax = t->part[q].ax;
-            left -= add;
+            const int64_t c = left > 0 ? GML_MIN(left, t->part[q].hi) : GML_MAX(left, t->part[q].lo);
+            const int ax = t->part[q].ax;
+            left -= c;
             if (o->nonzero) { /* c = i - j */
                 w->ia[ax] = c > 0 ? c : 0;
                 w->ib[ax] = c > 0 ? 0 : -c;
