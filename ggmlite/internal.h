@@ -124,16 +124,18 @@ typedef struct gml_overlap_witness {
     int dim;
 } gml_overlap_witness;
 /* Whether two different elements of t share a byte (a stride 0 on a dim of
- * size > 1, or strides such that two indices reach one byte). Exact for
- * every layout whose strides nest (sorted, each at least the extent of the
- * smaller ones: all that views, permutes and slices of a tensor make) and
- * for interleaving ones the search settles within its budget; MAYBE beyond.
- * w may be NULL. */
+ * size > 1, or strides such that two indices reach one byte). YES and NO are
+ * exact (a search over the strides, largest first, the last two solved in
+ * closed form); MAYBE only when the search runs past its budget (2^16
+ * steps), which strides that nest (sorted, each at least the extent of the
+ * smaller ones: all that views, permutes and slices of a tensor make) never
+ * do: they take one step per stride. w may be NULL. */
 gml_overlap gml_self_overlap(const gml_tensor *t, gml_overlap_witness *w);
 /* Whether an element of a and one of b share a byte (see above for how
- * storage is compared); exact as gml_self_overlap is, also for tensors whose
- * byte ranges intersect while their elements interleave (the even and the
- * odd columns of one matrix are apart). w may be NULL. */
+ * storage is compared); exact as gml_self_overlap is (MAYBE past the same
+ * budget), also for tensors whose byte ranges intersect while their elements
+ * interleave (the even and the odd columns of one matrix are apart). Strides
+ * two tensors share are searched as one. w may be NULL. */
 gml_overlap gml_tensors_overlap(const gml_tensor *a, const gml_tensor *b, gml_overlap_witness *w);
 /* a and b are the same elements in the same order: one type and shape, one
  * storage and offset, the same strides on every dim of size > 1. */

@@ -155,10 +155,12 @@ bool gml_expect_type(gml_context *ctx, const char *op, const gml_tensor *t, gml_
  * only the c that leave the rest of the interval reachable by the inner terms
  * are tried, so tensors whose strides nest (each at least the extent of the
  * smaller ones: every layout views, permutes and slices make) take one branch
- * per term. Layouts whose strides interleave may take more; past a budget of
+ * per term; the last two terms are solved in closed form (solve_two). Dims
+ * of one stride (of the two tensors) are one term, c the sum of theirs.
+ * Layouts whose strides interleave may take more branches; past a budget of
  * steps the search gives up and the answer is "maybe". */
 
-#define OVERLAP_BUDGET (1 << 20) /* search steps before "maybe" */
+#define OVERLAP_BUDGET (1 << 16) /* search steps before "maybe" */
 #define OVERLAP_TERMS (2 * GML_MAX_DIMS)
 
 /* One stride s and the dims that have it, c the sum of their parts. */
@@ -184,10 +186,76 @@ static int64_t ceil_div(int64_t a, int64_t b) { /* b > 0 */
     return a / b + (a % b != 0 && a > 0);
 }
 
+static int64_t mod_pos(int64_t a, int64_t m) { /* a mod m in [0, m), m > 0 */
+    const int64_t r = a % m;
+    return r < 0 ? r + m : r;
+}
+
+/* g = gcd(a, b) for a, b > 0, with a x + b y = g. */
+static int64_t gcd_ext(int64_t a, int64_t b, int64_t *x, int64_t *y) {
+    int64_t x0 = 1, y0 = 0, x1 = 0, y1 = 1;
+    while (b) {
+        const int64_t q = a / b, r = a % b, x2 = x0 - q * x1, y2 = y0 - q * y1;
+        a = b;
+        b = r;
+        x0 = x1;
+        y0 = y1;
+        x1 = x2;
+        y1 = y2;
+    }
+    *x = x0;
+    *y = y0;
+    return a;
+}
+
+/* a b mod m, for 0 <= a, b < m < 2^62, without overflow. */
+static int64_t mul_mod(int64_t a, int64_t b, int64_t m) {
+    int64_t r = 0;
+    for (; b; b >>= 1) {
+        if (b & 1) r = r + a >= m ? r + a - m : r + a;
+        a = a + a >= m ? a + a - m : a + a;
+    }
+    return r;
+}
+
+/* The last two terms p, q in closed form: c_p s_p + c_q s_q = T for some T
+ * in [t0, t1]. With g = gcd(s_p, s_q), a = s_p / g, b = s_q / g, U = T / g,
+ * the c_p that solve it are one class mod b; the bounds of c_q bound c_p to
+ * an interval, and the member of the class there nearest 0 is taken. */
+static int solve_two(overlap_search *o, int k, int64_t t0, int64_t t1, bool any) {
+    const overlap_term *p = &o->t[k], *q = &o->t[k + 1];
+    int64_t x, y;
+    const int64_t g = gcd_ext(p->s, q->s, &x, &y), a = p->s / g, b = q->s / g;
+    for (int64_t T = ceil_div(t0, g) * g; T <= t1; T += g) {
+        const int64_t U = T / g;
+        /* c_q in [lo, hi] <=> c_p a in [U - hi b, U - lo b] */
+        const int64_t L = GML_MAX(p->lo, ceil_div(U - q->hi * b, a));
+        const int64_t H = GML_MIN(p->hi, floor_div(U - q->lo * b, a));
+        if (L > H) continue;
+        const int64_t cls = mul_mod(mod_pos(U, b), mod_pos(x, b), b); /* c_p = U x mod b */
+        const int64_t z = GML_MAX(L, GML_MIN(H, 0));
+        const int64_t up = z + mod_pos(cls - z, b); /* the least of the class >= z */
+        const int64_t cand[3] = {up, up - b, up + b};
+        int best = -1;
+        for (int i = 0; i < 3; i++) {
+            const int64_t c = cand[i];
+            if (c < L || c > H) continue;
+            if (!any && o->nonzero && c == 0 && U == 0) continue; /* then c_q = 0 too */
+            if (best < 0 || (c < 0 ? -c : c) < (cand[best] < 0 ? -cand[best] : cand[best])) best = i;
+        }
+        if (best < 0) continue;
+        o->c[k] = cand[best];
+        o->c[k + 1] = (U - cand[best] * a) / b;
+        return 1;
+    }
+    return 0;
+}
+
 /* 1: some c (from term k on) puts the sum in [t0, t1]; 0: none; -1: gave up. */
 static int find_sum(overlap_search *o, int k, int64_t t0, int64_t t1, bool any) {
     if (++o->steps > OVERLAP_BUDGET) return -1;
     if (k == o->n) return t0 <= 0 && 0 <= t1 && (any || !o->nonzero);
+    if (k == o->n - 2) return solve_two(o, k, t0, t1, any);
     const overlap_term *t = &o->t[k];
     const int64_t c0 = GML_MAX(t->lo, ceil_div(t0 - o->max_in[k + 1], t->s));
     const int64_t c1 = GML_MIN(t->hi, floor_div(t1 - o->min_in[k + 1], t->s));
@@ -294,7 +362,18 @@ gml_overlap gml_self_overlap(const gml_tensor *t, gml_overlap_witness *w) {
     overlap_search o = {.nonzero = true};
     add_terms(&o, t, 0, true);
     const int64_t e = (int64_t)gml_type_size(t->type);
-    return search(&o, -(e - 1), e - 1, w);
+    const gml_overlap r = search(&o, -(e - 1), e - 1, w);
+    if (r == GML_OVERLAP_YES && memcmp(w->ia, w->ib, sizeof w->ia) != 0) {
+        int k = 0; /* the two in row-major order */
+        while (w->ia[k] == w->ib[k]) k++;
+        if (w->ia[k] > w->ib[k])
+            for (int j = 0; j < GML_MAX_DIMS; j++) {
+                const int64_t v = w->ia[j];
+                w->ia[j] = w->ib[j];
+                w->ib[j] = v;
+            }
+    }
+    return r;
 }
 
 /* Where t's storage starts: its byte offset into its root, or, by_address,
