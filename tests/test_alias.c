@@ -106,6 +106,72 @@ static void test_helpers_brute_force(void) {
           "every kind of answer seen: %ld self, %ld pairs overlapping, %ld pairs apart with intersecting "
           "byte ranges", self_yes, pair_yes, pair_no_inside);
 
+    /* Data placed by hand at any byte: elements that share bytes without
+     * sharing a start. */
+    static unsigned char bytes[2048];
+    for (int it = 0; it < 5000; it++) {
+        chk_case("random views of data placed by hand, round %d", it);
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+        gml_tensor *ra = gml_new_tensor_1d(ctx, GML_F32, 96), *rb = gml_new_tensor_1d(ctx, GML_F32, 96);
+        ra->data = bytes + 512;
+        rb->data = bytes + chk_randint(&r, 0, 1024);
+        gml_tensor *a = random_view(ctx, ra, &r, false), *b = random_view(ctx, rb, &r, false);
+        element_starts(a, sa);
+        element_starts(b, sb);
+        const int64_t shift = (unsigned char *)rb->data - (unsigned char *)ra->data;
+        bool pair = false;
+        for (int64_t i = 0; i < gml_nelements(a); i++)
+            for (int64_t j = 0; j < gml_nelements(b) && !pair; j++) {
+                const int64_t d = sb[j] + shift - sa[i];
+                pair = d > -4 && d < 4;
+            }
+        const gml_overlap got = gml_tensors_overlap(a, b, &w);
+        CHECK(got == (pair ? GML_OVERLAP_YES : GML_OVERLAP_NO), "pair overlap %d, brute force %d", (int)got,
+              (int)pair);
+        if (got == GML_OVERLAP_YES) {
+            const int64_t d = start_of(b, w.ib) + shift - start_of(a, w.ia);
+            CHECK(in_range(a, w.ia) && in_range(b, w.ib) && d > -4 && d < 4, "witness: bytes shared");
+        }
+        gml_free(ctx);
+    }
+
+    /* Strides that interleave every way: the search may give up ("maybe"),
+     * never says "yes" of tensors that are apart. */
+    chk_case("tangled strides");
+    {
+        static const int64_t tn[4] = {200, 141, 11, 54}, tb[4] = {2362, 2072, 4366, 4038};
+        static const int64_t un[4] = {14, 36, 38, 2}, ub[4] = {3666, 2624, 3608, 1866}, uoff = 16093;
+        size_t tnb[4], unb[4];
+        int64_t ext = 0;
+        for (int k = 0; k < 4; k++) {
+            tnb[k] = 4 * (size_t)tb[k];
+            unb[k] = 4 * (size_t)ub[k];
+            ext += (tn[k] - 1) * tb[k];
+        }
+        char *hit = calloc((size_t)ext + 1, 1);
+        for (int64_t i0 = 0; i0 < tn[0]; i0++)
+            for (int64_t i1 = 0; i1 < tn[1]; i1++)
+                for (int64_t i2 = 0; i2 < tn[2]; i2++)
+                    for (int64_t i3 = 0; i3 < tn[3]; i3++)
+                        hit[i0 * tb[0] + i1 * tb[1] + i2 * tb[2] + i3 * tb[3]] = 1;
+        bool pair = false;
+        for (int64_t i0 = 0; i0 < un[0]; i0++)
+            for (int64_t i1 = 0; i1 < un[1]; i1++)
+                for (int64_t i2 = 0; i2 < un[2]; i2++)
+                    for (int64_t i3 = 0; i3 < un[3]; i3++) {
+                        const int64_t at = uoff + i0 * ub[0] + i1 * ub[1] + i2 * ub[2] + i3 * ub[3];
+                        pair = pair || (at <= ext && hit[at]);
+                    }
+        free(hit);
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+        gml_tensor *root = gml_new_tensor_1d(ctx, GML_F32, 1 << 21);
+        gml_tensor *t = gml_view(ctx, root, 4, tn, tnb, 0), *u = gml_view(ctx, root, 4, un, unb, 4 * uoff);
+        const gml_overlap got = gml_tensors_overlap(t, u, NULL);
+        CHECK(!pair && got != GML_OVERLAP_YES, "apart (brute force: %d), not 'yes' (got %d)", (int)pair, (int)got);
+        printf("  tangled strides, apart: the search says %s\n", got == GML_OVERLAP_NO ? "no" : "maybe");
+        gml_free(ctx);
+    }
+
     /* Large tensors, no data: the search stays short. */
     chk_case("large views");
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
@@ -171,8 +237,8 @@ static void test_cpy_refused(void) {
                        "and size 4 in x (view) [4,8])");
         /* rows 4 floats apart, 8 long: row 1 starts inside row 0 */
         EXPECT_REFUSED(ctx, gml_cpy(ctx, a, gml_view(ctx, x, 2, (int64_t[]){4, 8}, (size_t[]){16, 4}, 0)),
-                       "cpy(a, x (view)): the destination has elements that share memory (elements [1,0] and "
-                       "[0,4] of x (view) [4,8], byte strides [16,4])");
+                       "cpy(a, x (view)): the destination has elements that share memory (elements [0,4] and "
+                       "[1,0] of x (view) [4,8], byte strides [16,4])");
         /* rows 1..63 from rows 0..62 */
         gml_tensor *up = gml_set_name(gml_view(ctx, x, 2, (int64_t[]){63, 64}, x->nb + 2, 0), "up");
         gml_tensor *down = gml_set_name(gml_view(ctx, x, 2, (int64_t[]){63, 64}, x->nb + 2, x->nb[2]), "down");
@@ -279,6 +345,29 @@ static void test_cpy_disjoint_slices(void) {
     gml_free(ctx);
 }
 
+/* The way the header gives to transpose in place: through a copy. */
+static void test_cpy_transpose_through_cont(void) {
+    enum { N = 19 };
+    chk_case("cpy(cont(transpose(x)), x)");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, N, N), "x");
+    gml_tensor *w = gml_cpy(ctx, gml_cont(ctx, gml_transpose(ctx, x, 0, 1)), x);
+    struct slices_case c = {x, malloc(N * N * 4), malloc(N * N * 4)};
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) {
+            c.init[i * N + j] = (float)(i * N + j);
+            c.want[j * N + i] = (float)(i * N + j);
+        }
+    if (CHECK(w, "build: %s", gml_last_error(ctx))) {
+        gml_graph *g = gml_build_graph(ctx, &w, 1);
+        run_every_isa(g, &w, 1, &c);
+        gml_graph_free(g);
+    }
+    free(c.init);
+    free(c.want);
+    gml_free(ctx);
+}
+
 /* ---- set_rows -------------------------------------------------------------- */
 
 static void test_set_rows_refused(void) {
@@ -295,7 +384,7 @@ static void test_set_rows_refused(void) {
     gml_tensor *close = gml_view(ctx, cache, 3, (int64_t[]){2, 7, 4}, (size_t[]){128, 8, 4}, 0);
     EXPECT_REFUSED(ctx, gml_set_rows(ctx, close, k, pos),
                    "set_rows(cache (view), k, pos): the destination has elements that share memory (elements "
-                   "[0,1,0] and [0,0,2] of cache (view) [2,7,4], byte strides [128,8,4])");
+                   "[0,0,2] and [0,1,0] of cache (view) [2,7,4], byte strides [128,8,4])");
     /* the new row is a row of the cache itself */
     gml_tensor *row3 = gml_set_name(gml_view(ctx, cache, 3, (int64_t[]){2, 1, 4}, cache->nb + 1, 3 * 16), "row3");
     EXPECT_REFUSED(ctx, gml_set_rows(ctx, cache, row3, pos),
@@ -417,6 +506,7 @@ int main(void) {
     test_helpers_brute_force();
     test_cpy_refused();
     test_cpy_disjoint_slices();
+    test_cpy_transpose_through_cont();
     test_set_rows_refused();
     test_set_rows_repeated();
     test_graph_file();
