@@ -169,6 +169,6 @@ const gml_op_def gml_opdef_cpy = {
     GML_ARGS(GML_T("a"), GML_T("dst")),
     .build = build_cpy,
     .get_args = gml_args_from_srcs,
-    .doc_args = "same shape",
+    .doc_args = "same shape; no two elements of dst, nor dst and a, share memory (unless a is dst)",
     .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
 };

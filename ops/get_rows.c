@@ -204,7 +204,8 @@ const gml_op_def gml_opdef_set_rows = {
     GML_ARGS(GML_T("dst"), GML_T("src"), GML_T("idx")),
     .build = build_set_rows,
     .get_args = gml_args_from_srcs,
-    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`",
+    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`; no two elements of "
+                "dst, nor dst and src or idx, share memory",
     .doc_result = "writes src's rows into dst at rows idx (a KV-cache append); the result is dst "
                   "after the write",
 };
