@@ -406,7 +406,8 @@ bool gml_same_elements(const gml_tensor *a, const gml_tensor *b) {
     const gml_tensor *ra = a->view_src ? a->view_src : a, *rb = b->view_src ? b->view_src : b;
     if (a->type != b->type || !gml_same_shape(a, b)) return false;
     if (ra == rb ? a->view_offs != b->view_offs
-                 : !ra->data || (char *)ra->data + a->view_offs != (char *)rb->data + b->view_offs)
+                 : !ra->data || !rb->data ||
+                       (char *)ra->data + a->view_offs != (char *)rb->data + b->view_offs)
         return false;
     for (int k = 0; k < GML_MAX_DIMS; k++)
         if (a->ne[k] > 1 && a->nb[k] != b->nb[k]) return false;

@@ -269,6 +269,11 @@ static void test_cpy_refused(void) {
                    "[1,0] and destination [0,0] share memory");
     q->data = buf + 16;
     CHECK(gml_cpy(ctx, p, q) != NULL, "placed apart: allowed (%s)", gml_last_error(ctx));
+    q->data = buf;
+    CHECK(gml_cpy(ctx, p, q) != NULL, "placed at one address: the same elements, allowed (%s)",
+          gml_last_error(ctx));
+    q->data = NULL;
+    CHECK(gml_cpy(ctx, p, q) != NULL, "q without data yet: placed apart (%s)", gml_last_error(ctx));
     gml_free(ctx);
 }
 
