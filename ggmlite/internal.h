@@ -104,6 +104,53 @@ bool gml_expect_type(gml_context *ctx, const char *op, const gml_tensor *t, gml_
 /* True if a can be broadcast to shape of t (a's dims 1 or equal). */
 bool gml_broadcasts_to(const gml_tensor *a, const gml_tensor *t);
 
+/* ---- overlap: writes that alias -------------------------------------------
+ * Decided on headers, not data: two tensors of one storage root (view_src,
+ * or the tensor itself) by their offsets into it and their strides, so that
+ * a no_alloc context's tensors (data NULL until planned) are judged as they
+ * will be placed; tensors of two roots only when both roots have data at the
+ * time of the call (user data placed by hand), by address. Roots without
+ * data are placed apart by the planner. */
+typedef enum gml_overlap {
+    GML_OVERLAP_NO = 0, /* proved apart */
+    GML_OVERLAP_YES,    /* two elements share a byte (the witness says which) */
+    GML_OVERLAP_MAYBE,  /* strides that interleave beyond the search budget */
+} gml_overlap;
+/* Two elements that share a byte: index ia of the first tensor and ib of
+ * the second (of the one tensor, for gml_self_overlap), right-aligned as ne;
+ * dim: for a stride 0 on a dim of size > 1, that dim (0..3), else -1. */
+typedef struct gml_overlap_witness {
+    int64_t ia[GML_MAX_DIMS], ib[GML_MAX_DIMS];
+    int dim;
+} gml_overlap_witness;
+/* Whether two different elements of t share a byte (a stride 0 on a dim of
+ * size > 1, or strides such that two indices reach one byte). YES and NO are
+ * exact (a search over the strides, largest first, the last two solved in
+ * closed form); MAYBE only when the search runs past its budget (2^16
+ * steps), which strides that nest (sorted, each at least the extent of the
+ * smaller ones: all that views, permutes and slices of a tensor make) never
+ * do: they take one step per stride. w may be NULL. */
+gml_overlap gml_self_overlap(const gml_tensor *t, gml_overlap_witness *w);
+/* Whether an element of a and one of b share a byte (see above for how
+ * storage is compared); exact as gml_self_overlap is (MAYBE past the same
+ * budget), also for tensors whose byte ranges intersect while their elements
+ * interleave (the even and the odd columns of one matrix are apart). Strides
+ * two tensors share are searched as one. w may be NULL. */
+gml_overlap gml_tensors_overlap(const gml_tensor *a, const gml_tensor *b, gml_overlap_witness *w);
+/* a and b are the same elements in the same order: one type and shape, one
+ * storage and offset, the same strides on every dim of size > 1. */
+bool gml_same_elements(const gml_tensor *a, const gml_tensor *b);
+/* For builders of ops that write into dst (cpy, set_rows): true if no two
+ * elements of dst share memory and dst shares none with the sources
+ * src[0..n_src-1] it reads (NULL ones skipped), except a source with exactly
+ * dst's elements when same_ok (a copy onto itself: nothing moves). Otherwise
+ * false with "<call>: the destination ..." recorded, naming the tensors,
+ * their shapes and two elements that meet (or "may" when the check could
+ * not tell); role[i] names src[i] in it ("source", "indices"). */
+bool gml_check_write(gml_context *ctx, const char *call, const gml_tensor *dst,
+                     const gml_tensor *const *src, const char *const *role, int n_src,
+                     bool same_ok);
+
 /* "name [2,8,10,64]" pieces for messages. */
 #define GML_SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
 /* Writes how builder messages start, "op(a, b)": op and the names of the

@@ -6,8 +6,13 @@
 #include <string.h>
 
 /* dst[i] = src[i] elementwise over equal shapes, any strides on both; rows
- * split across threads. Works for f32 and i32 alike (4-byte elements). */
+ * split across threads. Works for f32 and i32 alike (4-byte elements). The
+ * builders see to it that src and dst share no memory, except a cpy onto
+ * the very same elements, which has nothing to do. */
 static void copy_rows(const gml_compute_params *p, const gml_tensor *src, gml_tensor *dst) {
+    bool same = src->data == dst->data;
+    for (int k = 0; k < GML_MAX_DIMS; k++) same = same && (dst->ne[k] == 1 || src->nb[k] == dst->nb[k]);
+    if (same) return;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     const int64_t n = dst->ne[3];
@@ -119,7 +124,9 @@ gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
 }
 
 /* a [...] -> written into dst [...] (same shape and type); returns a view of
- * dst that stands for "dst after the copy". */
+ * dst that stands for "dst after the copy". Refused if two elements of dst
+ * share memory or dst shares memory with a (a with exactly dst's elements
+ * is a copy onto itself: allowed, nothing moves). */
 gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
     if (!a || !dst) return NULL;
     char sa[GML_SHAPE_MAX], sd[GML_SHAPE_MAX];
@@ -127,6 +134,11 @@ gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
         return gml_fail(ctx, "cpy(%s, %s): shapes or types differ: %s %s into %s %s", a->name,
                         dst->name, GML_SHAPE(a, sa), gml_type_name(a->type), GML_SHAPE(dst, sd),
                         gml_type_name(dst->type));
+    char call[GML_CALL_MAX];
+    gml_format_call("cpy", (gml_tensor *[]){a, dst}, 2, call, sizeof call);
+    if (!gml_check_write(ctx, call, dst, (const gml_tensor *[]){a}, (const char *[]){"source"}, 1,
+                         true))
+        return NULL;
     gml_tensor *t = gml_new_view(ctx, GML_OP_CPY, dst, dst->n_dims, dst->ne + GML_MAX_DIMS - dst->n_dims,
                                  dst->nb + GML_MAX_DIMS - dst->n_dims, 0, "copied into");
     if (!t) return NULL;
@@ -157,6 +169,6 @@ const gml_op_def gml_opdef_cpy = {
     GML_ARGS(GML_T("a"), GML_T("dst")),
     .build = build_cpy,
     .get_args = gml_args_from_srcs,
-    .doc_args = "same shape",
+    .doc_args = "same shape; no two elements of dst, nor dst and a, share memory (unless a is dst)",
     .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
 };

@@ -143,7 +143,9 @@ static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 /* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
- * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write */
+ * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write.
+ * Refused if two elements of dst share memory or dst shares memory with src
+ * or idx: each thread then owns its slices of dst outright. */
 gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx) {
     if (!dst || !src || !idx) return NULL;
     char sd[GML_SHAPE_MAX], ss[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
@@ -162,6 +164,11 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
                         dst->n_dims > 2 ? " or [A, n] with A dst's first dim" : "",
                         gml_type_name(idx->type), GML_SHAPE(idx, si), GML_SHAPE(src, ss));
 #undef NAMES
+    char call[GML_CALL_MAX];
+    gml_format_call("set_rows", (gml_tensor *[]){dst, src, idx}, 3, call, sizeof call);
+    if (!gml_check_write(ctx, call, dst, (const gml_tensor *[]){src, idx},
+                         (const char *[]){"source", "indices"}, 2, false))
+        return NULL;
     gml_tensor *t = gml_new_view(ctx, GML_OP_SET_ROWS, dst, dst->n_dims,
                                  dst->ne + GML_MAX_DIMS - dst->n_dims,
                                  dst->nb + GML_MAX_DIMS - dst->n_dims, 0, "rows set");
@@ -197,7 +204,8 @@ const gml_op_def gml_opdef_set_rows = {
     GML_ARGS(GML_T("dst"), GML_T("src"), GML_T("idx")),
     .build = build_set_rows,
     .get_args = gml_args_from_srcs,
-    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`",
+    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`; no two elements of "
+                "dst, nor dst and src or idx, share memory",
     .doc_result = "writes src's rows into dst at rows idx (a KV-cache append); the result is dst "
                   "after the write",
 };

@@ -68,6 +68,23 @@
  *   stays valid until that graph is planned again or freed. A header that has
  *   data when a graph computes always wins over that graph's plan.
  *
+ * - WRITES THAT ALIAS. The ops that write into a tensor given to them
+ *   (gml_cpy, gml_set_rows) refuse, when they are built, a destination two of
+ *   whose elements share memory (a stride 0 on a dim of size > 1, or strides
+ *   such that two indices reach one byte) and a destination that shares
+ *   memory with what the op reads (x and its own transpose, two slices of one
+ *   cache that intersect), as PyTorch refuses "some elements of the
+ *   written-to tensor refer to a single memory location": such a write would
+ *   depend on the order of the threads and the ISA. Slices of one tensor
+ *   that do not meet (two halves; the even and the odd columns) are fine.
+ *   The check is made at build time on the headers: views by their offsets
+ *   into one storage and their strides, so a no_alloc context is checked as
+ *   well; two different tensors whose data the user placed by hand by their
+ *   data pointers, if both have data then (data placed later, or by a
+ *   planner that never overlaps live tensors, is not checked). It is exact;
+ *   only strides interleaved beyond what it searches give a "may overlap"
+ *   refusal.
+ *
  * - THREADS. Results do not depend on the thread count: every output element
  *   is computed by one thread in a fixed order. Several threads may compute
  *   different graphs at once, also graphs that share tensors of one context:
@@ -251,7 +268,9 @@ bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothin
 /* ---- views (no copy) ---------------------------------------------------- */
 
 /* out: shape ne[0..n_dims-1], byte strides nb[0..n_dims-1], starting offset
- * bytes into a's data. Every element must lie inside a's storage. */
+ * bytes into a's data. Every element must lie inside a's storage. Elements
+ * may repeat (a stride 0) for reading; gml_cpy and gml_set_rows refuse such
+ * a view as their destination. */
 gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne,
                      const size_t *nb, size_t offset);
 /* a contiguous, same element count -> out [ne...]. One entry may be -1. */
@@ -273,7 +292,15 @@ gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep);
 /* any strides -> contiguous copy, same shape. */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
 /* Writes a into dst (same shape; dst typically a view into a cache) and
- * returns a view of dst that depends on the copy. */
+ * returns a view of dst that depends on the copy. Refused (NULL, message)
+ * if two elements of dst share memory, or if dst and a share memory, e.g.
+ *     cpy(x (transposed), x): the destination overlaps the source:
+ *     x (transposed) [64,64] and x [64,64] share storage (source [0,0] and
+ *     destination [0,0] share memory; copy the source first: cont)
+ * (gml_cpy(ctx, gml_cont(ctx, gml_transpose(ctx, x, 0, 1)), x) transposes x
+ * in place). One exception: a with exactly dst's elements (the same storage,
+ * offset, shape and strides) is allowed, a copy that moves nothing. See
+ * WRITES THAT ALIAS above. */
 gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
 
 /* ---- arithmetic --------------------------------------------------------- */
@@ -310,8 +337,13 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
  * the same leading dims, idx i32 [n] (every slice alike) or [A, n] (slice
  * [a, ...] uses row a; A = dst's first dim):
  *     dst[a, .., idx[a, i], :] = src[a, .., i, :]
- * An index outside [0, N) fails compute; if an index repeats, the last row
- * written to it wins. */
+ * An index outside [0, N) fails compute (nothing is written). An index may
+ * repeat: the last src row given for it wins (for idx [n], in every slice;
+ * for [A, n], in slice a by idx[a, :]), whatever the thread count and ISA,
+ * since each slice of dst is written by one thread in index order.
+ * Refused (NULL, message) if two elements of dst share memory (a 0-stride
+ * or overlapping-rows view) or dst shares memory with src or idx; see WRITES
+ * THAT ALIAS above. */
 gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx);
 
 /* ---- attention helpers -------------------------------------------------- */
