@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_POOL 96
 #define MAX_LEAVES 96
 #define MAX_OUTS 32
-#define MAX_ELEMS 4096 /* elements of one leaf or output, at most */
+#define MAX_ELEMS 2048 /* elements of one op result, at most (else the op is skipped) */
+#define MAX_LEAF_ELEMS 1024 /* elements of one leaf, at most */
 
 /* ---- the input bytes, read as choices ------------------------------------ */
 
@@ -101,7 +102,7 @@ enum {
 
 typedef struct leaf {
     gml_tensor *t;
-    uint32_t bits[MAX_ELEMS]; /* the values, f32 or i32, contiguous */
+    uint32_t bits[MAX_LEAF_ELEMS]; /* the values, f32 or i32, contiguous */
     int64_t n;
 } leaf;
 
@@ -147,7 +148,7 @@ static entry *new_leaf(program *p, reader *r, gml_type type, int nd, const int64
     if (p->n_leaves == MAX_LEAVES || p->n_pool == MAX_POOL) return NULL;
     int64_t n = 1;
     for (int i = 0; i < nd; i++) n *= ne[i];
-    if (n > MAX_ELEMS) return NULL;
+    if (n > MAX_LEAF_ELEMS) return NULL;
     gml_tensor *t = gml_new_tensor(p->ctx, type, nd, ne);
     if (!t) {
         gml_clear_error(p->ctx);
@@ -236,6 +237,7 @@ static entry *result(program *p, gml_tensor *t, int taint, int32_t ibound) {
         gml_clear_error(p->ctx);
         return NULL;
     }
+    if (gml_nelements(t) > MAX_ELEMS) return NULL; /* keep inputs fast */
     return push(p, t, taint, ibound, false);
 }
 
@@ -640,7 +642,7 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
     if (gml_last_error(p->ctx)[0]) gml_clear_error(p->ctx);
     for (int i = 0; i < p->n_pool && p->n_outs < MAX_OUTS; i++) {
         const entry *e = &p->pool[i];
-        if (e->is_leaf || (e->read && !p->all_outs) || gml_nelements(e->t) > MAX_ELEMS) continue;
+        if (e->is_leaf || (e->read && !p->all_outs)) continue;
         p->out_taint[p->n_outs] = e->taint;
         p->outs[p->n_outs++] = e->t;
     }
@@ -854,6 +856,11 @@ static void err_bound(const program *p, const gml_graph *g, double *err, int n_i
  *     rounded just below FLT_MAX where the reference's rounded above).
  *  5. both non-finite but different (NaN vs inf, +inf vs -inf): only with
  *     T_HUGE (float vs double overflow, inf - inf in another order).
+ * Rules 3-5 excuse T_HUGE only where the overflow happens; downstream of it
+ * anything may differ (a matmul's -inf in the fast run, NaN in the
+ * reference, is a masked key to a softmax in one, a NaN row in the other),
+ * so check_vs_ref compares T_HUGE outputs with the reference not at all:
+ * they get the bitwise checks among fast runs and the planner only.
  * Everything else is a discrepancy. i32 outputs must be equal (checked by
  * the caller as bits). */
 static bool fast_vs_ref_ok(float f, float r, int taint, double bound) {
@@ -874,6 +881,7 @@ static void check_vs_ref(const program *p, const run *fast, const run *ref, cons
     for (int o = 0; o < p->n_outs; o++) {
         const gml_tensor *t = p->outs[o];
         const double bound = err[t->id];
+        if (p->out_taint[o] & T_HUGE) continue; /* see fast_vs_ref_ok */
         for (int64_t e = 0; e < gml_nelements(t); e++) {
             const uint32_t fb = fast->bits[o][e], rb = ref->bits[o][e];
             if (t->type == GML_I32 ? fb == rb
@@ -927,6 +935,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!ok_a) goto done;
     g_prog = &pa;
     g_graph = ga;
+    if (getenv("GGMLITE_FUZZ_DIFF_PRINT")) gml_graph_print(ga, stderr);
     if (gml_graph_plan(gp, NULL) != GML_OK) fail("plan: %s", gml_graph_error(gp));
 
     const gml_isa saved = gml_get_isa();
