@@ -28,7 +28,9 @@
  *   - the planned graph under the reference and each fast ISA: bitwise equal
  *     to the allocating context's result of that ISA;
  *   - every fast result against the reference by the rules of
- *     fast_vs_ref_ok() (tolerances from err_bound()).
+ *     fast_vs_ref_ok() (tolerances from err_bound());
+ *   - every softmax and flash_attn node of every run (reference too) against
+ *     the masking contracts, row by row (check_contracts()).
  * "Bitwise" is NaN-aware: a NaN equals any NaN, everything else (-0 too)
  * compares by its bits. A compute may fail (an index out of range): then
  * every run must fail with the same message.
@@ -112,14 +114,18 @@ typedef struct entry {
     int32_t ibound; /* i32 tensors: every value is in [0, ibound) (0: unknown) */
     bool read;      /* an op took it as input */
     bool is_leaf;
+    bool mask_only; /* holds -inf by design (a mask): without specials, only
+                       masks take it, so data stays finite */
     bool written;   /* the destination of a cpy or set_rows: no other op takes
                        it (it would read it before or after the write) */
 } entry;
 
-typedef struct program {
+typedef struct program program;
+struct program {
     gml_context *ctx;
     int specials; /* special values allowed in leaves */
     bool all_outs; /* debugging: every op result is an output */
+    bool taking_mask; /* take() may return mask_only entries */
     uint64_t seed;
     entry pool[MAX_POOL];
     int n_pool;
@@ -128,7 +134,7 @@ typedef struct program {
     gml_tensor *outs[MAX_OUTS];
     int out_taint[MAX_OUTS];
     int n_outs;
-} program;
+};
 
 static entry *push(program *p, gml_tensor *t, int taint, int32_t ibound, bool is_leaf) {
     if (!t || p->n_pool == MAX_POOL) return NULL;
@@ -209,11 +215,13 @@ static entry *take(program *p, reader *r, bool want_i32, int min_dims) {
     int cand[MAX_POOL], n = 0;
     for (int i = 0; i < p->n_pool; i++)
         if ((p->pool[i].t->type == GML_I32) == want_i32 && p->pool[i].t->n_dims >= min_dims &&
-            !p->pool[i].written)
+            !p->pool[i].written && (p->taking_mask || !p->pool[i].mask_only))
             cand[n++] = i;
     if (!n) { /* none of that type: the other one */
         for (int i = 0; i < p->n_pool; i++)
-            if (p->pool[i].t->n_dims >= min_dims && !p->pool[i].written) cand[n++] = i;
+            if (p->pool[i].t->n_dims >= min_dims && !p->pool[i].written &&
+                (p->taking_mask || !p->pool[i].mask_only))
+                cand[n++] = i;
         if (!n) return NULL;
     }
     /* favour the newest, so ops chain */
@@ -365,6 +373,7 @@ static void op_matmul(program *p, reader *r) {
         for (int i = p->n_pool - 1; i >= 0; i--) {
             const gml_tensor *t = p->pool[i].t;
             if (t->type == GML_F32 && t->n_dims >= 2 && t->ne[2] == K && !p->pool[i].written &&
+                !p->pool[i].mask_only &&
                 chance(r, 60)) {
                 b = &p->pool[i];
                 b->read = true;
@@ -434,12 +443,17 @@ static entry *pick_mask(program *p, reader *r, int nd, const int64_t *ne) {
     if (how == 0) return NULL;
     int64_t mne[4];
     if (how == 3 && chance(r, 50)) {
+        p->taking_mask = true;
         entry *m = take(p, r, false, 1);
+        p->taking_mask = false;
         return m;
     }
     entry *m = new_leaf(p, r, GML_F32, broadcast_shape(r, nd, ne, mne), mne,
                         how == 3 ? V_NORMAL : V_MASK, 0, false);
-    if (m) m->read = true;
+    if (m) {
+        m->read = true;
+        m->mask_only = how != 3 && !p->specials;
+    }
     return m;
 }
 
@@ -529,7 +543,8 @@ static entry *lens_leaf(program *p, reader *r, int64_t B, int64_t tq, int64_t tk
 static void op_valid_len_mask(program *p, reader *r) {
     const int64_t B = small_dim(r), tq = rand_dim(r), tk = rand_dim(r);
     entry *l = lens_leaf(p, r, B, tq, tk);
-    if (l) result(p, gml_valid_len_mask(p->ctx, l->t, tk), 0, 0);
+    entry *m = l ? result(p, gml_valid_len_mask(p->ctx, l->t, tk), 0, 0) : NULL;
+    if (m) m->mask_only = !p->specials;
 }
 
 static void op_relpos(program *p, reader *r) {
@@ -649,6 +664,149 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
     return p->n_outs > 0;
 }
 
+static const program *g_prog; /* for the failure report */
+static gml_graph *g_graph;
+static _Noreturn void fail(const char *fmt, ...) GML_PRINTF(1, 2);
+
+/* The argument `name` of node t's call (its scale, causal). */
+static gml_arg arg_of(const gml_tensor *t, const char *name) {
+    gml_arg args[GML_MAX_ARGS];
+    const gml_op_form *f = gml_form_of_op(t->op);
+    if (!f || !gml_form_get_args(t, args)) __builtin_trap();
+    for (int i = 0; i < gml_form_n_args(f); i++)
+        if (strcmp(gml_form_arg(f, i)->name, name) == 0) return args[i];
+    __builtin_trap();
+}
+static double float_arg(const gml_tensor *t, const char *name) { return arg_of(t, name).f; }
+
+/* ---- the masking contracts, checked on every run --------------------------
+ * Independently of the reference, each softmax and flash_attn node of a
+ * computed graph is checked row by row against the contracts of MASKS,
+ * gml_softmax and gml_flash_attn (as the lead decided them):
+ *   - a key is masked iff causal (or valid lens) hide it or its mask is -inf
+ *     (softmax: or its score x * scale + mask is -inf);
+ *   - a row with no visible key is all zeros;
+ *   - softmax: a visible score that is NaN or +inf makes the row NaN (its
+ *     visible keys; masked ones may be NaN or 0, the contract does not say);
+ *     else the row is finite and masked keys weigh exactly 0;
+ *   - flash_attn: the row is all NaN if q's row, or a visible key's mask, K
+ *     or V row, is not finite, or a visible key's exact score (in double)
+ *     is beyond float's range; else nothing is required here (a partial sum
+ *     may overflow in float: NaN is allowed, the documented difference).
+ * Masked keys' V rows and mask values beyond -inf never count. */
+
+static float at_f32(const gml_tensor *h, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    float v;
+    memcpy(&v, (const char *)h->data + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2] + i3 * h->nb[3], 4);
+    return v;
+}
+static int32_t at_i32(const gml_tensor *h, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    int32_t v;
+    memcpy(&v, (const char *)h->data + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2] + i3 * h->nb[3], 4);
+    return v;
+}
+
+typedef enum { ROW_ZEROS, ROW_NAN, ROW_FINITE, ROW_ANY } row_rule;
+
+static void check_row(const gml_tensor *out, int64_t i0, int64_t i1, int64_t i2, row_rule rule,
+                      const bool *masked, const char *run_name, const char *why) {
+    for (int64_t c = 0; c < out->ne[3]; c++) {
+        const float v = at_f32(out, i0, i1, i2, c);
+        const bool ok = rule == ROW_ZEROS    ? v == 0.0f
+                        : rule == ROW_NAN    ? isnan(v) || (masked && masked[c])
+                        : rule == ROW_FINITE ? isfinite(v) && (!masked || !masked[c] || v == 0.0f)
+                                             : true;
+        if (!ok)
+            fail("%s: %s row [%lld,%lld,%lld] element %lld is %g: %s", run_name,
+                 gml_op_name(out->op), (long long)i0, (long long)i1, (long long)i2, (long long)c,
+                 (double)v, why);
+    }
+}
+
+static void check_softmax_contract(const gml_tensor *t, const char *run_name) {
+    const gml_tensor *x = t->src[0], *m = t->src[1];
+    const float scale = (float)float_arg(t, "scale");
+    const bool causal = arg_of(t, "causal").i != 0;
+    const int64_t tq = t->ne[2], tk = t->ne[3];
+    bool masked[16];
+    if (tk > 16) return;
+    for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
+                const int64_t n = causal ? (i2 + tk - tq + 1 < 0 ? 0 : i2 + tk - tq + 1) : tk;
+                int visible = 0;
+                bool bad = false;
+                for (int64_t j = 0; j < tk; j++) {
+                    const float mv = m ? at_f32(m, i0 % m->ne[0], i1 % m->ne[1], i2 % m->ne[2],
+                                                m->ne[3] > 1 ? j : 0)
+                                       : 0.0f;
+                    const float sc = x->data ? at_f32(x, i0, i1, i2, j) * scale + mv : 0.0f;
+                    masked[j] = j >= n || mv == -INFINITY || sc == -INFINITY;
+                    if (masked[j]) continue;
+                    visible++;
+                    bad |= isnan(sc) || sc == INFINITY;
+                }
+                check_row(t, i0, i1, i2, !visible ? ROW_ZEROS : bad ? ROW_NAN : ROW_FINITE, masked,
+                          run_name,
+                          !visible ? "no visible key: zeros" : bad ? "a visible score is NaN or +inf: NaN row"
+                                                                   : "finite visible scores: finite row, masked keys 0");
+            }
+}
+
+static void check_flash_contract(const gml_tensor *t, const char *run_name) {
+    const gml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *m = t->src[3], *lens = t->src[4];
+    const double scale = float_arg(t, "scale");
+    const bool causal = arg_of(t, "causal").i != 0;
+    const int64_t H = t->ne[1], tq = q->ne[2], tk = k->ne[2], dk = q->ne[3], dv = v->ne[3];
+    const int64_t rep = H / k->ne[1];
+    for (int64_t b = 0; b < t->ne[0]; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < tq; i++) {
+                int64_t n = tk;
+                if (causal) n = i + tk - tq + 1 < 0 ? 0 : i + tk - tq + 1 < n ? i + tk - tq + 1 : n;
+                if (lens) {
+                    const int32_t len = lens->n_dims == 1 ? at_i32(lens, 0, 0, 0, b) : at_i32(lens, 0, 0, b, i);
+                    if (len < n) n = len;
+                }
+                bool q_ok = true, bad = false, borderline = false;
+                const char *why = "q's row is not finite: NaN row";
+                int visible = 0;
+                for (int64_t d = 0; d < dk; d++) q_ok &= isfinite(at_f32(q, b, h, i, d));
+                for (int64_t j = 0; j < n; j++) {
+                    const float mv = m ? at_f32(m, b % m->ne[0], h % m->ne[1], i % m->ne[2],
+                                                m->ne[3] > 1 ? j : 0)
+                                       : 0.0f;
+                    if (mv == -INFINITY) continue;
+                    visible++;
+                    bool kv_ok = isfinite(mv);
+                    double dot = 0;
+                    for (int64_t d = 0; d < dk; d++) {
+                        const float kd = at_f32(k, b, h / rep, j, d);
+                        kv_ok &= isfinite(kd);
+                        dot += (double)at_f32(q, b, h, i, d) * kd;
+                    }
+                    for (int64_t c = 0; c < dv; c++) kv_ok &= isfinite(at_f32(v, b, h / rep, j, c));
+                    const double sc = dot * scale + mv;
+                    if (!bad && !kv_ok) why = "a visible key's mask, K or V is not finite: NaN row";
+                    else if (!bad && !(fabs(sc) <= FLT_MAX * (1 + 1e-6)))
+                        why = "a visible key's exact score is beyond float: NaN row";
+                    bad |= !kv_ok || !(fabs(sc) <= FLT_MAX * (1 + 1e-6));
+                    borderline |= fabs(sc) > FLT_MAX * (1 - 1e-6);
+                }
+                const row_rule rule = !visible ? ROW_ZEROS : !q_ok || bad ? ROW_NAN : ROW_ANY;
+                if (rule == ROW_NAN && borderline && q_ok) continue; /* a score at float's edge */
+                check_row(t, b, h, i, rule, NULL, run_name, !visible ? "no visible key: zeros" : why);
+            }
+}
+
+static void check_contracts(const gml_graph *g, const char *run_name) {
+    for (int i = 0; i < gml_graph_n_nodes(g); i++) {
+        const gml_tensor *t = gml_graph_tensor(g, gml_graph_node(g, i));
+        if (t->op == GML_OP_SOFTMAX) check_softmax_contract(t, run_name);
+        else if (t->op == GML_OP_FLASH_ATTN) check_flash_contract(t, run_name);
+    }
+}
+
 /* ---- running ------------------------------------------------------------- */
 
 /* Writes every leaf's values where g computes with them (before each compute:
@@ -690,6 +848,7 @@ static void compute(const program *p, gml_graph *g, gml_isa isa, int threads, ru
         if (!out->bits[i]) abort();
         if (out->st == GML_OK) read_out(g, p->outs[i], out->bits[i]);
     }
+    if (out->st == GML_OK && !gml_get_no_alloc(p->ctx)) check_contracts(g, out->name);
 }
 
 static void free_run(run *r, int n_outs) {
@@ -704,10 +863,6 @@ static float as_f32(uint32_t u) {
 
 /* ---- checking ------------------------------------------------------------ */
 
-static const program *g_prog; /* for the failure report */
-static gml_graph *g_graph;
-
-static _Noreturn void fail(const char *fmt, ...) GML_PRINTF(1, 2);
 static _Noreturn void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -773,15 +928,6 @@ static void check_bitwise(const program *p, const run *a, const run *b, bool acr
 
 #define U (8.0 * FLT_EPSILON)
 
-/* The float argument `name` of node t's call (its scale). */
-static double float_arg(const gml_tensor *t, const char *name) {
-    gml_arg args[GML_MAX_ARGS];
-    const gml_op_form *f = gml_form_of_op(t->op);
-    if (!f || !gml_form_get_args(t, args)) __builtin_trap();
-    for (int i = 0; i < gml_form_n_args(f); i++)
-        if (strcmp(gml_form_arg(f, i)->name, name) == 0) return args[i].f;
-    __builtin_trap();
-}
 
 static double max_abs(const gml_graph *g, const gml_tensor *t) {
     const gml_tensor *h = gml_graph_tensor(g, t);
