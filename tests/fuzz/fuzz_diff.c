@@ -19,7 +19,9 @@
  * no_alloc one that gml_graph_plan places, and computed
  * (LLVMFuzzerTestOneInput):
  *   - reference ISA at 1 and 3 threads (bitwise equal);
- *   - each fast ISA the CPU has (scalar, avx2, avx512) at 1, 2, 3, 4 threads:
+ *   - each fast ISA the CPU has (scalar, avx2, avx512) at 1 thread and at
+ *     one of 2, 3, 4 (chosen by the input; all three with the environment
+ *     variable GGMLITE_FUZZ_DIFF_ALL_THREADS=1, as CTest's replay runs):
  *     bitwise equal across thread counts; bitwise equal across the ISAs
  *     too, except outputs that depend on a softmax or flash_attn (T_EXP:
  *     scalar uses expf, and each variant sums the exps in lanes of its
@@ -1090,6 +1092,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gml_graph_plan(gp, NULL) != GML_OK) fail("plan: %s", gml_graph_error(gp));
 
     const gml_isa saved = gml_get_isa();
+    static int all_threads = -1;
+    if (all_threads < 0) all_threads = getenv("GGMLITE_FUZZ_DIFF_ALL_THREADS") != NULL;
     static const gml_isa FAST[N_FAST] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
     static run runs[MAX_RUNS], planned;
     int nr = 0;
@@ -1110,12 +1114,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < N_FAST; i++) {
         if (!gml_cpu_has(FAST[i])) continue;
         const int base = nr;
-        for (int th = 1; th <= 4; th++) {
+        /* 1 thread, then all of 2-4, or one of them chosen by the input
+         * (waking the pool's threads for each node is most of the time) */
+        const int th_lo = all_threads ? 2 : 2 + (int)((data[1] + i) % 3), th_hi = all_threads ? 4 : th_lo;
+        for (int th = 1; th <= th_hi; th = th == 1 ? th_lo : th + 1) {
             compute(&pa, ga, FAST[i], th, &runs[nr]);
             if (th > 1) check_bitwise(&pa, &runs[base], &runs[nr], false);
             nr++;
         }
-        compute(&pp, gp, FAST[i], 1 + (int)(data[0] % 4), &planned);
+        compute(&pp, gp, FAST[i], 1 + (int)((data[0] + i) % 4), &planned);
         check_bitwise(&pa, &runs[base], &planned, false);
         free_run(&planned, pa.n_outs);
         check_vs_ref(&pa, &runs[base], &runs[0], err);
