@@ -41,10 +41,11 @@
  * environment variable GGMLITE_FUZZ_DIFF_SPECIALS=1 turns them on, =0 off;
  * unset, FUZZ_DIFF_SPECIALS_DEFAULT decides. It is 0 for now, so CI fuzzes
  * finite values only: the kernels break the flash_attn/softmax NaN and
- * overflow contracts that fast_vs_ref_ok() encodes until the contracts work
- * lands (reproducers in tests/fuzz/regress/fuzz_diff_contracts/); then set
- * it to 1. Off, values stay finite and moderate (masks still hold -inf,
- * denormals and -0 still occur).
+ * masking contracts that check_contracts() and fast_vs_ref_ok() encode
+ * until the contracts work lands (reproducers in
+ * tests/fuzz/regress/fuzz_diff_contracts/); then set it to 1. Off, values
+ * stay finite and moderate (masks still hold -inf, but only masks take
+ * them; denormals and -0 still occur).
  *
  * On a discrepancy the fuzzer prints what differs, the graph and the ISA,
  * then traps. Debugging switches (environment): GGMLITE_FUZZ_DIFF_ALL_OUTPUTS=1
