@@ -89,11 +89,12 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps(),
                  one = _mm256_set1_ps(1.0f);
-    __m256 m[2], l[2];
+    __m256 m[2], l[2], poison[2];
     __m256i nkeys[2];
     for (int v = 0; v < NV; v++) {
         m[v] = neg_inf;
         l[v] = zero;
+        poison[v] = zero;
         nkeys[v] = _mm256_loadu_si256((const __m256i *)(const void *)(a->n_keys + 8 * v));
     }
     int32_t nmax = 0, nmin = INT32_MAX;
@@ -108,19 +109,28 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
         scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
 
-        /* the mask first, then -inf past each lane's keys (as the AVX-512
-         * variant: a hidden key stays hidden whatever the mask holds) */
+        /* the mask first, then -inf past each lane's keys, and with no
+         * mask a -inf score at a key the lane sees poisons it (as the
+         * AVX-512 variant: a hidden key stays hidden whatever the mask
+         * holds, a score that overflowed to -inf is not a hidden key) */
+        const bool partial = j0 + nk > (size_t)nmin; /* some lane's keys end here */
         if (a->mask)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
-                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
-        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
+                    s[j * tile + i] =
+                        gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
+        if (partial)
             for (size_t j = 0; j < nk; j++) {
                 const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
                 for (int v = 0; v < NV; v++) { /* j >= n_keys, as j + 1 > n_keys */
                     const __m256 past = _mm256_castsi256_ps(_mm256_cmpgt_epi32(jj1, nkeys[v]));
                     float *sj = s + j * tile + 8 * (size_t)v;
-                    _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), neg_inf, past));
+                    const __m256 sv = _mm256_load_ps(sj);
+                    if (!a->mask)
+                        poison[v] = _mm256_or_ps(
+                            poison[v],
+                            _mm256_andnot_ps(past, _mm256_cmp_ps(sv, neg_inf, _CMP_EQ_OQ)));
+                    _mm256_store_ps(sj, _mm256_blendv_ps(sv, neg_inf, past));
                 }
             }
 
@@ -129,8 +139,18 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         int moved = 0;
         for (int v = 0; v < NV; v++) {
             __m256 bmax = neg_inf;
-            for (size_t j = 0; j < nk; j++)
-                bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
+            if (a->mask || partial) {
+                for (size_t j = 0; j < nk; j++)
+                    bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
+            } else { /* every score seen: a -inf one poisons its lane */
+                __m256 bmin = _mm256_set1_ps(INFINITY);
+                for (size_t j = 0; j < nk; j++) {
+                    const __m256 sj = _mm256_load_ps(s + j * tile + 8 * (size_t)v);
+                    bmax = _mm256_max_ps(sj, bmax);
+                    bmin = _mm256_min_ps(sj, bmin);
+                }
+                poison[v] = _mm256_or_ps(poison[v], _mm256_cmp_ps(bmin, neg_inf, _CMP_EQ_OQ));
+            }
             const __m256 mnew = _mm256_max_ps(bmax, m[v]);
             const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm256_blendv_ps(mnew, zero, none);
@@ -157,13 +177,12 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         values(a, j0, nk, dvp, s, ot, NV, MR);
     }
 
-    /* out = ot / l; l = 0 (no key seen) gives zeros, a NaN l NaN */
-    float inv[16];
+    /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
+     * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    float sum[16];
     for (int v = 0; v < NV; v++)
-        _mm256_storeu_ps(inv + 8 * v, _mm256_and_ps(_mm256_div_ps(one, l[v]),
-                                                    _mm256_cmp_ps(l[v], zero, _CMP_NEQ_UQ)));
-    for (size_t i = 0; i < nq; i++)
-        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+        _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
+    gml_flash_finish(a, tile, sum, ot);
 }
 
 void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash_block(a, 2, 6); }

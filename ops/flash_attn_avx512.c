@@ -104,6 +104,7 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m[2], l[2];
     __m512i nkeys[2];
+    __mmask16 poison[2] = {0, 0};
     for (int v = 0; v < NV; v++) {
         m[v] = neg_inf;
         l[v] = zero;
@@ -121,20 +122,29 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
         scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
 
-        /* the mask first, then -inf past each lane's keys: a key the lane
-         * does not see stays hidden whatever the mask holds there (NaN and
-         * +inf added to -inf would make the lane NaN) */
+        /* the mask first (gml_masked_score: -inf where it is -inf whatever
+         * the score, NaN for a -inf score it does not hide), then -inf past
+         * each lane's keys: a key the lane does not see stays hidden
+         * whatever the mask holds there (NaN and +inf added to -inf would
+         * make the lane NaN). With no mask, a -inf score at a key the lane
+         * sees (an overflow) poisons the lane: NaN at the end. */
+        const bool partial = j0 + nk > (size_t)nmin; /* some lane's keys end here */
         if (a->mask)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
-                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
-        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
+                    s[j * tile + i] =
+                        gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
+        if (partial)
             for (size_t j = 0; j < nk; j++) {
                 const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
                 for (int v = 0; v < NV; v++) {
                     const __mmask16 past = _mm512_cmpge_epi32_mask(jj, nkeys[v]);
                     float *sj = s + j * tile + 16 * (size_t)v;
-                    _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), past, neg_inf));
+                    const __m512 sv = _mm512_load_ps(sj);
+                    if (!a->mask)
+                        poison[v] |= _mm512_mask_cmp_ps_mask((__mmask16)~past, sv, neg_inf,
+                                                             _CMP_EQ_OQ);
+                    _mm512_store_ps(sj, _mm512_mask_mov_ps(sv, past, neg_inf));
                 }
             }
 
@@ -144,8 +154,18 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         __mmask16 moved = 0;
         for (int v = 0; v < NV; v++) {
             __m512 bmax = neg_inf;
-            for (size_t j = 0; j < nk; j++)
-                bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
+            if (a->mask || partial) {
+                for (size_t j = 0; j < nk; j++)
+                    bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
+            } else { /* every score seen: a -inf one poisons its lane */
+                __m512 bmin = _mm512_set1_ps(INFINITY);
+                for (size_t j = 0; j < nk; j++) {
+                    const __m512 sj = _mm512_load_ps(s + j * tile + 16 * (size_t)v);
+                    bmax = _mm512_max_ps(sj, bmax);
+                    bmin = _mm512_min_ps(sj, bmin);
+                }
+                poison[v] |= _mm512_cmp_ps_mask(bmin, neg_inf, _CMP_EQ_OQ);
+            }
             const __m512 mnew = _mm512_max_ps(bmax, m[v]);
             /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
             const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
@@ -173,14 +193,12 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         values(a, j0, nk, dvp, s, ot, NV, MR);
     }
 
-    /* out = ot / l; a lane that saw no key has l = 0 and ot = 0: zeros */
-    float inv[32];
+    /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
+     * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    float sum[32];
     for (int v = 0; v < NV; v++)
-        _mm512_storeu_ps(inv + 16 * v,
-                         _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l[v], zero, _CMP_NEQ_UQ),
-                                             _mm512_set1_ps(1.0f), l[v]));
-    for (size_t i = 0; i < nq; i++)
-        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+        _mm512_storeu_ps(sum + 16 * v, _mm512_mask_mov_ps(l[v], poison[v], _mm512_set1_ps(NAN)));
+    gml_flash_finish(a, tile, sum, ot);
 }
 
 void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash_block(a, 2, 8, 8, 64); }
