@@ -16,10 +16,15 @@
 #define ALWAYS_INLINE inline
 #endif
 
-/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last. */
-static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last.
+ * True if a score is NaN or at least 2^102 in magnitude (as the AVX-512
+ * variant's). */
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
                                  float *s, const int NV, const int MR) {
     const size_t tile = 8 * (size_t)NV, dk = a->dk;
+    const __m256 big = _mm256_set1_ps(0x1p102f);
+    const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 rare = _mm256_setzero_ps();
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[12];
 #pragma GCC unroll 12
@@ -43,9 +48,13 @@ static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp,
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
+                rare = _mm256_or_ps(rare, _mm256_cmp_ps(_mm256_and_ps(acc[r][v], abs_bits), big,
+                                                        _CMP_NLT_UQ));
                 _mm256_store_ps(s + (jt + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+            }
     }
+    return _mm256_movemask_ps(rare) != 0;
 }
 
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
@@ -89,12 +98,11 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps(),
                  one = _mm256_set1_ps(1.0f);
-    __m256 m[2], l[2], poison[2];
+    __m256 m[2], l[2];
     __m256i nkeys[2];
     for (int v = 0; v < NV; v++) {
         m[v] = neg_inf;
         l[v] = zero;
-        poison[v] = zero;
         nkeys[v] = _mm256_loadu_si256((const __m256i *)(const void *)(a->n_keys + 8 * v));
     }
     int32_t nmax = 0, nmin = INT32_MAX;
@@ -107,30 +115,31 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
         const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
-        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+        const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
 
-        /* the mask first, then -inf past each lane's keys, and with no
-         * mask a -inf score at a key the lane sees poisons it (as the
-         * AVX-512 variant: a hidden key stays hidden whatever the mask
-         * holds, a score that overflowed to -inf is not a hidden key) */
-        const bool partial = j0 + nk > (size_t)nmin; /* some lane's keys end here */
-        if (a->mask)
+        /* the mask first, then -inf past each lane's keys (as the AVX-512
+         * variant: a hidden key stays hidden whatever the mask holds; scores
+         * under 2^102 take a plain add, the rare others gml_masked_score or
+         * gml_visible_score) */
+        if (a->mask && !rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+        else if (a->mask)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
                     s[j * tile + i] =
                         gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
-        if (partial)
+        else if (rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
                 for (int v = 0; v < NV; v++) { /* j >= n_keys, as j + 1 > n_keys */
                     const __m256 past = _mm256_castsi256_ps(_mm256_cmpgt_epi32(jj1, nkeys[v]));
                     float *sj = s + j * tile + 8 * (size_t)v;
-                    const __m256 sv = _mm256_load_ps(sj);
-                    if (!a->mask)
-                        poison[v] = _mm256_or_ps(
-                            poison[v],
-                            _mm256_andnot_ps(past, _mm256_cmp_ps(sv, neg_inf, _CMP_EQ_OQ)));
-                    _mm256_store_ps(sj, _mm256_blendv_ps(sv, neg_inf, past));
+                    _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), neg_inf, past));
                 }
             }
 
@@ -139,18 +148,8 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         int moved = 0;
         for (int v = 0; v < NV; v++) {
             __m256 bmax = neg_inf;
-            if (a->mask || partial) {
-                for (size_t j = 0; j < nk; j++)
-                    bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
-            } else { /* every score seen: a -inf one poisons its lane */
-                __m256 bmin = _mm256_set1_ps(INFINITY);
-                for (size_t j = 0; j < nk; j++) {
-                    const __m256 sj = _mm256_load_ps(s + j * tile + 8 * (size_t)v);
-                    bmax = _mm256_max_ps(sj, bmax);
-                    bmin = _mm256_min_ps(sj, bmin);
-                }
-                poison[v] = _mm256_or_ps(poison[v], _mm256_cmp_ps(bmin, neg_inf, _CMP_EQ_OQ));
-            }
+            for (size_t j = 0; j < nk; j++)
+                bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
             const __m256 mnew = _mm256_max_ps(bmax, m[v]);
             const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm256_blendv_ps(mnew, zero, none);
@@ -181,7 +180,7 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
     float sum[16];
     for (int v = 0; v < NV; v++)
-        _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
+        _mm256_storeu_ps(sum + 8 * v, l[v]);
     gml_flash_finish(a, tile, sum, ot);
 }
 

@@ -27,10 +27,14 @@
 #endif
 
 /* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
- * row last (their scores are masked afterwards). */
-static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+ * row last (their scores are masked afterwards). True if a score is NaN or
+ * at least 2^102 in magnitude (inf included): then adding a finite mask
+ * may overflow, and a -inf score must not pass for a masked key. */
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
                                  float *s, const int NV, const int MR) {
     const size_t tile = 16 * (size_t)NV, dk = a->dk;
+    const __m512 big = _mm512_set1_ps(0x1p102f);
+    __mmask16 rare = 0;
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[16];
 #pragma GCC unroll 16
@@ -54,9 +58,12 @@ static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp,
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
+                rare |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc[r][v]), big, _CMP_NLT_UQ);
                 _mm512_store_ps(s + (jt + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+            }
     }
+    return rare != 0;
 }
 
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
@@ -104,7 +111,6 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m[2], l[2];
     __m512i nkeys[2];
-    __mmask16 poison[2] = {0, 0};
     for (int v = 0; v < NV; v++) {
         m[v] = neg_inf;
         l[v] = zero;
@@ -120,31 +126,35 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     for (size_t j0 = 0; j0 < (size_t)nmax; j0 += (size_t)KB) {
         const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
-        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
 
-        /* the mask first (gml_masked_score: -inf where it is -inf whatever
-         * the score, NaN for a -inf score it does not hide), then -inf past
-         * each lane's keys: a key the lane does not see stays hidden
-         * whatever the mask holds there (NaN and +inf added to -inf would
-         * make the lane NaN). With no mask, a -inf score at a key the lane
-         * sees (an overflow) poisons the lane: NaN at the end. */
-        const bool partial = j0 + nk > (size_t)nmin; /* some lane's keys end here */
-        if (a->mask)
+        /* the mask first, then -inf past each lane's keys: a key the lane
+         * does not see stays hidden whatever the mask holds there (NaN and
+         * +inf added to -inf would make the lane NaN). Scores under 2^102
+         * (the usual case) plus a mask cannot overflow, and a -inf mask
+         * makes them -inf: a plain add keeps the contract (ggmlite.h,
+         * MASKS). Otherwise (a score huge, inf or NaN: rare) each score goes
+         * through gml_masked_score / gml_visible_score: -inf where the mask
+         * is -inf whatever the score, NaN for a -inf score not hidden. */
+        if (a->mask && !rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+        else if (a->mask)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
                     s[j * tile + i] =
                         gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
-        if (partial)
+        else if (rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
                 for (int v = 0; v < NV; v++) {
                     const __mmask16 past = _mm512_cmpge_epi32_mask(jj, nkeys[v]);
                     float *sj = s + j * tile + 16 * (size_t)v;
-                    const __m512 sv = _mm512_load_ps(sj);
-                    if (!a->mask)
-                        poison[v] |= _mm512_mask_cmp_ps_mask((__mmask16)~past, sv, neg_inf,
-                                                             _CMP_EQ_OQ);
-                    _mm512_store_ps(sj, _mm512_mask_mov_ps(sv, past, neg_inf));
+                    _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), past, neg_inf));
                 }
             }
 
@@ -154,18 +164,8 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
         __mmask16 moved = 0;
         for (int v = 0; v < NV; v++) {
             __m512 bmax = neg_inf;
-            if (a->mask || partial) {
-                for (size_t j = 0; j < nk; j++)
-                    bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
-            } else { /* every score seen: a -inf one poisons its lane */
-                __m512 bmin = _mm512_set1_ps(INFINITY);
-                for (size_t j = 0; j < nk; j++) {
-                    const __m512 sj = _mm512_load_ps(s + j * tile + 16 * (size_t)v);
-                    bmax = _mm512_max_ps(sj, bmax);
-                    bmin = _mm512_min_ps(sj, bmin);
-                }
-                poison[v] |= _mm512_cmp_ps_mask(bmin, neg_inf, _CMP_EQ_OQ);
-            }
+            for (size_t j = 0; j < nk; j++)
+                bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
             const __m512 mnew = _mm512_max_ps(bmax, m[v]);
             /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
             const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
@@ -197,7 +197,7 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
     float sum[32];
     for (int v = 0; v < NV; v++)
-        _mm512_storeu_ps(sum + 16 * v, _mm512_mask_mov_ps(l[v], poison[v], _mm512_set1_ps(NAN)));
+        _mm512_storeu_ps(sum + 16 * v, l[v]);
     gml_flash_finish(a, tile, sum, ot);
 }
 

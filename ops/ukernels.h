@@ -134,8 +134,10 @@ GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
  * past a lane's n_keys are hidden whatever the mask holds there (NaN and
  * +inf too), and so are keys whose mask is -inf; their k and v rows do not
  * count (a NaN or inf there changes nothing); a lane that sees no key gets
- * zeros. Scores are formed by gml_masked_score / gml_visible_score: a
- * non-finite score at a key the lane sees (NaN, +inf, -inf by overflow),
+ * zeros. Scores are as gml_masked_score / gml_visible_score form them (the
+ * vector variants add the mask plainly to a block whose scores are all
+ * under 2^102 in magnitude, where that is the same): a non-finite score at
+ * a key the lane sees (NaN, +inf, -inf by overflow),
  * or a NaN or inf in a v row it sees, makes the lane NaN; so does an
  * overflow of the float value sums. The variants read key and value rows
  * below max(n_keys) only (n_keys[l] <= Tk). How: the fast loops multiply
