@@ -32,11 +32,12 @@ typedef struct {
 #define ENTRY(isa, fn, tile) {isa, fn, tile, #fn},
 static const variant VARIANTS[] = {GML_F32_FLASH_UKERNELS(ENTRY) GML_F32_FLASH_FEW_UKERNELS(ENTRY)};
 
-enum { PLAIN, MASKED, NAN_SCORE, GROWING, HUGE, GARBAGE, OVERFLOW, N_CASES };
+enum { PLAIN, MASKED, NAN_SCORE, GROWING, HUGE, GARBAGE, OVERFLOW, OVERFLOW_MASKED, N_CASES };
 static const char *const CASE_NAMES[] = {"plain", "additive mask", "a NaN score",
                                          "growing max", "huge scores",
                                          "NaN/inf in k and v at a key masked -inf",
-                                         "a score overflowing to -inf, no mask"};
+                                         "a score overflowing to -inf, no mask",
+                                         "a score overflowing to -inf, additive mask"};
 
 #define NAN_BITS 0x7fc0beefu
 static float nan_pattern(void) {
@@ -98,7 +99,7 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         if ((l == 1 || l == 2) && l + 1 < nq && n_keys[l] > 0)
             mask[l * rows + (size_t)rand_int(n_keys[l])] = l == 1 ? NAN : INFINITY;
     }
-    const bool masked = c == MASKED || c == GARBAGE;
+    const bool masked = c == MASKED || c == GARBAGE || c == OVERFLOW_MASKED;
     if (c == GARBAGE && nk_max > 0) { /* key g: garbage, hidden by the mask but in lane 1 */
         const size_t g = (size_t)rand_int(nk_max);
         for (size_t d = 0; d < dk; d++) k[g * ldk + d] = d % 2 ? INFINITY : NAN;
@@ -106,7 +107,7 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         for (size_t l = 0; l < nq; l++)
             if (l != 1) mask[l * rows + g] = -INFINITY;
     }
-    if (c == OVERFLOW && nk_max > 0) { /* key o: -6e38 in the even lanes, -1.5e38 in the odd */
+    if ((c == OVERFLOW || c == OVERFLOW_MASKED) && nk_max > 0) { /* key o: -6e38 in the even lanes, -1.5e38 in the odd */
         const size_t o = (size_t)rand_int(nk_max);
         for (size_t d = 0; d < dk; d++) k[o * ldk + d] = d == 0 ? -3e38f : 0.0f;
         for (size_t l = 0; l < nq; l++) qt[l] = l % 2 ? 0.5f : 2.0f;
