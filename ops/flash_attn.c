@@ -7,7 +7,9 @@
  *     o' = o e^(m - m') + sum_j e^(s_j - m') v_j          out = o / l
  *
  * so the [Tq, Tk] scores never exist. Keys a query cannot see (causal,
- * valid lengths) are skipped, whole blocks at a time. */
+ * valid lengths) are skipped, whole blocks at a time. Masked keys and
+ * non-finite scores follow ggmlite.h's MASKS in every kernel (how the
+ * variants do it: ops/ukernels.h, flash attention). */
 #include "ukernels.h"
 
 #include <math.h>

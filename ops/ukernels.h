@@ -137,9 +137,9 @@ GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
  * zeros. Scores are as gml_masked_score / gml_visible_score form them (the
  * vector variants add the mask plainly to a block whose scores are all
  * under 2^102 in magnitude, where that is the same): a non-finite score at
- * a key the lane sees (NaN, +inf, -inf by overflow),
- * or a NaN or inf in a v row it sees, makes the lane NaN; so does an
- * overflow of the float value sums. The variants read key and value rows
+ * a key the lane sees (NaN, +inf, -inf by overflow), or a NaN or inf in a
+ * v row it sees, makes the lane NaN; so does an overflow of the float
+ * value sums. The variants read key and value rows
  * below max(n_keys) only (n_keys[l] <= Tk). How: the fast loops multiply
  * the weights of hidden keys, 0, with their v rows like any other (0 * inf
  * or NaN is NaN); gml_flash_finish, which every variant ends with, sends a
