@@ -214,12 +214,13 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
                 for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
         }
     }
-    gml_flash_finish(a, tile, sum, ot);
+    gml_flash_finish(a, tile, sum, ot, true);
 }
 
 void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_scalar(a, 8); }
 
-void gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot) {
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
+                      bool exact) {
     for (size_t l = 0; l < a->nq; l++) {
         float *out = a->out[l];
         if (sum[l] == 0) { /* no key seen: zeros, also where ot holds 0 * inf */
@@ -232,8 +233,11 @@ void gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, fl
             out[c] = ot[c * tile + l] * inv;
             finite &= isfinite(out[c]);
         }
-        if (!finite && !isnan(sum[l])) gml_flash_lane_exact(a, tile, l, ot + l, tile);
+        if (finite || isnan(sum[l])) continue;
+        if (!exact) return false;
+        gml_flash_lane_exact(a, tile, l, ot + l, tile);
     }
+    return true;
 }
 
 void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float *acc,

@@ -60,7 +60,8 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp,
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
  * columns past dv read column dv - 1 (their rows of ot are padding). */
 static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR) {
+                                 const float *p, float *ot, const int NV, const int MR,
+                                 const uint8_t *skip) {
     const size_t tile = 8 * (size_t)NV, dv = a->dv;
     for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
         size_t off[12];
@@ -74,6 +75,7 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
                 acc[r][v] = _mm256_load_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v);
         const float *vr = a->v + j0 * a->ldv;
         for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
             __m256 w[2];
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(p + j * tile + 8 * (size_t)v);
@@ -92,15 +94,18 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
     }
 }
 
-static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MR) {
+static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MR,
+                                      const bool SAFE) {
     const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
     const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps(),
                  one = _mm256_set1_ps(1.0f);
-    __m256 m[2], l[2];
+    __m256 m[2], l[2], poison[2]; /* poison, safe pass: lanes that see a bad v row */
     __m256i nkeys[2];
+    uint8_t skip[KEY_BLOCK];
     for (int v = 0; v < NV; v++) {
+        poison[v] = zero;
         m[v] = neg_inf;
         l[v] = zero;
         nkeys[v] = _mm256_loadu_si256((const __m256i *)(const void *)(a->n_keys + 8 * v));
@@ -143,6 +148,19 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
                 }
             }
 
+        if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
+            for (size_t j = 0; j < nk; j++) {
+                const float *vr = a->v + (j0 + j) * a->ldv;
+                float z = 0;
+                for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
+                skip[j] = z != z;
+                if (skip[j])
+                    for (int v = 0; v < NV; v++)
+                        poison[v] = _mm256_or_ps(
+                            poison[v], _mm256_cmp_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v),
+                                                     neg_inf, _CMP_NEQ_UQ));
+            }
+
         /* online softmax, as the AVX-512 variant */
         __m256 base[2], alpha[2];
         int moved = 0;
@@ -173,17 +191,23 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
             }
             l[v] = _mm256_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, j0, nk, dvp, s, ot, NV, MR);
+        values(a, j0, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
     float sum[16];
     for (int v = 0; v < NV; v++)
-        _mm256_storeu_ps(sum + 8 * v, l[v]);
-    gml_flash_finish(a, tile, sum, ot);
+        _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
+    return gml_flash_finish(a, tile, sum, ot, SAFE);
 }
 
-void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash_block(a, 2, 6); }
+/* A lane NaN or inf though its sum is finite: computed again, as the
+ * AVX-512 variant does. */
+static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int MR) {
+    if (!flash_block(a, NV, MR, false)) flash_block(a, NV, MR, true);
+}
 
-void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash_block(a, 1, 12); }
+void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
+
+void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }

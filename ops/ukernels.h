@@ -142,10 +142,14 @@ GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
  * value sums. The variants read key and value rows
  * below max(n_keys) only (n_keys[l] <= Tk). How: the fast loops multiply
  * the weights of hidden keys, 0, with their v rows like any other (0 * inf
- * or NaN is NaN); gml_flash_finish, which every variant ends with, sends a
- * lane whose output came out non-finite though its sum is finite (such a
- * v row, hidden or not) to gml_flash_lane_exact, which recomputes it key by
- * key, skipping the hidden ones: a rare, slower path. */
+ * or NaN is NaN), and every variant ends with gml_flash_finish. When a lane
+ * came out NaN or inf though its sum is finite (a v row with NaN or inf,
+ * hidden or not), the vector variants compute the block again with such
+ * rows skipped and the lanes that see them NaN (twice the time, for such
+ * blocks only; the other lanes get bitwise the same but for the sign of a
+ * zero); the scalar variant, and the vector ones if a lane is still not
+ * finite (its float value sums overflowed), recompute the lane with
+ * gml_flash_lane_exact. */
 typedef struct gml_flash_args {
     size_t nq, dk, dv;        /* 1 <= nq <= tile; dk, dv >= 1 */
     const float *qt;          /* [dk][tile]: the queries transposed and scaled; lanes >= nq 0 */
@@ -173,10 +177,13 @@ GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
 
 /* The end of every variant (ops/flash_attn.c): out[l] = ot[:, l] / sum[l]
  * for l < nq (ot[c * tile + l], sum[tile]); zeros where sum is 0 (no key
- * seen, whatever ot holds), NaN where it is NaN; a lane whose output has a
- * NaN or inf is recomputed by gml_flash_lane_exact (its column of ot is
- * used as scratch). */
-void gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot);
+ * seen, whatever ot holds), NaN where it is NaN. A lane whose output has a
+ * NaN or inf though its sum is finite is recomputed by gml_flash_lane_exact
+ * (its column of ot is used as scratch) when exact is true; when it is
+ * false, false is returned at the first such lane (out partly written),
+ * true otherwise. */
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
+                      bool exact);
 /* Lane l of a, key by key in float, hidden keys skipped (their k and v rows
  * never read), into out[l]: NaN if a score or a value it sees is not finite
  * or the value sums overflow, else the attention. acc: dv floats at stride

@@ -372,9 +372,8 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * row NaN. The fast kernels compute in float: an overflow of their partial
  * dot products, of q * scale or of their value sums gives NaN where the
  * exact result fits in float; the reference kernel (double) gives the
- * finite answer there (MASKS). A row with a NaN or inf in a masked V row
- * takes a slower per-row path in the fast kernels (its result may then
- * differ in the last bits from the same row without it).
+ * finite answer there (MASKS). The fast kernels compute a block of rows
+ * twice when a NaN or inf in a V row its masks hide reached it.
  * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
  * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
  * gives a contiguous tensor, so merging the heads costs no copy.
