@@ -11,9 +11,9 @@
  *     and 2; score + finite mask; softmax's x * scale): a NaN row;
  *   - NaN in q, a +inf or NaN mask at a visible key, NaN/inf in a visible V:
  *     a NaN row; NaN in q with every key masked: zeros;
- *   - the documented difference: a float partial sum of the fast kernels'
- *     dot product overflows though the exact score fits (fast: NaN,
- *     reference: finite);
+ *   - the documented differences: a float partial sum of the fast kernels'
+ *     dot product, or their float value sums, overflow though the exact
+ *     result fits (fast: NaN, reference: finite);
  *   - the NaN trap fires on such NaN rows and not on masked garbage;
  *   - the fast variants run (never a silent fallback to the reference);
  *   - larger cases (many lanes and key blocks) against the reference.
@@ -202,6 +202,11 @@ static void check_overflow(void) {
     run(&(att){"partial-sum overflow (documented: fast NaN, reference finite)", 1, 1, 3, 2,
                F{1, 1, 1}, F{3e38f, 3e38f, -3e38f}, F{5, 7}, NULL, NULL, false, 1, F{5, 7},
                F{X, X}, NULL});
+    /* and their value sums (unnormalized, float) overflow though the answer,
+     * 3e38, fits: fast NaN, reference 3e38 */
+    run(&(att){"value-sum overflow (documented: fast NaN, reference finite)", 1, 4, 1, 1, F{0},
+               F{1, 1, 1, 1}, F{3e38f, 3e38f, 3e38f, 3e38f}, NULL, NULL, false, 1, F{3e38f},
+               F{X}, NULL});
 }
 
 static void check_other_nonfinite(void) {
