@@ -7,7 +7,9 @@
  *     o' = o e^(m - m') + sum_j e^(s_j - m') v_j          out = o / l
  *
  * so the [Tq, Tk] scores never exist. Keys a query cannot see (causal,
- * valid lengths) are skipped, whole blocks at a time. */
+ * valid lengths) are skipped, whole blocks at a time. Masked keys and
+ * non-finite scores follow ggmlite.h's MASKS in every kernel (how the
+ * variants do it: ops/ukernels.h, flash attention). */
 #include "ukernels.h"
 
 #include <math.h>
@@ -80,7 +82,13 @@ static int64_t visible_keys(const gml_tensor *dst, int64_t b, int64_t i) {
 static size_t ref_work_doubles(const gml_tensor *dst) { return REF_KEY_BLOCK + (size_t)dst->ne[3]; }
 
 /* One query row at a time (rows of [B, H, Tq] split across threads), keys in
- * blocks of REF_KEY_BLOCK; every product, exp and sum in double. */
+ * blocks of REF_KEY_BLOCK; every product, exp and sum in double. The
+ * contract (ggmlite.h, MASKS) is judged on floats, as the fast kernels see
+ * it: a key whose mask is -inf is skipped before its k row is read; a key
+ * the row sees whose score, rounded to float, is not finite (or whose
+ * float score plus its mask is not: an overflow, a NaN or +inf mask), or
+ * whose v row holds a NaN or inf, makes the row NaN. The arithmetic stays
+ * in double (the float roundings only judge). */
 static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const double scale = params_of(dst).scale;
@@ -106,14 +114,21 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
             const int64_t nj = GML_MIN(REF_KEY_BLOCK, n - j0);
             double bmax = -INFINITY;
             for (int64_t jj = 0; jj < nj; jj++) {
+                const float mv = mrow ? *(const float *)(mrow + (j0 + jj) * mstride) : 0.0f;
+                s[jj] = -INFINITY;
+                if (mv == -INFINITY) continue; /* hidden: k and v unread */
                 const char *kj = gml_ptr(k, b, h / rep, j0 + jj, 0);
                 double dot = 0;
                 for (int64_t d = 0; d < dk; d++)
                     dot += (double)*(const float *)(qi + d * (int64_t)q->nb[3]) *
                            *(const float *)(kj + d * (int64_t)k->nb[3]);
+                const float judged = (float)(dot * scale) + mv; /* the score as floats */
+                if (!isfinite(judged)) {
+                    nan = true;
+                    continue;
+                }
                 s[jj] = dot * scale;
-                if (mrow) s[jj] += *(const float *)(mrow + (j0 + jj) * mstride);
-                nan |= isnan(s[jj]);
+                if (mrow) s[jj] += mv;
                 bmax = s[jj] > bmax ? s[jj] : bmax;
             }
             if (bmax == -INFINITY) continue; /* the mask drops the whole block */
@@ -132,13 +147,15 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                     acc[c] += e * *(const float *)(vj + c * (int64_t)v->nb[3]);
             }
         }
-        /* no visible key: zeros; a NaN score, or a +inf one (inf - inf
-         * makes l NaN), NaN: as the softmax op, never zeros for a NaN */
+        /* a NaN or inf in a v row the row sees: NaN (0 * inf too, as the
+         * weights may underflow); the sums cannot overflow in double */
+        for (int64_t c = 0; c < dv; c++) nan |= !isfinite(acc[c]);
+        /* no visible key: zeros */
         char *out = gml_ptr(dst, b, h, i, 0);
         for (int64_t c = 0; c < dv; c++)
-            *(float *)(out + c * (int64_t)dst->nb[3]) = nan || isnan(l) ? NAN
-                                                        : l > 0         ? (float)(acc[c] / l)
-                                                                        : 0.0f;
+            *(float *)(out + c * (int64_t)dst->nb[3]) = nan     ? NAN
+                                                        : l > 0 ? (float)(acc[c] / l)
+                                                                : 0.0f;
     }
 }
 
@@ -170,8 +187,9 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
                 float dot = 0; /* an FMA chain over d in order, as every variant's */
                 for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
                 /* the mask first: a hidden key stays -inf whatever it holds */
-                if (a->mask) dot += a->mask[l][(j0 + j) * a->mask_stride];
-                s[j * tile + l] = j0 + j < (size_t)a->n_keys[l] ? dot : -INFINITY;
+                const float sc = a->mask ? gml_masked_score(dot, a->mask[l][(j0 + j) * a->mask_stride])
+                                         : gml_visible_score(dot);
+                s[j * tile + l] = j0 + j < (size_t)a->n_keys[l] ? sc : -INFINITY;
             }
         }
         for (size_t l = 0; l < nq; l++) {
@@ -196,13 +214,64 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
                 for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
         }
     }
-    for (size_t l = 0; l < nq; l++) {
-        const float inv = sum[l] > 0 ? 1.0f / sum[l] : 0.0f; /* NaN sum: the NaN stays in ot */
-        for (size_t c = 0; c < dv; c++) a->out[l][c] = ot[c * tile + l] * inv;
-    }
+    gml_flash_finish(a, tile, sum, ot, true);
 }
 
 void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_scalar(a, 8); }
+
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
+                      bool exact) {
+    for (size_t l = 0; l < a->nq; l++) {
+        float *out = a->out[l];
+        if (sum[l] == 0) { /* no key seen: zeros, also where ot holds 0 * inf */
+            for (size_t c = 0; c < a->dv; c++) out[c] = 0.0f;
+            continue;
+        }
+        const float inv = 1.0f / sum[l]; /* a NaN sum: NaN */
+        bool finite = true;
+        for (size_t c = 0; c < a->dv; c++) {
+            out[c] = ot[c * tile + l] * inv;
+            finite &= isfinite(out[c]);
+        }
+        if (finite || isnan(sum[l])) continue;
+        if (!exact) return false;
+        gml_flash_lane_exact(a, tile, l, ot + l, tile);
+    }
+    return true;
+}
+
+void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float *acc,
+                          size_t acc_stride) {
+    const size_t dk = a->dk, dv = a->dv;
+    float m = -INFINITY, sum = 0;
+    bool nan = false;
+    for (size_t c = 0; c < dv; c++) acc[c * acc_stride] = 0;
+    for (size_t j = 0; j < (size_t)a->n_keys[l] && !nan; j++) {
+        const float mv = a->mask ? a->mask[l][j * a->mask_stride] : 0.0f;
+        if (mv == -INFINITY) continue; /* hidden */
+        const float *kj = a->k + j * a->ldk, *vj = a->v + j * a->ldv;
+        float dot = 0;
+        for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
+        const float s = a->mask ? dot + mv : dot;
+        if (!isfinite(s)) {
+            nan = true;
+            break;
+        }
+        if (s > m) {
+            const float alpha = expf(m - s); /* 0 while m is -inf */
+            sum *= alpha;
+            for (size_t c = 0; c < dv; c++) acc[c * acc_stride] *= alpha;
+            m = s;
+        }
+        const float e = expf(s - m);
+        sum += e;
+        for (size_t c = 0; c < dv; c++) acc[c * acc_stride] += e * vj[c];
+    }
+    float *out = a->out[l];
+    for (size_t c = 0; c < dv && !nan; c++) nan = !isfinite(acc[c * acc_stride]);
+    for (size_t c = 0; c < dv; c++)
+        out[c] = nan ? NAN : sum > 0 ? acc[c * acc_stride] / sum : 0.0f;
+}
 
 /* ---- fast kernel ------------------------------------------------------------
  * The rows of one batch entry and kv head g, r = H / G query heads by Tq

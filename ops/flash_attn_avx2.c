@@ -16,10 +16,15 @@
 #define ALWAYS_INLINE inline
 #endif
 
-/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last. */
-static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last.
+ * True if a score is NaN or at least 2^102 in magnitude (as the AVX-512
+ * variant's). */
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
                                  float *s, const int NV, const int MR) {
     const size_t tile = 8 * (size_t)NV, dk = a->dk;
+    const __m256 big = _mm256_set1_ps(0x1p102f);
+    const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 rare = _mm256_setzero_ps();
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[12];
 #pragma GCC unroll 12
@@ -43,15 +48,20 @@ static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp,
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
+                rare = _mm256_or_ps(rare, _mm256_cmp_ps(_mm256_and_ps(acc[r][v], abs_bits), big,
+                                                        _CMP_NLT_UQ));
                 _mm256_store_ps(s + (jt + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+            }
     }
+    return _mm256_movemask_ps(rare) != 0;
 }
 
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
  * columns past dv read column dv - 1 (their rows of ot are padding). */
 static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR) {
+                                 const float *p, float *ot, const int NV, const int MR,
+                                 const uint8_t *skip) {
     const size_t tile = 8 * (size_t)NV, dv = a->dv;
     for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
         size_t off[12];
@@ -65,6 +75,7 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
                 acc[r][v] = _mm256_load_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v);
         const float *vr = a->v + j0 * a->ldv;
         for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
             __m256 w[2];
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(p + j * tile + 8 * (size_t)v);
@@ -83,15 +94,18 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
     }
 }
 
-static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MR) {
+static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MR,
+                                      const bool SAFE) {
     const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
     const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps(),
                  one = _mm256_set1_ps(1.0f);
-    __m256 m[2], l[2];
+    __m256 m[2], l[2], poison[2]; /* poison, safe pass: lanes that see a bad v row */
     __m256i nkeys[2];
+    uint8_t skip[KEY_BLOCK];
     for (int v = 0; v < NV; v++) {
+        poison[v] = zero;
         m[v] = neg_inf;
         l[v] = zero;
         nkeys[v] = _mm256_loadu_si256((const __m256i *)(const void *)(a->n_keys + 8 * v));
@@ -106,14 +120,24 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
         const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
-        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+        const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
 
         /* the mask first, then -inf past each lane's keys (as the AVX-512
-         * variant: a hidden key stays hidden whatever the mask holds) */
-        if (a->mask)
+         * variant: a hidden key stays hidden whatever the mask holds; scores
+         * under 2^102 take a plain add, the rare others gml_masked_score or
+         * gml_visible_score) */
+        if (a->mask && !rare)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
                     s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+        else if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] =
+                        gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
+        else if (rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
@@ -122,6 +146,19 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
                     float *sj = s + j * tile + 8 * (size_t)v;
                     _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), neg_inf, past));
                 }
+            }
+
+        if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
+            for (size_t j = 0; j < nk; j++) {
+                const float *vr = a->v + (j0 + j) * a->ldv;
+                float z = 0;
+                for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
+                skip[j] = z != z;
+                if (skip[j])
+                    for (int v = 0; v < NV; v++)
+                        poison[v] = _mm256_or_ps(
+                            poison[v], _mm256_cmp_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v),
+                                                     neg_inf, _CMP_NEQ_UQ));
             }
 
         /* online softmax, as the AVX-512 variant */
@@ -154,18 +191,23 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
             }
             l[v] = _mm256_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, j0, nk, dvp, s, ot, NV, MR);
+        values(a, j0, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
     }
 
-    /* out = ot / l; l = 0 (no key seen) gives zeros, a NaN l NaN */
-    float inv[16];
+    /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
+     * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    float sum[16];
     for (int v = 0; v < NV; v++)
-        _mm256_storeu_ps(inv + 8 * v, _mm256_and_ps(_mm256_div_ps(one, l[v]),
-                                                    _mm256_cmp_ps(l[v], zero, _CMP_NEQ_UQ)));
-    for (size_t i = 0; i < nq; i++)
-        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+        _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
+    return gml_flash_finish(a, tile, sum, ot, SAFE);
 }
 
-void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash_block(a, 2, 6); }
+/* A lane NaN or inf though its sum is finite: computed again, as the
+ * AVX-512 variant does. */
+static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int MR) {
+    if (!flash_block(a, NV, MR, false)) flash_block(a, NV, MR, true);
+}
 
-void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash_block(a, 1, 12); }
+void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
+
+void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }

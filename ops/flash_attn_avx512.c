@@ -27,10 +27,14 @@
 #endif
 
 /* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
- * row last (their scores are masked afterwards). */
-static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+ * row last (their scores are masked afterwards). True if a score is NaN or
+ * at least 2^102 in magnitude (inf included): then adding a finite mask
+ * may overflow, and a -inf score must not pass for a masked key. */
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
                                  float *s, const int NV, const int MR) {
     const size_t tile = 16 * (size_t)NV, dk = a->dk;
+    const __m512 big = _mm512_set1_ps(0x1p102f);
+    __mmask16 rare = 0;
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[16];
 #pragma GCC unroll 16
@@ -54,15 +58,19 @@ static ALWAYS_INLINE void scores(const gml_flash_args *a, size_t j0, size_t nkp,
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
+                rare |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc[r][v]), big, _CMP_NLT_UQ);
                 _mm512_store_ps(s + (jt + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+            }
     }
+    return rare != 0;
 }
 
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
  * columns past dv read column dv - 1 (their rows of ot are padding). */
 static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR) {
+                                 const float *p, float *ot, const int NV, const int MR,
+                                 const uint8_t *skip) {
     const size_t tile = 16 * (size_t)NV, dv = a->dv;
     for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
         size_t off[16];
@@ -76,6 +84,7 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
                 acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
         const float *vr = a->v + j0 * a->ldv;
         for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
             __m512 w[2];
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
@@ -96,14 +105,16 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
 
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
  * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
-static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, const int MRK,
-                                      const int MR, const int KB) {
+static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
+                                      const int MR, const int KB, const bool SAFE) {
     const size_t tile = 16 * (size_t)NV, nq = a->nq, dv = a->dv;
     const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m[2], l[2];
     __m512i nkeys[2];
+    __mmask16 poison[2] = {0, 0}; /* safe pass: lanes that see a v row with NaN or inf */
+    uint8_t skip[GML_FLASH_MAX_KEY_BLOCK];
     for (int v = 0; v < NV; v++) {
         m[v] = neg_inf;
         l[v] = zero;
@@ -119,15 +130,28 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
     for (size_t j0 = 0; j0 < (size_t)nmax; j0 += (size_t)KB) {
         const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
-        scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
 
         /* the mask first, then -inf past each lane's keys: a key the lane
          * does not see stays hidden whatever the mask holds there (NaN and
-         * +inf added to -inf would make the lane NaN) */
-        if (a->mask)
+         * +inf added to -inf would make the lane NaN). Scores under 2^102
+         * (the usual case) plus a mask cannot overflow, and a -inf mask
+         * makes them -inf: a plain add keeps the contract (ggmlite.h,
+         * MASKS). Otherwise (a score huge, inf or NaN: rare) each score goes
+         * through gml_masked_score / gml_visible_score: -inf where the mask
+         * is -inf whatever the score, NaN for a -inf score not hidden. */
+        if (a->mask && !rare)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++)
                     s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+        else if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] =
+                        gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
+        else if (rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
@@ -136,6 +160,18 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
                     float *sj = s + j * tile + 16 * (size_t)v;
                     _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), past, neg_inf));
                 }
+            }
+
+        if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
+            for (size_t j = 0; j < nk; j++) {
+                const float *vr = a->v + (j0 + j) * a->ldv;
+                float z = 0;
+                for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
+                skip[j] = z != z;
+                if (skip[j])
+                    for (int v = 0; v < NV; v++)
+                        poison[v] |= _mm512_cmp_ps_mask(_mm512_load_ps(s + j * tile + 16 * (size_t)v),
+                                                        neg_inf, _CMP_NEQ_UQ);
             }
 
         /* online softmax. NaN scores are passed over by the max (max_ps
@@ -170,19 +206,26 @@ static ALWAYS_INLINE void flash_block(const gml_flash_args *a, const int NV, con
             }
             l[v] = _mm512_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, j0, nk, dvp, s, ot, NV, MR);
+        values(a, j0, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
     }
 
-    /* out = ot / l; a lane that saw no key has l = 0 and ot = 0: zeros */
-    float inv[32];
+    /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
+     * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    float sum[32];
     for (int v = 0; v < NV; v++)
-        _mm512_storeu_ps(inv + 16 * v,
-                         _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l[v], zero, _CMP_NEQ_UQ),
-                                             _mm512_set1_ps(1.0f), l[v]));
-    for (size_t i = 0; i < nq; i++)
-        for (size_t c = 0; c < dv; c++) a->out[i][c] = ot[c * tile + i] * inv[i];
+        _mm512_storeu_ps(sum + 16 * v, _mm512_mask_mov_ps(l[v], poison[v], _mm512_set1_ps(NAN)));
+    return gml_flash_finish(a, tile, sum, ot, SAFE);
 }
 
-void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash_block(a, 2, 8, 8, 64); }
+/* A lane whose output came out NaN or inf though its sum is finite: a v
+ * row with NaN or inf, hidden (0 * NaN) or not. The block is computed again
+ * with those rows skipped and the lanes that see them NaN: the others get
+ * bitwise what they got (but for the sign of a zero). */
+static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int MRK, const int MR,
+                                const int KB) {
+    if (!flash_block(a, NV, MRK, MR, KB, false)) flash_block(a, NV, MRK, MR, KB, true);
+}
 
-void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash_block(a, 1, 16, 16, 64); }
+void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash(a, 2, 8, 8, 64); }
+
+void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash(a, 1, 16, 16, 64); }

@@ -18,7 +18,9 @@ static softmax_params params_of(const gml_tensor *t) {
 
 /* Row [i0, i1, i2, :] of x [.., Tq, Tk]: v_j = x_j * scale + mask_j, keys past
  * the causal limit dropped; out = exp(v - max) / sum, or all zeros when every
- * key is masked. Reference: expf per element, double sum. */
+ * key is masked (gml_softmax_score: -inf in x or in the mask hides a key; a
+ * non-finite score at a key not hidden makes the row NaN). Reference: expf
+ * per element, double sum. */
 static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *mask = dst->src[1];
     const softmax_params par = params_of(dst);
@@ -38,8 +40,8 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
         const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
         float max = -INFINITY;
         for (int64_t j = 0; j < n; j++) {
-            float v = *(const float *)(xr + j * (int64_t)x->nb[3]) * scale;
-            if (mr) v += *(const float *)(mr + j * ms);
+            const float v = gml_softmax_score(*(const float *)(xr + j * (int64_t)x->nb[3]), scale,
+                                              mr != NULL, mr ? *(const float *)(mr + j * ms) : 0);
             out[j] = v;
             max = v > max ? v : max;
         }
@@ -64,8 +66,7 @@ void gml_f32_softmax_ukernel__scalar_u1(size_t n, const float *x, const float *m
                                         float *out) {
     float max = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        float v = x[i] * scale;
-        if (mask) v += mask[i];
+        const float v = gml_softmax_score(x[i], scale, mask != NULL, mask ? mask[i] : 0);
         out[i] = v;
         max = v > max ? v : max;
     }
@@ -122,11 +123,9 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
         /* keys j < n are visible: causal cuts at i + (Tk - Tq) */
         const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
         if (n > 0 && gather) {
-            for (int64_t j = 0; j < n; j++) {
-                float v = *(const float *)(xr + j * sx) * scale;
-                if (mr) v += *(const float *)(mr + j * sm);
-                out[j] = v;
-            }
+            for (int64_t j = 0; j < n; j++) /* a hidden key -inf, a bad score NaN */
+                out[j] = gml_softmax_score(*(const float *)(xr + j * sx), scale, mr != NULL,
+                                           mr ? *(const float *)(mr + j * sm) : 0);
             ukernel((size_t)n, out, NULL, 1.0f, out);
         } else if (n > 0) {
             ukernel((size_t)n, (const float *)(const void *)xr,

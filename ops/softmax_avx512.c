@@ -24,11 +24,21 @@ void gml_f32_vexp_ukernel__avx512_u16(size_t n, const float *x, float *y) {
     }
 }
 
-/* Scores of lanes k at i: x * scale (+ mask). */
+/* Scores of lanes k at i: x * scale (+ mask), as gml_softmax_score: -inf
+ * where x or the mask is -inf (hidden), else NaN for a -inf score. */
 static inline __m512 scores(__mmask16 k, const float *x, const float *mask, size_t i,
                             __m512 vscale) {
-    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vscale);
-    return mask ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, mask + i)) : v;
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+    const __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
+    __m512 v = _mm512_mul_ps(xv, vscale);
+    __mmask16 hidden = _mm512_cmp_ps_mask(xv, neg_inf, _CMP_EQ_OQ);
+    if (mask) {
+        const __m512 mv = _mm512_maskz_loadu_ps(k, mask + i);
+        v = _mm512_add_ps(v, mv);
+        hidden |= _mm512_cmp_ps_mask(mv, neg_inf, _CMP_EQ_OQ);
+    }
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, neg_inf, _CMP_EQ_OQ), _mm512_set1_ps(NAN));
+    return _mm512_mask_mov_ps(v, hidden, neg_inf);
 }
 
 /* Rows in blocks of 512: within a block each float lane sums at most 16

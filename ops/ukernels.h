@@ -9,6 +9,7 @@
 
 #include "internal.h"
 
+#include <math.h>
 #include <stddef.h>
 
 #include "binary.inc"
@@ -37,10 +38,37 @@
 #define GML_PICK_UKERNEL_NAME(list) GML_PICK_UKERNEL_NAME_AS(list, GML_UKERNEL_NAME)
 #define GML_UKERNEL_NAME_GATHERED(isa, fn, tile) #fn " (strided rows gathered)",
 
+/* ---- masked keys and non-finite scores (ggmlite.h, MASKS) -----------------
+ * Every kernel of softmax and flash_attn forms a key's score the same way:
+ * a key is hidden when its additive mask value is -inf (softmax: or its
+ * input x is -inf), whatever its score holds (NaN and inf too), and its
+ * score is then -inf, which weighs exactly 0. A key that is not hidden and
+ * whose float score is -inf (q k^T * scale, or x * scale, or the score plus
+ * a finite mask, overflowed; or a -inf in the inputs) gets NaN instead, so
+ * that it makes the row NaN as a NaN or +inf score does, never passes for
+ * a masked key. */
+
+/* The score of a key the length limits let through: s the scaled score, mv
+ * its additive mask value. */
+static inline float gml_masked_score(float s, float mv) {
+    const float t = s + mv;
+    return mv == -INFINITY ? -INFINITY : t == -INFINITY ? NAN : t;
+}
+/* The same with no mask. */
+static inline float gml_visible_score(float s) { return s == -INFINITY ? NAN : s; }
+/* softmax's: x * scale (+ mask, when has_mask), hidden when x or mv is -inf;
+ * a multiply then an add, as every variant rounds them. */
+static inline float gml_softmax_score(float x, float scale, bool has_mask, float mv) {
+    float v = x * scale;
+    if (has_mask) v += mv;
+    const bool hidden = x == -INFINITY || (has_mask && mv == -INFINITY);
+    return hidden ? -INFINITY : gml_visible_score(v);
+}
+
 /* A row with no score above -inf: its keys are all masked and it gets
- * zeros, unless a score is NaN (a NaN input, or inf - inf): then the row is
- * NaN, so a NaN is never passed off as "fully masked". out holds the row's
- * n scores. */
+ * zeros, unless a score is NaN (a visible key's non-finite score, as
+ * above): then the row is NaN, so a NaN is never passed off as "fully
+ * masked". out holds the row's n scores. */
 static inline void gml_softmax_no_visible_key(size_t n, float *out) {
     float fill = 0.0f;
     for (size_t i = 0; i < n; i++)
@@ -50,10 +78,10 @@ static inline void gml_softmax_no_visible_key(size_t n, float *out) {
 
 /* ---- softmax (ops/softmax.inc) --------------------------------------------
  * out[j] = softmax_j(x[j] * scale + mask[j]) for j < n, n >= 1; mask may be
- * NULL (no mask) and may hold -inf. Three passes over the row: scores and
- * their max, exp and the sum, normalize. As the reference: a row with no
- * score above -inf (every key masked) gives zeros; otherwise a NaN score
- * makes the whole row NaN. */
+ * NULL (no mask) and may hold -inf. Three passes over the row: scores
+ * (gml_softmax_score) and their max, exp and the sum, normalize. As the
+ * reference: hidden keys weigh exactly 0, a row with every key hidden gives
+ * zeros; a non-finite score at a key not hidden makes the whole row NaN. */
 typedef void gml_f32_softmax_ukernel(size_t n, const float *x, const float *mask, float scale,
                                      float *out);
 #define GML_DECLARE_SOFTMAX(isa, fn, tile) gml_f32_softmax_ukernel fn;
@@ -102,13 +130,26 @@ GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
  *     s_j = qt[:, l] . k_j (+ mask[l][j * mask_stride])   over keys j < n_keys[l]
  *     out[l] = sum_j softmax(s)_j v_j
  * the keys taken in blocks with a running max and sum per lane, the output
- * accumulated transposed in work. Keys past a lane's n_keys are dropped
- * whatever the mask holds there (NaN and +inf too: the mask is added first,
- * then those scores set to -inf), and so are keys whose mask is -inf; a lane
- * that sees no key gets zeros; a NaN score, or a +inf one (inf - inf), makes
- * its lane NaN. The variants read key and value rows below max(n_keys) only
- * (n_keys[l] <= Tk), and rows past a lane's limit weigh 0 (an inf or NaN in
- * such a row of v would still show). */
+ * accumulated transposed in work. The contract of ggmlite.h (MASKS): keys
+ * past a lane's n_keys are hidden whatever the mask holds there (NaN and
+ * +inf too), and so are keys whose mask is -inf; their k and v rows do not
+ * count (a NaN or inf there changes nothing); a lane that sees no key gets
+ * zeros. Scores are as gml_masked_score / gml_visible_score form them (the
+ * vector variants add the mask plainly to a block whose scores are all
+ * under 2^102 in magnitude, where that is the same): a non-finite score at
+ * a key the lane sees (NaN, +inf, -inf by overflow), or a NaN or inf in a
+ * v row it sees, makes the lane NaN; so does an overflow of the float
+ * value sums. The variants read key and value rows
+ * below max(n_keys) only (n_keys[l] <= Tk). How: the fast loops multiply
+ * the weights of hidden keys, 0, with their v rows like any other (0 * inf
+ * or NaN is NaN), and every variant ends with gml_flash_finish. When a lane
+ * came out NaN or inf though its sum is finite (a v row with NaN or inf,
+ * hidden or not), the vector variants compute the block again with such
+ * rows skipped and the lanes that see them NaN (twice the time, for such
+ * blocks only; the other lanes get bitwise the same but for the sign of a
+ * zero); the scalar variant, and the vector ones if a lane is still not
+ * finite (its float value sums overflowed), recompute the lane with
+ * gml_flash_lane_exact. */
 typedef struct gml_flash_args {
     size_t nq, dk, dv;        /* 1 <= nq <= tile; dk, dv >= 1 */
     const float *qt;          /* [dk][tile]: the queries transposed and scaled; lanes >= nq 0 */
@@ -133,5 +174,21 @@ typedef void gml_f32_flash_ukernel(const gml_flash_args *a);
 #define GML_DECLARE_FLASH(isa, fn, tile) gml_f32_flash_ukernel fn;
 GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
 GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
+
+/* The end of every variant (ops/flash_attn.c): out[l] = ot[:, l] / sum[l]
+ * for l < nq (ot[c * tile + l], sum[tile]); zeros where sum is 0 (no key
+ * seen, whatever ot holds), NaN where it is NaN. A lane whose output has a
+ * NaN or inf though its sum is finite is recomputed by gml_flash_lane_exact
+ * (its column of ot is used as scratch) when exact is true; when it is
+ * false, false is returned at the first such lane (out partly written),
+ * true otherwise. */
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
+                      bool exact);
+/* Lane l of a, key by key in float, hidden keys skipped (their k and v rows
+ * never read), into out[l]: NaN if a score or a value it sees is not finite
+ * or the value sums overflow, else the attention. acc: dv floats at stride
+ * acc_stride. */
+void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float *acc,
+                          size_t acc_stride);
 
 #endif /* GGMLITE_UKERNELS_H */

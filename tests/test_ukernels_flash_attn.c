@@ -5,7 +5,9 @@
  * and +inf at the keys past a lane's count are ignored; at a key the lane
  * sees they make it NaN), a NaN score, scores whose max grows block after
  * block and huge ones; the variants must not read key or value rows past
- * the largest key count, nor write outside their rows and scratch. Then the
+ * the largest key count, nor write outside their rows and scratch; the
+ * contracts of ggmlite.h (MASKS): NaN and inf in k and v at a key masked
+ * -inf change nothing, a score overflowing to -inf is a NaN lane. Then the
  * op under every ISA against its reference kernel at 1-3 threads
  * (simd_check.h). */
 #include "../ops/ukernels.h"
@@ -30,9 +32,12 @@ typedef struct {
 #define ENTRY(isa, fn, tile) {isa, fn, tile, #fn},
 static const variant VARIANTS[] = {GML_F32_FLASH_UKERNELS(ENTRY) GML_F32_FLASH_FEW_UKERNELS(ENTRY)};
 
-enum { PLAIN, MASKED, NAN_SCORE, GROWING, HUGE, N_CASES };
+enum { PLAIN, MASKED, NAN_SCORE, GROWING, HUGE, GARBAGE, OVERFLOW, OVERFLOW_MASKED, N_CASES };
 static const char *const CASE_NAMES[] = {"plain", "additive mask", "a NaN score",
-                                         "growing max", "huge scores"};
+                                         "growing max", "huge scores",
+                                         "NaN/inf in k and v at a key masked -inf",
+                                         "a score overflowing to -inf, no mask",
+                                         "a score overflowing to -inf, additive mask"};
 
 #define NAN_BITS 0x7fc0beefu
 static float nan_pattern(void) {
@@ -94,12 +99,25 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         if ((l == 1 || l == 2) && l + 1 < nq && n_keys[l] > 0)
             mask[l * rows + (size_t)rand_int(n_keys[l])] = l == 1 ? NAN : INFINITY;
     }
+    const bool masked = c == MASKED || c == GARBAGE || c == OVERFLOW_MASKED;
+    if (c == GARBAGE && nk_max > 0) { /* key g: garbage, hidden by the mask but in lane 1 */
+        const size_t g = (size_t)rand_int(nk_max);
+        for (size_t d = 0; d < dk; d++) k[g * ldk + d] = d % 2 ? INFINITY : NAN;
+        for (size_t cc = 0; cc < dv; cc++) v[g * ldv + cc] = cc % 2 ? NAN : -INFINITY;
+        for (size_t l = 0; l < nq; l++)
+            if (l != 1) mask[l * rows + g] = -INFINITY;
+    }
+    if ((c == OVERFLOW || c == OVERFLOW_MASKED) && nk_max > 0) { /* key o: -6e38 in the even lanes, -1.5e38 in the odd */
+        const size_t o = (size_t)rand_int(nk_max);
+        for (size_t d = 0; d < dk; d++) k[o * ldk + d] = d == 0 ? -3e38f : 0.0f;
+        for (size_t l = 0; l < nq; l++) qt[l] = l % 2 ? 0.5f : 2.0f;
+    }
     if (c == NAN_SCORE && nk_max > 0) {
         const size_t nan_key = (size_t)rand_int(nk_max); /* lane 0 sees it: its output is NaN */
         for (size_t d = 0; d < dk; d++) k[nan_key * ldk + d] = d == 0 ? NAN : k[nan_key * ldk + d];
     }
     gml_flash_args a = {.nq = nq, .dk = dk, .dv = dv, .qt = qt, .k = k, .ldk = ldk, .v = v,
-                        .ldv = ldv, .n_keys = n_keys, .mask = c == MASKED ? mask_rows : NULL,
+                        .ldv = ldv, .n_keys = n_keys, .mask = masked ? mask_rows : NULL,
                         .mask_stride = 1, .out = out_rows, .work = work};
     var->fn(&a);
 
@@ -108,13 +126,23 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
     for (size_t l = 0; l < nq; l++) {
         double max = -INFINITY;
         bool nan = false;
+        /* the contract (ggmlite.h, MASKS): a key masked -inf is skipped, k
+         * and v unread; a score (as floats) or a v row that is not finite
+         * at a key the lane sees makes the lane NaN */
         for (int32_t j = 0; j < n_keys[l]; j++) {
+            const float mv = masked ? mask[l * rows + (size_t)j] : 0.0f;
+            s[j] = -INFINITY;
+            if (mv == -INFINITY) continue;
             float dot = 0;
             for (size_t d = 0; d < dk; d++)
                 dot = fmaf(k[(size_t)j * ldk + d], qt[d * tile + l], dot);
-            if (c == MASKED) dot += mask[l * rows + (size_t)j];
+            if (masked) dot += mv;
+            for (size_t cc = 0; cc < dv; cc++) nan |= !isfinite(v[(size_t)j * ldv + cc]);
+            if (!isfinite(dot)) {
+                nan = true;
+                continue;
+            }
             s[j] = dot;
-            nan |= isnan(dot);
             if (dot > max) max = dot;
         }
         double sum = 0;
@@ -124,9 +152,9 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
         }
         for (size_t cc = 0; cc < dv; cc++) {
             double o = 0;
-            for (int32_t j = 0; j < n_keys[l]; j++) o += s[j] * v[(size_t)j * ldv + cc];
-            /* a NaN score, or +inf (inf - inf gives a NaN sum): NaN */
-            want[l * dv + cc] = nan || isnan(sum) ? NAN : sum > 0 ? o / sum : 0.0;
+            for (int32_t j = 0; j < n_keys[l]; j++)
+                if (s[j] != 0) o += s[j] * v[(size_t)j * ldv + cc];
+            want[l * dv + cc] = nan ? NAN : sum > 0 ? o / sum : 0.0;
         }
     }
     free(s);
@@ -138,7 +166,7 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
             const double got = out_rows[l][cc], w = want[l * dv + cc];
             bool ok;
             if (isnan(w)) ok = isnan(got);
-            else if (n_keys[l] == 0 || (c == MASKED && w == 0 && got == 0)) ok = got == 0.0;
+            else if (n_keys[l] == 0 || (masked && w == 0 && got == 0)) ok = got == 0.0;
             else ok = fabs(got - w) <= UKERNEL_REL_TOL * fabs(w) + UKERNEL_ABS_TOL;
             if (!isnan(w) && fabs(w) > 1e-3) worst = fmax(worst, fabs(got - w) / fabs(w));
             if (!ok) {

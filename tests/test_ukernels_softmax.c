@@ -22,21 +22,28 @@ typedef struct {
 static const variant VARIANTS[] = {GML_F32_SOFTMAX_UKERNELS(ENTRY)};
 
 /* The definition, in double from the float scores v = x*scale (+ mask) and
- * their float differences v - max, as every kernel forms them. */
+ * their float differences v - max, as every kernel forms them; the
+ * contract of ggmlite.h (MASKS): a key whose x or mask is -inf is hidden
+ * (weight 0, whatever the other holds), a non-finite score at a key not
+ * hidden makes the row NaN. */
+static float score(const float *x, const float *mask, float scale, size_t i, bool *nan) {
+    if (x[i] == -INFINITY || (mask && mask[i] == -INFINITY)) return -INFINITY;
+    float v = x[i] * scale;
+    if (mask) v += mask[i];
+    *nan |= !isfinite(v);
+    return isfinite(v) ? v : -INFINITY;
+}
 static void softmax_double(size_t n, const float *x, const float *mask, float scale, double *out) {
     float max = -INFINITY;
     bool nan = false;
     for (size_t i = 0; i < n; i++) {
-        float v = x[i] * scale;
-        if (mask) v += mask[i];
-        nan |= isnan(v);
+        const float v = score(x, mask, scale, i, &nan);
         if (v > max) max = v;
     }
     double sum = 0;
     for (size_t i = 0; i < n; i++) {
-        float v = x[i] * scale;
-        if (mask) v += mask[i];
-        out[i] = max == -INFINITY ? 0.0 : exp((double)(v - max));
+        const float v = score(x, mask, scale, i, &nan);
+        out[i] = max == -INFINITY || v == -INFINITY ? 0.0 : exp((double)(v - max));
         sum += out[i];
     }
     /* a NaN score makes the row NaN (even when no other key is visible);
@@ -45,10 +52,14 @@ static void softmax_double(size_t n, const float *x, const float *mask, float sc
         out[i] = nan ? NAN : max == -INFINITY ? 0.0 : out[i] / sum;
 }
 
-enum { PLAIN, MASKED, ALL_MASKED, LARGE, ONE_KEY, NAN_SCORE, INF_SCORES, ONLY_NAN, N_CASES };
+enum { PLAIN, MASKED, ALL_MASKED, LARGE, ONE_KEY, NAN_SCORE, INF_SCORES, ONLY_NAN, GARBAGE,
+       OVERFLOW, NEG_SCALE, N_CASES };
 static const char *const CASE_NAMES[] = {"plain",           "masked",      "all masked",
                                          "large magnitudes", "one visible key", "a NaN score",
-                                         "-inf scores",      "only a NaN visible"};
+                                         "-inf scores",      "only a NaN visible",
+                                         "NaN/inf x at -inf mask keys",
+                                         "x * scale overflowing to -inf",
+                                         "-inf x, negative scale"};
 
 /* One row of a case; returns the largest relative error seen. */
 static double check_row(const variant *v, size_t n, int c) {
@@ -58,9 +69,18 @@ static double check_row(const variant *v, size_t n, int c) {
     double *want = malloc(n * sizeof *want);
     float scale = c == LARGE ? 1.0f : 0.125f + (float)rand_uniform(0, 1);
     fill_uniform(x, n, c == LARGE ? -3e4f : -6.0f, c == LARGE ? 3e4f : 6.0f);
-    bool use_mask = c == MASKED || c == ALL_MASKED || c == LARGE || c == ONE_KEY || c == ONLY_NAN;
+    if (c == OVERFLOW) scale = 2.0f;
+    if (c == NEG_SCALE) scale = -scale;
+    bool use_mask = c == MASKED || c == ALL_MASKED || c == LARGE || c == ONE_KEY || c == ONLY_NAN ||
+                    c == GARBAGE;
     for (size_t i = 0; i < n; i++) {
         switch (c) {
+        case GARBAGE:
+            mask[i] = rand_int(10) < 3 ? -INFINITY : rand_uniform(-2, 2);
+            if (mask[i] == -INFINITY) x[i] = rand_int(3) == 0 ? NAN : rand_int(2) ? INFINITY : -3e38f;
+            break;
+        case OVERFLOW: x[i] = rand_int(50) == 0 ? -3e38f : x[i]; break;
+        case NEG_SCALE: x[i] = rand_int(3) == 0 ? -INFINITY : x[i]; break;
         case MASKED: mask[i] = rand_int(10) < 3 ? -INFINITY : rand_uniform(-2, 2); break;
         case LARGE: mask[i] = rand_int(10) < 1 ? -INFINITY : 0.0f; break;
         case INF_SCORES: x[i] = rand_int(2) ? -INFINITY : x[i]; break;

@@ -38,8 +38,40 @@
  * - MASKS. A softmax mask is additive and broadcasts against the scores:
  *   0 keeps a key, -INFINITY removes it. Causal means query i sees key j iff
  *   j <= i + (Tk - Tq) (bottom-right aligned, as PyTorch's is_causal for
- *   Tq == Tk and as KV-cache decoding needs). A row whose every key is masked
- *   gives all-zero weights, never NaN.
+ *   Tq == Tk and as KV-cache decoding needs). Every ISA and thread count
+ *   keeps these rules (softmax, flash_attn):
+ *   . A key is MASKED (hidden) iff causality hides it, a valid length hides
+ *     it (flash_attn), or its additive mask value is -inf; for gml_softmax
+ *     also when its input score x itself is -inf (PyTorch's
+ *     masked_fill(-inf) then softmax). Nothing else masks.
+ *   . A masked key weighs exactly 0, whatever its score, mask value, K or V
+ *     hold (NaN and inf too): flash_attn skips it, its K and V never enter
+ *     the sums. A row with no visible key gives zeros (all-zero weights),
+ *     never NaN.
+ *   . Any other non-finite term makes the whole row NaN, never zeros and
+ *     never a silently finite answer: a NaN score, a visible key's score
+ *     that is +-inf in float because of overflow (finite q, k whose scaled
+ *     dot product is +-inf; for softmax, finite x whose x * scale is, or a
+ *     score plus a finite mask value), a +inf or NaN mask value at a visible
+ *     key, a NaN or inf in q or in a visible key's K or V (flash_attn: q is
+ *     only multiplied with visible keys, so a row with no visible key is
+ *     zeros even then). The NaN trap (gml_graph_set_nan_trap) stops on such
+ *     rows.
+ *   . Scores are judged as floats. The reference kernels (GML_ISA_REFERENCE;
+ *     flash_attn's accumulates in double) round each scaled score to float
+ *     and apply the same rules. Where the fast kernels' float arithmetic
+ *     overflows though the exact result fits in float, they give NaN and
+ *     the reference the finite answer: flash_attn's dot products are FMA
+ *     chains on q * scale (a partial sum such as 3e38 + 3e38 - 3e38, or
+ *     q * scale itself, can overflow) and its value sums are float
+ *     (sum_j e_j v_j, unnormalized, can pass FLT_MAX when V is near it).
+ *   . The unfused graph (scores = matmul(q, k^T), softmax, matmul with v)
+ *     keeps the same rules in softmax, but its matmuls are plain IEEE: a
+ *     NaN or inf in a masked V row gives 0 * NaN = NaN in the output (use
+ *     flash_attn where V may hold garbage at masked positions, e.g. a KV
+ *     cache's unused slots), and a score that overflows in the scores
+ *     matmul reaches softmax as an input -inf, which masks the key (+inf
+ *     and NaN still give a NaN row).
  *
  * - ERRORS. A builder call that gets inputs it cannot use returns NULL and
  *   records a message on the context (gml_last_error) that names the op, the
@@ -318,7 +350,11 @@ gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
 
 /* softmax over the last dim of x*scale + mask, with an optional causal mask.
  * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).
- * Causal: query i sees key j iff j <= i + (Tk - Tq). Fully masked rows -> 0. */
+ * Causal: query i sees key j iff j <= i + (Tk - Tq). A key is masked by
+ * causality, a -inf mask value or a -inf x (whatever scale is); masked keys
+ * weigh exactly 0 and fully masked rows are all 0. A visible key whose
+ * x * scale (+ mask) is NaN or +-inf (a float overflow included), or a +inf
+ * or NaN mask value at a visible key, makes its row NaN (MASKS). */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
@@ -359,6 +395,17 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * softmax's) or NULL; valid_lens i32 [B] or [B, Tq] (key j seen iff j < len;
  * a length outside [0, Tk] fails compute) or NULL; causal (query i sees key j
  * iff j <= i + (Tk - Tq)). A query that sees no key gets zeros.
+ * Masked keys (MASKS: causal, valid lengths, a -inf mask value) are
+ * skipped: a NaN or inf in their K or V rows changes nothing, so garbage in
+ * a KV cache's unused slots may stay there (the unfused softmax + matmul
+ * would give NaN: 0 * NaN). A visible key's score that is NaN or +-inf in
+ * float (q k^T * scale overflowing, NaN/inf in q or K, a +inf or NaN mask
+ * value, score + mask overflowing), or a NaN or inf in its V row, makes the
+ * row NaN. The fast kernels compute in float: an overflow of their partial
+ * dot products, of q * scale or of their value sums gives NaN where the
+ * exact result fits in float; the reference kernel (double) gives the
+ * finite answer there (MASKS). The fast kernels compute a block of rows
+ * twice when a NaN or inf in a V row its masks hide reached it.
  * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
  * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
  * gives a contiguous tensor, so merging the heads costs no copy.
