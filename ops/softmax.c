@@ -18,7 +18,7 @@ static softmax_params params_of(const gml_tensor *t) {
 
 /* Row [i0, i1, i2, :] of x [.., Tq, Tk]: v_j = x_j * scale + mask_j, keys past
  * the causal limit dropped; out = exp(v - max) / sum, or all zeros when every
- * key is masked (gml_softmax_score: -inf in x or in the mask hides a key; a
+ * key is masked (gml_softmax_score: a -inf mask value hides a key; a
  * non-finite score at a key not hidden makes the row NaN). Reference: expf
  * per element, double sum. */
 static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
@@ -92,10 +92,13 @@ void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
  * the reference runs. */
 /* Rows of x or of the mask that are not contiguous (a permuted or
  * transposed view, a mask broadcast along the keys) are gathered into the
- * output row first, as x * scale (+ mask), with the same two roundings the
- * micro-kernels make (a multiply, then an add: this file is built without
- * FMA), and the micro-kernel then runs in place with scale 1 and no mask:
- * bitwise what it gives on the same numbers laid out contiguously. */
+ * output row first, as gml_softmax_score forms them (x * scale (+ mask) with
+ * the same two roundings the micro-kernels make, a multiply then an add:
+ * this file is built without FMA; -inf for a hidden key, NaN for a -inf
+ * score), and the micro-kernel then runs in place on that row given as both
+ * x and mask, with scale 0: a hidden key's -inf mask hides it, a visible
+ * score s enters as s * 0 + s = s (a non-finite s gives NaN, as it should).
+ * Bitwise what it gives on the same numbers laid out contiguously. */
 static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *mask = dst->src[1];
     const softmax_params par = params_of(dst);
@@ -126,7 +129,7 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
             for (int64_t j = 0; j < n; j++) /* a hidden key -inf, a bad score NaN */
                 out[j] = gml_softmax_score(*(const float *)(xr + j * sx), scale, mr != NULL,
                                            mr ? *(const float *)(mr + j * sm) : 0);
-            ukernel((size_t)n, out, NULL, 1.0f, out);
+            ukernel((size_t)n, out, out, 0.0f, out);
         } else if (n > 0) {
             ukernel((size_t)n, (const float *)(const void *)xr,
                     (const float *)(const void *)mr, scale, out);

@@ -34,14 +34,14 @@ void gml_f32_vexp_ukernel__avx2_u8(size_t n, const float *x, float *y) {
 }
 
 /* Scores of the lanes k at i: x * scale (+ mask), as gml_softmax_score:
- * -inf where x or the mask is -inf (hidden), else NaN for a -inf score;
+ * -inf where the mask is -inf (hidden), else NaN for a -inf score;
  * masked-off lanes 0. */
 static inline __m256 scores(__m256i k, const float *x, const float *mask, size_t i,
                             __m256 vscale) {
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
     const __m256 xv = _mm256_maskload_ps(x + i, k);
     __m256 v = _mm256_mul_ps(xv, vscale);
-    __m256 hidden = _mm256_cmp_ps(xv, neg_inf, _CMP_EQ_OQ);
+    __m256 hidden = _mm256_setzero_ps();
     if (mask) {
         const __m256 mv = _mm256_maskload_ps(mask + i, k);
         v = _mm256_add_ps(v, mv);

@@ -25,13 +25,13 @@ void gml_f32_vexp_ukernel__avx512_u16(size_t n, const float *x, float *y) {
 }
 
 /* Scores of lanes k at i: x * scale (+ mask), as gml_softmax_score: -inf
- * where x or the mask is -inf (hidden), else NaN for a -inf score. */
+ * where the mask is -inf (hidden), else NaN for a -inf score. */
 static inline __m512 scores(__mmask16 k, const float *x, const float *mask, size_t i,
                             __m512 vscale) {
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
     const __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
     __m512 v = _mm512_mul_ps(xv, vscale);
-    __mmask16 hidden = _mm512_cmp_ps_mask(xv, neg_inf, _CMP_EQ_OQ);
+    __mmask16 hidden = 0;
     if (mask) {
         const __m512 mv = _mm512_maskz_loadu_ps(k, mask + i);
         v = _mm512_add_ps(v, mv);

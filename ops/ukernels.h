@@ -56,12 +56,13 @@ static inline float gml_masked_score(float s, float mv) {
 }
 /* The same with no mask. */
 static inline float gml_visible_score(float s) { return s == -INFINITY ? NAN : s; }
-/* softmax's: x * scale (+ mask, when has_mask), hidden when x or mv is -inf;
- * a multiply then an add, as every variant rounds them. */
+/* softmax's: x * scale (+ mask, when has_mask), hidden when mv is -inf; a
+ * -inf x is a score like any other (an overflow of the scores' matmul), so
+ * it makes the row NaN. A multiply then an add, as every variant rounds them. */
 static inline float gml_softmax_score(float x, float scale, bool has_mask, float mv) {
     float v = x * scale;
     if (has_mask) v += mv;
-    const bool hidden = x == -INFINITY || (has_mask && mv == -INFINITY);
+    const bool hidden = has_mask && mv == -INFINITY;
     return hidden ? -INFINITY : gml_visible_score(v);
 }
 

@@ -170,12 +170,13 @@ static void check_masked_garbage(void) {
 static void check_overflow(void) {
     /* the issue: every score overflows to -inf in float: NaN (fast: zeros
      * were given, the reference [1 2]). In the unfused graph the matmul
-     * makes the -inf, and softmax takes a -inf input as masked: zeros. */
+     * makes the -inf, and softmax takes a -inf input as the overflow it is
+     * (only masks mask): NaN too (it gave zeros). */
     run(&(att){"issue: q 3e38, k -3e38 (scores -inf by overflow), d_k 1", 1, 2, 1, 2, F{3e38f},
-               F{-3e38f, -3e38f}, F{1, 2, 1, 2}, NULL, NULL, false, 1, F{X, X}, NULL, F{0, 0}});
+               F{-3e38f, -3e38f}, F{1, 2, 1, 2}, NULL, NULL, false, 1, F{X, X}, NULL, F{X, X}});
     run(&(att){"q 3e38, k -3e38, d_k 2", 1, 2, 2, 2, F{3e38f, 3e38f},
                F{-3e38f, -3e38f, -3e38f, -3e38f}, F{1, 2, 1, 2}, NULL, NULL, false, 1, F{X, X},
-               NULL, F{0, 0}});
+               NULL, F{X, X}});
     /* the issue: overflow to +inf: NaN everywhere (the reference gave [1 2]) */
     run(&(att){"issue: q 3e38, k 3e38 (scores +inf by overflow), d_k 1", 1, 2, 1, 2, F{3e38f},
                F{3e38f, 3e38f}, F{1, 2, 1, 2}, NULL, NULL, false, 1, F{X, X}, NULL, F{X, X}});
@@ -184,7 +185,7 @@ static void check_overflow(void) {
                F{X, X}});
     /* one key fine, one overflowing to -inf: not silently dropped */
     run(&(att){"one score -inf by overflow beside a finite one", 1, 2, 1, 2, F{3e38f},
-               F{1e-38f, -3e38f}, F{1, 2, 5, 6}, NULL, NULL, false, 1, F{X, X}, NULL, F{1, 2}});
+               F{1e-38f, -3e38f}, F{1, 2, 5, 6}, NULL, NULL, false, 1, F{X, X}, NULL, F{X, X}});
     /* with a mask: causal hides nothing here, the -inf mask key is hidden */
     run(&(att){"-inf by overflow beside a -inf mask", 1, 3, 1, 2, F{3e38f},
                F{1, -3e38f, X}, F{1, 2, 5, 6, X, X}, F{0, 0, -INF}, NULL, false, 1, F{X, X}, NULL,
@@ -252,11 +253,14 @@ static void sm_case(const char *what, int64_t n, const float *x, const float *ma
 static void check_softmax(void) {
     sm_case("NaN x at a -inf mask", 2, F{0, X}, F{0, -INF}, 1, false, 1, F{1, 0});
     sm_case("+inf x at a -inf mask", 2, F{0, INF}, F{0, -INF}, 1, false, 1, F{1, 0});
-    sm_case("-inf x hides its key", 3, F{-INF, 1, 1}, NULL, 1, false, 1, F{0, 0.5f, 0.5f});
-    sm_case("-inf x hides its key, negative scale", 2, F{-INF, 1}, NULL, -1, false, 1, F{0, 1});
-    sm_case("-inf x hides its key, scale 0", 2, F{-INF, 1}, NULL, 0, false, 1, F{0, 1});
-    sm_case("every key masked, NaN and inf in x", 3, F{X, INF, -INF}, F{-INF, -INF, 0}, 1, false,
-            1, F{0, 0, 0});
+    /* a -inf x is a score (an overflow of the scores' matmul), not a mask */
+    sm_case("-inf x: a NaN row", 3, F{-INF, 1, 1}, NULL, 1, false, 1, F{X, X, X});
+    sm_case("-inf x, negative scale: a NaN row", 2, F{-INF, 1}, NULL, -1, false, 1, F{X, X});
+    sm_case("-inf x, scale 0: a NaN row", 2, F{-INF, 1}, NULL, 0, false, 1, F{X, X});
+    sm_case("-inf x at a -inf mask: hidden", 3, F{-INF, 1, 1}, F{-INF, 0, 0}, 1, false, 1,
+            F{0, 0.5f, 0.5f});
+    sm_case("every key masked, NaN and inf in x", 3, F{X, INF, -INF}, F{-INF, -INF, -INF}, 1,
+            false, 1, F{0, 0, 0});
     sm_case("x * scale overflows to -inf", 2, F{1, -3e38f}, NULL, 2, false, 1, F{X, X});
     sm_case("x * scale overflows to +inf", 2, F{1, 3e38f}, NULL, 2, false, 1, F{X, X});
     sm_case("every x * scale overflows to -inf", 2, F{-3e38f, -3e38f}, NULL, 2, false, 1,

@@ -23,11 +23,11 @@ static const variant VARIANTS[] = {GML_F32_SOFTMAX_UKERNELS(ENTRY)};
 
 /* The definition, in double from the float scores v = x*scale (+ mask) and
  * their float differences v - max, as every kernel forms them; the
- * contract of ggmlite.h (MASKS): a key whose x or mask is -inf is hidden
- * (weight 0, whatever the other holds), a non-finite score at a key not
- * hidden makes the row NaN. */
+ * contract of ggmlite.h (MASKS): a key whose mask is -inf is hidden (weight
+ * 0, whatever x holds), a non-finite score at a key not hidden (a -inf x
+ * among them: it is an overflow, not a mask) makes the row NaN. */
 static float score(const float *x, const float *mask, float scale, size_t i, bool *nan) {
-    if (x[i] == -INFINITY || (mask && mask[i] == -INFINITY)) return -INFINITY;
+    if (mask && mask[i] == -INFINITY) return -INFINITY;
     float v = x[i] * scale;
     if (mask) v += mask[i];
     *nan |= !isfinite(v);

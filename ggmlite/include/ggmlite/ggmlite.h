@@ -41,9 +41,10 @@
  *   Tq == Tk and as KV-cache decoding needs). Every ISA and thread count
  *   keeps these rules (softmax, flash_attn):
  *   . A key is MASKED (hidden) iff causality hides it, a valid length hides
- *     it (flash_attn), or its additive mask value is -inf; for gml_softmax
- *     also when its input score x itself is -inf (PyTorch's
- *     masked_fill(-inf) then softmax). Nothing else masks.
+ *     it (flash_attn), or its additive mask value is -inf. Nothing else
+ *     masks: a -inf score (gml_softmax's input x included) is an overflow,
+ *     not a mask, so PyTorch's masked_fill(-inf) then softmax is written
+ *     here with the mask argument.
  *   . A masked key weighs exactly 0, whatever its score, mask value, K or V
  *     hold (NaN and inf too): flash_attn skips it, its K and V never enter
  *     the sums. A row with no visible key gives zeros (all-zero weights),
@@ -51,8 +52,8 @@
  *   . Any other non-finite term makes the whole row NaN, never zeros and
  *     never a silently finite answer: a NaN score, a visible key's score
  *     that is +-inf in float because of overflow (finite q, k whose scaled
- *     dot product is +-inf; for softmax, finite x whose x * scale is, or a
- *     score plus a finite mask value), a +inf or NaN mask value at a visible
+ *     dot product is +-inf; for softmax, an x or x * scale that is +-inf,
+ *     or a score plus a finite mask value), a +inf or NaN mask value at a visible
  *     key, a NaN or inf in q or in a visible key's K or V (flash_attn: q is
  *     only multiplied with visible keys, so a row with no visible key is
  *     zeros even then). The NaN trap (gml_graph_set_nan_trap) stops on such
@@ -69,9 +70,8 @@
  *     keeps the same rules in softmax, but its matmuls are plain IEEE: a
  *     NaN or inf in a masked V row gives 0 * NaN = NaN in the output (use
  *     flash_attn where V may hold garbage at masked positions, e.g. a KV
- *     cache's unused slots), and a score that overflows in the scores
- *     matmul reaches softmax as an input -inf, which masks the key (+inf
- *     and NaN still give a NaN row).
+ *     cache's unused slots); a score that overflows in the scores matmul
+ *     reaches softmax as a +-inf x and makes its row NaN, as in flash_attn.
  *
  * - ERRORS. A builder call that gets inputs it cannot use returns NULL and
  *   records a message on the context (gml_last_error) that names the op, the
@@ -351,10 +351,11 @@ gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
 /* softmax over the last dim of x*scale + mask, with an optional causal mask.
  * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).
  * Causal: query i sees key j iff j <= i + (Tk - Tq). A key is masked by
- * causality, a -inf mask value or a -inf x (whatever scale is); masked keys
- * weigh exactly 0 and fully masked rows are all 0. A visible key whose
- * x * scale (+ mask) is NaN or +-inf (a float overflow included), or a +inf
- * or NaN mask value at a visible key, makes its row NaN (MASKS). */
+ * causality or a -inf mask value (a -inf x does not mask: it is a score that
+ * overflowed); masked keys weigh exactly 0 and fully masked rows are all 0.
+ * A visible key whose x * scale (+ mask) is NaN or +-inf (a float overflow
+ * included), or a +inf or NaN mask value at a visible key, makes its row
+ * NaN (MASKS). */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
