@@ -39,13 +39,13 @@
  *
  * Special values (NaN, +-inf, huge) in a share of the leaves: the
  * environment variable GGMLITE_FUZZ_DIFF_SPECIALS=1 turns them on, =0 off;
- * unset, FUZZ_DIFF_SPECIALS_DEFAULT decides. It is 0 for now, so CI fuzzes
- * finite values only: the kernels break the flash_attn/softmax NaN and
- * masking contracts that check_contracts() and fast_vs_ref_ok() encode
- * until the contracts work lands (reproducers in
- * tests/fuzz/regress/fuzz_diff_contracts/); then set it to 1. Off, values
- * stay finite and moderate (masks still hold -inf, but only masks take
- * them; denormals and -0 still occur).
+ * unset, FUZZ_DIFF_SPECIALS_DEFAULT decides: on (CI fuzzes with them; the
+ * kernels keep the flash_attn/softmax NaN and masking contracts that
+ * check_contracts() and fast_vs_ref_ok() encode, and the reproducers of
+ * where they once did not are replayed from
+ * tests/fuzz/regress/fuzz_diff_contracts/). Off, values stay finite and
+ * moderate (masks still hold -inf, but only masks take them; denormals and
+ * -0 still occur).
  *
  * On a discrepancy the fuzzer prints what differs, the graph and the ISA,
  * then traps. Debugging switches (environment): GGMLITE_FUZZ_DIFF_ALL_OUTPUTS=1
@@ -67,7 +67,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #ifndef FUZZ_DIFF_SPECIALS_DEFAULT
-#define FUZZ_DIFF_SPECIALS_DEFAULT 0
+#define FUZZ_DIFF_SPECIALS_DEFAULT 1
 #endif
 
 #define MAX_OPS 8
@@ -690,9 +690,9 @@ static double float_arg(const gml_tensor *t, const char *name) { return arg_of(t
  * computed graph is checked row by row against the contracts of MASKS,
  * gml_softmax and gml_flash_attn (as the lead decided them):
  *   - a key is masked iff causal (or valid lens) hide it or its mask is -inf
- *     (softmax: or its score x * scale + mask is -inf);
+ *     (a -inf score, softmax's x included, is an overflow, not a mask);
  *   - a row with no visible key is all zeros;
- *   - softmax: a visible score that is NaN or +inf makes the row NaN (its
+ *   - softmax: a visible score that is not finite makes the row NaN (its
  *     visible keys; masked ones may be NaN or 0, the contract does not say);
  *     else the row is finite and masked keys weigh exactly 0;
  *   - flash_attn: the row is all NaN if q's row, or a visible key's mask, K
@@ -747,14 +747,14 @@ static void check_softmax_contract(const gml_tensor *t, const char *run_name) {
                                                 m->ne[3] > 1 ? j : 0)
                                        : 0.0f;
                     const float sc = x->data ? at_f32(x, i0, i1, i2, j) * scale + mv : 0.0f;
-                    masked[j] = j >= n || mv == -INFINITY || sc == -INFINITY;
+                    masked[j] = j >= n || mv == -INFINITY;
                     if (masked[j]) continue;
                     visible++;
-                    bad |= isnan(sc) || sc == INFINITY;
+                    bad |= !isfinite(sc);
                 }
                 check_row(t, i0, i1, i2, !visible ? ROW_ZEROS : bad ? ROW_NAN : ROW_FINITE, masked,
                           run_name,
-                          !visible ? "no visible key: zeros" : bad ? "a visible score is NaN or +inf: NaN row"
+                          !visible ? "no visible key: zeros" : bad ? "a visible score is not finite: NaN row"
                                                                    : "finite visible scores: finite row, masked keys 0");
             }
 }
