@@ -53,8 +53,8 @@
  *     never a silently finite answer: a NaN score, a visible key's score
  *     that is +-inf in float because of overflow (finite q, k whose scaled
  *     dot product is +-inf; for softmax, an x or x * scale that is +-inf,
- *     or a score plus a finite mask value), a +inf or NaN mask value at a visible
- *     key, a NaN or inf in q or in a visible key's K or V (flash_attn: q is
+ *     or a score plus a finite mask value), a +inf or NaN mask value at a
+ *     visible key, a NaN or inf in q or in a visible key's K or V (flash_attn: q is
  *     only multiplied with visible keys, so a row with no visible key is
  *     zeros even then). The NaN trap (gml_graph_set_nan_trap) stops on such
  *     rows.
