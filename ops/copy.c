@@ -1,5 +1,5 @@
-/* Copies: cont (any strides -> contiguous) and cpy (write a into a view of
- * another tensor, e.g. a KV cache slot). */
+/* Copies: cont (any strides -> contiguous), cpy (write a into a view of
+ * another tensor, e.g. a KV cache slot) and concat (a then b along a dim). */
 #include "runs.h"
 #include "ukernels.h"
 
@@ -51,7 +51,6 @@ static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_ru
                       const gml_run_operand *s, int k) {
     gml_x32_copy_ukernel *const copy =
         GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
-    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS));
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -74,7 +73,6 @@ static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const 
                             int t) {
     gml_x32_transpose_ukernel *const transpose =
         GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
-    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_TRANSPOSE_UKERNELS));
     int o[2], n_o = 0; /* the other two dims */
     for (int d = 0; d < 3; d++)
         if (d != t) o[n_o++] = d;
@@ -93,22 +91,42 @@ static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const 
     }
 }
 
-/* Dense runs -> memcpy; a source dense along another dim than the last ->
- * transposes; anything else (both strided) -> the reference. */
-static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
-    const gml_tensor *src = dst->src[0];
+/* The paths of copy_fast, slowest last. */
+enum { COPY_RUNS, COPY_TRANSPOSED, COPY_NONE };
+
+static const char *copy_path_name(int path) {
+    return path == COPY_RUNS ? GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS)
+                             : GML_PICK_UKERNEL_NAME(GML_X32_TRANSPOSE_UKERNELS);
+}
+
+/* dst[i] = src[i] (equal shapes) by the fast paths: dense runs -> memcpy; a
+ * source dense along another dim than the last -> transposes. Returns the
+ * path taken, or COPY_NONE (nothing done) when both are strided in a way
+ * neither path takes. dst may be a header over a part of a tensor (concat). */
+static int copy_fast(const gml_compute_params *p, const gml_tensor *src, gml_tensor *dst) {
     gml_run_operand ops[2] = {gml_run_operand_of(dst), gml_run_operand_of(src)};
     const int k = gml_find_runs(dst->ne, ops, 2, false);
     if (k < GML_MAX_DIMS) {
         copy_runs(p, dst, &ops[0], &ops[1], k);
-        return;
+        return COPY_RUNS;
     }
     if (dst->nb[3] == 4) /* then src's last dim is strided */
         for (int t = 0; t < 3; t++)
             if (dst->ne[t] > 1 && src->nb[t] == 4) {
                 copy_transposed(p, dst, src, t);
-                return;
+                return COPY_TRANSPOSED;
             }
+    return COPY_NONE;
+}
+
+/* Dense runs -> memcpy; a source dense along another dim than the last ->
+ * transposes; anything else (both strided) -> the reference. */
+static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
+    const int path = copy_fast(p, dst->src[0], dst);
+    if (path != COPY_NONE) {
+        gml_kernel_note(p, copy_path_name(path));
+        return;
+    }
     gml_kernel_note(p, "reference (the last dims of both sides are strided)");
     gml_x32_copy__ref(p, dst);
 }
@@ -171,4 +189,122 @@ const gml_op_def gml_opdef_cpy = {
     .get_args = gml_args_from_srcs,
     .doc_args = "same shape; no two elements of dst, nor dst and a, share memory (unless a is dst)",
     .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
+};
+
+/* ---- concat ------------------------------------------------------------------ */
+
+typedef struct concat_params {
+    int32_t dim; /* PyTorch's dim, 0..n-1 */
+} concat_params;
+GML_PARAMS_FIT(concat_params);
+
+static int concat_axis(const gml_tensor *dst) {
+    concat_params cp;
+    gml_get_params(dst, &cp, sizeof cp);
+    return GML_MAX_DIMS - dst->n_dims + cp.dim;
+}
+
+/* out[.., i, ..] = i < n_a ? a[.., i, ..] : b[.., i - n_a, ..] along the
+ * concat axis, plain loops over any strides; rows of out split across threads. */
+static void gml_x32_concat__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int axis = concat_axis(dst);
+    const int64_t na = a->ne[axis];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i[GML_MAX_DIMS];
+        gml_row_index(dst, r, &i[0], &i[1], &i[2]);
+        for (i[3] = 0; i[3] < dst->ne[3]; i[3]++) {
+            int64_t s[GML_MAX_DIMS] = {i[0], i[1], i[2], i[3]};
+            const gml_tensor *from = a;
+            if (s[axis] >= na) {
+                s[axis] -= na;
+                from = b;
+            }
+            memcpy(gml_ptr(dst, i[0], i[1], i[2], i[3]), gml_ptr(from, s[0], s[1], s[2], s[3]), 4);
+        }
+    }
+}
+
+/* Each input is copied into its part of out (a header over out's data: out's
+ * strides, the input's sizes) by cpy's fast paths, memcpy of dense runs or
+ * transposes, or by plain loops when its layout fits neither. Threads split
+ * each part's elements; every element is moved, never computed, so the
+ * result is the same bits at any thread count and ISA. The kernel noted is
+ * that of the slower part (plain loops, then transposes, then memcpy). */
+static void gml_x32_concat(const gml_compute_params *p, gml_tensor *dst) {
+    const int axis = concat_axis(dst);
+    int slowest = COPY_RUNS;
+    int64_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        const gml_tensor *src = dst->src[k];
+        gml_tensor part = *dst;
+        part.ne[axis] = src->ne[axis];
+        part.data = (char *)dst->data + at * (int64_t)dst->nb[axis];
+        at += src->ne[axis];
+        const int path = copy_fast(p, src, &part);
+        if (path == COPY_NONE) copy_rows(p, src, &part);
+        slowest = GML_MAX(slowest, path);
+    }
+    gml_kernel_note(p, slowest == COPY_NONE ? "strided loop (an input strided on every dim)"
+                                            : copy_path_name(slowest));
+}
+
+/* a [.., n_a, ..], b [.., n_b, ..] -> out [.., n_a + n_b, ..] contiguous */
+gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim) {
+    if (!a || !b) return NULL;
+    char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
+    if (a->n_dims != b->n_dims)
+        return gml_fail(ctx, "concat(%s, %s): %s %s is %d-D, %s %s is %d-D; the inputs need the "
+                        "same number of dims", a->name, b->name, a->name, GML_SHAPE(a, sa),
+                        a->n_dims, b->name, GML_SHAPE(b, sb), b->n_dims);
+    const int axis = gml_axis(a, dim);
+    if (axis < 0)
+        return gml_fail(ctx, "concat(%s, %s): dim %d is out of range for %d-D inputs %s %s and %s "
+                        "%s", a->name, b->name, dim, a->n_dims, a->name, GML_SHAPE(a, sa),
+                        b->name, GML_SHAPE(b, sb));
+    if (a->type != b->type)
+        return gml_fail(ctx, "concat(%s, %s): types differ: %s %s %s and %s %s %s", a->name,
+                        b->name, a->name, GML_SHAPE(a, sa), gml_type_name(a->type), b->name,
+                        GML_SHAPE(b, sb), gml_type_name(b->type));
+    const int lead = GML_MAX_DIMS - a->n_dims;
+    for (int i = lead; i < GML_MAX_DIMS; i++)
+        if (i != axis && a->ne[i] != b->ne[i])
+            return gml_fail(ctx, "concat(%s, %s): sizes differ in dim %d: %s %s and %s %s; only dim "
+                            "%d (the one concatenated along) may differ", a->name, b->name,
+                            i - lead, a->name, GML_SHAPE(a, sa), b->name, GML_SHAPE(b, sb), dim);
+    int64_t ne[GML_MAX_DIMS];
+    for (int i = 0; i < GML_MAX_DIMS; i++) ne[i] = a->ne[i];
+    ne[axis] += b->ne[axis];
+    gml_tensor *t = gml_new_op(ctx, GML_OP_CONCAT, a->type, a->n_dims, ne + lead,
+                               (gml_tensor *[]){a, b}, 2);
+    if (!t) return NULL;
+    gml_set_params(t, &(concat_params){axis - lead}, sizeof(concat_params));
+    return t;
+}
+
+static gml_tensor *build_concat(gml_context *ctx, const gml_arg *v) {
+    int dim;
+    if (!gml_arg_dim(ctx, "concat", v[0].t, "dim", v[2].i, &dim)) return NULL;
+    return gml_concat(ctx, v[0].t, v[1].t, dim);
+}
+
+static void concat_args(const gml_tensor *t, gml_arg *v) {
+    concat_params cp;
+    gml_get_params(t, &cp, sizeof cp);
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+    v[2].i = cp.dim;
+}
+
+const gml_op_def gml_opdef_concat = {
+    .forward = gml_x32_concat,
+    .reference = gml_x32_concat__ref,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("a"), GML_T("b"), GML_REQ("dim", INT)),
+    .build = build_concat,
+    .get_args = concat_args,
+    .doc_args = "same type and sizes but along dim (negative from the end); any strides",
+    .doc_result = "`[.., n_a + n_b, ..]` contiguous: a then b along dim (torch.cat)",
 };

@@ -318,3 +318,68 @@ const gml_op_def gml_opdef_after = {
     .doc_result = "t (a view), computed after dep: orders a reader of t after a write into it "
                   "that the data flow does not show",
 };
+
+typedef struct slice_params {
+    int32_t dim;   /* PyTorch's dim, 0..n-1 */
+    int32_t pad;
+    int64_t start; /* 0..size-1 along dim */
+} slice_params;
+GML_PARAMS_FIT(slice_params);
+
+/* x [.., n, ..] -> out [.., len, ..]: elements start..start+len-1 along dim
+ * (negative from the end); a negative start counts from the end of dim, as
+ * torch.narrow's. A view: x's strides, start * stride bytes further in. */
+gml_tensor *gml_slice(gml_context *ctx, gml_tensor *x, int dim, int64_t start, int64_t len) {
+    if (!x) return NULL;
+    char sx[GML_SHAPE_MAX];
+    const int axis = gml_axis(x, dim);
+    if (axis < 0)
+        return gml_fail(ctx, "slice(%s): dim %d is out of range for a %d-D input %s %s", x->name,
+                        dim, x->n_dims, x->name, GML_SHAPE(x, sx));
+    const int64_t n = x->ne[axis];
+    const int d = axis - (GML_MAX_DIMS - x->n_dims); /* dim as 0..n-1 */
+    if (start < -n || start >= n)
+        return gml_fail(ctx, "slice(%s): start %" PRId64 " is out of range for dim %d of size %"
+                        PRId64 " in %s %s (start is in [-%" PRId64 ", %" PRId64 "), negative "
+                        "from the end)", x->name, start, dim, n, x->name, GML_SHAPE(x, sx), n, n);
+    const int64_t s = start < 0 ? start + n : start;
+    if (len < 1)
+        return gml_fail(ctx, "slice(%s): len %" PRId64 " along dim %d of %s %s; a slice has at "
+                        "least one element", x->name, len, dim, x->name, GML_SHAPE(x, sx));
+    if (len > n - s)
+        return gml_fail(ctx, "slice(%s): start %" PRId64 " + len %" PRId64 " goes past dim %d of "
+                        "size %" PRId64 " in %s %s", x->name, start, len, dim, n, x->name,
+                        GML_SHAPE(x, sx));
+    int64_t ne[GML_MAX_DIMS];
+    for (int i = 0; i < GML_MAX_DIMS; i++) ne[i] = x->ne[i];
+    ne[axis] = len;
+    const int lead = GML_MAX_DIMS - x->n_dims;
+    gml_tensor *t = gml_new_view(ctx, GML_OP_SLICE, x, x->n_dims, ne + lead, x->nb + lead,
+                                 (size_t)s * x->nb[axis], "sliced");
+    if (t) gml_set_params(t, &(slice_params){d, 0, s}, sizeof(slice_params));
+    return t;
+}
+
+static gml_tensor *build_slice(gml_context *ctx, const gml_arg *v) {
+    int dim;
+    if (!gml_arg_dim(ctx, "slice", v[0].t, "dim", v[1].i, &dim)) return NULL;
+    return gml_slice(ctx, v[0].t, dim, v[2].i, v[3].i);
+}
+
+static void slice_args(const gml_tensor *t, gml_arg *v) {
+    slice_params p;
+    gml_get_params(t, &p, sizeof p);
+    v[0].t = t->src[0];
+    v[1].i = p.dim;
+    v[2].i = p.start;
+    v[3].i = t->ne[GML_MAX_DIMS - t->n_dims + p.dim];
+}
+
+const gml_op_def gml_opdef_slice = {
+    .flags = GML_OPF_NOOP,
+    GML_ARGS(GML_T("x"), GML_REQ("dim", INT), GML_REQ("start", INT), GML_REQ("len", INT)),
+    .build = build_slice,
+    .get_args = slice_args,
+    .doc_args = "dim and start negative from the end (torch.narrow); start + len <= size",
+    .doc_result = "a view: len elements along dim from start (no copy)",
+};

@@ -2,7 +2,7 @@
  * quietly hands its node to the reference kernel fails here.
  *
  * For each op family with fast kernels (matmul on each of its four paths,
- * flash_attn, softmax, add/mul/scale, cont, repeat_interleave) a graph on
+ * flash_attn, softmax, add/mul/scale, cont, repeat_interleave, concat) a graph on
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
  * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
@@ -298,6 +298,41 @@ static void test_moves(void) {
     gml_free(ctx);
 }
 
+/* ---- concat: each input's part by cpy's paths ------------------------------------- */
+
+static void test_concat(void) {
+    chk_rng r = chk_seed(6);
+    gml_context *ctx = chk_ctx(16 << 20);
+    /* dense runs: a sliced and a contiguous input along dim 1 (i32 too) */
+    gml_tensor *a = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 37}, CHK_SLICED, "a", &r, -1, 1);
+    gml_tensor *b = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 2, 37}, CHK_CONTIGUOUS, "b", &r, -1, 1);
+    gml_tensor *runs = gml_set_name(gml_concat(ctx, a, b, 1), "runs");
+    gml_tensor *ia = chk_new_input(ctx, GML_I32, 2, (int64_t[]){5, 19}, CHK_SLICED, "ia", &r, -9, 9);
+    gml_tensor *ib = chk_new_input(ctx, GML_I32, 2, (int64_t[]){5, 4}, CHK_CONTIGUOUS, "ib", &r, -9, 9);
+    gml_tensor *ilast = gml_set_name(gml_concat(ctx, ia, ib, -1), "ilast");
+    /* transposes: both inputs transposed in storage, along the last dim */
+    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 21, 35}, CHK_TRANSPOSED, "t", &r, -1, 1);
+    gml_tensor *u = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 21, 9}, CHK_SLICED_TRANSPOSED, "u", &r, -1, 1);
+    gml_tensor *tr = gml_set_name(gml_concat(ctx, t, u, -1), "tr");
+    /* no dense dim in b (every other element): plain loops for it */
+    gml_tensor *big = chk_new_input(ctx, GML_F32, 2, (int64_t[]){10, 26}, CHK_CONTIGUOUS, "big", &r, -1, 1);
+    gml_tensor *every2 = gml_view(ctx, big, 2, (int64_t[]){5, 13}, (size_t[]){2 * 26 * 4, 8}, 0);
+    gml_tensor *c = chk_new_input(ctx, GML_F32, 2, (int64_t[]){4, 13}, CHK_CONTIGUOUS, "c", &r, -1, 1);
+    gml_tensor *loop = gml_set_name(gml_concat(ctx, c, every2, 0), "loop");
+    gml_tensor *outs[] = {runs, ilast, tr, loop};
+    gml_graph *g = gml_build_graph(ctx, outs, 4);
+    const expect ex[] = {
+        {runs, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
+        {ilast, "gml_x32_copy_ukernel__scalar_memcpy", NULL, true},
+        {tr, "gml_x32_transpose_ukernel__", NULL, false},
+        {loop, "strided loop (an input strided on every dim)", NULL, true},
+    };
+    chk_case("concat of sliced, transposed and strided inputs");
+    run_case(g, ex, 4, outs, 4, 0, NULL, 0);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- the query itself ------------------------------------------------------------ */
 
 static void test_query(void) {
@@ -335,5 +370,6 @@ int main(void) {
     test_softmax();
     test_binary();
     test_moves();
+    test_concat();
     return chk_summary();
 }

@@ -88,6 +88,12 @@ static gml_tensor *ex_after(gml_context *ctx) {
                                gml_view(ctx, cache, 2, (int64_t[]){1, 3}, (size_t[]){12, 4}, 24));
     return gml_after(ctx, cache, slot);
 }
+/* columns 1..3 of x [4, 6], start written from the end */
+static gml_tensor *ex_slice(gml_context *ctx) { return gml_slice(ctx, F32("x", 4, 6), -1, -5, 3); }
+/* a [2, 3, 4] (transposed) then b [2, 2, 4] along dim 1 */
+static gml_tensor *ex_concat(gml_context *ctx) {
+    return gml_concat(ctx, gml_transpose(ctx, F32("a", 2, 4, 3), -1, -2), F32("b", 2, 2, 4), -2);
+}
 
 static const struct example {
     gml_op op;
@@ -111,6 +117,8 @@ static const struct example {
     {GML_OP_FLASH_ATTN, ex_flash_attn},
     {GML_OP_SET_ROWS, ex_set_rows},
     {GML_OP_AFTER, ex_after},
+    {GML_OP_SLICE, ex_slice},
+    {GML_OP_CONCAT, ex_concat},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

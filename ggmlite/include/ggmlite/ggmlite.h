@@ -316,6 +316,12 @@ gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64
 gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm);
 /* a -> a with dims d0 and d1 swapped (negative dims count from the end). */
 gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1);
+/* x [.., n, ..] -> out [.., len, ..]: elements start .. start+len-1 along
+ * dim, as torch.narrow(x, dim, start, len) (x[.., start:start+len, ..]).
+ * A view with x's strides (no copy; writable through gml_cpy/gml_set_rows).
+ * dim and start may be negative, counting from the end (start -2: the last
+ * two); then 0 <= start, len >= 1, start + len <= n. */
+gml_tensor *gml_slice(gml_context *ctx, gml_tensor *x, int dim, int64_t start, int64_t len);
 
 /* t -> t (a view, nothing computed) that runs after dep: whoever reads the
  * result is ordered after dep. For writes a graph cannot see from the data
@@ -339,6 +345,10 @@ gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
  * offset, shape and strides) is allowed, a copy that moves nothing. See
  * WRITES THAT ALIAS above. */
 gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
+/* a [.., n_a, ..], b [.., n_b, ..] (the other sizes equal, one type, f32
+ * or i32, any strides) -> out [.., n_a + n_b, ..] contiguous: a then b along
+ * dim (negative from the end), as torch.cat([a, b], dim). No broadcasting. */
+gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim);
 
 /* ---- arithmetic --------------------------------------------------------- */
 
