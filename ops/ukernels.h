@@ -97,6 +97,8 @@ GML_F32_VEXP_UKERNELS(GML_DECLARE_VEXP)
 /* ---- binary (ops/binary.inc) ----------------------------------------------
  * vadd: out[i] = a[i] + b[i]   vaddc: out[i] = a[i] + b[0]
  * vmul: out[i] = a[i] * b[i]   vmulc: out[i] = a[i] * b[0]      (i < n, n >= 1)
+ * vsub: out[i] = a[i] - b[i]   vsubc: out[i] = a[i] - b[0]   vrsubc: b[0] - a[i]
+ * vdiv: out[i] = a[i] / b[i]   vdivc: out[i] = a[i] / b[0]   vrdivc: b[0] / a[i]
  * out may be a or b (in place), but not overlap them otherwise. */
 typedef void gml_f32_vbinary_ukernel(size_t n, const float *a, const float *b, float *out);
 #define GML_DECLARE_VBINARY(isa, fn, tile) gml_f32_vbinary_ukernel fn;
@@ -104,6 +106,12 @@ GML_F32_VADD_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VADDC_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMUL_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMULC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VSUB_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VSUBC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VRSUBC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VDIV_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VDIVC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VRDIVC_UKERNELS(GML_DECLARE_VBINARY)
 
 /* ---- copy (ops/copy.inc) --------------------------------------------------
  * 4-byte elements of any type (f32, i32), moved bit for bit.

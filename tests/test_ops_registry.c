@@ -61,6 +61,8 @@ static gml_tensor *ex_mul(gml_context *ctx) { return gml_mul(ctx, F32("a", 3, 4)
 static gml_tensor *ex_scale(gml_context *ctx) { /* 0.1f is no short decimal */
     return gml_scale(ctx, F32("a", 3, 4), 0.1f);
 }
+static gml_tensor *ex_sub(gml_context *ctx) { return gml_sub(ctx, F32("a", 3, 1), F32("b", 2, 1, 4)); }
+static gml_tensor *ex_div(gml_context *ctx) { return gml_div(ctx, F32("a", 4), F32("b", 3, 4)); }
 static gml_tensor *ex_softmax(gml_context *ctx) {
     return gml_softmax(ctx, F32("s", 2, 3, 5), F32("mask", 3, 5), 1.0f / sqrtf(3.0f), true);
 }
@@ -111,6 +113,8 @@ static const struct example {
     {GML_OP_FLASH_ATTN, ex_flash_attn},
     {GML_OP_SET_ROWS, ex_set_rows},
     {GML_OP_AFTER, ex_after},
+    {GML_OP_SUB, ex_sub},
+    {GML_OP_DIV, ex_div},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

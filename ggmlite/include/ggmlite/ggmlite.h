@@ -350,8 +350,13 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+/* a - b, a / b: broadcast as add and mul; IEEE float division (x / 0 is
+ * +-inf, 0 / 0 NaN), as torch.sub and torch.div. */
+gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* a * s, same shape */
 gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
+
 
 /* softmax over the last dim of x*scale + mask, with an optional causal mask.
  * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).
