@@ -17,6 +17,7 @@
 #include "flash_attn.inc"
 #include "repeat.inc"
 #include "softmax.inc"
+#include "unary.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
@@ -112,6 +113,20 @@ GML_F32_VRSUBC_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VDIV_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VDIVC_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VRDIVC_UKERNELS(GML_DECLARE_VBINARY)
+
+/* ---- unary (ops/unary.inc) -----------------------------------------------
+ * y[i] = f(x[i]), i < n (n >= 1), f one of neg, tanh, sigmoid, silu, gelu,
+ * gelu_tanh (exp: gml_f32_vexp_ukernel, the same type); y may be x (in
+ * place), but not overlap it otherwise. Formulas, constants and measured
+ * errors: ops/vunary.h. */
+typedef void gml_f32_vunary_ukernel(size_t n, const float *x, float *y);
+#define GML_DECLARE_VUNARY(isa, fn, tile) gml_f32_vunary_ukernel fn;
+GML_F32_VNEG_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VTANH_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VSIGMOID_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VSILU_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VGELU_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VGELU_TANH_UKERNELS(GML_DECLARE_VUNARY)
 
 /* ---- copy (ops/copy.inc) --------------------------------------------------
  * 4-byte elements of any type (f32, i32), moved bit for bit.

@@ -2,7 +2,7 @@
  * quietly hands its node to the reference kernel fails here.
  *
  * For each op family with fast kernels (matmul on each of its four paths,
- * flash_attn, softmax, add/mul/sub/div/scale, cont, repeat_interleave) a graph on
+ * flash_attn, softmax, add/mul/sub/div/scale, the unary ops, cont, repeat_interleave) a graph on
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
  * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
@@ -278,6 +278,43 @@ static void test_binary(void) {
     gml_free(ctx);
 }
 
+/* ---- neg, exp, tanh, sigmoid, silu, gelu, gelu_tanh: the unary micro-kernels ---- */
+
+static void test_unary(void) {
+    chk_rng r = chk_seed(6);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *a = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 7, 33}, CHK_OUTER_SWAPPED, "a", &r, -4, 4);
+    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "t", &r, -4, 4);
+    gml_tensor *(*const fns[])(gml_context *, gml_tensor *) = {gml_neg, gml_exp, gml_tanh, gml_sigmoid,
+                                                             gml_silu, gml_gelu, gml_gelu_tanh};
+    static const char *const prefix[] = {
+        "gml_f32_vneg_ukernel__scalar_u1", "gml_f32_vexp_ukernel__", "gml_f32_vtanh_ukernel__",
+        "gml_f32_vsigmoid_ukernel__", "gml_f32_vsilu_ukernel__", "gml_f32_vgelu_ukernel__scalar_u1",
+        "gml_f32_vgelu_tanh_ukernel__"};
+    static const char *const gathered[] = {"gml_f32_vneg_ukernel__scalar_u1 (strided rows gathered)",
+                                           "gml_f32_vgelu_ukernel__scalar_u1 (strided rows gathered)"};
+    enum { N = 7 };
+    gml_tensor *outs[3 * N];
+    expect ex[2 * N];
+    same pairs[N];
+    gml_tensor *tc = gml_cont(ctx, t);
+    for (int i = 0; i < N; i++) {
+        const bool one = i == 0 || i == 5; /* neg, gelu: a scalar variant only */
+        outs[i] = fns[i](ctx, a);            /* runs */
+        outs[N + i] = fns[i](ctx, t);        /* a strided last dim: rows gathered */
+        outs[2 * N + i] = fns[i](ctx, tc);   /* the same numbers, contiguous */
+        ex[i] = (expect){outs[i], prefix[i], NULL, one};
+        ex[N + i] = one ? (expect){outs[N + i], gathered[i == 5], NULL, true}
+                        : (expect){outs[N + i], prefix[i], "(strided rows gathered)", false};
+        pairs[i] = (same){outs[N + i], outs[2 * N + i]};
+    }
+    gml_graph *g = gml_build_graph(ctx, outs, 3 * N);
+    chk_case("unary ops on permuted and transposed inputs");
+    run_case(g, ex, 2 * N, outs, 3 * N, 1e-5, pairs, N);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- cont and repeat_interleave -------------------------------------------------- */
 
 static void test_moves(void) {
@@ -352,6 +389,7 @@ int main(void) {
     test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
     test_softmax();
     test_binary();
+    test_unary();
     test_moves();
     return chk_summary();
 }
