@@ -1,4 +1,5 @@
-/* Elementwise arithmetic: add and mul with PyTorch broadcasting, and scale. */
+/* Elementwise arithmetic: add, mul, sub and div with PyTorch broadcasting,
+ * and scale. */
 #include "runs.h"
 #include "ukernels.h"
 
@@ -39,6 +40,8 @@ static float scale_of(const gml_tensor *t) {
 
 BINARY_KERNEL(gml_f32_add__ref, x + y)
 BINARY_KERNEL(gml_f32_mul__ref, x * y)
+BINARY_KERNEL(gml_f32_sub__ref, x - y)
+BINARY_KERNEL(gml_f32_div__ref, x / y)
 
 static void gml_f32_scale__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *a = dst->src[0];
@@ -75,25 +78,82 @@ void gml_f32_vmulc_ukernel__scalar_u1(size_t n, const float *a, const float *b, 
     for (size_t i = 0; i < n; i++) out[i] = a[i] * c;
 }
 
-typedef enum { OP_ADD, OP_MUL } binop;
+void gml_f32_vsub_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] - b[i];
+}
+void gml_f32_vsubc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] - c;
+}
+void gml_f32_vrsubc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = c - a[i];
+}
+void gml_f32_vdiv_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] / b[i];
+}
+void gml_f32_vdivc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = a[i] / c;
+}
+void gml_f32_vrdivc_ukernel__scalar_u1(size_t n, const float *a, const float *b, float *out) {
+    const float c = *b;
+    for (size_t i = 0; i < n; i++) out[i] = c / a[i];
+}
+
+typedef enum { OP_ADD, OP_MUL, OP_SUB, OP_DIV } binop;
+
+static float apply(binop op, float x, float y) {
+    switch (op) {
+    case OP_ADD: return x + y;
+    case OP_MUL: return x * y;
+    case OP_SUB: return x - y;
+    default: return x / y;
+    }
+}
+
+/* An op's micro-kernels for the ISA in effect, and their names: v (dense,
+ * dense), vc (dense a, constant b), rvc (constant a, dense b: c (op) b[i],
+ * given b as its first operand; for add and mul vc itself, as a + b = b + a
+ * bitwise); g*: the names with the gathered path. */
+typedef struct binop_kernels {
+    gml_f32_vbinary_ukernel *v, *vc, *rvc;
+    const char *nv, *nvc, *nrvc, *gv, *gvc, *grvc;
+} binop_kernels;
+
+#define BINOP_KERNELS(V, VC, RVC)                                                      \
+    (binop_kernels) {                                                                  \
+        GML_PICK_UKERNEL(V, gml_f32_vbinary_ukernel),                                  \
+            GML_PICK_UKERNEL(VC, gml_f32_vbinary_ukernel),                             \
+            GML_PICK_UKERNEL(RVC, gml_f32_vbinary_ukernel), GML_PICK_UKERNEL_NAME(V),   \
+            GML_PICK_UKERNEL_NAME(VC), GML_PICK_UKERNEL_NAME(RVC),                     \
+            GML_PICK_UKERNEL_NAME_AS(V, GML_UKERNEL_NAME_GATHERED),                    \
+            GML_PICK_UKERNEL_NAME_AS(VC, GML_UKERNEL_NAME_GATHERED),                   \
+            GML_PICK_UKERNEL_NAME_AS(RVC, GML_UKERNEL_NAME_GATHERED)                   \
+    }
+
+static binop_kernels kernels_of(binop op) {
+    switch (op) {
+    case OP_ADD:
+        return BINOP_KERNELS(GML_F32_VADD_UKERNELS, GML_F32_VADDC_UKERNELS, GML_F32_VADDC_UKERNELS);
+    case OP_MUL:
+        return BINOP_KERNELS(GML_F32_VMUL_UKERNELS, GML_F32_VMULC_UKERNELS, GML_F32_VMULC_UKERNELS);
+    case OP_SUB:
+        return BINOP_KERNELS(GML_F32_VSUB_UKERNELS, GML_F32_VSUBC_UKERNELS, GML_F32_VRSUBC_UKERNELS);
+    default:
+        return BINOP_KERNELS(GML_F32_VDIV_UKERNELS, GML_F32_VDIVC_UKERNELS, GML_F32_VRDIVC_UKERNELS);
+    }
+}
 
 /* dst = a (op) b, a and b classified by gml_find_runs over dims [k, 4);
  * this thread's share of dst's elements. */
 static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
                         const gml_run_operand *a, const gml_run_operand *b, int k) {
-    gml_f32_vbinary_ukernel *const vop =
-        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADD_UKERNELS, gml_f32_vbinary_ukernel)
-                     : GML_PICK_UKERNEL(GML_F32_VMUL_UKERNELS, gml_f32_vbinary_ukernel);
-    gml_f32_vbinary_ukernel *const vopc =
-        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
-                     : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
-    gml_kernel_note(p, a->dense && b->dense
-                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADD_UKERNELS)
-                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMUL_UKERNELS))
-                       : a->dense || b->dense
-                           ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME(GML_F32_VADDC_UKERNELS)
-                                           : GML_PICK_UKERNEL_NAME(GML_F32_VMULC_UKERNELS))
-                           : "fill (both operands constant along each run)");
+    const binop_kernels kn = kernels_of(op);
+    gml_kernel_note(p, a->dense && b->dense ? kn.nv
+                       : a->dense           ? kn.nvc
+                       : b->dense           ? kn.nrvc
+                                            : "fill (both operands constant along each run)");
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -103,13 +163,13 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
         const float *pa = (const float *)gml_run_start(a, dst->ne, k, r) + (a->dense ? off : 0);
         const float *pb = (const float *)gml_run_start(b, dst->ne, k, r) + (b->dense ? off : 0);
         if (a->dense && b->dense) {
-            vop((size_t)len, pa, pb, out + e);
+            kn.v((size_t)len, pa, pb, out + e);
         } else if (a->dense) {
-            vopc((size_t)len, pa, pb, out + e);
-        } else if (b->dense) { /* a + b = b + a, bitwise */
-            vopc((size_t)len, pb, pa, out + e);
+            kn.vc((size_t)len, pa, pb, out + e);
+        } else if (b->dense) { /* *pa (op) b[i] */
+            kn.rvc((size_t)len, pb, pa, out + e);
         } else {
-            const float v = op == OP_ADD ? *pa + *pb : *pa * *pb;
+            const float v = apply(op, *pa, *pb);
             for (int64_t i = 0; i < len; i++) out[e + i] = v;
         }
         e += len;
@@ -129,25 +189,13 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
  * reads a[i] (same row) before it. */
 static void binary_gather(const gml_compute_params *p, gml_tensor *dst, binop op,
                           const gml_tensor *a, const gml_tensor *b, const float *bc) {
-    gml_f32_vbinary_ukernel *const vop =
-        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADD_UKERNELS, gml_f32_vbinary_ukernel)
-                     : GML_PICK_UKERNEL(GML_F32_VMUL_UKERNELS, gml_f32_vbinary_ukernel);
-    gml_f32_vbinary_ukernel *const vopc =
-        op == OP_ADD ? GML_PICK_UKERNEL(GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel)
-                     : GML_PICK_UKERNEL(GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel);
+    const binop_kernels kn = kernels_of(op);
     const int64_t n = dst->ne[3];
     /* byte strides along the row; 0: one value for the whole row */
     const int64_t sa = a->ne[3] == 1 ? 0 : (int64_t)a->nb[3];
     const int64_t sb = !b || b->ne[3] == 1 ? 0 : (int64_t)b->nb[3];
     const bool both = sa && sb;
-    gml_kernel_note(p, both ? (op == OP_ADD ? GML_PICK_UKERNEL_NAME_AS(GML_F32_VADD_UKERNELS,
-                                                                      GML_UKERNEL_NAME_GATHERED)
-                                            : GML_PICK_UKERNEL_NAME_AS(GML_F32_VMUL_UKERNELS,
-                                                                      GML_UKERNEL_NAME_GATHERED))
-                       : op == OP_ADD ? GML_PICK_UKERNEL_NAME_AS(GML_F32_VADDC_UKERNELS,
-                                                                 GML_UKERNEL_NAME_GATHERED)
-                                      : GML_PICK_UKERNEL_NAME_AS(GML_F32_VMULC_UKERNELS,
-                                                                 GML_UKERNEL_NAME_GATHERED));
+    gml_kernel_note(p, both ? kn.gv : sa ? kn.gvc : kn.grvc);
     float buf_a[GATHER_CHUNK], buf_b[GATHER_CHUNK];
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
@@ -173,9 +221,9 @@ static void binary_gather(const gml_compute_params *p, gml_tensor *dst, binop op
                 for (int64_t j = 0; j < len; j++) memcpy(&buf_b[j], pb + (j0 + j) * sb, sizeof(float));
                 xb = buf_b;
             }
-            if (both) vop((size_t)len, xa, xb, out + j0);
-            else if (sa) vopc((size_t)len, xa, xb, out + j0);
-            else vopc((size_t)len, xb, xa, out + j0); /* a + b = b + a, bitwise */
+            if (both) kn.v((size_t)len, xa, xb, out + j0);
+            else if (sa) kn.vc((size_t)len, xa, xb, out + j0);
+            else kn.rvc((size_t)len, xb, xa, out + j0); /* *xa (op) b[j] */
         }
     }
 }
@@ -195,6 +243,12 @@ static void gml_f32_add(const gml_compute_params *p, gml_tensor *dst) {
 }
 static void gml_f32_mul(const gml_compute_params *p, gml_tensor *dst) {
     binary_forward(p, dst, OP_MUL);
+}
+static void gml_f32_sub(const gml_compute_params *p, gml_tensor *dst) {
+    binary_forward(p, dst, OP_SUB);
+}
+static void gml_f32_div(const gml_compute_params *p, gml_tensor *dst) {
+    binary_forward(p, dst, OP_DIV);
 }
 /* a * s: b is the constant s */
 static void gml_f32_scale(const gml_compute_params *p, gml_tensor *dst) {
@@ -230,6 +284,14 @@ gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
     return binary(ctx, GML_OP_MUL, a, b);
 }
 
+gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    return binary(ctx, GML_OP_SUB, a, b);
+}
+
+gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    return binary(ctx, GML_OP_DIV, a, b);
+}
+
 /* a [...] -> out [...] = a * s */
 gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s) {
     if (!a) return NULL;
@@ -247,6 +309,13 @@ static gml_tensor *build_add(gml_context *ctx, const gml_arg *v) {
 }
 static gml_tensor *build_mul(gml_context *ctx, const gml_arg *v) {
     return v[1].t ? gml_mul(ctx, v[0].t, v[1].t) : v[0].t;
+}
+/* sub and div take b always: a - none has no meaning to give it. */
+static gml_tensor *build_sub(gml_context *ctx, const gml_arg *v) {
+    return gml_sub(ctx, v[0].t, v[1].t);
+}
+static gml_tensor *build_div(gml_context *ctx, const gml_arg *v) {
+    return gml_div(ctx, v[0].t, v[1].t);
 }
 static gml_tensor *build_scale(gml_context *ctx, const gml_arg *v) {
     return gml_scale(ctx, v[0].t, v[1].f);
@@ -291,4 +360,26 @@ const gml_op_def gml_opdef_scale = {
     .get_args = scale_args,
     .doc_args = "s a number",
     .doc_result = "a * s",
+};
+const gml_op_def gml_opdef_sub = {
+    .forward = gml_f32_sub,
+    .reference = gml_f32_sub__ref,
+    .flops = elementwise_flops,
+    .flags = GML_OPF_INPLACE,
+    GML_ARGS(GML_T("a"), GML_T("b")),
+    .build = build_sub,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "broadcast as in PyTorch",
+    .doc_result = "a - b",
+};
+const gml_op_def gml_opdef_div = {
+    .forward = gml_f32_div,
+    .reference = gml_f32_div__ref,
+    .flops = elementwise_flops,
+    .flags = GML_OPF_INPLACE,
+    GML_ARGS(GML_T("a"), GML_T("b")),
+    .build = build_div,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "broadcast as in PyTorch",
+    .doc_result = "a / b (IEEE: x / 0 is +-inf, 0 / 0 NaN)",
 };

@@ -17,6 +17,7 @@
 #include "flash_attn.inc"
 #include "repeat.inc"
 #include "softmax.inc"
+#include "unary.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
@@ -97,6 +98,8 @@ GML_F32_VEXP_UKERNELS(GML_DECLARE_VEXP)
 /* ---- binary (ops/binary.inc) ----------------------------------------------
  * vadd: out[i] = a[i] + b[i]   vaddc: out[i] = a[i] + b[0]
  * vmul: out[i] = a[i] * b[i]   vmulc: out[i] = a[i] * b[0]      (i < n, n >= 1)
+ * vsub: out[i] = a[i] - b[i]   vsubc: out[i] = a[i] - b[0]   vrsubc: b[0] - a[i]
+ * vdiv: out[i] = a[i] / b[i]   vdivc: out[i] = a[i] / b[0]   vrdivc: b[0] / a[i]
  * out may be a or b (in place), but not overlap them otherwise. */
 typedef void gml_f32_vbinary_ukernel(size_t n, const float *a, const float *b, float *out);
 #define GML_DECLARE_VBINARY(isa, fn, tile) gml_f32_vbinary_ukernel fn;
@@ -104,6 +107,26 @@ GML_F32_VADD_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VADDC_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMUL_UKERNELS(GML_DECLARE_VBINARY)
 GML_F32_VMULC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VSUB_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VSUBC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VRSUBC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VDIV_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VDIVC_UKERNELS(GML_DECLARE_VBINARY)
+GML_F32_VRDIVC_UKERNELS(GML_DECLARE_VBINARY)
+
+/* ---- unary (ops/unary.inc) -----------------------------------------------
+ * y[i] = f(x[i]), i < n (n >= 1), f one of neg, tanh, sigmoid, silu, gelu,
+ * gelu_tanh (exp: gml_f32_vexp_ukernel, the same type); y may be x (in
+ * place), but not overlap it otherwise. Formulas, constants and measured
+ * errors: ops/vunary.h. */
+typedef void gml_f32_vunary_ukernel(size_t n, const float *x, float *y);
+#define GML_DECLARE_VUNARY(isa, fn, tile) gml_f32_vunary_ukernel fn;
+GML_F32_VNEG_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VTANH_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VSIGMOID_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VSILU_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VGELU_UKERNELS(GML_DECLARE_VUNARY)
+GML_F32_VGELU_TANH_UKERNELS(GML_DECLARE_VUNARY)
 
 /* ---- copy (ops/copy.inc) --------------------------------------------------
  * 4-byte elements of any type (f32, i32), moved bit for bit.

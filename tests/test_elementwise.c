@@ -1,4 +1,4 @@
-/* gml_add, gml_mul, gml_scale: PyTorch broadcasting in every direction (each
+/* gml_add, gml_mul, gml_sub, gml_div, gml_scale: PyTorch broadcasting in every direction (each
  * operand of 1 to 4 dims, each dim 1 or full), inputs in every layout. One
  * float operation per element, so results must equal the loop's exactly. */
 #include "check.h"
@@ -12,16 +12,18 @@ static void operand_shape(int n, unsigned ones, int64_t *ne) {
     for (int d = 0; d < n; d++) ne[d] = ones >> d & 1 ? 1 : FULL[4 - n + d];
 }
 
+#define N_EW 7
+static const char *const EW_NAMES[N_EW] = {"add(a, b)", "mul(a, b)", "add(b, a)", "sub(a, b)",
+                                           "sub(b, a)", "div(a, b)", "div(b, a)"};
+
 struct ew_case {
-    gml_tensor *outs[3];
-    float *want[3];
+    gml_tensor *outs[N_EW];
+    float *want[N_EW];
 };
 
 static void verify_ew(void *user) {
     struct ew_case *c = user;
-    CHECK_EQUAL(c->outs[0], c->want[0], "add(a, b)");
-    CHECK_EQUAL(c->outs[1], c->want[1], "mul(a, b)");
-    CHECK_EQUAL(c->outs[2], c->want[2], "add(b, a)");
+    for (int o = 0; o < N_EW; o++) CHECK_EQUAL(c->outs[o], c->want[o], "%s", EW_NAMES[o]);
 }
 
 /* Element of dense t (right-aligned 4-D shape tne) that broadcasts to out[i]. */
@@ -49,14 +51,19 @@ static void test_broadcast(void) {
                     char sa[64], sb[64];
                     chk_case("a %s %s, b %s %s", chk_layout_name(la), chk_shape(a, sa, sizeof sa),
                              chk_layout_name(lb), chk_shape(b, sb, sizeof sb));
-                    struct ew_case c = {{gml_add(ctx, a, b), gml_mul(ctx, a, b), gml_add(ctx, b, a)}, {0}};
-                    if (!CHECK(c.outs[0] && c.outs[1] && c.outs[2], "build: %s", gml_last_error(ctx))) {
+                    struct ew_case c = {{gml_add(ctx, a, b), gml_mul(ctx, a, b), gml_add(ctx, b, a),
+                                         gml_sub(ctx, a, b), gml_sub(ctx, b, a), gml_div(ctx, a, b),
+                                         gml_div(ctx, b, a)},
+                                        {0}};
+                    bool built = true;
+                    for (int o = 0; o < N_EW; o++) built = built && c.outs[o];
+                    if (!CHECK(built, "build: %s", gml_last_error(ctx))) {
                         gml_free(ctx);
                         continue;
                     }
                     /* PyTorch's result: max(n_a, n_b) dims, each the larger size */
                     int n = na > nb ? na : nb;
-                    for (int o = 0; o < 3; o++) {
+                    for (int o = 0; o < N_EW; o++) {
                         const gml_tensor *y = c.outs[o];
                         CHECK(y->n_dims == n, "result has %d dims, want %d", y->n_dims, n);
                         for (int d = 0; d < 4; d++)
@@ -65,7 +72,7 @@ static void test_broadcast(void) {
                     }
                     float *ad = chk_dense(a), *bd = chk_dense(b);
                     const gml_tensor *y = c.outs[0];
-                    for (int o = 0; o < 3; o++) c.want[o] = malloc((size_t)chk_numel(y) * sizeof(float));
+                    for (int o = 0; o < N_EW; o++) c.want[o] = malloc((size_t)chk_numel(y) * sizeof(float));
                     for (int64_t e = 0; e < chk_numel(y); e++) {
                         int64_t i[4];
                         chk_index(y, e, i);
@@ -73,11 +80,15 @@ static void test_broadcast(void) {
                         c.want[0][e] = x + z;
                         c.want[1][e] = x * z;
                         c.want[2][e] = z + x;
+                        c.want[3][e] = x - z;
+                        c.want[4][e] = z - x;
+                        c.want[5][e] = x / z;
+                        c.want[6][e] = z / x;
                     }
-                    gml_graph *g = gml_build_graph(ctx, c.outs, 3);
-                    CHECK_RUN(g, .outs = c.outs, .n_outs = 3, .verify = verify_ew, .user = &c);
+                    gml_graph *g = gml_build_graph(ctx, c.outs, N_EW);
+                    CHECK_RUN(g, .outs = c.outs, .n_outs = N_EW, .verify = verify_ew, .user = &c);
                     gml_graph_free(g);
-                    for (int o = 0; o < 3; o++) free(c.want[o]);
+                    for (int o = 0; o < N_EW; o++) free(c.want[o]);
                     free(ad);
                     free(bd);
                     gml_free(ctx);

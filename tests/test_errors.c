@@ -62,15 +62,18 @@ static void test_matmul_errors(void) {
 }
 
 static void test_elementwise_errors(void) {
-    chk_case("add/mul/scale errors");
+    chk_case("add/mul/sub/div/scale errors");
     gml_context *ctx = chk_ctx(1 << 20);
     gml_tensor *a = F32(ctx, "a", 2, 3), *b = F32(ctx, "b", 4, 3), *c = F32(ctx, "c", 5, 1, 2);
     EXPECT_ERROR(ctx, gml_add(ctx, a, b), "add(a, b)", "[2,3]", "[4,3]", "broadcast");
     EXPECT_ERROR(ctx, gml_mul(ctx, b, a), "mul(b, a)", "[4,3]", "[2,3]", "broadcast");
     EXPECT_ERROR(ctx, gml_add(ctx, c, a), "add(c, a)", "[5,1,2]", "[2,3]");
+    EXPECT_ERROR(ctx, gml_sub(ctx, a, b), "sub(a, b)", "[2,3]", "[4,3]", "broadcast");
+    EXPECT_ERROR(ctx, gml_div(ctx, c, a), "div(c, a)", "[5,1,2]", "[2,3]", "broadcast");
     gml_tensor *i = I32(ctx, "i", 2, 3);
     EXPECT_ERROR(ctx, gml_add(ctx, a, i), "add(i)", "f32", "i32 [2,3]");
     EXPECT_ERROR(ctx, gml_scale(ctx, i, 2.0f), "scale(i)", "f32", "i32 [2,3]");
+    EXPECT_ERROR(ctx, gml_div(ctx, i, a), "div(i)", "f32", "i32 [2,3]");
     gml_free(ctx);
 }
 

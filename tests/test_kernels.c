@@ -2,7 +2,8 @@
  * quietly hands its node to the reference kernel fails here.
  *
  * For each op family with fast kernels (matmul on each of its four paths,
- * flash_attn, softmax, add/mul/scale, cont, repeat_interleave, concat) a graph on
+ * flash_attn, softmax, add/mul/sub/div/scale, the unary ops, cont, repeat_interleave,
+ * concat) a graph on
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
  * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
@@ -61,8 +62,9 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
     if (!CHECK(g != NULL, "no graph")) return;
     static const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
     const gml_isa saved = gml_get_isa();
-    double *ref[16] = {0};
-    float *first[16] = {0};
+    enum { MAX_OUTS = 32 };
+    double *ref[MAX_OUTS] = {0};
+    float *first[MAX_OUTS] = {0};
     for (size_t s = 0; s < sizeof isas / sizeof *isas; s++) {
         if (!gml_cpu_has(isas[s])) {
             printf("  %s: the CPU lacks %s: its kernels are not checked\n", chk_state.case_name,
@@ -84,7 +86,7 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
                       "node %d '%s' (%s) ran '%s', expected '%s'", node, ex[i].t->name,
                       gml_op_name(ex[i].t->op), name ? name : "(null)", want);
             }
-            for (int o = 0; o < n_outs && o < 16; o++) {
+            for (int o = 0; o < n_outs && o < MAX_OUTS; o++) {
                 if (nth == 1) {
                     free(first[o]);
                     first[o] = chk_dense(outs[o]);
@@ -116,7 +118,7 @@ static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const
     }
     chk_state.config[0] = '\0';
     gml_set_isa(saved);
-    for (int o = 0; o < 16; o++) {
+    for (int o = 0; o < MAX_OUTS; o++) {
         free(ref[o]);
         free(first[o]);
     }
@@ -240,8 +242,17 @@ static void test_binary(void) {
     gml_tensor *ct = gml_set_name(gml_add(ctx, c3, t), "ct");              /* constant + gathered */
     gml_tensor *ts = gml_set_name(gml_scale(ctx, t, -1.5f), "ts");
     gml_tensor *tu_dense = gml_set_name(gml_mul(ctx, gml_cont(ctx, t), gml_cont(ctx, u)), "tu_dense");
-    gml_tensor *outs[] = {add, mul, addc, scale, tu, tc, ct, ts, tu_dense};
-    gml_graph *g = gml_build_graph(ctx, outs, 9);
+    gml_tensor *sub = gml_set_name(gml_sub(ctx, a, b), "sub");     /* both dense along runs */
+    gml_tensor *subc = gml_set_name(gml_sub(ctx, d, c), "subc");   /* c constant along runs */
+    gml_tensor *rsubc = gml_set_name(gml_sub(ctx, c, a), "rsubc"); /* the constant first */
+    gml_tensor *div = gml_set_name(gml_div(ctx, a, b), "div");
+    gml_tensor *divc = gml_set_name(gml_div(ctx, d, c), "divc");
+    gml_tensor *rdivc = gml_set_name(gml_div(ctx, c, a), "rdivc");
+    gml_tensor *tsu = gml_set_name(gml_sub(ctx, t, u), "tsu");      /* both gathered */
+    gml_tensor *cdt = gml_set_name(gml_div(ctx, c3, t), "cdt");     /* constant / gathered */
+    gml_tensor *outs[] = {add, mul, addc, scale, tu, tc, ct, ts, tu_dense,
+                          sub, subc, rsubc, div, divc, rdivc, tsu, cdt};
+    gml_graph *g = gml_build_graph(ctx, outs, 17);
     const expect ex[] = {
         {add, "gml_f32_vadd_ukernel__", NULL, false},
         {mul, "gml_f32_vmulc_ukernel__", NULL, false},
@@ -252,10 +263,55 @@ static void test_binary(void) {
         {ct, "gml_f32_vaddc_ukernel__", "(strided rows gathered)", false},
         {ts, "gml_f32_vmulc_ukernel__", "(strided rows gathered)", false},
         {tu_dense, "gml_f32_vmul_ukernel__", NULL, false},
+        {sub, "gml_f32_vsub_ukernel__", NULL, false},
+        {subc, "gml_f32_vsubc_ukernel__", NULL, false},
+        {rsubc, "gml_f32_vrsubc_ukernel__", NULL, false},
+        {div, "gml_f32_vdiv_ukernel__", NULL, false},
+        {divc, "gml_f32_vdivc_ukernel__", NULL, false},
+        {rdivc, "gml_f32_vrdivc_ukernel__", NULL, false},
+        {tsu, "gml_f32_vsub_ukernel__", "(strided rows gathered)", false},
+        {cdt, "gml_f32_vrdivc_ukernel__", "(strided rows gathered)", false},
     };
     const same pairs[] = {{tu, tu_dense}};
-    chk_case("add, mul, scale on permuted, sliced, transposed and broadcast operands");
-    run_case(g, ex, 9, outs, 9, 0, pairs, 1);
+    chk_case("add, mul, sub, div, scale on permuted, sliced, transposed and broadcast operands");
+    run_case(g, ex, 17, outs, 17, 0, pairs, 1);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- neg, exp, tanh, sigmoid, silu, gelu, gelu_tanh: the unary micro-kernels ---- */
+
+static void test_unary(void) {
+    chk_rng r = chk_seed(6);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *a = chk_new_input(ctx, GML_F32, 3, (int64_t[]){5, 7, 33}, CHK_OUTER_SWAPPED, "a", &r, -4, 4);
+    gml_tensor *t = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "t", &r, -4, 4);
+    gml_tensor *(*const fns[])(gml_context *, gml_tensor *) = {gml_neg, gml_exp, gml_tanh, gml_sigmoid,
+                                                             gml_silu, gml_gelu, gml_gelu_tanh};
+    static const char *const prefix[] = {
+        "gml_f32_vneg_ukernel__scalar_u1", "gml_f32_vexp_ukernel__", "gml_f32_vtanh_ukernel__",
+        "gml_f32_vsigmoid_ukernel__", "gml_f32_vsilu_ukernel__", "gml_f32_vgelu_ukernel__scalar_u1",
+        "gml_f32_vgelu_tanh_ukernel__"};
+    static const char *const gathered[] = {"gml_f32_vneg_ukernel__scalar_u1 (strided rows gathered)",
+                                           "gml_f32_vgelu_ukernel__scalar_u1 (strided rows gathered)"};
+    enum { N = 7 };
+    gml_tensor *outs[3 * N];
+    expect ex[2 * N];
+    same pairs[N];
+    gml_tensor *tc = gml_cont(ctx, t);
+    for (int i = 0; i < N; i++) {
+        const bool one = i == 0 || i == 5; /* neg, gelu: a scalar variant only */
+        outs[i] = fns[i](ctx, a);            /* runs */
+        outs[N + i] = fns[i](ctx, t);        /* a strided last dim: rows gathered */
+        outs[2 * N + i] = fns[i](ctx, tc);   /* the same numbers, contiguous */
+        ex[i] = (expect){outs[i], prefix[i], NULL, one};
+        ex[N + i] = one ? (expect){outs[N + i], gathered[i == 5], NULL, true}
+                        : (expect){outs[N + i], prefix[i], "(strided rows gathered)", false};
+        pairs[i] = (same){outs[N + i], outs[2 * N + i]};
+    }
+    gml_graph *g = gml_build_graph(ctx, outs, 3 * N);
+    chk_case("unary ops on permuted and transposed inputs");
+    run_case(g, ex, 2 * N, outs, 3 * N, 1e-5, pairs, N);
     gml_graph_free(g);
     gml_free(ctx);
 }
@@ -369,6 +425,7 @@ int main(void) {
     test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
     test_softmax();
     test_binary();
+    test_unary();
     test_moves();
     test_concat();
     return chk_summary();

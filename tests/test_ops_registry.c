@@ -61,6 +61,17 @@ static gml_tensor *ex_mul(gml_context *ctx) { return gml_mul(ctx, F32("a", 3, 4)
 static gml_tensor *ex_scale(gml_context *ctx) { /* 0.1f is no short decimal */
     return gml_scale(ctx, F32("a", 3, 4), 0.1f);
 }
+static gml_tensor *ex_sub(gml_context *ctx) { return gml_sub(ctx, F32("a", 3, 1), F32("b", 2, 1, 4)); }
+static gml_tensor *ex_div(gml_context *ctx) { return gml_div(ctx, F32("a", 4), F32("b", 3, 4)); }
+static gml_tensor *ex_neg(gml_context *ctx) { return gml_neg(ctx, F32("x", 2, 3)); }
+static gml_tensor *ex_exp(gml_context *ctx) { return gml_exp(ctx, F32("x", 3, 4)); }
+static gml_tensor *ex_tanh(gml_context *ctx) { return gml_tanh(ctx, F32("x", 5)); }
+static gml_tensor *ex_sigmoid(gml_context *ctx) { return gml_sigmoid(ctx, F32("x", 2, 2, 3)); }
+static gml_tensor *ex_silu(gml_context *ctx) { /* a strided input */
+    return gml_silu(ctx, gml_transpose(ctx, F32("x", 3, 4), 0, 1));
+}
+static gml_tensor *ex_gelu(gml_context *ctx) { return gml_gelu(ctx, F32("x", 4, 3)); }
+static gml_tensor *ex_gelu_tanh(gml_context *ctx) { return gml_gelu_tanh(ctx, F32("x", 1, 2, 3, 4)); }
 static gml_tensor *ex_softmax(gml_context *ctx) {
     return gml_softmax(ctx, F32("s", 2, 3, 5), F32("mask", 3, 5), 1.0f / sqrtf(3.0f), true);
 }
@@ -119,6 +130,15 @@ static const struct example {
     {GML_OP_AFTER, ex_after},
     {GML_OP_SLICE, ex_slice},
     {GML_OP_CONCAT, ex_concat},
+    {GML_OP_SUB, ex_sub},
+    {GML_OP_DIV, ex_div},
+    {GML_OP_NEG, ex_neg},
+    {GML_OP_EXP, ex_exp},
+    {GML_OP_TANH, ex_tanh},
+    {GML_OP_SIGMOID, ex_sigmoid},
+    {GML_OP_SILU, ex_silu},
+    {GML_OP_GELU, ex_gelu},
+    {GML_OP_GELU_TANH, ex_gelu_tanh},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

@@ -1,4 +1,4 @@
-/* Elementwise add, mul, scale: every micro-kernel variant (ops/binary.inc)
+/* Elementwise add, mul, sub, div, scale: every micro-kernel variant (ops/binary.inc)
  * against a plain loop, bit for bit, then the ops under every ISA against
  * their reference kernels on broadcast, permuted, sliced and transposed
  * inputs at 1-3 threads. */
@@ -10,17 +10,30 @@ typedef struct {
     gml_f32_vbinary_ukernel *fn;
     int tile;
     const char *name;
-    bool mul, b_const;
+    char op; /* + * - / */
+    bool b_const, rev; /* rev: b[0] (op) a[i] */
 } variant;
 
-#define VADD(isa, fn, tile) {isa, fn, tile, #fn, false, false},
-#define VADDC(isa, fn, tile) {isa, fn, tile, #fn, false, true},
-#define VMUL(isa, fn, tile) {isa, fn, tile, #fn, true, false},
-#define VMULC(isa, fn, tile) {isa, fn, tile, #fn, true, true},
+#define VADD(isa, fn, tile) {isa, fn, tile, #fn, '+', false, false},
+#define VADDC(isa, fn, tile) {isa, fn, tile, #fn, '+', true, false},
+#define VMUL(isa, fn, tile) {isa, fn, tile, #fn, '*', false, false},
+#define VMULC(isa, fn, tile) {isa, fn, tile, #fn, '*', true, false},
+#define VSUB(isa, fn, tile) {isa, fn, tile, #fn, '-', false, false},
+#define VSUBC(isa, fn, tile) {isa, fn, tile, #fn, '-', true, false},
+#define VRSUBC(isa, fn, tile) {isa, fn, tile, #fn, '-', true, true},
+#define VDIV(isa, fn, tile) {isa, fn, tile, #fn, '/', false, false},
+#define VDIVC(isa, fn, tile) {isa, fn, tile, #fn, '/', true, false},
+#define VRDIVC(isa, fn, tile) {isa, fn, tile, #fn, '/', true, true},
 static const variant VARIANTS[] = {
     GML_F32_VADD_UKERNELS(VADD) GML_F32_VADDC_UKERNELS(VADDC)
     GML_F32_VMUL_UKERNELS(VMUL) GML_F32_VMULC_UKERNELS(VMULC)
+    GML_F32_VSUB_UKERNELS(VSUB) GML_F32_VSUBC_UKERNELS(VSUBC) GML_F32_VRSUBC_UKERNELS(VRSUBC)
+    GML_F32_VDIV_UKERNELS(VDIV) GML_F32_VDIVC_UKERNELS(VDIVC) GML_F32_VRDIVC_UKERNELS(VRDIVC)
 };
+
+static float apply(char op, float x, float y) {
+    return op == '+' ? x + y : op == '*' ? x * y : op == '-' ? x - y : x / y;
+}
 
 static float special(void) {
     const float s[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 3e38f, -3e38f, 1e-40f};
@@ -40,7 +53,7 @@ static void check_variant(const variant *v) {
         for (size_t i = 0; i < n; i += 1 + (size_t)rand_int(7)) b[i] = special();
         for (size_t i = 0; i < n; i++) {
             const float y = v->b_const ? b[0] : b[i];
-            want[i] = v->mul ? a[i] * y : a[i] + y;
+            want[i] = v->rev ? apply(v->op, y, a[i]) : apply(v->op, a[i], y);
         }
         for (size_t i = 0; i < n + pad; i++) out[i] = 555.0f;
         v->fn(n, a, b, out);
@@ -78,6 +91,14 @@ static void op_cases(gml_context *ctx, const char *what, gml_tensor *a, gml_tens
     check_isas(ctx, gml_add(ctx, b, a), exact, name);
     snprintf(name, sizeof name, "mul %s", what);
     check_isas(ctx, gml_mul(ctx, a, b), exact, name);
+    snprintf(name, sizeof name, "sub %s", what);
+    check_isas(ctx, gml_sub(ctx, a, b), exact, name);
+    snprintf(name, sizeof name, "sub %s, swapped", what);
+    check_isas(ctx, gml_sub(ctx, b, a), exact, name);
+    snprintf(name, sizeof name, "div %s", what);
+    check_isas(ctx, gml_div(ctx, a, b), exact, name);
+    snprintf(name, sizeof name, "div %s, swapped", what);
+    check_isas(ctx, gml_div(ctx, b, a), exact, name);
     snprintf(name, sizeof name, "scale %s", what);
     check_isas(ctx, gml_scale(ctx, a, -0.37f), exact, name);
 }

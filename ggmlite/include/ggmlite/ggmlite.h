@@ -120,8 +120,11 @@
  * - THREADS. Results do not depend on the thread count: every output element
  *   is computed by one thread in a fixed order. Nor, bitwise, on the fast ISA
  *   (scalar, AVX2, AVX-512) for matmul, linear, copies, gathers, add, mul,
- *   scale and the index ops; softmax and flash_attn agree across ISAs within
- *   a few ulp (their exp and the width of their sums differ), and the
+ *   sub, div, scale, neg, gelu and the index ops; softmax and flash_attn
+ *   agree across ISAs within a few ulp (their exp and the width of their
+ *   sums differ), exp, tanh, sigmoid, silu and gelu_tanh too (AVX2 and
+ *   AVX-512 bitwise; the scalar variants, on libm, and they each within 3
+ *   ulp of the double reference), and the
  *   reference kernels (GML_ISA_REFERENCE) within a tolerance. The
  *   differential fuzzer (tests/fuzz/fuzz_diff.c) holds every ISA to this. Several threads may compute
  *   different graphs at once, also graphs that share tensors of one context:
@@ -360,8 +363,34 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+/* a - b, a / b: broadcast as add and mul; IEEE float division (x / 0 is
+ * +-inf, 0 / 0 NaN), as torch.sub and torch.div. */
+gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* a * s, same shape */
 gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
+
+/* ---- elementwise functions (ops/unary.c) -----------------------------------
+ * x [...] (any strides) -> [...] contiguous, f applied to each element; may
+ * run in place (the planner may give the result x's memory). The reference
+ * kernels compute each element in double, rounded once; the fast ones are
+ * within 3 ulp of that (exp 0.9, tanh 2, sigmoid 2.2, silu 3, gelu 0.5,
+ * gelu_tanh 3; AVX2 and AVX-512 bitwise equal, scalar within the same
+ * bounds), measured in ops/vunary.h and tests/test_unary.c. Special values
+ * as PyTorch: NaN in, NaN out; silu, gelu, gelu_tanh of -inf are NaN (-inf
+ * * 0), of +inf +inf; sigmoid(+-inf) = 1, 0; tanh(+-inf) = +-1. Where
+ * PyTorch's float flushes a tiny negative result to -0 (silu, sigmoid of x
+ * < -88.7; gelu of x < -5.9) these keep its value. */
+gml_tensor *gml_neg(gml_context *ctx, gml_tensor *x);       /* -x */
+gml_tensor *gml_exp(gml_context *ctx, gml_tensor *x);       /* torch.exp */
+gml_tensor *gml_tanh(gml_context *ctx, gml_tensor *x);      /* torch.tanh */
+gml_tensor *gml_sigmoid(gml_context *ctx, gml_tensor *x);   /* torch.sigmoid */
+/* x * sigmoid(x): F.silu; silu(-inf) is NaN (-inf * 0) as in PyTorch */
+gml_tensor *gml_silu(gml_context *ctx, gml_tensor *x);
+/* 0.5 x (1 + erf(x / sqrt 2)): F.gelu (exact); gelu(-inf) is NaN */
+gml_tensor *gml_gelu(gml_context *ctx, gml_tensor *x);
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): F.gelu(approximate='tanh') */
+gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
 
 /* softmax over the last dim of x*scale + mask, with an optional causal mask.
  * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).

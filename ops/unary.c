@@ -1,0 +1,206 @@
+/* Elementwise functions of one tensor: neg, exp, tanh, sigmoid, silu, gelu
+ * (erf) and gelu_tanh, any shape and strides in, a contiguous tensor of the
+ * same shape out. One kernel driver for all, with a reference element
+ * function (double libm) and a micro-kernel list (ops/unary.inc) per op. */
+#include "runs.h"
+#include "ukernels.h"
+#include "vunary.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef enum { U_NEG, U_EXP, U_TANH, U_SIGMOID, U_SILU, U_GELU, U_GELU_TANH } unop;
+
+/* ---- reference: each element in double, rounded once to float ------------
+ * exp, tanh, erfc from double libm; sigmoid, silu and gelu_tanh as x / (1 +
+ * exp(-s)) (no cancellation: 1 + tanh(u) = 2 / (1 + exp(-2u))): double's
+ * range keeps the tiny results (x / (1 + exp(90)) is 7e-38, a float) and
+ * -inf / inf gives NaN where PyTorch's -inf * 0 does. */
+static float ref_elem(unop op, float xf) {
+    const double x = xf;
+    switch (op) {
+    case U_NEG: return -xf;
+    case U_EXP: return (float)exp(x);
+    case U_TANH: return (float)tanh(x);
+    case U_SIGMOID: return (float)(1.0 / (1.0 + exp(-x)));
+    case U_SILU: return (float)(x / (1.0 + exp(-x)));
+    case U_GELU: return (float)(0.5 * x * erfc(-x * 0.70710678118654752));
+    default: {
+        const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x); /* sqrt(2/pi) */
+        return (float)(x / (1.0 + exp(-2.0 * u)));
+    }
+    }
+}
+
+static void unary_ref(const gml_compute_params *p, gml_tensor *dst, unop op) {
+    const gml_tensor *a = dst->src[0];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *pa = gml_ptr(a, i0, i1, i2, 0);
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t i = 0; i < dst->ne[3]; i++)
+            out[i] = ref_elem(op, *(const float *)(pa + i * (int64_t)a->nb[3]));
+    }
+}
+
+/* ---- scalar variants: float libm (expf, tanhf); gelu, gelu_tanh in double -
+ * The formulas of ops/vunary.h; the compiler may vectorize neg. */
+void gml_f32_vneg_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = -x[i];
+}
+void gml_f32_vtanh_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+}
+/* n / (1 + e), e = exp(-|s|), n = v (s >= 0) or v * e */
+static inline float sigmul(float v, float s) {
+    const float e = expf(-fabsf(s));
+    return (s >= 0.0f ? v : v * e) / (1.0f + e);
+}
+void gml_f32_vsigmoid_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = sigmul(1.0f, x[i]);
+}
+void gml_f32_vsilu_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = sigmul(x[i], x[i]);
+}
+/* gelu in double: float's x / sqrt 2 rounded would cost erfc up to |x|^2
+ * ulp (16 ulp at x = -3.8, 180 at x = -12.6, as erfcf measured); double's
+ * erfc keeps it within half an ulp, at about twice erfcf's time. (No vector
+ * variant yet: that needs a vector erfc with its own error bound.) */
+void gml_f32_vgelu_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) {
+        const double v = x[i];
+        y[i] = (float)(0.5 * v * erfc(v * -0.70710678118654752));
+    }
+}
+/* 2u in double, as the vector variants; its exp in double too */
+void gml_f32_vgelu_tanh_ukernel__scalar_u1(size_t n, const float *x, float *y) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        const double vd = v, s = vd * (GML_VGELU_C1 + GML_VGELU_C3 * (vd * vd));
+        const float e = (float)exp(-fabs(s));
+        y[i] = (s >= 0 ? v : v * e) / (1.0f + e);
+    }
+}
+
+/* ---- the fast driver ------------------------------------------------------ */
+
+/* The op's micro-kernel for the ISA in effect, and its names. */
+typedef struct unop_kernel {
+    gml_f32_vunary_ukernel *fn;
+    const char *name, *gathered;
+} unop_kernel;
+
+#define UNOP_KERNEL(L)                                                                 \
+    (unop_kernel) {                                                                    \
+        GML_PICK_UKERNEL(L, gml_f32_vunary_ukernel), GML_PICK_UKERNEL_NAME(L),          \
+            GML_PICK_UKERNEL_NAME_AS(L, GML_UKERNEL_NAME_GATHERED)                     \
+    }
+
+static unop_kernel kernel_of(unop op) {
+    switch (op) {
+    case U_NEG: return UNOP_KERNEL(GML_F32_VNEG_UKERNELS);
+    case U_EXP: return UNOP_KERNEL(GML_F32_VEXP_UKERNELS);
+    case U_TANH: return UNOP_KERNEL(GML_F32_VTANH_UKERNELS);
+    case U_SIGMOID: return UNOP_KERNEL(GML_F32_VSIGMOID_UKERNELS);
+    case U_SILU: return UNOP_KERNEL(GML_F32_VSILU_UKERNELS);
+    case U_GELU: return UNOP_KERNEL(GML_F32_VGELU_UKERNELS);
+    default: return UNOP_KERNEL(GML_F32_VGELU_TANH_UKERNELS);
+    }
+}
+
+/* Stretches of a row gathered at a time (a stack buffer). */
+#define GATHER_CHUNK 256
+
+/* dst (contiguous) = f(x). Where x is dense along the output's inner dims
+ * [k, 4) (ops/runs.h), threads take equal ranges of elements, one
+ * micro-kernel call per run; where x's last dim is strided (transposed),
+ * rows are split across threads and gathered a stretch at a time into a
+ * buffer. Either way each element goes through the same micro-kernel, so
+ * results do not depend on the layout or the thread count. In place
+ * (dst on x's memory: x is then contiguous, the runs path), the thread
+ * writing y[i] reads x[i], and every variant loads a vector of x before it
+ * stores that vector of y. */
+static void unary_forward(const gml_compute_params *p, gml_tensor *dst, unop op) {
+    const gml_tensor *x = dst->src[0];
+    const unop_kernel kn = kernel_of(op);
+    gml_run_operand ops[1] = {gml_run_operand_of(x)};
+    const int k = gml_find_runs(dst->ne, ops, 1, false);
+    float *out = dst->data;
+    if (k < GML_MAX_DIMS) {
+        gml_kernel_note(p, kn.name);
+        const int64_t run = gml_run_length(dst->ne, k);
+        int64_t e, end;
+        gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+        while (e < end) {
+            const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
+            const float *px = (const float *)(const void *)gml_run_start(&ops[0], dst->ne, k, r);
+            kn.fn((size_t)len, px + off, out + e);
+            e += len;
+        }
+        return;
+    }
+    gml_kernel_note(p, kn.gathered);
+    const int64_t n = dst->ne[3], sx = (int64_t)x->nb[3];
+    float buf[GATHER_CHUNK];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *px = gml_ptr(x, i0, i1, i2, 0);
+        float *y = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j0 = 0; j0 < n; j0 += GATHER_CHUNK) {
+            const int64_t len = GML_MIN((int64_t)GATHER_CHUNK, n - j0);
+            for (int64_t j = 0; j < len; j++) memcpy(&buf[j], px + (j0 + j) * sx, sizeof(float));
+            kn.fn((size_t)len, buf, y + j0);
+        }
+    }
+}
+
+static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
+    if (!x) return NULL;
+    if (!gml_expect_type(ctx, gml_op_name(op), x, GML_F32)) return NULL;
+    return gml_new_op(ctx, op, GML_F32, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims, &x, 1);
+}
+
+/* flops: an estimate of float operations per element (exp ~ 10). */
+#define UNARY_OP(name, ID, U, flops_per, doc)                                           \
+    static void gml_f32_##name##__ref(const gml_compute_params *p, gml_tensor *dst) {  \
+        unary_ref(p, dst, U);                                                          \
+    }                                                                                  \
+    static void gml_f32_##name(const gml_compute_params *p, gml_tensor *dst) {         \
+        unary_forward(p, dst, U);                                                      \
+    }                                                                                  \
+    static double name##_flops(const gml_tensor *dst) {                                \
+        return (flops_per) * (double)gml_nelements(dst);                               \
+    }                                                                                  \
+    gml_tensor *gml_##name(gml_context *ctx, gml_tensor *x) {                          \
+        return unary(ctx, GML_OP_##ID, x);                                             \
+    }                                                                                  \
+    static gml_tensor *build_##name(gml_context *ctx, const gml_arg *v) {              \
+        return gml_##name(ctx, v[0].t);                                                \
+    }                                                                                  \
+    const gml_op_def gml_opdef_##name = {                                              \
+        .forward = gml_f32_##name,                                                     \
+        .reference = gml_f32_##name##__ref,                                            \
+        .flops = name##_flops,                                                         \
+        .flags = GML_OPF_INPLACE,                                                      \
+        GML_ARGS(GML_T("x")),                                                          \
+        .build = build_##name,                                                         \
+        .get_args = gml_args_from_srcs,                                                \
+        .doc_args = "any shape",                                                       \
+        .doc_result = doc,                                                             \
+    };
+
+UNARY_OP(neg, NEG, U_NEG, 1, "-x")
+UNARY_OP(exp, EXP, U_EXP, 10, "exp(x)")
+UNARY_OP(tanh, TANH, U_TANH, 14, "tanh(x)")
+UNARY_OP(sigmoid, SIGMOID, U_SIGMOID, 14, "1 / (1 + exp(-x)); torch.sigmoid")
+UNARY_OP(silu, SILU, U_SILU, 15, "x * sigmoid(x); F.silu (silu(-inf) is NaN)")
+UNARY_OP(gelu, GELU, U_GELU, 20,
+         "0.5 x (1 + erf(x / sqrt 2)); F.gelu (gelu(-inf) is NaN)")
+UNARY_OP(gelu_tanh, GELU_TANH, U_GELU_TANH, 18,
+         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); F.gelu(approximate='tanh')")
