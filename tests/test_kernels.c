@@ -322,6 +322,34 @@ static void test_query(void) {
     gml_free(ctx);
 }
 
+/* ---- sum, mean, max: rows, strided ones gathered ------------------------------ */
+
+static void test_reduce(void) {
+    chk_rng r = chk_seed(5);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "x", &r, -2, 2);
+    gml_tensor *xc = gml_cont(ctx, x);
+    gml_tensor *sum = gml_set_name(gml_sum(ctx, x), "sum");
+    gml_tensor *sumc = gml_set_name(gml_sum(ctx, xc), "sumc");
+    gml_tensor *mean = gml_set_name(gml_mean(ctx, xc), "mean");
+    gml_tensor *max = gml_set_name(gml_max(ctx, x), "max");
+    gml_tensor *maxc = gml_set_name(gml_max(ctx, xc), "maxc");
+    gml_tensor *outs[] = {sum, sumc, mean, max, maxc};
+    gml_graph *g = gml_build_graph(ctx, outs, 5);
+    const expect ex[] = {
+        {sum, "gml_f32_rsum_ukernel__", "(strided rows gathered)", false},
+        {sumc, "gml_f32_rsum_ukernel__", NULL, false},
+        {mean, "gml_f32_rsum_ukernel__", NULL, false},
+        {max, "gml_f32_rmax_ukernel__", "(strided rows gathered)", false},
+        {maxc, "gml_f32_rmax_ukernel__", NULL, false},
+    };
+    const same pairs[] = {{sum, sumc}, {max, maxc}};
+    chk_case("sum, mean, max: transposed rows gathered");
+    run_case(g, ex, 5, outs, 5, 1e-5, pairs, 2);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(void) {
     const gml_isa best = gml_cpu_has(GML_ISA_AVX512) ? GML_ISA_AVX512
                          : gml_cpu_has(GML_ISA_AVX2) ? GML_ISA_AVX2
@@ -335,5 +363,6 @@ int main(void) {
     test_softmax();
     test_binary();
     test_moves();
+    test_reduce();
     return chk_summary();
 }

@@ -89,6 +89,10 @@ static gml_tensor *ex_after(gml_context *ctx) {
     return gml_after(ctx, cache, slot);
 }
 
+static gml_tensor *ex_sum(gml_context *ctx) { return gml_sum(ctx, F32("x", 2, 3, 5)); }
+static gml_tensor *ex_mean(gml_context *ctx) { return gml_mean(ctx, F32("x", 3, 7)); }
+static gml_tensor *ex_max(gml_context *ctx) { return gml_max(ctx, F32("x", 4)); }
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -111,6 +115,9 @@ static const struct example {
     {GML_OP_FLASH_ATTN, ex_flash_attn},
     {GML_OP_SET_ROWS, ex_set_rows},
     {GML_OP_AFTER, ex_after},
+    {GML_OP_SUM, ex_sum},
+    {GML_OP_MEAN, ex_mean},
+    {GML_OP_MAX, ex_max},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

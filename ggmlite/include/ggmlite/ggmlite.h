@@ -364,6 +364,21 @@ gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
+/* Reductions over the last dim, keeping it as size 1 (keepdim=True; a
+ * reshape drops it): x [..., n] -> [..., 1], any strides.
+ * sum:  torch.sum(x, -1, keepdim=True)
+ * mean: torch.mean(x, -1, keepdim=True)
+ * max:  torch.amax(x, -1, keepdim=True) (the values of torch.max(x, -1,
+ *       keepdim=True)); a row with a NaN gives NaN.
+ * sum and mean add in float within blocks of 256 and in double across them,
+ * in one order on every ISA and thread count (bitwise the same result); the
+ * reference kernels add in order in double (a few ulp apart). */
+gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x);
+gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x);
+gml_tensor *gml_max(gml_context *ctx, gml_tensor *x);
+gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b,
+                           float eps);
+
 /* PyTorch's repeat_interleave(x, repeats, dim): each slice along dim is
  * repeated `repeats` times in place. [.., n, ..] -> [.., n*repeats, ..] */
 gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);
