@@ -413,6 +413,44 @@ static void test_query(void) {
     gml_free(ctx);
 }
 
+/* ---- sum, mean, max; rms_norm, layer_norm: rows, strided ones gathered ------- */
+
+static void test_reduce_norm(void) {
+    chk_rng r = chk_seed(5);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 3, (int64_t[]){3, 7, 301}, CHK_TRANSPOSED, "x", &r, -2, 2);
+    gml_tensor *xc = gml_cont(ctx, x);
+    gml_tensor *w = chk_new_input(ctx, GML_F32, 1, (int64_t[]){301}, CHK_CONTIGUOUS, "w", &r, -1, 1);
+    gml_tensor *b = chk_new_input(ctx, GML_F32, 1, (int64_t[]){301}, CHK_CONTIGUOUS, "b", &r, -1, 1);
+    gml_tensor *sum = gml_set_name(gml_sum(ctx, x), "sum");
+    gml_tensor *sumc = gml_set_name(gml_sum(ctx, xc), "sumc");
+    gml_tensor *mean = gml_set_name(gml_mean(ctx, xc), "mean");
+    gml_tensor *max = gml_set_name(gml_max(ctx, x), "max");
+    gml_tensor *maxc = gml_set_name(gml_max(ctx, xc), "maxc");
+    gml_tensor *rms = gml_set_name(gml_rms_norm(ctx, x, w, 1e-6f), "rms");
+    gml_tensor *rmsc = gml_set_name(gml_rms_norm(ctx, xc, w, 1e-6f), "rmsc");
+    gml_tensor *ln = gml_set_name(gml_layer_norm(ctx, x, w, b, 1e-5f), "ln");
+    gml_tensor *lnc = gml_set_name(gml_layer_norm(ctx, xc, w, b, 1e-5f), "lnc");
+    gml_tensor *outs[] = {sum, sumc, mean, max, maxc, rms, rmsc, ln, lnc};
+    gml_graph *g = gml_build_graph(ctx, outs, 9);
+    const expect ex[] = {
+        {sum, "gml_f32_rsum_ukernel__", "(strided rows gathered)", false},
+        {sumc, "gml_f32_rsum_ukernel__", NULL, false},
+        {mean, "gml_f32_rsum_ukernel__", NULL, false},
+        {max, "gml_f32_rmax_ukernel__", "(strided rows gathered)", false},
+        {maxc, "gml_f32_rmax_ukernel__", NULL, false},
+        {rms, "gml_f32_vnorm_ukernel__", "(strided rows gathered)", false},
+        {rmsc, "gml_f32_vnorm_ukernel__", NULL, false},
+        {ln, "gml_f32_vnorm_ukernel__", "(strided rows gathered)", false},
+        {lnc, "gml_f32_vnorm_ukernel__", NULL, false},
+    };
+    const same pairs[] = {{sum, sumc}, {max, maxc}, {rms, rmsc}, {ln, lnc}};
+    chk_case("sum, mean, max, rms_norm, layer_norm: transposed rows gathered");
+    run_case(g, ex, 9, outs, 9, 1e-5, pairs, 4);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(void) {
     const gml_isa best = gml_cpu_has(GML_ISA_AVX512) ? GML_ISA_AVX512
                          : gml_cpu_has(GML_ISA_AVX2) ? GML_ISA_AVX2
@@ -428,5 +466,6 @@ int main(void) {
     test_unary();
     test_moves();
     test_concat();
+    test_reduce_norm();
     return chk_summary();
 }

@@ -106,6 +106,16 @@ static gml_tensor *ex_concat(gml_context *ctx) {
     return gml_concat(ctx, gml_transpose(ctx, F32("a", 2, 4, 3), -1, -2), F32("b", 2, 2, 4), -2);
 }
 
+static gml_tensor *ex_sum(gml_context *ctx) { return gml_sum(ctx, F32("x", 2, 3, 5)); }
+static gml_tensor *ex_mean(gml_context *ctx) { return gml_mean(ctx, F32("x", 3, 7)); }
+static gml_tensor *ex_max(gml_context *ctx) { return gml_max(ctx, F32("x", 4)); }
+static gml_tensor *ex_rms_norm(gml_context *ctx) {
+    return gml_rms_norm(ctx, F32("x", 2, 3, 8), F32("w", 8), 1e-6f);
+}
+static gml_tensor *ex_layer_norm(gml_context *ctx) { /* no weight, a bias */
+    return gml_layer_norm(ctx, F32("x", 3, 6), NULL, F32("b", 6), 1e-5f);
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -139,6 +149,11 @@ static const struct example {
     {GML_OP_SILU, ex_silu},
     {GML_OP_GELU, ex_gelu},
     {GML_OP_GELU_TANH, ex_gelu_tanh},
+    {GML_OP_SUM, ex_sum},
+    {GML_OP_MEAN, ex_mean},
+    {GML_OP_MAX, ex_max},
+    {GML_OP_RMS_NORM, ex_rms_norm},
+    {GML_OP_LAYER_NORM, ex_layer_norm},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

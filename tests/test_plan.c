@@ -130,6 +130,16 @@ static void g_cache(gml_context *ctx, struct io *io) {
     io->out[io->n_out++] = gml_softmax(ctx, gml_scale(ctx, cache, 1.0f), NULL, 1.0f, false);
 }
 
+/* rms_norm and layer_norm run in place on the add before them; sum, mean
+ * and max (a transposed one, with scratch) read the norms. */
+static void g_norms(gml_context *ctx, struct io *io) {
+    gml_tensor *x = F32(ctx, io, 3, 7, 33), *bias = F32(ctx, io, 33), *w = F32(ctx, io, 33);
+    gml_tensor *h = gml_rms_norm(ctx, gml_add(ctx, x, bias), w, 1e-6f);
+    gml_tensor *l = gml_layer_norm(ctx, gml_scale(ctx, h, 2.0f), NULL, bias, 1e-5f);
+    io->out[io->n_out++] = gml_add(ctx, gml_sum(ctx, l), gml_mean(ctx, h));
+    io->out[io->n_out++] = gml_max(ctx, gml_transpose(ctx, l, 1, 2));
+}
+
 /* ---- checks ------------------------------------------------------------------ */
 
 /* Liveness from the graph alone: node i's storage is alive from i to the
@@ -164,7 +174,8 @@ static void check_no_overlap(gml_graph *g, const char *what) {
             /* allowed: b written over its first source a, at a's last use */
             bool inplace = last[a] == b && tb->src[0] && root(tb->src[0]) == ta && a0 == b0 &&
                            (tb->op == GML_OP_ADD || tb->op == GML_OP_MUL ||
-                            tb->op == GML_OP_SCALE || tb->op == GML_OP_SOFTMAX);
+                            tb->op == GML_OP_SCALE || tb->op == GML_OP_SOFTMAX ||
+                            tb->op == GML_OP_RMS_NORM || tb->op == GML_OP_LAYER_NORM);
             CHECK(inplace, "%s: '%s' (alive to node %d) and node %d '%s' share bytes", what,
                   ta->name, last[a], b, tb->name);
         }
@@ -259,7 +270,8 @@ static void test_graphs(void) {
         const char *name;
         builder fn;
     } cases[] = {{"attention", g_attention}, {"diamond", g_diamond}, {"multi", g_multi},
-                 {"view_out", g_view_out},   {"inplace", g_inplace}, {"cache", g_cache}};
+                 {"view_out", g_view_out},   {"inplace", g_inplace}, {"cache", g_cache},
+                 {"norms", g_norms}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         struct built ref = build(cases[c].fn, false);
         CHECK(gml_graph_compute(ref.g, 1) == GML_OK, "%s: %s", cases[c].name, gml_graph_error(ref.g));

@@ -403,6 +403,39 @@ gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
+/* Reductions over the last dim, keeping it as size 1 (keepdim=True; a
+ * reshape drops it): x [..., n] -> [..., 1], any strides.
+ * sum:  torch.sum(x, -1, keepdim=True)
+ * mean: torch.mean(x, -1, keepdim=True)
+ * max:  torch.amax(x, -1, keepdim=True) (the values of torch.max(x, -1,
+ *       keepdim=True)); a row with a NaN gives NaN.
+ * sum and mean add in float within blocks of 256 and in double across them,
+ * in one order on every ISA and thread count (bitwise the same result); the
+ * reference kernels add in order in double (a few ulp apart). */
+gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x);
+gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x);
+gml_tensor *gml_max(gml_context *ctx, gml_tensor *x);
+
+/* Normalizations over the last dim d: x [..., d] (any strides), w and b [d]
+ * f32 or NULL (none) -> [..., d] contiguous; eps finite, >= 0.
+ * rms_norm:   y = x / sqrt(mean(x^2) + eps) * w, as Hugging Face's
+ *             LlamaRMSNorm in float32 (x * rsqrt(var + eps), then * w).
+ * layer_norm: y = (x - mean) / sqrt(var + eps) * w + b with the biased
+ *             variance, as torch.nn.LayerNorm (normalized_shape [d]).
+ * The statistics are summed in float within blocks of 256 and in double
+ * across them (layer_norm's variance in a second pass over x - mean), the
+ * inverse root in double; each y is then formed in float in the order
+ * above. Bitwise the same on every ISA and thread count. A NaN in a row
+ * makes the row NaN; so does an inf for layer_norm, while rms_norm gives NaN
+ * at the inf and 0 (times w) elsewhere in its row: x * rsqrt(inf), as
+ * PyTorch; an |x| above about 1.8e19 squares to inf in float, as in
+ * PyTorch, with the same effect. Graph files:
+ * rms_norm(x, w, eps=1e-6), layer_norm(x, w, b, eps=1e-5), w and b may be
+ * none. */
+gml_tensor *gml_rms_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, float eps);
+gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b,
+                           float eps);
+
 /* PyTorch's repeat_interleave(x, repeats, dim): each slice along dim is
  * repeated `repeats` times in place. [.., n, ..] -> [.., n*repeats, ..] */
 gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);

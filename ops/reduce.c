@@ -1,0 +1,196 @@
+/* Reductions over the last dim, keeping it: sum, mean and max,
+ * x [..., n] -> [..., 1], as torch.sum/mean/amax(x, -1, keepdim=True).
+ * The order of the fast kernels' arithmetic, the same on every ISA, is in
+ * ops/reduce.h; the reference kernels add in order in double. */
+#include "reduce.h"
+
+#include <math.h>
+
+typedef enum { R_SUM, R_MEAN, R_MAX } reduce_kind;
+
+/* ---- reference kernels: plain loops over any strides ---------------------- */
+
+static void reduce_ref(const gml_compute_params *p, gml_tensor *dst, reduce_kind kind) {
+    const gml_tensor *x = dst->src[0];
+    const int64_t n = x->ne[3], sx = (int64_t)x->nb[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        if (kind == R_MAX) {
+            float m = -INFINITY;
+            bool nan = false;
+            for (int64_t j = 0; j < n; j++) {
+                const float v = *(const float *)(xr + j * sx);
+                nan |= v != v;
+                m = v > m ? v : m;
+            }
+            *out = nan ? NAN : m;
+        } else {
+            double s = 0;
+            for (int64_t j = 0; j < n; j++) s += *(const float *)(xr + j * sx);
+            *out = (float)(kind == R_MEAN ? s / (double)n : s);
+        }
+    }
+}
+
+static void gml_f32_sum__ref(const gml_compute_params *p, gml_tensor *dst) { reduce_ref(p, dst, R_SUM); }
+static void gml_f32_mean__ref(const gml_compute_params *p, gml_tensor *dst) { reduce_ref(p, dst, R_MEAN); }
+static void gml_f32_max__ref(const gml_compute_params *p, gml_tensor *dst) { reduce_ref(p, dst, R_MAX); }
+
+/* ---- the portable variants (the order of ops/reduce.h) -------------------- */
+
+double gml_f32_rsum_ukernel__scalar_u16(size_t n, const float *x) {
+    double acc[GML_REDUCE_LANES] = {0};
+    for (size_t b = 0; b < n; b += GML_REDUCE_BLOCK) {
+        const size_t end = GML_MIN(n, b + GML_REDUCE_BLOCK);
+        float lane[GML_REDUCE_LANES];
+        for (int l = 0; l < GML_REDUCE_LANES; l++) lane[l] = -0.0f;
+        for (size_t i = b; i < end; i++) lane[i % GML_REDUCE_LANES] += x[i];
+        for (int l = 0; l < GML_REDUCE_LANES; l++) acc[l] += (double)lane[l];
+    }
+    return gml_reduce_tree16(acc);
+}
+
+double gml_f32_rsumsq_ukernel__scalar_u16(size_t n, const float *x, float c) {
+    double acc[GML_REDUCE_LANES] = {0};
+    for (size_t b = 0; b < n; b += GML_REDUCE_BLOCK) {
+        const size_t end = GML_MIN(n, b + GML_REDUCE_BLOCK);
+        float lane[GML_REDUCE_LANES];
+        for (int l = 0; l < GML_REDUCE_LANES; l++) lane[l] = -0.0f;
+        for (size_t i = b; i < end; i++) {
+            const float d = x[i] - c;
+            const float sq = d * d;
+            lane[i % GML_REDUCE_LANES] += sq;
+        }
+        for (int l = 0; l < GML_REDUCE_LANES; l++) acc[l] += (double)lane[l];
+    }
+    return gml_reduce_tree16(acc);
+}
+
+float gml_f32_rmax_ukernel__scalar_u16(size_t n, const float *x) {
+    float m[GML_REDUCE_LANES];
+    for (int l = 0; l < GML_REDUCE_LANES; l++) m[l] = -INFINITY;
+    bool nan = false;
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        nan |= v != v;
+        m[i % GML_REDUCE_LANES] = v > m[i % GML_REDUCE_LANES] ? v : m[i % GML_REDUCE_LANES];
+    }
+    return gml_reduce_tree16_max(m, nan);
+}
+
+/* ---- fast kernels ----------------------------------------------------------
+ * One micro-kernel call per row; a row that is not contiguous (a transposed
+ * or permuted view) is gathered first into this thread's part of the
+ * scratch, so the result is bitwise what the same numbers give contiguous. */
+
+static size_t row_bytes(const gml_tensor *dst) {
+    return gml_align_up((size_t)dst->src[0]->ne[3] * sizeof(float), GML_ALIGN);
+}
+
+static size_t reduce_work_size(const gml_tensor *dst, int nth) {
+    const gml_tensor *x = dst->src[0];
+    return x->ne[3] > 1 && x->nb[3] != sizeof(float) ? (size_t)nth * row_bytes(dst) : 0;
+}
+
+static void reduce_forward(const gml_compute_params *p, gml_tensor *dst, reduce_kind kind) {
+    const gml_tensor *x = dst->src[0];
+    const int64_t n = x->ne[3], sx = (int64_t)x->nb[3];
+    const bool gather = n > 1 && sx != (int64_t)sizeof(float);
+    gml_f32_rsum_ukernel *const rsum = GML_PICK_UKERNEL(GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel);
+    gml_f32_rmax_ukernel *const rmax = GML_PICK_UKERNEL(GML_F32_RMAX_UKERNELS, gml_f32_rmax_ukernel);
+    if (kind == R_MAX)
+        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_RMAX_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                                  : GML_PICK_UKERNEL_NAME(GML_F32_RMAX_UKERNELS));
+    else
+        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_RSUM_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                                  : GML_PICK_UKERNEL_NAME(GML_F32_RSUM_UKERNELS));
+    float *buf = gather ? (float *)(void *)((char *)p->wdata + (size_t)p->ith * row_bytes(dst)) : NULL;
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        const float *row = (const float *)(const void *)xr;
+        if (gather) {
+            for (int64_t j = 0; j < n; j++) memcpy(&buf[j], xr + j * sx, sizeof(float));
+            row = buf;
+        }
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        if (kind == R_MAX) {
+            *out = rmax((size_t)n, row);
+        } else {
+            const double s = rsum((size_t)n, row);
+            *out = (float)(kind == R_MEAN ? s / (double)n : s);
+        }
+    }
+}
+
+static void gml_f32_sum(const gml_compute_params *p, gml_tensor *dst) { reduce_forward(p, dst, R_SUM); }
+static void gml_f32_mean(const gml_compute_params *p, gml_tensor *dst) { reduce_forward(p, dst, R_MEAN); }
+static void gml_f32_max(const gml_compute_params *p, gml_tensor *dst) { reduce_forward(p, dst, R_MAX); }
+
+static double reduce_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
+
+static gml_tensor *reduce(gml_context *ctx, gml_op op, gml_tensor *x) {
+    if (!x) return NULL;
+    if (!gml_expect_type(ctx, gml_op_name(op), x, GML_F32)) return NULL;
+    int64_t ne[GML_MAX_DIMS];
+    const int nd = x->n_dims;
+    for (int d = 0; d < nd; d++) ne[d] = x->ne[GML_MAX_DIMS - nd + d];
+    ne[nd - 1] = 1;
+    return gml_new_op(ctx, op, GML_F32, nd, ne, &x, 1);
+}
+
+/* x [..., n] -> [..., 1] */
+gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_SUM, x); }
+gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_MEAN, x); }
+gml_tensor *gml_max(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_MAX, x); }
+
+static gml_tensor *build_sum(gml_context *ctx, const gml_arg *v) { return gml_sum(ctx, v[0].t); }
+static gml_tensor *build_mean(gml_context *ctx, const gml_arg *v) { return gml_mean(ctx, v[0].t); }
+static gml_tensor *build_max(gml_context *ctx, const gml_arg *v) { return gml_max(ctx, v[0].t); }
+
+/* A -inf or +inf input may reach the output (a sum of -inf is -inf). */
+const gml_op_def gml_opdef_sum = {
+    .forward = gml_f32_sum,
+    .reference = gml_f32_sum__ref,
+    .work_size = reduce_work_size,
+    .flops = reduce_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("x")),
+    .build = build_sum,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "x `[..., n]`",
+    .doc_result = "`[..., 1]`: the sum over the last dim (torch.sum(x, -1, keepdim=True))",
+};
+const gml_op_def gml_opdef_mean = {
+    .forward = gml_f32_mean,
+    .reference = gml_f32_mean__ref,
+    .work_size = reduce_work_size,
+    .flops = reduce_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("x")),
+    .build = build_mean,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "x `[..., n]`",
+    .doc_result = "`[..., 1]`: the mean over the last dim (torch.mean(x, -1, keepdim=True))",
+};
+const gml_op_def gml_opdef_max = {
+    .forward = gml_f32_max,
+    .reference = gml_f32_max__ref,
+    .work_size = reduce_work_size,
+    .flops = reduce_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("x")),
+    .build = build_max,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "x `[..., n]`",
+    .doc_result = "`[..., 1]`: the max over the last dim, NaN if the row has a NaN "
+                  "(torch.amax(x, -1, keepdim=True))",
+};
