@@ -89,6 +89,12 @@ static gml_tensor *ex_after(gml_context *ctx) {
     return gml_after(ctx, cache, slot);
 }
 
+/* q [B, T, H, d] straight from a projection, positions per batch item,
+ * partial interleaved rotary dims, scaled positions */
+static gml_tensor *ex_rope(gml_context *ctx) {
+    return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -111,6 +117,7 @@ static const struct example {
     {GML_OP_FLASH_ATTN, ex_flash_attn},
     {GML_OP_SET_ROWS, ex_set_rows},
     {GML_OP_AFTER, ex_after},
+    {GML_OP_ROPE, ex_rope},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
