@@ -3,7 +3,7 @@
  * interleaved pairs (GPT-J, Meta's LLaMA), partial rotary dims, a base theta
  * and linear position scaling. Positions are data (an i32 tensor), so a
  * decode step's graph is reused with new positions. */
-#include "internal.h"
+#include "ukernels.h"
 
 #include <math.h>
 
@@ -93,14 +93,31 @@ static size_t rope_work_size(const gml_tensor *dst, int nth) {
     return (size_t)nth * rope_scratch(params_of(dst).rotary_dim);
 }
 
+void gml_f32_rope_ukernel__scalar_u1(size_t n, const float *c, const float *s, const float *x0,
+                                     const float *x1, float *o0, float *o1) {
+    for (size_t i = 0; i < n; i++) {
+        const float a = x0[i], b = x1[i];
+        o0[i] = a * c[i] - b * s[i];
+        o1[i] = b * c[i] + a * s[i];
+    }
+}
+
+void gml_f32_ropei_ukernel__scalar_u1(size_t n, const float *c, const float *s, const float *x,
+                                      float *o) {
+    for (size_t i = 0; i < n; i++) {
+        const float a = x[2 * i], b = x[2 * i + 1];
+        o[2 * i] = a * c[i] - b * s[i];
+        o[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
 /* Fast kernel: threads split over the B*T (batch, position) pairs; each
  * computes the r/2 cos and sin of its position once, as floats (the
  * reference's double cos/sin of the same float angle, rounded), and applies
- * them to the H heads of that position in float: x0*c - x1*s, x1*c + x0*s
- * (a multiply, a multiply, an add: this file is built without FMA). Rows
- * with a contiguous last dim run as plain loops the compiler vectorizes;
- * others through their strides. One code for every ISA (no variants): the
- * work is a few flops per element, bound by memory. */
+ * them to the H heads of that position with the micro-kernels (ops/rope.inc:
+ * x0*c - x1*s, x1*c + x0*s in float, no FMA, the same bits on every ISA).
+ * Rows whose last dim is strided (a transposed x) take a strided loop of the
+ * same arithmetic (this file is built without FMA). */
 static void gml_f32_rope(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *pos = dst->src[1];
     const rope_params par = params_of(dst);
@@ -114,8 +131,12 @@ static void gml_f32_rope(const gml_compute_params *p, gml_tensor *dst) {
     for (int64_t i = 0; i < half; i++) inv[i] = rope_inv_freq(par.theta, i, r);
     const int64_t sx = (int64_t)x->nb[3];
     const bool dense = sx == (int64_t)sizeof(float);
-    gml_kernel_note(p, dense ? "gml_f32_rope_ukernel__scalar_table"
-                             : "gml_f32_rope_ukernel__scalar_table (x's last dim is strided)");
+    gml_f32_rope_ukernel *const rot = GML_PICK_UKERNEL(GML_F32_ROPE_UKERNELS, gml_f32_rope_ukernel);
+    gml_f32_ropei_ukernel *const roti =
+        GML_PICK_UKERNEL(GML_F32_ROPEI_UKERNELS, gml_f32_ropei_ukernel);
+    gml_kernel_note(p, !dense ? "strided loop (x's last dim is strided)"
+                       : ilv  ? GML_PICK_UKERNEL_NAME(GML_F32_ROPEI_UKERNELS)
+                              : GML_PICK_UKERNEL_NAME(GML_F32_ROPE_UKERNELS));
     int64_t u0, u1;
     gml_split(B * T, p->ith, p->nth, &u0, &u1);
     for (int64_t u = u0; u < u1; u++) {
@@ -130,22 +151,11 @@ static void gml_f32_rope(const gml_compute_params *p, gml_tensor *dst) {
             const int64_t i1 = par.seq_dim == -2 ? h : t, i2 = par.seq_dim == -2 ? t : h;
             const char *xr = gml_ptr(x, b, i1, i2, 0);
             float *o = (float *)(void *)gml_ptr(dst, b, i1, i2, 0);
-            if (dense && !ilv) {
+            if (dense) {
                 const float *xf = (const float *)(const void *)xr;
-                for (int64_t i = 0; i < half; i++) {
-                    const float x0 = xf[i], x1 = xf[i + half];
-                    o[i] = x0 * cs[i] - x1 * sn[i];
-                    o[i + half] = x1 * cs[i] + x0 * sn[i];
-                }
-                for (int64_t j = r; j < d; j++) o[j] = xf[j];
-            } else if (dense) {
-                const float *xf = (const float *)(const void *)xr;
-                for (int64_t i = 0; i < half; i++) {
-                    const float x0 = xf[2 * i], x1 = xf[2 * i + 1];
-                    o[2 * i] = x0 * cs[i] - x1 * sn[i];
-                    o[2 * i + 1] = x1 * cs[i] + x0 * sn[i];
-                }
-                for (int64_t j = r; j < d; j++) o[j] = xf[j];
+                if (ilv) roti((size_t)half, cs, sn, xf, o);
+                else rot((size_t)half, cs, sn, xf, xf + half, o, o + half);
+                if (o != xf) memcpy(o + r, xf + r, (size_t)(d - r) * sizeof(float));
             } else {
                 for (int64_t i = 0; i < half; i++) {
                     int64_t j0, j1;

@@ -298,7 +298,7 @@ static void test_moves(void) {
     gml_free(ctx);
 }
 
-/* ---- rope: a sin/cos table per position, shared by the heads --------------------- */
+/* ---- rope: the rotation micro-kernels, a sin/cos table per position ---------------- */
 
 static void test_rope(void) {
     chk_rng r = chk_seed(6);
@@ -316,10 +316,10 @@ static void test_rope(void) {
     gml_tensor *outs[] = {heads, ilv, strided, dense};
     gml_graph *g = gml_build_graph(ctx, outs, 4);
     const expect ex[] = {
-        {heads, "gml_f32_rope_ukernel__scalar_table", NULL, true},
-        {ilv, "gml_f32_rope_ukernel__scalar_table", NULL, true},
-        {strided, "gml_f32_rope_ukernel__scalar_table (x's last dim is strided)", NULL, true},
-        {dense, "gml_f32_rope_ukernel__scalar_table", NULL, true},
+        {heads, "gml_f32_rope_ukernel__", NULL, false},
+        {ilv, "gml_f32_ropei_ukernel__", NULL, false},
+        {strided, "strided loop (x's last dim is strided)", NULL, true},
+        {dense, "gml_f32_rope_ukernel__", NULL, false},
     };
     const same pairs[] = {{strided, dense}};
     chk_case("rope: head-split permuted, [B, T, H, d] interleaved partial, transposed x");
