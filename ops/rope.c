@@ -111,10 +111,11 @@ void gml_f32_ropei_ukernel__scalar_u1(size_t n, const float *c, const float *s, 
     }
 }
 
-/* Fast kernel: threads split over the B*T (batch, position) pairs; each
- * computes the r/2 cos and sin of its position once, as floats (the
- * reference's double cos/sin of the same float angle, rounded), and applies
- * them to the H heads of that position with the micro-kernels (ops/rope.inc:
+/* Fast kernel: threads split over the rows in (batch, position, head)
+ * order (a decode step's heads too); each computes the r/2 cos and sin of a
+ * position once, as floats (the reference's double cos/sin of the same
+ * float angle, rounded), and applies them to the heads of that position
+ * that follow with the micro-kernels (ops/rope.inc:
  * x0*c - x1*s, x1*c + x0*s in float, no FMA, the same bits on every ISA).
  * Rows whose last dim is strided (a transposed x) take a strided loop of the
  * same arithmetic (this file is built without FMA). */
@@ -137,36 +138,43 @@ static void gml_f32_rope(const gml_compute_params *p, gml_tensor *dst) {
     gml_kernel_note(p, !dense ? "strided loop (x's last dim is strided)"
                        : ilv  ? GML_PICK_UKERNEL_NAME(GML_F32_ROPEI_UKERNELS)
                               : GML_PICK_UKERNEL_NAME(GML_F32_ROPE_UKERNELS));
+    /* rows in (b, t, h) order, so that a thread's rows of one position
+     * follow one another; the table is made again only when the position
+     * changes */
     int64_t u0, u1;
-    gml_split(B * T, p->ith, p->nth, &u0, &u1);
+    gml_split(B * T * H, p->ith, p->nth, &u0, &u1);
+    bool have = false;
+    int32_t last = 0;
     for (int64_t u = u0; u < u1; u++) {
-        const int64_t b = u / T, t = u % T;
+        const int64_t h = u % H, t = (u / H) % T, b = u / (H * T);
         const int32_t ps = rope_pos(pos, b, t);
-        for (int64_t i = 0; i < half; i++) {
-            const double a = rope_angle(ps, par.pos_scale, inv[i]);
-            cs[i] = (float)cos(a);
-            sn[i] = (float)sin(a);
-        }
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t i1 = par.seq_dim == -2 ? h : t, i2 = par.seq_dim == -2 ? t : h;
-            const char *xr = gml_ptr(x, b, i1, i2, 0);
-            float *o = (float *)(void *)gml_ptr(dst, b, i1, i2, 0);
-            if (dense) {
-                const float *xf = (const float *)(const void *)xr;
-                if (ilv) roti((size_t)half, cs, sn, xf, o);
-                else rot((size_t)half, cs, sn, xf, xf + half, o, o + half);
-                if (o != xf) memcpy(o + r, xf + r, (size_t)(d - r) * sizeof(float));
-            } else {
-                for (int64_t i = 0; i < half; i++) {
-                    int64_t j0, j1;
-                    rope_pair(ilv, i, r, &j0, &j1);
-                    const float x0 = *(const float *)(const void *)(xr + j0 * sx);
-                    const float x1 = *(const float *)(const void *)(xr + j1 * sx);
-                    o[j0] = x0 * cs[i] - x1 * sn[i];
-                    o[j1] = x1 * cs[i] + x0 * sn[i];
-                }
-                for (int64_t j = r; j < d; j++) o[j] = *(const float *)(const void *)(xr + j * sx);
+        if (!have || ps != last) {
+            for (int64_t i = 0; i < half; i++) {
+                const double a = rope_angle(ps, par.pos_scale, inv[i]);
+                cs[i] = (float)cos(a);
+                sn[i] = (float)sin(a);
             }
+            have = true;
+            last = ps;
+        }
+        const int64_t i1 = par.seq_dim == -2 ? h : t, i2 = par.seq_dim == -2 ? t : h;
+        const char *xr = gml_ptr(x, b, i1, i2, 0);
+        float *o = (float *)(void *)gml_ptr(dst, b, i1, i2, 0);
+        if (dense) {
+            const float *xf = (const float *)(const void *)xr;
+            if (ilv) roti((size_t)half, cs, sn, xf, o);
+            else rot((size_t)half, cs, sn, xf, xf + half, o, o + half);
+            if (o != xf) memcpy(o + r, xf + r, (size_t)(d - r) * sizeof(float));
+        } else {
+            for (int64_t i = 0; i < half; i++) {
+                int64_t j0, j1;
+                rope_pair(ilv, i, r, &j0, &j1);
+                const float x0 = *(const float *)(const void *)(xr + j0 * sx);
+                const float x1 = *(const float *)(const void *)(xr + j1 * sx);
+                o[j0] = x0 * cs[i] - x1 * sn[i];
+                o[j1] = x1 * cs[i] + x0 * sn[i];
+            }
+            for (int64_t j = r; j < d; j++) o[j] = *(const float *)(const void *)(xr + j * sx);
         }
     }
 }
