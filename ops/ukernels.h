@@ -18,6 +18,7 @@
 #include "repeat.inc"
 #include "softmax.inc"
 #include "unary.inc"
+#include "rope.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
@@ -214,5 +215,21 @@ bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, fl
  * acc_stride. */
 void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float *acc,
                           size_t acc_stride);
+
+/* ---- rope (ops/rope.inc) --------------------------------------------------
+ * n pairs rotated by cos c[i] and sin s[i], in float, a multiply, a multiply
+ * and an add or subtract each (no FMA: every variant gives the same bits):
+ *     o0[i] = x0[i] c[i] - x1[i] s[i],  o1[i] = x1[i] c[i] + x0[i] s[i]
+ * rope: pair i is (x0[i], x1[i]) -> (o0[i], o1[i]) (rotate-half: x1 = x0 +
+ * r/2); ropei: pair i is (x[2i], x[2i+1]) -> (o[2i], o[2i+1]). In place
+ * allowed (o0 = x0 and o1 = x1, o = x); the runs must not overlap otherwise. */
+typedef void gml_f32_rope_ukernel(size_t n, const float *c, const float *s, const float *x0,
+                                  const float *x1, float *o0, float *o1);
+typedef void gml_f32_ropei_ukernel(size_t n, const float *c, const float *s, const float *x,
+                                   float *o);
+#define GML_DECLARE_ROPE(isa, fn, tile) gml_f32_rope_ukernel fn;
+#define GML_DECLARE_ROPEI(isa, fn, tile) gml_f32_ropei_ukernel fn;
+GML_F32_ROPE_UKERNELS(GML_DECLARE_ROPE)
+GML_F32_ROPEI_UKERNELS(GML_DECLARE_ROPEI)
 
 #endif /* GGMLITE_UKERNELS_H */

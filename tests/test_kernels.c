@@ -2,8 +2,8 @@
  * quietly hands its node to the reference kernel fails here.
  *
  * For each op family with fast kernels (matmul on each of its four paths,
- * flash_attn, softmax, add/mul/sub/div/scale, the unary ops, cont, repeat_interleave,
- * concat) a graph on
+ * flash_attn, softmax, add/mul/sub/div/scale, the unary ops, sum/mean/max,
+ * rms_norm/layer_norm, rope, cont, repeat_interleave, concat) a graph on
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
  * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
@@ -389,6 +389,36 @@ static void test_concat(void) {
     gml_free(ctx);
 }
 
+/* ---- rope: the rotation micro-kernels, a sin/cos table per position ---------------- */
+
+static void test_rope(void) {
+    chk_rng r = chk_seed(6);
+    gml_context *ctx = chk_ctx(16 << 20);
+    /* the head-split permute of a projection [B, T, H, d]: rows stay dense */
+    gml_tensor *proj = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 9, 3, 70}, CHK_CONTIGUOUS, "proj", &r, -1, 1);
+    gml_tensor *q = gml_permute(ctx, proj, (int[]){0, 2, 1, 3});
+    gml_tensor *pos = chk_new_input(ctx, GML_I32, 2, (int64_t[]){2, 9}, CHK_SLICED, "pos", &r, -5, 3000);
+    gml_tensor *heads = gml_set_name(gml_rope(ctx, q, pos, -2, 0, 10000.0f, 1.0f, false), "heads");
+    gml_tensor *ilv = gml_set_name(gml_rope(ctx, proj, pos, -3, 50, 500000.0f, 2.0f, true), "ilv");
+    /* a transposed x (last dim strided): the same arithmetic through strides */
+    gml_tensor *xt = chk_new_input(ctx, GML_F32, 4, (int64_t[]){2, 3, 9, 70}, CHK_TRANSPOSED, "xt", &r, -1, 1);
+    gml_tensor *strided = gml_set_name(gml_rope(ctx, xt, pos, -2, 0, 10000.0f, 1.0f, false), "strided");
+    gml_tensor *dense = gml_set_name(gml_rope(ctx, gml_cont(ctx, xt), pos, -2, 0, 10000.0f, 1.0f, false), "dense");
+    gml_tensor *outs[] = {heads, ilv, strided, dense};
+    gml_graph *g = gml_build_graph(ctx, outs, 4);
+    const expect ex[] = {
+        {heads, "gml_f32_rope_ukernel__", NULL, false},
+        {ilv, "gml_f32_ropei_ukernel__", NULL, false},
+        {strided, "strided loop (x's last dim is strided)", NULL, true},
+        {dense, "gml_f32_rope_ukernel__", NULL, false},
+    };
+    const same pairs[] = {{strided, dense}};
+    chk_case("rope: head-split permuted, [B, T, H, d] interleaved partial, transposed x");
+    run_case(g, ex, 4, outs, 4, 1e-6, pairs, 1);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- the query itself ------------------------------------------------------------ */
 
 static void test_query(void) {
@@ -467,5 +497,6 @@ int main(void) {
     test_moves();
     test_concat();
     test_reduce_norm();
+    test_rope();
     return chk_summary();
 }

@@ -116,6 +116,12 @@ static gml_tensor *ex_layer_norm(gml_context *ctx) { /* no weight, a bias */
     return gml_layer_norm(ctx, F32("x", 3, 6), NULL, F32("b", 6), 1e-5f);
 }
 
+/* q [B, T, H, d] straight from a projection, positions per batch item,
+ * partial interleaved rotary dims, scaled positions */
+static gml_tensor *ex_rope(gml_context *ctx) {
+    return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -154,6 +160,7 @@ static const struct example {
     {GML_OP_MAX, ex_max},
     {GML_OP_RMS_NORM, ex_rms_norm},
     {GML_OP_LAYER_NORM, ex_layer_norm},
+    {GML_OP_ROPE, ex_rope},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
