@@ -416,7 +416,9 @@ static void op_linear(program *p, reader *r) {
            x->taint | w->taint | (b ? b->taint : 0), 0);
 }
 
-static void op_binary(program *p, reader *r, bool mul) {
+/* add, mul, sub or div (build), broadcasting either way. */
+static void op_binary(program *p, reader *r,
+                      gml_tensor *(*build)(gml_context *, gml_tensor *, gml_tensor *)) {
     entry *a = take(p, r, false, 1);
     if (!a) return;
     int64_t ne[4], bne[4];
@@ -434,7 +436,7 @@ static void op_binary(program *p, reader *r, bool mul) {
         x = b->t;
         y = a->t;
     }
-    result(p, mul ? gml_mul(p->ctx, x, y) : gml_add(p->ctx, x, y), a->taint | b->taint, 0);
+    result(p, build(p->ctx, x, y), a->taint | b->taint, 0);
 }
 
 static void op_scale(program *p, reader *r) {
@@ -626,20 +628,6 @@ static void op_after(program *p, reader *r) {
  * (decode() reaches them unless GGMLITE_FUZZ_DIFF_V1 is set: the files in
  * regress/ were found with the first 20 kinds and decode as they did then.) */
 
-/* sub and div, broadcasting as add and mul do. */
-static void op_sub_div(program *p, reader *r) {
-    entry *a = take(p, r, false, 1);
-    if (!a) return;
-    int64_t ne[4], bne[4];
-    const int nd = shape_of(a->t, ne);
-    entry *b = chance(r, 30) ? take(p, r, false, 1) : normal_leaf(p, r, broadcast_shape(r, nd, ne, bne), bne);
-    if (!b) return;
-    b->read = true;
-    const bool swap = chance(r, 30), div = chance(r, 50);
-    gml_tensor *x = swap ? b->t : a->t, *y = swap ? a->t : b->t;
-    result(p, div ? gml_div(p->ctx, x, y) : gml_sub(p->ctx, x, y), a->taint | b->taint, 0);
-}
-
 /* The unary ops; the exp-based ones agree across ISAs within a few ulp. */
 static void op_unary(program *p, reader *r) {
     entry *a = take(p, r, false, 1);
@@ -727,8 +715,8 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         case 5: op_cpy(p, &r); break;
         case 6: op_matmul(p, &r); break;
         case 7: op_linear(p, &r); break;
-        case 8: op_binary(p, &r, false); break;
-        case 9: op_binary(p, &r, true); break;
+        case 8: op_binary(p, &r, gml_add); break;
+        case 9: op_binary(p, &r, gml_mul); break;
         case 10: op_scale(p, &r); break;
         case 11: op_softmax(p, &r); break;
         case 12: op_repeat(p, &r); break;
@@ -739,7 +727,7 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         case 17: op_flash_attn(p, &r); break;
         case 18: op_attention_chain(p, &r); break;
         case 19: op_after(p, &r); break;
-        case 20: op_sub_div(p, &r); break;
+        case 20: op_binary(p, &r, chance(&r, 50) ? gml_div : gml_sub); break;
         case 21: op_unary(p, &r); break;
         case 22: op_slice_concat(p, &r); break;
         case 23: op_reduce(p, &r); break;
