@@ -8,6 +8,7 @@
 #include "check.h"
 
 #include <ggmlite/ggmlite.h>
+#include <ggmlite/io.h>
 
 typedef struct opt_case {
     int64_t B, H, G, Tq, Tk, dk, dv;
@@ -355,7 +356,77 @@ static void test_errors(void) {
     gml_free(ctx);
 }
 
-int main(void) {
+/* ---- PyTorch's answers (tests/fixtures/gen_attn_opts.py) -------------------- */
+
+static gml_context *load(const char *dir, const char *c, const char *file, gml_tensor **t) {
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/%s/%s", dir, c, file);
+    gml_context *o = gml_load_npy(path, NULL, err, sizeof err);
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)(strlen(file) - 4), file); /* "q" of "q.npy" */
+    *t = o ? gml_get_tensor(o, name) : NULL;
+    if (!o) fprintf(stderr, "%s\n", err);
+    return o;
+}
+
+static void test_fixtures(const char *dir) {
+    static const char *const cases[] = {"sdpa_top_left", "window_softcap_alibi_sinks",
+                                        "alibi_bloom_sinks"};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        chk_case("torch fixture %s", cases[ci]);
+        gml_context *own[5] = {0};
+        gml_tensor *q, *k, *v, *want, *sinks = NULL;
+        own[0] = load(dir, cases[ci], "q.npy", &q);
+        own[1] = load(dir, cases[ci], "k.npy", &k);
+        own[2] = load(dir, cases[ci], "v.npy", &v);
+        own[3] = load(dir, cases[ci], "out.npy", &want);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s/sinks.npy", dir, cases[ci]);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            own[4] = load(dir, cases[ci], "sinks.npy", &sinks);
+        }
+        snprintf(path, sizeof path, "%s/%s/opts.txt", dir, cases[ci]);
+        f = fopen(path, "r");
+        if (!CHECK(q && k && v && want && f, "cannot read the case")) {
+            if (f) fclose(f);
+            for (int i = 0; i < 5; i++) gml_free(own[i]);
+            continue;
+        }
+        float scale = 1;
+        gml_attn_opts o = {.sinks = sinks};
+        char key[32], val[64];
+        while (fscanf(f, "%31s %63s", key, val) == 2) {
+            if (!strcmp(key, "scale")) scale = strtof(val, NULL);
+            if (!strcmp(key, "window")) o.window = atoll(val);
+            if (!strcmp(key, "softcap")) o.softcap = strtof(val, NULL);
+            if (!strcmp(key, "alibi")) o.alibi_max_bias = strtof(val, NULL);
+            if (!strcmp(key, "causal"))
+                o.causal = !strcmp(val, "top_left")       ? GML_CAUSAL_TOP_LEFT
+                           : !strcmp(val, "bottom_right") ? GML_CAUSAL_BOTTOM_RIGHT
+                                                          : GML_CAUSAL_NONE;
+        }
+        fclose(f);
+        gml_context *ctx = chk_ctx(1 << 20);
+        gml_tensor *out = gml_flash_attn_ext(ctx, q, k, v, scale, &o);
+        if (CHECK(out != NULL, "%s", gml_last_error(ctx))) {
+            gml_graph *g = gml_build_graph(ctx, &out, 1);
+            const int64_t n = gml_nelements(want);
+            double *w = malloc(sizeof(double) * (size_t)n);
+            for (int64_t e = 0; e < n; e++) w[e] = ((const float *)want->data)[e];
+            run_all_isas(g, out, w, 2e-6, 2e-5);
+            free(w);
+            gml_graph_free(g);
+        }
+        gml_free(ctx);
+        for (int i = 0; i < 5; i++) gml_free(own[i]);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) test_fixtures(argv[1]);
+    else CHECK(false, "usage: test_attn_opts FIXTURES_DIR (tests/fixtures/attn_opts)");
     test_slopes();
     test_errors();
     test_window_skips();
