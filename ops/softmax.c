@@ -220,14 +220,17 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const bool gather = !(x_rows && mask_rows);
     gml_f32_softmax_ukernel *const ukernel =
         GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
+    if (has_opts(dst, &par)) {
+#define OPTS_NAME(isa, fn, tile) #fn " (options: scores formed in scratch)",
+        gml_kernel_note(p, GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS, OPTS_NAME));
+#undef OPTS_NAME
+        softmax_opts_rows(p, dst, ukernel);
+        return;
+    }
     gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS,
                                                          GML_UKERNEL_NAME_GATHERED)
                               : GML_PICK_UKERNEL_NAME(GML_F32_SOFTMAX_UKERNELS));
     const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
-    if (has_opts(dst, &par)) {
-        softmax_opts_rows(p, dst, ukernel);
-        return;
-    }
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
