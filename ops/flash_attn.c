@@ -612,9 +612,12 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
 /* scale: 1/sqrt(d_k) unless given */
 static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
     const float scale = v[5].given ? v[5].f : (float)(1.0 / sqrt((double)v[0].t->ne[3]));
-    const gml_attn_opts o = {.mask = v[3].t, .valid_lens = v[4].t, .causal = (gml_causal)v[6].i,
-                             .positions = v[7].t, .sinks = v[8].t, .window = v[9].i,
-                             .softcap = v[10].f, .alibi_max_bias = v[11].f};
+#define GIVEN(a, field) (v[a].given ? v[a].field : 0) /* optional ones left out: none */
+    const gml_attn_opts o = {.mask = GIVEN(3, t), .valid_lens = GIVEN(4, t),
+                             .causal = (gml_causal)GIVEN(6, i), .positions = GIVEN(7, t),
+                             .sinks = GIVEN(8, t), .window = GIVEN(9, i),
+                             .softcap = GIVEN(10, f), .alibi_max_bias = GIVEN(11, f)};
+#undef GIVEN
     return gml_flash_attn_ext(ctx, v[0].t, v[1].t, v[2].t, scale, &o);
 }
 

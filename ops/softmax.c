@@ -302,9 +302,12 @@ gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float
 }
 
 static gml_tensor *build_softmax(gml_context *ctx, const gml_arg *v) {
-    const gml_attn_opts o = {.mask = v[1].t, .causal = (gml_causal)v[3].i, .valid_lens = v[4].t,
-                             .positions = v[5].t, .sinks = v[6].t, .window = v[7].i,
-                             .softcap = v[8].f, .alibi_max_bias = v[9].f};
+#define GIVEN(a, field) (v[a].given ? v[a].field : 0) /* optional ones left out: none */
+    const gml_attn_opts o = {.mask = GIVEN(1, t), .causal = (gml_causal)GIVEN(3, i),
+                             .valid_lens = GIVEN(4, t), .positions = GIVEN(5, t),
+                             .sinks = GIVEN(6, t), .window = GIVEN(7, i),
+                             .softcap = GIVEN(8, f), .alibi_max_bias = GIVEN(9, f)};
+#undef GIVEN
     return gml_softmax_ext(ctx, v[0].t, v[2].given ? v[2].f : 1.0f, &o);
 }
 
