@@ -265,9 +265,10 @@ static void test_slopes(void) {
 
 /* ---- the window skips key blocks ------------------------------------------ */
 
-/* K and V rows outside every window hold NaN: a kernel that read them into
- * its sums would give NaN (they are skipped, never weighed). Decode: one
- * query, positions given. */
+/* K and V rows outside the window hold NaN: they must not reach the output
+ * (a kernel that weighed them, or multiplied their 0 weights with NaN, would
+ * give NaN). Decode: one query, positions given. That whole key blocks are
+ * skipped (not only masked) is what tools/bench.c's window row measures. */
 static void test_window_skips(void) {
     chk_case("window: rows outside hold NaN");
     chk_rng rng = chk_seed(77);
@@ -450,6 +451,9 @@ int main(int argc, char **argv) {
     ADD(c_.causal = GML_CAUSAL_TOP_LEFT, c_.Tq = 7, c_.Tk = 45);          /* top-left, Tq < Tk */
     ADD(c_.causal = GML_CAUSAL_TOP_LEFT, c_.Tq = 45, c_.Tk = 7);          /* top-left, Tq > Tk */
     ADD(c_.causal = GML_CAUSAL_BOTTOM_RIGHT, c_.Tq = 45, c_.Tk = 7);      /* bottom-right, Tq > Tk */
+    /* fully masked rows with sinks: rows i < Tq - Tk see no key (zeros, not NaN) */
+    ADD(c_.sinks = true, c_.causal = GML_CAUSAL_BOTTOM_RIGHT, c_.Tq = 45, c_.Tk = 7, c_.softcap = 3);
+    ADD(c_.sinks = true, c_.lens = 2, c_.window = 4, c_.Tq = 9, c_.Tk = 5); /* lens 0 rows too */
     ADD(c_.positions = true, c_.causal = GML_CAUSAL_BOTTOM_RIGHT, c_.window = 6, c_.alibi = 4);
     ADD(c_.positions = true, c_.Tq = 1, c_.Tk = 300, c_.window = 70, c_.sinks = true); /* decode */
     ADD(c_.mask = true, c_.alibi = 8, c_.softcap = 4, c_.sinks = true, c_.window = 11, c_.lens = 2);
