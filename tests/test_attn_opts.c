@@ -425,7 +425,51 @@ static void test_fixtures(const char *dir) {
     }
 }
 
+/* ---- graph files: the new arguments parse and print back -------------------- */
+
+static void test_graph_text(void) {
+    chk_case("graph text");
+    static const struct {
+        const char *call, *printed;
+    } cases[] = {
+        {"flash_attn(q, k, k, causal=bottom_right, window=2, softcap=1.5, alibi=8)",
+         "flash_attn(q, k, k, scale=0.5, causal=true, window=2, softcap=1.5, alibi=8)"},
+        {"flash_attn(q, k, k, causal=top_left, sinks=sk, positions=pos)",
+         "flash_attn(q, k, k, scale=0.5, causal=top_left, positions=pos, sinks=sk)"},
+        {"flash_attn(q, k, k, causal=1)", "flash_attn(q, k, k, scale=0.5, causal=true)"},
+        {"softmax(s, causal=top_left, window=3, sinks=sk, valid_lens=lens)",
+         "softmax(s, scale=1, causal=top_left, valid_lens=lens, sinks=sk, window=3)"},
+        {"softmax(s, causal=false, alibi=0.5, softcap=30)",
+         "softmax(s, scale=1, causal=false, softcap=30, alibi=0.5)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gml_context *ctx = chk_ctx(1 << 20);
+        char text[512], err[512] = "", buf[256] = "";
+        snprintf(text, sizeof text,
+                 "input q f32 [1, 2, 3, 4]\ninput k f32 [1, 1, 5, 4]\ninput s f32 [1, 2, 3, 5]\n"
+                 "input sk f32 [2]\ninput pos i32 [1, 3]\ninput lens i32 [1]\ny = %s\noutput y\n",
+                 cases[i].call);
+        gml_tensor *out[1];
+        if (CHECK(gml_parse_graph(ctx, text, strlen(text), "o.graph", NULL, out, 1, err, sizeof err) == 1,
+                  "%s: %s", cases[i].call, err)) {
+            gml_format_node(out[0], NULL, NULL, buf, sizeof buf);
+            CHECK(strcmp(buf, cases[i].printed) == 0, "%s printed as %s", cases[i].call, buf);
+        }
+        gml_free(ctx);
+    }
+    gml_context *ctx = chk_ctx(1 << 20);
+    const char *bad = "input s f32 [2, 3]\ny = softmax(s, causal=sideways)\noutput y\n";
+    char err[512] = "";
+    gml_tensor *out[1];
+    CHECK(gml_parse_graph(ctx, bad, strlen(bad), "b.graph", NULL, out, 1, err, sizeof err) == -1,
+          "causal=sideways parsed");
+    CHECK_CONTAINS(err, "b.graph:2:23: softmax: 'causal' expects one of false, true/bottom_right, "
+                        "top_left or a whole number (0 false, else true)");
+    gml_free(ctx);
+}
+
 int main(int argc, char **argv) {
+    test_graph_text();
     if (argc > 1) test_fixtures(argv[1]);
     else CHECK(false, "usage: test_attn_opts FIXTURES_DIR (tests/fixtures/attn_opts)");
     test_slopes();
