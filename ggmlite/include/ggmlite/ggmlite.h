@@ -76,7 +76,8 @@
  *     row with none left is zeros). A sink logit s_h (not scaled, capped or
  *     biased) joins the row's max and denominator only: w_j = e^(s_j - m) /
  *     (sum_k e^(s_k - m) + e^(s_h - m)), m = max(s_h, max_k s_k); a row with
- *     no visible key is zeros even with a sink; a NaN sink makes the row NaN.
+ *     no visible key is zeros even with a sink; a NaN or +inf sink makes
+ *     a row with a visible key NaN (-inf is no sink).
  *   . The unfused graph (scores = matmul(q, k^T), softmax, matmul with v)
  *     keeps the same rules in softmax, but its matmuls are plain IEEE: a
  *     NaN or inf in a masked V row gives 0 * NaN = NaN in the output (use
