@@ -174,7 +174,11 @@ typedef struct gml_attn_config {
 
 /* Parameters, PyTorch layouts. Either w_q, w_k, w_v (separate nn.Linear) or
  * in_proj_weight (nn.MultiheadAttention's packed q|k|v rows, used through
- * views, never copied). Biases are optional (NULL). */
+ * views, never copied). Biases are optional (NULL). Any strides: GPT-2's
+ * Conv1D weights, stored [in, out] (c_attn.weight [D, 3D] with q|k|v
+ * columns, c_proj.weight [D, D]), go in as gml_transpose views:
+ * in_proj_weight = transpose(c_attn.weight), in_proj_bias = c_attn.bias,
+ * w_o = transpose(c_proj.weight), b_o = c_proj.bias. */
 typedef struct gml_attn_weights {
     gml_tensor *w_q, *b_q;      /* [D, D], [D] */
     gml_tensor *w_k, *b_k;      /* [G*d_k, D], [G*d_k] */
