@@ -168,10 +168,11 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
                  c->rope ? (c->interleaved ? " rope-interleaved" : " rope") : "",
                  c->rotary_dim ? " partial" : "", c->qk_norm ? " qk_norm" : "");
     n = strlen(buf);
-    if (n < size && (c->window || c->softcap || c->alibi || c->sinks || c->scale))
-        snprintf(buf + n, size - n, "%s%.0lld%s%.0f%s%s%s", c->window ? " window " : "",
-                 (long long)c->window, c->softcap ? " softcap " : "", (double)c->softcap,
-                 c->alibi ? " alibi" : "", c->sinks ? " sinks" : "", c->scale ? " scale" : "");
+    if (n < size && c->window) n += (size_t)snprintf(buf + n, size - n, " window %lld", (long long)c->window);
+    if (n < size && c->softcap) n += (size_t)snprintf(buf + n, size - n, " softcap %g", (double)c->softcap);
+    if (n < size && c->alibi) n += (size_t)snprintf(buf + n, size - n, " alibi %g", (double)c->alibi);
+    if (n < size && c->scale) n += (size_t)snprintf(buf + n, size - n, " scale %g", (double)c->scale);
+    if (n < size && c->sinks) snprintf(buf + n, size - n, " sinks");
     if (c->impl == GML_ATTN_FUSED) {
         size_t n = strlen(buf);
         if (n < size) snprintf(buf + n, size - n, " fused");
@@ -412,7 +413,7 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
     attn_data *d = attn_data_new(c0, seed);
     const attn_case *c = &d->c;
     const bool fused = c->impl == GML_ATTN_FUSED;
-    char desc[160];
+    char desc[256];
     attn_case_str(c, desc, sizeof desc);
     const size_t n_out = (size_t)c->B * c->Tq * c->D, n_attn = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *want_out = malloc(n_out * 4), *want_attn = malloc(n_attn * 4);
