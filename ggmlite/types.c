@@ -83,7 +83,8 @@ uint16_t gml_fp32_to_fp16(float x) {
 float gml_fp16_to_fp32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0x1f) /* inf; NaN made quiet, as F16C's vcvtph2ps does */
+        return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u));
     if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in f32 */
         const float v = (float)man * 0x1p-24f;
         return sign ? -v : v;

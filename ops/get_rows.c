@@ -163,6 +163,10 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
                         "%s (src %s)", NAMES, src->ne[2],
                         dst->n_dims > 2 ? " or [A, n] with A dst's first dim" : "",
                         gml_type_name(idx->type), GML_SHAPE(idx, si), GML_SHAPE(src, ss));
+    if (src->type != GML_F32 && src->type != GML_I32)
+        return gml_fail(ctx, "set_rows(%s, %s, %s): '%s' is %s %s; set_rows takes f32 and i32 "
+                        "(convert other types with cpy)", NAMES, src->name,
+                        gml_type_name(src->type), GML_SHAPE(src, ss));
 #undef NAMES
     char call[GML_CALL_MAX];
     gml_format_call("set_rows", (gml_tensor *[]){dst, src, idx}, 3, call, sizeof call);

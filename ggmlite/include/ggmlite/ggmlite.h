@@ -324,7 +324,8 @@ bool gml_type_from_name(const char *name, gml_type *out);
  * subnormals are produced exactly as IEEE rounding gives them (bf16 keeps
  * f32's range and subnormals); a NaN stays a NaN of the same sign, made
  * quiet, its top payload bits kept (as the F16C and AVX-512 instructions
- * do). f16 -> f32 and bf16 -> f32 are exact. */
+ * do). f16 -> f32 and bf16 -> f32 are exact (an f16 NaN comes out quiet,
+ * its payload kept, as vcvtph2ps gives it; a bf16 NaN keeps its bits). */
 uint16_t gml_fp32_to_fp16(float x);
 float gml_fp16_to_fp32(uint16_t h);
 uint16_t gml_fp32_to_bf16(float x);
