@@ -88,6 +88,30 @@ extern const int gml_gemv_n_variants;
 /* The variant the ISA in effect selects. */
 const gml_gemv_variant *gml_gemv_pick(void);
 
+/* Matrix-vector kernels against a weight of another type (gemv.inc):
+ * w's rows of f16, bf16 or q8_0 at ldw bytes, converted in registers. */
+typedef void (*gml_xw_gemv_ukernel_fn)(size_t k, const float *a, size_t lda, int m,
+                                       const void *w, size_t ldw, int n, float *c, size_t ldc);
+#define GML_DECLARE_XW_GEMV(isa, fn, mr, nr)                                                 \
+    void fn(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,  \
+            float *c, size_t ldc);
+GML_F16_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+GML_BF16_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+GML_Q8_0_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+#undef GML_DECLARE_XW_GEMV
+
+typedef struct gml_xw_gemv_variant {
+    gml_isa isa;
+    gml_xw_gemv_ukernel_fn fn;
+    int mr, nr;
+    const char *name;
+} gml_xw_gemv_variant;
+
+/* The variants for weights of type t (f16, bf16, q8_0; *n their count),
+ * NULL for another type; and the one the ISA in effect selects. */
+const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n);
+const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_type t);
+
 /* One batched product C[b] = A[b] @ B[b], every operand through byte strides
  * (any layout: transposed, permuted, sliced, broadcast with a 0 stride).
  *   A [nb0, nb1, M, K]: element (m, k) of batch (i0, i1) at
@@ -103,6 +127,13 @@ typedef struct gml_gemm_desc {
     int64_t b_rs, b_cs, b_bs[2];
     char *c;
     int64_t c_rs, c_bs[2];
+    /* B's element type: f32 (0, the default), or f16, bf16 (any strides,
+     * b_rs and b_cs in bytes as for f32), or q8_0 as W^T of a q8_0 weight
+     * whose rows are contiguous runs of blocks along k: b_cs the row
+     * stride, b_rs the block size (34), element (k, n) the value k % 32 of
+     * block k / 32 of row n; K a multiple of 32. B is converted to f32 in
+     * registers (matrix-vector) or while packing its panels. */
+    gml_type b_type;
 } gml_gemm_desc;
 
 /* Scratch bytes gml_gemm needs for nth threads (any variant). */

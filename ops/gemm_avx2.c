@@ -119,3 +119,66 @@ void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m,
     const __m256i nm = lanes(n);
     for (int i = 0; i < m; i++) _mm256_maskstore_ps(c + i * ldc, nm, acc[i]);
 }
+
+/* ---- matrix-vector against a converted weight (gemv.inc) -------------------
+ * As the AVX-512 variants (ops/gemm_avx512.c): 8 rows of W, 8 k at a time,
+ * each loaded as f16 (F16C vcvtph2ps), bf16 or q8_0 and converted in
+ * registers, then transposed and used as the f32 kernel does. */
+
+static inline __m256 load_f16(const char *row, size_t k0, int nk) {
+    if (nk == 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k0)));
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, row + 2 * k0, (size_t)nk * 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
+}
+
+static inline __m256 load_bf16(const char *row, size_t k0, int nk) {
+    __m128i h;
+    if (nk == 8) {
+        h = _mm_loadu_si128((const __m128i *)(row + 2 * k0));
+    } else {
+        uint16_t tmp[8] = {0};
+        memcpy(tmp, row + 2 * k0, (size_t)nk * 2);
+        h = _mm_loadu_si128((const __m128i *)tmp);
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __m256 load_q8_0(const char *row, size_t k0, int nk) {
+    (void)nk;
+    const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / GML_QK8_0;
+    uint16_t d;
+    memcpy(&d, &b->d, 2);
+    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + k0 % 32)));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(d)), _mm256_cvtepi32_ps(q));
+}
+
+#define XW_GEMV_AVX2(NAME, LOAD, PF_BYTES)                                                       \
+    void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,    \
+              float *c, size_t ldc) {                                                           \
+        const char *row[8];                                                                     \
+        for (int j = 0; j < 8; j++) row[j] = (const char *)w + (j < n ? (size_t)j : 0) * ldw;   \
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),         \
+                         _mm256_setzero_ps()};                                                  \
+        for (size_t k0 = 0; k0 < k; k0 += 8) {                                                  \
+            const int nk = (int)GML_MIN((size_t)8, k - k0);                                     \
+            __m256 r[8];                                                                        \
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {                               \
+                if (k0 % 32 == 0 && k0 + 64 < k)                                                \
+                    _mm_prefetch(row[j] + PF_BYTES(k0 + 64), _MM_HINT_T0);                      \
+                r[j] = LOAD(row[j], k0, nk);                                                    \
+            }                                                                                   \
+            transpose8(r);                                                                      \
+            for (int kk = 0; kk < nk; kk++)                                                     \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) if (i < m) acc[i] =         \
+                    _mm256_fmadd_ps(_mm256_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);       \
+        }                                                                                       \
+        const __m256i nm = lanes(n);                                                            \
+        for (int i = 0; i < m; i++) _mm256_maskstore_ps(c + i * ldc, nm, acc[i]);               \
+    }
+
+#define PF_2(k) (2 * (k))
+#define PF_Q8(k) ((k) / 32 * 34)
+XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load_f16, PF_2)
+XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load_bf16, PF_2)
+XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load_q8_0, PF_Q8)

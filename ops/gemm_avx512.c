@@ -140,3 +140,66 @@ void gml_f32_gemv_ukernel__avx512_4x16(size_t k, const float *a, size_t lda, int
     }
     for (int i = 0; i < m; i++) _mm512_mask_storeu_ps(c + i * ldc, lanes(n), acc[i]);
 }
+
+/* ---- matrix-vector against a converted weight (gemv.inc) -------------------
+ * The kernel above with each 16 k of a row of W loaded as f16, bf16 or q8_0
+ * and converted in registers: vcvtph2ps; bf16 widened and shifted; q8_0's
+ * int8 widened, converted and multiplied by the block's scale (d * q is
+ * exact in f32, as dequantizing gives it). Tails of k (f16, bf16) go
+ * through a zero-padded copy; q8_0 has none (k % 32 == 0). */
+
+static inline __m512 load_f16(const char *row, size_t k0, int nk) {
+    if (nk == 16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * k0)));
+    uint16_t tmp[16] = {0};
+    memcpy(tmp, row + 2 * k0, (size_t)nk * 2);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tmp));
+}
+
+static inline __m512 load_bf16(const char *row, size_t k0, int nk) {
+    __m256i h;
+    if (nk == 16) {
+        h = _mm256_loadu_si256((const __m256i *)(row + 2 * k0));
+    } else {
+        uint16_t tmp[16] = {0};
+        memcpy(tmp, row + 2 * k0, (size_t)nk * 2);
+        h = _mm256_loadu_si256((const __m256i *)tmp);
+    }
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __m512 load_q8_0(const char *row, size_t k0, int nk) {
+    (void)nk;
+    const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / GML_QK8_0;
+    uint16_t d;
+    memcpy(&d, &b->d, 2);
+    const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + k0 % 32)));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)), _mm512_cvtepi32_ps(q));
+}
+
+#define XW_GEMV_AVX512(NAME, LOAD, PF_BYTES)                                                     \
+    void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,    \
+              float *c, size_t ldc) {                                                           \
+        const char *row[16];                                                                    \
+        for (int j = 0; j < 16; j++) row[j] = (const char *)w + (j < n ? (size_t)j : 0) * ldw;  \
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),         \
+                         _mm512_setzero_ps()};                                                  \
+        for (size_t k0 = 0; k0 < k; k0 += 16) {                                                 \
+            const int nk = (int)GML_MIN((size_t)16, k - k0);                                    \
+            __m512 r[16];                                                                       \
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {                             \
+                if (k0 + 64 < k) _mm_prefetch(row[j] + PF_BYTES(k0 + 64), _MM_HINT_T0);         \
+                r[j] = LOAD(row[j], k0, nk);                                                    \
+            }                                                                                   \
+            transpose16(r);                                                                     \
+            for (int kk = 0; kk < nk; kk++)                                                     \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) if (i < m) acc[i] =         \
+                    _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);       \
+        }                                                                                       \
+        for (int i = 0; i < m; i++) _mm512_mask_storeu_ps(c + i * ldc, lanes(n), acc[i]);       \
+    }
+
+#define PF_2(k) (2 * (k))
+#define PF_Q8(k) ((k) / 32 * 34)
+XW_GEMV_AVX512(gml_f16_gemv_ukernel__avx512_4x16, load_f16, PF_2)
+XW_GEMV_AVX512(gml_bf16_gemv_ukernel__avx512_4x16, load_bf16, PF_2)
+XW_GEMV_AVX512(gml_q8_0_gemv_ukernel__avx512_4x16, load_q8_0, PF_Q8)
