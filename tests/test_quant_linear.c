@@ -161,12 +161,67 @@ static void check_errors(void) {
     CHECK(!gml_linear(ctx, x, gml_transpose(ctx, q, 0, 1), NULL), "linear with a q8_0 view");
     CHECK_CONTAINS(gml_last_error(ctx), "weight must be [out, in] of f32, f16, bf16 or q8_0");
     gml_clear_error(ctx);
+    CHECK(!gml_get_rows(ctx, gml_transpose(ctx, q, 0, 1), gml_new_tensor_1d(ctx, GML_I32, 2)),
+          "get_rows from a q8_0 view");
+    CHECK_CONTAINS(gml_last_error(ctx), "table must be [N, d] of f32, f16, bf16 or q8_0 (a q8_0 "
+                                        "one a whole tensor), got q8_0 [64,64] (a view)");
+    gml_clear_error(ctx);
     gml_tensor *x33 = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 33), "x33");
     CHECK(!gml_linear(ctx, x33, q, NULL), "K mismatch");
     gml_free(ctx);
 }
 
+/* get_rows from an f16, bf16, q8_0 table [N, d]: f32 rows equal to the
+ * converted table's rows, at every ISA and 1-4 threads; a transposed f16
+ * table (strided rows) too. */
+static void check_get_rows(gml_type t, bool transposed, chk_rng *r) {
+    chk_case("get_rows %s%s", gml_type_name(t), transposed ? " (transposed table)" : "");
+    gml_context *ctx = chk_ctx(8 << 20);
+    const int64_t N = 70, d = 96;
+    gml_tensor *w = gml_new_tensor_2d(ctx, t, transposed ? d : N, transposed ? N : d);
+    float *wf = malloc((size_t)(N * d) * 4);
+    make_weight(w, wf, r); /* wf [rows of w] */
+    gml_tensor *table = transposed ? gml_transpose(ctx, w, 0, 1) : w;
+    gml_tensor *idx = gml_new_tensor_2d(ctx, GML_I32, 3, 7);
+    int32_t *iv = idx->data;
+    for (int i = 0; i < 21; i++) iv[i] = (int32_t)((i * 37 + 5) % N);
+    gml_tensor *y = gml_get_rows(ctx, table, idx);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    if (!CHECK(g && y->type == GML_F32, "build: %s", gml_last_error(ctx))) {
+        free(wf);
+        gml_free(ctx);
+        return;
+    }
+    float *got = malloc(21 * (size_t)d * 4);
+    for (size_t s = 0; s < sizeof ISAS / sizeof *ISAS; s++) {
+        if (!gml_cpu_has(ISAS[s])) continue;
+        gml_set_isa(ISAS[s]);
+        for (int nth = 1; nth <= 4; nth++) {
+            chk_poison_nodes(g);
+            if (!CHECK(gml_graph_compute(g, nth) == GML_OK, "compute: %s", gml_graph_error(g)))
+                continue;
+            chk_read(y, got);
+            for (int i = 0; i < 21; i++)
+                for (int64_t j = 0; j < d; j++) {
+                    const float want = transposed ? wf[j * N + iv[i]] : wf[iv[i] * d + j];
+                    if (!CHECK(memcmp(&got[i * d + j], &want, 4) == 0, "%s %d threads: [%d][%lld]",
+                               gml_isa_name(ISAS[s]), nth, i, (long long)j))
+                        i = 21, j = d;
+                }
+        }
+    }
+    gml_set_isa(GML_ISA_AUTO);
+    free(got);
+    free(wf);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(void) {
+    for (size_t i = 0; i < 3; i++) {
+        check_get_rows(TYPES[i], false, &(chk_rng){7});
+        if (TYPES[i] != GML_Q8_0) check_get_rows(TYPES[i], true, &(chk_rng){8});
+    }
     chk_rng r = chk_seed(42);
     for (size_t i = 0; i < 3; i++) {
         const gml_type t = TYPES[i];
