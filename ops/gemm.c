@@ -108,15 +108,36 @@ static inline float w_at(gml_type t, const char *row, size_t k) {
     return t == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
 }
 
-/* Scalar matrix-vector kernels on a converted weight: the f32 definition. */
+/* Scalar matrix-vector kernels on a converted weight: the definition of
+ * gemm.h ("against a converted weight"), 16 lane sums emulated. */
 static inline void xw_gemv_scalar(gml_type t, size_t k, const float *a, size_t lda, int m,
                                   const void *w, size_t ldw, int n, float *c, size_t ldc) {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             const char *row = (const char *)w + (size_t)j * ldw;
-            float s = 0.0f;
-            for (size_t kk = 0; kk < k; kk++) s = fmaf(a[i * lda + kk], w_at(t, row, kk), s);
-            c[i * ldc + j] = s;
+            float s[16] = {0};
+            for (size_t k0 = 0; k0 < k; k0 += 32) {
+                const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / 32;
+                for (int l = 0; l < 16; l++) {
+                    const size_t k1 = k0 + (size_t)l, k2 = k1 + 16;
+                    const float a1 = k1 < k ? a[i * lda + k1] : 0.0f, a2 = k2 < k ? a[i * lda + k2] : 0.0f;
+                    if (t == GML_Q8_0) { /* the int8 values, then the block's scale */
+                        uint16_t h;
+                        memcpy(&h, &b->d, 2);
+                        const float p = fmaf(a2, (float)b->qs[l + 16], a1 * (float)b->qs[l]);
+                        s[l] = fmaf(gml_fp16_to_fp32(h), p, s[l]);
+                    } else {
+                        const float w1 = k1 < k ? w_at(t, row, k1) : 0.0f;
+                        const float w2 = k2 < k ? w_at(t, row, k2) : 0.0f;
+                        s[l] = fmaf(a2, w2, fmaf(a1, w1, s[l]));
+                    }
+                }
+            }
+            float u[8];
+            for (int l = 0; l < 8; l++) u[l] = s[l] + s[l + 8];
+            for (int l = 0; l < 4; l++) u[l] = u[l] + u[l + 4];
+            for (int l = 0; l < 2; l++) u[l] = u[l] + u[l + 2];
+            c[i * ldc + j] = u[0] + u[1];
         }
 }
 void gml_f16_gemv_ukernel__scalar_4x16(size_t k, const float *a, size_t lda, int m, const void *w,

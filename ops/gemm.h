@@ -88,8 +88,22 @@ extern const int gml_gemv_n_variants;
 /* The variant the ISA in effect selects. */
 const gml_gemv_variant *gml_gemv_pick(void);
 
-/* Matrix-vector kernels against a weight of another type (gemv.inc):
- * w's rows of f16, bf16 or q8_0 at ldw bytes, converted in registers. */
+/* ---- Matrix-vector against a converted weight --------------------------------
+ * The same product with W's rows f16, bf16 or q8_0 (ldw bytes apart):
+ * bound by reading W, which these types shrink 2x and 3.8x, so the kernels
+ * read each run of 32 k of a row of W once, convert it in registers and
+ * take dot products along k, not the transposed fma chains above (whose
+ * transposes would make them compute-bound). Each c[i][j] is, with w the
+ * converted weight (q8_0: q the int8 values, d the block's scale) and the
+ * k past the end taken as 0:
+ *     s[l] = +0 for l < 16; per run of 32 from k0, for l < 16,
+ *         f16, bf16: s[l] = fma(a[k0+16+l], w[k0+16+l], fma(a[k0+l], w[k0+l], s[l]))
+ *         q8_0:      s[l] = fma(d, fma(a[k0+16+l], q[16+l], a[k0+l] * q[l]), s[l])
+ *     then lanes l and l + 8 added, l and l + 4, l and l + 2, and the two left.
+ * Every variant gives these bits (the same on every ISA and thread count);
+ * they differ from the f32 chains above (and from the packed paths, which
+ * convert W into f32 panels and are bitwise the f32 product) by rounding
+ * only: within a few ulp of sum_k |a w|. */
 typedef void (*gml_xw_gemv_ukernel_fn)(size_t k, const float *a, size_t lda, int m,
                                        const void *w, size_t ldw, int n, float *c, size_t ldc);
 #define GML_DECLARE_XW_GEMV(isa, fn, mr, nr)                                                 \
