@@ -124,7 +124,7 @@ static bool check_xw_gemv(gml_type t, const gml_xw_gemv_variant *v, const gml_xw
     unsigned char *w = malloc(w_len);
     float *c = malloc(sizeof(float) * rows * ldc), *want = malloc(sizeof(float) * rows * ldc);
     for (size_t i = 0; i < a_len; i++) a[i] = rnd();
-    for (size_t i = 0; i < w_len; i++) w[i] = (unsigned char)(rnd() * 97 + 200);
+    for (size_t i = 0; i < w_len; i++) w[i] = (unsigned char)((unsigned)(rnd() * 1000 + 1000) & 0xffu);
     if (t == GML_Q8_0) /* sane scales: f16 of values in [0, 1) */
         for (size_t r = 0; r < (size_t)n; r++)
             for (size_t b = 0; b < k / 32; b++) {
