@@ -568,7 +568,17 @@ static void test_bad_npy(void) {
 
     /* bad headers */
     EXPECT_FAIL(NPY("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 48),
-                "x.npy: offset 20: dtype '<f8' is not supported; expected '<f4' or '<i4'");
+                "x.npy: offset 20: dtype '<f8' is not supported; expected '<f4', '<i4' or '<f2'");
+    { /* '<f2' loads as f16, bits as stored; its size is 2 bytes an element */
+        gml_context *c16 = NPY("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12);
+        const gml_tensor *h = c16 ? gml_get_tensor(c16, "x") : NULL;
+        CHECK(h && h->type == GML_F16 && h->ne[2] == 2 && h->ne[3] == 3 && h->nb[3] == 2,
+              "'<f2' loads as f16 [2,3]: %s", err);
+        if (h) CHECK(((const unsigned char *)h->data)[11] == (unsigned char)(11 * 7 + 1), "its bytes");
+        gml_free(c16);
+        EXPECT_FAIL(NPY("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 24),
+                    "data is 24 bytes, but shape (2, 3) of '<f2' needs exactly 12");
+    }
     EXPECT_FAIL(NPY("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24), "'>f4'");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24),
                 "offset 44", "fortran_order is True");
