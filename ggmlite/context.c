@@ -76,20 +76,11 @@ gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) {
     return NULL;
 }
 
-static const char *const TYPE_NAMES[] = {[GML_F32] = "f32", [GML_I32] = "i32"};
-
-size_t gml_type_size(gml_type type) {
-    (void)type; /* f32 and i32 are both 4 bytes */
-    return 4;
-}
-
-const char *gml_type_name(gml_type type) {
-    return (unsigned)type < sizeof TYPE_NAMES / sizeof *TYPE_NAMES ? TYPE_NAMES[type] : "?";
-}
-
 void gml_contiguous_strides(gml_type type, const int64_t ne[GML_MAX_DIMS], size_t nb[GML_MAX_DIMS]) {
+    /* a blocked type (q8_0): nb[3] is one block, a row n / block blocks */
     nb[GML_MAX_DIMS - 1] = gml_type_size(type);
-    for (int i = GML_MAX_DIMS - 2; i >= 0; i--) nb[i] = nb[i + 1] * (size_t)ne[i + 1];
+    nb[GML_MAX_DIMS - 2] = gml_row_size(type, ne[GML_MAX_DIMS - 1]);
+    for (int i = GML_MAX_DIMS - 3; i >= 0; i--) nb[i] = nb[i + 1] * (size_t)ne[i + 1];
 }
 
 /* The builder call a tensor is made for, as its messages name it: op and
@@ -181,9 +172,13 @@ static bool valid_sizes(gml_context *ctx, const char *what, int n_dims, const in
 
 gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne) {
     if (!ctx) return NULL;
-    if (type != GML_F32 && type != GML_I32)
+    if ((unsigned)type >= GML_TYPE_COUNT)
         return gml_fail(ctx, "new_tensor: unknown type %d", (int)type);
     if (!valid_sizes(ctx, "new_tensor", n_dims, ne)) return NULL;
+    const int64_t blk = gml_type_block_size(type);
+    if (ne[n_dims - 1] % blk)
+        return gml_fail(ctx, "new_tensor: a %s tensor's last dim must be a multiple of %" PRId64
+                        " (its block), got %" PRId64, gml_type_name(type), blk, ne[n_dims - 1]);
     gml_tensor *t = new_object(ctx, &(struct caller){"new_tensor", NULL, 0}, type, n_dims, ne,
                                false);
     if (t) snprintf(t->name, sizeof t->name, "leaf_%d", t->id);
@@ -204,11 +199,46 @@ gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64
     return gml_new_tensor(ctx, type, 4, (int64_t[]){n0, n1, n2, n3});
 }
 
+/* The one place where the types beyond f32 and i32 (f16, bf16, q8_0) are
+ * let into an op (see gml_type in ggmlite.h): cpy converts any pair; cont
+ * moves f16 and bf16 too; matmul takes them as b, get_rows as the table.
+ * Every other op, and these in any other role, refuses them here, so no
+ * kernel ever sees a type it was not written for. (The builders check their
+ * own i32 and f32 rules before.) */
+static bool types_taken(gml_context *ctx, const struct caller *who, gml_op op, gml_type type) {
+    for (int i = 0; i < who->n_src; i++) {
+        const gml_tensor *s = who->src[i];
+        if (!s || s->type == GML_F32 || s->type == GML_I32) continue;
+        const bool ok = (op == GML_OP_CONT && s->type != GML_Q8_0) ||
+                        (op == GML_OP_MATMUL && i == 1) || (op == GML_OP_GET_ROWS && i == 0);
+        if (ok) continue;
+        char call[GML_CALL_MAX], shape[GML_SHAPE_MAX];
+        const char *takes = op == GML_OP_CONT    ? "f32, i32, f16 or bf16"
+                            : op == GML_OP_MATMUL ? "an f32 a (b may be f16, bf16 or q8_0)"
+                            : op == GML_OP_GET_ROWS ? "an f32, f16, bf16 or q8_0 table and i32 "
+                                                      "indices"
+                                                    : "f32 (and i32 where it says)";
+        gml_fail(ctx, "%s: '%s' is %s %s; %s takes %s (convert it with cpy into an f32 tensor "
+                 "first)", gml_format_call(who->op, who->src, who->n_src, call, sizeof call),
+                 s->name, gml_type_name(s->type), GML_SHAPE(s, shape), who->op, takes);
+        return false;
+    }
+    if (type != GML_F32 && type != GML_I32 && op != GML_OP_CONT) {
+        char call[GML_CALL_MAX];
+        gml_fail(ctx, "%s: makes no %s result (only cpy and cont write other types than f32 and "
+                 "i32)", gml_format_call(who->op, who->src, who->n_src, call, sizeof call),
+                 gml_type_name(type));
+        return false;
+    }
+    return true;
+}
+
 gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, const int64_t *ne,
                        gml_tensor *const *src, int n_src) {
     assert(n_src >= 0 && n_src <= GML_MAX_SRC);
-    if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
     const struct caller who = {gml_op_name(op), src, n_src};
+    if (!types_taken(ctx, &who, op, type)) return NULL;
+    if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
     gml_tensor *t = new_object(ctx, &who, type, n_dims, ne, false);
     if (!t) return NULL;
     t->op = op;
@@ -221,6 +251,19 @@ gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
                          const int64_t *ne, const size_t *nb, size_t offset, const char *what) {
     if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
     const struct caller who = {gml_op_name(op), &a, 1};
+    /* A q8_0 tensor's blocks run along its last dim: only a permutation of
+     * a whole leaf (w^T for matmul) keeps them addressable, and the writes
+     * of cpy land on a whole q8_0 leaf. */
+    if (a->type == GML_Q8_0 &&
+        !(((op == GML_OP_TRANSPOSE || op == GML_OP_PERMUTE) && !a->view_src) ||
+          (op == GML_OP_CPY && !a->view_src && gml_is_contiguous(a)) ||
+          (op == GML_OP_AFTER && !a->view_src))) {
+        char shape[GML_SHAPE_MAX];
+        return gml_fail(ctx, "%s(%s): '%s' is q8_0 %s%s; of its views only transpose and permute "
+                        "of a q8_0 leaf are supported (its blocks of 32 run along the last dim)",
+                        gml_op_name(op), a->name, a->name, GML_SHAPE(a, shape),
+                        a->view_src ? " (a view)" : "");
+    }
     gml_tensor *t = new_object(ctx, &who, a->type, n_dims, ne, true);
     if (!t) return NULL;
     for (int i = 0; i < n_dims; i++) t->nb[GML_MAX_DIMS - n_dims + i] = nb[i];

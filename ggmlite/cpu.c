@@ -40,6 +40,15 @@ static bool os_saves(uint32_t mask) {
 }
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+/* F16C (vcvtph2ps, vcvtps2ph: the f16 kernels of the AVX2 and AVX-512
+ * variants), CPUID.1:ECX bit 29; every AVX2 CPU made has it. */
+static bool has_f16c(void) {
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+}
+#endif
+
 bool gml_cpu_has(gml_isa isa) {
     switch (isa) {
     case GML_ISA_AUTO:
@@ -51,7 +60,8 @@ bool gml_cpu_has(gml_isa isa) {
      * AVX-512 variants are compiled with -mavx2 -mfma as well, so AVX512
      * requires what AVX2 does (every AVX-512F CPU has them). */
     case GML_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && os_saves(0x06);
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+               os_saves(0x06);
     case GML_ISA_AVX512:
         return gml_cpu_has(GML_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                os_saves(0xe6);

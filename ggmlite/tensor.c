@@ -11,6 +11,14 @@ int64_t gml_nelements(const gml_tensor *t) {
 }
 
 size_t gml_nbytes(const gml_tensor *t) {
+    if (gml_type_block_size(t->type) > 1) {
+        /* blocked (q8_0): a leaf, rows of ne[3] / block blocks; its views
+         * are permutations of a whole leaf (context.c), spanning the leaf */
+        if (t->view_src) return gml_nbytes(t->view_src);
+        size_t n = gml_row_size(t->type, t->ne[3]);
+        for (int i = 0; i < GML_MAX_DIMS - 1; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+        return n;
+    }
     size_t n = gml_type_size(t->type);
     for (int i = 0; i < GML_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
     return n;
@@ -24,10 +32,13 @@ int64_t gml_dim(const gml_tensor *t, int d) {
 }
 
 bool gml_is_contiguous(const gml_tensor *t) {
+    const int64_t blk = gml_type_block_size(t->type);
+    if (blk > 1 && t->view_src) return false; /* a permuted q8_0 leaf */
     size_t want = gml_type_size(t->type);
     for (int i = GML_MAX_DIMS - 1; i >= 0; i--) {
-        if (t->ne[i] != 1 && t->nb[i] != want) return false;
-        want *= (size_t)t->ne[i];
+        const int64_t n = i == GML_MAX_DIMS - 1 ? t->ne[i] / blk : t->ne[i];
+        if (n != 1 && t->nb[i] != want) return false;
+        want *= (size_t)n;
     }
     return true;
 }
@@ -340,7 +351,19 @@ static void clear_witness(gml_overlap_witness *w) {
     w->dim = -1;
 }
 
+/* A q8_0 leaf as the overlap checks see it: its blocks as elements (ne[3]
+ * counted in blocks of type_size bytes each). Other tensors as they are. */
+static const gml_tensor *as_blocks(const gml_tensor *t, gml_tensor *tmp) {
+    const int64_t blk = gml_type_block_size(t->type);
+    if (blk == 1) return t;
+    *tmp = *t;
+    tmp->ne[GML_MAX_DIMS - 1] /= blk;
+    return tmp;
+}
+
 gml_overlap gml_self_overlap(const gml_tensor *t, gml_overlap_witness *w) {
+    gml_tensor tmp_t;
+    t = as_blocks(t, &tmp_t);
     gml_overlap_witness unused;
     if (!w) w = &unused;
     clear_witness(w);
@@ -384,6 +407,9 @@ static int64_t storage_start(const gml_tensor *t, bool by_address) {
 }
 
 gml_overlap gml_tensors_overlap(const gml_tensor *a, const gml_tensor *b, gml_overlap_witness *w) {
+    gml_tensor tmp_a, tmp_b;
+    a = as_blocks(a, &tmp_a);
+    b = as_blocks(b, &tmp_b);
     gml_overlap_witness unused;
     if (!w) w = &unused;
     clear_witness(w);

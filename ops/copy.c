@@ -26,7 +26,91 @@ static void copy_rows(const gml_compute_params *p, const gml_tensor *src, gml_te
     }
 }
 
+/* ---- conversions: f16, bf16, q8_0 ----------------------------------------------
+ * cpy between different types (any pair of f32, f16, bf16, q8_0) goes row
+ * by row through an f32 row in the thread's scratch: the source row
+ * converted to f32, then converted into the destination; a 2-byte type
+ * copied to itself (cont, cpy of f16 or bf16) is moved bit for bit. q8_0
+ * tensors here are whole leafs (the builders see to it): their rows are
+ * contiguous runs of blocks. The reference kernel uses the scalar
+ * conversions element by element (gml_fp32_to_fp16, ...); the fast one the
+ * micro-kernels of ops/convert.inc on rows that are contiguous, which give
+ * the same bits. */
+
+static bool is_x32(gml_type t) { return t == GML_F32 || t == GML_I32; }
+
+/* An element of a 2-byte or f32 row at stride nb, as f32; and back. */
+static float load_f32(gml_type t, const char *p) {
+    uint16_t h;
+    float f;
+    switch (t) {
+    case GML_F16: memcpy(&h, p, 2); return gml_fp16_to_fp32(h);
+    case GML_BF16: memcpy(&h, p, 2); return gml_bf16_to_fp32(h);
+    default: memcpy(&f, p, 4); return f;
+    }
+}
+static void store_f32(gml_type t, char *p, float f) {
+    uint16_t h;
+    switch (t) {
+    case GML_F16: h = gml_fp32_to_fp16(f); memcpy(p, &h, 2); break;
+    case GML_BF16: h = gml_fp32_to_bf16(f); memcpy(p, &h, 2); break;
+    default: memcpy(p, &f, 4); break;
+    }
+}
+
+static size_t convert_work_size(const gml_tensor *dst, int nth) {
+    if (is_x32(dst->type) && is_x32(dst->src[0]->type)) return 0;
+    return (size_t)nth * gml_align_up((size_t)dst->ne[3] * sizeof(float), GML_ALIGN);
+}
+
+/* Row r of src into dst, converting; fast: the micro-kernels on contiguous rows. */
+static void convert_rows(const gml_compute_params *p, gml_tensor *dst, bool fast) {
+    const gml_tensor *src = dst->src[0];
+    const gml_type ts = src->type, td = dst->type;
+    const int64_t n = dst->ne[3];
+    const size_t es = gml_type_size(ts), ed = gml_type_size(td);
+    float *buf = (float *)((char *)p->wdata +
+                           (size_t)p->ith * gml_align_up((size_t)n * sizeof(float), GML_ALIGN));
+    const bool s_rows = ts == GML_Q8_0 || src->nb[3] == es;
+    const bool d_rows = td == GML_Q8_0 || dst->nb[3] == ed;
+    gml_cvt_ukernel *to = fast && s_rows ? gml_cvt_to_f32(ts, NULL) : NULL;
+    gml_cvt_ukernel *from = fast && d_rows ? gml_cvt_from_f32(td, NULL) : NULL;
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *s = gml_ptr(src, i0, i1, i2, 0);
+        char *d = gml_ptr(dst, i0, i1, i2, 0);
+        if (ts == td) { /* f16, bf16, q8_0: bits moved */
+            if (ts == GML_Q8_0 || (fast && s_rows && d_rows)) {
+                memcpy(d, s, gml_row_size(ts, n));
+            } else {
+                for (int64_t i = 0; i < n; i++)
+                    memcpy(d + i * (int64_t)dst->nb[3], s + i * (int64_t)src->nb[3], es);
+            }
+            continue;
+        }
+        /* the row as f32: in place when dst is a contiguous f32 row */
+        float *row = td == GML_F32 && d_rows ? (float *)(void *)d : buf;
+        if (ts == GML_F32 && s_rows) row = (float *)(void *)s; /* then td != f32 */
+        else if (to) to((size_t)n, s, row);
+        else if (ts == GML_Q8_0) gml_dequantize_row_q8_0((const void *)s, row, n);
+        else
+            for (int64_t i = 0; i < n; i++) row[i] = load_f32(ts, s + i * (int64_t)src->nb[3]);
+        if (row == (float *)(void *)d) continue;
+        if (from) from((size_t)n, row, d);
+        else if (td == GML_Q8_0) gml_quantize_row_q8_0(row, (void *)d, n);
+        else
+            for (int64_t i = 0; i < n; i++) store_f32(td, d + i * (int64_t)dst->nb[3], row[i]);
+    }
+}
+
 static void gml_x32_copy__ref(const gml_compute_params *p, gml_tensor *dst) {
+    if (!is_x32(dst->type) || !is_x32(dst->src[0]->type)) {
+        convert_rows(p, dst, false);
+        return;
+    }
     copy_rows(p, dst->src[0], dst);
 }
 
@@ -122,6 +206,17 @@ static int copy_fast(const gml_compute_params *p, const gml_tensor *src, gml_ten
 /* Dense runs -> memcpy; a source dense along another dim than the last ->
  * transposes; anything else (both strided) -> the reference. */
 static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_type ts = dst->src[0]->type, td = dst->type;
+    if (!is_x32(td) || !is_x32(ts)) {
+        const char *name = "moves of 2-byte elements";
+        if (ts != td) {
+            if (ts != GML_F32) gml_cvt_to_f32(ts, &name);
+            else gml_cvt_from_f32(td, &name);
+        }
+        gml_kernel_note(p, name);
+        convert_rows(p, dst, true);
+        return;
+    }
     const int path = copy_fast(p, dst->src[0], dst);
     if (path != COPY_NONE) {
         gml_kernel_note(p, copy_path_name(path));
@@ -148,10 +243,14 @@ gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
 gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
     if (!a || !dst) return NULL;
     char sa[GML_SHAPE_MAX], sd[GML_SHAPE_MAX];
-    if (!gml_same_shape(a, dst) || a->type != dst->type)
+    const bool floats = a->type != GML_I32 && dst->type != GML_I32;
+    if (!gml_same_shape(a, dst) || (a->type != dst->type && !floats))
         return gml_fail(ctx, "cpy(%s, %s): shapes or types differ: %s %s into %s %s", a->name,
                         dst->name, GML_SHAPE(a, sa), gml_type_name(a->type), GML_SHAPE(dst, sd),
                         gml_type_name(dst->type));
+    if (a->type == GML_Q8_0 && a->view_src)
+        return gml_fail(ctx, "cpy(%s, %s): a q8_0 source must be a whole q8_0 tensor, not a view "
+                        "(%s %s)", a->name, dst->name, a->name, GML_SHAPE(a, sa));
     char call[GML_CALL_MAX];
     gml_format_call("cpy", (gml_tensor *[]){a, dst}, 2, call, sizeof call);
     if (!gml_check_write(ctx, call, dst, (const gml_tensor *[]){a}, (const char *[]){"source"}, 1,
@@ -173,6 +272,7 @@ static gml_tensor *build_cpy(gml_context *ctx, const gml_arg *v) { return gml_cp
 const gml_op_def gml_opdef_cont = {
     .forward = gml_x32_copy,
     .reference = gml_x32_copy__ref,
+    .work_size = convert_work_size,
     .flags = GML_OPF_MOVES_VALUES,
     GML_ARGS(GML_T("a")),
     .build = build_cont,
@@ -183,11 +283,13 @@ const gml_op_def gml_opdef_cont = {
 const gml_op_def gml_opdef_cpy = {
     .forward = gml_x32_copy,
     .reference = gml_x32_copy__ref,
+    .work_size = convert_work_size,
     .flags = GML_OPF_MOVES_VALUES,
     GML_ARGS(GML_T("a"), GML_T("dst")),
     .build = build_cpy,
     .get_args = gml_args_from_srcs,
-    .doc_args = "same shape; no two elements of dst, nor dst and a, share memory (unless a is dst)",
+    .doc_args = "same shape; types equal or any pair of f32, f16, bf16, q8_0 (converted); no "
+                "two elements of dst, nor dst and a, share memory (unless a is dst)",
     .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
 };
 

@@ -43,6 +43,7 @@
  * for every chunk, and each element is a single fma chain (gemm.h), so the
  * split changes no bit of the result. */
 #include "gemm.h"
+#include "ukernels.h"
 
 #include <assert.h>
 #include <math.h>
@@ -94,6 +95,82 @@ const gml_gemv_variant gml_gemv_variants[] = {
 #undef GML_GEMV_ENTRY
 };
 const int gml_gemv_n_variants = sizeof gml_gemv_variants / sizeof gml_gemv_variants[0];
+
+/* An element of a row of W of type t (f16, bf16, q8_0) as f32. */
+static inline float w_at(gml_type t, const char *row, size_t k) {
+    uint16_t h;
+    if (t == GML_Q8_0) {
+        const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k / GML_QK8_0;
+        memcpy(&h, &b->d, 2);
+        return gml_fp16_to_fp32(h) * (float)b->qs[k % GML_QK8_0];
+    }
+    memcpy(&h, row + 2 * k, 2);
+    return t == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+}
+
+/* Scalar matrix-vector kernels on a converted weight: the definition of
+ * gemm.h ("against a converted weight"), 16 lane sums emulated. */
+static inline void xw_gemv_scalar(gml_type t, size_t k, const float *a, size_t lda, int m,
+                                  const void *w, size_t ldw, int n, float *c, size_t ldc) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            const char *row = (const char *)w + (size_t)j * ldw;
+            float s[16] = {0};
+            for (size_t k0 = 0; k0 < k; k0 += 32) {
+                const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / 32;
+                for (int l = 0; l < 16; l++) {
+                    const size_t k1 = k0 + (size_t)l, k2 = k1 + 16;
+                    const float a1 = k1 < k ? a[i * lda + k1] : 0.0f, a2 = k2 < k ? a[i * lda + k2] : 0.0f;
+                    if (t == GML_Q8_0) { /* the int8 values, then the block's scale */
+                        uint16_t h;
+                        memcpy(&h, &b->d, 2);
+                        const float p = fmaf(a2, (float)b->qs[l + 16], a1 * (float)b->qs[l]);
+                        s[l] = fmaf(gml_fp16_to_fp32(h), p, s[l]);
+                    } else {
+                        const float w1 = k1 < k ? w_at(t, row, k1) : 0.0f;
+                        const float w2 = k2 < k ? w_at(t, row, k2) : 0.0f;
+                        s[l] = fmaf(a2, w2, fmaf(a1, w1, s[l]));
+                    }
+                }
+            }
+            float u[8];
+            for (int l = 0; l < 8; l++) u[l] = s[l] + s[l + 8];
+            for (int l = 0; l < 4; l++) u[l] = u[l] + u[l + 4];
+            for (int l = 0; l < 2; l++) u[l] = u[l] + u[l + 2];
+            c[i * ldc + j] = u[0] + u[1];
+        }
+}
+void gml_f16_gemv_ukernel__scalar_4x16(size_t k, const float *a, size_t lda, int m, const void *w,
+                                       size_t ldw, int n, float *c, size_t ldc) {
+    xw_gemv_scalar(GML_F16, k, a, lda, m, w, ldw, n, c, ldc);
+}
+void gml_bf16_gemv_ukernel__scalar_4x16(size_t k, const float *a, size_t lda, int m,
+                                        const void *w, size_t ldw, int n, float *c, size_t ldc) {
+    xw_gemv_scalar(GML_BF16, k, a, lda, m, w, ldw, n, c, ldc);
+}
+void gml_q8_0_gemv_ukernel__scalar_4x16(size_t k, const float *a, size_t lda, int m,
+                                        const void *w, size_t ldw, int n, float *c, size_t ldc) {
+    xw_gemv_scalar(GML_Q8_0, k, a, lda, m, w, ldw, n, c, ldc);
+}
+
+#define GML_XW_GEMV_ENTRY(isa, fn, mr, nr) {isa, fn, mr, nr, #fn},
+static const gml_xw_gemv_variant f16_gemv[] = {GML_F16_GEMV_UKERNELS(GML_XW_GEMV_ENTRY)};
+static const gml_xw_gemv_variant bf16_gemv[] = {GML_BF16_GEMV_UKERNELS(GML_XW_GEMV_ENTRY)};
+static const gml_xw_gemv_variant q8_0_gemv[] = {GML_Q8_0_GEMV_UKERNELS(GML_XW_GEMV_ENTRY)};
+#undef GML_XW_GEMV_ENTRY
+
+const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n) {
+    *n = 3; /* each list: scalar, AVX2, AVX-512 */
+    return t == GML_F16 ? f16_gemv : t == GML_BF16 ? bf16_gemv : t == GML_Q8_0 ? q8_0_gemv : NULL;
+}
+
+const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_type t) {
+    int n;
+    const gml_xw_gemv_variant *v = gml_xw_gemv_variants(t, &n);
+    gml_isa isas[3];
+    for (int i = 0; i < n; i++) isas[i] = v[i].isa;
+    return &v[gml_pick_variant(isas, n)];
+}
 
 const gml_gemv_variant *gml_gemv_pick(void) {
     gml_isa isas[sizeof gml_gemv_variants / sizeof gml_gemv_variants[0]];
@@ -186,6 +263,42 @@ static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc
     }
 }
 
+/* B of another type (gml_gemm_desc.b_type) into the same f32 panels: a
+ * W^T (k contiguous in W's rows, and always for q8_0) converts each of W's
+ * rows kc values at a time with the conversion micro-kernel of the ISA in
+ * effect, into tmp (kc floats), then spreads them over the panel; other
+ * strides element by element. b points at element (k0, 0) of the block
+ * (for q8_0, k0 a multiple of 32). The values, so the products, are those
+ * of an f32 B holding the converted weight. */
+static void pack_b_typed(gml_type type, const char *b, int64_t rs, int64_t cs, int64_t kc,
+                         int64_t nc, int nr, float *dst, float *tmp) {
+    const bool rows = type == GML_Q8_0 || rs == 2;
+    gml_cvt_ukernel *cvt = gml_cvt_to_f32(type, NULL);
+    for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
+        const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
+        for (int j = 0; j < cols; j++) {
+            const char *row = b + (j0 + j) * cs;
+            if (rows) {
+                cvt((size_t)kc, row, tmp);
+                for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = tmp[k];
+            } else {
+                for (int64_t k = 0; k < kc; k++) {
+                    uint16_t h;
+                    memcpy(&h, row + k * rs, 2);
+                    dst[k * nr + j] = type == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+                }
+            }
+        }
+        for (int64_t k = 0; k < kc && cols < nr; k++)
+            for (int j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
+    }
+}
+
+/* Byte offset of k along B's rows: k * b_rs, or k / 32 blocks for q8_0. */
+static inline int64_t b_koff(const gml_gemm_desc *d, int64_t k) {
+    return d->b_type == GML_Q8_0 ? k / GML_QK8_0 * d->b_rs : k * d->b_rs;
+}
+
 /* ---- blocking and chunks ------------------------------------------------ */
 
 /* Cache blocks, for 48 KiB L1d and 1 MiB L2 per core, 32 MiB L3 shared
@@ -237,6 +350,11 @@ static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
 
 static gemm_path choose_path(const gml_gemm_desc *d) {
+    if (d->b_type != GML_F32) { /* no path reads such a B in place but the gemv */
+        const bool w_rows = d->b_type == GML_Q8_0 || d->b_rs == 2;
+        if (w_rows && d->M <= GEMM_GEMV_M) return PATH_GEMV;
+        return d->M > GEMM_ROWS_M ? PATH_LARGE : PATH_ROWS;
+    }
     const bool w_rows = d->b_rs == sizeof(float) && d->b_cs != sizeof(float) &&
                         is_float_stride(d->b_cs) && (uintptr_t)d->b % sizeof(float) == 0 &&
                         d->b_bs[0] % (int64_t)sizeof(float) == 0 &&
@@ -297,11 +415,13 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
         pl.NC = GML_MIN(round_up(pl.tn, nr), GML_MAX((int64_t)nr, GEMM_NC / nr * nr));
         pl.a_floats = (size_t)(pl.MC * pl.KC);
         pl.b_floats = (size_t)(pl.KC * pl.NC);
+        if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
         break;
     case PATH_ROWS:
         pl.KC = GML_MIN(K, (int64_t)GEMM_SMALL_KC);
         pl.a_floats = (size_t)(round_up(d->M, mr) * pl.KC);
         pl.b_floats = (size_t)(pl.KC * nr);
+        if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
         break;
     case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
         pl.KC = K;
@@ -363,7 +483,11 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
         const size_t lda = a_in_place ? (size_t)d->a_rs / sizeof(float) : 0;
         for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
             const int64_t kc = GML_MIN(pl->KC, d->K - pc);
-            pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
+            if (d->b_type != GML_F32)
+                pack_b_typed(d->b_type, t->b + b_koff(d, pc) + jc * d->b_cs, d->b_rs, d->b_cs, kc,
+                             nc, nr, bp, bp + kc * round_up(nc, nr));
+            else
+                pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
             for (int64_t ic = 0; ic < t->tm; ic += pl->MC) {
                 const int64_t mc = GML_MIN(pl->MC, t->tm - ic);
                 const float *a = (const float *)(t->a + ic * d->a_rs) + pc;
@@ -394,19 +518,21 @@ static void run_rows(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm
                      const gemm_tile *t, float *ap, float *bp) {
     const int mr = v->mr, nr = v->nr;
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
-    const bool direct = d->b_cs == sizeof(float) && is_float_stride(d->b_rs) &&
-                        (uintptr_t)t->b % sizeof(float) == 0;
+    const bool direct = d->b_type == GML_F32 && d->b_cs == sizeof(float) &&
+                        is_float_stride(d->b_rs) && (uintptr_t)t->b % sizeof(float) == 0;
     for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
         const int64_t kc = GML_MIN(pl->KC, d->K - pc);
         pack_a(t->a + pc * d->a_cs, d->a_rs, d->a_cs, t->tm, kc, mr, ap);
         for (int64_t jr = 0; jr < t->tn; jr += nr) {
             const int n = (int)GML_MIN((int64_t)nr, t->tn - jr);
-            const char *bsrc = t->b + pc * d->b_rs + jr * d->b_cs;
+            const char *bsrc = t->b + b_koff(d, pc) + jr * d->b_cs;
             const float *panel = bp;
             size_t ldb = (size_t)nr;
             if (direct && n == nr) {
                 panel = (const float *)bsrc;
                 ldb = (size_t)d->b_rs / sizeof(float);
+            } else if (d->b_type != GML_F32) {
+                pack_b_typed(d->b_type, bsrc, d->b_rs, d->b_cs, kc, n, nr, bp, bp + kc * nr);
             } else {
                 pack_b(bsrc, d->b_rs, d->b_cs, kc, n, nr, bp);
             }
@@ -450,6 +576,7 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
  * then the matrix-vector kernel over the tile's columns, NR at a time. */
 static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
     const gml_gemv_variant *gv = gml_gemv_pick();
+    const gml_xw_gemv_variant *xv = d->b_type != GML_F32 ? gml_xw_gemv_pick(d->b_type) : NULL;
     const int64_t K = d->K;
     const size_t ldw = (size_t)d->b_cs / sizeof(float), ldc = (size_t)d->c_rs / sizeof(float);
     for (int64_t i = 0; i < t->tm; i++) {
@@ -457,6 +584,12 @@ static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
             memcpy(ap + i * K, t->a + i * d->a_rs, (size_t)K * sizeof(float));
         else
             for (int64_t k = 0; k < K; k++) ap[i * K + k] = at(t->a, i, d->a_rs, k, d->a_cs);
+    }
+    if (xv) {
+        for (int64_t j0 = 0; j0 < t->tn; j0 += xv->nr)
+            xv->fn((size_t)K, ap, (size_t)K, (int)t->tm, t->b + j0 * d->b_cs, (size_t)d->b_cs,
+                   (int)GML_MIN((int64_t)xv->nr, t->tn - j0), t->c + j0, ldc);
+        return;
     }
     const float *w = (const float *)(const void *)t->b;
     for (int64_t j0 = 0; j0 < t->tn; j0 += gv->nr)
@@ -472,7 +605,9 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
     float *ap = (float *)p->wdata + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
-    gml_kernel_note(p, pl.path == PATH_GEMV    ? gml_gemv_pick()->name
+    gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
+                           ? gml_xw_gemv_pick(d->b_type)->name
+                       : pl.path == PATH_GEMV   ? gml_gemv_pick()->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]
                                                 : v->path_names[0]);

@@ -88,6 +88,44 @@ extern const int gml_gemv_n_variants;
 /* The variant the ISA in effect selects. */
 const gml_gemv_variant *gml_gemv_pick(void);
 
+/* ---- Matrix-vector against a converted weight --------------------------------
+ * The same product with W's rows f16, bf16 or q8_0 (ldw bytes apart):
+ * bound by reading W, which these types shrink 2x and 3.8x, so the kernels
+ * read each run of 32 k of a row of W once, convert it in registers and
+ * take dot products along k, not the transposed fma chains above (whose
+ * transposes would make them compute-bound). Each c[i][j] is, with w the
+ * converted weight (q8_0: q the int8 values, d the block's scale) and the
+ * k past the end taken as 0:
+ *     s[l] = +0 for l < 16; per run of 32 from k0, for l < 16,
+ *         f16, bf16: s[l] = fma(a[k0+16+l], w[k0+16+l], fma(a[k0+l], w[k0+l], s[l]))
+ *         q8_0:      s[l] = fma(d, fma(a[k0+16+l], q[16+l], a[k0+l] * q[l]), s[l])
+ *     then lanes l and l + 8 added, l and l + 4, l and l + 2, and the two left.
+ * Every variant gives these bits (the same on every ISA and thread count);
+ * they differ from the f32 chains above (and from the packed paths, which
+ * convert W into f32 panels and are bitwise the f32 product) by rounding
+ * only: within a few ulp of sum_k |a w|. */
+typedef void (*gml_xw_gemv_ukernel_fn)(size_t k, const float *a, size_t lda, int m,
+                                       const void *w, size_t ldw, int n, float *c, size_t ldc);
+#define GML_DECLARE_XW_GEMV(isa, fn, mr, nr)                                                 \
+    void fn(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,  \
+            float *c, size_t ldc);
+GML_F16_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+GML_BF16_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+GML_Q8_0_GEMV_UKERNELS(GML_DECLARE_XW_GEMV)
+#undef GML_DECLARE_XW_GEMV
+
+typedef struct gml_xw_gemv_variant {
+    gml_isa isa;
+    gml_xw_gemv_ukernel_fn fn;
+    int mr, nr;
+    const char *name;
+} gml_xw_gemv_variant;
+
+/* The variants for weights of type t (f16, bf16, q8_0; *n their count),
+ * NULL for another type; and the one the ISA in effect selects. */
+const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n);
+const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_type t);
+
 /* One batched product C[b] = A[b] @ B[b], every operand through byte strides
  * (any layout: transposed, permuted, sliced, broadcast with a 0 stride).
  *   A [nb0, nb1, M, K]: element (m, k) of batch (i0, i1) at
@@ -103,6 +141,13 @@ typedef struct gml_gemm_desc {
     int64_t b_rs, b_cs, b_bs[2];
     char *c;
     int64_t c_rs, c_bs[2];
+    /* B's element type: f32 (0, the default), or f16, bf16 (any strides,
+     * b_rs and b_cs in bytes as for f32), or q8_0 as W^T of a q8_0 weight
+     * whose rows are contiguous runs of blocks along k: b_cs the row
+     * stride, b_rs the block size (34), element (k, n) the value k % 32 of
+     * block k / 32 of row n; K a multiple of 32. B is converted to f32 in
+     * registers (matrix-vector) or while packing its panels. */
+    gml_type b_type;
 } gml_gemm_desc;
 
 /* Scratch bytes gml_gemm needs for nth threads (any variant). */

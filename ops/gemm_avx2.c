@@ -119,3 +119,96 @@ void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m,
     const __m256i nm = lanes(n);
     for (int i = 0; i < m; i++) _mm256_maskstore_ps(c + i * ldc, nm, acc[i]);
 }
+
+/* ---- matrix-vector against a converted weight (gemv.inc) -------------------
+ * As the AVX-512 variants (ops/gemm_avx512.c), each 16-lane sum of the
+ * definition held in two ymm (lanes 0-7 and 8-15): per 32 k, a row of W
+ * is loaded and converted once (f16 with F16C's vcvtph2ps), two rows of W
+ * at a time. */
+
+/* 32 values of a row of W from k0 as f32 in w[0..3] (8 each); for q8_0 the
+ * int8 values, *d its block's scale. */
+static inline void load32_f16(const char *row, size_t k0, __m256 w[4], __m256 *d) {
+    (void)d;
+    for (int h = 0; h < 4; h++)
+        w[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k0 + 16 * h)));
+}
+static inline void load32_bf16(const char *row, size_t k0, __m256 w[4], __m256 *d) {
+    (void)d;
+    for (int h = 0; h < 4; h++)
+        w[h] = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * k0 + 16 * h))), 16));
+}
+static inline void load32_q8_0(const char *row, size_t k0, __m256 w[4], __m256 *d) {
+    const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / GML_QK8_0;
+    uint16_t h;
+    memcpy(&h, &b->d, 2);
+    *d = _mm256_set1_ps(_cvtsh_ss(h));
+    for (int q = 0; q < 4; q++)
+        w[q] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * q))));
+}
+
+/* lanes 0-7 and 8-15 of the sums, added as gemm.h fixes */
+static inline float reduce16(__m256 lo, __m256 hi) {
+    const __m256 t = _mm256_add_ps(lo, hi);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+/* s[0] lanes 0-7, s[1] lanes 8-15; a: the 32 values of A's row, w: W's */
+#define XW_STEP(Q8, s, a, w, d)                                                                 \
+    do {                                                                                        \
+        for (int h = 0; h < 2; h++) {                                                           \
+            const __m256 a0 = _mm256_loadu_ps((a) + 8 * h), a1 = _mm256_loadu_ps((a) + 16 + 8 * h); \
+            if (Q8)                                                                             \
+                s[h] = _mm256_fmadd_ps(d, _mm256_fmadd_ps(a1, (w)[2 + h], _mm256_mul_ps(a0, (w)[h])), s[h]); \
+            else                                                                                \
+                s[h] = _mm256_fmadd_ps(a1, (w)[2 + h], _mm256_fmadd_ps(a0, (w)[h], s[h]));     \
+        }                                                                                       \
+    } while (0)
+
+#define XW_GEMV_AVX2(NAME, LOAD32, Q8, ESIZE)                                                     \
+    void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,     \
+              float *c, size_t ldc) {                                                            \
+        const size_t kfull = k / 32 * 32;                                                        \
+        float at[4][32];                                                                         \
+        uint16_t wt[32];                                                                         \
+        for (int i = 0; i < m; i++) {                                                            \
+            memset(at[i], 0, sizeof at[i]);                                                      \
+            memcpy(at[i], a + i * lda + kfull, (k - kfull) * sizeof(float));                     \
+        }                                                                                        \
+        for (int j0 = 0; j0 < n; j0 += 2) {                                                      \
+            const int nj = GML_MIN(2, n - j0);                                                   \
+            const char *row[2] = {(const char *)w + (size_t)j0 * ldw,                            \
+                                  (const char *)w + (size_t)(j0 + nj - 1) * ldw};                \
+            __m256 s[4][2][2];                                                                   \
+            for (int i = 0; i < 4; i++)                                                          \
+                for (int j = 0; j < 2; j++) s[i][j][0] = s[i][j][1] = _mm256_setzero_ps();      \
+            for (size_t k0 = 0; k0 < kfull; k0 += 32) {                                          \
+                __m256 wv[2][4], d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};             \
+                for (int j = 0; j < 2; j++) {                                                    \
+                    _mm_prefetch((const char *)((uintptr_t)row[j] + (k0 + 256) * ESIZE / 8),     \
+                                 _MM_HINT_T0);                                                   \
+                    LOAD32(row[j], k0, wv[j], &d[j]);                                            \
+                }                                                                                \
+                for (int i = 0; i < m; i++)                                                      \
+                    for (int j = 0; j < 2; j++) XW_STEP(Q8, s[i][j], a + i * lda + k0, wv[j], d[j]); \
+            }                                                                                    \
+            if (kfull < k) { /* never for q8_0 */                                                \
+                for (int j = 0; j < nj; j++) {                                                   \
+                    memset(wt, 0, sizeof wt);                                                    \
+                    memcpy(wt, row[j] + 2 * kfull, (k - kfull) * 2);                             \
+                    __m256 wv[4], d = _mm256_setzero_ps();                                       \
+                    LOAD32((const char *)wt, 0, wv, &d);                                         \
+                    for (int i = 0; i < m; i++) XW_STEP(Q8, s[i][j], at[i], wv, d);              \
+                }                                                                                \
+            }                                                                                    \
+            for (int i = 0; i < m; i++)                                                          \
+                for (int j = 0; j < nj; j++) c[i * ldc + j0 + j] = reduce16(s[i][j][0], s[i][j][1]); \
+        }                                                                                        \
+    }
+
+XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load32_f16, 0, 16)
+XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load32_bf16, 0, 16)
+XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load32_q8_0, 1, 8)

@@ -140,3 +140,110 @@ void gml_f32_gemv_ukernel__avx512_4x16(size_t k, const float *a, size_t lda, int
     }
     for (int i = 0; i < m; i++) _mm512_mask_storeu_ps(c + i * ldc, lanes(n), acc[i]);
 }
+
+/* ---- matrix-vector against a converted weight (gemv.inc) -------------------
+ * Dot products along k (gemm.h, "Matrix-vector against a converted
+ * weight"): per 32 k, a row of W is loaded and converted once (f16:
+ * vcvtph2ps; bf16: widened and shifted; q8_0: int8 widened and converted)
+ * and meets each row of A in two 16-lane halves; four rows of W at a time
+ * keep four independent sums per row of A in flight. */
+
+/* 32 values of a row of W from k0 (a whole run of 32) as f32 in w[0..1];
+ * for q8_0 the int8 values, *d its block's scale. */
+static inline void load32_f16(const char *row, size_t k0, __m512 w[2], __m512 *d) {
+    (void)d;
+    w[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * k0)));
+    w[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * k0 + 32)));
+}
+static inline void load32_bf16(const char *row, size_t k0, __m512 w[2], __m512 *d) {
+    (void)d;
+    for (int h = 0; h < 2; h++)
+        w[h] = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * k0 + 32 * h))),
+            16));
+}
+static inline void load32_q8_0(const char *row, size_t k0, __m512 w[2], __m512 *d) {
+    const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / GML_QK8_0;
+    uint16_t h;
+    memcpy(&h, &b->d, 2);
+    *d = _mm512_set1_ps(_cvtsh_ss(h));
+    w[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->qs)));
+    w[1] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16))));
+}
+
+/* The 16 lane sums of s added as gemm.h fixes: lanes l and l + 8, then
+ * l and l + 4, l and l + 2, then the two left. */
+static inline float reduce16(__m512 s) {
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(s),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+
+/* One run of 32 k: s[i] += a_i . w as the definition orders it. */
+#define XW_STEP(Q8, s, ai, w, d)                                                       \
+    do {                                                                               \
+        if (Q8) {                                                                      \
+            const __m512 p = _mm512_fmadd_ps((ai)[1], (w)[1], _mm512_mul_ps((ai)[0], (w)[0])); \
+            s = _mm512_fmadd_ps(d, p, s);                                              \
+        } else {                                                                       \
+            s = _mm512_fmadd_ps((ai)[1], (w)[1], _mm512_fmadd_ps((ai)[0], (w)[0], s)); \
+        }                                                                              \
+    } while (0)
+
+#define XW_GEMV_AVX512(NAME, LOAD32, Q8, ESIZE)                                                   \
+    void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,     \
+              float *c, size_t ldc) {                                                            \
+        const size_t kfull = k / 32 * 32;                                                        \
+        /* the tail (f16, bf16): A's rows and W's rows zero-padded to 32 */                      \
+        float at[4][32];                                                                         \
+        uint16_t wt[4][32];                                                                      \
+        for (int i = 0; i < m; i++) {                                                            \
+            memset(at[i], 0, sizeof at[i]);                                                      \
+            memcpy(at[i], a + i * lda + kfull, (k - kfull) * sizeof(float));                     \
+        }                                                                                        \
+        for (int j0 = 0; j0 < n; j0 += 4) {                                                      \
+            const int nj = GML_MIN(4, n - j0);                                                   \
+            const char *row[4];                                                                  \
+            for (int j = 0; j < 4; j++)                                                          \
+                row[j] = (const char *)w + (size_t)(j0 + (j < nj ? j : 0)) * ldw;                \
+            __m512 s[4][4];                                                                      \
+            for (int i = 0; i < 4; i++)                                                          \
+                for (int j = 0; j < 4; j++) s[i][j] = _mm512_setzero_ps();                       \
+            for (size_t k0 = 0; k0 < kfull; k0 += 32) {                                          \
+                __m512 wv[4][2], d[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),               \
+                                         _mm512_setzero_ps(), _mm512_setzero_ps()};              \
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                            \
+                    _mm_prefetch((const char *)((uintptr_t)row[j] + (k0 + 256) * ESIZE / 8), _MM_HINT_T0);                  \
+                    LOAD32(row[j], k0, wv[j], &d[j]);                                            \
+                }                                                                                \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                            \
+                    if (i >= m) break;                                                           \
+                    const __m512 ai[2] = {_mm512_loadu_ps(a + i * lda + k0),                     \
+                                          _mm512_loadu_ps(a + i * lda + k0 + 16)};               \
+                    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                          \
+                        XW_STEP(Q8, s[i][j], ai, wv[j], d[j]);                                   \
+                }                                                                                \
+            }                                                                                    \
+            if (kfull < k) { /* never for q8_0 */                                                \
+                for (int j = 0; j < nj; j++) {                                                   \
+                    memset(wt[j], 0, sizeof wt[j]);                                              \
+                    memcpy(wt[j], row[j] + 2 * kfull, (k - kfull) * 2);                          \
+                    __m512 wv[2], d = _mm512_setzero_ps();                                       \
+                    LOAD32((const char *)wt[j], 0, wv, &d);                                      \
+                    for (int i = 0; i < m; i++) {                                                \
+                        const __m512 ai[2] = {_mm512_loadu_ps(at[i]), _mm512_loadu_ps(at[i] + 16)}; \
+                        XW_STEP(Q8, s[i][j], ai, wv, d);                                         \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+            for (int i = 0; i < m; i++)                                                          \
+                for (int j = 0; j < nj; j++) c[i * ldc + j0 + j] = reduce16(s[i][j]);            \
+        }                                                                                        \
+    }
+
+/* bytes per 8 values: f16, bf16 16; q8_0 8.5 (rounded down: a hint) */
+XW_GEMV_AVX512(gml_f16_gemv_ukernel__avx512_4x16, load32_f16, 0, 16)
+XW_GEMV_AVX512(gml_bf16_gemv_ukernel__avx512_4x16, load32_bf16, 0, 16)
+XW_GEMV_AVX512(gml_q8_0_gemv_ukernel__avx512_4x16, load32_q8_0, 1, 8)

@@ -28,7 +28,19 @@ static void gml_f32_get_rows__ref(const gml_compute_params *p, gml_tensor *dst) 
         }
         const char *src = gml_ptr(table, 0, 0, row, 0);
         float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
-        for (int64_t j = 0; j < d; j++) memcpy(&out[j], src + j * (int64_t)table->nb[3], 4);
+        uint16_t h;
+        switch (table->type) { /* f16, bf16, q8_0: the scalar conversions */
+        case GML_Q8_0: gml_dequantize_row_q8_0((const void *)src, out, d); break;
+        case GML_F16:
+        case GML_BF16:
+            for (int64_t j = 0; j < d; j++) {
+                memcpy(&h, src + j * (int64_t)table->nb[3], 2);
+                out[j] = table->type == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+            }
+            break;
+        default:
+            for (int64_t j = 0; j < d; j++) memcpy(&out[j], src + j * (int64_t)table->nb[3], 4);
+        }
     }
 }
 
@@ -37,12 +49,17 @@ static void gml_f32_get_rows__ref(const gml_compute_params *p, gml_tensor *dst) 
 static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *table = dst->src[0], *idx = dst->src[1];
     const int64_t n_rows = table->ne[2], d = table->ne[3];
-    if (d > 1 && table->nb[3] != sizeof(float)) {
+    const bool typed = table->type != GML_F32;
+    if (d > 1 && table->type != GML_Q8_0 && table->nb[3] != gml_type_size(table->type)) {
+        if (typed) gml_kernel_note(p, "reference (the table's rows are strided)");
         gml_f32_get_rows__ref(p, dst);
         return;
     }
     gml_x32_copy_ukernel *const copy =
         GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    const char *cvt_name = NULL;
+    gml_cvt_ukernel *const cvt = typed ? gml_cvt_to_f32(table->type, &cvt_name) : NULL;
+    if (typed) gml_kernel_note(p, cvt_name);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -54,8 +71,10 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
             gml_f32_get_rows__ref(p, dst); /* reports it, as the reference words it */
             return;
         }
-        copy((size_t)d, (const uint32_t *)gml_ptr(table, 0, 0, row, 0),
-             (uint32_t *)gml_ptr(dst, i0, i1, i2, 0));
+        if (cvt) cvt((size_t)d, gml_ptr(table, 0, 0, row, 0), gml_ptr(dst, i0, i1, i2, 0));
+        else
+            copy((size_t)d, (const uint32_t *)gml_ptr(table, 0, 0, row, 0),
+                 (uint32_t *)gml_ptr(dst, i0, i1, i2, 0));
     }
 }
 
@@ -63,9 +82,12 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
     if (!table || !idx) return NULL;
     char st[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
-    if (table->n_dims != 2 || table->type != GML_F32)
-        return gml_fail(ctx, "get_rows(%s, %s): table must be f32 [N, d], got %s %s", table->name,
-                        idx->name, gml_type_name(table->type), GML_SHAPE(table, st));
+    if (table->n_dims != 2 || table->type == GML_I32 ||
+        (table->type == GML_Q8_0 && table->view_src))
+        return gml_fail(ctx, "get_rows(%s, %s): table must be [N, d] of f32, f16, bf16 or q8_0 "
+                        "(a q8_0 one a whole tensor), got %s %s%s", table->name, idx->name,
+                        gml_type_name(table->type), GML_SHAPE(table, st),
+                        table->view_src && table->type == GML_Q8_0 ? " (a view)" : "");
     if (idx->type != GML_I32 || idx->n_dims > 3)
         return gml_fail(ctx, "get_rows(%s, %s): indices must be i32 with 1 to 3 dims, got %s %s",
                         table->name, idx->name, gml_type_name(idx->type), GML_SHAPE(idx, si));
@@ -163,6 +185,10 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
                         "%s (src %s)", NAMES, src->ne[2],
                         dst->n_dims > 2 ? " or [A, n] with A dst's first dim" : "",
                         gml_type_name(idx->type), GML_SHAPE(idx, si), GML_SHAPE(src, ss));
+    if (src->type != GML_F32 && src->type != GML_I32)
+        return gml_fail(ctx, "set_rows(%s, %s, %s): '%s' is %s %s; set_rows takes f32 and i32 "
+                        "(convert other types with cpy)", NAMES, src->name,
+                        gml_type_name(src->type), GML_SHAPE(src, ss));
 #undef NAMES
     char call[GML_CALL_MAX];
     gml_format_call("set_rows", (gml_tensor *[]){dst, src, idx}, 3, call, sizeof call);
@@ -189,8 +215,8 @@ const gml_op_def gml_opdef_get_rows = {
     GML_ARGS(GML_T("table"), GML_T("idx")),
     .build = build_get_rows,
     .get_args = gml_args_from_srcs,
-    .doc_args = "table f32 `[N, d]`, idx i32 of any shape (up to 3-D)",
-    .doc_result = "`[..., d]`: `table[idx[...], :]`",
+    .doc_args = "table `[N, d]` f32, f16, bf16 or q8_0, idx i32 of any shape (up to 3-D)",
+    .doc_result = "`[..., d]` f32: `table[idx[...], :]`",
 };
 
 static gml_tensor *build_set_rows(gml_context *ctx, const gml_arg *v) {

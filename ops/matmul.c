@@ -1,8 +1,27 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
 #include "gemm.h"
 
+/* Element (k, n) of b's matrix bmat as f32: f32, f16, bf16 through b's
+ * strides; q8_0 (the transpose of a q8_0 leaf: nb[2] the block size, nb[3]
+ * the leaf's row stride) from block k / 32 of row n. */
+static inline double b_elem(const gml_tensor *b, const char *bmat, int64_t k, int64_t n) {
+    const char *p = bmat + n * (int64_t)b->nb[3];
+    uint16_t h;
+    switch (b->type) {
+    case GML_Q8_0: {
+        const gml_block_q8_0 *blk = (const void *)(p + k / GML_QK8_0 * (int64_t)b->nb[2]);
+        memcpy(&h, &blk->d, 2);
+        return (double)(gml_fp16_to_fp32(h) * (float)blk->qs[k % GML_QK8_0]);
+    }
+    case GML_F16: memcpy(&h, p + k * (int64_t)b->nb[2], 2); return gml_fp16_to_fp32(h);
+    case GML_BF16: memcpy(&h, p + k * (int64_t)b->nb[2], 2); return gml_bf16_to_fp32(h);
+    default: return *(const float *)(const void *)(p + k * (int64_t)b->nb[2]);
+    }
+}
+
 /* out[.., m, n] = sum_k a[.., m, k] * b[.., k, n], batch dims broadcast.
- * Reference: one output row per step, double accumulation in k order. */
+ * Reference: one output row per step, double accumulation in k order; b's
+ * values converted to f32 first (f16, bf16, q8_0: d * q). */
 static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t N = dst->ne[3], K = a->ne[3];
@@ -18,7 +37,7 @@ static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
             double acc = 0;
             for (int64_t k = 0; k < K; k++)
                 acc += (double)*(const float *)(arow + k * (int64_t)a->nb[3]) *
-                       *(const float *)(bmat + k * (int64_t)b->nb[2] + n * (int64_t)b->nb[3]);
+                       b_elem(b, bmat, k, n);
             out[n] = (float)acc;
         }
     }
@@ -36,6 +55,7 @@ static gml_gemm_desc matmul_desc(const gml_tensor *dst) {
         .a = a->data, .a_rs = (int64_t)a->nb[2], .a_cs = (int64_t)a->nb[3],
         .b = b->data, .b_rs = (int64_t)b->nb[2], .b_cs = (int64_t)b->nb[3],
         .c = dst->data, .c_rs = (int64_t)dst->nb[2],
+        .b_type = b->type,
     };
     for (int i = 0; i < 2; i++) {
         d.a_bs[i] = a->ne[i] == 1 ? 0 : (int64_t)a->nb[i];
@@ -71,12 +91,37 @@ static double matmul_flops(const gml_tensor *dst) {
     return 2.0 * (double)gml_nelements(dst) * (double)dst->src[0]->ne[3];
 }
 
+/* A q8_0 b is usable when its dim -2 (K) is its leaf's last dim (the one
+ * blocked): b is a transpose or permute of a q8_0 leaf (context.c allows
+ * no other view of one) that moves the leaf's last dim to -2. Told from the
+ * view's params (ops/view.c's transpose_params {d0, d1} and permute_params
+ * {axes[4]}: out dim i is input dim axes[i]), as strides alone cannot tell
+ * a [32, 32] w^T from w. */
+static bool q8_0_is_w_t(const gml_tensor *b) {
+    const int n = b->n_dims;
+    if (!b->view_src || b->src[0] != b->view_src) return false;
+    int from = -1; /* the leaf's dim that b's dim n - 2 is */
+    if (b->op == GML_OP_TRANSPOSE) {
+        const int d0 = b->op_params[0], d1 = b->op_params[1];
+        from = n - 2 == d0 ? d1 : n - 2 == d1 ? d0 : n - 2;
+    } else if (b->op == GML_OP_PERMUTE) {
+        from = b->op_params[n - 2];
+    }
+    return from == n - 1 && b->nb[GML_MAX_DIMS - 2] == gml_type_size(GML_Q8_0);
+}
+
 /* a [.., M, K] @ b [.., K, N] -> out [.., M, N]; 2-D to 4-D, batch broadcast */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
     if (!a || !b) return NULL;
     char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
-    if (!gml_expect_type(ctx, "matmul", a, GML_F32) || !gml_expect_type(ctx, "matmul", b, GML_F32))
-        return NULL;
+    if (!gml_expect_type(ctx, "matmul", a, GML_F32)) return NULL;
+    if (b->type == GML_I32)
+        return gml_fail(ctx, "matmul(%s, %s): '%s' is i32 %s; b must be f32, f16, bf16 or q8_0",
+                        a->name, b->name, b->name, GML_SHAPE(b, sb));
+    if (b->type == GML_Q8_0 && b->n_dims >= 2 && !q8_0_is_w_t(b))
+        return gml_fail(ctx, "matmul(%s, %s): a q8_0 b must be the transpose of a q8_0 weight "
+                        "[.., N, K] (its blocks along K), e.g. transpose(w, -2, -1); got %s%s",
+                        a->name, b->name, GML_SHAPE(b, sb), b->view_src ? " (another view)" : "");
     if (a->n_dims < 2 || b->n_dims < 2)
         return gml_fail(ctx, "matmul(%s, %s): inputs must be 2-D to 4-D: %s @ %s", a->name, b->name,
                         GML_SHAPE(a, sa), GML_SHAPE(b, sb));
@@ -99,9 +144,10 @@ gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias) {
     if (!x || !w) return NULL;
     char sx[GML_SHAPE_MAX], sw[GML_SHAPE_MAX], sbias[GML_SHAPE_MAX];
-    if (w->n_dims != 2 || w->type != GML_F32)
-        return gml_fail(ctx, "linear(%s, %s): weight must be f32 [out, in], got %s %s", x->name,
-                        w->name, gml_type_name(w->type), GML_SHAPE(w, sw));
+    if (w->n_dims != 2 || w->type == GML_I32 || (w->type == GML_Q8_0 && w->view_src))
+        return gml_fail(ctx, "linear(%s, %s): weight must be [out, in] of f32, f16, bf16 or q8_0 "
+                        "(a q8_0 one a whole tensor), got %s %s%s", x->name, w->name,
+                        gml_type_name(w->type), GML_SHAPE(w, sw), w->view_src ? " (a view)" : "");
     if (x->ne[3] != w->ne[3])
         return gml_fail(ctx, "linear(%s, %s): input has %" PRId64 " features, weight [out, in] "
                         "expects %" PRId64 ": %s vs %s", x->name, w->name, x->ne[3], w->ne[3],
@@ -130,7 +176,8 @@ const gml_op_def gml_opdef_matmul = {
     GML_ARGS(GML_T("a"), GML_T("b")),
     .build = build_matmul,
     .get_args = gml_args_from_srcs,
-    .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast",
+    .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast; a f32, b f32, "
+                "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight",
     .doc_result = "`[..., M, N]` (torch.matmul; any strides)",
 };
 
@@ -142,6 +189,6 @@ static gml_tensor *build_linear(gml_context *ctx, const gml_arg *v) {
 const gml_op_def gml_form_linear = {
     GML_ARGS(GML_T("x"), GML_T("w"), GML_OPT("bias", OPT_TENSOR, "none")),
     .build = build_linear,
-    .doc_args = "x `[..., in]`, w `[out, in]` (nn.Linear), bias `[out]`",
+    .doc_args = "x `[..., in]`, w `[out, in]` (nn.Linear; f32, f16, bf16 or q8_0), bias `[out]`",
     .doc_result = "`[..., out]`: written as matmul(x, w^T) (+ add)",
 };

@@ -19,6 +19,7 @@
 #include "softmax.inc"
 #include "unary.inc"
 #include "rope.inc"
+#include "convert.inc"
 
 /* Helpers to turn a list into tables (X-macros). */
 #define GML_UKERNEL_ISA(isa, fn, tile) isa,
@@ -255,5 +256,24 @@ typedef void gml_f32_ropei_ukernel(size_t n, const float *c, const float *s, con
 #define GML_DECLARE_ROPEI(isa, fn, tile) gml_f32_ropei_ukernel fn;
 GML_F32_ROPE_UKERNELS(GML_DECLARE_ROPE)
 GML_F32_ROPEI_UKERNELS(GML_DECLARE_ROPEI)
+
+/* ---- conversions (ops/convert.inc) -----------------------------------------
+ * y[i] = x[i] converted, i < n (n >= 1; for q8_0 a multiple of 32, in
+ * values): f32 -> f16, bf16 (uint16_t), q8_0 (gml_block_q8_0) and back to
+ * f32, bitwise as gml_fp32_to_fp16 and friends. No overlap. */
+typedef void gml_cvt_ukernel(size_t n, const void *x, void *y);
+#define GML_DECLARE_CVT(isa, fn, tile) gml_cvt_ukernel fn;
+GML_F32_F16_CVT_UKERNELS(GML_DECLARE_CVT)
+GML_F16_F32_CVT_UKERNELS(GML_DECLARE_CVT)
+GML_F32_BF16_CVT_UKERNELS(GML_DECLARE_CVT)
+GML_BF16_F32_CVT_UKERNELS(GML_DECLARE_CVT)
+GML_F32_Q8_0_CVT_UKERNELS(GML_DECLARE_CVT)
+GML_Q8_0_F32_CVT_UKERNELS(GML_DECLARE_CVT)
+
+/* The picked variant converting a run of `type` to f32 (to_f32) or f32 to
+ * `type` (from_f32), for f16, bf16, q8_0; NULL for other types. With its
+ * name for gml_kernel_note. */
+gml_cvt_ukernel *gml_cvt_to_f32(gml_type type, const char **name);
+gml_cvt_ukernel *gml_cvt_from_f32(gml_type type, const char **name);
 
 #endif /* GGMLITE_UKERNELS_H */

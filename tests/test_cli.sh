@@ -512,6 +512,28 @@ check "no file left in the bad-input folder" test -z "$(find "$B" -newer "$B/nee
 # so the write fails with EFBIG and the run cleans up), and killed by a signal once the outputs
 # are staged (RUN_GRAPH_TEST_RAISE, a test hook in tools/rg_out.c: the signal handler removes
 # them, and run-graph still dies of the signal)
+# --weights-dtype: the weight matrices converted at load (graph files built from ops take them)
+expect_ok "weights for --weights-dtype" mha --seq 3 --d-model 64 --heads 2 --save-inputs "$T/wd"
+same_digest "--weights-dtype f32 changes nothing" \
+    "$GRAPHS/mha_fused.graph --weights $T/wd/weights.safetensors --input $T/wd/x.npy --heads 2" \
+    "$GRAPHS/mha_fused.graph --weights $T/wd/weights.safetensors --input $T/wd/x.npy --heads 2 --weights-dtype f32"
+d_f32=$(digest "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --input "$T/wd/x.npy" --heads 2)
+for dt in f16 bf16 q8_0; do
+    expect_ok "--weights-dtype $dt" "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" \
+        --input "$T/wd/x.npy" --heads 2 --weights-dtype $dt --output "$T/wd_$dt.npy"
+    d=$(digest "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --input "$T/wd/x.npy" \
+        --heads 2 --weights-dtype $dt)
+    check "--weights-dtype $dt: another result than f32 ($d)" test -n "$d" -a "$d" != "$d_f32"
+    check "--weights-dtype $dt: the weights are smaller" grep -q "MiB of tensor data" "$T/out"
+done
+expect_error 2 "--weights-dtype: 'q4' is not f32, f16, bf16 or q8_0" "unknown --weights-dtype" mha --weights-dtype q4
+expect_ok "weights of rows of 8" mha --seq 3 --d-model 8 --heads 2 --save-inputs "$T/wd8"
+expect_error 1 "has rows of 8 values, not a multiple of 32" "q8_0 with rows of 8" \
+    "$GRAPHS/mha_fused.graph" --heads 2 --weights "$T/wd8/weights.safetensors" --weights-dtype q8_0
+expect_error 1 "w_q.weight is bf16 [64,64], expected f32" "a built-in block takes f32 weights only" \
+    mha --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16
+expect_error 1 "tensor 'w_q.weight' is bf16; only f32 and i32 tensors are saved" "--save-inputs of bf16 weights" \
+    "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16 --save-inputs "$T/wd2"
 K=$T/killed
 mkdir -p "$K"
 (ulimit -f 8 && "$RG" mha --heads 4 --seq 64 --d-model 64 --output "$K/out.npy" >"$T/out" 2>"$T/err")

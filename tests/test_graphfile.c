@@ -366,7 +366,7 @@ static void test_errors(void) {
          "bad.graph:2:22: softmax: a positional argument after name=value ones"},
         {"input x f32 [2, 3]\ninput x f32 [3]\noutput x\n", "bad.graph:2:7: 'x' is already defined"},
         {"input let f32 [2]\noutput let\n", "bad.graph:1:7: 'let' is a reserved word"},
-        {"input x f64 [2]\noutput x\n", "bad.graph:1:9: type 'f64' is not f32 or i32"},
+        {"input x f64 [2]\noutput x\n", "bad.graph:1:9: type 'f64' is not f32, i32, f16, bf16 or q8_0"},
         {"input x f32 [2, 0]\noutput x\n", "bad.graph:1:17: size 0 of dim 1; sizes are >= 1"},
         {"input x f32 [1, 2, 3, 4, 5]\noutput x\n", "bad.graph:1:26: more than 4 dimensions"},
         {"input x f32 [N]\noutput x\n", "bad.graph:1:14: unknown symbol 'N'"},

@@ -568,7 +568,17 @@ static void test_bad_npy(void) {
 
     /* bad headers */
     EXPECT_FAIL(NPY("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 48),
-                "x.npy: offset 20: dtype '<f8' is not supported; expected '<f4' or '<i4'");
+                "x.npy: offset 20: dtype '<f8' is not supported; expected '<f4', '<i4' or '<f2'");
+    { /* '<f2' loads as f16, bits as stored; its size is 2 bytes an element */
+        gml_context *c16 = NPY("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12);
+        const gml_tensor *h = c16 ? gml_get_tensor(c16, "x") : NULL;
+        CHECK(h && h->type == GML_F16 && h->ne[2] == 2 && h->ne[3] == 3 && h->nb[3] == 2,
+              "'<f2' loads as f16 [2,3]: %s", err);
+        if (h) CHECK(((const unsigned char *)h->data)[11] == (unsigned char)(11 * 7 + 1), "its bytes");
+        gml_free(c16);
+        EXPECT_FAIL(NPY("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 24),
+                    "data is 24 bytes, but shape (2, 3) of '<f2' needs exactly 12");
+    }
     EXPECT_FAIL(NPY("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24), "'>f4'");
     EXPECT_FAIL(NPY("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24),
                 "offset 44", "fortran_order is True");
@@ -671,11 +681,25 @@ static void test_bad_safetensors(void) {
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":32,\"shape\":[2,3],\"data_offsets\":[0,24]}}", 24),
                 "dtype is a number");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24),
-                "tensor 'a': dtype 'F64' is not supported; expected F32 or I32");
+                "tensor 'a': dtype 'F64' is not supported; expected F32, I32, F16 or BF16");
     EXPECT_FAIL(ST("{\"a\\u0001\\\\\":{\"dtype\":\"\nF32\",\"shape\":[3],\"data_offsets\":[0,12]}}", 24),
                 "offset 11: tensor name 'a\\x01\\x5c' holds byte 0x01"); /* found by fuzz_safetensors */
-    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]}}", 24),
-                "dtype 'F16' is not supported");
+    EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F16\",\"shape\":[6],\"data_offsets\":[0,24]}}", 24),
+                "tensor 'a': data_offsets [0, 24] hold 24 bytes, but F16 shape [6] needs 12");
+    /* F16 and BF16 load as GML_F16 and GML_BF16, their bits as in the file */
+    {
+        const size_t len_st = make_st("{\"h\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+                                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[6],\"data_offsets\":[12,24]}}", 24);
+        c = gml_parse_safetensors(buf, len_st, "w.safetensors", err, sizeof err);
+        const gml_tensor *h = c ? gml_get_tensor(c, "h") : NULL, *b = c ? gml_get_tensor(c, "b") : NULL;
+        CHECK(h && b && h->type == GML_F16 && b->type == GML_BF16 && h->ne[2] == 2 &&
+                  h->nb[3] == 2 && b->ne[3] == 6,
+              "F16 and BF16 load as their types: %s", err);
+        if (h && b)
+            CHECK(!memcmp(h->data, buf + len_st - 24, 12) && !memcmp(b->data, buf + len_st - 12, 12),
+                  "their bytes");
+    }
+    gml_free(c);
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":\"6\",\"data_offsets\":[0,24]}}", 24),
                 "shape is a string");
     EXPECT_FAIL(ST("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2,-3],\"data_offsets\":[0,24]}}", 24),

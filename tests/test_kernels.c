@@ -507,6 +507,56 @@ static void test_reduce_norm(void) {
     gml_free(ctx);
 }
 
+/* ---- f16, bf16, q8_0: matmul's paths with a converted weight, cpy and
+ * get_rows through the conversion micro-kernels ------------------------------ */
+
+static gml_tensor *typed_weight(gml_context *ctx, gml_type t, int64_t n, int64_t k, chk_rng *r,
+                                const char *name) {
+    gml_tensor *f = chk_new_input(ctx, GML_F32, 2, (int64_t[]){n, k}, CHK_CONTIGUOUS, "wf", r, -1, 1);
+    gml_tensor *w = gml_set_name(gml_new_tensor_2d(ctx, t, n, k), name);
+    for (int64_t i = 0; i < n; i++) { /* through the scalar conversions */
+        const float *src = (const float *)f->data + i * k;
+        char *dst = (char *)w->data + i * (int64_t)w->nb[2];
+        if (t == GML_Q8_0) gml_quantize_row_q8_0(src, (gml_block_q8_0 *)(void *)dst, k);
+        for (int64_t j = 0; j < k && t != GML_Q8_0; j++)
+            ((uint16_t *)(void *)dst)[j] = t == GML_F16 ? gml_fp32_to_fp16(src[j]) : gml_fp32_to_bf16(src[j]);
+    }
+    return w;
+}
+
+static void test_types(void) {
+    chk_rng r = chk_seed(11);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *wq = typed_weight(ctx, GML_Q8_0, 37, 96, &r, "wq");
+    gml_tensor *wb = typed_weight(ctx, GML_BF16, 29, 77, &r, "wb");
+    gml_tensor *wh = typed_weight(ctx, GML_F16, 23, 45, &r, "wh");
+    gml_tensor *x1 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){3, 96}, CHK_SLICED, "x1", &r, -1, 1);
+    gml_tensor *x2 = chk_new_input(ctx, GML_F32, 3, (int64_t[]){2, 9, 77}, CHK_TRANSPOSED, "x2", &r, -1, 1);
+    gml_tensor *x3 = chk_new_input(ctx, GML_F32, 2, (int64_t[]){70, 45}, CHK_CONTIGUOUS, "x3", &r, -1, 1);
+    gml_tensor *gemv = gml_set_name(gml_linear(ctx, x1, wq, NULL), "gemv_q8_0");
+    gml_tensor *rows = gml_set_name(gml_linear(ctx, x2, wb, NULL), "rows_bf16");
+    gml_tensor *large = gml_set_name(gml_linear(ctx, x3, wh, NULL), "large_f16");
+    gml_tensor *to_bf16 = gml_cpy(ctx, x3, gml_new_tensor_2d(ctx, GML_BF16, 70, 45));
+    gml_tensor *back = gml_set_name(gml_cpy(ctx, to_bf16, gml_new_tensor_2d(ctx, GML_F32, 70, 45)), "back");
+    gml_tensor *idx = gml_new_tensor_1d(ctx, GML_I32, 5);
+    for (int i = 0; i < 5; i++) ((int32_t *)idx->data)[i] = (i * 7) % 23;
+    gml_tensor *emb = gml_set_name(gml_get_rows(ctx, wh, idx), "emb_f16");
+    gml_tensor *outs[] = {gemv, rows, large, back, emb};
+    gml_graph *g = gml_build_graph(ctx, outs, 5);
+    const expect ex[] = {
+        {gemv, "gml_q8_0_gemv_ukernel__", NULL, false},
+        {rows, "gml_f32_gemm_ukernel__", "(rows)", false},
+        {large, "gml_f32_gemm_ukernel__", "(large)", false},
+        {to_bf16, "gml_f32_bf16_cvt_ukernel__", NULL, false},
+        {back, "gml_bf16_f32_cvt_ukernel__", NULL, false},
+        {emb, "gml_f16_f32_cvt_ukernel__", NULL, false},
+    };
+    chk_case("f16, bf16, q8_0: matmul's gemv, rows and large paths, cpy, get_rows");
+    run_case(g, ex, 6, outs, 5, 1e-5, NULL, 0);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(void) {
     const gml_isa best = gml_cpu_has(GML_ISA_AVX512) ? GML_ISA_AVX512
                          : gml_cpu_has(GML_ISA_AVX2) ? GML_ISA_AVX2
@@ -525,5 +575,6 @@ int main(void) {
     test_concat();
     test_reduce_norm();
     test_rope();
+    test_types();
     return chk_summary();
 }

@@ -9,6 +9,7 @@
 #include "../ops/gemm.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,8 +111,82 @@ static int check_gemv_variants(void) {
     return 0;
 }
 
+/* The same for the matrix-vector kernels against a converted weight (f16,
+ * bf16, q8_0; gemv.inc), each against its type's scalar variant (the
+ * definition of gemm.h), bit for bit: w's rows of random bits (f16, bf16:
+ * NaN and inf included where the bits fall so) or random q8_0 blocks. */
+static bool check_xw_gemv(gml_type t, const gml_xw_gemv_variant *v, const gml_xw_gemv_variant *ref,
+                          size_t k, int m, int n, size_t lda, size_t ldw_elems) {
+    const size_t ldc = (size_t)v->nr + 3, rows = (size_t)v->mr + 2;
+    const size_t ldw = gml_row_size(t, (int64_t)ldw_elems);
+    const size_t a_len = (size_t)(m - 1) * lda + k, w_len = (size_t)(n - 1) * ldw + gml_row_size(t, (int64_t)k);
+    float *a = malloc(sizeof(float) * a_len);
+    unsigned char *w = malloc(w_len);
+    float *c = malloc(sizeof(float) * rows * ldc), *want = malloc(sizeof(float) * rows * ldc);
+    for (size_t i = 0; i < a_len; i++) a[i] = rnd();
+    for (size_t i = 0; i < w_len; i++) w[i] = (unsigned char)((unsigned)(rnd() * 1000 + 1000) & 0xffu);
+    if (t == GML_Q8_0) /* sane scales: f16 of values in [0, 1) */
+        for (size_t r = 0; r < (size_t)n; r++)
+            for (size_t b = 0; b < k / 32; b++) {
+                const uint16_t d = gml_fp32_to_fp16(fabsf(rnd()) / 64);
+                memcpy(w + r * ldw + b * 34, &d, 2);
+            }
+    if (t == GML_BF16) /* keep the exponents sane */
+        for (size_t i = 1; i < w_len; i += 2) w[i] = (unsigned char)(0x3c + (w[i] & 3));
+    if (t == GML_F16)
+        for (size_t i = 1; i < w_len; i += 2) w[i] = (unsigned char)(0x30 + (w[i] & 0x8b));
+    for (size_t i = 0; i < rows * ldc; i++) c[i] = want[i] = rnd() * 4.0f;
+    ref->fn(k, a, lda, m, w, ldw, n, want, ldc);
+    v->fn(k, a, lda, m, w, ldw, n, c, ldc);
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++)
+        for (size_t j = 0; j < ldc && ok; j++)
+            if (memcmp(&c[i * ldc + j], &want[i * ldc + j], sizeof(float)) != 0) {
+                fprintf(stderr, "FAIL %s k=%zu m=%d n=%d: c[%zu][%zu] = %.9g, want %.9g%s\n", v->name,
+                        k, m, n, i, j, c[i * ldc + j], want[i * ldc + j],
+                        (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
+                ok = false;
+            }
+    free(a), free(w), free(c), free(want);
+    checks++;
+    return ok;
+}
+
+static int check_xw_gemv_variants(void) {
+    const gml_type types[] = {GML_F16, GML_BF16, GML_Q8_0};
+    const size_t ks[] = {1, 7, 31, 32, 33, 96, 301};
+    for (int ti = 0; ti < 3; ti++) {
+        int nv;
+        const gml_xw_gemv_variant *vs = gml_xw_gemv_variants(types[ti], &nv);
+        for (int vi = 0; vi < nv; vi++) {
+            const gml_xw_gemv_variant *v = &vs[vi];
+            if (!gml_cpu_has(v->isa)) {
+                printf("skip %s: this CPU lacks %s\n", v->name, gml_isa_name(v->isa));
+                continue;
+            }
+            int before = failures;
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                if (types[ti] == GML_Q8_0 && ks[ki] % 32) continue;
+                for (int m = 1; m <= v->mr; m++)
+                    for (int n = 1; n <= v->nr; n++)
+                        for (size_t pad = 0; pad <= 32; pad += 32)
+                            if (!check_xw_gemv(types[ti], v, &vs[0], ks[ki], m, n, ks[ki] + pad / 4,
+                                               ks[ki] + pad) &&
+                                ++failures > 20) {
+                                fprintf(stderr, "too many failures\n");
+                                return 1;
+                            }
+            }
+            printf("%s (%s, %dx%d): %s\n", v->name, gml_isa_name(v->isa), v->mr, v->nr,
+                   failures == before ? "ok" : "FAILED");
+        }
+    }
+    return 0;
+}
+
 int main(void) {
     if (check_gemv_variants()) return 1;
+    if (check_xw_gemv_variants()) return 1;
     const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: KC */
     for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
         const gml_gemm_variant *v = &gml_gemm_variants[vi];

@@ -3,12 +3,14 @@
  * found it). A tool, not a test: timings on a shared machine are noisy, so
  * every number is the median of --runs runs after warm-up.
  *
- *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention|decode]
+ *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention|decode|weights]
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
- * at T=8192); decoding through the KV cache (C5's dimensions, context 2048). */
+ * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
+ * a decoding step's weight products at C4's dimensions with f32, bf16 and
+ * q8_0 weights. */
 #define _POSIX_C_SOURCE 200809L
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
@@ -436,6 +438,81 @@ static void bench_decode(const opts *o) {
     gml_kv_cache_free(cache);
 }
 
+/* ---- decoding weights by type ------------------------------------------------
+ * The weight products of one decoding step at C4's dimensions (D=4096,
+ * H=32, G=8, d_k=128, B=1): q = x W_q^T, k = x W_k^T, v = x W_v^T (W_k, W_v
+ * [1024, 4096]) and o = q W_o^T, the 96 MiB of f32 weights a step reads,
+ * with f32, bf16 and q8_0 weights (converted from the same f32 values).
+ * Attention over the cache is left out: models/ takes f32 weights only. The
+ * types take turns run by run (a neighbour's load falls on all alike);
+ * tokens/s from the median step, and the bytes a step holds: the weights
+ * plus the planned buffer. */
+static void bench_weights(const opts *o) {
+    const int64_t D = 4096, KV = 8 * 128;
+    const gml_type types[] = {GML_F32, GML_BF16, GML_Q8_0};
+    enum { NT = 3 };
+    gml_context *wctx[NT], *ctx[NT];
+    gml_graph *g[NT];
+    size_t wbytes[NT];
+    float *row = malloc((size_t)D * sizeof *row);
+    for (int t = 0; t < NT; t++) {
+        wctx[t] = gml_init((gml_init_params){.mem_size = (size_t)(2 * D * D + 2 * KV * D) * 4 + (1 << 20)});
+        ctx[t] = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        const int64_t rows[4] = {D, KV, KV, D};
+        gml_tensor *w[4];
+        wbytes[t] = 0;
+        for (int i = 0; i < 4; i++) {
+            w[i] = gml_new_tensor_2d(wctx[t], types[t], rows[i], D);
+            for (int64_t r = 0; r < rows[i]; r++) {
+                fill(row, D, 31 + (uint32_t)(i * 7919 + r));
+                char *dst = (char *)w[i]->data + r * (int64_t)w[i]->nb[2];
+                if (types[t] == GML_F32) memcpy(dst, row, (size_t)D * 4);
+                else if (types[t] == GML_Q8_0) gml_quantize_row_q8_0(row, (gml_block_q8_0 *)(void *)dst, D);
+                else for (int64_t k = 0; k < D; k++) ((uint16_t *)(void *)dst)[k] = gml_fp32_to_bf16(row[k]);
+            }
+            wbytes[t] += gml_nbytes(w[i]);
+        }
+        gml_tensor *x = gml_new_tensor_3d(ctx[t], GML_F32, 1, 1, D);
+        gml_set_flags(x, GML_FLAG_INPUT);
+        gml_tensor *q = gml_linear(ctx[t], x, w[0], NULL);
+        gml_tensor *outs[3] = {gml_linear(ctx[t], q, w[3], NULL), gml_linear(ctx[t], x, w[1], NULL),
+                               gml_linear(ctx[t], x, w[2], NULL)};
+        g[t] = gml_build_graph(ctx[t], outs, 3);
+        if (!g[t] || gml_graph_plan(g[t], NULL) != GML_OK) {
+            fprintf(stderr, "bench: weights: %s\n", g[t] ? gml_graph_error(g[t]) : gml_last_error(ctx[t]));
+            exit(1);
+        }
+        fill(gml_graph_data(g[t], x), D, 77);
+    }
+    free(row);
+    printf("\ndecoding weights by type, C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1: the step's "
+           "q, k, v, o products\n(attention over the cache not included), types taking turns\n");
+    printf("%-10s %7s %12s %10s %9s %14s\n", "weights", "threads", "tokens/s", "ms/token", "vs f32",
+           "memory MiB");
+    for (int j = 0; j < o->n_threads; j++) {
+        const int nth = o->threads[j];
+        double t[NT][MAX_RUNS];
+        pause_s(0.25);
+        for (int tt = 0; tt < NT; tt++) time_graph(g[tt], nth); /* warm-up */
+        for (int r = 0; r < o->runs; r++)
+            for (int tt = 0; tt < NT; tt++) t[tt][r] = time_graph(g[tt], nth);
+        double f32_sec = 0;
+        for (int tt = 0; tt < NT; tt++) {
+            const double sec = median(t[tt], o->runs);
+            if (tt == 0) f32_sec = sec;
+            printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f\n", gml_type_name(types[tt]), nth, 1.0 / sec,
+                   sec * 1e3, f32_sec / sec,
+                   (double)(wbytes[tt] + gml_graph_plan_peak(g[tt])) / (1 << 20));
+        }
+        fflush(stdout);
+    }
+    for (int tt = 0; tt < NT; tt++) {
+        gml_graph_free(g[tt]);
+        gml_free(ctx[tt]);
+        gml_free(wctx[tt]);
+    }
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static void print_machine(const opts *o) {
@@ -470,7 +547,7 @@ static void print_machine(const opts *o) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|window|decode]\n");
+                    "[--threads 1,2] [--only matmul|attention|window|decode|weights]\n");
     exit(2);
 }
 
@@ -492,7 +569,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
             if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
-                strcmp(only, "window") != 0 && strcmp(only, "decode") != 0)
+                strcmp(only, "window") != 0 && strcmp(only, "decode") != 0 &&
+                strcmp(only, "weights") != 0)
                 usage();
         } else {
             usage();
@@ -503,5 +581,6 @@ int main(int argc, char **argv) {
     if (!only[0] || strcmp(only, "attention") == 0) bench_attention(&o);
     if (strcmp(only, "window") == 0) bench_window(&o); /* also at the end of attention */
     if (!only[0] || strcmp(only, "decode") == 0) bench_decode(&o);
+    if (!only[0] || strcmp(only, "weights") == 0) bench_weights(&o);
     return 0;
 }

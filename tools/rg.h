@@ -67,6 +67,8 @@ typedef struct rg_opts {
     int64_t decode;          /* --decode N: tokens decoded after the prompt; 0: no decoding */
     int64_t max_len;         /* --max-len: the KV cache's positions; 0: prompt + N */
     const char *weights, *input, *query, *key, *value;
+    gml_type weights_dtype; /* --weights-dtype (has_weights_dtype): 2-D f32 weights made this */
+    bool has_weights_dtype;
     struct { const char *name, *path; } bind[RG_MAX_BINDS]; /* --bind NAME=FILE */
     int n_bind;
     uint64_t seed;

@@ -37,7 +37,7 @@ enum {
 
 typedef enum flag_id {
     F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
-    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_WEIGHTS_DTYPE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
@@ -83,6 +83,10 @@ static const flag FLAGS[] = {
      "f32 safetensors: w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
      "Data (without files: deterministic random data from --seed)"},
+    [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN,
+     "converts the f32 weight matrices (2-D) to this type at load, for experiments (biases and "
+     "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
+     "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL},
     [F_INPUT] = {"--input", "FILE", M_ATTN, "self-attention input .npy [B, T, D]", NULL},
     [F_QUERY] = {"--query", "FILE", M_ATTN, "cross-attention query .npy [B, T, D]", NULL},
     [F_KEY] = {"--key", "FILE", M_ATTN, "cross-attention key .npy [B, S, D] (default: the query)", NULL},
@@ -262,6 +266,11 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     case F_DECODE: return parse_int(name, v, 1, INT32_MAX, &o->decode, e);
     case F_MAX_LEN: return parse_int(name, v, 1, INT32_MAX, &o->max_len, e);
     case F_WEIGHTS: o->weights = v; return true;
+    case F_WEIGHTS_DTYPE:
+        if (!gml_type_from_name(v, &o->weights_dtype) || o->weights_dtype == GML_I32)
+            return rg_fail(e, RG_USAGE, "--weights-dtype: '%s' is not f32, f16, bf16 or q8_0", v);
+        o->has_weights_dtype = true;
+        return true;
     case F_INPUT: o->input = v; return true;
     case F_QUERY: o->query = v; return true;
     case F_KEY: o->key = v; return true;

@@ -345,12 +345,82 @@ static bool valid_lens(const rg_opts *o, rg_data *d, rg_err *e) {
     return true;
 }
 
+/* The weights' types as --weights-dtype asks: 2-D f32 matrices converted to
+ * it (rounded, or quantized for q8_0) and 1-D F16/BF16 tensors (biases and
+ * norm weights of a half-precision checkpoint) widened to f32, into a new
+ * context that replaces the old one (freed: the weights are held once).
+ * Without the flag, only the 1-D widening. Other tensors are copied as
+ * they are (a file's F16 and BF16 matrices among them). */
+static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+    gml_context *w = d->wctx;
+    if (!w) return true;
+    bool any = false;
+    size_t mem = 0;
+    for (gml_tensor *t = gml_get_first_tensor(w); t; t = gml_get_next_tensor(w, t)) {
+        gml_type to = t->type;
+        if (t->n_dims >= 2 && t->type == GML_F32 && o->has_weights_dtype) to = o->weights_dtype;
+        if (t->n_dims == 1 && (t->type == GML_F16 || t->type == GML_BF16)) to = GML_F32;
+        if (to == GML_Q8_0 && t->ne[3] % GML_QK8_0) {
+            char s[64];
+            return rg_fail(e, RG_RUNTIME, "--weights-dtype q8_0: '%s' %s has rows of %" PRId64
+                           " values, not a multiple of 32 (q8_0's block)", t->name,
+                           gml_format_shape(t, s, sizeof s), t->ne[3]);
+        }
+        any = any || to != t->type;
+        mem += gml_tensor_overhead() + 64 + gml_row_size(to, t->ne[3]) * (size_t)(gml_nelements(t) / t->ne[3]);
+    }
+    if (!any) return true;
+    if (!rg_check_memory(mem, "the converted weights", e)) return false;
+    gml_context *c = gml_init((gml_init_params){.mem_size = mem});
+    if (!c) return rg_fail(e, RG_RUNTIME, "out of memory for %zu bytes of converted weights", mem);
+    for (gml_tensor *t = gml_get_first_tensor(w); t; t = gml_get_next_tensor(w, t)) {
+        gml_type to = t->type;
+        if (t->n_dims >= 2 && t->type == GML_F32 && o->has_weights_dtype) to = o->weights_dtype;
+        if (t->n_dims == 1 && (t->type == GML_F16 || t->type == GML_BF16)) to = GML_F32;
+        gml_tensor *n = gml_new_tensor(c, to, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims);
+        if (!n) {
+            rg_fail(e, RG_RUNTIME, "%s", gml_last_error(c));
+            gml_free(c);
+            return false;
+        }
+        gml_set_name(n, t->name);
+        n->flags = t->flags;
+        const int64_t rows = gml_nelements(t) / t->ne[3], k = t->ne[3]; /* both contiguous */
+        if (to == t->type) {
+            memcpy(n->data, t->data, gml_nbytes(t));
+            continue;
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const char *src = (const char *)t->data + r * (int64_t)t->nb[2];
+            char *dst = (char *)n->data + r * (int64_t)n->nb[2];
+            const float *f = (const float *)(const void *)src;
+            const uint16_t *h = (const uint16_t *)(const void *)src;
+            for (int64_t i = 0; i < k && to != GML_Q8_0; i++) {
+                const float x = t->type == GML_F32 ? f[i]
+                                : t->type == GML_F16 ? gml_fp16_to_fp32(h[i])
+                                                     : gml_bf16_to_fp32(h[i]);
+                if (to == GML_F32) memcpy(dst + 4 * i, &x, 4);
+                else ((uint16_t *)(void *)dst)[i] = to == GML_F16 ? gml_fp32_to_fp16(x) : gml_fp32_to_bf16(x);
+            }
+            if (to == GML_Q8_0) gml_quantize_row_q8_0(f, (gml_block_q8_0 *)(void *)dst, k);
+        }
+    }
+    for (int i = 0; i < d->n_ctxs; i++)
+        if (d->ctxs[i] == w) d->ctxs[i] = c;
+    gml_free(w);
+    d->wctx = c;
+    return true;
+}
+
 bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e) {
     *d = (rg_data){0};
     if (!sizes(o, d, e) || !random_inputs(o, d, e) || !valid_lens(o, d, e)) return false;
-    if (o->kind <= RG_RELPOS && !d->wctx) return random_weights(o, d, e);
-    d->random_weights = o->kind == RG_GRAPH && !d->wctx; /* its params, if it has any */
-    return true;
+    if (o->kind <= RG_RELPOS && !d->wctx) {
+        if (!random_weights(o, d, e)) return false;
+    } else {
+        d->random_weights = o->kind == RG_GRAPH && !d->wctx; /* its params, if it has any */
+    }
+    return convert_weights(o, d, e);
 }
 
 /* ---- weights by name ---------------------------------------------------------------- */

@@ -503,9 +503,8 @@ static bool declaration(parser *p, bool is_param) {
     size_t tcol = here(p);
     if (!ident(p, type_name)) return false;
     gml_type type;
-    if (strcmp(type_name, "f32") == 0) type = GML_F32;
-    else if (strcmp(type_name, "i32") == 0) type = GML_I32;
-    else return fail_at(p, tcol, "type '%s' is not f32 or i32", type_name);
+    if (!gml_type_from_name(type_name, &type))
+        return fail_at(p, tcol, "type '%s' is not f32, i32, f16, bf16 or q8_0", type_name);
 
     gml_tensor *bound = p->binder && p->binder->bind ? p->binder->bind(p->binder->user, name, is_param) : NULL;
     if (!expect(p, '[')) return false;
@@ -546,7 +545,10 @@ static bool declaration(parser *p, bool is_param) {
         !(p->binder->make_optional && p->binder->make_optional(p->binder->user, name, is_param)))
         return define_none(p, col, name);
     if (bound) {
-        if (bound->type != type || bound->n_dims != n)
+        /* a param declared f32 takes a weight of another float type (a bf16
+         * checkpoint, run-graph --weights-dtype): the ops say what they take */
+        const bool converted = is_param && type == GML_F32 && bound->type != GML_I32;
+        if ((bound->type != type && !converted) || bound->n_dims != n)
             return fail_at(p, col, "%s '%s' is declared %s with %d dims, but the bound tensor is %s %s",
                            is_param ? "param" : "input", name, type_name, n,
                            gml_type_name(bound->type), GML_SHAPE(bound, shape));

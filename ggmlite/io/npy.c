@@ -217,7 +217,9 @@ static bool parse_header(npy_parser *p, npy_header *h) {
                            "'fortran_order' and 'shape')", keys[k]);
     if (strcmp(descr, "<f4") == 0) h->type = GML_F32;
     else if (strcmp(descr, "<i4") == 0) h->type = GML_I32;
-    else return fail_at(p, descr_at, "dtype '%s' is not supported; expected '<f4' or '<i4'", descr);
+    else if (strcmp(descr, "<f2") == 0) h->type = GML_F16;
+    else return fail_at(p, descr_at, "dtype '%s' is not supported; expected '<f4', '<i4' or '<f2'",
+                        descr);
     if (fortran)
         return fail_at(p, fortran_at, "fortran_order is True; only C-order arrays are supported "
                        "(save np.ascontiguousarray(a))");
@@ -294,12 +296,14 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
     if (!ok) return NULL;
 
     uint64_t data_at = hstart + hlen, have = s->size - data_at;
-    uint64_t need = gml_dense_bytes(h.ne, h.n_dims);
+    uint64_t need = gml_dense_bytes(h.ne, h.n_dims); /* 4-byte elements: halved for '<f2' */
+    if (need != UINT64_MAX && h.type == GML_F16) need /= 2;
     if (need != have) {
         char shape[96], needs[24];
         format_tuple(h.ne, h.n_dims, shape, sizeof shape);
         gml_errf(err, es, "%s: offset %" PRIu64 ": data is %" PRIu64 " bytes, but shape %s of '%s' "
-                 "needs %s%s%s", what, data_at, have, shape, h.type == GML_F32 ? "<f4" : "<i4",
+                 "needs %s%s%s", what, data_at, have, shape,
+                 h.type == GML_F32 ? "<f4" : h.type == GML_F16 ? "<f2" : "<i4",
                  need < have ? "exactly " : "", gml_bytes_text(need, needs),
                  need > have ? " (file truncated?)" : "");
         return NULL;
@@ -361,8 +365,9 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
     if (!t) return gml_errf(err, err_size, "%s: no tensor given", path), GML_ERR_INVALID;
     char shown[100];
     if (t->type != GML_F32 && t->type != GML_I32)
-        return gml_errf(err, err_size, "%s: tensor '%s' has unknown type %d", path,
-                        gml_printable(t->name, shown, sizeof shown), (int)t->type), GML_ERR_INVALID;
+        return gml_errf(err, err_size, "%s: tensor '%s' is %s; only f32 and i32 tensors are saved",
+                        path, gml_printable(t->name, shown, sizeof shown), gml_type_name(t->type)),
+               GML_ERR_INVALID;
     if (!t->data)
         return gml_errf(err, err_size, "%s: tensor '%s' has no data (made in a no_alloc context?)",
                         path, gml_printable(t->name, shown, sizeof shown)), GML_ERR_INVALID;

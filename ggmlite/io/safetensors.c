@@ -22,7 +22,8 @@
  *  - data_offsets tile the data buffer: sorted by begin, the first begins at
  *    0, each begins where the one before ends, the last ends at the end of
  *    the file (no gap, no overlap, no unused byte after the last tensor);
- *  - each tensor's bytes are exactly prod(shape) * 4.
+ *  - each tensor's bytes are exactly prod(shape) * 4 (F32, I32) or * 2 (F16,
+ *    BF16, loaded as GML_F16 and GML_BF16, bits unchanged).
  * And where ggmlite is stricter than the reference: tensor names are
  * printable (no byte below 0x20, nor 0x7f, written raw or as \u escapes;
  * UTF-8 is fine), unique and shorter than GML_MAX_NAME; no string ggmlite
@@ -150,9 +151,11 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
         return entry_fail(h, name, "dtype is %s, expected a string like \"F32\"", json_type(dtype));
     if (strcmp(dtype->valuestring, "F32") == 0) e->type = GML_F32;
     else if (strcmp(dtype->valuestring, "I32") == 0) e->type = GML_I32;
+    else if (strcmp(dtype->valuestring, "F16") == 0) e->type = GML_F16;
+    else if (strcmp(dtype->valuestring, "BF16") == 0) e->type = GML_BF16;
     else {
         char shown[40];
-        return entry_fail(h, name, "dtype '%s' is not supported; expected F32 or I32",
+        return entry_fail(h, name, "dtype '%s' is not supported; expected F32, I32, F16 or BF16",
                           gml_printable(dtype->valuestring, shown, sizeof shown));
     }
 
@@ -172,7 +175,8 @@ static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
                               list, d);
         e->ne[d] = (int64_t)v;
     }
-    uint64_t bytes = gml_dense_bytes(e->ne, n);
+    uint64_t bytes = gml_dense_bytes(e->ne, n); /* 4-byte elements: halved for F16, BF16 */
+    if (bytes != UINT64_MAX && gml_type_size(e->type) == 2) bytes /= 2;
     e->n_dims = n;
     if (n == 0) { /* a scalar: [1] */
         e->n_dims = 1;
@@ -734,8 +738,8 @@ static bool check_save_args(const char *path, const gml_tensor *const *ts, int n
         if (!t) return gml_errf(err, es, "%s: tensor %d is NULL", path, i);
         const char *name = gml_printable(t->name, shown, sizeof shown);
         if (t->type != GML_F32 && t->type != GML_I32)
-            return gml_errf(err, es, "%s: tensor '%s' has unknown type %d", path, name,
-                            (int)t->type);
+            return gml_errf(err, es, "%s: tensor '%s' is %s; only f32 and i32 tensors are saved",
+                            path, name, gml_type_name(t->type));
         if (!t->data)
             return gml_errf(err, es, "%s: tensor '%s' has no data (made in a no_alloc context?)",
                             path, name);

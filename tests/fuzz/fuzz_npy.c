@@ -18,9 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const gml_tensor *t = gml_get_tensor(ctx, "x");
-    if (!t || (t->type != GML_F32 && t->type != GML_I32) || t->n_dims < 1 || t->n_dims > 4)
+    if (!t || (t->type != GML_F32 && t->type != GML_I32 && t->type != GML_F16) || t->n_dims < 1 ||
+        t->n_dims > 4)
         __builtin_trap();
-    size_t nbytes = (size_t)gml_nelements(t) * 4;
+    size_t nbytes = (size_t)gml_nelements(t) * gml_type_size(t->type); /* '<f2': 2 */
     if (nbytes > size || memcmp(t->data, data + size - nbytes, nbytes) != 0) __builtin_trap();
     gml_free(ctx);
     return 0;

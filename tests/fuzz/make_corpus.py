@@ -46,10 +46,12 @@ NPY = {
     "fortran": npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", f32(1, 2, 3, 4)),
     "truncated": npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f32(1, 2)),
     "five_dims": npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1), }", f32(1)),
+    "f16_2x2": npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 2), }", f32(1, 2)),
 }
 
 ST = {
     "two": st({"a": d("F32", [2, 3], 0, 24), "b": d("I32", [2], 24, 32)}, f32(1, 2, 3, 4, 5, 6) + i32(7, 8)),
+    "half": st({"h": d("F16", [2, 2], 0, 8), "b": d("BF16", [2], 8, 12)}, f32(1, 2, 3)),
     "metadata": st({"__metadata__": {"format": "pt"}, "w.weight": d("F32", [2, 2], 0, 16)}, f32(1, 2, 3, 4)),
     "scalar_gap": st({"s": d("I32", [], 4, 8), "t": d("F32", [1, 1, 1, 1], 8, 12)}, i32(0, 1, 2)),
     "empty": st({}, b""),

@@ -183,10 +183,33 @@ extern "C" {
 #define GML_PRINTF(fmt_arg, first_arg)
 #endif
 
+/* Element types. F16 is IEEE binary16, BF16 the top half of an f32; both
+ * are ordinary 2-byte elements (any strides, any view). Q8_0 is blocked as
+ * ggml's q8_0: each run of 32 values along the last dim is one 34-byte
+ * gml_block_q8_0 (an f16 scale d and 32 int8 q, value = d * q), so the last
+ * dim must be a multiple of 32 and a row of n values takes n / 32 * 34
+ * bytes; nb[3] of a q8_0 tensor is the block size, 34. A q8_0 tensor is a
+ * leaf (gml_new_tensor) or a transpose/permute of one (B = w^T for
+ * gml_matmul); other views of it are refused. Which ops take which types:
+ * every op takes f32; cpy converts between f32, f16, bf16 and q8_0 (any
+ * pair); cont takes f16 and bf16 as well; matmul's b (linear's w) may be
+ * f16, bf16 or q8_0 against an f32 a; get_rows reads f16, bf16 and q8_0
+ * tables into f32 rows; the index ops take i32. Any other op refuses the
+ * other types when built, naming the op, the tensor and its type. */
 typedef enum gml_type {
     GML_F32 = 0,
     GML_I32 = 1,
+    GML_F16 = 2,
+    GML_BF16 = 3,
+    GML_Q8_0 = 4,
+    GML_TYPE_COUNT
 } gml_type;
+
+#define GML_QK8_0 32 /* values per q8_0 block */
+typedef struct gml_block_q8_0 {
+    uint16_t d;             /* the scale, an IEEE binary16 */
+    int8_t qs[GML_QK8_0];   /* value i = d * qs[i] */
+} gml_block_q8_0;
 
 /* The op list lives in ggmlite/include/ggmlite/ops.inc; each entry becomes GML_OP_<ID>. */
 typedef enum gml_op {
@@ -295,8 +318,39 @@ gml_tensor *gml_get_first_tensor(const gml_context *ctx);
 gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t);
 void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
 
+/* Bytes of one element, or of one block for a blocked type (q8_0: 34). */
 size_t gml_type_size(gml_type type);
+/* Elements per block: 32 for q8_0, 1 for the others. */
+int64_t gml_type_block_size(gml_type type);
+/* Bytes of a contiguous row of n elements (n a multiple of the block size). */
+size_t gml_row_size(gml_type type, int64_t n);
+/* "f32", "i32", "f16", "bf16", "q8_0" (graph files and printing use these);
+ * "?" for an unknown value. gml_type_from_name is the reverse (false if
+ * name is none of them). */
 const char *gml_type_name(gml_type type);
+bool gml_type_from_name(const char *name, gml_type *out);
+
+/* ---- conversions -------------------------------------------------------------
+ * f32 -> f16 and f32 -> bf16 round to nearest, ties to even; values past
+ * the largest finite f16 (65504, once rounded) become +-inf; f16
+ * subnormals are produced exactly as IEEE rounding gives them (bf16 keeps
+ * f32's range and subnormals); a NaN stays a NaN of the same sign, made
+ * quiet, its top payload bits kept (as the F16C and AVX-512 instructions
+ * do). f16 -> f32 and bf16 -> f32 are exact (an f16 NaN comes out quiet,
+ * its payload kept, as vcvtph2ps gives it; a bf16 NaN keeps its bits). */
+uint16_t gml_fp32_to_fp16(float x);
+float gml_fp16_to_fp32(uint16_t h);
+uint16_t gml_fp32_to_bf16(float x);
+float gml_bf16_to_fp32(uint16_t h);
+/* n values (a multiple of 32) into n / 32 q8_0 blocks, as ggml's reference
+ * quantize_row_q8_0: per block amax = max |x|, d = amax / 127, q =
+ * roundf(x * (1 / d)) (ties away from zero; q = 0 when d is 0), the scale
+ * stored as f16(d). A block holding a NaN or an infinity gets a NaN scale
+ * (all its values dequantize to NaN: never silently finite). Blocks whose
+ * amax / 127 passes 65504 (|x| > ~8.3e6) get an infinite scale. */
+void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n);
+/* n values (a multiple of 32) out of n / 32 blocks: y = f32(d) * q, exact. */
+void gml_dequantize_row_q8_0(const gml_block_q8_0 *x, float *y, int64_t n);
 const char *gml_op_name(gml_op op);
 int64_t gml_nelements(const gml_tensor *t);
 size_t gml_nbytes(const gml_tensor *t);   /* bytes spanned, from first to last element */
@@ -347,10 +401,13 @@ gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep);
 
 /* ---- copies ------------------------------------------------------------- */
 
-/* any strides -> contiguous copy, same shape. */
+/* any strides -> contiguous copy, same shape and type (f32, i32, f16, bf16). */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
 /* Writes a into dst (same shape; dst typically a view into a cache) and
- * returns a view of dst that depends on the copy. Refused (NULL, message)
+ * returns a view of dst that depends on the copy. Types: the same type, or
+ * any pair of f32, f16, bf16 and q8_0, converted as the conversions above
+ * do (through f32: f16 -> bf16 is bf16(f32(x)); into q8_0 quantizes each
+ * block of 32 along the last dim). Refused (NULL, message)
  * if two elements of dst share memory, or if dst and a share memory, e.g.
  *     cpy(x (transposed), x): the destination overlaps the source:
  *     x (transposed) [64,64] and x [64,64] share storage (source [0,0] and
@@ -367,10 +424,21 @@ gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim);
 
 /* ---- arithmetic --------------------------------------------------------- */
 
-/* [..., M, K] @ [..., K, N] -> [..., M, N]; 2-D to 4-D, leading dims broadcast. */
+/* [..., M, K] @ [..., K, N] -> [..., M, N]; 2-D to 4-D, leading dims broadcast.
+ * a is f32; b is f32, f16 or bf16 (any strides), or q8_0 as the transpose of
+ * a q8_0 weight [N, K] (transpose(w), what gml_linear makes), K then a
+ * multiple of 32. f32 accumulation on b's values converted to f32 (q8_0:
+ * d * q), in registers or while packing panels, never a whole f32 copy of
+ * b. More than 4 rows (M, batches folded): bitwise what an f32 b holding
+ * the converted values gives. Up to 4 rows against a weight (decoding):
+ * dot products along k in a fixed order (ops/gemm.h), the same bits on
+ * every ISA and thread count, within a few ulp of sum_k |a b| of the f32
+ * result (measured: <= 1.4e-7 of sum_k |a b| from it, <= 4.2e-8 from the
+ * exact product on the converted values). */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* x [..., in] (1-D to 4-D), w [out, in] (nn.Linear layout), bias [out] or NULL
- * -> [..., out] */
+ * -> [..., out]. w may be f32, f16, bf16 or q8_0 (see gml_matmul); x and
+ * bias are f32. */
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
@@ -491,7 +559,8 @@ gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_t
  * repeated `repeats` times in place. [.., n, ..] -> [.., n*repeats, ..] */
 gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);
 
-/* table [N, d] f32, idx i32 of any shape [...] (up to 3-D) -> [..., d]:
+/* table [N, d] f32, f16, bf16 or q8_0 (rows converted to f32), idx i32 of
+ * any shape [...] (up to 3-D) -> [..., d] f32:
  * out[..., :] = table[idx[...], :]. An index outside [0, N) fails compute. */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
 

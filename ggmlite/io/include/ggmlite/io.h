@@ -14,7 +14,8 @@ extern "C" {
 
 /* ---- files: NumPy .npy and safetensors ----------------------------------
  * Little-endian f32 ('<f4', F32) and i32 ('<i4', I32) tensors of 1 to 4 dims,
- * C order. A 0-D scalar in a file loads as a 1-D tensor [1]. Loaders make a
+ * C order; safetensors' F16 and BF16 and .npy's '<f2' load as GML_F16 and
+ * GML_BF16 (bits as stored, nothing converted). Savers write f32 and i32. A 0-D scalar in a file loads as a 1-D tensor [1]. Loaders make a
  * new context (free it with gml_free) holding exactly the tensors, data
  * 64-byte aligned; on failure they return NULL and write one line into err
  * naming the file, the byte offset where it applies and what was expected:
