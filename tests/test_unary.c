@@ -50,8 +50,9 @@ static const op_info OPS[N_OPS] = {
     [TANH] = {"tanh", gml_tanh, tanh, 0.501, 2.5, 2, 2.5, 2},
     [SIGMOID] = {"sigmoid", gml_sigmoid, d_sigmoid, 0.501, 3, 3, 3, 3},
     [SILU] = {"silu", gml_silu, d_silu, 0.501, 3.5, 3.5, 3.5, 3.5},
-    /* gelu's only variant computes in double */
-    [GELU] = {"gelu", gml_gelu, d_gelu, 0.501, 0.501, 1, 0.501, 1},
+    /* gelu: every variant computes in double (the vector ones with their
+     * own erfc, 1e-14 relative: check_gelu_dense) */
+    [GELU] = {"gelu", gml_gelu, d_gelu, 0.501, 0.501, 0.501, 0.501, 0.501},
     /* gelu_tanh: 2u in double (in float its rounding would cost |2u| ulp:
      * 200 at x = -9.8; PyTorch's float is 1e-5 relative, 90 ulp, off at
      * x = -3) */
@@ -261,6 +262,84 @@ static void check_sweep(void) {
     gml_free(ctx);
     free(x);
     free(y);
+}
+
+/* ---- 2b. gelu on dense sweeps ------------------------------------------------
+ * Every 5th float in [-14.5, -4] (erfc tiny, down to where gelu is -0
+ * from x < -14.356), every 181st float (by bits) with 2^-24 <= |x| <= 4
+ * (around 0) and every 41st subnormal of both signs: each variant within 1
+ * ulp of the double reference rounded to float (the vector erfc is 1e-14
+ * relative, so the few misrounded results are near-ties; an exhaustive run
+ * over all 2^32 floats found 50 per vector variant, none off by
+ * more than 1 ulp), equal to it on subnormals (0.5 x there is a tie for odd
+ * x: erfc must be exactly 1, as libm's), within the sweep's bound of the
+ * unrounded one, and the AVX2 and AVX-512 variants bitwise equal (the same
+ * double operations per lane). */
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void check_gelu_dense(void) {
+    enum { CHUNK = 4096 };
+    static const struct {
+        uint32_t lo, hi, step; /* float bits, inclusive */
+        bool exact;            /* equal to the rounded reference */
+    } ranges[] = {{0xc0800000u, 0xc1680000u, 5, false}, /* -4 .. -14.5 */
+                  {0x33800000u, 0x40800000u, 181, false}, /* 2^-24 .. 4 */
+                  {0xb3800000u, 0xc0800000u, 181, false},
+                  {0x00000001u, 0x007fffffu, 41, true}, /* subnormals */
+                  {0x80000001u, 0x807fffffu, 41, true}};
+    const variant *vs[8];
+    int nv = 0;
+    for (int v = 0; v < N_VARIANTS; v++)
+        if (VARIANTS[v].op == GELU && gml_cpu_has(VARIANTS[v].isa)) vs[nv++] = &VARIANTS[v];
+    float x[CHUNK], y[8][CHUNK];
+    long long count = 0, misrounded[8] = {0}, unequal = 0;
+    double worst[8] = {0};
+    for (size_t ri = 0; ri < sizeof ranges / sizeof *ranges; ri++) {
+        chk_case("gelu dense sweep %#x..%#x step %u", ranges[ri].lo, ranges[ri].hi, ranges[ri].step);
+        int bad = 0;
+        for (uint64_t b = ranges[ri].lo; b <= ranges[ri].hi && bad < 5;) {
+            int n = 0;
+            for (; n < CHUNK && b <= ranges[ri].hi; n++, b += ranges[ri].step) {
+                const uint32_t u = (uint32_t)b;
+                memcpy(&x[n], &u, 4);
+            }
+            for (int v = 0; v < nv; v++) vs[v]->fn((size_t)n, x, y[v]);
+            count += n;
+            for (int i = 0; i < n && bad < 5; i++) {
+                const double r = d_gelu((double)x[i]);
+                const float rf = (float)r;
+                for (int v = 0; v < nv; v++) {
+                    bool tiny;
+                    const double e = err_of(y[v][i], r, &tiny);
+                    if (!tiny && e > worst[v]) worst[v] = e;
+                    const int64_t d = (int64_t)(int32_t)bits_of(y[v][i]) - (int32_t)bits_of(rf);
+                    misrounded[v] += d != 0;
+                    if (d < -1 || d > 1 || (ranges[ri].exact && d != 0) ||
+                        !in_bound(&OPS[GELU], false, e, tiny, x[i]))
+                        bad += !CHECK(false, "%s(%a) = %a, want %a (%.17g): %lld ulp apart, error %g",
+                                      vs[v]->name, (double)x[i], (double)y[v][i], (double)rf, r,
+                                      (long long)d, e);
+                }
+                for (int v = 1; v < nv; v++)
+                    if (vs[v]->isa != GML_ISA_SCALAR && vs[v - 1]->isa != GML_ISA_SCALAR &&
+                        !same_bits(y[v][i], y[v - 1][i])) {
+                        unequal++;
+                        if (unequal <= 3)
+                            CHECK(false, "%s(%a) = %a but %s gives %a", vs[v]->name, (double)x[i],
+                                  (double)y[v][i], vs[v - 1]->name, (double)y[v - 1][i]);
+                    }
+            }
+        }
+    }
+    printf("gelu dense sweeps, %lld inputs:", count);
+    for (int v = 0; v < nv; v++)
+        printf(" %s max %.4f ulp, %lld not the rounded reference;", vs[v]->name, worst[v], misrounded[v]);
+    printf(" AVX2 != AVX-512: %lld\n", unequal);
+    CHECK(unequal == 0, "AVX2 and AVX-512 gelu differ on %lld inputs", unequal);
 }
 
 /* ---- 3. special values against PyTorch ------------------------------------
@@ -502,6 +581,7 @@ int main(void) {
         if (gml_cpu_has(VARIANTS[v].isa)) check_variant(&VARIANTS[v]);
         else printf("skip %s: this CPU lacks %s\n", VARIANTS[v].name, gml_isa_name(VARIANTS[v].isa));
     check_sweep();
+    check_gelu_dense();
     check_specials();
     check_layouts();
     check_inplace();
