@@ -129,6 +129,8 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
 
 /* ---- graphs ------------------------------------------------------------- */
 
+static int g_max_rel; /* the case's P, for attn_relpos */
+
 /* A named leaf [ne...] holding src (row-major) unless ctx is no_alloc. */
 static gml_tensor *leaf(gml_context *ctx, const char *name, gml_type type, int n, const int64_t *ne,
                         const void *src) {
@@ -218,15 +220,17 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 1, (int64_t[]){c->B}, d->lens);
     else if (c->lens == ATTN_LENS_QUERY)
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 2, (int64_t[]){c->B, c->Tq}, d->lens);
-    gml_attn_config cfg = {.d_model = c->D,
-                           .n_heads = c->H,
-                           .n_kv_heads = c->G,
-                           .causal = c->causal,
-                           .max_rel = c->P,
-                           .gqa_form = c->form,
-                           .impl = c->impl,
-                           .want_weights = c->impl != GML_ATTN_FUSED};
+    gml_attn_config cfg = {
+        .dims = {.d_model = c->D, .n_heads = c->H, .n_kv_heads = c->G},
+        .score = {.causal = c->causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE},
+        .graph = {.impl = c->impl, .want_weights = c->impl != GML_ATTN_FUSED, .gqa_form = c->form}};
+    g_max_rel = c->P;
     return fn(ctx, cfg, &w, in);
+}
+
+gml_attn_result attn_relpos(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                            gml_attn_inputs in) {
+    return gml_relpos_attn(ctx, cfg, g_max_rel, w, in);
 }
 
 bool attn_graph_build(attn_graph *ag, attn_block_fn fn, const attn_data *d, bool no_alloc) {

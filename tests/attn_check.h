@@ -38,6 +38,11 @@ typedef struct attn_data {
 typedef gml_attn_result (*attn_block_fn)(gml_context *, gml_attn_config, const gml_attn_weights *,
                                          gml_attn_inputs);
 
+/* gml_relpos_attn as an attn_block_fn, with max_rel the case's P (set by
+ * attn_graph_build before it calls the block). */
+gml_attn_result attn_relpos(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                            gml_attn_inputs in);
+
 /* Random data for c from seed (lengths include 0 and Tk where B allows). */
 attn_data *attn_data_new(const attn_case *c, uint64_t seed);
 void attn_data_free(attn_data *d);

@@ -210,6 +210,13 @@ static void reference(const fixture_args *a, const gml_attn_weights *w, const gm
 }
 
 /* Runs one case folder; prints its max errors; returns the failure count. */
+/* gml_relpos_attn with the fixture's max_rel, as an attn_block_fn. */
+static int g_max_rel;
+static gml_attn_result relpos_block(gml_context *ctx, gml_attn_config cfg,
+                                    const gml_attn_weights *w, gml_attn_inputs in) {
+    return gml_relpos_attn(ctx, cfg, g_max_rel, w, in);
+}
+
 static int run_case(const char *root, const char *name) {
     char dir[1024], path[1400], err[1024];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -219,7 +226,7 @@ static int run_case(const char *root, const char *name) {
 
     attn_block_fn fn = strcmp(a.block, "mha") == 0      ? gml_mha
                        : strcmp(a.block, "gqa") == 0    ? gml_gqa
-                       : strcmp(a.block, "relpos") == 0 ? gml_relpos_attn
+                       : strcmp(a.block, "relpos") == 0 ? relpos_block
                                                         : NULL;
     if (!fn) {
         fprintf(stderr, "%s: unknown block '%s'\n", path, a.block);
@@ -281,12 +288,12 @@ static int run_case(const char *root, const char *name) {
     float *unfused_out = malloc((size_t)gml_nelements(out_want) * sizeof(float));
     for (int form = 0; form < n_forms && !fails; form++) {
         const bool fused = form == n_unfused;
-        gml_attn_config cfg = {.n_heads = a.heads,
-                               .n_kv_heads = a.kv_heads,
-                               .causal = a.causal,
-                               .max_rel = a.max_rel < 0 ? 0 : a.max_rel,
-                               .gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
-                               .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
+        gml_attn_config cfg = {
+            .dims = {.n_heads = a.heads, .n_kv_heads = a.kv_heads},
+            .score = {.causal = a.causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE},
+            .graph = {.gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
+                      .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED}};
+        g_max_rel = a.max_rel < 0 ? 0 : a.max_rel;
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
         gml_attn_result r = fn(ctx, cfg, &w, in);
         gml_graph *g = r.out ? gml_build_graph(ctx, (gml_tensor *[]){r.out, r.weights},

@@ -82,7 +82,8 @@ static void model_free(model *m) {
 }
 
 static gml_attn_config config(const dec_case *c, gml_attn_impl impl) {
-    return (gml_attn_config){.n_heads = c->H, .n_kv_heads = c->G, .causal = true, .impl = impl};
+    return (gml_attn_config){.dims = {.n_heads = c->H, .n_kv_heads = c->G}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                             .graph.impl = impl};
 }
 
 /* The full causal forward over all T tokens -> out [B, T, D]. */
@@ -335,7 +336,7 @@ static void check_errors(void) {
     };
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 1, 16), "x");
     gml_kv_step step = gml_kv_step_new(ctx, cache, 1);
-    const gml_attn_config ok = {.n_heads = 4, .n_kv_heads = 2, .causal = true};
+    const gml_attn_config ok = {.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     EXPECT(gml_attn_decode(ctx, ok, &w, x, &step, 0), "well-formed decode: %s",
            gml_last_error(ctx));
     static const struct {
@@ -343,13 +344,13 @@ static void check_errors(void) {
         int layer;
         const char *want;
     } cases[] = {
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true}, 1, "decode: layer 1 is out of range"},
-        {{.n_heads = 4, .n_kv_heads = 2}, 0, "decode: decoding is causal"},
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true, .want_weights = true}, 0,
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, 1, "decode: layer 1 is out of range"},
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}}, 0, "decode: decoding is causal"},
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.want_weights = true}, 0,
          "decode: decoding uses the fused graph"},
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true, .impl = GML_ATTN_UNFUSED}, 0,
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.impl = GML_ATTN_UNFUSED}, 0,
          "decode: decoding uses the fused graph"},
-        {{.n_heads = 2, .n_kv_heads = 1, .causal = true}, 0, "does not fit the cache"},
+        {{.dims = {.n_heads = 2, .n_kv_heads = 1}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, 0, "does not fit the cache"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gml_attn_weights wi = w;

@@ -499,6 +499,10 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
 gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk);
 /* Shaw et al. relative positions: i32 [Tq, Tk], clip(j - i, -P, P) + P. */
 gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel);
+/* i32 [n]: start, start + 1, ..., start + n - 1 (torch.arange(start, start +
+ * n)); default positions for rope and attention. n in [1, 2^31 - 1], every
+ * value must fit in i32. */
+gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
 
 /* Rotary position embeddings (RoPE) on the heads of q or k, as Hugging Face's
  * apply_rotary_pos_emb with its rotate_half (GPT-NeoX, LLaMA, Mistral, Qwen)
