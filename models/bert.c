@@ -50,19 +50,13 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
     }
     int64_t B, T, D, F;
     if (!check(ctx, cfg, w, x, valid_lens, &B, &T, &D, &F)) return NULL;
-    const int64_t H = cfg->n_heads, hd = D / H;
+    (void)B, (void)T;
     const float eps = cfg->eps < 0 ? 1e-12f : cfg->eps;
-    const int perm[] = {0, 2, 1, 3};
-    gml_tensor *wts[3][2] = {{w->wq, w->bq}, {w->wk, w->bk}, {w->wv, w->bv}};
-    static const char *const on[3] = {"q", "k", "v"};
-    gml_tensor *qkv[3];
-    for (int i = 0; i < 3; i++) {
-        gml_tensor *p = gml_set_name(gml_linear(ctx, x, wts[i][0], wts[i][1]), on[i]);
-        qkv[i] = gml_permute(ctx, gml_reshape(ctx, p, 4, (int64_t[]){B, T, H, hd}), perm);
-    }
-    lay_attn a = {.layer = L, .scale = (float)(1.0 / sqrt((double)hd)), .lens = valid_lens};
-    gml_tensor *att = lay_attend(ctx, &a, qkv[0], qkv[1], qkv[2]); /* [B, T, D] */
-    gml_tensor *s = gml_add(ctx, gml_linear(ctx, att, w->wo, w->bo), x);
+    gml_attn_weights aw = {.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
+                           .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo};
+    gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads}};
+    gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = x, .valid_lens = valid_lens}).out;
+    gml_tensor *s = gml_add(ctx, att, x); /* dense (W_o) is the block's */
     gml_tensor *h = gml_set_name(gml_layer_norm(ctx, s, w->ln1_w, w->ln1_b, eps), "attn_out");
     gml_tensor *i = gml_set_name(gml_gelu(ctx, gml_linear(ctx, h, w->wi, w->bi)), "intermediate");
     gml_tensor *o = gml_add(ctx, gml_linear(ctx, i, w->wout, w->bout), h);

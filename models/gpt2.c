@@ -34,16 +34,6 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
            lay_check_param(ctx, L, w->mproj_b, "mlp.c_proj.bias", true, d, -1, "[D]");
 }
 
-/* Columns [c0, c0 + n) of a [R, C] matrix, or elements of a [C] vector: views. */
-static gml_tensor *cols(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n, const char *name) {
-    gml_tensor *v = t->n_dims == 2
-                        ? gml_view(ctx, t, 2, (int64_t[]){t->ne[2], n},
-                                   (size_t[]){t->nb[2], t->nb[3]}, (size_t)c0 * t->nb[3])
-                        : gml_view(ctx, t, 1, (int64_t[]){n}, (size_t[]){t->nb[3]},
-                                   (size_t)c0 * t->nb[3]);
-    return gml_set_name(v, name);
-}
-
 gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
                            gml_tensor *x) {
     if (!ctx) return NULL;
@@ -53,24 +43,25 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
     }
     int64_t B, T, D, F;
     if (!check(ctx, cfg, w, x, &B, &T, &D, &F)) return NULL;
-    const int64_t H = cfg->n_heads, hd = D / H;
+    (void)B, (void)T;
     const float eps = cfg->eps < 0 ? 1e-5f : cfg->eps;
-    const int perm[] = {0, 2, 1, 3};
     gml_tensor *h = gml_set_name(gml_layer_norm(ctx, x, w->ln1_w, w->ln1_b, eps), "ln_1");
-    /* c_attn's columns q | k | v, each a Conv1D of its own [D, D] view */
-    gml_tensor *qkv[3];
-    static const char *const wn[3] = {"c_attn.weight[q]", "c_attn.weight[k]", "c_attn.weight[v]"};
-    static const char *const bn[3] = {"c_attn.bias[q]", "c_attn.bias[k]", "c_attn.bias[v]"};
-    static const char *const on[3] = {"q", "k", "v"};
-    for (int i = 0; i < 3; i++) {
-        gml_tensor *p = lay_conv1d(ctx, h, cols(ctx, w->attn_w, i * D, D, wn[i]),
-                                   cols(ctx, w->attn_b, i * D, D, bn[i]));
-        p = gml_reshape(ctx, gml_set_name(p, on[i]), 4, (int64_t[]){B, T, H, hd});
-        qkv[i] = gml_permute(ctx, p, perm); /* [B, H, T, hd] */
-    }
-    lay_attn a = {.layer = L, .scale = (float)(1.0 / sqrt((double)hd)), .causal = true};
-    gml_tensor *att = lay_attend(ctx, &a, qkv[0], qkv[1], qkv[2]); /* [B, T, D] */
-    gml_tensor *r = gml_set_name(gml_add(ctx, x, lay_conv1d(ctx, att, w->proj_w, w->proj_b)), "h");
+    /* c_attn's q | k | v columns and c_proj, Conv1D [in, out], seen as
+     * nn.Linear's [out, in] (transposed views: the matmuls read them in place) */
+    gml_attn_weights aw = {
+        .w_q = lay_conv1d_as_linear(ctx, w->attn_w, 0, D, "c_attn.weight[q]"),
+        .b_q = lay_conv1d_as_linear(ctx, w->attn_b, 0, D, "c_attn.bias[q]"),
+        .w_k = lay_conv1d_as_linear(ctx, w->attn_w, D, D, "c_attn.weight[k]"),
+        .b_k = lay_conv1d_as_linear(ctx, w->attn_b, D, D, "c_attn.bias[k]"),
+        .w_v = lay_conv1d_as_linear(ctx, w->attn_w, 2 * D, D, "c_attn.weight[v]"),
+        .b_v = lay_conv1d_as_linear(ctx, w->attn_b, 2 * D, D, "c_attn.bias[v]"),
+        .w_o = lay_conv1d_as_linear(ctx, w->proj_w, 0, 0, "c_proj.weight^T"),
+        .b_o = w->proj_b,
+    };
+    gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads},
+                         .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT}};
+    gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = h}).out; /* [B, T, D] */
+    gml_tensor *r = gml_set_name(gml_add(ctx, x, att), "h");
     gml_tensor *n = gml_set_name(gml_layer_norm(ctx, r, w->ln2_w, w->ln2_b, eps), "ln_2");
     gml_tensor *f = gml_set_name(gml_gelu_tanh(ctx, lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
     return gml_set_name(gml_add(ctx, r, lay_conv1d(ctx, f, w->mproj_w, w->mproj_b)), "out");

@@ -36,22 +36,26 @@ gml_status lay_weights_find(const char *layer, gml_context *wctx, const char *pr
                             const lay_name *names, int n_names, void *w, char *err,
                             size_t err_size);
 
-/* The scoring of one attention: scale, the masks and the options. */
+/* Attention with sinks or soft-capping as an unfused graph of public ops,
+ * while the attention stages refuse them (their ops have not landed):
+ * q [B, H, Tq, hd], k, v [B, G, Tk, hd] (any strides) -> heads
+ * [B, H, Tq, hd]: softmax(cap(q k^T * scale) (+ sink column) + masks) v.
+ * Causal is bottom-right; lens i32 [B] or [B, Tq] or NULL. */
 typedef struct lay_attn {
-    const char *layer;
     float scale;
     bool causal;
     gml_tensor *lens;  /* i32 [B] or [B, Tq], or NULL */
     gml_tensor *sinks; /* [H] or NULL */
     float softcap;     /* 0: none */
-    int64_t window;    /* 0: none */
 } lay_attn;
 
-/* q [B, H, Tq, hd], k, v [B, G, Tk, hd] (any strides) -> [B, Tq, H*hd]
- * contiguous: softmax(q k^T * scale (capped) + masks) v, per lay_attn. The
- * fused flash_attn unless sinks or softcap ask for the unfused graph. */
-gml_tensor *lay_attend(gml_context *ctx, const lay_attn *a, gml_tensor *q, gml_tensor *k,
-                       gml_tensor *v);
+gml_tensor *lay_attend_unfused(gml_context *ctx, const lay_attn *a, gml_tensor *q, gml_tensor *k,
+                               gml_tensor *v);
+
+/* A view of t [R, C] as [C, R] (transpose): Conv1D's [in, out] seen as
+ * nn.Linear's [out, in], no copy. Columns [c0, c0 + n) first when n > 0. */
+gml_tensor *lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n,
+                                 const char *name);
 
 /* Conv1D (GPT-2): x [..., in] @ w [in, out] (any strides) + b [out]. */
 gml_tensor *lay_conv1d(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b);

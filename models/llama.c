@@ -14,7 +14,7 @@ typedef struct dims {
     float theta, eps;
 } dims;
 
-/* Config, input and weights against each other. */
+/* Config, input and weights against each other (HF names in the messages). */
 static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama_weights *w,
                   gml_tensor *x, dims *d) {
     if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
@@ -22,41 +22,38 @@ static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama
     d->H = cfg->n_heads;
     d->G = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
     if (d->H < 1) return lay_fail(ctx, L ": heads is %d, must be >= 1", cfg->n_heads);
+    if (d->D % d->H)
+        return lay_fail(ctx, L ": d_model %" PRId64 " is not divisible by heads %" PRId64, d->D,
+                        d->H);
     if (d->G < 1 || d->G > d->H || d->H % d->G)
         return lay_fail(ctx, L ": kv_heads %" PRId64 " must divide heads %" PRId64, d->G, d->H);
-    if (!w->wq) return lay_fail(ctx, L ": self_attn.q_proj.weight is missing (NULL)");
-    d->hd = cfg->head_dim;
-    if (d->hd == 0) {
-        char sw[GML_SHAPE_MAX];
-        if (w->wq->n_dims != 2 || w->wq->ne[2] % d->H)
-            return lay_fail(ctx, L ": self_attn.q_proj.weight is %s: its rows are not heads %" PRId64
-                            " x head_dim", LAY_SHAPE(w->wq, sw), d->H);
-        d->hd = w->wq->ne[2] / d->H;
-    }
-    if (d->hd < 2 || d->hd % 2)
-        return lay_fail(ctx, L ": head_dim %" PRId64 " must be even (rope rotates pairs)", d->hd);
-    if (cfg->softcap < 0 || !isfinite(cfg->softcap))
-        return lay_fail(ctx, L ": softcap %g must be finite and >= 0 (0: none)", cfg->softcap);
+    d->hd = d->D / d->H;
+    if (d->hd % 2)
+        return lay_fail(ctx, L ": head_dim %" PRId64 " (d_model / heads) must be even: rope "
+                        "rotates pairs", d->hd);
+    if (!(cfg->softcap >= 0 && cfg->softcap < INFINITY))
+        return lay_fail(ctx, L ": softcap %g must be finite and >= 0 (0: none)", (double)cfg->softcap);
     if (cfg->window < 0)
         return lay_fail(ctx, L ": window %" PRId64 " must be >= 0 (0: none)", cfg->window);
     d->theta = cfg->rope_theta != 0 ? cfg->rope_theta : 10000.0f;
     d->eps = cfg->rms_eps < 0 ? 1e-6f : cfg->rms_eps;
-    d->F = w->w_gate && w->w_gate->n_dims == 2 ? w->w_gate->ne[2] : 0;
-    const int64_t D = d->D, qd = d->H * d->hd, kd = d->G * d->hd, F = d->F;
+    d->F = w->w_gate && w->w_gate->n_dims == 2 ? w->w_gate->ne[2]
+           : w->w_up && w->w_up->n_dims == 2   ? w->w_up->ne[2]
+                                               : 1;
+    const int64_t D = d->D, kd = d->G * d->hd, F = d->F;
     return lay_check_param(ctx, L, w->attn_norm, "input_layernorm.weight", true, D, -1, "[D]") &&
-           lay_check_param(ctx, L, w->wq, "self_attn.q_proj.weight", true, qd, D, "[H*hd, D]") &&
-           lay_check_param(ctx, L, w->bq, "self_attn.q_proj.bias", false, qd, -1, "[H*hd]") &&
+           lay_check_param(ctx, L, w->wq, "self_attn.q_proj.weight", true, D, D, "[H*hd, D]") &&
+           lay_check_param(ctx, L, w->bq, "self_attn.q_proj.bias", false, D, -1, "[H*hd]") &&
            lay_check_param(ctx, L, w->wk, "self_attn.k_proj.weight", true, kd, D, "[G*hd, D]") &&
            lay_check_param(ctx, L, w->bk, "self_attn.k_proj.bias", false, kd, -1, "[G*hd]") &&
            lay_check_param(ctx, L, w->wv, "self_attn.v_proj.weight", true, kd, D, "[G*hd, D]") &&
            lay_check_param(ctx, L, w->bv, "self_attn.v_proj.bias", false, kd, -1, "[G*hd]") &&
-           lay_check_param(ctx, L, w->wo, "self_attn.o_proj.weight", true, D, qd, "[D, H*hd]") &&
+           lay_check_param(ctx, L, w->wo, "self_attn.o_proj.weight", true, D, D, "[D, H*hd]") &&
            lay_check_param(ctx, L, w->bo, "self_attn.o_proj.bias", false, D, -1, "[D]") &&
            lay_check_param(ctx, L, w->sinks, "self_attn.sinks", false, d->H, -1, "[H]") &&
            lay_check_param(ctx, L, w->mlp_norm, "post_attention_layernorm.weight", true, D, -1,
                            "[D]") &&
-           lay_check_param(ctx, L, w->w_gate, "mlp.gate_proj.weight", true, F ? F : 1, D,
-                           "[F, D]") &&
+           lay_check_param(ctx, L, w->w_gate, "mlp.gate_proj.weight", true, F, D, "[F, D]") &&
            lay_check_param(ctx, L, w->b_gate, "mlp.gate_proj.bias", false, F, -1, "[F]") &&
            lay_check_param(ctx, L, w->w_up, "mlp.up_proj.weight", true, F, D, "[F, D]") &&
            lay_check_param(ctx, L, w->b_up, "mlp.up_proj.bias", false, F, -1, "[F]") &&
@@ -64,39 +61,32 @@ static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama
            lay_check_param(ctx, L, w->b_down, "mlp.down_proj.bias", false, D, -1, "[D]");
 }
 
-static bool check_pos(gml_context *ctx, const dims *d, const gml_tensor *pos) {
-    char sp[GML_SHAPE_MAX];
-    if (!pos) return lay_fail(ctx, L ": no positions (pos NULL): give i32 [T] (0..T-1) or [B, T]");
-    bool ok = pos->type == GML_I32 && ((pos->n_dims == 1 && pos->ne[3] == d->T) ||
-                                       (pos->n_dims == 2 && pos->ne[2] == d->B && pos->ne[3] == d->T));
-    if (ok) return true;
-    return lay_fail(ctx, L ": pos '%s' is %s %s, expected i32 [%" PRId64 "] or [%" PRId64 ",%" PRId64
-                    "] ([T] or [B, T])", pos->name, gml_type_name(pos->type), LAY_SHAPE(pos, sp),
-                    d->T, d->B, d->T);
+/* The attention stages' view of the layer: config and weights. */
+static gml_attn_config attn_config(const gml_llama_config *cfg, const dims *d) {
+    return (gml_attn_config){
+        .dims = {.d_model = d->D, .n_heads = (int)d->H, .n_kv_heads = (int)d->G},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT, .window = cfg->window, .softcap = cfg->softcap},
+        .pos = {.kind = GML_POS_ROPE, .rope = {.theta = d->theta}},
+    };
 }
 
-/* x [B, T, D] -> normed h, and rope'd q [B, H, T, hd], k, v [B, G, T, hd] */
-static void project(gml_context *ctx, const dims *d, const gml_llama_weights *w, gml_tensor *h,
-                    gml_tensor *pos, gml_tensor **q, gml_tensor **k, gml_tensor **v) {
-    const int perm[] = {0, 2, 1, 3};
-    gml_tensor *qp = gml_set_name(gml_linear(ctx, h, w->wq, w->bq), "q"); /* [B, T, H*hd] */
-    gml_tensor *kp = gml_set_name(gml_linear(ctx, h, w->wk, w->bk), "k"); /* [B, T, G*hd] */
-    gml_tensor *vp = gml_set_name(gml_linear(ctx, h, w->wv, w->bv), "v");
-    qp = gml_reshape(ctx, qp, 4, (int64_t[]){d->B, d->T, d->H, d->hd});
-    kp = gml_reshape(ctx, kp, 4, (int64_t[]){d->B, d->T, d->G, d->hd});
-    vp = gml_reshape(ctx, vp, 4, (int64_t[]){d->B, d->T, d->G, d->hd});
-    /* rope on [B, T, heads, hd] (seq_dim -3), then heads first (views) */
-    *q = gml_permute(ctx, gml_set_name(gml_rope(ctx, qp, pos, -3, 0, d->theta, 1.0f, false), "q_rope"),
-                     perm);
-    *k = gml_permute(ctx, gml_set_name(gml_rope(ctx, kp, pos, -3, 0, d->theta, 1.0f, false), "k_rope"),
-                     perm);
-    *v = gml_permute(ctx, vp, perm);
+static gml_attn_weights attn_weights(const gml_llama_weights *w) {
+    return (gml_attn_weights){.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
+                              .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo,
+                              .sinks = w->sinks};
 }
 
-/* attention output [B, T, H*hd] -> the layer's output [B, T, D] */
+/* Sinks and soft-capping take the layer's own unfused attention
+ * (lay_attend_unfused) while the attention stages refuse them; the
+ * projections, rope and merge are the stages' either way. */
+static bool own_attend(const gml_llama_config *cfg, const gml_llama_weights *w) {
+    return w->sinks != NULL || cfg->softcap != 0;
+}
+
+/* attention output [B, T, D] -> the layer's output [B, T, D] */
 static gml_tensor *finish(gml_context *ctx, const dims *d, const gml_llama_weights *w,
                           gml_tensor *x, gml_tensor *att) {
-    gml_tensor *h = gml_set_name(gml_add(ctx, x, gml_linear(ctx, att, w->wo, w->bo)), "h");
+    gml_tensor *h = gml_set_name(gml_add(ctx, x, att), "h");
     gml_tensor *n = gml_set_name(gml_rms_norm(ctx, h, w->mlp_norm, d->eps), "mlp_norm");
     gml_tensor *g = gml_set_name(gml_silu(ctx, gml_linear(ctx, n, w->w_gate, w->b_gate)), "gate");
     gml_tensor *u = gml_set_name(gml_linear(ctx, n, w->w_up, w->b_up), "up");
@@ -104,25 +94,50 @@ static gml_tensor *finish(gml_context *ctx, const dims *d, const gml_llama_weigh
     return gml_set_name(gml_add(ctx, h, m), "out");
 }
 
-static lay_attn attn_opts(const gml_llama_config *cfg, const gml_llama_weights *w, const dims *d) {
-    return (lay_attn){.layer = L, .scale = (float)(1.0 / sqrt((double)d->hd)), .causal = true,
-                      .sinks = w->sinks, .softcap = cfg->softcap, .window = cfg->window};
+/* The own attention: q, k, v through the stages (rope at pos, or 0..T-1),
+ * attend over k_all, v_all (the cache, when decoding) with lens, merge. */
+static gml_tensor *own_attention(gml_context *ctx, const gml_llama_config *cfg,
+                                 const gml_llama_weights *w, const dims *d, gml_tensor *h,
+                                 gml_tensor *pos, const gml_kv_cache *cache, int layer,
+                                 gml_tensor *lens) {
+    gml_attn_config c = attn_config(cfg, d);
+    c.score = (gml_attn_scoring){0}; /* the stages only project and rope here */
+    gml_attn_weights aw = attn_weights(w);
+    gml_attn_inputs in = {.query = h, .positions = pos};
+    gml_attn_qkv qkv = gml_attn_project(ctx, &c, &aw, in);
+    qkv = gml_attn_position(ctx, &c, qkv, in);
+    gml_tensor *k = qkv.k, *v = qkv.v;
+    if (cache && qkv.q) {
+        k = gml_set_name(gml_set_rows(ctx, gml_kv_cache_k(cache, layer), k, pos), "k_all");
+        v = gml_set_name(gml_set_rows(ctx, gml_kv_cache_v(cache, layer), v, pos), "v_all");
+    }
+    lay_attn a = {.scale = (float)(1.0 / sqrt((double)d->hd)), .causal = cache == NULL,
+                  .lens = lens, .sinks = w->sinks, .softcap = cfg->softcap};
+    return gml_attn_merge(ctx, &aw, lay_attend_unfused(ctx, &a, qkv.q, k, v));
 }
 
 gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
-                            const gml_llama_weights *w, gml_tensor *x, gml_tensor *pos) {
+                            const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions) {
     if (!ctx) return NULL;
     if (!x) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
         return NULL;
     }
     dims d;
-    if (!check(ctx, cfg, w, x, &d) || !check_pos(ctx, &d, pos)) return NULL;
+    if (!check(ctx, cfg, w, x, &d)) return NULL;
     gml_tensor *h = gml_set_name(gml_rms_norm(ctx, x, w->attn_norm, d.eps), "attn_norm");
-    gml_tensor *q, *k, *v;
-    project(ctx, &d, w, h, pos, &q, &k, &v);
-    lay_attn a = attn_opts(cfg, w, &d);
-    return finish(ctx, &d, w, x, lay_attend(ctx, &a, q, k, v));
+    gml_tensor *att;
+    if (own_attend(cfg, w)) {
+        if (positions)
+            return gml_set_error(ctx, L ": positions with sinks or softcap are not available yet "
+                                 "(the attention stages refuse them until their ops land)");
+        att = own_attention(ctx, cfg, w, &d, h, NULL, NULL, 0, NULL);
+    } else {
+        gml_attn_weights aw = attn_weights(w);
+        att = gml_gqa(ctx, attn_config(cfg, &d), &aw, (gml_attn_inputs){.query = h,
+                                                                        .positions = positions}).out;
+    }
+    return finish(ctx, &d, w, x, att);
 }
 
 gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
@@ -136,26 +151,26 @@ gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
     }
     dims d;
     if (!check(ctx, cfg, w, x, &d)) return NULL;
-    gml_tensor *kc = gml_kv_cache_k(step->cache, layer), *vc = gml_kv_cache_v(step->cache, layer);
-    gml_kv_cache_params cp = gml_kv_cache_get_params(step->cache);
-    if (!kc || !vc)
-        return gml_set_error(ctx, L " decode: layer %d is out of range; the cache has %d layers",
-                             layer, cp.n_layers);
-    char sx[GML_SHAPE_MAX];
-    if (d.G != cp.n_kv_heads || d.hd != cp.d_k || d.B != cp.batch || d.T != step->n)
-        return gml_set_error(ctx, L " decode: x '%s' %s with %" PRId64 " kv heads of %" PRId64
-                             " does not fit the cache (batch %" PRId64 ", kv heads %d, d_k %" PRId64
-                             ", %" PRId64 " new tokens per step)", x->name, LAY_SHAPE(x, sx), d.G,
-                             d.hd, cp.batch, cp.n_kv_heads, cp.d_k, step->n);
     gml_tensor *h = gml_set_name(gml_rms_norm(ctx, x, w->attn_norm, d.eps), "attn_norm");
-    gml_tensor *q, *k, *v;
-    project(ctx, &d, w, h, step->pos, &q, &k, &v); /* rope at the step's run-time positions */
-    gml_tensor *ka = gml_set_name(gml_set_rows(ctx, kc, k, step->pos), "k_all");
-    gml_tensor *va = gml_set_name(gml_set_rows(ctx, vc, v, step->pos), "v_all");
-    lay_attn a = attn_opts(cfg, w, &d);
-    a.causal = false;     /* causality is in the lengths: a token at pos sees keys 0..pos */
-    a.lens = step->lens;
-    return finish(ctx, &d, w, x, lay_attend(ctx, &a, q, ka, va));
+    gml_tensor *att;
+    if (own_attend(cfg, w)) {
+        gml_kv_cache_params cp = gml_kv_cache_get_params(step->cache);
+        char sx[GML_SHAPE_MAX];
+        if (layer < 0 || layer >= cp.n_layers)
+            return gml_set_error(ctx, L " decode: layer %d is out of range; the cache has %d layers",
+                                 layer, cp.n_layers);
+        if (d.G != cp.n_kv_heads || d.hd != cp.d_k || d.B != cp.batch || d.T != step->n)
+            return gml_set_error(ctx, L " decode: x '%s' %s with %" PRId64 " kv heads of %" PRId64
+                                 " does not fit the cache (batch %" PRId64 ", kv heads %d, d_k %" PRId64
+                                 ", %" PRId64 " new tokens per step)", x->name, LAY_SHAPE(x, sx),
+                                 d.G, d.hd, cp.batch, cp.n_kv_heads, cp.d_k, step->n);
+        /* rope at the step's run-time positions, causality in its lengths */
+        att = own_attention(ctx, cfg, w, &d, h, step->pos, step->cache, layer, step->lens);
+    } else {
+        gml_attn_weights aw = attn_weights(w);
+        att = gml_attn_decode(ctx, attn_config(cfg, &d), &aw, h, step, layer);
+    }
+    return finish(ctx, &d, w, x, att);
 }
 
 gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,

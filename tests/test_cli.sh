@@ -580,11 +580,11 @@ expect_error 1 "no gpt2 layer 0: expected ln_1.weight, h.0.ln_1.weight or transf
     "gpt2 on llama weights" gpt2 --heads 6 --weights "$L/llama_gqa/weights.safetensors"
 expect_error 1 "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,48] ([G*hd, D])" \
     "llama: kv heads that do not fit k_proj" llama --heads 6 --kv-heads 3 --weights "$L/llama_gqa/weights.safetensors"
-expect_error 1 "llama: self_attn.q_proj.weight is [48,48]: its rows are not heads 5 x head_dim" \
+expect_error 1 "llama: d_model 48 is not divisible by heads 5" \
     "llama: heads that do not fit q_proj" llama --heads 5 --weights "$L/llama_gqa/weights.safetensors"
 expect_error 1 "x is [3,9,40], but the layers of $L/llama_gqa/weights.safetensors have d_model 48" \
     "llama: input of another width" llama --heads 6 --weights "$L/llama_gqa/weights.safetensors" --input "$L/bert_padding/x.npy"
-expect_error 1 "the sliding window is not available yet" "llama --window" \
+expect_error 1 "gqa: a sliding window is not available yet" "llama --window" \
     llama --heads 6 --window 4 --weights "$L/llama_gqa/weights.safetensors"
 expect_error 2 "llama: give --heads" "llama: weights without --heads" llama --weights "$L/llama_gqa/weights.safetensors"
 expect_error 2 "--valid-lens does not apply to llama (bert only)" "llama --valid-lens" llama --valid-lens 3,3

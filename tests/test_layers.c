@@ -98,7 +98,7 @@ static gml_tensor *build_layer(gml_context *ctx, const args *a, const weights *w
     case LLAMA: {
         gml_llama_config c = {.n_heads = a->heads, .n_kv_heads = a->kv_heads, .rope_theta = a->theta,
                               .rms_eps = -1, .softcap = a->softcap};
-        return gml_llama_layer(ctx, &c, &w->llama, x, pos);
+        return gml_llama_layer(ctx, &c, &w->llama, x, pos); /* pos NULL: 0..T-1 */
     }
     case GPT2: return gml_gpt2_layer(ctx, &(gml_gpt2_config){.n_heads = a->heads, .eps = -1}, &w->gpt2, x);
     default:
@@ -151,8 +151,7 @@ static void run_case(const char *root, const char *name) {
         gml_context *ctx = chk_ctx(16 << 20);
         gml_tensor *x = chk_new_layout(ctx, GML_F32, 3, (int64_t[]){B, T, D}, lay, "x");
         chk_write(x, x0->data);
-        gml_tensor *pos = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, T), "pos");
-        for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
+        gml_tensor *pos = NULL; /* the default positions, 0..T-1 */
         gml_tensor *lens = NULL;
         if (a.n_lens) {
             lens = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, B), "valid_lens");
@@ -211,10 +210,8 @@ static void decode_case(const char *root, const char *name, int prompt) {
     gml_context *ctx = chk_ctx(16 << 20);
     gml_tensor *x = gml_new_tensor_3d(ctx, GML_F32, B, T, D);
     memcpy(x->data, x0->data, gml_nbytes(x));
-    gml_tensor *pos = gml_new_tensor_1d(ctx, GML_I32, T);
-    for (int64_t t = 0; t < T; t++) ((int32_t *)pos->data)[t] = (int32_t)t;
     gml_tensor *full = x;
-    for (int l = 0; l < a.layers; l++) full = gml_llama_layer(ctx, &cfg, &w[l].llama, full, pos);
+    for (int l = 0; l < a.layers; l++) full = gml_llama_layer(ctx, &cfg, &w[l].llama, full, NULL);
     gml_graph *gf = gml_build_graph(ctx, &full, 1);
     CHECK(gf && gml_graph_compute(gf, 2) == GML_OK, "full forward: %s", gml_last_error(ctx));
 
@@ -290,7 +287,7 @@ static void errors(const char *root) {
     CHECK(gml_llama_weights_find(wctx, "", &w, err, sizeof err) == GML_OK, "%s", err);
 
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 7, 48), "x");
-    gml_tensor *pos = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 7), "pos");
+    gml_tensor *pos = NULL;
     gml_llama_config c = {.n_heads = 6, .n_kv_heads = 3, .rms_eps = -1};
     CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "kv heads 3 with k_proj of 2 heads");
     CHECK_CONTAINS(gml_last_error(ctx),
@@ -300,14 +297,19 @@ static void errors(const char *root) {
     CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "kv heads 4");
     CHECK_CONTAINS(gml_last_error(ctx), "llama: kv_heads 4 must divide heads 6");
     gml_clear_error(ctx);
+    c.n_heads = 5;
+    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "heads 5");
+    CHECK_CONTAINS(gml_last_error(ctx), "llama: d_model 48 is not divisible by heads 5");
+    c.n_heads = 6;
+    gml_clear_error(ctx);
     c.n_kv_heads = 2;
     gml_tensor *pos8 = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 8), "pos8");
-    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos8), "pos of 8");
-    CHECK_CONTAINS(gml_last_error(ctx), "llama: pos 'pos8' is i32 [8], expected i32 [7] or [2,7]");
+    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos8), "positions of 8");
+    CHECK_CONTAINS(gml_last_error(ctx), "positions 'pos8' is i32 [8], expected i32 [2,7] ([B, Tq])");
     gml_clear_error(ctx);
-    gml_tensor *x40 = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 7, 40), "x40");
-    CHECK(!gml_llama_layer(ctx, &c, &w, x40, pos), "d_model 40");
-    CHECK_CONTAINS(gml_last_error(ctx), "llama: input_layernorm.weight is f32 [48], expected f32 [40]");
+    gml_tensor *x36 = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 7, 36), "x36");
+    CHECK(!gml_llama_layer(ctx, &c, &w, x36, pos), "d_model 36");
+    CHECK_CONTAINS(gml_last_error(ctx), "llama: input_layernorm.weight is f32 [48], expected f32 [36]");
     gml_clear_error(ctx);
     c.window = 4;
     CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "window");

@@ -260,7 +260,7 @@ typedef union lweights {
 typedef struct run {
     lopts o;
     gml_context *wctx, *xctx, *ctx;
-    gml_tensor *x, *pos, *lens, *out;
+    gml_tensor *x, *lens, *out;
     gml_graph *g;
     char prefix_fmt[64]; /* "" or a PREFIX entry */
     lweights *w;
@@ -485,8 +485,8 @@ static bool load(run *r, rg_err *e) {
         r->random_weights = true;
         if (!make_weights(r, e) || !bind_layers(r, e)) return false;
     }
-    /* x (random unless given), pos 0..T-1, the lengths: data of their own */
-    size_t need = 3 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->T * 4 + (size_t)r->B * 4;
+    /* x (random unless given) and the lengths: data of their own */
+    size_t need = 2 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->B * 4;
     if (!r->x) need += (size_t)(r->B * r->T * r->D) * 4;
     gml_context *c = gml_init((gml_init_params){.mem_size = need});
     if (!c) return rg_fail(e, RG_RUNTIME, "out of memory");
@@ -495,14 +495,11 @@ static bool load(run *r, rg_err *e) {
         r->x = gml_set_name(gml_new_tensor_3d(c, GML_F32, r->B, r->T, r->D), "x");
         rg_fill_random(r->x, r->o.seed, false);
     }
-    r->pos = gml_set_name(gml_new_tensor_1d(c, GML_I32, r->T), "pos");
-    for (int64_t t = 0; t < r->T; t++) ((int32_t *)r->pos->data)[t] = (int32_t)t;
     if (r->o.n_lens) {
         r->lens = gml_set_name(gml_new_tensor_1d(c, GML_I32, r->B), "valid_lens");
         memcpy(r->lens->data, r->o.lens, (size_t)r->B * sizeof(int32_t));
     }
     gml_set_flags(r->x, GML_FLAG_INPUT);
-    gml_set_flags(r->pos, GML_FLAG_INPUT);
     if (r->lens) gml_set_flags(r->lens, GML_FLAG_INPUT);
     r->ctx = c; /* freed with the run; the graph gets its own context */
     return true;
@@ -517,7 +514,7 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
         if (o->kind == L_LLAMA) {
             gml_llama_config c = {.n_heads = r->H, .n_kv_heads = r->G, .rope_theta = o->rope_theta,
                                   .rms_eps = o->rms_eps, .window = o->window, .softcap = o->softcap};
-            y = gml_llama_layer(gctx, &c, &r->w[l].llama, y, r->pos);
+            y = gml_llama_layer(gctx, &c, &r->w[l].llama, y, NULL); /* rope at 0..T-1 */
         } else if (o->kind == L_GPT2) {
             y = gml_gpt2_layer(gctx, &(gml_gpt2_config){.n_heads = r->H, .eps = -1}, &r->w[l].gpt2, y);
         } else {

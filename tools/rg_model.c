@@ -151,8 +151,7 @@ static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *
 }
 
 /* Leafs the parser made (nothing bound them): random data, or an error when
- * a weights file should have had them or they are indices; an i32 input
- * named pos gets 0 .. T-1 (rope's positions, tools/graphs/llama.graph). */
+ * a weights file should have had them or they are indices. */
 static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     for (gml_tensor *t = gml_get_first_tensor(m->ctx); t; t = gml_get_next_tensor(m->ctx, t)) {
         if (t->op != GML_OP_NONE || gml_graph_use_count(m->g, t) == 0) continue;
@@ -164,12 +163,6 @@ static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e
             rg_list_weights(d->wctx, present, sizeof present);
             return rg_fail(e, RG_RUNTIME, "%s: no weight '%s' %s for %s; %s", o->weights, t->name, s, o->model,
                            present);
-        }
-        if (t->type == GML_I32 && !param && strcmp(t->name, "pos") == 0) {
-            /* rope's positions of a plain forward: 0, 1, .., T-1 along the last dim */
-            int32_t *p = gml_graph_data(m->g, t);
-            for (int64_t i = 0, n = gml_nelements(t); i < n; i++) p[i] = (int32_t)(i % t->ne[3]);
-            continue;
         }
         if (t->type != GML_F32) {
             if (strcmp(t->name, "valid_lens") == 0)

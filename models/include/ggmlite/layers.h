@@ -1,5 +1,6 @@
 /*
- * Whole transformer layers built from ggmlite's public ops: a LLaMA-style
+ * Whole transformer layers built from ggmlite's public ops and the attention
+ * stages of attention.h (project, position, attend, merge): a LLaMA-style
  * decoder layer, a GPT-2 layer and a BERT layer, computed the way Hugging
  * Face's modeling_llama, modeling_gpt2 and modeling_bert compute them (in
  * float32), with weights bound by the names of their state_dict.
@@ -14,7 +15,8 @@
  *          scaled by hd^-0.5, kv head i / (H/G) for query head i (repeat_kv).
  *   GPT-2  h   = x + c_proj(attn(c_attn(ln_1(x))))          (causal)
  *          out = h + mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(h))))
- *          Conv1D weights are [in, out]: y = x @ W + b (no transposed copy).
+ *          Conv1D weights are [in, out]: y = x @ W + b (the attention's as
+ *          transposed views, no copy).
  *   BERT   a   = LayerNorm(x + dense(attn(query(x), key(x), value(x))))
  *          out = LayerNorm(a + output.dense(gelu(intermediate.dense(a))))
  *          (post-LN); keys j >= valid_lens[b] are masked (padding).
@@ -24,9 +26,11 @@
  *           row, dropped after it (the row's weights sum to less than 1);
  *   softcap scores = softcap * tanh(scores / softcap), after the scaling;
  *   window  query i sees key j iff i - window < j <= i (sliding window).
- * sinks and softcap take the unfused graph (scores, softmax, context as ops);
- * window needs the attention ops' window option: until it exists the layer
- * fails with "window ... not available yet".
+ * window goes to the attention stages (cfg.score.window), which refuse it
+ * ("not available yet") until the attention ops' options land; so would
+ * sinks and softcap, which meanwhile take the layer's own unfused graph
+ * (scores, cap, sink column, softmax, context as public ops) between the
+ * stages' projections with rope and their merge.
  *
  * Errors: a builder given what it cannot use returns NULL and records a
  * message on ctx naming the layer, the tensor (by its HF name) and the shapes,
@@ -46,8 +50,7 @@ extern "C" {
 
 typedef struct gml_llama_config {
     int n_heads;      /* H (required) */
-    int n_kv_heads;   /* G, divides H; 0 = H */
-    int64_t head_dim; /* hd; 0 = q_proj's rows / H */
+    int n_kv_heads;   /* G, divides H; 0 = H. The head size hd is D / H */
     float rope_theta; /* 0 = 10000 */
     float rms_eps;    /* < 0 = 1e-6 (0 is eps 0) */
     int64_t window;   /* sliding window (keys seen, itself included); 0 = none */
@@ -68,18 +71,21 @@ typedef struct gml_llama_weights {
     gml_tensor *w_down, *b_down;  /* mlp.down_proj.{weight,bias} [D, F], [D] */
 } gml_llama_weights;
 
-/* One decoder layer: x f32 [B, T, D] (any strides), pos i32 [T] or [B, T]
- * (the rope positions, run-time data: 0..T-1 for a plain forward) ->
- * [B, T, D], causal. */
+/* One decoder layer: x f32 [B, T, D] (any strides) -> [B, T, D], causal,
+ * rope at positions 0..T-1 (positions NULL), or at positions i32 [B, T]
+ * (left padding), given to the attention stages, which refuse them with
+ * causal masking until the attention ops' options land. */
 gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
-                            const gml_llama_weights *w, gml_tensor *x, gml_tensor *pos);
+                            const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions);
 
 /* The same layer as a KV-cache decode step (kv_cache.h): x [B, n, D], the
  * step's n new tokens -> [B, n, D]. Their keys and values, rope'd at the
  * step's run-time positions (step->pos), are appended to the cache of
  * `layer`; the queries attend over everything cached. Build the step graph
  * once (every layer on one step) and run it with gml_kv_step_compute.
- * The cache's kv heads and d_k must be G and hd. */
+ * The cache's kv heads and d_k must be G and hd. gml_attn_decode's step
+ * (or, with sinks or softcap, the same step over the layer's own unfused
+ * attention). */
 gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *x, const gml_kv_step *step,
                              int layer);
