@@ -553,15 +553,16 @@ done
 check "layer fixtures run through run-graph ($n_layer_cases, want 9)" test "$n_layer_cases" -ge 9
 # the graph files compute the built-in layers' bytes (digests as printed)
 layer_digest() { "$RG" "$@" 2>"$T/lerr" | sed -n 's/^output .*xxh3 \([0-9a-f]*\).*/\1/p'; }
-for spec in "llama_gqa llama --heads 6 --kv-heads 2" "gpt2 gpt2 --heads 6" \
-    "bert_padding bert --heads 5 --valid-lens 9,5,1" "bert_padding bert --heads 5"; do
-    read -r case model rest <<<"$spec"
+for spec in "llama_gqa llama llama --heads 6 --kv-heads 2" "gpt2 gpt2 gpt2 --heads 6" \
+    "bert_padding bert bert --heads 5 --valid-lens 9,5,1" "bert_padding bert bert --heads 5" \
+    "llama_sinks llama llama_sinks --heads 6 --kv-heads 2"; do
+    read -r case model file rest <<<"$spec"
     cd "$LFIX/$case" || exit 2
     # shellcheck disable=SC2086
     a=$(layer_digest "$model" $rest --weights weights.safetensors --input x.npy)
     # shellcheck disable=SC2086
-    b=$(layer_digest "$GRAPHS/$model.graph" $rest --weights weights.safetensors --input x.npy)
-    check "tools/graphs/$model.graph on $case ($rest): the built-in's digest ('$a' vs '$b')" test -n "$a" -a "$a" = "$b"
+    b=$(layer_digest "$GRAPHS/$file.graph" $rest --weights weights.safetensors --input x.npy)
+    check "tools/graphs/$file.graph on $case ($rest): the built-in's digest ('$a' vs '$b')" test -n "$a" -a "$a" = "$b"
     cd "$T" || exit 2
 done
 # random weights and inputs, with and without a seed
