@@ -12,6 +12,8 @@ static bool check(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_w
                   int64_t *F) {
     if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
     if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
+        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-12)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
         return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
                         *D);
@@ -51,7 +53,7 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
     int64_t B, T, D, F;
     if (!check(ctx, cfg, w, x, valid_lens, &B, &T, &D, &F)) return NULL;
     (void)B, (void)T;
-    const float eps = cfg->eps < 0 ? 1e-12f : cfg->eps;
+    const float eps = cfg->eps != 0 ? cfg->eps : 1e-12f;
     gml_attn_weights aw = {.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
                            .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo};
     gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads}};

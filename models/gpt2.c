@@ -12,6 +12,8 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
                   gml_tensor *x, int64_t *B, int64_t *T, int64_t *D, int64_t *F) {
     if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
     if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
+        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-5)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
         return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
                         *D);
@@ -44,7 +46,7 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
     int64_t B, T, D, F;
     if (!check(ctx, cfg, w, x, &B, &T, &D, &F)) return NULL;
     (void)B, (void)T;
-    const float eps = cfg->eps < 0 ? 1e-5f : cfg->eps;
+    const float eps = cfg->eps != 0 ? cfg->eps : 1e-5f;
     gml_tensor *h = gml_set_name(gml_layer_norm(ctx, x, w->ln1_w, w->ln1_b, eps), "ln_1");
     /* c_attn's q | k | v columns and c_proj, Conv1D [in, out], seen as
      * nn.Linear's [out, in] (transposed views: the matmuls read them in place) */

@@ -36,7 +36,9 @@ static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama
     if (cfg->window < 0)
         return lay_fail(ctx, L ": window %" PRId64 " must be >= 0 (0: none)", cfg->window);
     d->theta = cfg->rope_theta != 0 ? cfg->rope_theta : 10000.0f;
-    d->eps = cfg->rms_eps < 0 ? 1e-6f : cfg->rms_eps;
+    if (!(cfg->rms_eps >= 0 && cfg->rms_eps < INFINITY))
+        return lay_fail(ctx, L ": rms_eps %g must be finite and >= 0 (0: 1e-6)", (double)cfg->rms_eps);
+    d->eps = cfg->rms_eps != 0 ? cfg->rms_eps : 1e-6f;
     d->F = w->w_gate && w->w_gate->n_dims == 2 ? w->w_gate->ne[2]
            : w->w_up && w->w_up->n_dims == 2   ? w->w_up->ne[2]
                                                : 1;

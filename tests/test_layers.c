@@ -97,12 +97,12 @@ static gml_tensor *build_layer(gml_context *ctx, const args *a, const weights *w
     switch (a->kind) {
     case LLAMA: {
         gml_llama_config c = {.n_heads = a->heads, .n_kv_heads = a->kv_heads, .rope_theta = a->theta,
-                              .rms_eps = -1, .softcap = a->softcap};
+                              .rms_eps = 0, .softcap = a->softcap};
         return gml_llama_layer(ctx, &c, &w->llama, x, pos); /* pos NULL: 0..T-1 */
     }
-    case GPT2: return gml_gpt2_layer(ctx, &(gml_gpt2_config){.n_heads = a->heads, .eps = -1}, &w->gpt2, x);
+    case GPT2: return gml_gpt2_layer(ctx, &(gml_gpt2_config){.n_heads = a->heads, .eps = 0}, &w->gpt2, x);
     default:
-        return gml_bert_layer(ctx, &(gml_bert_config){.n_heads = a->heads, .eps = -1}, &w->bert, x, lens);
+        return gml_bert_layer(ctx, &(gml_bert_config){.n_heads = a->heads, .eps = 0}, &w->bert, x, lens);
     }
 }
 
@@ -202,7 +202,7 @@ static void decode_case(const char *root, const char *name, int prompt) {
     weights w[4];
     for (int l = 0; l < a.layers; l++) bind(wctx, LLAMA, l, &w[l]);
     gml_llama_config cfg = {.n_heads = a.heads, .n_kv_heads = a.kv_heads, .rope_theta = a.theta,
-                            .rms_eps = -1, .softcap = a.softcap};
+                            .rms_eps = 0, .softcap = a.softcap};
     const int G = a.kv_heads ? a.kv_heads : a.heads;
     const int64_t hd = w[0].llama.wq->ne[2] / a.heads;
 
@@ -288,7 +288,7 @@ static void errors(const char *root) {
 
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 7, 48), "x");
     gml_tensor *pos = NULL;
-    gml_llama_config c = {.n_heads = 6, .n_kv_heads = 3, .rms_eps = -1};
+    gml_llama_config c = {.n_heads = 6, .n_kv_heads = 3};
     CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "kv heads 3 with k_proj of 2 heads");
     CHECK_CONTAINS(gml_last_error(ctx),
                    "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,48] ([G*hd, D])");
@@ -322,6 +322,33 @@ static void errors(const char *root) {
     CHECK_CONTAINS(gml_last_error(ctx), "llama: mlp.up_proj.weight is missing (NULL)");
     gml_clear_error(ctx);
     CHECK(gml_llama_layer(ctx, &c, &w, x, pos) != NULL, "%s", gml_last_error(ctx));
+
+    /* GPT-2's causal-mask buffers (older checkpoints) are known and bind nothing */
+    snprintf(path, sizeof path, "%s/gpt2/weights.safetensors", root);
+    gml_context *g2file = gml_load_safetensors(path, err, sizeof err);
+    gml_context *g2ctx = chk_ctx(1 << 20);
+    for (gml_tensor *t = g2file ? gml_get_first_tensor(g2file) : NULL; t;
+         t = gml_get_next_tensor(g2file, t)) {
+        char name[GML_MAX_NAME + 8];
+        snprintf(name, sizeof name, "h.0.%s", t->name); /* the fixture's names are short */
+        gml_set_name(gml_new_tensor_1d(g2ctx, GML_F32, 1), name);
+    }
+    gml_set_name(gml_new_tensor_1d(g2ctx, GML_F32, 1), "h.0.attn.bias");
+    gml_set_name(gml_new_tensor_1d(g2ctx, GML_F32, 1), "h.0.attn.masked_bias");
+    gml_set_name(gml_new_tensor_1d(g2ctx, GML_F32, 1), "h.1.ln_1.weight"); /* another layer's */
+    gml_gpt2_weights gw;
+    CHECK(gml_gpt2_weights_find(g2ctx, "h.0.", &gw, err, sizeof err) == GML_OK && gw.ln1_w &&
+              gw.mproj_b, "gpt2 with its mask buffers: %s", err);
+    gml_set_name(gml_new_tensor_1d(g2ctx, GML_F32, 1), "h.0.attn.c_attn.lora_A");
+    CHECK(gml_gpt2_weights_find(g2ctx, "h.0.", &gw, err, sizeof err) == GML_ERR_INVALID, "lora");
+    CHECK_CONTAINS(err, "gpt2 weights: tensor not of a gpt2 layer: h.0.attn.c_attn.lora_A");
+    gml_free(g2ctx);
+    gml_free(g2file);
+    c.rms_eps = -1;
+    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "negative eps");
+    CHECK_CONTAINS(gml_last_error(ctx), "llama: rms_eps -1 must be finite and >= 0 (0: 1e-6)");
+    gml_clear_error(ctx);
+    c.rms_eps = 0;
 
     gml_gpt2_weights g2 = {0};
     CHECK(!gml_gpt2_layer(ctx, &(gml_gpt2_config){.n_heads = 5}, &g2, x), "gpt2 heads 5");

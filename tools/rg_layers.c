@@ -162,7 +162,7 @@ static bool parse_lens(const char *s, lopts *o, rg_err *e) {
 
 /* false: an error; --help sets done. */
 static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err *e) {
-    *o = (lopts){.layers = 1, .repeat = 1, .rms_eps = -1};
+    *o = (lopts){.layers = 1, .repeat = 1};
     const char *name = argv[model];
     for (int i = 0; i < 3; i++)
         if (strcmp(name, KIND_NAME[i]) == 0) o->kind = (lkind)i;
@@ -226,7 +226,7 @@ static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err
             ok = real(f, v, true, &o->rope_theta, e);
             llama_only = true;
         } else if (!strcmp(f, "--rms-eps")) {
-            ok = real(f, v, false, &o->rms_eps, e);
+            ok = real(f, v, true, &o->rms_eps, e);
             llama_only = true;
         } else if (!strcmp(f, "--softcap")) {
             ok = real(f, v, true, &o->softcap, e);
@@ -516,9 +516,9 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
                                   .rms_eps = o->rms_eps, .window = o->window, .softcap = o->softcap};
             y = gml_llama_layer(gctx, &c, &r->w[l].llama, y, NULL); /* rope at 0..T-1 */
         } else if (o->kind == L_GPT2) {
-            y = gml_gpt2_layer(gctx, &(gml_gpt2_config){.n_heads = r->H, .eps = -1}, &r->w[l].gpt2, y);
+            y = gml_gpt2_layer(gctx, &(gml_gpt2_config){.n_heads = r->H, .eps = 0}, &r->w[l].gpt2, y);
         } else {
-            y = gml_bert_layer(gctx, &(gml_bert_config){.n_heads = r->H, .eps = -1}, &r->w[l].bert, y, r->lens);
+            y = gml_bert_layer(gctx, &(gml_bert_config){.n_heads = r->H, .eps = 0}, &r->w[l].bert, y, r->lens);
         }
         if (!y) {
             char prefix[64];

@@ -52,7 +52,7 @@ typedef struct gml_llama_config {
     int n_heads;      /* H (required) */
     int n_kv_heads;   /* G, divides H; 0 = H. The head size hd is D / H */
     float rope_theta; /* 0 = 10000 */
-    float rms_eps;    /* < 0 = 1e-6 (0 is eps 0) */
+    float rms_eps;    /* RMSNorm eps; 0 = 1e-6 */
     int64_t window;   /* sliding window (keys seen, itself included); 0 = none */
     float softcap;    /* attention logit soft-capping; 0 = none */
 } gml_llama_config;
@@ -94,7 +94,7 @@ gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
 
 typedef struct gml_gpt2_config {
     int n_heads; /* H, divides D (required) */
-    float eps;   /* layer_norm_epsilon; < 0 = 1e-5 */
+    float eps;   /* layer_norm_epsilon; 0 = 1e-5 */
 } gml_gpt2_config;
 
 typedef struct gml_gpt2_weights {
@@ -114,7 +114,7 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
 
 typedef struct gml_bert_config {
     int n_heads; /* H, divides D (required) */
-    float eps;   /* layer_norm_eps; < 0 = 1e-12 */
+    float eps;   /* layer_norm_eps; 0 = 1e-12 */
 } gml_bert_config;
 
 typedef struct gml_bert_weights {
