@@ -53,6 +53,24 @@ attn_data *attn_data_new(const attn_case *c0, uint64_t seed) {
         c->zero_tables ? calloc(rows * dk, sizeof(float)) : random_array(&s, rows * dk, 1.0f);
     d->rel_v =
         c->zero_tables ? calloc(rows * dk, sizeof(float)) : random_array(&s, rows * dk, 1.0f);
+    const size_t mask_n = c->mask == ATTN_MASK_QK ? (size_t)c->Tq * c->Tk : (size_t)c->B * c->Tk;
+    if (c->mask) {
+        d->mask = random_array(&s, mask_n, 1.0f);
+        for (size_t i = 0; i < mask_n; i++)
+            if (next_u64(&s) % 6 == 0) d->mask[i] = -INFINITY;
+    }
+    if (c->positions) {
+        d->positions = malloc((size_t)c->B * c->Tq * sizeof *d->positions);
+        for (int b = 0; b < c->B; b++) {
+            const int32_t start = (int32_t)(next_u64(&s) % 40);
+            for (int i = 0; i < c->Tq; i++) d->positions[b * c->Tq + i] = start + i;
+        }
+    }
+    if (c->qk_norm) {
+        d->q_norm = random_array(&s, (size_t)dk, 1.0f);
+        d->k_norm = random_array(&s, (size_t)dk, 1.0f);
+    }
+    if (c->sinks) d->sinks = random_array(&s, (size_t)c->H, 1.0f);
     if (c->lens != ATTN_LENS_NONE) {
         size_t n = c->lens == ATTN_LENS_BATCH ? (size_t)c->B : (size_t)c->B * c->Tq;
         d->lens = malloc(n * sizeof *d->lens);
@@ -69,11 +87,13 @@ void attn_data_free(attn_data *d) {
     if (!d) return;
     if (d->xk != d->xq) free(d->xk);
     if (d->xv != d->xq) free(d->xv);
-    float *arrays[] = {d->xq, d->wq, d->bq, d->wk,    d->bk,   d->wv,
-                       d->bv, d->wo, d->bo, d->rel_k, d->rel_v};
+    float *arrays[] = {d->xq, d->wq,    d->bq,    d->wk,   d->bk,     d->wv,     d->bv,
+                       d->wo, d->bo,    d->rel_k, d->rel_v, d->mask, d->q_norm, d->k_norm,
+                       d->sinks};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
         free(arrays[i]);
     free(d->lens);
+    free(d->positions);
     free(d);
 }
 
@@ -103,7 +123,25 @@ void attn_reference(const attn_data *d, float *out, float *attn) {
         .bv = d->bv,
         .wo = d->wo,
         .bo = d->bo,
+        .top_left = c->top_left,
+        .q_pos = d->positions,
+        .k_pos = c->cross ? NULL : d->positions, /* self-attention: the queries' */
+        .window = c->window,
+        .softcap = c->softcap,
+        .alibi_max_bias = c->alibi,
+        .scale = c->scale,
+        .sinks = d->sinks,
+        .mask = d->mask,
+        .rope = c->rope,
+        .theta = c->theta ? c->theta : 10000.0,
+        .pos_scale = c->pos_scale ? c->pos_scale : 1.0,
+        .rotary_dim = c->rotary_dim,
+        .interleaved = c->interleaved,
+        .q_norm = d->q_norm,
+        .k_norm = d->k_norm,
     };
+    if (c->mask == ATTN_MASK_QK) memcpy(r.mask_ne, (int[]){1, 1, c->Tq, c->Tk}, sizeof r.mask_ne);
+    if (c->mask == ATTN_MASK_B) memcpy(r.mask_ne, (int[]){c->B, 1, 1, c->Tk}, sizeof r.mask_ne);
     gml_ref_attention(&r, out, attn);
 }
 
@@ -120,6 +158,20 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
                                           : "",
              c->bias ? " bias" : "", c->packed ? " packed" : "", c->strided ? " strided" : "",
              c->form == GML_GQA_REPEAT ? " repeat" : "", rel);
+    size_t n = strlen(buf);
+    if (n < size)
+        snprintf(buf + n, size - n, "%s%s%s%s%s%s", c->top_left ? " top-left" : "",
+                 c->mask == ATTN_MASK_QK  ? " mask[Tq,Tk]"
+                 : c->mask == ATTN_MASK_B ? " mask[B,1,1,Tk]"
+                                          : "",
+                 c->positions ? " positions" : "",
+                 c->rope ? (c->interleaved ? " rope-interleaved" : " rope") : "",
+                 c->rotary_dim ? " partial" : "", c->qk_norm ? " qk_norm" : "");
+    n = strlen(buf);
+    if (n < size && (c->window || c->softcap || c->alibi || c->sinks || c->scale))
+        snprintf(buf + n, size - n, "%s%.0lld%s%.0f%s%s%s", c->window ? " window " : "",
+                 (long long)c->window, c->softcap ? " softcap " : "", (double)c->softcap,
+                 c->alibi ? " alibi" : "", c->sinks ? " sinks" : "", c->scale ? " scale" : "");
     if (c->impl == GML_ATTN_FUSED) {
         size_t n = strlen(buf);
         if (n < size) snprintf(buf + n, size - n, " fused");
@@ -130,6 +182,7 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
 /* ---- graphs ------------------------------------------------------------- */
 
 static int g_max_rel; /* the case's P, for attn_relpos */
+gml_tensor *attn_q_norm, *attn_k_norm;
 
 /* A named leaf [ne...] holding src (row-major) unless ctx is no_alloc. */
 static gml_tensor *leaf(gml_context *ctx, const char *name, gml_type type, int n, const int64_t *ne,
@@ -220,9 +273,32 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 1, (int64_t[]){c->B}, d->lens);
     else if (c->lens == ATTN_LENS_QUERY)
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 2, (int64_t[]){c->B, c->Tq}, d->lens);
+    if (c->mask == ATTN_MASK_QK)
+        in.mask = leaf(ctx, "attn_mask", GML_F32, 2, (int64_t[]){c->Tq, c->Tk}, d->mask);
+    else if (c->mask == ATTN_MASK_B)
+        in.mask = leaf(ctx, "key_padding_mask", GML_F32, 4, (int64_t[]){c->B, 1, 1, c->Tk},
+                       d->mask);
+    if (c->positions)
+        in.positions = leaf(ctx, "positions", GML_I32, 2, (int64_t[]){c->B, c->Tq}, d->positions);
+    if (c->sinks) w.sinks = leaf(ctx, "sinks", GML_F32, 1, (int64_t[]){c->H}, d->sinks);
+    attn_q_norm = c->qk_norm ? leaf(ctx, "q_norm.weight", GML_F32, 1, (int64_t[]){dk}, d->q_norm)
+                          : NULL;
+    attn_k_norm = c->qk_norm ? leaf(ctx, "k_norm.weight", GML_F32, 1, (int64_t[]){dk}, d->k_norm)
+                          : NULL;
     gml_attn_config cfg = {
         .dims = {.d_model = c->D, .n_heads = c->H, .n_kv_heads = c->G},
-        .score = {.causal = c->causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE},
+        .score = {.causal = !c->causal     ? GML_CAUSAL_NONE
+                            : c->top_left ? GML_CAUSAL_TOP_LEFT
+                                          : GML_CAUSAL_BOTTOM_RIGHT,
+                  .window = c->window,
+                  .softcap = c->softcap,
+                  .alibi_max_bias = c->alibi,
+                  .scale = c->scale},
+        .pos = {.kind = c->rope ? GML_POS_ROPE : GML_POS_NONE,
+                .rope = {.theta = c->theta,
+                         .rotary_dim = c->rotary_dim,
+                         .pos_scale = c->pos_scale,
+                         .interleaved = c->interleaved}},
         .graph = {.impl = c->impl, .want_weights = c->impl != GML_ATTN_FUSED, .gqa_form = c->form}};
     g_max_rel = c->P;
     return fn(ctx, cfg, &w, in);

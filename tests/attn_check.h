@@ -9,6 +9,8 @@
 #include "attn_ref.h"
 
 enum { ATTN_LENS_NONE = 0, ATTN_LENS_BATCH = 1 /* [B] */, ATTN_LENS_QUERY = 2 /* [B, Tq] */ };
+/* in.mask: random values in [-1, 1), about 1 in 6 of them -inf */
+enum { ATTN_MASK_NONE = 0, ATTN_MASK_QK = 1 /* [Tq, Tk] */, ATTN_MASK_B = 2 /* [B, 1, 1, Tk] */ };
 
 typedef struct attn_case {
     int B, Tq, Tk, D, H, G; /* G 0: H */
@@ -24,6 +26,17 @@ typedef struct attn_case {
     bool zero_tables; /* relpos: tables of zeros */
     gml_gqa_form form;
     gml_attn_impl impl; /* AUTO here means unfused with weights; FUSED: out only */
+    int mask;           /* ATTN_MASK_* */
+    bool top_left;      /* causal top-left (with causal) */
+    bool positions;     /* in.positions: i32 [B, Tq], start_b + i with start_b in [0, 40) */
+    bool rope;          /* cfg.pos rope with the fields below (0: the defaults) */
+    float theta, pos_scale;
+    int rotary_dim;
+    bool interleaved;
+    bool qk_norm;       /* per-head RMS norms on q and k (attn_q_norm, attn_k_norm) */
+    int64_t window;     /* cfg.score */
+    float softcap, alibi, scale;
+    bool sinks;         /* w.sinks [H], random in [-1, 1) */
 } attn_case;
 
 /* Host data for a case: flat row-major arrays, as attn_ref.h wants them. */
@@ -33,6 +46,10 @@ typedef struct attn_data {
     float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo; /* b* NULL without bias */
     float *rel_k, *rel_v;                         /* [2P+1, d_k] */
     int32_t *lens;                                /* [B] or [B, Tq], NULL without */
+    float *mask;                                  /* [Tq, Tk] or [B, 1, 1, Tk] */
+    int32_t *positions;                           /* [B, Tq] */
+    float *q_norm, *k_norm;                       /* [d_k] */
+    float *sinks;                                 /* [H] */
 } attn_data;
 
 typedef gml_attn_result (*attn_block_fn)(gml_context *, gml_attn_config, const gml_attn_weights *,
@@ -42,6 +59,10 @@ typedef gml_attn_result (*attn_block_fn)(gml_context *, gml_attn_config, const g
  * attn_graph_build before it calls the block). */
 gml_attn_result attn_relpos(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_attn_inputs in);
+
+/* The case's q_norm, k_norm [d_k] (qk_norm), made by attn_graph_build before
+ * it calls the block; NULL otherwise. */
+extern gml_tensor *attn_q_norm, *attn_k_norm;
 
 /* Random data for c from seed (lengths include 0 and Tk where B allows). */
 attn_data *attn_data_new(const attn_case *c, uint64_t seed);

@@ -6,7 +6,8 @@
  * for MHA, GQA and MQA, batch > 1, one and two layers; bitwise the same at
  * 1, 2, 3 and 7 threads; the step graph appends rows in place (no copy of
  * the past); passing T_max is a clear error; bad configurations too (a
- * max_len past INT32_MAX: positions are i32). */
+ * max_len past INT32_MAX: positions are i32); with rope, the step rotates
+ * q and k at its run-time positions and equals the full forward. */
 #define _POSIX_C_SOURCE 200809L /* fork */
 #include "attn_check.h"
 #include <ggmlite/kv_cache.h>
@@ -40,6 +41,9 @@ static double g_max_err; /* decode vs full, max |diff| / max |full| */
 typedef struct dec_case {
     int B, T, D, H, G, layers;
     int prompt; /* tokens of the first step (a chunk); 0: one at a time from the start */
+    bool rope;  /* rope on q and k (rotate_half; interleaved with rope_pairs) */
+    bool rope_pairs;
+    int rotary_dim;
 } dec_case;
 
 /* Weights of every layer as tensors in wctx, random (with biases). */
@@ -82,8 +86,12 @@ static void model_free(model *m) {
 }
 
 static gml_attn_config config(const dec_case *c, gml_attn_impl impl) {
-    return (gml_attn_config){.dims = {.n_heads = c->H, .n_kv_heads = c->G}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
-                             .graph.impl = impl};
+    return (gml_attn_config){
+        .dims = {.n_heads = c->H, .n_kv_heads = c->G},
+        .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+        .pos = {.kind = c->rope ? GML_POS_ROPE : GML_POS_NONE,
+                .rope = {.rotary_dim = c->rotary_dim, .interleaved = c->rope_pairs}},
+        .graph.impl = impl};
 }
 
 /* The full causal forward over all T tokens -> out [B, T, D]. */
@@ -254,9 +262,10 @@ static void check_case(dec_case c, uint64_t seed) {
     if (!ok) fails++;
     ok = fails == fails_before;
     g_max_err = fmax(g_max_err, err / scale);
-    printf("%s decode B%d T%d D%d H%d G%d layers %d%s%.0d: max |decode - full| %.2e (%.2e of max "
+    printf("%s decode B%d T%d D%d H%d G%d layers %d%s%.0d%s: max |decode - full| %.2e (%.2e of max "
            "|out|)\n", ok ? "ok  " : "FAIL", c.B, c.T, c.D, c.H, c.G, c.layers,
-           c.prompt ? ", prompt " : "", c.prompt, err, err / scale);
+           c.prompt ? ", prompt " : "", c.prompt,
+           c.rope ? (c.rope_pairs ? ", rope interleaved" : ", rope") : "", err, err / scale);
     free(fused), free(unfused), free(dec), free(first);
     model_free(&m);
 }
@@ -440,6 +449,12 @@ int main(void) {
         {.B = 1, .T = 1, .D = 8, .H = 2, .G = 2, .layers = 1},                /* T = 1 */
         {.B = 2, .T = 10, .D = 24, .H = 4, .G = 2, .layers = 2, .prompt = 3}, /* two layers */
         {.B = 2, .T = 8, .D = 16, .H = 4, .G = 4, .layers = 2},
+        /* rope at the step's run-time positions equals the full forward's 0 .. T-1 */
+        {.B = 2, .T = 12, .D = 32, .H = 4, .G = 4, .layers = 1, .rope = true},
+        {.B = 2, .T = 11, .D = 48, .H = 6, .G = 2, .layers = 2, .prompt = 4, .rope = true,
+         .rope_pairs = true},
+        {.B = 1, .T = 70, .D = 32, .H = 4, .G = 1, .layers = 1, .prompt = 33, .rope = true,
+         .rotary_dim = 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i], 100 + i);
     printf("decode vs full forward: max error %.2e of max |out|\n", g_max_err);

@@ -270,9 +270,9 @@ gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tens
 /* Binds *w to the tensors of wctx (e.g. from gml_load_safetensors) by the
  * names PyTorch state dicts and the fixtures use: w_q.weight, w_q.bias, w_k.*,
  * w_v.*, w_o.* | in_proj_weight, in_proj_bias, out_proj.weight,
- * out_proj.bias; rel_k.weight, rel_v.weight; sinks (or self_attn.sinks). Shapes are checked by the
- * blocks. GML_ERR_INVALID, with a message listing the names present, when
- * the projections are missing or given both ways. */
+ * out_proj.bias; rel_k.weight, rel_v.weight; sinks (or self_attn.sinks).
+ * Shapes are checked by the blocks. GML_ERR_INVALID, with a message listing
+ * the names present, when the projections are missing or given both ways. */
 gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
                                  size_t err_size);
 
