@@ -6,7 +6,10 @@
  * across thread counts), with x contiguous and as a padded (sliced) view,
  * and must match out.npy within 2e-4 + 2e-4 |want|. Max errors are printed
  * per case and ISA.
- * Decoding: the LLaMA layer (one and two layers, GQA, MQA, sinks) decoding
+ * Options whose attention ops have not landed ("not available yet": the
+ * sliding window) are skipped and reported, never failed.
+ * Decoding: the LLaMA layer (one and two layers, GQA, MQA, sinks, softcap,
+ * window) decoding
  * T tokens one at a time through a KV cache, and a prompt then single
  * tokens, against its full causal forward (within 1e-5 of max |out|).
  * Builder and binding errors, with their messages. */
@@ -27,7 +30,16 @@
 
 static const char *const CASES[] = {"llama_gqa",   "llama_mha_bias", "llama_mqa_stack2",
                                     "llama_sinks", "llama_softcap",  "gpt2",
-                                    "gpt2_stack2", "bert_padding",   "bert_stack2"};
+                                    "gpt2_stack2", "bert_padding",   "bert_stack2",
+                                    "llama_window"};
+
+/* An option whose attention ops have not landed: the builder says so, and
+ * the case is skipped (reported), not failed. */
+static bool not_yet(gml_context *ctx, const char *name) {
+    if (!strstr(gml_last_error(ctx), "not available yet")) return false;
+    printf("%-17s SKIPPED: %s\n", name, gml_last_error(ctx));
+    return true;
+}
 
 typedef enum { LLAMA, GPT2, BERT } kind;
 
@@ -35,6 +47,7 @@ typedef struct args {
     kind kind;
     int heads, kv_heads, layers;
     float theta, softcap;
+    int64_t window;
     int32_t lens[16];
     int n_lens;
 } args;
@@ -58,6 +71,7 @@ static bool parse_args(const char *path, args *a) {
         else if (!strcmp(tok, "--layers")) a->layers = atoi(v);
         else if (!strcmp(tok, "--rope-theta")) a->theta = strtof(v, NULL);
         else if (!strcmp(tok, "--softcap")) a->softcap = strtof(v, NULL);
+        else if (!strcmp(tok, "--window")) a->window = atoi(v);
         else if (!strcmp(tok, "--valid-lens"))
             for (char *s2 = NULL, *n = strtok_r(v, ",", &s2); n && a->n_lens < 16;
                  n = strtok_r(NULL, ",", &s2))
@@ -97,7 +111,7 @@ static gml_tensor *build_layer(gml_context *ctx, const args *a, const weights *w
     switch (a->kind) {
     case LLAMA: {
         gml_llama_config c = {.n_heads = a->heads, .n_kv_heads = a->kv_heads, .rope_theta = a->theta,
-                              .rms_eps = 0, .softcap = a->softcap};
+                              .rms_eps = 0, .softcap = a->softcap, .window = a->window};
         return gml_llama_layer(ctx, &c, &w->llama, x, pos); /* pos NULL: 0..T-1 */
     }
     case GPT2: return gml_gpt2_layer(ctx, &(gml_gpt2_config){.n_heads = a->heads, .eps = 0}, &w->gpt2, x);
@@ -160,6 +174,10 @@ static void run_case(const char *root, const char *name) {
         gml_tensor *y = x;
         for (int l = 0; l < a.layers; l++) y = build_layer(ctx, &a, &w[l], y, pos, lens);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
+        if (!g && not_yet(ctx, name)) {
+            gml_free(ctx);
+            break;
+        }
         if (CHECK(g, "%s: %s", name, gml_last_error(ctx))) {
             for (int i = 0; i < 4; i++) {
                 if (!gml_cpu_has(isas[i])) continue;
@@ -202,7 +220,7 @@ static void decode_case(const char *root, const char *name, int prompt) {
     weights w[4];
     for (int l = 0; l < a.layers; l++) bind(wctx, LLAMA, l, &w[l]);
     gml_llama_config cfg = {.n_heads = a.heads, .n_kv_heads = a.kv_heads, .rope_theta = a.theta,
-                            .rms_eps = 0, .softcap = a.softcap};
+                            .rms_eps = 0, .softcap = a.softcap, .window = a.window};
     const int G = a.kv_heads ? a.kv_heads : a.heads;
     const int64_t hd = w[0].llama.wq->ne[2] / a.heads;
 
@@ -213,6 +231,12 @@ static void decode_case(const char *root, const char *name, int prompt) {
     gml_tensor *full = x;
     for (int l = 0; l < a.layers; l++) full = gml_llama_layer(ctx, &cfg, &w[l].llama, full, NULL);
     gml_graph *gf = gml_build_graph(ctx, &full, 1);
+    if (!gf && not_yet(ctx, name)) {
+        gml_free(ctx);
+        gml_free(wctx);
+        gml_free(xctx);
+        return;
+    }
     CHECK(gf && gml_graph_compute(gf, 2) == GML_OK, "full forward: %s", gml_last_error(ctx));
 
     gml_kv_cache *cache = gml_kv_cache_new((gml_kv_cache_params){.n_layers = a.layers, .batch = B,
@@ -378,6 +402,8 @@ int main(int argc, char **argv) {
     decode_case(argv[1], "llama_mqa_stack2", 5);
     decode_case(argv[1], "llama_sinks", 0);
     decode_case(argv[1], "llama_softcap", 2);
+    decode_case(argv[1], "llama_window", 0);
+    decode_case(argv[1], "llama_window", 6);
     errors(argv[1]);
     return chk_summary();
 }
