@@ -196,6 +196,7 @@ gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_lla
         N("mlp.up_proj.bias", b_up, false),
         N("mlp.down_proj.weight", w_down, true),
         N("mlp.down_proj.bias", b_down, false),
+        {"self_attn.rotary_emb.inv_freq", -1, false}, /* older checkpoints' rope buffer */
     };
 #undef N
     *w = (gml_llama_weights){0};

@@ -642,11 +642,11 @@ expect_error 2 "gpt2: a second MODEL (the first is 'llama')" "llama gpt2" llama 
 expect_error 2 "--softcap: '-1' is not a finite number > 0" "llama: a negative softcap" llama --softcap -1
 expect_error 1 "nonexist.safetensors: cannot open" "llama: no such weights file" llama --heads 6 --weights "$T/nonexist.safetensors"
 # a file with one tensor llama does not know (and so missing the rest)
-h='{"input_layernorm.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"self_attn.rotary_emb.inv_freq":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+h='{"input_layernorm.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"self_attn.q_norm.weight":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
 while [ $((${#h} % 8)) -ne 0 ]; do h="$h "; done
 { printf "\\x$(printf %02x $((${#h} & 255)))\\x$(printf %02x $((${#h} >> 8)))\\x00\\x00\\x00\\x00\\x00\\x00"
   printf '%s' "$h"; printf '\x00\x00\x00\x00\x00\x00\x00\x00'; } >"$T/unknown.safetensors"
-expect_error 1 "; not llama weights: self_attn.rotary_emb.inv_freq" "llama: an unknown tensor" \
+expect_error 1 "; not llama weights: self_attn.q_norm.weight" "llama: an unknown tensor (Qwen3's q_norm)" \
     llama --heads 6 --weights "$T/unknown.safetensors"
 check "run-graph llama --help" "$RG" llama --help
 check "run-graph --help names the layers" sh -c "'$RG' --help | grep -q 'llama | gpt2 | bert'"

@@ -304,10 +304,12 @@ static void errors(const char *root) {
     CHECK(gml_llama_weights_find(wctx, "", &w, err, sizeof err) == GML_OK, "%s", err);
 
     gml_context *ctx = chk_ctx(4 << 20);
-    gml_tensor *extra = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), "self_attn.rotary.inv_freq");
-    (void)extra;
-    CHECK(gml_llama_weights_find(ctx, "self_attn.", &w, err, sizeof err) == GML_ERR_INVALID, "extra");
-    CHECK_CONTAINS(err, "not llama weights: self_attn.rotary.inv_freq");
+    gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), "l.self_attn.rotary_emb.inv_freq"); /* known */
+    gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 4), "l.self_attn.q_norm.weight");
+    CHECK(gml_llama_weights_find(ctx, "l.", &w, err, sizeof err) == GML_ERR_INVALID, "extra");
+    CHECK_CONTAINS(err, "missing l.input_layernorm.weight");
+    CHECK_CONTAINS(err, "; not llama weights: l.self_attn.q_norm.weight");
+    CHECK(!strstr(err, "inv_freq"), "inv_freq is a known buffer: %s", err);
     CHECK(gml_llama_weights_find(wctx, "", &w, err, sizeof err) == GML_OK, "%s", err);
 
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 7, 48), "x");

@@ -139,8 +139,9 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
  * "" or e.g. "model.layers.3."). Strict: GML_ERR_INVALID with a message in
  * err when a required tensor is missing or a tensor under prefix is not one
  * the layer knows (both listed by name). Shapes are checked by the builders.
- * GPT-2's attn.bias and attn.masked_bias (the causal-mask buffers older
- * checkpoints hold) are known and unused. */
+ * Buffers older checkpoints hold are known and unused: LLaMA's
+ * self_attn.rotary_emb.inv_freq (rope is computed from the config's theta),
+ * GPT-2's attn.bias and attn.masked_bias (causal masks). */
 gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,
                                   char *err, size_t err_size);
 gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
