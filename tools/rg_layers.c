@@ -487,7 +487,12 @@ static bool load(run *r, rg_err *e) {
     }
     /* x (random unless given) and the lengths: data of their own */
     size_t need = 2 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->B * 4;
-    if (!r->x) need += (size_t)(r->B * r->T * r->D) * 4;
+    if (!r->x) {
+        const double bytes = 4.0 * (double)r->B * (double)r->T * (double)r->D;
+        if (!rg_check_memory(bytes < 0x1p62 ? (uint64_t)bytes : UINT64_MAX, "the random inputs", e))
+            return false;
+        need += (size_t)bytes;
+    }
     gml_context *c = gml_init((gml_init_params){.mem_size = need});
     if (!c) return rg_fail(e, RG_RUNTIME, "out of memory");
     if (!r->x) {
