@@ -102,6 +102,9 @@ static gml_tensor *own_attention(gml_context *ctx, const gml_llama_config *cfg,
                                  const gml_llama_weights *w, const dims *d, gml_tensor *h,
                                  gml_tensor *pos, const gml_kv_cache *cache, int layer,
                                  gml_tensor *lens) {
+    if (cfg->window)
+        return gml_set_error(ctx, L ": a sliding window with sinks or softcap is not available yet "
+                             "(the attention stages refuse them until their ops land)");
     gml_attn_config c = attn_config(cfg, d);
     c.score = (gml_attn_scoring){0}; /* the stages only project and rope here */
     gml_attn_weights aw = attn_weights(w);
