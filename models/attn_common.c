@@ -91,13 +91,6 @@ static bool check_dims(gml_context *ctx, gml_attn_plan *p, const gml_attn_config
     return true;
 }
 
-/* The options whose ops have not landed yet (gml_flash_attn_ext,
- * gml_softmax_ext): a clear error until they do. */
-static bool not_yet(gml_context *ctx, const gml_attn_plan *p, const char *what) {
-    return gml_attn_fail(ctx, "%s: %s is not available yet (it needs gml_flash_attn_ext and "
-                         "gml_softmax_ext, which have not landed)", p->block, what);
-}
-
 bool gml_attn_check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
                            bool can_fuse) {
     const gml_attn_scoring *s = &cfg->score;
@@ -146,10 +139,6 @@ bool gml_attn_check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_co
             return gml_attn_fail(ctx, "%s: rope pos_scale %g must be finite and > 0 (0: 1)",
                                  p->block, (double)r->pos_scale);
     }
-    if (s->causal == GML_CAUSAL_TOP_LEFT) return not_yet(ctx, p, "top-left causal alignment");
-    if (s->window) return not_yet(ctx, p, "a sliding window");
-    if (s->softcap) return not_yet(ctx, p, "logit soft-capping");
-    if (s->alibi_max_bias) return not_yet(ctx, p, "ALiBi");
     p->cfg = *cfg;
     p->cfg.dims = (gml_attn_dims){.d_model = p->D, .n_heads = (int)p->H, .n_kv_heads = (int)p->G};
     p->fused = can_fuse && (go->impl == GML_ATTN_FUSED ||
@@ -270,9 +259,6 @@ bool gml_attn_check_masks(gml_context *ctx, const gml_attn_plan *p, const gml_at
         return gml_attn_fail(ctx, "%s: sinks '%s' is %s %s, expected f32 [%" PRId64 "] ([heads])",
                              p->block, sinks->name, gml_type_name(sinks->type),
                              GML_SHAPE(sinks, st), p->H);
-    if (sinks) return not_yet(ctx, p, "attention sinks");
-    if (pos && p->cfg.score.causal != GML_CAUSAL_NONE)
-        return not_yet(ctx, p, "causal masking at given positions");
     return true;
 }
 
@@ -348,36 +334,35 @@ gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_a
 
 /* ---- stage 3: attention --------------------------------------------------- */
 
-/* The additive masks of the unfused graph: valid lengths [B, 1, 1|Tq, Tk]
- * and in->mask, added when both are given. NULL (no error) when none. */
-static gml_tensor *unfused_mask(gml_context *ctx, const gml_attn_plan *p,
-                                const gml_attn_inputs *in) {
-    gml_tensor *m = in->mask;
-    if (in->valid_lens) {
-        gml_tensor *lm = gml_set_name(gml_valid_len_mask(ctx, in->valid_lens, p->Tk), "lens_mask");
-        m = m ? gml_set_name(gml_add(ctx, lm, m), "mask") : lm;
-    }
-    return m;
+/* The options of the attention ops: the config's scoring, the inputs'
+ * masks and positions, the sinks. */
+static gml_attn_opts attn_opts(const gml_attn_plan *p, const gml_attn_inputs *in,
+                               gml_tensor *sinks) {
+    const gml_attn_scoring *s = &p->cfg.score;
+    return (gml_attn_opts){.mask = in->mask,
+                           .valid_lens = in->valid_lens,
+                           .positions = in->positions,
+                           .sinks = sinks,
+                           .causal = s->causal,
+                           .window = s->window,
+                           .softcap = s->softcap,
+                           .alibi_max_bias = s->alibi_max_bias};
 }
 
 /* scores [B, H, Tq, Tk] -> attn [B, H, Tq, Tk] */
 gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
                              const gml_attn_inputs *in, gml_tensor *sinks) {
-    (void)sinks; /* refused by gml_attn_check_masks until gml_softmax_ext */
-    gml_tensor *mask = unfused_mask(ctx, p, in);
-    if ((in->valid_lens || in->mask) && !mask) return NULL;
-    const bool causal = p->cfg.score.causal != GML_CAUSAL_NONE;
-    return gml_set_name(gml_softmax(ctx, scores, mask, p->scale, causal), "attn");
+    const gml_attn_opts o = attn_opts(p, in, sinks);
+    return gml_set_name(gml_softmax_ext(ctx, scores, p->scale, &o), "attn");
 }
 
 gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
                                  const gml_attn_inputs *in, gml_tensor *sinks) {
     if (!qkv.q || !qkv.k || !qkv.v) return (gml_attn_heads){0};
     if (p->fused) { /* flash [B, H, Tq, d_k], stored [B, Tq, H, d_k] */
-        const bool causal = p->cfg.score.causal != GML_CAUSAL_NONE;
-        gml_tensor *o = gml_flash_attn(ctx, qkv.q, qkv.k, qkv.v, in->mask, in->valid_lens,
-                                       p->scale, causal);
-        return (gml_attn_heads){.heads = gml_set_name(o, "flash")};
+        const gml_attn_opts o = attn_opts(p, in, sinks);
+        gml_tensor *f = gml_flash_attn_ext(ctx, qkv.q, qkv.k, qkv.v, p->scale, &o);
+        return (gml_attn_heads){.heads = gml_set_name(f, "flash")};
     }
     gml_tensor *attn = gml_attn_softmax(ctx, p, gml_attn_scores(ctx, p, qkv.q, qkv.k), in, sinks);
     gml_tensor *heads = gml_attn_context(ctx, p, attn, qkv.v); /* [B, H, Tq, d_k] */

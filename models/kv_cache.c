@@ -171,12 +171,12 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
     if (!qkv.q) return NULL;
     gml_tensor *kc = gml_set_name(gml_set_rows(ctx, c->k[layer], qkv.k, step->pos), "k_all");
     gml_tensor *vc = gml_set_name(gml_set_rows(ctx, c->v[layer], qkv.v, step->pos), "v_all");
-    /* over the whole cache [B, G, T_max, d_k]; causality is in the lengths:
-     * the token at pos sees keys 0 .. pos */
+    /* over the whole cache [B, G, T_max, d_k], the queries at their cache
+     * rows: causal, window and ALiBi at absolute positions; the lengths
+     * (pos + 1) hide the rows not written yet a key block at a time */
     gml_attn_plan pa = p;
     pa.Tk = cp->max_len;
-    pa.cfg.score.causal = GML_CAUSAL_NONE;
-    gml_attn_inputs ain = {.valid_lens = step->lens};
+    gml_attn_inputs ain = {.valid_lens = step->lens, .positions = step->pos};
     gml_attn_heads h =
         gml_attn_attend_p(ctx, &pa, (gml_attn_qkv){.q = qkv.q, .k = kc, .v = vc}, &ain, w->sinks);
     return gml_attn_merge_p(ctx, &p, w, h.heads);

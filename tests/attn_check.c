@@ -156,7 +156,7 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
              c->lens == ATTN_LENS_BATCH   ? " lens[B]"
              : c->lens == ATTN_LENS_QUERY ? " lens[B,Tq]"
                                           : "",
-             c->bias ? " bias" : "", c->packed ? " packed" : "", c->strided ? " strided" : "",
+             c->bias ? " bias" : "", c->conv1d ? " conv1d" : c->packed ? " packed" : "", c->strided ? " strided" : "",
              c->form == GML_GQA_REPEAT ? " repeat" : "", rel);
     size_t n = strlen(buf);
     if (n < size)
@@ -168,10 +168,11 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
                  c->rope ? (c->interleaved ? " rope-interleaved" : " rope") : "",
                  c->rotary_dim ? " partial" : "", c->qk_norm ? " qk_norm" : "");
     n = strlen(buf);
-    if (n < size && (c->window || c->softcap || c->alibi || c->sinks || c->scale))
-        snprintf(buf + n, size - n, "%s%.0lld%s%.0f%s%s%s", c->window ? " window " : "",
-                 (long long)c->window, c->softcap ? " softcap " : "", (double)c->softcap,
-                 c->alibi ? " alibi" : "", c->sinks ? " sinks" : "", c->scale ? " scale" : "");
+    if (n < size && c->window) n += (size_t)snprintf(buf + n, size - n, " window %lld", (long long)c->window);
+    if (n < size && c->softcap) n += (size_t)snprintf(buf + n, size - n, " softcap %g", (double)c->softcap);
+    if (n < size && c->alibi) n += (size_t)snprintf(buf + n, size - n, " alibi %g", (double)c->alibi);
+    if (n < size && c->scale) n += (size_t)snprintf(buf + n, size - n, " scale %g", (double)c->scale);
+    if (n < size && c->sinks) snprintf(buf + n, size - n, " sinks");
     if (c->impl == GML_ATTN_FUSED) {
         size_t n = strlen(buf);
         if (n < size) snprintf(buf + n, size - n, " fused");
@@ -238,7 +239,13 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
         memcpy(pw, d->wq, (size_t)(D * D) * 4);
         memcpy(pw + D * D, d->wk, (size_t)(kvd * D) * 4);
         memcpy(pw + (D + kvd) * D, d->wv, (size_t)(kvd * D) * 4);
-        w.in_proj_weight = leaf(ctx, "in_proj_weight", GML_F32, 2, (int64_t[]){rows, D}, pw);
+        if (c->conv1d) { /* GPT-2's Conv1D c_attn.weight [D, 3D]: its transpose, a view */
+            gml_tensor *st = gml_new_tensor_2d(ctx, GML_F32, D, rows);
+            w.in_proj_weight = gml_transpose(ctx, gml_set_name(st, "c_attn.weight"), 0, 1);
+            fill(w.in_proj_weight, pw);
+        } else {
+            w.in_proj_weight = leaf(ctx, "in_proj_weight", GML_F32, 2, (int64_t[]){rows, D}, pw);
+        }
         if (c->bias) {
             memcpy(pb, d->bq, (size_t)D * 4);
             memcpy(pb + D, d->bk, (size_t)kvd * 4);
@@ -257,7 +264,13 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
             w.b_v = leaf(ctx, "w_v.bias", GML_F32, 1, (int64_t[]){kvd}, d->bv);
         }
     }
-    w.w_o = leaf(ctx, "w_o.weight", GML_F32, 2, (int64_t[]){D, D}, d->wo);
+    if (c->conv1d) { /* c_proj.weight [D_in, D_out] */
+        gml_tensor *st = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, D, D), "c_proj.weight");
+        w.w_o = gml_transpose(ctx, st, 0, 1);
+        fill(w.w_o, d->wo);
+    } else {
+        w.w_o = leaf(ctx, "w_o.weight", GML_F32, 2, (int64_t[]){D, D}, d->wo);
+    }
     if (c->bias) w.b_o = leaf(ctx, "w_o.bias", GML_F32, 1, (int64_t[]){D}, d->bo);
     if (c->rel)
         w.rel_k = leaf(ctx, "rel_k.weight", GML_F32, 2, (int64_t[]){2 * c->P + 1, dk}, d->rel_k);
@@ -400,7 +413,7 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
     attn_data *d = attn_data_new(c0, seed);
     const attn_case *c = &d->c;
     const bool fused = c->impl == GML_ATTN_FUSED;
-    char desc[160];
+    char desc[256];
     attn_case_str(c, desc, sizeof desc);
     const size_t n_out = (size_t)c->B * c->Tq * c->D, n_attn = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *want_out = malloc(n_out * 4), *want_attn = malloc(n_attn * 4);

@@ -19,6 +19,8 @@ typedef struct attn_case {
     int lens;         /* ATTN_LENS_* */
     bool bias;        /* all four projections biased */
     bool packed;      /* in_proj_weight (and in_proj_bias) instead of w_q/w_k/w_v */
+    bool conv1d;      /* packed, stored [in, out] as GPT-2's Conv1D (c_attn, c_proj):
+                       * in_proj_weight and w_o are transposed views */
     bool strided;     /* query a permuted view, key/value offset slices */
     bool rel;         /* relpos: a key table rel_k [2P+1, d_k] */
     int P;            /* relpos: max_rel */

@@ -12,6 +12,8 @@
  *   - in.mask [Tq, Tk] and [B, 1, 1, Tk] with -inf entries, with valid
  *     lengths;
  *   - rope and masks through gml_relpos_attn;
+ *   - GPT-2's Conv1D weights ([in, out], packed q|k|v columns) as transposed
+ *     views;
  *   - the stages' and blocks' error messages for bad masks, positions, rope
  *     settings and head tensors. */
 #include "attn_check.h"
@@ -160,6 +162,19 @@ static void check_rope(void) {
          seed++);
 }
 
+/* GPT-2: Conv1D weights [D, 3D] (q | k | v columns) and [D, D], used through
+ * transposed views as in_proj_weight and w_o, with biases; causal. */
+static void check_conv1d(void) {
+    both("mha", gml_mha,
+         (attn_case){.B = 2, .Tq = 9, .D = 48, .H = 4, .causal = true, .bias = true,
+                     .packed = true, .conv1d = true},
+         7400);
+    both("gqa", gml_gqa,
+         (attn_case){.B = 2, .Tq = 7, .D = 32, .H = 4, .G = 2, .causal = true, .bias = true,
+                     .packed = true, .conv1d = true, .lens = ATTN_LENS_BATCH, .rope = true},
+         7401);
+}
+
 static void check_masks(void) {
     uint64_t seed = 7300;
     const attn_case cases[] = {
@@ -302,6 +317,7 @@ int main(void) {
     check_stages_are_blocks();
     check_rope();
     check_masks();
+    check_conv1d();
     check_errors();
     if (fails) fprintf(stderr, "%d failures\n", fails);
     else printf("all passed\n");

@@ -325,7 +325,7 @@ for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
 expect_ok "--list-ops" --list-ops
-check "--list-ops prints the op table" grep -q '^| `softmax(x, mask=none, scale=1, causal=false)` |' "$T/out"
+check "--list-ops prints the op table" grep -q '^| `softmax(x, mask=none, scale=1, causal=false, valid_lens=none, positions=none, sinks=none, window=0, softcap=0, alibi=0)` |' "$T/out"
 expect_ok "--version" --version
 version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/include/ggmlite/ggmlite.h")
 check "--version prints the library's version" grep -qx "run-graph (ggmlite) $version" "$T/out"
@@ -544,6 +544,34 @@ for model in mha "gqa --kv-heads 2"; do
     same_digest "$model --rope: --save-graph then run the saved graph" \
         "$model $base --causal --rope --attn fused --save-graph $T/rope.graph" "$T/rope.graph $base --causal"
 done
+# each scoring flag changes the result, fused and unfused alike (within float rounding)
+for model in mha "gqa --kv-heads 2"; do
+    d0=$(eval digest $model $base --causal)
+    for f in "--window 3" "--alibi" "--softcap 0.5" "--sinks" "--causal-top-left --kv-seq 10" \
+        "--window 2 --alibi --softcap 1 --sinks --rope"; do
+        fl=${f/--causal-top-left/}
+        dc=$(eval digest $model $base $([ "$fl" = "$f" ] && echo --causal) $f)
+        check "$model $f: accepted, another digest ($d0, $dc)" test -n "$dc" -a "$dc" != "$d0"
+        rm -f "$T/of.npy" "$T/ou.npy"
+        run $model $base $([ "$fl" = "$f" ] && echo --causal) $f --attn fused --output "$T/of.npy"
+        run $model $base $([ "$fl" = "$f" ] && echo --causal) $f --attn unfused --output "$T/ou.npy"
+        check "$model $f: fused and unfused agree" "$CHECK" close "$T/of.npy" "$T/ou.npy"
+    done
+    s=$(eval digest $model $base --window 3 --alibi --sinks --softcap 2 --save-graph "$T/opts.graph")
+    r=$(eval digest "$T/opts.graph" $base)
+    check "$model options: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
+done
+check "--window implies causal: --window W == --causal --window W" test \
+    "$(digest mha $base --window 3)" = "$(digest mha $base --causal --window 3)"
+check "--window past T is plain causal" test \
+    "$(digest mha $base --window 100)" = "$(digest mha $base --causal)"
+rm -rf "$T/si_opts"
+d=$(digest gqa --seq 5 --d-model 16 --heads 4 --kv-heads 2 --sinks --window 2 --save-inputs "$T/si_opts")
+r=$(cd "$T/si_opts" && digest $(cat args))
+check "--sinks --window: --save-inputs then run its args ($d vs $r)" test -n "$d" -a "$d" = "$r"
+expect_ok "the options with --decode" gqa --seq 5 --d-model 32 --heads 4 --kv-heads 2 --window 3 \
+    --sinks --alibi --softcap 5 --decode 3
+check "--decode: the summary names the options" grep -qF "causal, window 3, softcap 5, alibi, sinks" "$T/out"
 expect_ok "--rope with --decode" gqa --seq 5 --d-model 32 --heads 4 --kv-heads 2 --rope --decode 3
 check "--decode --rope: the summary says rope" grep -qF "causal, rope theta 10000" "$T/out"
 expect_ok "--rope with cross-attention" mha --seq 3 --kv-seq 8 --d-model 16 --heads 2 --rope --causal

@@ -44,6 +44,9 @@ typedef struct dec_case {
     bool rope;  /* rope on q and k (rotate_half; interleaved with rope_pairs) */
     bool rope_pairs;
     int rotary_dim;
+    int64_t window; /* cfg.score options, at the step's absolute positions */
+    float softcap, alibi;
+    bool sinks; /* w.sinks [H] */
 } dec_case;
 
 /* Weights of every layer as tensors in wctx, random (with biases). */
@@ -66,7 +69,8 @@ static void model_new(model *m, dec_case c, uint64_t seed) {
     m->wctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     const int64_t D = c.D, kv = (int64_t)c.G * (c.D / c.H);
     for (int l = 0; l < c.layers; l++) {
-        attn_case ac = {.B = c.B, .Tq = c.T, .D = c.D, .H = c.H, .G = c.G, .bias = true};
+        attn_case ac = {.B = c.B, .Tq = c.T, .D = c.D, .H = c.H, .G = c.G, .bias = true,
+                        .sinks = c.sinks};
         attn_data *d = m->data[l] = attn_data_new(&ac, seed + (uint64_t)l);
         gml_attn_weights *w = &m->w[l];
         w->w_q = param(m->wctx, "w_q.weight", 2, (int64_t[]){D, D}, d->wq);
@@ -77,6 +81,7 @@ static void model_new(model *m, dec_case c, uint64_t seed) {
         w->b_k = param(m->wctx, "w_k.bias", 1, (int64_t[]){kv}, d->bk);
         w->b_v = param(m->wctx, "w_v.bias", 1, (int64_t[]){kv}, d->bv);
         w->b_o = param(m->wctx, "w_o.bias", 1, (int64_t[]){D}, d->bo);
+        if (c.sinks) w->sinks = param(m->wctx, "sinks", 1, (int64_t[]){c.H}, d->sinks);
     }
 }
 
@@ -88,7 +93,10 @@ static void model_free(model *m) {
 static gml_attn_config config(const dec_case *c, gml_attn_impl impl) {
     return (gml_attn_config){
         .dims = {.n_heads = c->H, .n_kv_heads = c->G},
-        .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                  .window = c->window,
+                  .softcap = c->softcap,
+                  .alibi_max_bias = c->alibi},
         .pos = {.kind = c->rope ? GML_POS_ROPE : GML_POS_NONE,
                 .rope = {.rotary_dim = c->rotary_dim, .interleaved = c->rope_pairs}},
         .graph.impl = impl};
@@ -262,10 +270,13 @@ static void check_case(dec_case c, uint64_t seed) {
     if (!ok) fails++;
     ok = fails == fails_before;
     g_max_err = fmax(g_max_err, err / scale);
+    char opts[128];
+    snprintf(opts, sizeof opts, "%s%s%.0lld%s%s%s", c.rope ? (c.rope_pairs ? ", rope interleaved" : ", rope") : "",
+             c.window ? ", window " : "", (long long)c.window, c.sinks ? ", sinks" : "",
+             c.alibi ? ", alibi" : "", c.softcap ? ", softcap" : "");
     printf("%s decode B%d T%d D%d H%d G%d layers %d%s%.0d%s: max |decode - full| %.2e (%.2e of max "
            "|out|)\n", ok ? "ok  " : "FAIL", c.B, c.T, c.D, c.H, c.G, c.layers,
-           c.prompt ? ", prompt " : "", c.prompt,
-           c.rope ? (c.rope_pairs ? ", rope interleaved" : ", rope") : "", err, err / scale);
+           c.prompt ? ", prompt " : "", c.prompt, opts, err, err / scale);
     free(fused), free(unfused), free(dec), free(first);
     model_free(&m);
 }
@@ -455,6 +466,13 @@ int main(void) {
          .rope_pairs = true},
         {.B = 1, .T = 70, .D = 32, .H = 4, .G = 1, .layers = 1, .prompt = 33, .rope = true,
          .rotary_dim = 4},
+        /* the scoring options at the step's absolute positions */
+        {.B = 2, .T = 13, .D = 32, .H = 4, .G = 2, .layers = 1, .window = 4},
+        {.B = 1, .T = 70, .D = 16, .H = 2, .G = 1, .layers = 2, .prompt = 20, .window = 33},
+        {.B = 2, .T = 10, .D = 24, .H = 6, .G = 3, .layers = 1, .sinks = true},
+        {.B = 2, .T = 12, .D = 32, .H = 8, .G = 2, .layers = 2, .prompt = 5, .window = 3,
+         .sinks = true, .rope = true},
+        {.B = 2, .T = 9, .D = 24, .H = 6, .G = 6, .layers = 1, .alibi = 8.0f, .softcap = 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i], 100 + i);
     printf("decode vs full forward: max error %.2e of max |out|\n", g_max_err);

@@ -85,20 +85,6 @@ extern "C" {
 
 /* ---- configuration, by concern ------------------------------------------ */
 
-/* Causal alignment when Tq != Tk. Bottom-right: the queries are the last Tq
- * of the Tk positions (query i sees key j iff j <= i + (Tk - Tq)), as KV-cache
- * decoding needs and PyTorch's is_causal for Tq == Tk; top-left: query i sees
- * key j iff j <= i (torch.tril on [Tq, Tk]). With positions given (inputs),
- * query i sits at positions[b, i] and sees key j iff j <= that position. */
-#ifndef GML_CAUSAL_DEFINED /* ggmlite.h defines it once the option ops land */
-#define GML_CAUSAL_DEFINED
-typedef enum gml_causal {
-    GML_CAUSAL_NONE = 0,
-    GML_CAUSAL_BOTTOM_RIGHT = 1,
-    GML_CAUSAL_TOP_LEFT = 2,
-} gml_causal;
-#endif
-
 /* Sizes. */
 typedef struct gml_attn_dims {
     int64_t d_model; /* D; 0 = the query's last dim */
@@ -106,11 +92,16 @@ typedef struct gml_attn_dims {
     int n_kv_heads;  /* G, must divide H; 0 = H. gml_mha wants G == H */
 } gml_attn_dims;
 
-/* Which keys a query sees and how scores become weights. Every option works
- * in both graphs (fused, unfused) and in the decode step, with no dense
- * [Tq, Tk] mask. */
+/* Which keys a query sees and how scores become weights: the options of
+ * gml_flash_attn_ext / gml_softmax_ext (ggmlite.h, MASKS "Options": the
+ * order a score is formed in, what each masks). Every option works in both
+ * graphs (fused, unfused) and in the decode step, with no dense [Tq, Tk]
+ * mask. Query i sits at position i' = in.positions[b, i] when given, else
+ * i + Tk - Tq (bottom-right, or no causal) or i (top-left); key j at j. */
 typedef struct gml_attn_scoring {
-    gml_causal causal;    /* NONE, BOTTOM_RIGHT (what `true` means) or TOP_LEFT */
+    gml_causal causal;    /* NONE; BOTTOM_RIGHT (what `true` means): query i sees key j iff
+                           * j <= i' = i + (Tk - Tq), as decoding needs; TOP_LEFT: j <= i
+                           * (torch.tril on [Tq, Tk]) */
     int64_t window;       /* W > 0: sliding window, query at position i sees key j iff
                            * 0 <= i - j < W (implies causal); 0 none */
     float softcap;        /* c > 0: each scaled score s -> c tanh(s / c) (Gemma 2); 0 none */
@@ -174,7 +165,11 @@ typedef struct gml_attn_config {
 
 /* Parameters, PyTorch layouts. Either w_q, w_k, w_v (separate nn.Linear) or
  * in_proj_weight (nn.MultiheadAttention's packed q|k|v rows, used through
- * views, never copied). Biases are optional (NULL). */
+ * views, never copied). Biases are optional (NULL). Any strides: GPT-2's
+ * Conv1D weights, stored [in, out] (c_attn.weight [D, 3D] with q|k|v
+ * columns, c_proj.weight [D, D]), go in as gml_transpose views:
+ * in_proj_weight = transpose(c_attn.weight), in_proj_bias = c_attn.bias,
+ * w_o = transpose(c_proj.weight), b_o = c_proj.bias. */
 typedef struct gml_attn_weights {
     gml_tensor *w_q, *b_q;      /* [D, D], [D] */
     gml_tensor *w_k, *b_k;      /* [G*d_k, D], [G*d_k] */

@@ -93,8 +93,10 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
  * = GML_CAUSAL_BOTTOM_RIGHT) and fused (graph.impl auto or fused, no
  * weights). With cfg.pos rope, q and k of the new tokens are rotated at
  * their positions (step->pos, run-time data) before K is appended, as the
- * full forward rotates them at 0 .. T-1. NULL with a message on ctx
- * otherwise. */
+ * full forward rotates them at 0 .. T-1. The scoring options (window,
+ * ALiBi, soft-capping) and w->sinks apply at the same absolute positions:
+ * a step equals the full forward's rows with any of them. NULL with a
+ * message on ctx otherwise. */
 gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_tensor *x, const gml_kv_step *step, int layer);
 
