@@ -1,5 +1,5 @@
 /* What the layers share: parameter and input checks, weights bound by
- * Hugging Face name (strictly), the attention core, Conv1D. */
+ * Hugging Face name (strictly), Conv1D. */
 #include "layers_internal.h"
 
 #include <math.h>
@@ -107,38 +107,6 @@ gml_status lay_weights_find(const char *layer, gml_context *wctx, const char *pr
 }
 
 /* ---- attention ------------------------------------------------------------- */
-
-gml_tensor *lay_attend_unfused(gml_context *ctx, const lay_attn *a, gml_tensor *q, gml_tensor *k,
-                               gml_tensor *v) {
-    if (!q || !k || !v) return NULL;
-    const int64_t B = q->ne[0], H = q->ne[1], Tq = q->ne[2];
-    const int64_t G = k->ne[1], Tk = k->ne[2];
-    if (G != H) { /* K and V repeated to H heads (HF's repeat_kv) */
-        k = gml_set_name(gml_repeat_interleave(ctx, k, (int)(H / G), 1), "k_rep");
-        v = gml_set_name(gml_repeat_interleave(ctx, v, (int)(H / G), 1), "v_rep");
-    }
-    gml_tensor *s = gml_matmul(ctx, q, gml_transpose(ctx, k, -2, -1)); /* [B, H, Tq, Tk] */
-    s = gml_set_name(gml_scale(ctx, s, a->scale), "scores");
-    if (a->softcap != 0) /* cap * tanh(s / cap) */
-        s = gml_set_name(
-            gml_scale(ctx, gml_tanh(ctx, gml_scale(ctx, s, 1.0f / a->softcap)), a->softcap),
-            "scores_capped");
-    gml_tensor *mask = a->lens ? gml_valid_len_mask(ctx, a->lens, Tk) : NULL; /* [B,1,1|Tq,Tk] */
-    if (a->sinks) {
-        /* The sink logit of head h as key column 0: [H] -> [B, H, Tq, 1]. Causal
-         * alignment is bottom-right, so with one more key every query still
-         * sees its own keys, and the sink. */
-        gml_tensor *sk = gml_reshape(ctx, a->sinks, 4, (int64_t[]){1, H, 1, 1});
-        if (Tq > 1) sk = gml_repeat_interleave(ctx, sk, (int)Tq, 2);
-        if (B > 1) sk = gml_repeat_interleave(ctx, sk, (int)B, 0);
-        s = gml_set_name(gml_concat(ctx, sk, s, -1), "scores_sinks"); /* [B, H, Tq, 1+Tk] */
-        if (mask) /* key 0 is seen whenever len >= 1: its 0 keeps the sink */
-            mask = gml_concat(ctx, gml_slice(ctx, mask, -1, 0, 1), mask, -1);
-    }
-    gml_tensor *p = gml_set_name(gml_softmax(ctx, s, mask, 1.0f, a->causal), "attn");
-    if (a->sinks) p = gml_slice(ctx, p, -1, 1, Tk);
-    return gml_set_name(gml_matmul(ctx, p, v), "ctx"); /* [B, H, Tq, hd] */
-}
 
 gml_tensor *lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n,
                                  const char *name) {

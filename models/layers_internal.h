@@ -1,5 +1,6 @@
 /* What the layers (llama.c, gpt2.c, bert.c) share: parameter checks, binding
- * weights by Hugging Face name, and the attention core. Public API only. */
+ * weights by Hugging Face name, Conv1D. Public API only (ggmlite.h and the
+ * attention stages). */
 #ifndef GGMLITE_LAYERS_INTERNAL_H
 #define GGMLITE_LAYERS_INTERNAL_H
 
@@ -35,22 +36,6 @@ typedef struct lay_name {
 gml_status lay_weights_find(const char *layer, gml_context *wctx, const char *prefix,
                             const lay_name *names, int n_names, void *w, char *err,
                             size_t err_size);
-
-/* Attention with sinks or soft-capping as an unfused graph of public ops,
- * while the attention stages refuse them (their ops have not landed):
- * q [B, H, Tq, hd], k, v [B, G, Tk, hd] (any strides) -> heads
- * [B, H, Tq, hd]: softmax(cap(q k^T * scale) (+ sink column) + masks) v.
- * Causal is bottom-right; lens i32 [B] or [B, Tq] or NULL. */
-typedef struct lay_attn {
-    float scale;
-    bool causal;
-    gml_tensor *lens;  /* i32 [B] or [B, Tq], or NULL */
-    gml_tensor *sinks; /* [H] or NULL */
-    float softcap;     /* 0: none */
-} lay_attn;
-
-gml_tensor *lay_attend_unfused(gml_context *ctx, const lay_attn *a, gml_tensor *q, gml_tensor *k,
-                               gml_tensor *v);
 
 /* A view of t [R, C] as [C, R] (transpose): Conv1D's [in, out] seen as
  * nn.Linear's [out, in], no copy. Columns [c0, c0 + n) first when n > 0. */

@@ -78,13 +78,6 @@ static gml_attn_weights attn_weights(const gml_llama_weights *w) {
                               .sinks = w->sinks};
 }
 
-/* Sinks and soft-capping take the layer's own unfused attention
- * (lay_attend_unfused) while the attention stages refuse them; the
- * projections, rope and merge are the stages' either way. */
-static bool own_attend(const gml_llama_config *cfg, const gml_llama_weights *w) {
-    return w->sinks != NULL || cfg->softcap != 0;
-}
-
 /* attention output [B, T, D] -> the layer's output [B, T, D] */
 static gml_tensor *finish(gml_context *ctx, const dims *d, const gml_llama_weights *w,
                           gml_tensor *x, gml_tensor *att) {
@@ -94,31 +87,6 @@ static gml_tensor *finish(gml_context *ctx, const dims *d, const gml_llama_weigh
     gml_tensor *u = gml_set_name(gml_linear(ctx, n, w->w_up, w->b_up), "up");
     gml_tensor *m = gml_linear(ctx, gml_mul(ctx, g, u), w->w_down, w->b_down);
     return gml_set_name(gml_add(ctx, h, m), "out");
-}
-
-/* The own attention: q, k, v through the stages (rope at pos, or 0..T-1),
- * attend over k_all, v_all (the cache, when decoding) with lens, merge. */
-static gml_tensor *own_attention(gml_context *ctx, const gml_llama_config *cfg,
-                                 const gml_llama_weights *w, const dims *d, gml_tensor *h,
-                                 gml_tensor *pos, const gml_kv_cache *cache, int layer,
-                                 gml_tensor *lens) {
-    if (cfg->window)
-        return gml_set_error(ctx, L ": a sliding window with sinks or softcap is not available yet "
-                             "(the attention stages refuse them until their ops land)");
-    gml_attn_config c = attn_config(cfg, d);
-    c.score = (gml_attn_scoring){0}; /* the stages only project and rope here */
-    gml_attn_weights aw = attn_weights(w);
-    gml_attn_inputs in = {.query = h, .positions = pos};
-    gml_attn_qkv qkv = gml_attn_project(ctx, &c, &aw, in);
-    qkv = gml_attn_position(ctx, &c, qkv, in);
-    gml_tensor *k = qkv.k, *v = qkv.v;
-    if (cache && qkv.q) {
-        k = gml_set_name(gml_set_rows(ctx, gml_kv_cache_k(cache, layer), k, pos), "k_all");
-        v = gml_set_name(gml_set_rows(ctx, gml_kv_cache_v(cache, layer), v, pos), "v_all");
-    }
-    lay_attn a = {.scale = (float)(1.0 / sqrt((double)d->hd)), .causal = cache == NULL,
-                  .lens = lens, .sinks = w->sinks, .softcap = cfg->softcap};
-    return gml_attn_merge(ctx, &aw, lay_attend_unfused(ctx, &a, qkv.q, k, v));
 }
 
 gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
@@ -131,17 +99,9 @@ gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
     dims d;
     if (!check(ctx, cfg, w, x, &d)) return NULL;
     gml_tensor *h = gml_set_name(gml_rms_norm(ctx, x, w->attn_norm, d.eps), "attn_norm");
-    gml_tensor *att;
-    if (own_attend(cfg, w)) {
-        if (positions)
-            return gml_set_error(ctx, L ": positions with sinks or softcap are not available yet "
-                                 "(the attention stages refuse them until their ops land)");
-        att = own_attention(ctx, cfg, w, &d, h, NULL, NULL, 0, NULL);
-    } else {
-        gml_attn_weights aw = attn_weights(w);
-        att = gml_gqa(ctx, attn_config(cfg, &d), &aw, (gml_attn_inputs){.query = h,
-                                                                        .positions = positions}).out;
-    }
+    gml_attn_weights aw = attn_weights(w);
+    gml_tensor *att = gml_gqa(ctx, attn_config(cfg, &d), &aw,
+                              (gml_attn_inputs){.query = h, .positions = positions}).out;
     return finish(ctx, &d, w, x, att);
 }
 
@@ -157,24 +117,8 @@ gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
     dims d;
     if (!check(ctx, cfg, w, x, &d)) return NULL;
     gml_tensor *h = gml_set_name(gml_rms_norm(ctx, x, w->attn_norm, d.eps), "attn_norm");
-    gml_tensor *att;
-    if (own_attend(cfg, w)) {
-        gml_kv_cache_params cp = gml_kv_cache_get_params(step->cache);
-        char sx[GML_SHAPE_MAX];
-        if (layer < 0 || layer >= cp.n_layers)
-            return gml_set_error(ctx, L " decode: layer %d is out of range; the cache has %d layers",
-                                 layer, cp.n_layers);
-        if (d.G != cp.n_kv_heads || d.hd != cp.d_k || d.B != cp.batch || d.T != step->n)
-            return gml_set_error(ctx, L " decode: x '%s' %s with %" PRId64 " kv heads of %" PRId64
-                                 " does not fit the cache (batch %" PRId64 ", kv heads %d, d_k %" PRId64
-                                 ", %" PRId64 " new tokens per step)", x->name, LAY_SHAPE(x, sx),
-                                 d.G, d.hd, cp.batch, cp.n_kv_heads, cp.d_k, step->n);
-        /* rope at the step's run-time positions, causality in its lengths */
-        att = own_attention(ctx, cfg, w, &d, h, step->pos, step->cache, layer, step->lens);
-    } else {
-        gml_attn_weights aw = attn_weights(w);
-        att = gml_attn_decode(ctx, attn_config(cfg, &d), &aw, h, step, layer);
-    }
+    gml_attn_weights aw = attn_weights(w); /* rope at the step's run-time positions */
+    gml_tensor *att = gml_attn_decode(ctx, attn_config(cfg, &d), &aw, h, step, layer);
     return finish(ctx, &d, w, x, att);
 }
 

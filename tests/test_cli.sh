@@ -623,7 +623,7 @@ for dir in "$LFIX"/*/; do
     check "layer $name: MODEL after a flag, 1 thread: the same digest" grep -qF "xxh3 $d" "$T/out"
     cd "$T" || exit 2
 done
-check "layer fixtures found ($n_layer_cases, want 10)" test "$n_layer_cases" -ge 10
+check "layer fixtures found ($n_layer_cases, want 11)" test "$n_layer_cases" -ge 11
 # the graph files compute the built-in layers' bytes (digests as printed)
 layer_digest() { "$RG" "$@" 2>"$T/lerr" | sed -n 's/^output .*xxh3 \([0-9a-f]*\).*/\1/p'; }
 for spec in "llama_gqa llama llama --heads 6 --kv-heads 2" "gpt2 gpt2 gpt2 --heads 6" \

@@ -21,20 +21,16 @@
  *          out = LayerNorm(a + output.dense(gelu(intermediate.dense(a))))
  *          (post-LN); keys j >= valid_lens[b] are masked (padding).
  *
- * Options of the LLaMA layer (gpt-oss, Mistral, Gemma 2 style):
+ * Options of the LLaMA layer (gpt-oss, Mistral, Gemma 2 style), the
+ * attention stages' scoring options (fused: one gml_flash_attn_ext):
  *   sinks   self_attn.sinks [H]: one extra logit per head in each softmax
- *           row, dropped after it (the row's weights sum to less than 1);
+ *           row's denominator (the row's weights sum to less than 1);
  *   softcap scores = softcap * tanh(scores / softcap), after the scaling;
- *   window  query i sees key j iff i - window < j <= i (sliding window).
- * window goes to the attention stages (cfg.score.window), which refuse it
- * ("not available yet") until the attention ops' options land; so would
- * sinks and softcap, which meanwhile take the layer's own unfused graph
- * (scores, cap, sink column, softmax, context as public ops) between the
- * stages' projections with rope and their merge.
+ *   window  query i sees key j iff 0 <= i - j < window (sliding window).
  *
  * Errors: a builder given what it cannot use returns NULL and records a
  * message on ctx naming the layer, the tensor (by its HF name) and the shapes,
- * e.g. "llama: self_attn.k_proj.weight is [40,48], expected [16,48] ([G*hd, D])".
+ * e.g. "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,48] ([G*hd, D])".
  * Builders never touch tensor data: graphs build in no_alloc contexts.
  */
 #ifndef GGMLITE_LAYERS_H
@@ -73,8 +69,9 @@ typedef struct gml_llama_weights {
 
 /* One decoder layer: x f32 [B, T, D] (any strides) -> [B, T, D], causal,
  * rope at positions 0..T-1 (positions NULL), or at positions i32 [B, T]
- * (left padding), given to the attention stages, which refuse them with
- * causal masking until the attention ops' options land. */
+ * given to the attention stages as in.positions (attention.h: rope at them
+ * for queries and keys; causality and the window compare each query's
+ * position with the key indices 0..T-1). */
 gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
                             const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions);
 
@@ -83,9 +80,8 @@ gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
  * step's run-time positions (step->pos), are appended to the cache of
  * `layer`; the queries attend over everything cached. Build the step graph
  * once (every layer on one step) and run it with gml_kv_step_compute.
- * The cache's kv heads and d_k must be G and hd. gml_attn_decode's step
- * (or, with sinks or softcap, the same step over the layer's own unfused
- * attention). */
+ * The cache's kv heads and d_k must be G and hd. Its attention is
+ * gml_attn_decode's. */
 gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *x, const gml_kv_step *step,
                              int layer);
