@@ -6,8 +6,6 @@
  * across thread counts), with x contiguous and as a padded (sliced) view,
  * and must match out.npy within 2e-4 + 2e-4 |want|. Max errors are printed
  * per case and ISA.
- * An option the attention stages would refuse ("not available yet") is
- * skipped and reported, never failed (none is now).
  * Decoding: the LLaMA layer (one and two layers, GQA, MQA, sinks, softcap,
  * window) decoding
  * T tokens one at a time through a KV cache, and a prompt then single
@@ -32,14 +30,6 @@ static const char *const CASES[] = {"llama_gqa",   "llama_mha_bias", "llama_mqa_
                                     "llama_sinks", "llama_softcap",  "gpt2",
                                     "gpt2_stack2", "bert_padding",   "bert_stack2",
                                     "llama_window", "llama_all_opts"};
-
-/* An option whose attention ops have not landed: the builder says so, and
- * the case is skipped (reported), not failed. */
-static bool not_yet(gml_context *ctx, const char *name) {
-    if (!strstr(gml_last_error(ctx), "not available yet")) return false;
-    printf("%-17s SKIPPED: %s\n", name, gml_last_error(ctx));
-    return true;
-}
 
 typedef enum { LLAMA, GPT2, BERT } kind;
 
@@ -174,10 +164,6 @@ static void run_case(const char *root, const char *name) {
         gml_tensor *y = x;
         for (int l = 0; l < a.layers; l++) y = build_layer(ctx, &a, &w[l], y, pos, lens);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
-        if (!g && not_yet(ctx, name)) {
-            gml_free(ctx);
-            break;
-        }
         if (CHECK(g, "%s: %s", name, gml_last_error(ctx))) {
             for (int i = 0; i < 4; i++) {
                 if (!gml_cpu_has(isas[i])) continue;
@@ -231,12 +217,6 @@ static void decode_case(const char *root, const char *name, int prompt) {
     gml_tensor *full = x;
     for (int l = 0; l < a.layers; l++) full = gml_llama_layer(ctx, &cfg, &w[l].llama, full, NULL);
     gml_graph *gf = gml_build_graph(ctx, &full, 1);
-    if (!gf && not_yet(ctx, name)) {
-        gml_free(ctx);
-        gml_free(wctx);
-        gml_free(xctx);
-        return;
-    }
     CHECK(gf && gml_graph_compute(gf, 2) == GML_OK, "full forward: %s", gml_last_error(ctx));
 
     gml_kv_cache *cache = gml_kv_cache_new((gml_kv_cache_params){.n_layers = a.layers, .batch = B,
@@ -337,18 +317,16 @@ static void errors(const char *root) {
     CHECK(!gml_llama_layer(ctx, &c, &w, x36, pos), "d_model 36");
     CHECK_CONTAINS(gml_last_error(ctx), "llama: input_layernorm.weight is f32 [48], expected f32 [36]");
     gml_clear_error(ctx);
-    c.window = 4; /* builds once the attention ops' window lands, until then says why not */
-    CHECK(gml_llama_layer(ctx, &c, &w, x, pos) || strstr(gml_last_error(ctx), "not available yet"),
-          "window: %s", gml_last_error(ctx));
+    c.window = -1;
+    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "negative window");
+    CHECK_CONTAINS(gml_last_error(ctx), "llama: window -1 must be >= 0 (0: none)");
     gml_clear_error(ctx);
     c.window = 0;
-    c.softcap = 30;
-    c.window = 3;
-    CHECK(gml_llama_layer(ctx, &c, &w, x, pos) || strstr(gml_last_error(ctx), "not available yet"),
-          "window with softcap: %s", gml_last_error(ctx));
+    c.softcap = -2;
+    CHECK(!gml_llama_layer(ctx, &c, &w, x, pos), "negative softcap");
+    CHECK_CONTAINS(gml_last_error(ctx), "llama: softcap -2 must be finite and >= 0 (0: none)");
     gml_clear_error(ctx);
     c.softcap = 0;
-    c.window = 0;
     gml_llama_weights no_up = w;
     no_up.w_up = NULL;
     CHECK(!gml_llama_layer(ctx, &c, &no_up, x, pos), "no up_proj");
