@@ -264,6 +264,35 @@ static void decode_case(const char *root, const char *name, int prompt) {
     gml_free(xctx);
 }
 
+/* Positions [B, T] given as 0..T-1 in every row: the default's bits. */
+static void positions_case(const char *root) {
+    char path[1024], err[512];
+    chk_case("llama positions");
+    snprintf(path, sizeof path, "%s/llama_gqa/weights.safetensors", root);
+    gml_context *wctx = gml_load_safetensors(path, err, sizeof err);
+    snprintf(path, sizeof path, "%s/llama_gqa/x.npy", root);
+    gml_context *xctx = gml_load_npy(path, "x", err, sizeof err);
+    if (!CHECK(wctx && xctx, "%s", err)) return;
+    weights w;
+    bind(wctx, LLAMA, 0, &w);
+    gml_tensor *x = gml_get_first_tensor(xctx);
+    const int64_t B = x->ne[1], T = x->ne[2];
+    gml_context *ctx = chk_ctx(8 << 20);
+    gml_tensor *pos = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, B, T), "positions");
+    for (int64_t i = 0; i < B * T; i++) ((int32_t *)pos->data)[i] = (int32_t)(i % T);
+    gml_llama_config c = {.n_heads = 6, .n_kv_heads = 2};
+    gml_tensor *outs[2] = {gml_llama_layer(ctx, &c, &w.llama, x, NULL),
+                           gml_llama_layer(ctx, &c, &w.llama, x, pos)};
+    gml_graph *g = gml_build_graph(ctx, outs, 2);
+    if (CHECK(g && gml_graph_compute(g, 2) == GML_OK, "%s", gml_last_error(ctx)))
+        CHECK(memcmp(outs[0]->data, outs[1]->data, gml_nbytes(outs[0])) == 0,
+              "positions 0..T-1 per row differ from the default positions");
+    gml_graph_free(g);
+    gml_free(ctx);
+    gml_free(wctx);
+    gml_free(xctx);
+}
+
 /* ---- errors ------------------------------------------------------------------- */
 
 static void errors(const char *root) {
@@ -393,6 +422,7 @@ int main(int argc, char **argv) {
     decode_case(argv[1], "llama_window", 6);
     decode_case(argv[1], "llama_all_opts", 0);
     decode_case(argv[1], "llama_all_opts", 4);
+    positions_case(argv[1]);
     errors(argv[1]);
     return chk_summary();
 }
