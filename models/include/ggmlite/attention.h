@@ -35,9 +35,9 @@
  * gml_mha and gml_gqa are exactly these four calls.
  *
  * Two graphs compute the same attention (cfg.graph.impl):
- *   fused    one gml_flash_attn op: online softmax over key blocks, memory
+ *   fused    one gml_flash_attn_ext op: online softmax over key blocks, memory
  *            O(B H Tq d_k) whatever Tk, no weights (.weights is NULL);
- *   unfused  scores, softmax and context as separate ops, the weights
+ *   unfused  scores, gml_softmax_ext and context as separate ops, the weights
  *            [B, H, Tq, Tk] a tensor of the graph (.weights).
  * The default (GML_ATTN_AUTO) is fused unless cfg.graph.want_weights asks
  * for the weights. gml_relpos_attn is always unfused.
@@ -50,15 +50,17 @@
  *     k = key   W_k^T + b_k    -> [B, Tk, G, d_k] -> [B, G, Tk, d_k]
  *     v = value W_v^T + b_v    (as k)
  *     scores = q k^T                               [B, H, Tq, Tk]
- *     attn   = softmax(scores / sqrt(d_k) + masks) [B, H, Tq, Tk]  (the weights)
+ *     attn   = softmax(scores * scale + masks)     [B, H, Tq, Tk]  (the weights)
  *     ctx    = attn v                              [B, H, Tq, d_k]
  *     out    = ctx -> [B, Tq, H, d_k] -> [B, Tq, D], then W_o^T + b_o
  * Query head i uses key/value head i / (H / G) (repeat_interleave order).
  *
- * Masks, combined: causal (bottom-right: query i sees key j iff
- * j <= i + (Tk - Tq)), valid lengths (key j is seen iff j < len) and an
- * additive mask (in.mask). A row that sees no key gets all-zero weights and
- * a zero context (its output is b_o).
+ * scale = 1/sqrt(d_k) unless cfg.score.scale. Masks, combined: causal
+ * (bottom-right: query i sees key j iff j <= i + (Tk - Tq); or top-left),
+ * a sliding window, valid lengths (key j is seen iff j < len) and an
+ * additive mask (in.mask); soft-capping, ALiBi and sinks shape the scores
+ * (gml_attn_scoring). A row that sees no key gets all-zero weights and a
+ * zero context (its output is b_o).
  *
  * The fused graph names its op "flash" ([B, H, Tq, d_k]); both graphs name
  * q, k, v and out.
