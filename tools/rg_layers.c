@@ -100,7 +100,7 @@ static void help(void) {
            "  --kv-heads G         llama: key/value heads (default: from k_proj's rows, else H/4)\n"
            "  --rope-theta F       llama: rope base (default 10000)\n"
            "  --rms-eps F          llama: RMSNorm eps (default 1e-6)\n"
-           "  --window N           llama: sliding window of N keys (not available yet)\n"
+           "  --window N           llama: sliding window, each query sees its last N keys\n"
            "  --softcap F          llama: attention logits capped as F tanh(s / F)\n"
            "  --valid-lens L1,..   bert: one length per batch row; keys j >= L are padding\n"
            "  --batch B --seq T --d-model D --ffn F   sizes of random inputs and weights\n"
@@ -127,13 +127,13 @@ static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64
     return true;
 }
 
-static bool real(const char *flag, const char *s, bool positive, float *out, rg_err *e) {
+/* A finite float > 0. */
+static bool real(const char *flag, const char *s, float *out, rg_err *e) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v < 0 || (positive && v == 0))
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number %s", flag, s,
-                       positive ? "> 0" : ">= 0");
+    if (!*s || *end || errno || !isfinite(v) || v <= 0)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
     *out = v;
     return true;
 }
@@ -223,13 +223,13 @@ static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err
             if (!*v || *end || errno || v[0] == '-')
                 return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
         } else if (!strcmp(f, "--rope-theta")) {
-            ok = real(f, v, true, &o->rope_theta, e);
+            ok = real(f, v, &o->rope_theta, e);
             llama_only = true;
         } else if (!strcmp(f, "--rms-eps")) {
-            ok = real(f, v, true, &o->rms_eps, e);
+            ok = real(f, v, &o->rms_eps, e);
             llama_only = true;
         } else if (!strcmp(f, "--softcap")) {
-            ok = real(f, v, true, &o->softcap, e);
+            ok = real(f, v, &o->softcap, e);
             llama_only = true;
         } else if (!strcmp(f, "--window")) {
             ok = whole(f, v, 1, INT32_MAX, &o->window, e);
