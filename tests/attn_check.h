@@ -95,8 +95,8 @@ void attn_read(const gml_tensor *t, float *dst);
 double attn_max_err(const float *got, const float *want, size_t n, double atol, double rtol,
                     size_t *n_bad);
 
-/* The full check of one case: reference vs the block under ISAs reference
- * and auto, 1, 2 and 3 threads (results must not depend on the thread
+/* The full check of one case: reference vs the block under every ISA the
+ * CPU runs (reference, scalar, avx2, avx512), 1, 2 and 3 threads (results must not depend on the thread
  * count); the same graph built no_alloc must have the same digest. A fused
  * case (impl FUSED) has no weights to compare; its output must also match
  * the unfused graph's within ATTN_FUSED_RTOL. Prints a line; returns the
