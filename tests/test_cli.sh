@@ -12,7 +12,9 @@
 #     --print-graph, --dot, --help, --version;
 #   - the fused and unfused graphs (--attn) and decoding (--decode);
 #   - the scoring and position flags of mha and gqa (--rope, --rope-theta,
-#     --causal-top-left, --window, --softcap, --alibi, --sinks).
+#     --causal-top-left, --window, --softcap, --alibi, --sinks);
+#   - whole layers (llama, gpt2, bert) on tests/fixtures/layers, their graph
+#     files' digests, strict loading and their errors.
 # usage: test_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR FIXTURES_DIR
 # Needs bash, coreutils, grep and xmllint (libxml2-utils). CLI_CHECK is
 # tests/cli_check.c (npy comparisons and JSON with the library and cJSON).
@@ -613,6 +615,85 @@ expect_error 2 "--sinks does not apply to matmul" "matmul --sinks" matmul --sink
 expect_error 1 "weights.safetensors: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; present: w_q.weight" \
     "--sinks without a sinks weight" mha --heads 8 --weights "$FIX/mha_seed/weights.safetensors" \
     --input "$FIX/mha_seed/x.npy" --sinks
+
+# ---- whole layers: llama, gpt2, bert (tests/fixtures/layers, gen_layers.py) -----------------
+
+LFIX=$FIX/layers
+n_layer_cases=0
+for dir in "$LFIX"/*/; do
+    [ -f "$dir/args" ] || continue
+    name=$(basename "$dir")
+    n_layer_cases=$((n_layer_cases + 1))
+    cp -r "$dir" "$T/fx/layer_$name"
+    cd "$T/fx/layer_$name" || exit 2
+    args=$(cat args)
+    # shellcheck disable=SC2086 # the args file is split into words
+    run $args --output got_out.npy --threads 3
+    if [ "$rc" -eq 0 ]; then pass; else fail "layer $name: run-graph $args: exit $rc: $(cat "$T/err")"; fi
+    check "layer $name: output against PyTorch" "$CHECK" close got_out.npy out.npy
+    d=$(sed -n 's/^output .*xxh3 \([0-9a-f]*\).*/\1/p' "$T/out")
+    check "layer $name: the printed digest is the --output bytes'" test -n "$d" -a "$d" = "$("$CHECK" xxh3 got_out.npy)"
+    # the model may come after flags, as for the other models
+    # shellcheck disable=SC2086
+    run --threads 1 $args
+    check "layer $name: MODEL after a flag, 1 thread: the same digest" grep -qF "xxh3 $d" "$T/out"
+    cd "$T" || exit 2
+done
+check "layer fixtures found ($n_layer_cases, want 11)" test "$n_layer_cases" -ge 11
+# the graph files compute the built-in layers' bytes (digests as printed)
+layer_digest() { "$RG" "$@" 2>"$T/lerr" | sed -n 's/^output .*xxh3 \([0-9a-f]*\).*/\1/p'; }
+for spec in "llama_gqa llama llama --heads 6 --kv-heads 2" "gpt2 gpt2 gpt2 --heads 6" \
+    "bert_padding bert bert --heads 5 --valid-lens 9,5,1" "bert_padding bert bert --heads 5" \
+    "llama_sinks llama llama_sinks --heads 6 --kv-heads 2"; do
+    read -r case model file rest <<<"$spec"
+    cd "$LFIX/$case" || exit 2
+    # shellcheck disable=SC2086
+    a=$(layer_digest "$model" $rest --weights weights.safetensors --input x.npy)
+    # shellcheck disable=SC2086
+    b=$(layer_digest "$GRAPHS/$file.graph" $rest --weights weights.safetensors --input x.npy)
+    check "tools/graphs/$file.graph on $case ($rest): the built-in's digest ('$a' vs '$b')" test -n "$a" -a "$a" = "$b"
+    cd "$T" || exit 2
+done
+# random weights and inputs, with and without a seed
+check "llama on random data" "$RG" llama --seq 5 --d-model 64 --heads 4 --threads 1
+check "gpt2 on random data" "$RG" gpt2 --seq 5 --d-model 64 --heads 4 --layers 2
+check "bert on random data" "$RG" bert --seq 5 --d-model 64 --heads 4 --valid-lens 5,2
+a=$(layer_digest llama --seq 5 --d-model 64 --heads 4 --seed 1) b=$(layer_digest llama --seq 5 --d-model 64 --heads 4 --seed 2)
+check "llama: another seed, another digest ($a, $b)" test -n "$a" -a "$a" != "$b"
+# bad input: a clear one-line message, exit 1 (run time) or 2 (usage), no output file
+L=$LFIX
+expect_error 1 "llama weights: missing model.layers.2.input_layernorm.weight" "llama: a layer missing" \
+    llama --heads 6 --layers 3 --weights "$L/llama_mqa_stack2/weights.safetensors"
+expect_error 1 "9 tensors not used by 1 llama layer: model.layers.1.input_layernorm.weight" \
+    "llama: tensors of the file unused" llama --heads 6 --weights "$L/llama_mqa_stack2/weights.safetensors"
+expect_error 1 "no gpt2 layer 0: expected ln_1.weight, h.0.ln_1.weight or transformer.h.0.ln_1.weight; present: input_layernorm.weight [48]" \
+    "gpt2 on llama weights" gpt2 --heads 6 --weights "$L/llama_gqa/weights.safetensors"
+expect_error 1 "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,48] ([G*hd, D])" \
+    "llama: kv heads that do not fit k_proj" llama --heads 6 --kv-heads 3 --weights "$L/llama_gqa/weights.safetensors"
+expect_error 1 "llama: d_model 48 is not divisible by heads 5" \
+    "llama: heads that do not fit q_proj" llama --heads 5 --weights "$L/llama_gqa/weights.safetensors"
+expect_error 1 "x is [3,9,40], but the layers of $L/llama_gqa/weights.safetensors have d_model 48" \
+    "llama: input of another width" llama --heads 6 --weights "$L/llama_gqa/weights.safetensors" --input "$L/bert_padding/x.npy"
+expect_error 2 "llama: give --heads" "llama: weights without --heads" llama --weights "$L/llama_gqa/weights.safetensors"
+expect_error 2 "--valid-lens does not apply to llama (bert only)" "llama --valid-lens" llama --valid-lens 3,3
+expect_error 2 "--rope-theta does not apply to gpt2 (llama only)" "gpt2 --rope-theta" gpt2 --rope-theta 100
+expect_error 2 "--valid-lens: 2 lengths for a batch of 3" "bert: lengths for another batch" \
+    bert --heads 5 --valid-lens 9,5 --weights "$L/bert_padding/weights.safetensors" --input "$L/bert_padding/x.npy"
+expect_error 2 "--valid-lens: length 10 of batch row 2 is past the 9 tokens" "bert: a length past T" \
+    bert --heads 5 --valid-lens 9,5,10 --weights "$L/bert_padding/weights.safetensors" --input "$L/bert_padding/x.npy"
+expect_error 2 "--bogus: unknown flag for llama" "llama: an unknown flag" llama --bogus 3
+expect_error 2 "gpt2: a second MODEL (the first is 'llama')" "llama gpt2" llama gpt2
+expect_error 2 "--softcap: '-1' is not a finite number > 0" "llama: a negative softcap" llama --softcap -1
+expect_error 1 "nonexist.safetensors: cannot open" "llama: no such weights file" llama --heads 6 --weights "$T/nonexist.safetensors"
+# a file with one tensor llama does not know (and so missing the rest)
+h='{"input_layernorm.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"self_attn.q_norm.weight":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+while [ $((${#h} % 8)) -ne 0 ]; do h="$h "; done
+{ printf "\\x$(printf %02x $((${#h} & 255)))\\x$(printf %02x $((${#h} >> 8)))\\x00\\x00\\x00\\x00\\x00\\x00"
+  printf '%s' "$h"; printf '\x00\x00\x00\x00\x00\x00\x00\x00'; } >"$T/unknown.safetensors"
+expect_error 1 "; not llama weights: self_attn.q_norm.weight" "llama: an unknown tensor (Qwen3's q_norm)" \
+    llama --heads 6 --weights "$T/unknown.safetensors"
+check "run-graph llama --help" "$RG" llama --help
+check "run-graph --help names the layers" sh -c "'$RG' --help | grep -q 'llama | gpt2 | bert'"
 
 echo "$n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]

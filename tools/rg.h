@@ -9,6 +9,7 @@
  *   rg_decode.c  --decode: a prompt, then tokens one at a time through a KV cache
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
+ *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
@@ -252,5 +253,13 @@ void rg_stage_abort(rg_stage *s);
 
 /* Writes every output the options ask for, all or nothing. */
 bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+
+/* ---- whole layers (rg_layers.c) ----------------------------------------------------- */
+
+/* run-graph llama | gpt2 | bert: its own flags. main hands it argv when
+ * rg_layer_model_index finds MODEL naming a layer (its index, else 0).
+ * Returns the exit status. */
+int rg_layer_model_index(int argc, char **argv);
+int rg_layers_main(int argc, char **argv, int model);
 
 #endif

@@ -145,6 +145,8 @@ static void print_help(FILE *f) {
             "  gqa     grouped-query attention        (G key/value heads)\n"
             "  relpos  Shaw et al. relative-position attention (rel_k, rel_v tables [2P+1, D/H])\n"
             "  matmul  a [M, K] @ b [K, N]            out [M, N]\n"
+            "  llama | gpt2 | bert   whole layers on Hugging Face weights (first argument; their\n"
+            "          own flags: run-graph llama --help)\n"
             "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
             "inputs x, query, key, value, valid_lens bind to the flags of those names, its params\n"
             "to --weights by name, anything else to --bind or random data. Its first output is\n"

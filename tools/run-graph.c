@@ -244,6 +244,8 @@ int main(int argc, char **argv) {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, NULL);
     gml_cleanup_on_signals();
+    const int layer_model = rg_layer_model_index(argc, argv);
+    if (layer_model) return rg_layers_main(argc, argv, layer_model);
     bool ok = rg_parse_args(argc, argv, &o, &e);
     if (ok && !o.done) {
         if (!o.threads) {

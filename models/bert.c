@@ -1,0 +1,86 @@
+/* The BERT layer (layers.h): self-attention with biases and a padding mask,
+ * post-LayerNorm residuals, GELU (erf) MLP. As HF's BertLayer computes it. */
+#include "layers_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#define L "bert"
+
+static bool check(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
+                  gml_tensor *x, gml_tensor *lens, int64_t *B, int64_t *T, int64_t *D,
+                  int64_t *F) {
+    if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
+    if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
+        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-12)", (double)cfg->eps);
+    if (cfg->n_heads < 1 || *D % cfg->n_heads)
+        return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
+                        *D);
+    char sl[GML_SHAPE_MAX];
+    if (lens && (lens->type != GML_I32 || lens->n_dims != 1 || lens->ne[3] != *B))
+        return lay_fail(ctx, L ": valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] ([B])",
+                        lens->name, gml_type_name(lens->type), LAY_SHAPE(lens, sl), *B);
+    const int64_t d = *D;
+    *F = w->wi && w->wi->n_dims == 2 ? w->wi->ne[2] : 4 * d;
+    return lay_check_param(ctx, L, w->wq, "attention.self.query.weight", true, d, d, "[D, D]") &&
+           lay_check_param(ctx, L, w->bq, "attention.self.query.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->wk, "attention.self.key.weight", true, d, d, "[D, D]") &&
+           lay_check_param(ctx, L, w->bk, "attention.self.key.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->wv, "attention.self.value.weight", true, d, d, "[D, D]") &&
+           lay_check_param(ctx, L, w->bv, "attention.self.value.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->wo, "attention.output.dense.weight", true, d, d, "[D, D]") &&
+           lay_check_param(ctx, L, w->bo, "attention.output.dense.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln1_w, "attention.output.LayerNorm.weight", true, d, -1,
+                           "[D]") &&
+           lay_check_param(ctx, L, w->ln1_b, "attention.output.LayerNorm.bias", true, d, -1,
+                           "[D]") &&
+           lay_check_param(ctx, L, w->wi, "intermediate.dense.weight", true, *F, d, "[F, D]") &&
+           lay_check_param(ctx, L, w->bi, "intermediate.dense.bias", true, *F, -1, "[F]") &&
+           lay_check_param(ctx, L, w->wout, "output.dense.weight", true, d, *F, "[D, F]") &&
+           lay_check_param(ctx, L, w->bout, "output.dense.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln2_w, "output.LayerNorm.weight", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln2_b, "output.LayerNorm.bias", true, d, -1, "[D]");
+}
+
+gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
+                           gml_tensor *x, gml_tensor *valid_lens) {
+    if (!ctx) return NULL;
+    if (!x) {
+        if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
+        return NULL;
+    }
+    int64_t B, T, D, F;
+    if (!check(ctx, cfg, w, x, valid_lens, &B, &T, &D, &F)) return NULL;
+    (void)B, (void)T;
+    const float eps = cfg->eps != 0 ? cfg->eps : 1e-12f;
+    gml_attn_weights aw = {.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
+                           .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo};
+    gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads}};
+    gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = x, .valid_lens = valid_lens}).out;
+    gml_tensor *s = gml_add(ctx, att, x); /* dense (W_o) is the block's */
+    gml_tensor *h = gml_set_name(gml_layer_norm(ctx, s, w->ln1_w, w->ln1_b, eps), "attn_out");
+    gml_tensor *i = gml_set_name(gml_gelu(ctx, gml_linear(ctx, h, w->wi, w->bi)), "intermediate");
+    gml_tensor *o = gml_add(ctx, gml_linear(ctx, i, w->wout, w->bout), h);
+    return gml_set_name(gml_layer_norm(ctx, o, w->ln2_w, w->ln2_b, eps), "out");
+}
+
+gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert_weights *w,
+                                 char *err, size_t err_size) {
+#define N(name, field) {name, offsetof(gml_bert_weights, field), true}
+    static const lay_name names[] = {
+        N("attention.self.query.weight", wq),       N("attention.self.query.bias", bq),
+        N("attention.self.key.weight", wk),         N("attention.self.key.bias", bk),
+        N("attention.self.value.weight", wv),       N("attention.self.value.bias", bv),
+        N("attention.output.dense.weight", wo),     N("attention.output.dense.bias", bo),
+        N("attention.output.LayerNorm.weight", ln1_w),
+        N("attention.output.LayerNorm.bias", ln1_b),
+        N("intermediate.dense.weight", wi),         N("intermediate.dense.bias", bi),
+        N("output.dense.weight", wout),             N("output.dense.bias", bout),
+        N("output.LayerNorm.weight", ln2_w),        N("output.LayerNorm.bias", ln2_b),
+    };
+#undef N
+    *w = (gml_bert_weights){0};
+    return lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
+                            err_size);
+}

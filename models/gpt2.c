@@ -1,0 +1,88 @@
+/* The GPT-2 layer (layers.h): pre-LayerNorm, causal multi-head attention with
+ * biases, GELU-tanh MLP; Conv1D weights [in, out] used as they are. As HF's
+ * GPT2Block computes it. */
+#include "layers_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#define L "gpt2"
+
+static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
+                  gml_tensor *x, int64_t *B, int64_t *T, int64_t *D, int64_t *F) {
+    if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
+    if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
+        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-5)", (double)cfg->eps);
+    if (cfg->n_heads < 1 || *D % cfg->n_heads)
+        return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
+                        *D);
+    const int64_t d = *D;
+    *F = w->fc_w && w->fc_w->n_dims == 2 ? w->fc_w->ne[3] : 4 * d;
+    return lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->attn_w, "attn.c_attn.weight", true, d, 3 * d,
+                           "[D, 3D], Conv1D [in, out]") &&
+           lay_check_param(ctx, L, w->attn_b, "attn.c_attn.bias", true, 3 * d, -1, "[3D]") &&
+           lay_check_param(ctx, L, w->proj_w, "attn.c_proj.weight", true, d, d, "[D, D]") &&
+           lay_check_param(ctx, L, w->proj_b, "attn.c_proj.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln2_w, "ln_2.weight", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->ln2_b, "ln_2.bias", true, d, -1, "[D]") &&
+           lay_check_param(ctx, L, w->fc_w, "mlp.c_fc.weight", true, d, *F,
+                           "[D, F], Conv1D [in, out]") &&
+           lay_check_param(ctx, L, w->fc_b, "mlp.c_fc.bias", true, *F, -1, "[F]") &&
+           lay_check_param(ctx, L, w->mproj_w, "mlp.c_proj.weight", true, *F, d,
+                           "[F, D], Conv1D [in, out]") &&
+           lay_check_param(ctx, L, w->mproj_b, "mlp.c_proj.bias", true, d, -1, "[D]");
+}
+
+gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
+                           gml_tensor *x) {
+    if (!ctx) return NULL;
+    if (!x) {
+        if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
+        return NULL;
+    }
+    int64_t B, T, D, F;
+    if (!check(ctx, cfg, w, x, &B, &T, &D, &F)) return NULL;
+    (void)B, (void)T;
+    const float eps = cfg->eps != 0 ? cfg->eps : 1e-5f;
+    gml_tensor *h = gml_set_name(gml_layer_norm(ctx, x, w->ln1_w, w->ln1_b, eps), "ln_1");
+    /* c_attn's q | k | v columns and c_proj, Conv1D [in, out], seen as
+     * nn.Linear's [out, in] (transposed views: the matmuls read them in place) */
+    gml_attn_weights aw = {
+        .w_q = lay_conv1d_as_linear(ctx, w->attn_w, 0, D, "c_attn.weight[q]"),
+        .b_q = lay_conv1d_as_linear(ctx, w->attn_b, 0, D, "c_attn.bias[q]"),
+        .w_k = lay_conv1d_as_linear(ctx, w->attn_w, D, D, "c_attn.weight[k]"),
+        .b_k = lay_conv1d_as_linear(ctx, w->attn_b, D, D, "c_attn.bias[k]"),
+        .w_v = lay_conv1d_as_linear(ctx, w->attn_w, 2 * D, D, "c_attn.weight[v]"),
+        .b_v = lay_conv1d_as_linear(ctx, w->attn_b, 2 * D, D, "c_attn.bias[v]"),
+        .w_o = lay_conv1d_as_linear(ctx, w->proj_w, 0, 0, "c_proj.weight^T"),
+        .b_o = w->proj_b,
+    };
+    gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads},
+                         .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT}};
+    gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = h}).out; /* [B, T, D] */
+    gml_tensor *r = gml_set_name(gml_add(ctx, x, att), "h");
+    gml_tensor *n = gml_set_name(gml_layer_norm(ctx, r, w->ln2_w, w->ln2_b, eps), "ln_2");
+    gml_tensor *f = gml_set_name(gml_gelu_tanh(ctx, lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
+    return gml_set_name(gml_add(ctx, r, lay_conv1d(ctx, f, w->mproj_w, w->mproj_b)), "out");
+}
+
+gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
+                                 char *err, size_t err_size) {
+#define N(name, field) {name, offsetof(gml_gpt2_weights, field), true}
+    static const lay_name names[] = {
+        N("ln_1.weight", ln1_w),          N("ln_1.bias", ln1_b),
+        N("attn.c_attn.weight", attn_w),  N("attn.c_attn.bias", attn_b),
+        N("attn.c_proj.weight", proj_w),  N("attn.c_proj.bias", proj_b),
+        N("ln_2.weight", ln2_w),          N("ln_2.bias", ln2_b),
+        N("mlp.c_fc.weight", fc_w),       N("mlp.c_fc.bias", fc_b),
+        N("mlp.c_proj.weight", mproj_w),  N("mlp.c_proj.bias", mproj_b),
+        {"attn.bias", -1, false},         {"attn.masked_bias", -1, false}, /* mask buffers */
+    };
+#undef N
+    *w = (gml_gpt2_weights){0};
+    return lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
+                            err_size);
+}

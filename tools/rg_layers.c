@@ -1,0 +1,648 @@
+/* run-graph llama | gpt2 | bert: whole transformer layers (models/include/ggmlite/layers.h),
+ * one or --layers N stacked, on safetensors weights named as Hugging Face's
+ * state_dict names them, or on deterministic random weights.
+ *
+ *   run-graph llama --heads 32 --kv-heads 8 --weights w.safetensors --input x.npy --output y.npy
+ *   run-graph gpt2 --heads 12 --layers 12 --weights gpt2.safetensors --input x.npy
+ *   run-graph bert --seq 16 --d-model 256 --heads 4 --valid-lens 16,9
+ *
+ * Names: layer i's tensors are "<prefix>.<HF name>" with the prefix
+ * model.layers.<i>. or layers.<i>. (llama), h.<i>. or transformer.h.<i>. (gpt2),
+ * encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a single layer may
+ * have none. Loading is strict: a required tensor missing, or a tensor of the
+ * file that none of the N layers uses, is an error naming them.
+ * Self-contained (its own flags) so that run-graph's other models are
+ * untouched; run-graph.c hands it argv when the first argument names a layer. */
+#define _POSIX_C_SOURCE 200809L
+#include "rg.h"
+
+#include <ggmlite/layers.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+typedef enum lkind { L_LLAMA, L_GPT2, L_BERT } lkind;
+
+static const char *const KIND_NAME[] = {"llama", "gpt2", "bert"};
+/* The layer's prefixes (%d: the index), and a tensor every layer has. */
+static const char *const PREFIX[3][2] = {{"model.layers.%d.", "layers.%d."},
+                                         {"h.%d.", "transformer.h.%d."},
+                                         {"encoder.layer.%d.", "bert.encoder.layer.%d."}};
+static const char *const KEY_NAME[] = {"input_layernorm.weight", "ln_1.weight",
+                                       "attention.self.query.weight"};
+
+#define MAX_LAYERS 1024
+
+typedef struct lopts {
+    lkind kind;
+    const char *weights, *input, *output, *isa;
+    int64_t batch, seq, d_model, ffn;
+    int heads, kv_heads, layers, threads, repeat;
+    uint64_t seed;
+    float rope_theta, rms_eps, softcap;
+    int64_t window;
+    int32_t *lens;
+    int n_lens;
+} lopts;
+
+/* The index of MODEL in argv when it names a layer, else 0: the first
+ * argument that is neither a flag nor a flag's value (run-graph's flags
+ * without a value are listed; --flag=value carries its own). */
+int rg_layer_model_index(int argc, char **argv) {
+    static const char *const NO_VALUE[] = {"--causal", "--profile", "--nan-trap", "--print-graph",
+                                           "--json", "--help", "-h", "--list-ops", "--version", "--"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || !a[1]) {
+            for (int k = 0; k < 3; k++)
+                if (strcmp(a, KIND_NAME[k]) == 0) return i;
+            return 0;
+        }
+        bool takes_value = strchr(a, '=') == NULL;
+        for (size_t k = 0; takes_value && k < sizeof NO_VALUE / sizeof *NO_VALUE; k++)
+            if (strcmp(a, NO_VALUE[k]) == 0) takes_value = false;
+        if (takes_value) i++;
+    }
+    return 0;
+}
+
+static void help(void) {
+    printf("usage: run-graph llama|gpt2|bert [options]\n"
+           "\n"
+           "Runs one transformer layer, or --layers N stacked, as Hugging Face computes it:\n"
+           "  llama  RMSNorm, grouped-query attention with rope (causal), residual, RMSNorm,\n"
+           "         SwiGLU MLP, residual. Tensors: input_layernorm.weight,\n"
+           "         self_attn.{q,k,v,o}_proj.weight (.bias optional), self_attn.sinks [H]\n"
+           "         (optional), post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight\n"
+           "  gpt2   pre-LayerNorm, causal multi-head attention with biases, GELU-tanh MLP (eps\n"
+           "         1e-5). Tensors: ln_1.*, attn.c_attn.* (Conv1D [D, 3D]), attn.c_proj.*, ln_2.*,\n"
+           "         mlp.c_fc.*, mlp.c_proj.* (weight and bias each)\n"
+           "  bert   attention with a padding mask, post-LayerNorm, GELU MLP (eps 1e-12). Tensors:\n"
+           "         attention.self.{query,key,value}.*, attention.output.dense.*,\n"
+           "         attention.output.LayerNorm.*, intermediate.dense.*, output.dense.*,\n"
+           "         output.LayerNorm.*\n"
+           "Layer i's tensors carry the prefix model.layers.<i>. or layers.<i>. (llama), h.<i>. or\n"
+           "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a\n"
+           "single layer's may have none. Every tensor of the file must be used.\n"
+           "\n"
+           "  --weights FILE       f32 safetensors (default: deterministic random weights)\n"
+           "  --input FILE         x .npy [B, T, D] (default: random)\n"
+           "  --output FILE        writes the output .npy [B, T, D]\n"
+           "  --layers N           layers stacked (default 1)\n"
+           "  --heads H            query heads (required with --weights, unless self_attn.sinks\n"
+           "                       tells); default 8\n"
+           "  --kv-heads G         llama: key/value heads (default: from k_proj's rows, else H/4)\n"
+           "  --rope-theta F       llama: rope base (default 10000)\n"
+           "  --rms-eps F          llama: RMSNorm eps (default 1e-6)\n"
+           "  --window N           llama: sliding window, each query sees its last N keys\n"
+           "  --softcap F          llama: attention logits capped as F tanh(s / F)\n"
+           "  --valid-lens L1,..   bert: one length per batch row; keys j >= L are padding\n"
+           "  --batch B --seq T --d-model D --ffn F   sizes of random inputs and weights\n"
+           "                       (default B=2 T=10 D=256, F = 4D; llama 8D/3 rounded up to 16)\n"
+           "  --seed N             seed of the random data (default 0)\n"
+           "  --threads N          compute threads (default: all cores)\n"
+           "  --repeat N           one warm-up, then N timed runs\n"
+           "  --isa NAME           reference, scalar, avx2 or avx512\n"
+           "\n"
+           "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
+           "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n");
+}
+
+/* ---- flags ------------------------------------------------------------------ */
+
+static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
+                       (long long)lo, (long long)hi);
+    *out = v;
+    return true;
+}
+
+/* A finite float > 0. */
+static bool real(const char *flag, const char *s, float *out, rg_err *e) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v <= 0)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
+    *out = v;
+    return true;
+}
+
+static bool parse_lens(const char *s, lopts *o, rg_err *e) {
+    int cap = 1;
+    for (const char *c = s; *c; c++) cap += *c == ',';
+    free(o->lens);
+    o->n_lens = 0;
+    o->lens = malloc((size_t)cap * sizeof *o->lens);
+    if (!o->lens) return rg_fail(e, RG_RUNTIME, "out of memory");
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ",");
+        char item[32];
+        if (n == 0 || n >= sizeof item)
+            return rg_fail(e, RG_USAGE, "--valid-lens: '%s' is not a list of lengths like 9,5", s);
+        memcpy(item, p, n);
+        item[n] = '\0';
+        int64_t v = 0;
+        if (!whole("--valid-lens", item, 0, INT32_MAX, &v, e)) return false;
+        o->lens[o->n_lens++] = (int32_t)v;
+        if (!p[n]) return true;
+        p += n + 1;
+    }
+}
+
+/* false: an error; --help sets done. */
+static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err *e) {
+    *o = (lopts){.layers = 1, .repeat = 1};
+    const char *name = argv[model];
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, KIND_NAME[i]) == 0) o->kind = (lkind)i;
+    for (int i = 1; i < argc; i++) {
+        if (i == model) continue;
+        char flag[64];
+        const char *f = argv[i], *v, *eq = strchr(f, '=');
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            help();
+            *done = true;
+            return true;
+        }
+        if (f[0] != '-') return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", f, name);
+        if (eq && f[1] == '-' && (size_t)(eq - f) < sizeof flag) {
+            memcpy(flag, f, (size_t)(eq - f));
+            flag[eq - f] = '\0';
+            f = flag;
+            v = eq + 1;
+        } else if (i + 1 < argc && i + 1 != model) {
+            v = argv[++i];
+        } else {
+            return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", f, name);
+        }
+        int64_t n = 0;
+        bool llama_only = false, bert_only = false, ok = true;
+        if (!strcmp(f, "--weights")) o->weights = v;
+        else if (!strcmp(f, "--input")) o->input = v;
+        else if (!strcmp(f, "--output")) o->output = v;
+        else if (!strcmp(f, "--isa")) {
+            gml_isa isa;
+            if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
+                return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
+            o->isa = v;
+        } else if (!strcmp(f, "--layers")) {
+            ok = whole(f, v, 1, MAX_LAYERS, &n, e);
+            o->layers = (int)n;
+        } else if (!strcmp(f, "--heads")) {
+            ok = whole(f, v, 1, 1 << 16, &n, e);
+            o->heads = (int)n;
+        } else if (!strcmp(f, "--kv-heads")) {
+            ok = whole(f, v, 1, 1 << 16, &n, e);
+            o->kv_heads = (int)n;
+            llama_only = true;
+        } else if (!strcmp(f, "--batch")) ok = whole(f, v, 1, 1 << 20, &o->batch, e);
+        else if (!strcmp(f, "--seq")) ok = whole(f, v, 1, 1 << 24, &o->seq, e);
+        else if (!strcmp(f, "--d-model")) ok = whole(f, v, 1, 1 << 20, &o->d_model, e);
+        else if (!strcmp(f, "--ffn")) ok = whole(f, v, 1, 1 << 22, &o->ffn, e);
+        else if (!strcmp(f, "--threads")) {
+            ok = whole(f, v, 1, 512, &n, e);
+            o->threads = (int)n;
+        } else if (!strcmp(f, "--repeat")) {
+            ok = whole(f, v, 1, 1000000, &n, e);
+            o->repeat = (int)n;
+        } else if (!strcmp(f, "--seed")) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-')
+                return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
+        } else if (!strcmp(f, "--rope-theta")) {
+            ok = real(f, v, &o->rope_theta, e);
+            llama_only = true;
+        } else if (!strcmp(f, "--rms-eps")) {
+            ok = real(f, v, &o->rms_eps, e);
+            llama_only = true;
+        } else if (!strcmp(f, "--softcap")) {
+            ok = real(f, v, &o->softcap, e);
+            llama_only = true;
+        } else if (!strcmp(f, "--window")) {
+            ok = whole(f, v, 1, INT32_MAX, &o->window, e);
+            llama_only = true;
+        } else if (!strcmp(f, "--valid-lens")) {
+            ok = parse_lens(v, o, e);
+            bert_only = true;
+        } else {
+            return rg_fail(e, RG_USAGE, "%s: unknown flag for %s; see run-graph %s --help", f,
+                           name, name);
+        }
+        if (!ok) return false;
+        if ((llama_only && o->kind != L_LLAMA) || (bert_only && o->kind != L_BERT))
+            return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", f, name,
+                           llama_only ? "llama" : "bert");
+    }
+    return true;
+}
+
+/* ---- weights ------------------------------------------------------------------ */
+
+typedef union lweights {
+    gml_llama_weights llama;
+    gml_gpt2_weights gpt2;
+    gml_bert_weights bert;
+} lweights;
+
+typedef struct run {
+    lopts o;
+    gml_context *wctx, *xctx, *ctx;
+    gml_tensor *x, *lens, *out;
+    gml_graph *g;
+    char prefix_fmt[64]; /* "" or a PREFIX entry */
+    lweights *w;
+    int64_t B, T, D, F;
+    int H, G;
+    bool random_weights, random_input;
+} run;
+
+static void prefix_of(const run *r, int layer, char *buf, size_t size) {
+    snprintf(buf, size, r->prefix_fmt, layer);
+}
+
+/* "; present: a [2,3], b [4], ..." */
+static void present(gml_context *wctx, char *buf, size_t size) {
+    rg_list_weights(wctx, buf, size);
+}
+
+/* Which prefix the file's layers carry. */
+static bool detect_prefix(run *r, rg_err *e) {
+    const lkind k = r->o.kind;
+    if (r->o.layers == 1 && gml_get_tensor(r->wctx, KEY_NAME[k])) {
+        r->prefix_fmt[0] = '\0';
+        return true;
+    }
+    for (int p = 0; p < 2; p++) {
+        char name[GML_MAX_NAME + 64];
+        snprintf(name, sizeof name, PREFIX[k][p], 0);
+        strncat(name, KEY_NAME[k], sizeof name - strlen(name) - 1);
+        if (gml_get_tensor(r->wctx, name)) {
+            snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%s", PREFIX[k][p]);
+            return true;
+        }
+    }
+    char list[1024], a[64], b[64];
+    present(r->wctx, list, sizeof list);
+    snprintf(a, sizeof a, PREFIX[k][0], 0);
+    snprintf(b, sizeof b, PREFIX[k][1], 0);
+    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s", r->o.weights,
+                   KIND_NAME[k], r->o.layers == 1 ? KEY_NAME[k] : "", r->o.layers == 1 ? ", " : "",
+                   a, KEY_NAME[k], b, KEY_NAME[k], list);
+}
+
+static bool bind_layers(run *r, rg_err *e) {
+    const lkind k = r->o.kind;
+    if (!detect_prefix(r, e)) return false;
+    char err[1536];
+    for (int l = 0; l < r->o.layers; l++) {
+        char prefix[64];
+        prefix_of(r, l, prefix, sizeof prefix);
+        gml_status st = k == L_LLAMA  ? gml_llama_weights_find(r->wctx, prefix, &r->w[l].llama, err, sizeof err)
+                        : k == L_GPT2 ? gml_gpt2_weights_find(r->wctx, prefix, &r->w[l].gpt2, err, sizeof err)
+                                      : gml_bert_weights_find(r->wctx, prefix, &r->w[l].bert, err, sizeof err);
+        if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "%s: %s", r->o.weights, err);
+    }
+    /* strict: every tensor of the file belongs to one of the layers */
+    char unused[1024] = "";
+    size_t len = 0;
+    int n_unused = 0;
+    for (gml_tensor *t = gml_get_first_tensor(r->wctx); t; t = gml_get_next_tensor(r->wctx, t)) {
+        bool used = r->prefix_fmt[0] == '\0'; /* one layer without prefix: bound strictly above */
+        for (int l = 0; l < r->o.layers && !used; l++) {
+            char prefix[64];
+            prefix_of(r, l, prefix, sizeof prefix);
+            used = strncmp(t->name, prefix, strlen(prefix)) == 0;
+        }
+        if (used) continue;
+        if (len + 8 < sizeof unused)
+            len += (size_t)snprintf(unused + len, sizeof unused - len, "%s%s", n_unused ? ", " : "", t->name);
+        n_unused++;
+    }
+    if (n_unused)
+        return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s not used by %d %s layer%s: %s%s", r->o.weights,
+                       n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k],
+                       r->o.layers > 1 ? "s" : "", unused,
+                       len + 8 >= sizeof unused ? "..." : " (more layers? give --layers)");
+    return true;
+}
+
+/* Random weights with the HF names, filled from (seed, name) as run-graph
+ * fills graph-file params, so a graph file with the same seed sees them. */
+static bool make_weights(run *r, rg_err *e) {
+    const lkind k = r->o.kind;
+    const int64_t D = r->D, F = r->F, hd = D / r->H, G = r->G;
+    struct { const char *name; int64_t ne[2]; } spec[16];
+    int n = 0;
+#define S(nm, a, b) spec[n++] = (__typeof__(spec[0])){nm, {a, b}}
+    if (k == L_LLAMA) {
+        S("input_layernorm.weight", D, 0);
+        S("self_attn.q_proj.weight", r->H * hd, D);
+        S("self_attn.k_proj.weight", G * hd, D);
+        S("self_attn.v_proj.weight", G * hd, D);
+        S("self_attn.o_proj.weight", D, r->H * hd);
+        S("post_attention_layernorm.weight", D, 0);
+        S("mlp.gate_proj.weight", F, D);
+        S("mlp.up_proj.weight", F, D);
+        S("mlp.down_proj.weight", D, F);
+    } else if (k == L_GPT2) {
+        S("ln_1.weight", D, 0), S("ln_1.bias", D, 0);
+        S("attn.c_attn.weight", D, 3 * D), S("attn.c_attn.bias", 3 * D, 0);
+        S("attn.c_proj.weight", D, D), S("attn.c_proj.bias", D, 0);
+        S("ln_2.weight", D, 0), S("ln_2.bias", D, 0);
+        S("mlp.c_fc.weight", D, F), S("mlp.c_fc.bias", F, 0);
+        S("mlp.c_proj.weight", F, D), S("mlp.c_proj.bias", D, 0);
+    } else {
+        S("attention.self.query.weight", D, D), S("attention.self.query.bias", D, 0);
+        S("attention.self.key.weight", D, D), S("attention.self.key.bias", D, 0);
+        S("attention.self.value.weight", D, D), S("attention.self.value.bias", D, 0);
+        S("attention.output.dense.weight", D, D), S("attention.output.dense.bias", D, 0);
+        S("attention.output.LayerNorm.weight", D, 0), S("attention.output.LayerNorm.bias", D, 0);
+        S("intermediate.dense.weight", F, D), S("intermediate.dense.bias", F, 0);
+        S("output.dense.weight", D, F), S("output.dense.bias", D, 0);
+        S("output.LayerNorm.weight", D, 0), S("output.LayerNorm.bias", D, 0);
+    }
+#undef S
+    uint64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += 4 * (uint64_t)spec[i].ne[0] * (uint64_t)(spec[i].ne[1] ? spec[i].ne[1] : 1);
+    bytes *= (uint64_t)r->o.layers;
+    if (!rg_check_memory(bytes, "the random weights", e)) return false;
+    r->wctx = gml_init((gml_init_params){.mem_size = (size_t)bytes + (size_t)(n * r->o.layers) *
+                                                         (gml_tensor_overhead() + 64) + 4096});
+    if (!r->wctx) return rg_fail(e, RG_RUNTIME, "out of memory for the random weights");
+    if (r->o.layers > 1) snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%s", PREFIX[k][0]);
+    for (int l = 0; l < r->o.layers; l++)
+        for (int i = 0; i < n; i++) {
+            char name[GML_MAX_NAME];
+            prefix_of(r, l, name, sizeof name);
+            strncat(name, spec[i].name, sizeof name - strlen(name) - 1);
+            gml_tensor *t = spec[i].ne[1] ? gml_new_tensor_2d(r->wctx, GML_F32, spec[i].ne[0], spec[i].ne[1])
+                                          : gml_new_tensor_1d(r->wctx, GML_F32, spec[i].ne[0]);
+            if (!t) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(r->wctx));
+            rg_fill_random(gml_set_name(t, name), r->o.seed, true);
+        }
+    return true;
+}
+
+/* ---- sizes and data -------------------------------------------------------------- */
+
+static bool settle_sizes(run *r, rg_err *e) {
+    const lopts *o = &r->o;
+    /* D: the input, else the weights, else --d-model (default 256) */
+    int64_t Dw = 0;
+    if (r->wctx) {
+        char name[GML_MAX_NAME + 64];
+        snprintf(name, sizeof name, r->prefix_fmt, 0);
+        strncat(name, KEY_NAME[o->kind], sizeof name - strlen(name) - 1);
+        const gml_tensor *t = gml_get_tensor(r->wctx, name);
+        Dw = t ? t->ne[3] : 0;
+    }
+    const int64_t Dx = r->x ? r->x->ne[3] : 0;
+    if (Dx && Dw && Dx != Dw)
+        return rg_fail(e, RG_RUNTIME, "%s: x is [%" PRId64 ",%" PRId64 ",%" PRId64 "], but the layers of %s have d_model %" PRId64,
+                       o->input, r->x->ne[1], r->x->ne[2], Dx, o->weights, Dw);
+    r->D = Dx ? Dx : Dw ? Dw : o->d_model ? o->d_model : 256;
+    if (o->d_model && o->d_model != r->D)
+        return rg_fail(e, RG_USAGE, "--d-model %" PRId64 ": the %s has d_model %" PRId64, o->d_model,
+                       Dx ? "input" : "weights file", r->D);
+    r->B = r->x ? r->x->ne[1] : o->batch ? o->batch : 2;
+    r->T = r->x ? r->x->ne[2] : o->seq ? o->seq : 10;
+    if (r->x && ((o->batch && o->batch != r->B) || (o->seq && o->seq != r->T)))
+        return rg_fail(e, RG_USAGE, "%s %" PRId64 ": the input %s has %" PRId64, o->batch && o->batch != r->B ? "--batch" : "--seq",
+                       o->batch && o->batch != r->B ? o->batch : o->seq, o->input,
+                       o->batch && o->batch != r->B ? r->B : r->T);
+    /* H: --heads, else the sinks' size, else 8 for random weights */
+    r->H = o->heads;
+    if (!r->H && r->wctx && o->kind == L_LLAMA) {
+        char name[GML_MAX_NAME + 64];
+        snprintf(name, sizeof name, r->prefix_fmt, 0);
+        strncat(name, "self_attn.sinks", sizeof name - strlen(name) - 1);
+        const gml_tensor *s = gml_get_tensor(r->wctx, name);
+        if (s) r->H = (int)s->ne[3];
+    }
+    if (!r->H && r->wctx)
+        return rg_fail(e, RG_USAGE, "%s: give --heads (the weights do not tell how many heads)", KIND_NAME[o->kind]);
+    if (!r->H) r->H = 8;
+    /* G (llama): --kv-heads, else k_proj's rows / head_dim, else H/4 */
+    r->G = o->kv_heads;
+    if (o->kind == L_LLAMA && !r->G && r->wctx) {
+        char q[GML_MAX_NAME + 64], k[GML_MAX_NAME + 64];
+        snprintf(q, sizeof q, r->prefix_fmt, 0);
+        snprintf(k, sizeof k, r->prefix_fmt, 0);
+        strncat(q, "self_attn.q_proj.weight", sizeof q - strlen(q) - 1);
+        strncat(k, "self_attn.k_proj.weight", sizeof k - strlen(k) - 1);
+        const gml_tensor *wq = gml_get_tensor(r->wctx, q), *wk = gml_get_tensor(r->wctx, k);
+        if (wq && wk && wq->n_dims == 2 && wk->n_dims == 2 && wq->ne[2] % r->H == 0 &&
+            wk->ne[2] % (wq->ne[2] / r->H) == 0)
+            r->G = (int)(wk->ne[2] / (wq->ne[2] / r->H));
+    }
+    if (!r->G) r->G = r->H % 4 == 0 ? r->H / 4 : r->H;
+    if (o->kind != L_LLAMA) r->G = r->H;
+    if (!r->wctx && (r->D % r->H || r->H % r->G))
+        return rg_fail(e, RG_USAGE, "%s: d_model %" PRId64 ", heads %d, kv heads %d: heads must divide d_model, and kv heads heads",
+                       KIND_NAME[o->kind], r->D, r->H, r->G);
+    r->F = o->ffn ? o->ffn : o->kind == L_LLAMA ? (8 * r->D / 3 + 15) / 16 * 16 : 4 * r->D;
+    if (o->ffn && r->wctx) return rg_fail(e, RG_USAGE, "--ffn is for random weights; the weights file sets it");
+    if (o->n_lens && o->n_lens != r->B)
+        return rg_fail(e, RG_USAGE, "--valid-lens: %d lengths for a batch of %" PRId64, o->n_lens, r->B);
+    for (int i = 0; i < o->n_lens; i++)
+        if (o->lens[i] > r->T)
+            return rg_fail(e, RG_USAGE, "--valid-lens: length %d of batch row %d is past the %" PRId64 " tokens",
+                           (int)o->lens[i], i, r->T);
+    return true;
+}
+
+static bool load(run *r, rg_err *e) {
+    char err[1024];
+    if (r->o.input) {
+        r->xctx = gml_load_npy(r->o.input, "x", err, sizeof err);
+        if (!r->xctx) return rg_fail(e, RG_RUNTIME, "%s", err);
+        r->x = gml_get_first_tensor(r->xctx);
+        char s[64];
+        if (r->x->type != GML_F32 || r->x->n_dims != 3)
+            return rg_fail(e, RG_RUNTIME, "%s: x is %s %s, expected f32 [B, T, D]", r->o.input,
+                           gml_type_name(r->x->type), gml_format_shape(r->x, s, sizeof s));
+    }
+    if (r->o.weights) {
+        r->wctx = gml_load_safetensors(r->o.weights, err, sizeof err);
+        if (!r->wctx) return rg_fail(e, RG_RUNTIME, "%s", err);
+        if (!bind_layers(r, e)) return false;
+    }
+    if (!settle_sizes(r, e)) return false;
+    if (!r->wctx) {
+        r->random_weights = true;
+        if (!make_weights(r, e) || !bind_layers(r, e)) return false;
+    }
+    /* x (random unless given) and the lengths: data of their own */
+    size_t need = 2 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->B * 4;
+    if (!r->x) {
+        const double bytes = 4.0 * (double)r->B * (double)r->T * (double)r->D;
+        if (!rg_check_memory(bytes < 0x1p62 ? (uint64_t)bytes : UINT64_MAX, "the random inputs", e))
+            return false;
+        need += (size_t)bytes;
+    }
+    gml_context *c = gml_init((gml_init_params){.mem_size = need});
+    if (!c) return rg_fail(e, RG_RUNTIME, "out of memory");
+    if (!r->x) {
+        r->random_input = true;
+        r->x = gml_set_name(gml_new_tensor_3d(c, GML_F32, r->B, r->T, r->D), "x");
+        rg_fill_random(r->x, r->o.seed, false);
+    }
+    if (r->o.n_lens) {
+        r->lens = gml_set_name(gml_new_tensor_1d(c, GML_I32, r->B), "valid_lens");
+        memcpy(r->lens->data, r->o.lens, (size_t)r->B * sizeof(int32_t));
+    }
+    gml_set_flags(r->x, GML_FLAG_INPUT);
+    if (r->lens) gml_set_flags(r->lens, GML_FLAG_INPUT);
+    r->ctx = c; /* freed with the run; the graph gets its own context */
+    return true;
+}
+
+/* ---- the graph ------------------------------------------------------------------- */
+
+static bool build(run *r, gml_context *gctx, rg_err *e) {
+    const lopts *o = &r->o;
+    gml_tensor *y = r->x;
+    for (int l = 0; l < o->layers; l++) {
+        if (o->kind == L_LLAMA) {
+            gml_llama_config c = {.n_heads = r->H, .n_kv_heads = r->G, .rope_theta = o->rope_theta,
+                                  .rms_eps = o->rms_eps, .window = o->window, .softcap = o->softcap};
+            y = gml_llama_layer(gctx, &c, &r->w[l].llama, y, NULL); /* rope at 0..T-1 */
+        } else if (o->kind == L_GPT2) {
+            y = gml_gpt2_layer(gctx, &(gml_gpt2_config){.n_heads = r->H, .eps = 0}, &r->w[l].gpt2, y);
+        } else {
+            y = gml_bert_layer(gctx, &(gml_bert_config){.n_heads = r->H, .eps = 0}, &r->w[l].bert, y, r->lens);
+        }
+        if (!y) {
+            char prefix[64];
+            prefix_of(r, l, prefix, sizeof prefix);
+            return rg_fail(e, RG_RUNTIME, "%s%s%s%s%s", o->weights ? o->weights : "", o->weights ? ": " : "",
+                           prefix[0] ? prefix : "", prefix[0] ? ": " : "", gml_last_error(gctx));
+        }
+    }
+    r->out = y;
+    return true;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static bool execute(run *r, rg_err *e) {
+    const lopts *o = &r->o;
+    const size_t arena = (size_t)(80 * o->layers + 64) * gml_tensor_overhead();
+    gml_context *gctx = gml_init((gml_init_params){.mem_size = arena, .no_alloc = true});
+    if (!gctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+    bool ok = build(r, gctx, e);
+    if (ok) {
+        r->g = gml_build_graph(gctx, &r->out, 1);
+        if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
+    }
+    gml_status st = GML_OK;
+    if (ok) st = gml_graph_plan(r->g, &(gml_plan_options){.measure_only = true});
+    if (ok && st == GML_OK)
+        ok = rg_check_memory((uint64_t)gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g), "the graph's tensors", e);
+    if (ok && st == GML_OK) st = gml_graph_plan(r->g, NULL);
+    if (ok && st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(r->g));
+    double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
+    if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
+    for (int i = o->repeat > 1 ? -1 : 0; ok && i < o->repeat; i++) {
+        double t0 = now_ms();
+        st = gml_graph_compute(r->g, o->threads);
+        if (st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
+        if (i >= 0) ms[i] = now_ms() - t0;
+    }
+    const gml_tensor *out = ok ? gml_graph_tensor(r->g, r->out) : NULL;
+    size_t n_bytes = 0;
+    float *dense = ok ? rg_dense(out, &n_bytes) : NULL;
+    if (ok && !dense) ok = rg_fail(e, RG_RUNTIME, "out of memory");
+    for (size_t i = 0; ok && i < n_bytes / 4; i++)
+        if (!isfinite(dense[i]))
+            ok = rg_fail(e, RG_RUNTIME, "the output holds a non-finite value (%g at element %zu); the "
+                         "inputs or weights may hold NaN or inf", dense[i], i);
+    char err[1024];
+    if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
+        ok = rg_fail(e, RG_RUNTIME, "%s", err);
+    if (ok) {
+        qsort(ms, (size_t)o->repeat, sizeof *ms, cmp_double);
+        char shape[64], pfx[64] = "none";
+        if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
+            const char *d = strstr(r->prefix_fmt, "%d");
+            snprintf(pfx, sizeof pfx, "%.*s<i>%s", (int)(d - r->prefix_fmt), r->prefix_fmt, d + 2);
+        }
+        printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d", KIND_NAME[o->kind], r->B, r->T, r->D, r->H);
+        if (o->kind == L_LLAMA) printf(" G=%d", r->G);
+        printf(", %d layer%s", o->layers, o->layers > 1 ? "s" : "");
+        if (o->kind != L_BERT) printf(", causal");
+        if (r->lens) printf(", valid lengths");
+        if (r->random_weights || r->random_input)
+            printf(", random %s", r->random_weights && r->random_input ? "weights and inputs"
+                                  : r->random_weights                ? "weights"
+                                                                     : "inputs");
+        else
+            printf(", layer prefix %s", pfx);
+        printf("\noutput  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(out, shape, sizeof shape),
+               (uint64_t)XXH3_64bits(dense, n_bytes));
+        const double med = ms[o->repeat / 2], flops = gml_graph_flops(r->g);
+        printf("time    %.3f ms", med);
+        if (o->repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], o->repeat);
+        printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
+        if (med > 0 && flops > 0) printf(", %.2f GFLOP/s", flops / (med * 1e6));
+        printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
+               (double)(gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
+               (double)(gml_graph_plan_naive(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
+               gml_graph_n_nodes(r->g));
+    }
+    free(dense);
+    free(ms);
+    gml_graph_free(r->g);
+    r->g = NULL;
+    gml_free(gctx);
+    return ok;
+}
+
+int rg_layers_main(int argc, char **argv, int model) {
+    run r = {0};
+    rg_err e = {0};
+    bool done = false;
+    bool ok = parse(argc, argv, model, &r.o, &done, &e);
+    if (ok && !done) {
+        if (!r.o.threads) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            r.o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
+        }
+        gml_isa isa;
+        if (r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK)
+            ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", r.o.isa);
+        r.w = calloc((size_t)r.o.layers, sizeof *r.w);
+        if (ok && !r.w) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
+        ok = ok && load(&r, &e) && execute(&r, &e);
+    }
+    free(r.w);
+    free(r.o.lens);
+    gml_free(r.ctx);
+    gml_free(r.wctx);
+    gml_free(r.xctx);
+    if (ok) return 0;
+    fprintf(stderr, "run-graph: %s\n", e.msg);
+    return e.status ? e.status : RG_RUNTIME;
+}
