@@ -109,9 +109,10 @@ void gml_cleanup_unregister(int slot);
  * `output` lists results in order. Numbers are expressions over + - * / ( )
  * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
  * takes its value from the bound tensor. A declaration ending in `optional`
- * that the binder leaves unbound is `none`: none is accepted where a tensor is
- * optional (linear's bias, softmax's mask; add/mul(a, none) is a), and a call
- * needing a tensor that is none is none. Booleans (causal=) take true, false
+ * that the binder leaves unbound is `none` (`optional default none` says so
+ * explicitly, which a binder may require of inputs): none is accepted where a
+ * tensor is optional (linear's bias, softmax's mask; add/mul(a, none) is a,
+ * add/mul(none, b) is b), and a call needing a tensor that is none is none. Booleans (causal=) take true, false
  * or a number (0 is false), e.g. a caller's symbol.
  * The full reference: tools/graphs/README.md. */
 
@@ -132,6 +133,10 @@ typedef struct gml_graph_binder {
     /* For an `optional` declaration bind left unbound: true makes a leaf as
      * for any other declaration, false (or no callback) makes the name none. */
     bool (*make_optional)(void *user, const char *name, bool is_param);
+    /* true: an `optional` input (not a param) that is left unbound (bind
+     * gave NULL, make_optional false) is an error unless its declaration
+     * ends `optional default none`; false: it is none either way. */
+    bool optional_needs_default;
 } gml_graph_binder;
 
 /* Builds the graph text in ctx; writes up to max_outputs output tensors and
