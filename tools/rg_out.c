@@ -302,7 +302,8 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     rg_stage s = {0};
     char err[1024];
     bool ok = true;
-    if (o->output) ok = save_npy(&s, o->output, m->out, e);
+    gml_tensor view;
+    if (o->output) ok = save_npy(&s, o->output, rg_output_view(o, m->out, &view), e);
     if (ok && o->attn_weights) ok = save_npy(&s, o->attn_weights, m->attn, e);
     if (ok && o->attn_svg) ok = svg(o, d, m, &s, e);
     if (ok && o->dot) {
