@@ -1059,6 +1059,9 @@ static void test_shard_index(void) {
     err[0] = '\0';
     CHECK(!gml_safetensors_open(index, err, sizeof err) &&
               strstr(err, "weight_map puts 'a' in s2.safetensors, which does not hold it"), "a wrong shard: %s", err);
+    CHECK(write_bytes(index, "{\"weight_map\": 1}", 17), "write");
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(index, err, sizeof err) && strstr(err, "no \"weight_map\" object"), "bad index: %s", err);
     const char *empty = "{\"weight_map\": {}}";
     CHECK(write_bytes(index, empty, strlen(empty)), "write");
     err[0] = '\0';

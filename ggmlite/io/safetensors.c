@@ -911,12 +911,16 @@ static int cmp_item_name(const void *a, const void *b) {
 static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *err, size_t es) {
     void *text;
     size_t len;
-    if (!gml_read_file(path, &text, &len, err, es)) return NULL;
-    gml_st_index_entry *ent;
-    int n;
-    gml_status rc = gml_parse_safetensors_index(text, len, path, &ent, &n, err, es);
-    free(text);
-    if (rc != GML_OK) return NULL;
+    gml_st_index_entry *ent = NULL;
+    int n = 0;
+    gml_status rc = gml_read_file(path, &text, &len, err, es)
+                        ? gml_parse_safetensors_index(text, len, path, &ent, &n, err, es)
+                        : GML_ERR_IO;
+    if (rc != GML_ERR_IO) free(text);
+    if (rc != GML_OK) {
+        gml_safetensors_close(st);
+        return NULL;
+    }
     const char *slash = strrchr(path, '/');
     const size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
     bool ok = n > 0 || gml_errf(err, es, "%s: weight_map is empty", path);
