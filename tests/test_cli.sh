@@ -411,7 +411,7 @@ expect_error 1 "u2.npy: offset 20: dtype '<u2' is not supported; expected '<f4' 
 expect_error 1 "fortran.npy: offset 44: fortran_order is True" "Fortran order" mha --heads 4 --input fortran.npy
 expect_error 1 "only_q.safetensors: attention weights: w_q.weight, w_k.weight and w_v.weight are not all present; present: w_q.weight [48,48]" \
     "a missing weight lists the present ones" mha --heads 4 --weights only_q.safetensors --input ok.npy
-expect_error 1 "only_q.safetensors: no weight 'w_k.weight' [48,48] for $GRAPHS/mha.graph; present: w_q.weight [48,48]" \
+expect_error 1 "only_q.safetensors: no weights 'w_k.weight' [48,48], 'w_v.weight' [48,48], 'w_o.weight' [48,48] for $GRAPHS/mha.graph; present: w_q.weight [48,48]" \
     "a graph file's missing param lists the present ones" "$GRAPHS/mha.graph" --heads 4 --weights only_q.safetensors --input ok.npy
 expect_error 1 "--d-model 64 disagrees with ok.npy [2,7,48] (D = 48)" "a flag that disagrees with a file" \
     mha --heads 4 --input ok.npy --d-model 64

@@ -187,11 +187,23 @@ static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e
         bool param = t->flags & GML_FLAG_PARAM;
         char s[64];
         gml_format_shape(t, s, sizeof s);
-        if (param && d->wctx) {
-            char present[1024];
+        if (param && d->wctx) { /* every missing one, as load_state_dict's missing keys */
+            char missing[600], present[1024];
+            size_t k = 0;
+            int n_missing = 0;
+            for (gml_tensor *u = t; u; u = gml_get_next_tensor(m->ctx, u)) {
+                if (u->op != GML_OP_NONE || !(u->flags & GML_FLAG_PARAM) || gml_graph_use_count(m->g, u) == 0)
+                    continue;
+                if (n_missing++ < 5 && k < sizeof missing) {
+                    char us[64];
+                    k += (size_t)snprintf(missing + k, sizeof missing - k, "%s'%s%s' %s", n_missing > 1 ? ", " : "",
+                                          d->prefix, u->name, gml_format_shape(u, us, sizeof us));
+                }
+            }
+            if (n_missing > 5 && k < sizeof missing) snprintf(missing + k, sizeof missing - k, " and %d more", n_missing - 5);
             rg_list_weights(d->wctx, present, sizeof present);
-            return rg_fail(e, RG_RUNTIME, "%s: no weight '%s' %s for %s; %s", o->weights, t->name, s, o->model,
-                           present);
+            return rg_fail(e, RG_RUNTIME, "%s: no weight%s %s for %s; %s", o->weights, n_missing > 1 ? "s" : "",
+                           missing, o->model, present);
         }
         if (!param && d->any_file) /* random data beside real files would be a silently wrong answer */
             return rg_fail(e, RG_RUNTIME, "%s: input '%s' %s is not bound: give it with %s (random inputs "
