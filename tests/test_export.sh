@@ -5,9 +5,10 @@
 # Needs /usr/bin/python3 with torch and numpy; without them the test is
 # skipped (exit 77), saying why: CI does not install PyTorch.
 # usage: test_export.sh RUN_GRAPH CLI_CHECK SOURCE_DIR
+# (GML_TEST_PYTHON names another interpreter, e.g. to see the skip.)
 set -u
 RG=$(realpath "$1") CHECK=$(realpath "$2") SRC=$(realpath "$3")
-PY=/usr/bin/python3
+PY=${GML_TEST_PYTHON:-/usr/bin/python3}
 if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
     echo "SKIP: $PY has no torch or numpy (Debian: python3-torch python3-numpy); the exporter is not tested"
     exit 77

@@ -38,7 +38,10 @@ extern "C" {
  * data_offsets twice in an entry. Refused by ggmlite besides: names holding
  * a control character (a byte below 0x20, or 0x7f, raw or \u-escaped; the
  * message names the byte and its file offset), names of GML_MAX_NAME bytes
- * or more, repeated names, \u0000 in a dtype or a field name. */
+ * or more (gml_safetensors_open below takes any length), repeated names,
+ * \u0000 in a dtype or a field name. A file that is not safetensors (a
+ * torch.save zip or pickle, a .npy, JSON) is named as such. The tensors are
+ * read (copied) into the context; gml_safetensors_open maps instead. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
 /* ---- safetensors by mapping, any name length, sharded checkpoints ---------
  * gml_safetensors_open maps a file read-only (mmap PROT_READ, MAP_PRIVATE)
