@@ -223,9 +223,15 @@ typedef struct gml_op_def {
 #define GML_ARGS(...) .args = (const gml_arg_spec[]){__VA_ARGS__},                  \
                       .n_args = (int)(sizeof((const gml_arg_spec[]){__VA_ARGS__}) /    \
                                       sizeof(gml_arg_spec))
-#define GML_T(n) {n, GML_ARG_TENSOR, false, NULL}            /* a required tensor */
-#define GML_REQ(n, kind) {n, GML_ARG_##kind, false, NULL}    /* a required value */
-#define GML_OPT(n, kind, def) {n, GML_ARG_##kind, true, def} /* optional, default def */
+#define GML_T(n) {n, GML_ARG_TENSOR, false, NULL, NULL, false} /* a required tensor */
+#define GML_REQ(n, kind) {n, GML_ARG_##kind, false, NULL, NULL, false} /* a required value */
+#define GML_OPT(n, kind, def) {n, GML_ARG_##kind, true, def, NULL, false} /* optional, default def */
+/* optional INT or FLOAT, default 0, printed only when not 0 */
+#define GML_OPT_Z(n, kind) {n, GML_ARG_##kind, true, "0", NULL, true}
+/* optional ENUM, names a NULL-terminated list (value i is names[i]) */
+#define GML_OPT_ENUM(n, def, names) {n, GML_ARG_ENUM, true, def, names, false}
+/* The index of word among an ENUM spec's names (aliases after '|'), or -1. */
+int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len);
 
 #define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
 #define GML_FORM(name) extern const gml_op_def gml_form_##name;

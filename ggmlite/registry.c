@@ -107,6 +107,17 @@ static void put_value(out *o, const gml_arg_spec *spec, const gml_arg *a,
     case GML_ARG_INT: put(o, "%" PRId64, a->i); break;
     case GML_ARG_FLOAT: put(o, "%.9g", (double)a->f); break; /* 9 digits: a float exactly */
     case GML_ARG_BOOL: put(o, "%s", a->i ? "true" : "false"); break;
+    case GML_ARG_ENUM: { /* the first of the name's aliases */
+        int n = 0;
+        while (spec->names[n]) n++;
+        if (a->i < 0 || a->i >= n) {
+            put(o, "%" PRId64, a->i);
+            break;
+        }
+        const char *nm = spec->names[a->i], *bar = strchr(nm, '|');
+        put(o, "%.*s", (int)(bar ? (size_t)(bar - nm) : strlen(nm)), nm);
+        break;
+    }
     case GML_ARG_INTS:
         put(o, "[");
         for (int i = 0; i < a->n; i++) put(o, "%s%" PRId64, i ? ", " : "", a->list[i]);
@@ -127,6 +138,9 @@ int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, cons
     for (int i = 0; i < f->def->n_args; i++) {
         const gml_arg_spec *spec = &f->def->args[i];
         if (spec->optional && spec->kind == GML_ARG_OPT_TENSOR && !args[i].t) continue;
+        if (spec->omit_zero && ((spec->kind == GML_ARG_INT && args[i].i == 0) ||
+                                (spec->kind == GML_ARG_FLOAT && args[i].f == 0)))
+            continue;
         put(&o, "%s", first ? "" : ", ");
         first = false;
         if (spec->optional) put(&o, "%s=", spec->name);
@@ -134,6 +148,17 @@ int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, cons
     }
     put(&o, ")");
     return (int)GML_MIN(o.len, (size_t)INT32_MAX);
+}
+
+int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len) {
+    for (int i = 0; spec->names && spec->names[i]; i++)
+        for (const char *nm = spec->names[i]; *nm;) {
+            const char *bar = strchr(nm, '|');
+            const size_t n = bar ? (size_t)(bar - nm) : strlen(nm);
+            if (n == len && strncmp(nm, word, n) == 0) return i;
+            nm += n + (bar != NULL);
+        }
+    return -1;
 }
 
 void gml_args_from_srcs(const gml_tensor *node, gml_arg *args) {

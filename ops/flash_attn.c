@@ -10,6 +10,7 @@
  * valid lengths) are skipped, whole blocks at a time. Masked keys and
  * non-finite scores follow ggmlite.h's MASKS in every kernel (how the
  * variants do it: ops/ukernels.h, flash attention). */
+#include "attn_opts.h"
 #include "ukernels.h"
 
 #include <math.h>
@@ -17,61 +18,101 @@
 
 /* ---- shared by the kernels ---------------------------------------------- */
 
-typedef struct flash_attn_params {
-    float scale;
-    int32_t causal; /* 0 or 1 */
-} flash_attn_params;
-GML_PARAMS_FIT(flash_attn_params);
+/* Sources: q, k, v, mask, valid_lens, positions, sinks. */
+#define SRC_MASK 3
+#define SRC_LENS 4
+#define SRC_POS 5
+#define SRC_SINKS 6
 
-static flash_attn_params params_of(const gml_tensor *t) {
-    flash_attn_params p;
-    gml_get_params(t, &p, sizeof p);
-    return p;
+static gml_attn_params params_of(const gml_tensor *t) { return gml_attn_params_of(t); }
+
+static bool lens_ok(const gml_compute_params *p, const gml_tensor *dst) {
+    return gml_attn_lens_ok(p, "flash_attn", dst->src[SRC_LENS], dst->src[1]->ne[2]);
 }
 
-/* Every thread checks every valid length before computing (B or B Tq
- * numbers), so a bad one is reported the same way whatever the thread
- * count: the first in row-major order. False (reported) if one is outside
- * [0, Tk]. */
-static bool lens_ok(const gml_compute_params *p, const gml_tensor *dst) {
-    const gml_tensor *lens = dst->src[4];
+/* Keys [*lo, *hi) query i of batch b may see (the mask may still drop some). */
+static void key_range(const gml_tensor *dst, const gml_attn_params *par, int64_t b, int64_t i,
+                      int64_t *lo, int64_t *hi) {
+    gml_attn_key_range(par, dst->src[SRC_LENS], dst->src[SRC_POS], b, i, dst->src[0]->ne[2],
+                       dst->src[1]->ne[2], lo, hi);
+}
+
+static float sink_of(const gml_tensor *dst, int64_t h) {
+    const gml_tensor *sk = dst->src[SRC_SINKS];
+    return *(const float *)(const void *)gml_ptr(sk, 0, 0, 0, h);
+}
+
+const char *const gml_causal_names[] = {"false", "true|bottom_right", "top_left", NULL};
+
+bool gml_attn_lens_ok(const gml_compute_params *p, const char *op, const gml_tensor *lens,
+                      int64_t tk) {
     if (!lens) return true;
-    const int64_t tk = dst->src[1]->ne[2], n = lens->ne[2] * lens->ne[3];
+    const int64_t n = lens->ne[2] * lens->ne[3];
     for (int64_t e = 0; e < n; e++) {
         const int64_t b = lens->n_dims == 1 ? e : e / lens->ne[3], i = e % lens->ne[3];
-        int32_t len;
-        memcpy(&len, gml_ptr(lens, 0, 0, lens->n_dims == 1 ? 0 : b, lens->n_dims == 1 ? e : i),
-               sizeof len);
+        const int32_t len = gml_attn_i32_at(lens, b, lens->n_dims == 1 ? 0 : i);
         if (len >= 0 && len <= tk) continue;
         char sl[GML_SHAPE_MAX];
         if (lens->n_dims == 1)
-            gml_kernel_fail(p, "flash_attn(%s): valid length %d for batch %" PRId64
+            gml_kernel_fail(p, "%s(%s): valid length %d for batch %" PRId64
                             " is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
-                            lens->name, (int)len, b, tk, tk, GML_SHAPE(lens, sl));
+                            op, lens->name, (int)len, b, tk, tk, GML_SHAPE(lens, sl));
         else
-            gml_kernel_fail(p, "flash_attn(%s): valid length %d at [%" PRId64 ",%" PRId64
+            gml_kernel_fail(p, "%s(%s): valid length %d at [%" PRId64 ",%" PRId64
                             "] is outside [0, %" PRId64 "] (Tk = %" PRId64 ", lens %s)",
-                            lens->name, (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
+                            op, lens->name, (int)len, b, i, tk, tk, GML_SHAPE(lens, sl));
         return false;
     }
     return true;
 }
 
-/* Keys [0, n) are the ones query i of batch b may see (the mask may still
- * drop some of them): causal and valid lengths (checked by lens_ok) cut the
- * range. */
-static int64_t visible_keys(const gml_tensor *dst, int64_t b, int64_t i) {
-    const gml_tensor *q = dst->src[0], *k = dst->src[1], *lens = dst->src[4];
-    const int64_t tq = q->ne[2], tk = k->ne[2];
-    int64_t lim = tk;
-    if (params_of(dst).causal) lim = GML_MAX(0, GML_MIN(lim, i + (tk - tq) + 1));
-    if (lens) {
-        int32_t len;
-        memcpy(&len, lens->n_dims == 1 ? gml_ptr(lens, 0, 0, 0, b) : gml_ptr(lens, 0, 0, b, i),
-               sizeof len);
-        lim = GML_MIN(lim, len);
+bool gml_attn_opts_check(gml_context *ctx, const char *op, const char *x_name,
+                         const gml_attn_opts *o, bool heads_known, int64_t B, int64_t H,
+                         int64_t Tq, int64_t Tk) {
+    char sx[GML_SHAPE_MAX];
+    (void)Tk;
+    if (o->causal != GML_CAUSAL_NONE && o->causal != GML_CAUSAL_BOTTOM_RIGHT &&
+        o->causal != GML_CAUSAL_TOP_LEFT)
+        return gml_fail(ctx, "%s(%s): causal %d is not NONE (0), BOTTOM_RIGHT (1) or "
+                        "TOP_LEFT (2)", op, x_name, (int)o->causal) != NULL;
+    if (o->window < 0)
+        return gml_fail(ctx, "%s(%s): window %" PRId64 " is negative (0: no window)", op,
+                        x_name, o->window) != NULL;
+    if (!(o->softcap >= 0) || !isfinite(o->softcap))
+        return gml_fail(ctx, "%s(%s): softcap %g must be finite and >= 0 (0: none)", op, x_name,
+                        (double)o->softcap) != NULL;
+    if (!(o->alibi_max_bias >= 0) || !isfinite(o->alibi_max_bias))
+        return gml_fail(ctx, "%s(%s): alibi max bias %g must be finite and >= 0 (0: none)", op,
+                        x_name, (double)o->alibi_max_bias) != NULL;
+    if (!heads_known) {
+        const char *what = o->valid_lens ? "valid_lens" : o->positions ? "positions"
+                           : o->sinks    ? "sinks"
+                           : o->alibi_max_bias > 0 ? "alibi"
+                                                   : NULL;
+        if (what)
+            return gml_fail(ctx, "%s(%s): %s needs 4-D scores [B, H, Tq, Tk] (head = dim 1)", op,
+                            x_name, what) != NULL;
+        return true;
     }
-    return lim;
+    if (o->positions && !(o->positions->type == GML_I32 && o->positions->n_dims == 2 &&
+                          o->positions->ne[2] == B && o->positions->ne[3] == Tq))
+        return gml_fail(ctx, "%s(%s, %s): positions must be i32 [%" PRId64 ",%" PRId64
+                        "] ([B, Tq]), got %s %s", op, x_name, o->positions->name, B, Tq,
+                        gml_type_name(o->positions->type), GML_SHAPE(o->positions, sx)) != NULL;
+    if (o->sinks && !(o->sinks->type == GML_F32 && o->sinks->n_dims == 1 && o->sinks->ne[3] == H))
+        return gml_fail(ctx, "%s(%s, %s): sinks must be f32 [%" PRId64 "] ([H], one logit per "
+                        "query head), got %s %s", op, x_name, o->sinks->name, H,
+                        gml_type_name(o->sinks->type), GML_SHAPE(o->sinks, sx)) != NULL;
+    return true;
+}
+
+float gml_alibi_slope(float max_bias, int64_t h, int64_t H) {
+    if (!(max_bias > 0) || H < 1 || h < 0 || h >= H) return 0.0f;
+    int64_t n = 1; /* the largest power of two <= H */
+    while (n * 2 <= H) n *= 2;
+    const double e = h < n ? -(double)max_bias * (double)(h + 1) / (double)n
+                           : -(double)max_bias / 2 * (double)(2 * (h - n) + 1) / (double)n;
+    return (float)exp2(e);
 }
 
 /* ---- reference ------------------------------------------------------------ */
@@ -86,13 +127,17 @@ static size_t ref_work_doubles(const gml_tensor *dst) { return REF_KEY_BLOCK + (
  * contract (ggmlite.h, MASKS) is judged on floats, as the fast kernels see
  * it: a key whose mask is -inf is skipped before its k row is read; a key
  * the row sees whose score, rounded to float, is not finite (or whose
- * float score plus its mask is not: an overflow, a NaN or +inf mask), or
- * whose v row holds a NaN or inf, makes the row NaN. The arithmetic stays
- * in double (the float roundings only judge). */
+ * float score (capped) plus its mask is not: an overflow, a NaN or +inf
+ * mask), or whose v row holds a NaN or inf, makes the row NaN. The
+ * arithmetic stays in double (the float roundings only judge). Options
+ * literally: s = q.k scale; c tanh(s / c); + mask; + slope (j - i'); keys
+ * outside [lo, hi) (causal, window, lengths) never read; the sink joins the
+ * max and the sum at the end. */
 static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const double scale = params_of(dst).scale;
-    const int64_t H = dst->ne[1], dv = dst->ne[3], dk = q->ne[3];
+    const gml_attn_params par = params_of(dst);
+    const double scale = par.scale, cap = par.softcap;
+    const int64_t H = dst->ne[1], Tq = q->ne[2], Tk = k->ne[2], dv = dst->ne[3], dk = q->ne[3];
     const int64_t rep = H / k->ne[1]; /* query heads per kv head */
     double *s = (double *)p->wdata + (size_t)p->ith * ref_work_doubles(dst);
     double *acc = s + REF_KEY_BLOCK;
@@ -100,9 +145,11 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t b, h, i;
+        int64_t b, h, i, lo, hi;
         gml_row_index(dst, r, &b, &h, &i);
-        const int64_t n = visible_keys(dst, b, i);
+        key_range(dst, &par, b, i, &lo, &hi);
+        const double slope = par.alibi > 0 ? gml_alibi_slope(par.alibi, h, H) : 0.0;
+        const double ip = (double)gml_attn_qpos(&par, dst->src[SRC_POS], b, i, Tq, Tk);
         const char *qi = gml_ptr(q, b, h, i, 0);
         const char *mrow =
             mask ? gml_ptr(mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0) : NULL;
@@ -110,8 +157,8 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
         double m = -INFINITY, l = 0;
         bool nan = false;
         for (int64_t c = 0; c < dv; c++) acc[c] = 0;
-        for (int64_t j0 = 0; j0 < n; j0 += REF_KEY_BLOCK) {
-            const int64_t nj = GML_MIN(REF_KEY_BLOCK, n - j0);
+        for (int64_t j0 = lo; j0 < hi; j0 += REF_KEY_BLOCK) {
+            const int64_t nj = GML_MIN(REF_KEY_BLOCK, hi - j0);
             double bmax = -INFINITY;
             for (int64_t jj = 0; jj < nj; jj++) {
                 const float mv = mrow ? *(const float *)(mrow + (j0 + jj) * mstride) : 0.0f;
@@ -122,13 +169,20 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                 for (int64_t d = 0; d < dk; d++)
                     dot += (double)*(const float *)(qi + d * (int64_t)q->nb[3]) *
                            *(const float *)(kj + d * (int64_t)k->nb[3]);
-                const float judged = (float)(dot * scale) + mv; /* the score as floats */
+                double sc = dot * scale;
+                if (!isfinite((float)sc)) { /* the score as a float overflowed, or NaN */
+                    nan = true;
+                    continue;
+                }
+                if (cap > 0) sc = cap * tanh(sc / cap);
+                const float judged = (float)sc + mv; /* the score as floats */
                 if (!isfinite(judged)) {
                     nan = true;
                     continue;
                 }
-                s[jj] = dot * scale;
+                s[jj] = sc;
                 if (mrow) s[jj] += mv;
+                s[jj] += slope * ((double)(j0 + jj) - ip);
                 bmax = s[jj] > bmax ? s[jj] : bmax;
             }
             if (bmax == -INFINITY) continue; /* the mask drops the whole block */
@@ -150,6 +204,17 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
         /* a NaN or inf in a v row the row sees: NaN (0 * inf too, as the
          * weights may underflow); the sums cannot overflow in double */
         for (int64_t c = 0; c < dv; c++) nan |= !isfinite(acc[c]);
+        if (l > 0 && dst->src[SRC_SINKS]) { /* the sink joins the max and the sum */
+            const double sk = sink_of(dst, h);
+            if (isnan(sk)) nan = true;
+            else if (sk > m) {
+                const double f = exp(m - sk);
+                l = l * f + 1;
+                for (int64_t c = 0; c < dv; c++) acc[c] *= f;
+            } else {
+                l += exp(sk - m);
+            }
+        }
         /* no visible key: zeros */
         char *out = gml_ptr(dst, b, h, i, 0);
         for (int64_t c = 0; c < dv; c++)
@@ -179,17 +244,18 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
     for (size_t i = 0; i < dv * tile; i++) ot[i] = 0;
     /* size_t keys: n_keys < INT32_MAX, but the block after the last may
      * start past it (an int32 j0 += 32 would overflow from Tk > 2^31 - 33) */
-    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += SCALAR_KEY_BLOCK) {
+    for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += SCALAR_KEY_BLOCK) {
         const size_t nk = GML_MIN((size_t)SCALAR_KEY_BLOCK, (size_t)nmax - j0);
         for (size_t j = 0; j < nk; j++) {
             const float *kj = a->k + (j0 + j) * a->ldk;
             for (size_t l = 0; l < nq; l++) {
                 float dot = 0; /* an FMA chain over d in order, as every variant's */
                 for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
-                /* the mask first: a hidden key stays -inf whatever it holds */
-                const float sc = a->mask ? gml_masked_score(dot, a->mask[l][(j0 + j) * a->mask_stride])
-                                         : gml_visible_score(dot);
-                s[j * tile + l] = j0 + j < (size_t)a->n_keys[l] ? sc : -INFINITY;
+                /* softcap, the mask, alibi: a hidden key stays -inf whatever it holds */
+                const float sc = gml_flash_score(a, l, j0 + j, dot);
+                const bool seen = j0 + j < (size_t)a->n_keys[l] &&
+                                  (!a->first_key || j0 + j >= (size_t)a->first_key[l]);
+                s[j * tile + l] = seen ? sc : -INFINITY;
             }
         }
         for (size_t l = 0; l < nq; l++) {
@@ -214,26 +280,40 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
                 for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
         }
     }
-    gml_flash_finish(a, tile, sum, ot, true);
+    gml_flash_finish(a, tile, sum, m, ot, true);
 }
 
 void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_scalar(a, 8); }
 
-bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
-                      bool exact) {
+/* The sink s of a lane with running max m and sum *sum (> 0) joins them:
+ * the factor its accumulated values take. A NaN sink makes the sum NaN. */
+static float fold_sink(float s, float m, float *sum) {
+    if (s > m) {
+        const float f = expf(m - s);
+        *sum = *sum * f + 1.0f;
+        return f;
+    }
+    *sum += expf(s - m);
+    return 1.0f;
+}
+
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, const float *m,
+                      float *ot, bool exact) {
     for (size_t l = 0; l < a->nq; l++) {
         float *out = a->out[l];
         if (sum[l] == 0) { /* no key seen: zeros, also where ot holds 0 * inf */
             for (size_t c = 0; c < a->dv; c++) out[c] = 0.0f;
             continue;
         }
-        const float inv = 1.0f / sum[l]; /* a NaN sum: NaN */
+        float total = sum[l], f = 1.0f;
+        if (a->sink) f = fold_sink(a->sink[l], m[l], &total);
+        const float inv = f / total; /* a NaN sum: NaN */
         bool finite = true;
         for (size_t c = 0; c < a->dv; c++) {
             out[c] = ot[c * tile + l] * inv;
             finite &= isfinite(out[c]);
         }
-        if (finite || isnan(sum[l])) continue;
+        if (finite || isnan(total)) continue;
         if (!exact) return false;
         gml_flash_lane_exact(a, tile, l, ot + l, tile);
     }
@@ -246,13 +326,14 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
     float m = -INFINITY, sum = 0;
     bool nan = false;
     for (size_t c = 0; c < dv; c++) acc[c * acc_stride] = 0;
-    for (size_t j = 0; j < (size_t)a->n_keys[l] && !nan; j++) {
+    for (size_t j = a->first_key ? (size_t)a->first_key[l] : 0; j < (size_t)a->n_keys[l] && !nan;
+         j++) {
         const float mv = a->mask ? a->mask[l][j * a->mask_stride] : 0.0f;
         if (mv == -INFINITY) continue; /* hidden */
         const float *kj = a->k + j * a->ldk, *vj = a->v + j * a->ldv;
         float dot = 0;
         for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
-        const float s = a->mask ? dot + mv : dot;
+        const float s = gml_flash_score(a, l, j, dot);
         if (!isfinite(s)) {
             nan = true;
             break;
@@ -269,6 +350,11 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
     }
     float *out = a->out[l];
     for (size_t c = 0; c < dv && !nan; c++) nan = !isfinite(acc[c * acc_stride]);
+    if (sum > 0 && a->sink) {
+        const float f = fold_sink(a->sink[l], m, &sum);
+        nan |= isnan(sum);
+        for (size_t c = 0; c < dv; c++) acc[c * acc_stride] *= f;
+    }
     for (size_t c = 0; c < dv; c++)
         out[c] = nan ? NAN : sum > 0 ? acc[c * acc_stride] / sum : 0.0f;
 }
@@ -306,13 +392,16 @@ static void pack_rows(const gml_tensor *t, int64_t b, int64_t g, float *dst) {
     }
 }
 
+/* Per lane: n_keys, first_key, slope, qpos, sink, the mask and out rows. */
+#define LANE_BYTES (2 * sizeof(int32_t) + 3 * sizeof(float) + 2 * sizeof(void *))
+
 /* Per thread: q^T, the variant's scratch, the lane tables and the packed K
  * and V blocks (when packed); 64-byte aligned pieces. */
 static size_t fast_work_bytes(const gml_tensor *dst) {
     const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->ne[3];
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
-           gml_align_up(tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN) +
+           gml_align_up(tile * LANE_BYTES, GML_ALIGN) +
            (packed_floats(dst->src[1]) + packed_floats(dst->src[2])) * sizeof(float);
 }
 
@@ -355,8 +444,9 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     }
     if (!lens_ok(p, dst)) return;
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const float scale = params_of(dst).scale;
-    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3];
+    const gml_attn_params par = params_of(dst);
+    const float scale = par.scale;
+    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3], Tk = k->ne[2];
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
     const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
@@ -368,10 +458,11 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     w += gml_align_up((size_t)(dk * tile) * sizeof(float), GML_ALIGN);
     float *work = (float *)w;
     w += gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN);
-    int32_t *n_keys = (int32_t *)w;
-    const float **mask_rows = (const float **)(void *)(n_keys + tile);
+    const float **mask_rows = (const float **)(void *)w;
     float **out_rows = (float **)(void *)(mask_rows + tile);
-    w += gml_align_up((size_t)tile * (sizeof(int32_t) + 2 * sizeof(void *)), GML_ALIGN);
+    int32_t *n_keys = (int32_t *)(void *)(out_rows + tile), *first_key = n_keys + tile;
+    float *slope = (float *)(void *)(first_key + tile), *qpos = slope + tile, *sink = qpos + tile;
+    w += gml_align_up((size_t)tile * LANE_BYTES, GML_ALIGN);
     float *k_packed = (float *)w, *v_packed = k_packed + packed_floats(k);
 
     gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt,
@@ -379,7 +470,10 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         .ldv = pack_v ? (size_t)dv : v->nb[2] / 4, .n_keys = n_keys,
                         .mask = mask ? mask_rows : NULL,
                         .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
-                        .out = out_rows, .work = work};
+                        .out = out_rows, .work = work,
+                        .first_key = par.window > 0 ? first_key : NULL, .softcap = par.softcap,
+                        .slope = par.alibi > 0 ? slope : NULL, .qpos = qpos,
+                        .sink = dst->src[SRC_SINKS] ? sink : NULL};
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
     for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
         const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
@@ -391,9 +485,11 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
         }
         a.k = pack_k ? k_packed : (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
         a.v = pack_v ? v_packed : (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
+        int64_t key0 = Tk;
         for (int64_t l = 0; l < tile; l++) {
             if (l >= (int64_t)a.nq) { /* idle lane */
-                n_keys[l] = 0;
+                n_keys[l] = first_key[l] = 0;
+                slope[l] = qpos[l] = sink[l] = 0.0f;
                 for (int64_t d = 0; d < dk; d++) qt[d * tile + l] = 0.0f;
                 continue;
             }
@@ -401,12 +497,20 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             const char *qi = gml_ptr(q, b, h, i, 0);
             for (int64_t d = 0; d < dk; d++)
                 qt[d * tile + l] = *(const float *)(qi + d * (int64_t)q->nb[3]) * scale;
-            n_keys[l] = (int32_t)visible_keys(dst, b, i);
+            int64_t lo, hi;
+            key_range(dst, &par, b, i, &lo, &hi);
+            n_keys[l] = (int32_t)hi;
+            first_key[l] = (int32_t)lo;
+            key0 = GML_MIN(key0, lo);
+            slope[l] = par.alibi > 0 ? gml_alibi_slope(par.alibi, h, H) : 0.0f;
+            qpos[l] = (float)gml_attn_qpos(&par, dst->src[SRC_POS], b, i, Tq, Tk);
+            sink[l] = dst->src[SRC_SINKS] ? sink_of(dst, h) : 0.0f;
             if (mask)
                 mask_rows[l] = (const float *)(const void *)gml_ptr(
                     mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0);
             out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
         }
+        a.key0 = par.window > 0 ? (size_t)key0 : 0;
         var.fn(&a);
     }
 }
@@ -426,12 +530,16 @@ static double flash_attn_flops(const gml_tensor *dst) {
 
 /* ---- builder -------------------------------------------------------------- */
 
-/* q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v], mask broadcastable
- * to [B, H, Tq, Tk] or NULL, valid_lens i32 [B] or [B, Tq] or NULL
- * -> out [B, H, Tq, d_v], stored as [B, Tq, H, d_v] */
-gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
-                           gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal) {
+/* q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v], opts: mask
+ * broadcastable to [B, H, Tq, Tk], valid_lens i32 [B] or [B, Tq], positions
+ * i32 [B, Tq], sinks f32 [H] (each or NULL) -> out [B, H, Tq, d_v], stored
+ * as [B, Tq, H, d_v] */
+gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                               float scale, const gml_attn_opts *opts) {
     if (!q || !k || !v) return NULL;
+    const gml_attn_opts none = {0};
+    const gml_attn_opts *o = opts ? opts : &none;
+    gml_tensor *mask = o->mask, *valid_lens = o->valid_lens;
     char sq[GML_SHAPE_MAX], sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX], sx[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "flash_attn", q, GML_F32) ||
         !gml_expect_type(ctx, "flash_attn", k, GML_F32) ||
@@ -475,32 +583,54 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
                             k->name, v->name, valid_lens->name, B, B, Tq,
                             gml_type_name(valid_lens->type), GML_SHAPE(valid_lens, sx));
     }
+    if (!gml_attn_opts_check(ctx, "flash_attn", q->name, o, true, B, H, Tq, Tk)) return NULL;
     const int n = q->n_dims;
     int64_t ne[GML_MAX_DIMS] = {B, H, Tq, v->ne[3]};
     gml_tensor *t = gml_new_op(ctx, GML_OP_FLASH_ATTN, GML_F32, n, ne + GML_MAX_DIMS - n,
-                               (gml_tensor *[]){q, k, v, mask, valid_lens}, 5);
+                               (gml_tensor *[]){q, k, v, mask, valid_lens, o->positions, o->sinks},
+                               7);
     if (!t) return NULL;
     if (H > 1 && Tq > 1) { /* head-interleaved storage [B, Tq, H, d_v] */
         t->nb[1] = t->nb[3] * (size_t)ne[3];
         t->nb[2] = t->nb[1] * (size_t)H;
         t->nb[0] = t->nb[2] * (size_t)Tq;
     }
-    gml_set_params(t, &(flash_attn_params){scale, causal}, sizeof(flash_attn_params));
+    gml_set_params(t,
+                   &(gml_attn_params){scale, (int32_t)o->causal, o->window, o->softcap,
+                                      o->alibi_max_bias},
+                   sizeof(gml_attn_params));
     return t;
+}
+
+gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                           gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal) {
+    const gml_attn_opts o = {.mask = mask, .valid_lens = valid_lens,
+                             .causal = causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE};
+    return gml_flash_attn_ext(ctx, q, k, v, scale, &o);
 }
 
 /* scale: 1/sqrt(d_k) unless given */
 static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
     const float scale = v[5].given ? v[5].f : (float)(1.0 / sqrt((double)v[0].t->ne[3]));
-    return gml_flash_attn(ctx, v[0].t, v[1].t, v[2].t, v[3].t, v[4].t, scale, v[6].i != 0);
+#define GIVEN(a, field) (v[a].given ? v[a].field : 0) /* optional ones left out: none */
+    const gml_attn_opts o = {.mask = GIVEN(3, t), .valid_lens = GIVEN(4, t),
+                             .causal = (gml_causal)GIVEN(6, i), .positions = GIVEN(7, t),
+                             .sinks = GIVEN(8, t), .window = GIVEN(9, i),
+                             .softcap = GIVEN(10, f), .alibi_max_bias = GIVEN(11, f)};
+#undef GIVEN
+    return gml_flash_attn_ext(ctx, v[0].t, v[1].t, v[2].t, scale, &o);
 }
 
 static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
-    const flash_attn_params p = params_of(t);
-    gml_args_from_srcs(t, v); /* q, k, v, mask, valid_lens */
-    v[5].t = NULL;
+    const gml_attn_params p = params_of(t);
+    for (int i = 0; i < 5; i++) v[i].t = t->src[i]; /* q, k, v, mask, valid_lens */
     v[5].f = p.scale;
     v[6].i = p.causal;
+    v[7].t = t->src[SRC_POS];
+    v[8].t = t->src[SRC_SINKS];
+    v[9].i = p.window;
+    v[10].f = p.softcap;
+    v[11].f = p.alibi;
 }
 
 const gml_op_def gml_opdef_flash_attn = {
@@ -510,12 +640,20 @@ const gml_op_def gml_opdef_flash_attn = {
     .flops = flash_attn_flops,
     GML_ARGS(GML_T("q"), GML_T("k"), GML_T("v"), GML_OPT("mask", OPT_TENSOR, "none"),
              GML_OPT("valid_lens", OPT_TENSOR, "none"), GML_OPT("scale", FLOAT, "1/sqrt(d_k)"),
-             GML_OPT("causal", BOOL, "false")),
+             GML_OPT_ENUM("causal", "false", gml_causal_names),
+             GML_OPT("positions", OPT_TENSOR, "none"), GML_OPT("sinks", OPT_TENSOR, "none"),
+             GML_OPT_Z("window", INT), GML_OPT_Z("softcap", FLOAT),
+             GML_OPT_Z("alibi", FLOAT)),
     .build = build_flash_attn,
     .get_args = flash_attn_args,
     .doc_args = "q `[B, H, Tq, d_k]`, k `[B, G, Tk, d_k]`, v `[B, G, Tk, d_v]` (G divides H); "
-                "mask as softmax's; valid_lens i32 `[B]` or `[B, Tq]`",
-    .doc_result = "`[B, H, Tq, d_v]`: softmax(q k^T * scale + masks) v in one op (online "
+                "mask as softmax's; valid_lens i32 `[B]` or `[B, Tq]`; causal false, true "
+                "(= bottom_right: query i at i + Tk - Tq) or top_left (at i); positions i32 "
+                "`[B, Tq]` (each query's i', instead); sinks f32 `[H]`; window W: key j seen iff "
+                "0 <= i' - j < W (implies causal); softcap c: s -> c tanh(s/c); alibi: max bias "
+                "(slopes as ggml's)",
+    .doc_result = "`[B, H, Tq, d_v]`: softmax(q k^T * scale (capped) + masks + alibi, sink in "
+                  "the denominator) v in one op (online "
                   "softmax, no scores); query head h reads kv head h / (H/G); stored as "
                   "`[B, Tq, H, d_v]`, so `permute(.., [0, 2, 1, 3])` is contiguous",
 };

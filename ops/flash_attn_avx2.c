@@ -3,6 +3,7 @@
  * registers, query rows along the lanes of NV of them (16 or 8 rows). */
 #include "ukernels.h"
 #include "vexp_x86.h"
+#include "vunary_x86.h"
 
 #include <immintrin.h>
 #include <limits.h>
@@ -94,6 +95,49 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
     }
 }
 
+/* The options on a block of scores, as the AVX-512 variant's: softcap on
+ * the dot products (a non-finite one NaN first, when the block is rare), ... */
+static ALWAYS_INLINE void softcap_block(const gml_flash_args *a, size_t nk, size_t tile, float *s,
+                                        bool rare) {
+    if (rare)
+        for (size_t i = 0; i < nk * tile; i++)
+            if (!isfinite(s[i])) s[i] = NAN;
+    const __m256 c = _mm256_set1_ps(a->softcap);
+    for (size_t i = 0; i < nk * tile; i += 8)
+        _mm256_store_ps(s + i, _mm256_mul_ps(c, vtanh8(_mm256_div_ps(_mm256_load_ps(s + i), c))));
+}
+
+/* ... and after the mask, ALiBi: + slope[l] (j - qpos[l]); then -inf before
+ * each lane's first key (a window). */
+static ALWAYS_INLINE void alibi_window_block(const gml_flash_args *a, size_t j0, size_t nk,
+                                             float *s, const int NV) {
+    const size_t tile = 8 * (size_t)NV;
+    if (a->slope)
+        for (size_t j = 0; j < nk; j++) {
+            const __m256 jf = _mm256_set1_ps((float)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                float *sj = s + j * tile + 8 * (size_t)v;
+                const __m256 d = _mm256_sub_ps(jf, _mm256_loadu_ps(a->qpos + 8 * v));
+                _mm256_store_ps(sj, _mm256_add_ps(_mm256_load_ps(sj),
+                                                  _mm256_mul_ps(_mm256_loadu_ps(a->slope + 8 * v), d)));
+            }
+        }
+    if (a->first_key) {
+        int32_t fmax = 0;
+        for (size_t i = 0; i < a->nq; i++) fmax = GML_MAX(fmax, a->first_key[i]);
+        for (size_t j = 0; j < nk && j0 + j < (size_t)fmax; j++) {
+            const __m256i jj = _mm256_set1_epi32((int32_t)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                const __m256i fk = _mm256_loadu_si256((const __m256i *)(const void *)(a->first_key + 8 * v));
+                const __m256 before = _mm256_castsi256_ps(_mm256_cmpgt_epi32(fk, jj));
+                float *sj = s + j * tile + 8 * (size_t)v;
+                _mm256_store_ps(sj, _mm256_blendv_ps(_mm256_load_ps(sj), _mm256_set1_ps(-INFINITY),
+                                                     before));
+            }
+        }
+    }
+}
+
 static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MR,
                                       const bool SAFE) {
     const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
@@ -117,10 +161,11 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
     }
     for (size_t i = 0; i < dvp * tile; i += 8) _mm256_store_ps(ot + i, zero);
 
-    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
+    for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += KEY_BLOCK) {
         const size_t nk = GML_MIN((size_t)KEY_BLOCK, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
         const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+        if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys (as the AVX-512
          * variant: a hidden key stays hidden whatever the mask holds; scores
@@ -138,6 +183,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         else if (rare)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+        alibi_window_block(a, j0, nk, s, NV);
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m256i jj1 = _mm256_set1_epi32((int32_t)(j0 + j + 1));
@@ -196,10 +242,12 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
-    float sum[16];
-    for (int v = 0; v < NV; v++)
+    float sum[16], mx[16];
+    for (int v = 0; v < NV; v++) {
         _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
-    return gml_flash_finish(a, tile, sum, ot, SAFE);
+        _mm256_storeu_ps(mx + 8 * v, m[v]);
+    }
+    return gml_flash_finish(a, tile, sum, mx, ot, SAFE);
 }
 
 /* A lane NaN or inf though its sum is finite: computed again, as the

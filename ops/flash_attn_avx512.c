@@ -14,6 +14,7 @@
  * then out[l][c] = ot[c][l] / l[l]. */
 #include "ukernels.h"
 #include "vexp_x86.h"
+#include "vunary_x86.h"
 
 #include <immintrin.h>
 #include <limits.h>
@@ -103,6 +104,50 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
     }
 }
 
+/* The options on a block of scores s[j][.], j < nk (gml_flash_score's
+ * operations in its order, vectorised): softcap on the dot products (a
+ * non-finite one NaN first, when the block is rare), ... */
+static ALWAYS_INLINE void softcap_block(const gml_flash_args *a, size_t nk, size_t tile, float *s,
+                                        bool rare) {
+    if (rare)
+        for (size_t i = 0; i < nk * tile; i++)
+            if (!isfinite(s[i])) s[i] = NAN;
+    const __m512 c = _mm512_set1_ps(a->softcap);
+    for (size_t i = 0; i < nk * tile; i += 16)
+        _mm512_store_ps(s + i, _mm512_mul_ps(c, vtanh16(_mm512_div_ps(_mm512_load_ps(s + i), c))));
+}
+
+/* ... and after the mask, ALiBi: + slope[l] (j - qpos[l]); then -inf before
+ * each lane's first key (a window). */
+static ALWAYS_INLINE void alibi_window_block(const gml_flash_args *a, size_t j0, size_t nk,
+                                             float *s, const int NV) {
+    const size_t tile = 16 * (size_t)NV;
+    if (a->slope)
+        for (size_t j = 0; j < nk; j++) {
+            const __m512 jf = _mm512_set1_ps((float)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                float *sj = s + j * tile + 16 * (size_t)v;
+                const __m512 d = _mm512_sub_ps(jf, _mm512_loadu_ps(a->qpos + 16 * v));
+                _mm512_store_ps(sj, _mm512_add_ps(_mm512_load_ps(sj),
+                                                  _mm512_mul_ps(_mm512_loadu_ps(a->slope + 16 * v), d)));
+            }
+        }
+    if (a->first_key) {
+        int32_t fmax = 0;
+        for (size_t i = 0; i < a->nq; i++) fmax = GML_MAX(fmax, a->first_key[i]);
+        for (size_t j = 0; j < nk && j0 + j < (size_t)fmax; j++) {
+            const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                const __mmask16 before =
+                    _mm512_cmpgt_epi32_mask(_mm512_loadu_si512(a->first_key + 16 * v), jj);
+                float *sj = s + j * tile + 16 * (size_t)v;
+                _mm512_store_ps(sj, _mm512_mask_mov_ps(_mm512_load_ps(sj), before,
+                                                       _mm512_set1_ps(-INFINITY)));
+            }
+        }
+    }
+}
+
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
  * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
 static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
@@ -127,10 +172,11 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
     }
     for (size_t i = 0; i < dvp * tile; i += 16) _mm512_store_ps(ot + i, zero);
 
-    for (size_t j0 = 0; j0 < (size_t)nmax; j0 += (size_t)KB) {
+    for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += (size_t)KB) {
         const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
         const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys: a key the lane
          * does not see stays hidden whatever the mask holds there (NaN and
@@ -152,6 +198,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         else if (rare)
             for (size_t i = 0; i < nq; i++)
                 for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+        alibi_window_block(a, j0, nk, s, NV);
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
                 const __m512i jj = _mm512_set1_epi32((int32_t)(j0 + j));
@@ -211,10 +258,12 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
-    float sum[32];
-    for (int v = 0; v < NV; v++)
+    float sum[32], mx[32];
+    for (int v = 0; v < NV; v++) {
         _mm512_storeu_ps(sum + 16 * v, _mm512_mask_mov_ps(l[v], poison[v], _mm512_set1_ps(NAN)));
-    return gml_flash_finish(a, tile, sum, ot, SAFE);
+        _mm512_storeu_ps(mx + 16 * v, m[v]);
+    }
+    return gml_flash_finish(a, tile, sum, mx, ot, SAFE);
 }
 
 /* A lane whose output came out NaN or inf though its sum is finite: a v

@@ -1,19 +1,60 @@
 /* Softmax over the last dim with fused scale, additive broadcast mask and
  * causal masking. */
+#include "attn_opts.h"
 #include "ukernels.h"
 
 #include <math.h>
 
-typedef struct softmax_params {
-    float scale;
-    int32_t causal; /* 0 or 1 */
-} softmax_params;
-GML_PARAMS_FIT(softmax_params);
+/* Sources: x, mask, valid_lens, positions, sinks. */
+#define SRC_LENS 2
+#define SRC_POS 3
+#define SRC_SINKS 4
 
-static softmax_params params_of(const gml_tensor *t) {
-    softmax_params p;
-    gml_get_params(t, &p, sizeof p);
-    return p;
+typedef gml_attn_params softmax_params;
+static softmax_params params_of(const gml_tensor *t) { return gml_attn_params_of(t); }
+
+/* True when an option other than scale, mask and bottom-right causal is set
+ * (the rows then go through the options' path). */
+static bool has_opts(const gml_tensor *dst, const softmax_params *par) {
+    return par->causal == GML_CAUSAL_TOP_LEFT || par->window > 0 || par->softcap > 0 ||
+           par->alibi > 0 || dst->src[SRC_LENS] || dst->src[SRC_POS] || dst->src[SRC_SINKS];
+}
+
+/* Row [i0, i1, i2, :]'s visible keys [lo, hi) and, for alibi, its slope and
+ * query position. */
+typedef struct row_geom {
+    int64_t lo, hi;
+    float slope, qpos, sink;
+    bool has_sink;
+} row_geom;
+
+static row_geom geom_of(const gml_tensor *dst, const softmax_params *par, int64_t i0, int64_t i1,
+                        int64_t i2) {
+    const int64_t tq = dst->ne[2], tk = dst->ne[3];
+    row_geom g = {0, tk, 0.0f, 0.0f, 0.0f, false};
+    gml_attn_key_range(par, dst->src[SRC_LENS], dst->src[SRC_POS], i0, i2, tq, tk, &g.lo, &g.hi);
+    if (par->alibi > 0) {
+        g.slope = gml_alibi_slope(par->alibi, i1, dst->ne[1]);
+        g.qpos = (float)gml_attn_qpos(par, dst->src[SRC_POS], i0, i2, tq, tk);
+    }
+    if (dst->src[SRC_SINKS]) {
+        g.has_sink = true;
+        g.sink = *(const float *)(const void *)gml_ptr(dst->src[SRC_SINKS], 0, 0, 0, i1);
+    }
+    return g;
+}
+
+/* Key j's score with every option, as floats (x * scale; c tanh(. / c) in
+ * double, rounded; + mask; hidden by a -inf mask; a visible non-finite
+ * score NaN; + slope (j - i')). The reference's (softcap in double). */
+static float opt_score(float x, float scale, float cap, bool has_mask, float mv, float slope,
+                       float jd) {
+    float v = x * scale;
+    if (cap > 0) v = isfinite(v) ? (float)((double)cap * tanh((double)v / cap)) : NAN;
+    if (has_mask) v += mv;
+    if (has_mask && mv == -INFINITY) return -INFINITY;
+    v = gml_visible_score(v);
+    return v + slope * jd;
 }
 
 /* Row [i0, i1, i2, :] of x [.., Tq, Tk]: v_j = x_j * scale + mask_j, keys past
@@ -28,6 +69,8 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
     const bool causal = par.causal != 0;
     const int64_t tq = dst->ne[2], tk = dst->ne[3];
     int64_t r0, r1;
+    const bool opts = has_opts(dst, &par);
+    if (opts && !gml_attn_lens_ok(p, "softmax", dst->src[SRC_LENS], tk)) return;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i0, i1, i2;
@@ -36,28 +79,38 @@ static void gml_f32_softmax__ref(const gml_compute_params *p, gml_tensor *dst) {
         const char *mr = mask ? gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1], i2 % mask->ne[2], 0) : NULL;
         const int64_t ms = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
         float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
-        /* keys j < n are visible: causal cuts at i + (Tk - Tq) */
-        const int64_t n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
+        /* keys lo <= j < n are visible: causal cuts at i + (Tk - Tq) */
+        int64_t lo = 0, n = causal ? GML_MAX(0, GML_MIN(tk, i2 + (tk - tq) + 1)) : tk;
+        row_geom g = {0, n, 0.0f, 0.0f, 0.0f, false};
+        if (opts) {
+            g = geom_of(dst, &par, i0, i1, i2);
+            lo = g.lo;
+            n = g.hi;
+        }
         float max = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            const float v = gml_softmax_score(*(const float *)(xr + j * (int64_t)x->nb[3]), scale,
-                                              mr != NULL, mr ? *(const float *)(mr + j * ms) : 0);
+        for (int64_t j = lo; j < n; j++) {
+            const float xv = *(const float *)(xr + j * (int64_t)x->nb[3]);
+            const float mv = mr ? *(const float *)(mr + j * ms) : 0;
+            const float v = opts ? opt_score(xv, scale, par.softcap, mr != NULL, mv, g.slope,
+                                             (float)j - g.qpos)
+                                 : gml_softmax_score(xv, scale, mr != NULL, mv);
             out[j] = v;
             max = v > max ? v : max;
         }
+        for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
+        for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
         if (max == -INFINITY) { /* every key masked, or NaN scores */
-            gml_softmax_no_visible_key((size_t)n, out);
-            for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
+            gml_softmax_no_visible_key((size_t)(n - lo), out + lo);
             continue;
         }
-        double sum = 0;
-        for (int64_t j = 0; j < n; j++) {
+        if (g.has_sink) max = g.sink > max ? g.sink : isnan(g.sink) ? NAN : max;
+        double sum = g.has_sink ? expf(g.sink - max) : 0;
+        for (int64_t j = lo; j < n; j++) {
             out[j] = expf(out[j] - max);
             sum += out[j];
         }
         const float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j < n; j++) out[j] *= inv;
-        for (int64_t j = n; j < tk; j++) out[j] = 0.0f;
+        for (int64_t j = lo; j < n; j++) out[j] *= inv;
     }
 }
 
@@ -87,6 +140,63 @@ void gml_f32_vexp_ukernel__scalar_u1(size_t n, const float *x, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = expf(x[i]);
 }
 
+/* The options' path (gml_softmax_ext): per row, the visible keys' scores
+ * [lo, hi) into this thread's scratch (x * scale; softcap: / c, the picked
+ * vector tanh, * c; + mask, -inf where it is -inf, NaN for a visible
+ * non-finite score; + slope (j - i')), the sink logit after them, then the
+ * micro-kernel in place with scale 0 (as the gathered rows: a score s
+ * enters as s * 0 + s), the sink's weight dropped. A row with no visible key
+ * gives zeros: the sink alone is left, with weight 1, the keys 0. */
+static void softmax_opts_rows(const gml_compute_params *p, gml_tensor *dst,
+                              gml_f32_softmax_ukernel *ukernel) {
+    const gml_tensor *x = dst->src[0], *mask = dst->src[1];
+    const softmax_params par = params_of(dst);
+    const int64_t tk = dst->ne[3];
+    if (!gml_attn_lens_ok(p, "softmax", dst->src[SRC_LENS], tk)) return;
+    gml_f32_vunary_ukernel *const vtanh =
+        GML_PICK_UKERNEL(GML_F32_VTANH_UKERNELS, gml_f32_vunary_ukernel);
+    float *buf = (float *)p->wdata + (size_t)p->ith * gml_align_up((size_t)tk + 1, 16);
+    const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
+    const float scale = par.scale, cap = par.softcap;
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const row_geom g = geom_of(dst, &par, i0, i1, i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        const char *mr = mask ? gml_ptr(mask, i0 % mask->ne[0], i1 % mask->ne[1], i2 % mask->ne[2], 0)
+                              : NULL;
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        const int64_t n = g.hi - g.lo;
+        for (int64_t j = 0; j < n; j++) buf[j] = *(const float *)(xr + (g.lo + j) * sx) * scale;
+        if (cap > 0) {
+            for (int64_t j = 0; j < n; j++) buf[j] = isfinite(buf[j]) ? buf[j] / cap : NAN;
+            vtanh((size_t)n, buf, buf);
+            for (int64_t j = 0; j < n; j++) buf[j] *= cap;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            float v = buf[j];
+            const float mv = mr ? *(const float *)(mr + (g.lo + j) * sm) : 0.0f;
+            if (mr) v += mv;
+            v = mr && mv == -INFINITY ? -INFINITY : gml_visible_score(v);
+            buf[j] = v + g.slope * ((float)(g.lo + j) - g.qpos);
+        }
+        if (g.has_sink) buf[n] = g.sink;
+        const size_t len = (size_t)n + (g.has_sink && n > 0);
+        if (len > 0) ukernel(len, buf, buf, 0.0f, buf);
+        for (int64_t j = 0; j < g.lo; j++) out[j] = 0.0f;
+        for (int64_t j = 0; j < n; j++) out[g.lo + j] = buf[j];
+        for (int64_t j = g.hi; j < tk; j++) out[j] = 0.0f;
+    }
+}
+
+static size_t softmax_work_size(const gml_tensor *dst, int nth) {
+    const softmax_params par = params_of(dst);
+    if (!has_opts(dst, &par)) return 0;
+    return (size_t)nth * gml_align_up((size_t)dst->ne[3] + 1, 16) * sizeof(float);
+}
+
 /* Same as the reference, one micro-kernel call per row. Rows of x and of the
  * mask must be contiguous (last stride one element, or Tk = 1); otherwise
  * the reference runs. */
@@ -110,6 +220,13 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const bool gather = !(x_rows && mask_rows);
     gml_f32_softmax_ukernel *const ukernel =
         GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
+    if (has_opts(dst, &par)) {
+#define OPTS_NAME(isa, fn, tile) #fn " (options: scores formed in scratch)",
+        gml_kernel_note(p, GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS, OPTS_NAME));
+#undef OPTS_NAME
+        softmax_opts_rows(p, dst, ukernel);
+        return;
+    }
     gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS,
                                                          GML_UKERNEL_NAME_GATHERED)
                               : GML_PICK_UKERNEL_NAME(GML_F32_SOFTMAX_UKERNELS));
@@ -140,10 +257,14 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
 
 static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_nelements(dst); }
 
-/* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
-gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
-                        bool causal) {
+/* x [.., Tq, Tk] ([B, H, Tq, Tk] for lens, positions, sinks, alibi), opts:
+ * mask broadcastable to x, valid_lens i32 [B] or [B, Tq], positions i32
+ * [B, Tq], sinks f32 [H] (each or NULL) -> out [.., Tq, Tk] */
+gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const gml_attn_opts *opts) {
     if (!x) return NULL;
+    const gml_attn_opts none = {0};
+    const gml_attn_opts *o = opts ? opts : &none;
+    gml_tensor *mask = o->mask;
     char sx[GML_SHAPE_MAX], sm[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "softmax", x, GML_F32)) return NULL;
     if (mask && !gml_expect_type(ctx, "softmax", mask, GML_F32)) return NULL;
@@ -153,15 +274,41 @@ gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float
                         GML_SHAPE(x, sx));
     if (!isfinite(scale))
         return gml_fail(ctx, "softmax(%s): scale %g is not finite", x->name, (double)scale);
+    const int64_t B = x->ne[0], H = x->ne[1], Tq = x->ne[2], Tk = x->ne[3];
+    if (!gml_attn_opts_check(ctx, "softmax", x->name, o, x->n_dims == 4, B, H, Tq, Tk)) return NULL;
+    gml_tensor *lens = o->valid_lens;
+    if (lens && !(lens->type == GML_I32 && ((lens->n_dims == 1 && lens->ne[3] == B) ||
+                                           (lens->n_dims == 2 && lens->ne[2] == B && lens->ne[3] == Tq))))
+        return gml_fail(ctx, "softmax(%s, %s): valid lengths must be i32 [%" PRId64 "] or [%" PRId64
+                        ",%" PRId64 "] ([B] or [B, Tq]), got %s %s", x->name, lens->name, B, B, Tq,
+                        gml_type_name(lens->type), GML_SHAPE(lens, sm));
     gml_tensor *t = gml_new_op(ctx, GML_OP_SOFTMAX, GML_F32, x->n_dims,
-                               x->ne + GML_MAX_DIMS - x->n_dims, (gml_tensor *[]){x, mask}, 2);
+                               x->ne + GML_MAX_DIMS - x->n_dims,
+                               (gml_tensor *[]){x, mask, lens, o->positions, o->sinks}, 5);
     if (!t) return NULL;
-    gml_set_params(t, &(softmax_params){scale, causal}, sizeof(softmax_params));
+    gml_set_params(t,
+                   &(softmax_params){scale, (int32_t)o->causal, o->window, o->softcap,
+                                     o->alibi_max_bias},
+                   sizeof(softmax_params));
     return t;
 }
 
+/* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
+gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
+                        bool causal) {
+    const gml_attn_opts o = {.mask = mask,
+                             .causal = causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE};
+    return gml_softmax_ext(ctx, x, scale, &o);
+}
+
 static gml_tensor *build_softmax(gml_context *ctx, const gml_arg *v) {
-    return gml_softmax(ctx, v[0].t, v[1].t, v[2].given ? v[2].f : 1.0f, v[3].i != 0);
+#define GIVEN(a, field) (v[a].given ? v[a].field : 0) /* optional ones left out: none */
+    const gml_attn_opts o = {.mask = GIVEN(1, t), .causal = (gml_causal)GIVEN(3, i),
+                             .valid_lens = GIVEN(4, t), .positions = GIVEN(5, t),
+                             .sinks = GIVEN(6, t), .window = GIVEN(7, i),
+                             .softcap = GIVEN(8, f), .alibi_max_bias = GIVEN(9, f)};
+#undef GIVEN
+    return gml_softmax_ext(ctx, v[0].t, v[2].given ? v[2].f : 1.0f, &o);
 }
 
 static void softmax_args(const gml_tensor *t, gml_arg *v) {
@@ -170,6 +317,12 @@ static void softmax_args(const gml_tensor *t, gml_arg *v) {
     v[1].t = t->src[1];
     v[2].f = p.scale;
     v[3].i = p.causal;
+    v[4].t = t->src[SRC_LENS];
+    v[5].t = t->src[SRC_POS];
+    v[6].t = t->src[SRC_SINKS];
+    v[7].i = p.window;
+    v[8].f = p.softcap;
+    v[9].f = p.alibi;
 }
 
 /* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
@@ -178,12 +331,19 @@ const gml_op_def gml_opdef_softmax = {
     .forward = gml_f32_softmax,
     .reference = gml_f32_softmax__ref,
     .flops = softmax_flops,
+    .work_size = softmax_work_size,
     .flags = GML_OPF_INPLACE,
     GML_ARGS(GML_T("x"), GML_OPT("mask", OPT_TENSOR, "none"), GML_OPT("scale", FLOAT, "1"),
-             GML_OPT("causal", BOOL, "false")),
+             GML_OPT_ENUM("causal", "false", gml_causal_names),
+             GML_OPT("valid_lens", OPT_TENSOR, "none"), GML_OPT("positions", OPT_TENSOR, "none"),
+             GML_OPT("sinks", OPT_TENSOR, "none"), GML_OPT_Z("window", INT),
+             GML_OPT_Z("softcap", FLOAT), GML_OPT_Z("alibi", FLOAT)),
     .build = build_softmax,
     .get_args = softmax_args,
-    .doc_args = "x `[..., Tq, Tk]`; mask additive, broadcast to x (0 keep, -inf drop)",
-    .doc_result = "softmax over the last dim of x*scale + mask; causal: query i sees key j iff "
-                  "j <= i + (Tk - Tq); a row with no key left is all 0",
+    .doc_args = "x `[..., Tq, Tk]`; mask additive, broadcast to x (0 keep, -inf drop); "
+                "causal, positions, sinks, window, softcap, alibi as flash_attn's, valid_lens "
+                "too (those naming B or H need x `[B, H, Tq, Tk]`)",
+    .doc_result = "softmax over the last dim of x*scale (capped) + mask (+ alibi, sink in the "
+                  "denominator); causal: query i sees key j iff "
+                  "j <= i + (Tk - Tq) (top_left: j <= i); a row with no key left is all 0",
 };

@@ -187,7 +187,29 @@ typedef struct gml_flash_args {
     size_t mask_stride;       /* in floats */
     float *const *out;        /* [nq] rows: out[l][c], c < dv */
     float *work;              /* GML_FLASH_WORK_FLOATS(tile, dv) floats, 64-byte aligned */
+    /* Options (gml_attn_opts); zero: none. */
+    const int32_t *first_key; /* NULL, or [tile]: lane l sees keys j >= first_key[l] only (a
+                                 window; lanes >= nq 0); the variants start at key key0 */
+    size_t key0;              /* min first_key over the lanes < nq (0 without first_key) */
+    float softcap;            /* > 0: dot -> softcap tanh(dot / softcap) before the mask (a
+                                 non-finite dot becomes NaN first: an overflow stays one) */
+    const float *slope, *qpos; /* NULL, or [tile]: ALiBi, + slope[l] (j - qpos[l]) after the
+                                  mask (lanes >= nq 0) */
+    const float *sink;        /* NULL, or [tile]: lane l's sink logit (gml_flash_finish) */
 } gml_flash_args;
+
+/* The score of key j in lane l from its dot product (q scaled), every
+ * option applied, as the variants form it: softcap, then the mask
+ * (gml_masked_score / gml_visible_score), then ALiBi. Scalar code's (the
+ * scalar variant, gml_flash_lane_exact); the vector variants do the same
+ * operations in the same order, with a vector tanh. */
+static inline float gml_flash_score(const gml_flash_args *a, size_t l, size_t j, float dot) {
+    if (a->softcap > 0) dot = isfinite(dot) ? a->softcap * tanhf(dot / a->softcap) : NAN;
+    float s = a->mask ? gml_masked_score(dot, a->mask[l][j * a->mask_stride])
+                      : gml_visible_score(dot);
+    if (a->slope) s += a->slope[l] * ((float)j - a->qpos[l]);
+    return s;
+}
 
 /* Key blocks of at most this many keys, and the scratch a variant may use:
  * a key block of scores and the output, transposed, padded to whole tiles. */
@@ -201,14 +223,16 @@ GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
 GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
 
 /* The end of every variant (ops/flash_attn.c): out[l] = ot[:, l] / sum[l]
- * for l < nq (ot[c * tile + l], sum[tile]); zeros where sum is 0 (no key
+ * for l < nq (ot[c * tile + l], sum[tile], m[tile] the lanes' running max,
+ * with which a sink is folded in: sum + e^(sink - m), or where the sink is
+ * above m, ot e^(m - sink) / (sum e^(m - sink) + 1)); zeros where sum is 0 (no key
  * seen, whatever ot holds), NaN where it is NaN. A lane whose output has a
  * NaN or inf though its sum is finite is recomputed by gml_flash_lane_exact
  * (its column of ot is used as scratch) when exact is true; when it is
  * false, false is returned at the first such lane (out partly written),
  * true otherwise. */
-bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, float *ot,
-                      bool exact);
+bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, const float *m,
+                      float *ot, bool exact);
 /* Lane l of a, key by key in float, hidden keys skipped (their k and v rows
  * never read), into out[l]: NaN if a score or a value it sees is not finite
  * or the value sums overflow, else the attention. acc: dv floats at stride

@@ -318,7 +318,7 @@ for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
 expect_ok "--list-ops" --list-ops
-check "--list-ops prints the op table" grep -q '^| `softmax(x, mask=none, scale=1, causal=false)` |' "$T/out"
+check "--list-ops prints the op table" grep -q '^| `softmax(x, mask=none, scale=1, causal=false, valid_lens=none, positions=none, sinks=none, window=0, softcap=0, alibi=0)` |' "$T/out"
 expect_ok "--version" --version
 version=$(sed -n 's/^#define GML_VERSION "\(.*\)"$/\1/p' "$SRC/ggmlite/include/ggmlite/ggmlite.h")
 check "--version prints the library's version" grep -qx "run-graph (ggmlite) $version" "$T/out"

@@ -357,7 +357,7 @@ static void test_errors(void) {
         {"input x f32 [2, 3]\ny = softmax(x, causal=true, causal=false)\noutput y\n",
          "bad.graph:2:29: softmax: argument 'causal' given twice"},
         {"input x f32 [2, 3]\ny = softmax(x, causal=maybe)\noutput y\n",
-         "bad.graph:2:23: softmax: 'causal' expects true, false or a whole number"},
+         "bad.graph:2:23: softmax: 'causal' expects one of false, true/bottom_right, top_left or a whole number (0 false, else true)"},
         {"input x f32 [2, 3]\ny = cont(none)\noutput y\n", "bad.graph:2:10: 'none' where a tensor is needed"},
         {"input x f32 [2, 3] optionl\noutput x\n", "bad.graph:1:20: unexpected 'o' after the statement"},
         {"input optional f32 [2]\noutput optional\n", "bad.graph:1:7: 'optional' is a reserved word"},

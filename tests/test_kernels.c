@@ -219,6 +219,32 @@ static void test_softmax(void) {
     gml_free(ctx);
 }
 
+/* ---- the attention options (gml_attn_opts) take the fast kernels ------------ */
+
+static void test_attn_opts(void) {
+    chk_rng r = chk_seed(8);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *q = chk_new_input(ctx, GML_F32, 4, (int64_t[]){1, 4, 9, 13}, CHK_TRANSPOSED, "q", &r, -1, 1);
+    gml_tensor *k = chk_new_input(ctx, GML_F32, 4, (int64_t[]){1, 2, 77, 13}, CHK_CONTIGUOUS, "k", &r, -1, 1);
+    gml_tensor *v = chk_new_input(ctx, GML_F32, 4, (int64_t[]){1, 2, 77, 11}, CHK_CONTIGUOUS, "v", &r, -1, 1);
+    gml_tensor *sk = chk_new_input(ctx, GML_F32, 1, (int64_t[]){4}, CHK_CONTIGUOUS, "sinks", &r, -1, 1);
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 4, (int64_t[]){1, 4, 9, 77}, CHK_CONTIGUOUS, "x", &r, -3, 3);
+    const gml_attn_opts o = {.sinks = sk, .causal = GML_CAUSAL_TOP_LEFT, .window = 20,
+                             .softcap = 2.0f, .alibi_max_bias = 8.0f};
+    gml_tensor *fa = gml_set_name(gml_flash_attn_ext(ctx, q, k, v, 0.4f, &o), "fa");
+    gml_tensor *sm = gml_set_name(gml_softmax_ext(ctx, x, 0.4f, &o), "sm");
+    gml_tensor *outs[] = {fa, sm};
+    gml_graph *g = gml_build_graph(ctx, outs, 2);
+    const expect ex[] = {
+        {fa, "gml_f32_flash_ukernel__", NULL, false},
+        {sm, "gml_f32_softmax_ukernel__", "(options: scores formed in scratch)", false},
+    };
+    chk_case("flash_attn_ext and softmax_ext with every option");
+    run_case(g, ex, 2, outs, 2, 1e-5, NULL, 0);
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- add, mul, scale: runs of the binary micro-kernels ------------------------ */
 
 static void test_binary(void) {
@@ -492,6 +518,7 @@ int main(void) {
     test_flash_attn(1, 4, 2, 37, 70, 5, false); /* 74 rows: the wide one, tails everywhere */
     test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
     test_softmax();
+    test_attn_opts();
     test_binary();
     test_unary();
     test_moves();

@@ -72,8 +72,12 @@ static gml_tensor *ex_silu(gml_context *ctx) { /* a strided input */
 }
 static gml_tensor *ex_gelu(gml_context *ctx) { return gml_gelu(ctx, F32("x", 4, 3)); }
 static gml_tensor *ex_gelu_tanh(gml_context *ctx) { return gml_gelu_tanh(ctx, F32("x", 1, 2, 3, 4)); }
-static gml_tensor *ex_softmax(gml_context *ctx) {
-    return gml_softmax(ctx, F32("s", 2, 3, 5), F32("mask", 3, 5), 1.0f / sqrtf(3.0f), true);
+static gml_tensor *ex_softmax(gml_context *ctx) { /* every option (gml_attn_opts) */
+    const gml_attn_opts o = {.mask = F32("mask", 3, 5), .valid_lens = I32("lens", 2, 3),
+                             .positions = I32("pos", 2, 3), .sinks = F32("sinks", 2),
+                             .causal = GML_CAUSAL_TOP_LEFT, .window = 3, .softcap = 0.1f,
+                             .alibi_max_bias = 8.0f};
+    return gml_softmax_ext(ctx, F32("s", 2, 2, 3, 5), 1.0f / sqrtf(3.0f), &o);
 }
 static gml_tensor *ex_repeat_interleave(gml_context *ctx) {
     return gml_repeat_interleave(ctx, F32("x", 2, 3, 4), 3, -2);
@@ -86,8 +90,12 @@ static gml_tensor *ex_valid_len_mask(gml_context *ctx) {
 }
 static gml_tensor *ex_relpos_index(gml_context *ctx) { return gml_relpos_index(ctx, 4, 6, 2); }
 static gml_tensor *ex_flash_attn(gml_context *ctx) { /* 2 query heads on 1 kv head */
-    return gml_flash_attn(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4), F32("v", 1, 1, 5, 6),
-                          F32("mask", 1, 1, 3, 5), I32("valid_lens", 1), 0.3f, true);
+    const gml_attn_opts o = {.mask = F32("mask", 1, 1, 3, 5), .valid_lens = I32("valid_lens", 1),
+                             .positions = I32("pos", 1, 3), .sinks = F32("sinks", 2),
+                             .causal = GML_CAUSAL_TOP_LEFT, .window = 2, .softcap = 30.0f,
+                             .alibi_max_bias = 0.5f}; /* every option (gml_attn_opts) */
+    return gml_flash_attn_ext(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                              F32("v", 1, 1, 5, 6), 0.3f, &o);
 }
 static gml_tensor *ex_set_rows(gml_context *ctx) {
     return gml_set_rows(ctx, F32("dst", 2, 6, 4), F32("src", 2, 2, 4), I32("idx", 2));

@@ -231,6 +231,8 @@ static gml_graph *attn_graph(gml_context *ctx, const attn_case *c, gml_attn_impl
     return g;
 }
 
+static void bench_window(const opts *o);
+
 static void bench_attention(const opts *o) {
     static const attn_case cases[] = {
         {"C1 MHA B=2 T=10", 2, 10, 512, 8, 8},
@@ -294,6 +296,59 @@ static void bench_attention(const opts *o) {
     printf("\nplanned peak memory, %s D=%lld H=%d: unfused %.1f MiB, fused %.1f MiB (1/%.1f)\n",
            lc.what, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
            (double)peak[1] / (1 << 20), (double)peak[0] / (double)peak[1]);
+    bench_window(o);
+}
+
+/* A sliding window against full causal attention: one flash_attn op (no
+ * projections) with C5's heads (H=16, G=4, d=64), B=1, T=8192, the
+ * window W=512 (bottom-right causal implied): the key blocks outside each
+ * row block's windows are skipped, so the cost should be about W / (T / 2)
+ * = 1/8 of the causal run's or less. */
+static void bench_window(const opts *o) {
+    const int64_t T = 8192, H = 16, G = 4, d = 64, W = 512;
+    printf("\nsliding window, one flash_attn op: GQA B=1 H=%lld G=%lld d=%lld T=%lld "
+           "(f32, fused)\n", (long long)H, (long long)G, (long long)d, (long long)T);
+    printf("%-28s %7s %10s %10s\n", "case", "threads", "ms", "vs causal");
+    double causal_ms[MAX_THREADS] = {0};
+    for (int win = 0; win < 2; win++) {
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = (size_t)1 << 20, .no_alloc = true});
+        if (!ctx) exit(1);
+        gml_tensor *q = gml_new_tensor(ctx, GML_F32, 4, (int64_t[]){1, H, T, d});
+        gml_tensor *k = gml_new_tensor(ctx, GML_F32, 4, (int64_t[]){1, G, T, d});
+        gml_tensor *v = gml_new_tensor(ctx, GML_F32, 4, (int64_t[]){1, G, T, d});
+        const gml_attn_opts ao = {.causal = GML_CAUSAL_BOTTOM_RIGHT, .window = win ? W : 0};
+        gml_tensor *out = gml_flash_attn_ext(ctx, q, k, v, 0.125f, &ao);
+        gml_graph *g = out ? gml_build_graph(ctx, &out, 1) : NULL;
+        if (!g || gml_graph_plan(g, NULL) != GML_OK) {
+            fprintf(stderr, "bench: window: %s\n", g ? gml_graph_error(g) : gml_last_error(ctx));
+            exit(1);
+        }
+        for (int l = 0; l < gml_graph_n_leafs(g); l++) {
+            gml_tensor *t = gml_graph_leaf(g, l);
+            fill(gml_graph_data(g, t), gml_nelements(t), 31 + (uint32_t)l);
+        }
+        for (int j = 0; j < o->n_threads; j++) {
+            double t[MAX_RUNS];
+            pause_s(0.25);
+            for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+            for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
+            const double ms = median(t, o->runs) * 1e3;
+            char what[64];
+            snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
+                     (long long)T, (long long)W);
+            if (!win) {
+                causal_ms[j] = ms;
+                printf("%-28s %7d %10.1f %10s\n", what, o->threads[j], ms, "1");
+            } else {
+                char ratio[32];
+                snprintf(ratio, sizeof ratio, "1/%.1f", causal_ms[j] / ms);
+                printf("%-28s %7d %10.1f %10s\n", what, o->threads[j], ms, ratio);
+            }
+            fflush(stdout);
+        }
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
 }
 
 /* ---- decoding --------------------------------------------------------------
@@ -415,7 +470,7 @@ static void print_machine(const opts *o) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|decode]\n");
+                    "[--threads 1,2] [--only matmul|attention|window|decode]\n");
     exit(2);
 }
 
@@ -437,7 +492,7 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
             if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
-                strcmp(only, "decode") != 0)
+                strcmp(only, "window") != 0 && strcmp(only, "decode") != 0)
                 usage();
         } else {
             usage();
@@ -446,6 +501,7 @@ int main(int argc, char **argv) {
     print_machine(&o);
     if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(&o);
     if (!only[0] || strcmp(only, "attention") == 0) bench_attention(&o);
+    if (strcmp(only, "window") == 0) bench_window(&o); /* also at the end of attention */
     if (!only[0] || strcmp(only, "decode") == 0) bench_decode(&o);
     return 0;
 }

@@ -373,6 +373,38 @@ static bool arg_value(parser *p, const char *op, const gml_arg_spec *spec, gml_a
         v->i = i != 0;
         return true;
     }
+    case GML_ARG_ENUM: { /* a name of the list, or its index as a whole number */
+        char word[GML_MAX_NAME];
+        int after, n = 0;
+        while (spec->names[n]) n++;
+        if (peek_ident(p, word, &after)) {
+            const int e = gml_enum_index(spec, word, strlen(word));
+            if (e >= 0) {
+                ident(p, word);
+                v->i = e;
+                return true;
+            }
+        }
+        /* a boolean-like enum (false, true, ...) takes a whole number as BOOL:
+         * 0 false, else true (causal=CAUSAL in older graph files) */
+        const bool boolish = n >= 2 && gml_enum_index(spec, "false", 5) == 0 &&
+                             gml_enum_index(spec, "true", 4) == 1;
+        int64_t i = 0;
+        char list[256] = ""; /* every name, aliases too: "false, true, bottom_right, ..." */
+        for (int e = 0; e < n; e++) {
+            size_t at = strlen(list);
+            snprintf(list + at, sizeof list - at, "%s%s", e ? ", " : "", spec->names[e]);
+            for (char *c = list + at; *c; c++)
+                if (*c == '|') *c = '/';
+        }
+        if (!boolish || !int_expr(p, &i)) {
+            p->failed = false;
+            return fail_at(p, col, "%s: '%s' expects one of %s%s", op, spec->name, list,
+                           boolish ? " or a whole number (0 false, else true)" : "");
+        }
+        v->i = i != 0;
+        return true;
+    }
     case GML_ARG_INT:
         return int_expr(p, &v->i);
     case GML_ARG_FLOAT: {

@@ -689,6 +689,23 @@ static void op_rope(program *p, reader *r) {
            x->taint, 0);
 }
 
+/* rms_norm and layer_norm over the last dim, w and b [d] or none. */
+static void op_norm(program *p, reader *r) {
+    entry *x = take(p, r, false, 1);
+    if (!x) return;
+    const int64_t d = gml_dim(x->t, -1);
+    entry *w = chance(r, 70) ? normal_leaf(p, r, 1, (int64_t[]){d}) : NULL;
+    entry *b = chance(r, 70) ? normal_leaf(p, r, 1, (int64_t[]){d}) : NULL;
+    if (w) w->read = true;
+    if (b) b->read = true;
+    static const float EPS[] = {1e-5f, 1e-6f, 1e-2f};
+    const float eps = EPS[pick(r, 3)];
+    const int taint = x->taint | (w ? w->taint : 0) | (b ? b->taint : 0);
+    result(p, chance(r, 50) ? gml_rms_norm(p->ctx, x->t, w ? w->t : NULL, eps)
+                            : gml_layer_norm(p->ctx, x->t, w ? w->t : NULL, b ? b->t : NULL, eps),
+           taint, 0);
+}
+
 /* Builds the program the bytes describe in p->ctx; false if nothing to
  * compute. Deterministic: the same bytes build the same graph in any context. */
 static bool decode(program *p, const uint8_t *data, size_t size) {
@@ -706,7 +723,7 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
     if (v1 < 0) v1 = getenv("GGMLITE_FUZZ_DIFF_V1") != NULL;
     const int n_ops = 1 + pick(&r, MAX_OPS);
     for (int i = 0; i < n_ops && r.i < r.n; i++) {
-        switch (pick(&r, v1 ? 20 : 25)) {
+        switch (pick(&r, v1 ? 20 : 26)) {
         case 0: op_view(p, &r); break;
         case 1: op_reshape(p, &r); break;
         case 2: op_permute(p, &r); break;
@@ -731,7 +748,8 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         case 21: op_unary(p, &r); break;
         case 22: op_slice_concat(p, &r); break;
         case 23: op_reduce(p, &r); break;
-        default: op_rope(p, &r); break;
+        case 24: op_rope(p, &r); break;
+        default: op_norm(p, &r); break;
         }
     }
     if (gml_last_error(p->ctx)[0]) gml_clear_error(p->ctx);
@@ -1034,6 +1052,42 @@ static double max_abs(const gml_graph *g, const gml_tensor *t) {
  * run. Chains of finite inputs get there too (a matrix squared 7 times). */
 #define HUGE_VALUE 1e18
 
+/* rms_norm / layer_norm: y = (x - m) r w + b with r = 1 / sqrt(var + eps)
+ * per row (m = 0, var = mean(x^2) for rms_norm). The fast kernels' float
+ * statistics differ from the reference's double ones by about 256 ulp of
+ * the row (blocks of 256), which r magnifies; the inputs' own errors move
+ * x - m and r. r is taken at the row where it is largest, from the
+ * reference's data. */
+static double norm_bound(const gml_graph *g, const gml_tensor *t, double ex, double ew, double eb) {
+    gml_arg args[GML_MAX_ARGS];
+    if (!gml_form_get_args(t, args)) return INFINITY;
+    const bool layer = t->op == GML_OP_LAYER_NORM;
+    const float eps = args[layer ? 3 : 2].f;
+    const gml_tensor *x = gml_graph_tensor(g, t->src[0]);
+    if (!x || !x->data) return INFINITY;
+    const int64_t d = x->ne[3];
+    double rmax = 0;
+    for (int64_t i0 = 0; i0 < x->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < x->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
+                const char *row = (const char *)x->data + i0 * x->nb[0] + i1 * x->nb[1] + i2 * x->nb[2];
+                double s = 0, s2 = 0;
+                for (int64_t i = 0; i < d; i++) {
+                    float v;
+                    memcpy(&v, row + i * x->nb[3], 4);
+                    s += v, s2 += (double)v * v;
+                }
+                const double m = layer ? s / (double)d : 0;
+                const double var = fmax(0, s2 / (double)d - m * m);
+                rmax = fmax(rmax, 1 / sqrt(var + eps));
+            }
+    const double wmax = t->src[1] ? max_abs(g, t->src[1]) : 1, xmax = max_abs(g, t->src[0]);
+    const double dm = 300 * U * xmax + ex;  /* error of x - m, float stats */
+    const double xhat = sqrt((double)d);    /* |x - m| r <= sqrt(d) */
+    return wmax * (3 * dm * rmax + xhat * (600 * U + 3 * ex * rmax)) + ew * xhat + eb +
+           8 * U * max_abs(g, t);
+}
+
 static void err_bound(const program *p, const gml_graph *g, double *err, bool *huge, int n_ids) {
     for (int i = 0; i < n_ids; i++) err[i] = 0, huge[i] = false;
     for (int i = 0; i < gml_graph_n_leafs(g); i++) {
@@ -1088,6 +1142,10 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
         case GML_OP_MEAN: e = ea + U * max_abs(g, a); break;
         case GML_OP_ROPE: e = 2 * ea + 2 * U * max_abs(g, a); break;
         case GML_OP_SET_ROWS: e = fmax(ea, eb); break;
+        case GML_OP_RMS_NORM:
+        case GML_OP_LAYER_NORM:
+            e = norm_bound(g, t, ea, b ? eb : 0, t->src[2] ? err[t->src[2]->id] : 0);
+            break;
         case GML_OP_VALID_LEN_MASK:
         case GML_OP_RELPOS_INDEX: e = 0; break;
         default: e = ea; break; /* views, cont, cpy, repeat, get_rows, after */

@@ -66,6 +66,17 @@
  *     chains on q * scale (a partial sum such as 3e38 + 3e38 - 3e38, or
  *     q * scale itself, can overflow) and its value sums are float
  *     (sum_j e_j v_j, unnormalized, can pass FLT_MAX when V is near it).
+ *   . Options (gml_attn_opts: gml_softmax_ext, gml_flash_attn_ext). A score
+ *     is formed as s = x * scale (flash: q.k * scale); softcap c: s = c
+ *     tanh(s / c); + mask; + ALiBi slope_h (j - i'). Query i's absolute
+ *     position i' is positions[b, i] when given, else i + Tk - Tq (causal
+ *     BOTTOM_RIGHT or NONE) or i (TOP_LEFT). Causal hides key j iff j > i';
+ *     a window W hides it iff i' - j >= W as well (a window implies causal).
+ *     Keys the window hides are masked keys as above (skipped, weight 0, a
+ *     row with none left is zeros). A sink logit s_h (not scaled, capped or
+ *     biased) joins the row's max and denominator only: w_j = e^(s_j - m) /
+ *     (sum_k e^(s_k - m) + e^(s_h - m)), m = max(s_h, max_k s_k); a row with
+ *     no visible key is zeros even with a sink; a NaN sink makes the row NaN.
  *   . The unfused graph (scores = matmul(q, k^T), softmax, matmul with v)
  *     keeps the same rules in softmax, but its matmuls are plain IEEE: a
  *     NaN or inf in a masked V row gives 0 * NaN = NaN in the output (use
@@ -159,7 +170,7 @@ extern "C" {
 #define GML_VERSION "0.1.0"
 #define GML_VERSION_NUMBER (GML_VERSION_MAJOR * 10000 + GML_VERSION_MINOR * 100 + GML_VERSION_PATCH)
 #define GML_MAX_DIMS 4
-#define GML_MAX_SRC 6
+#define GML_MAX_SRC 8
 #define GML_MAX_NAME 64
 #define GML_MAX_OP_PARAMS 16 /* int32 slots */
 #define GML_SHAPE_MAX 64 /* room for any shape gml_format_shape writes */
@@ -403,6 +414,45 @@ gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
+/* Where the causal diagonal lies when Tq != Tk. */
+typedef enum gml_causal {
+    GML_CAUSAL_NONE = 0,
+    GML_CAUSAL_BOTTOM_RIGHT = 1, /* query i at position i + Tk - Tq (decoding; gml_flash_attn's causal=true) */
+    GML_CAUSAL_TOP_LEFT = 2,     /* query i at position i (PyTorch's is_causal, torch.ones(Tq, Tk).tril()) */
+} gml_causal;
+
+/* Options of the attention ops; zero-initialised = none of them. The order
+ * in which they shape a score, and what they mask: MASKS, "Options". */
+typedef struct gml_attn_opts {
+    gml_tensor *mask;       /* f32 additive, broadcastable to the scores [B, H, Tq, Tk], or NULL */
+    gml_tensor *valid_lens; /* i32 [B] or [B, Tq]: key j seen iff j < len; or NULL */
+    gml_tensor *positions;  /* i32 [B, Tq]: absolute position i' of each query, or NULL; when given,
+                               causal, window and alibi use it instead of the alignment rule
+                               (a KV-cache step passes its cache rows); any value (a negative
+                               one with causal or a window: no key, zeros) */
+    gml_tensor *sinks;      /* f32 [H]: one logit per query head in every row's denominator, or NULL */
+    gml_causal causal;      /* NONE, BOTTOM_RIGHT or TOP_LEFT */
+    int64_t window;         /* W > 0: key j seen iff 0 <= i' - j < W (implies causal: with causal NONE,
+                               bottom-right alignment); 0 = no window */
+    float softcap;          /* c > 0: scaled score s -> c tanh(s / c), before masks and alibi; 0 = none */
+    float alibi_max_bias;   /* > 0: ALiBi, head h's slope from max_bias (8 = the paper's 2^(-8(h+1)/H),
+                               BLOOM's rule for H not a power of two, as ggml's max_bias); 0 = none.
+                               With causal NONE and no positions, i' = i + Tk - Tq */
+} gml_attn_opts;
+
+/* ALiBi slope of head h of H for max_bias (ggml's rule): with n = the
+ * largest power of two <= H, m0 = 2^(-max_bias / n), m1 = 2^(-max_bias / 2
+ * / n): h < n: m0^(h + 1); else m1^(2 (h - n) + 1). For max_bias 8 that is
+ * the paper's 2^(-8 (h + 1) / H) when H is a power of two, and BLOOM's
+ * interleaving otherwise. */
+float gml_alibi_slope(float max_bias, int64_t h, int64_t H);
+
+/* softmax with options over x [..., Tq, Tk]; valid_lens, positions, sinks and alibi need
+ * x 4-D [B, H, Tq, Tk] (head = dim 1). opts may be NULL. Fails (NULL, message) on window < 0,
+ * softcap or alibi_max_bias < 0 or not finite, a causal value outside the enum, sinks not
+ * f32 [H], positions not i32 [B, Tq]. A valid length outside [0, Tk] fails compute. */
+gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const gml_attn_opts *opts);
+
 /* Reductions over the last dim, keeping it as size 1 (keepdim=True; a
  * reshape drops it): x [..., n] -> [..., 1], any strides.
  * sum:  torch.sum(x, -1, keepdim=True)
@@ -491,6 +541,14 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * do not depend on the thread count. */
 gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
+/* flash_attn with options: q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
+ * -> [B, H, Tq, d_v] (layout as gml_flash_attn). opts may be NULL (checks as
+ * gml_softmax_ext's). A window skips the key blocks outside [i' - W + 1, i']
+ * of a block of rows: the cost grows with W, not Tk. Sinks enter the final
+ * normalisation of the online softmax. softcap uses a vector tanh (ops/vunary.h)
+ * in the AVX2 / AVX-512 variants, tanhf in the scalar one. */
+gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                               float scale, const gml_attn_opts *opts);
 
 
 /* Additive key mask from valid lengths: lens i32 [B] or [B, Tq] ->
@@ -578,6 +636,7 @@ typedef enum gml_arg_kind {
     GML_ARG_FLOAT,      /* a number, as a float */
     GML_ARG_BOOL,       /* true or false */
     GML_ARG_INTS,       /* a list of 1 to GML_MAX_DIMS whole numbers */
+    GML_ARG_ENUM,       /* one of the spec's names (its index in i), or that index */
 } gml_arg_kind;
 
 typedef struct gml_arg_spec {
@@ -586,19 +645,26 @@ typedef struct gml_arg_spec {
     bool optional;      /* may be left out (then its default applies) */
     const char *def;    /* the default as the reference shows it ("none", "1",
                            "1/sqrt(d_k)"), NULL for a required argument */
+    const char *const *names; /* ENUM: value i is names[i], NULL-terminated; a name
+                                 may list aliases after '|' ("true|bottom_right"),
+                                 the first is the one printed; an ENUM whose first
+                                 names are false and true also takes a whole number
+                                 as BOOL does: 0 is names[0], any other names[1] */
+    bool omit_zero;           /* INT, FLOAT: left out of printed calls when 0 (options
+                                 added later: older calls print as they did) */
 } gml_arg_spec;
 
 /* One argument's value (the field of its kind). */
 typedef struct gml_arg {
     bool given;                 /* false: an optional argument left out */
     gml_tensor *t;              /* TENSOR, OPT_TENSOR (NULL: none) */
-    int64_t i;                  /* INT; BOOL as 0 or 1 */
+    int64_t i;                  /* INT; BOOL as 0 or 1; ENUM as the name's index */
     float f;                    /* FLOAT */
     int64_t list[GML_MAX_DIMS]; /* INTS: list[0..n-1] */
     int n;
 } gml_arg;
 
-#define GML_MAX_ARGS 8
+#define GML_MAX_ARGS 16
 
 typedef struct gml_op_form gml_op_form;
 /* The forms: the ops of ops.inc in order (GML_OP_NONE has none), then the
