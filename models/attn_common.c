@@ -62,47 +62,125 @@ static bool check_input(gml_context *ctx, const gml_attn_plan *p, const gml_tens
 }
 
 /* Heads, kv heads and d_model against each other and the query. */
-static bool check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
-                         const gml_tensor *query) {
+static bool check_dims(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
+                       const gml_tensor *query) {
     char sq[GML_SHAPE_MAX];
     if (query->type != GML_F32 || query->n_dims != 3)
         return gml_attn_fail(ctx, "%s: query '%s' is %s %s, expected f32 [B, Tq, d_model]",
                              p->block, query->name, gml_type_name(query->type),
                              GML_SHAPE(query, sq));
+    const gml_attn_dims *d = &cfg->dims;
     p->B = query->ne[1];
     p->Tq = query->ne[2];
     p->D = query->ne[3];
-    if (cfg->d_model != 0 && cfg->d_model != p->D)
+    if (d->d_model != 0 && d->d_model != p->D)
         return gml_attn_fail(ctx, "%s: query '%s' is %s, but d_model is %" PRId64, p->block,
-                             query->name, GML_SHAPE(query, sq), cfg->d_model);
-    if (cfg->n_heads < 1)
-        return gml_attn_fail(ctx, "%s: heads is %d, must be >= 1", p->block, cfg->n_heads);
-    if (p->D % cfg->n_heads)
+                             query->name, GML_SHAPE(query, sq), d->d_model);
+    if (d->n_heads < 1)
+        return gml_attn_fail(ctx, "%s: heads is %d, must be >= 1", p->block, d->n_heads);
+    if (p->D % d->n_heads)
         return gml_attn_fail(ctx, "%s: d_model %" PRId64 " is not divisible by heads %d", p->block,
-                             p->D, cfg->n_heads);
-    int g = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->n_heads;
-    if (g < 1 || g > cfg->n_heads || cfg->n_heads % g)
+                             p->D, d->n_heads);
+    int g = d->n_kv_heads ? d->n_kv_heads : d->n_heads;
+    if (g < 1 || g > d->n_heads || d->n_heads % g)
         return gml_attn_fail(ctx, "%s: kv_heads %d must divide heads %d (1 <= kv_heads <= heads)",
-                             p->block, g, cfg->n_heads);
-    if (cfg->gqa_form != GML_GQA_BROADCAST && cfg->gqa_form != GML_GQA_REPEAT)
-        return gml_attn_fail(ctx, "%s: unknown gqa_form %d", p->block, (int)cfg->gqa_form);
-    if ((unsigned)cfg->impl > GML_ATTN_UNFUSED)
-        return gml_attn_fail(ctx, "%s: unknown attention impl %d (auto, fused or unfused)",
-                             p->block, (int)cfg->impl);
-    if (cfg->impl == GML_ATTN_FUSED && cfg->want_weights)
-        return gml_attn_fail(ctx, "%s: the fused graph has no attention weights; ask for the "
-                             "unfused graph (or auto) to get them", p->block);
-    p->fused = cfg->impl == GML_ATTN_FUSED || (cfg->impl == GML_ATTN_AUTO && !cfg->want_weights);
-    p->H = cfg->n_heads;
+                             p->block, g, d->n_heads);
+    p->H = d->n_heads;
     p->G = g;
     p->dk = p->D / p->H;
-    p->causal = cfg->causal;
-    p->form = cfg->gqa_form;
     return true;
 }
 
-/* The five projection tensors: separate or packed, shapes as the config says. */
-static bool check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w) {
+bool gml_attn_check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
+                           bool can_fuse) {
+    const gml_attn_scoring *s = &cfg->score;
+    const gml_attn_posenc *pe = &cfg->pos;
+    const gml_attn_graph_opts *go = &cfg->graph;
+    if (go->gqa_form != GML_GQA_BROADCAST && go->gqa_form != GML_GQA_REPEAT)
+        return gml_attn_fail(ctx, "%s: unknown gqa_form %d", p->block, (int)go->gqa_form);
+    if ((unsigned)go->impl > GML_ATTN_UNFUSED)
+        return gml_attn_fail(ctx, "%s: unknown attention impl %d (auto, fused or unfused)",
+                             p->block, (int)go->impl);
+    if (go->impl == GML_ATTN_FUSED && go->want_weights)
+        return gml_attn_fail(ctx, "%s: the fused graph has no attention weights; ask for the "
+                             "unfused graph (or auto) to get them", p->block);
+    if (!can_fuse && go->impl == GML_ATTN_FUSED)
+        return gml_attn_fail(ctx, "%s: has no fused graph; use impl unfused (or auto)", p->block);
+    if ((unsigned)s->causal > GML_CAUSAL_TOP_LEFT)
+        return gml_attn_fail(ctx, "%s: unknown causal alignment %d (none, bottom-right, "
+                             "top-left)", p->block, (int)s->causal);
+    if (s->window < 0)
+        return gml_attn_fail(ctx, "%s: window %" PRId64 " is negative (0: no window)", p->block,
+                             s->window);
+    if (!(s->softcap >= 0 && s->softcap < INFINITY))
+        return gml_attn_fail(ctx, "%s: softcap %g must be finite and >= 0 (0: none)", p->block,
+                             (double)s->softcap);
+    if (!(s->alibi_max_bias >= 0 && s->alibi_max_bias < INFINITY))
+        return gml_attn_fail(ctx, "%s: alibi_max_bias %g must be finite and >= 0 (0: none)",
+                             p->block, (double)s->alibi_max_bias);
+    if (!(s->scale >= 0 && s->scale < INFINITY))
+        return gml_attn_fail(ctx, "%s: scale %g must be finite and > 0 (0: 1/sqrt(d_k))",
+                             p->block, (double)s->scale);
+    if (pe->kind != GML_POS_NONE && pe->kind != GML_POS_ROPE)
+        return gml_attn_fail(ctx, "%s: unknown position encoding %d (none or rope)", p->block,
+                             (int)pe->kind);
+    if (pe->kind == GML_POS_ROPE) {
+        const gml_attn_rope *r = &pe->rope;
+        if (r->rotary_dim < 0 || r->rotary_dim % 2 || r->rotary_dim > p->dk)
+            return gml_attn_fail(ctx, "%s: rope rotary_dim %d must be even and in [0, d_k %" PRId64
+                                 "] (0: d_k)", p->block, r->rotary_dim, p->dk);
+        if (p->dk % 2 && r->rotary_dim == 0)
+            return gml_attn_fail(ctx, "%s: rope needs an even d_k, or an even rotary_dim < d_k; "
+                                 "d_k is %" PRId64, p->block, p->dk);
+        if (!(r->theta >= 0 && r->theta < INFINITY) || r->theta == 1)
+            return gml_attn_fail(ctx, "%s: rope theta %g must be finite, > 0 and not 1 (0: 10000)",
+                                 p->block, (double)r->theta);
+        if (!(r->pos_scale >= 0 && r->pos_scale < INFINITY))
+            return gml_attn_fail(ctx, "%s: rope pos_scale %g must be finite and > 0 (0: 1)",
+                                 p->block, (double)r->pos_scale);
+    }
+    p->cfg = *cfg;
+    p->cfg.dims = (gml_attn_dims){.d_model = p->D, .n_heads = (int)p->H, .n_kv_heads = (int)p->G};
+    p->fused = can_fuse && (go->impl == GML_ATTN_FUSED ||
+                            (go->impl == GML_ATTN_AUTO && !go->want_weights));
+    p->scale = s->scale ? s->scale : (float)(1.0 / sqrt((double)p->dk));
+    return true;
+}
+
+bool gml_attn_plan_inputs(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                          const gml_attn_inputs *in, bool can_fuse, gml_attn_plan *p) {
+    if (!ctx) return false;
+    *p = (gml_attn_plan){.block = block};
+    if (!cfg) return gml_attn_fail(ctx, "%s: no config (NULL)", block);
+    if (!in->query || (in->key == NULL && in->value != NULL)) {
+        /* A NULL input is an earlier builder's failure: keep its message. */
+        if (!gml_last_error(ctx)[0])
+            gml_set_error(ctx, "%s: %s is NULL", block,
+                          in->query ? "key (with a value given)" : "query");
+        return false;
+    }
+    if (!check_dims(ctx, p, cfg, in->query)) return false;
+    if (!gml_attn_check_config(ctx, p, cfg, can_fuse)) return false;
+
+    gml_tensor *key = in->key ? in->key : in->query;
+    gml_tensor *value = in->value ? in->value : key;
+    if (!check_input(ctx, p, key, "key", p->B, p->D) ||
+        !check_input(ctx, p, value, "value", p->B, p->D))
+        return false;
+    if (value->ne[2] != key->ne[2]) {
+        char sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX];
+        return gml_attn_fail(ctx, "%s: key '%s' %s and value '%s' %s differ in length Tk", block,
+                             key->name, GML_SHAPE(key, sk), value->name, GML_SHAPE(value, sv));
+    }
+    p->Tk = key->ne[2];
+    p->self = in->key == NULL;
+    return true;
+}
+
+/* The projection tensors: separate or packed, shapes as the config says. */
+bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                            bool out_proj) {
+    if (!w) return gml_attn_fail(ctx, "%s: no weights given (NULL)", p->block);
     const int64_t D = p->D, kv = p->G * p->dk;
     const char *kv_rows = p->G == p->H ? "[d_model, d_model]" : "[kv_heads*d_k, d_model]";
     const char *kv_len = p->G == p->H ? "[d_model]" : "[kv_heads*d_k]";
@@ -138,26 +216,53 @@ static bool check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_at
             (w->b_v && !gml_attn_check_param(ctx, p, w->b_v, "w_v.bias", kv, -1, kv_len)))
             return false;
     }
+    if (!out_proj) return true;
     if (!w->w_o)
         return gml_attn_fail(ctx, "%s: w_o.weight (out_proj.weight) is missing (NULL)", p->block);
     return gml_attn_check_param(ctx, p, w->w_o, "w_o.weight", D, D, "[d_model, d_model]") &&
            (!w->b_o || gml_attn_check_param(ctx, p, w->b_o, "w_o.bias", D, -1, "[d_model]"));
 }
 
-static bool check_lens(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *lens) {
-    char sl[GML_SHAPE_MAX];
-    bool ok = lens->type == GML_I32 &&
-              ((lens->n_dims == 1 && lens->ne[3] == p->B) ||
-               (lens->n_dims == 2 && lens->ne[2] == p->B && lens->ne[3] == p->Tq));
-    if (ok) return true;
-    return gml_attn_fail(ctx,
-                         "%s: valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] or [%" PRId64
-                         ",%" PRId64 "] ([B] or [B, Tq])",
-                         p->block, lens->name, gml_type_name(lens->type), GML_SHAPE(lens, sl), p->B,
-                         p->B, p->Tq);
+bool gml_attn_check_masks(gml_context *ctx, const gml_attn_plan *p, const gml_attn_inputs *in,
+                          const gml_tensor *sinks) {
+    char st[GML_SHAPE_MAX];
+    const gml_tensor *lens = in->valid_lens, *mask = in->mask, *pos = in->positions;
+    if (lens && !(lens->type == GML_I32 &&
+                  ((lens->n_dims == 1 && lens->ne[3] == p->B) ||
+                   (lens->n_dims == 2 && lens->ne[2] == p->B && lens->ne[3] == p->Tq))))
+        return gml_attn_fail(ctx,
+                             "%s: valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] or [%" PRId64
+                             ",%" PRId64 "] ([B] or [B, Tq])",
+                             p->block, lens->name, gml_type_name(lens->type), GML_SHAPE(lens, st),
+                             p->B, p->B, p->Tq);
+    if (mask) {
+        const int64_t full[4] = {p->B, p->H, p->Tq, p->Tk};
+        bool ok = mask->type == GML_F32;
+        for (int d = 4 - mask->n_dims; d < 4; d++)
+            ok = ok && (mask->ne[d] == 1 || mask->ne[d] == full[d]);
+        if (!ok)
+            return gml_attn_fail(ctx,
+                                 "%s: mask '%s' is %s %s, expected f32 broadcastable to [B, H, "
+                                 "Tq, Tk] = [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64
+                                 "] (each dim 1 or equal, e.g. [Tq, Tk] or [B, 1, 1, Tk])",
+                                 p->block, mask->name, gml_type_name(mask->type),
+                                 GML_SHAPE(mask, st), p->B, p->H, p->Tq, p->Tk);
+    }
+    if (pos && !(pos->type == GML_I32 && pos->n_dims == 2 && pos->ne[2] == p->B &&
+                 pos->ne[3] == p->Tq))
+        return gml_attn_fail(ctx,
+                             "%s: positions '%s' is %s %s, expected i32 [%" PRId64 ",%" PRId64
+                             "] ([B, Tq])",
+                             p->block, pos->name, gml_type_name(pos->type), GML_SHAPE(pos, st),
+                             p->B, p->Tq);
+    if (sinks && !(sinks->type == GML_F32 && sinks->n_dims == 1 && sinks->ne[3] == p->H))
+        return gml_attn_fail(ctx, "%s: sinks '%s' is %s %s, expected f32 [%" PRId64 "] ([heads])",
+                             p->block, sinks->name, gml_type_name(sinks->type),
+                             GML_SHAPE(sinks, st), p->H);
+    return true;
 }
 
-/* ---- projections -------------------------------------------------------- */
+/* ---- stage 1: projections ------------------------------------------------ */
 
 /* Rows [r0, r0 + n) of a packed [R, C] matrix, or elements of a [R] vector:
  * a view, no copy. */
@@ -171,38 +276,17 @@ static gml_tensor *packed_rows(gml_context *ctx, gml_tensor *t, int64_t r0, int6
     return gml_set_name(v, name);
 }
 
-bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config *cfg,
-                      const gml_attn_weights *w, const gml_attn_inputs *in, bool can_fuse,
-                      gml_attn_plan *p) {
-    if (!ctx) return false;
-    *p = (gml_attn_plan){.block = block, .w = w};
-    if (!in->query || (in->key == NULL && in->value != NULL)) {
-        /* A NULL input is an earlier builder's failure: keep its message. */
-        if (!gml_last_error(ctx)[0])
-            gml_set_error(ctx, "%s: %s is NULL", block,
-                          in->query ? "key (with a value given)" : "query");
-        return false;
-    }
-    if (!w) return gml_attn_fail(ctx, "%s: no weights given (NULL)", block);
-    if (!check_config(ctx, p, cfg, in->query)) return false;
-    if (!can_fuse && cfg->impl == GML_ATTN_FUSED)
-        return gml_attn_fail(ctx, "%s: has no fused graph; use impl unfused (or auto)", block);
-    p->fused = p->fused && can_fuse;
+/* x [B, T, n*d_k] -> [B, n, T, d_k] (a view) */
+static gml_tensor *heads_of(gml_context *ctx, gml_tensor *x, int64_t n, int64_t dk) {
+    if (!x) return NULL;
+    gml_tensor *h = gml_reshape(ctx, x, 4, (int64_t[]){x->ne[1], x->ne[2], n, dk});
+    return gml_permute(ctx, h, (int[]){0, 2, 1, 3});
+}
 
+gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
+                                const gml_attn_weights *w, const gml_attn_inputs *in) {
     gml_tensor *key = in->key ? in->key : in->query;
     gml_tensor *value = in->value ? in->value : key;
-    if (!check_input(ctx, p, key, "key", p->B, p->D) ||
-        !check_input(ctx, p, value, "value", p->B, p->D))
-        return false;
-    if (value->ne[2] != key->ne[2]) {
-        char sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX];
-        return gml_attn_fail(ctx, "%s: key '%s' %s and value '%s' %s differ in length Tk", block,
-                             key->name, GML_SHAPE(key, sk), value->name, GML_SHAPE(value, sv));
-    }
-    p->Tk = key->ne[2];
-    if (!check_weights(ctx, p, w)) return false;
-    if (in->valid_lens && !check_lens(ctx, p, in->valid_lens)) return false;
-
     gml_tensor *wq = w->w_q, *wk = w->w_k, *wv = w->w_v;
     gml_tensor *bq = w->b_q, *bk = w->b_k, *bv = w->b_v;
     if (w->in_proj_weight) { /* nn.MultiheadAttention: q | k | v rows */
@@ -214,51 +298,199 @@ bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config
         bk = packed_rows(ctx, w->in_proj_bias, D, kv, "in_proj_bias[k]");
         bv = packed_rows(ctx, w->in_proj_bias, D + kv, kv, "in_proj_bias[v]");
     }
-    p->q = gml_set_name(gml_linear(ctx, in->query, wq, bq), "q"); /* [B, Tq, H*d_k] */
-    p->k = gml_set_name(gml_linear(ctx, key, wk, bk), "k");       /* [B, Tk, G*d_k] */
-    p->v = gml_set_name(gml_linear(ctx, value, wv, bv), "v");     /* [B, Tk, G*d_k] */
-    p->lens = in->valid_lens;
-    if (in->valid_lens && !p->fused) /* [B, 1, 1|Tq, Tk] */
-        p->mask = gml_set_name(gml_valid_len_mask(ctx, in->valid_lens, p->Tk), "mask");
-    return p->q && p->k && p->v && (!in->valid_lens || p->fused || p->mask);
+    gml_tensor *q = gml_set_name(gml_linear(ctx, in->query, wq, bq), "q"); /* [B, Tq, H*d_k] */
+    gml_tensor *k = gml_set_name(gml_linear(ctx, key, wk, bk), "k");       /* [B, Tk, G*d_k] */
+    gml_tensor *v = gml_set_name(gml_linear(ctx, value, wv, bv), "v");     /* [B, Tk, G*d_k] */
+    gml_attn_qkv r = {.q = heads_of(ctx, q, p->H, p->dk), /* [B, H, Tq, d_k] */
+                      .k = heads_of(ctx, k, p->G, p->dk), /* [B, G, Tk, d_k] */
+                      .v = heads_of(ctx, v, p->G, p->dk)};
+    if (!r.q || !r.k || !r.v) return (gml_attn_qkv){0};
+    return r;
 }
 
-/* ---- steps -------------------------------------------------------------- */
+/* ---- stage 2: position encoding ------------------------------------------ */
 
-/* x [B, T, n*d_k] -> [B, T, n, d_k] */
-gml_tensor *gml_attn_split(gml_context *ctx, gml_tensor *x, int64_t n, int64_t dk) {
-    if (!x) return NULL;
-    return gml_reshape(ctx, x, 4, (int64_t[]){x->ne[1], x->ne[2], n, dk});
+gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 gml_tensor *q_pos, gml_tensor *k_pos) {
+    if (p->cfg.pos.kind == GML_POS_NONE) return qkv;
+    const gml_attn_rope *r = &p->cfg.pos.rope;
+    const float theta = r->theta ? r->theta : 10000.0f;
+    const float pos_scale = r->pos_scale ? r->pos_scale : 1.0f;
+    if (!q_pos) { /* the queries are the last Tq positions (top-left: the first) */
+        const int64_t start = p->cfg.score.causal == GML_CAUSAL_TOP_LEFT ? 0 : p->Tk - p->Tq;
+        q_pos = gml_set_name(gml_arange(ctx, p->Tq, start), "q_pos"); /* [Tq] */
+    }
+    if (!k_pos) /* self-attention: the keys are the queries */
+        k_pos = p->self ? q_pos : gml_set_name(gml_arange(ctx, p->Tk, 0), "k_pos"); /* [Tk] */
+    gml_attn_qkv out = {
+        .q = gml_set_name(gml_rope(ctx, qkv.q, q_pos, -2, r->rotary_dim, theta, pos_scale,
+                                   r->interleaved), "q_rope"),
+        .k = gml_set_name(gml_rope(ctx, qkv.k, k_pos, -2, r->rotary_dim, theta, pos_scale,
+                                   r->interleaved), "k_rope"),
+        .v = qkv.v};
+    if (!out.q || !out.k) return (gml_attn_qkv){0};
+    return out;
+}
+
+/* ---- stage 3: attention --------------------------------------------------- */
+
+/* The options of the attention ops: the config's scoring, the inputs'
+ * masks and positions, the sinks. */
+static gml_attn_opts attn_opts(const gml_attn_plan *p, const gml_attn_inputs *in,
+                               gml_tensor *sinks) {
+    const gml_attn_scoring *s = &p->cfg.score;
+    return (gml_attn_opts){.mask = in->mask,
+                           .valid_lens = in->valid_lens,
+                           .positions = in->positions,
+                           .sinks = sinks,
+                           .causal = s->causal,
+                           .window = s->window,
+                           .softcap = s->softcap,
+                           .alibi_max_bias = s->alibi_max_bias};
 }
 
 /* scores [B, H, Tq, Tk] -> attn [B, H, Tq, Tk] */
-gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores) {
-    const float scale = (float)(1.0 / sqrt((double)p->dk));
-    return gml_set_name(gml_softmax(ctx, scores, p->mask, scale, p->causal), "attn");
+gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
+                             const gml_attn_inputs *in, gml_tensor *sinks) {
+    const gml_attn_opts o = attn_opts(p, in, sinks);
+    return gml_set_name(gml_softmax_ext(ctx, scores, p->scale, &o), "attn");
 }
 
-/* heads [B, Tq, H, d_k] -> out [B, Tq, D] */
-gml_attn_result gml_attn_output(gml_context *ctx, const gml_attn_plan *p, gml_tensor *heads,
-                                gml_tensor *attn) {
+gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 const gml_attn_inputs *in, gml_tensor *sinks) {
+    if (!qkv.q || !qkv.k || !qkv.v) return (gml_attn_heads){0};
+    if (p->fused) { /* flash [B, H, Tq, d_k], stored [B, Tq, H, d_k] */
+        const gml_attn_opts o = attn_opts(p, in, sinks);
+        gml_tensor *f = gml_flash_attn_ext(ctx, qkv.q, qkv.k, qkv.v, p->scale, &o);
+        return (gml_attn_heads){.heads = gml_set_name(f, "flash")};
+    }
+    gml_tensor *attn = gml_attn_softmax(ctx, p, gml_attn_scores(ctx, p, qkv.q, qkv.k), in, sinks);
+    gml_tensor *heads = gml_attn_context(ctx, p, attn, qkv.v); /* [B, H, Tq, d_k] */
+    if (!heads) return (gml_attn_heads){0};
+    return (gml_attn_heads){.heads = heads, .weights = attn};
+}
+
+/* ---- stage 4: merge -------------------------------------------------------- */
+
+/* heads [B, H, Tq, d_k] -> out [B, Tq, D] */
+gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                             gml_tensor *heads) {
+    if (!heads) return NULL;
+    heads = gml_permute(ctx, heads, (int[]){0, 2, 1, 3}); /* [B, Tq, H, d_k] */
     if (heads && !gml_is_contiguous(heads))
         heads = gml_set_name(gml_cont(ctx, heads), "ctx_merged");
-    gml_tensor *merged = gml_reshape(ctx, heads, 3, (int64_t[]){p->B, p->Tq, p->D});
-    gml_tensor *out = gml_set_name(gml_linear(ctx, merged, p->w->w_o, p->w->b_o), "out");
-    if (!out || (!attn && !p->fused)) return (gml_attn_result){0};
-    return (gml_attn_result){.out = out, .weights = attn};
+    gml_tensor *merged = gml_reshape(ctx, heads, 3, (int64_t[]){p->B, p->Tq, p->H * p->dk});
+    return gml_set_name(gml_linear(ctx, merged, w->w_o, w->b_o), "out");
 }
 
-/* q [B, Tq, H*d_k], k, v [B, Tk, G*d_k] -> flash [B, H, Tq, d_k] (stored
- * [B, Tq, H, d_k], so the heads merge without a copy) -> out [B, Tq, D] */
-gml_attn_result gml_attn_fused(gml_context *ctx, const gml_attn_plan *p) {
-    const int perm[] = {0, 2, 1, 3};
-    gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p->q, p->H, p->dk), perm);
-    gml_tensor *k = gml_permute(ctx, gml_attn_split(ctx, p->k, p->G, p->dk), perm);
-    gml_tensor *v = gml_permute(ctx, gml_attn_split(ctx, p->v, p->G, p->dk), perm);
-    const float scale = (float)(1.0 / sqrt((double)p->dk));
-    gml_tensor *o = gml_set_name(gml_flash_attn(ctx, q, k, v, NULL, p->lens, scale, p->causal),
-                                 "flash");
-    return gml_attn_output(ctx, p, gml_permute(ctx, o, perm), NULL);
+/* ---- blocks and public stages ------------------------------------------------ */
+
+gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                               const gml_attn_weights *w, const gml_attn_inputs *in) {
+    gml_attn_plan p;
+    if (!gml_attn_plan_inputs(ctx, block, cfg, in, true, &p) ||
+        !gml_attn_check_weights(ctx, &p, w, true) ||
+        !gml_attn_check_masks(ctx, &p, in, w->sinks))
+        return (gml_attn_result){0};
+    gml_attn_qkv qkv = gml_attn_project_p(ctx, &p, w, in);
+    qkv = gml_attn_position_p(ctx, &p, qkv, in->positions, NULL);
+    gml_attn_heads h = gml_attn_attend_p(ctx, &p, qkv, in, w->sinks);
+    gml_tensor *out = gml_attn_merge_p(ctx, &p, w, h.heads);
+    if (!out) return (gml_attn_result){0};
+    return (gml_attn_result){.out = out, .weights = h.weights};
+}
+
+gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
+                              const gml_attn_weights *w, gml_attn_inputs in) {
+    gml_attn_plan p;
+    if (!gml_attn_plan_inputs(ctx, "attn_project", cfg, &in, true, &p) ||
+        !gml_attn_check_weights(ctx, &p, w, false))
+        return (gml_attn_qkv){0};
+    return gml_attn_project_p(ctx, &p, w, &in);
+}
+
+/* Sizes from q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_k]. */
+static bool plan_qkv(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                     gml_attn_qkv qkv, gml_attn_plan *p) {
+    if (!ctx) return false;
+    *p = (gml_attn_plan){.block = block};
+    if (!cfg) return gml_attn_fail(ctx, "%s: no config (NULL)", block);
+    if (!qkv.q || !qkv.k || !qkv.v) {
+        if (!gml_last_error(ctx)[0])
+            gml_set_error(ctx, "%s: %s is NULL", block, !qkv.q ? "q" : !qkv.k ? "k" : "v");
+        return false;
+    }
+    char sq[GML_SHAPE_MAX], sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX];
+    const gml_tensor *q = qkv.q, *k = qkv.k, *v = qkv.v;
+    if (q->type != GML_F32 || k->type != GML_F32 || v->type != GML_F32 || q->n_dims != 4 ||
+        k->n_dims != 4 || v->n_dims != 4 || k->ne[0] != q->ne[0] || v->ne[0] != q->ne[0] ||
+        k->ne[3] != q->ne[3] || v->ne[3] != q->ne[3] || v->ne[1] != k->ne[1] ||
+        v->ne[2] != k->ne[2] || k->ne[1] < 1 || q->ne[1] % k->ne[1])
+        return gml_attn_fail(ctx,
+                             "%s: q '%s' %s %s, k '%s' %s %s, v '%s' %s %s do not fit: expected "
+                             "f32 q [B, H, Tq, d_k], k and v [B, G, Tk, d_k] with G dividing H",
+                             block, q->name, gml_type_name(q->type), GML_SHAPE(q, sq), k->name,
+                             gml_type_name(k->type), GML_SHAPE(k, sk), v->name,
+                             gml_type_name(v->type), GML_SHAPE(v, sv));
+    p->B = q->ne[0];
+    p->H = q->ne[1];
+    p->Tq = q->ne[2];
+    p->dk = q->ne[3];
+    p->G = k->ne[1];
+    p->Tk = k->ne[2];
+    p->D = p->H * p->dk;
+    return true;
+}
+
+gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
+                               gml_attn_inputs in) {
+    gml_attn_plan p;
+    if (!plan_qkv(ctx, "attn_position", cfg, qkv, &p) ||
+        !gml_attn_check_config(ctx, &p, cfg, true) ||
+        !gml_attn_check_masks(ctx, &p, &(gml_attn_inputs){.positions = in.positions}, NULL))
+        return (gml_attn_qkv){0};
+    p.self = in.key == NULL;
+    if (p.self && p.Tq != p.Tk) {
+        char sq[GML_SHAPE_MAX], sk[GML_SHAPE_MAX];
+        gml_attn_fail(ctx, "attn_position: self-attention (no key input) but q %s and k %s differ "
+                      "in length; give in.key for cross-attention", GML_SHAPE(qkv.q, sq),
+                      GML_SHAPE(qkv.k, sk));
+        return (gml_attn_qkv){0};
+    }
+    return gml_attn_position_p(ctx, &p, qkv, in.positions, NULL);
+}
+
+gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
+                               gml_attn_inputs in, gml_tensor *sinks) {
+    gml_attn_plan p;
+    if (!plan_qkv(ctx, "attn_attend", cfg, qkv, &p) ||
+        !gml_attn_check_config(ctx, &p, cfg, true) || !gml_attn_check_masks(ctx, &p, &in, sinks))
+        return (gml_attn_heads){0};
+    return gml_attn_attend_p(ctx, &p, qkv, &in, sinks);
+}
+
+gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tensor *heads) {
+    if (!ctx) return NULL;
+    if (!heads) {
+        if (!gml_last_error(ctx)[0]) gml_set_error(ctx, "attn_merge: heads is NULL");
+        return NULL;
+    }
+    char sh[GML_SHAPE_MAX];
+    if (heads->type != GML_F32 || heads->n_dims != 4)
+        return gml_set_error(ctx, "attn_merge: heads '%s' is %s %s, expected f32 [B, H, Tq, d_k]",
+                             heads->name, gml_type_name(heads->type), GML_SHAPE(heads, sh));
+    gml_attn_plan p = {.block = "attn_merge", .B = heads->ne[0], .H = heads->ne[1],
+                       .Tq = heads->ne[2], .dk = heads->ne[3]};
+    p.D = p.H * p.dk;
+    if (!w) return gml_set_error(ctx, "attn_merge: no weights given (NULL)");
+    if (!w->w_o)
+        return gml_set_error(ctx, "attn_merge: w_o.weight (out_proj.weight) is missing (NULL)");
+    char what[96];
+    snprintf(what, sizeof what, "[d_model, heads*d_k] for heads %s", GML_SHAPE(heads, sh));
+    if (!gml_attn_check_param(ctx, &p, w->w_o, "w_o.weight", p.D, p.D, what) ||
+        (w->b_o && !gml_attn_check_param(ctx, &p, w->b_o, "w_o.bias", p.D, -1, "[d_model]")))
+        return NULL;
+    return gml_attn_merge_p(ctx, &p, w, heads);
 }
 
 /* ---- weights by name ----------------------------------------------------- */
@@ -289,13 +521,18 @@ gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *e
         {"in_proj_bias", offsetof(gml_attn_weights, in_proj_bias)},
         {"rel_k.weight", offsetof(gml_attn_weights, rel_k)},
         {"rel_v.weight", offsetof(gml_attn_weights, rel_v)},
+        {"sinks", offsetof(gml_attn_weights, sinks)},
+        {"self_attn.sinks", offsetof(gml_attn_weights, sinks)},
     };
     const char *problem = NULL;
     for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
         gml_tensor **slot = (gml_tensor **)(void *)((char *)w + NAMES[i].offset);
         gml_tensor *t = gml_get_tensor(wctx, NAMES[i].name);
         if (!t) continue;
-        if (*slot) problem = "both w_o.* and out_proj.* are present";
+        if (*slot)
+            problem = NAMES[i].offset == offsetof(gml_attn_weights, sinks)
+                          ? "both sinks and self_attn.sinks are present"
+                          : "both w_o.* and out_proj.* are present";
         *slot = t;
     }
     bool separate = w->w_q || w->w_k || w->w_v;

@@ -1,15 +1,21 @@
-/* What the attention blocks share (the models/ sources only). A block is a fixed
- * sequence of these steps:
+/* What the attention blocks share (the models/ sources only). A block is the
+ * public stages of attention.h in order,
  *
- *   gml_attn_prepare   check config, inputs, weights; project q, k, v; mask
- *   gml_attn_scores    q k^T                          [B, H, Tq, Tk]
- *   gml_attn_softmax   scale, masks, softmax -> attn  [B, H, Tq, Tk]
- *   gml_attn_context   attn v                         [B, H, Tq, d_k]
- *   gml_attn_output    merge heads, W_o -> out        [B, Tq, D]
+ *   gml_attn_plan_inputs   check config and inputs, fix the sizes
+ *   gml_attn_check_weights the projections' shapes
+ *   gml_attn_project_p     q, k, v heads                   (stage 1)
+ *   gml_attn_position_p    rope on q and k                 (stage 2)
+ *   gml_attn_attend_p      fused or unfused attention      (stage 3)
+ *   gml_attn_merge_p       merge heads, W_o -> out         (stage 4)
  *
- * with the relative-position terms of relpos.c added between them; or, for
- * the fused graph, gml_attn_prepare then gml_attn_fused (which ends in
- * gml_attn_output). */
+ * and the unfused attention is itself
+ *
+ *   gml_attn_scores        q k^T                          [B, H, Tq, Tk]
+ *   gml_attn_softmax       scale, masks, softmax -> attn  [B, H, Tq, Tk]
+ *   gml_attn_context       attn v                         [B, H, Tq, d_k]
+ *
+ * with the relative-position terms of relpos.c added between them. Every
+ * function takes a plan whose `block` starts its messages. */
 #ifndef GGMLITE_ATTN_INTERNAL_H
 #define GGMLITE_ATTN_INTERNAL_H
 
@@ -24,16 +30,12 @@
 #define GML_SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
 
 typedef struct gml_attn_plan {
-    const char *block; /* "mha", "gqa", "relpos": starts every message */
+    const char *block; /* "mha", "gqa", "relpos", "decode", "attn_attend", ...: starts messages */
     int64_t B, Tq, Tk, D, H, G, dk;
-    bool causal;
-    gml_gqa_form form;
-    const gml_attn_weights *w;
-    gml_tensor *q;     /* [B, Tq, H*d_k] projected queries, contiguous */
-    gml_tensor *k, *v; /* [B, Tk, G*d_k] projected keys and values, contiguous */
-    gml_tensor *mask;  /* additive key mask [B, 1, 1|Tq, Tk], or NULL (unfused graph) */
-    gml_tensor *lens;  /* the valid lengths i32 [B] or [B, Tq], or NULL */
-    bool fused;        /* the graph is gml_attn_fused's */
+    gml_attn_config cfg; /* n_kv_heads and d_model resolved */
+    bool self;           /* self-attention: the keys are the queries (rope positions) */
+    bool fused;          /* the fused graph (gml_flash_attn) */
+    float scale;         /* the scores' factor */
 } gml_attn_plan;
 
 /* gml_set_error for functions returning bool: records the message, returns false. */
@@ -44,35 +46,46 @@ bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
                           const char *role, int64_t rows, int64_t cols, const char *what);
 
-/* Validates everything the block needs (shapes, types, divisibility),
- * chooses the fused or unfused graph (can_fuse false: the block has only the
- * unfused one) and adds the q, k, v projections and, for the unfused graph,
- * the valid-length mask. False, with the reason on ctx, on any mistake.
- * (attn_common.c) */
-bool gml_attn_prepare(gml_context *ctx, const char *block, const gml_attn_config *cfg,
-                      const gml_attn_weights *w, const gml_attn_inputs *in, bool can_fuse,
-                      gml_attn_plan *p);
+/* Fills p from the config and the inputs (query, key, value: shapes,
+ * types) and checks the config: dims, scoring, position encoding, graph
+ * choice (can_fuse false: the block has only the unfused graph). False, with
+ * the reason on ctx, on any mistake. (attn_common.c) */
+bool gml_attn_plan_inputs(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                          const gml_attn_inputs *in, bool can_fuse, gml_attn_plan *p);
+/* The config's checks alone, with B, Tq, Tk, D, H, G, d_k already in p. */
+bool gml_attn_check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
+                           bool can_fuse);
+/* The projection weights (out_proj: W_o and b_o too) against p. */
+bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                            bool out_proj);
+/* valid_lens, mask, positions of in and sinks against p. */
+bool gml_attn_check_masks(gml_context *ctx, const gml_attn_plan *p, const gml_attn_inputs *in,
+                          const gml_tensor *sinks);
 
-/* The fused graph: q, k, v as heads (views), one gml_flash_attn, output
- * projection. Its result has no weights. (attn_common.c) */
-gml_attn_result gml_attn_fused(gml_context *ctx, const gml_attn_plan *p);
-
-/* x [B, T, n*d_k] -> [B, T, n, d_k] (a view). (attn_common.c) */
-gml_tensor *gml_attn_split(gml_context *ctx, gml_tensor *x, int64_t n, int64_t dk);
+/* The stages on a checked plan (attn_common.c). */
+gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
+                                const gml_attn_weights *w, const gml_attn_inputs *in);
+/* q_pos, k_pos: i32 [Tq] or [B, Tq], [Tk] or [B, Tk]; NULL: the defaults of
+ * gml_attn_inputs (in.positions for q given or not). */
+gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 gml_tensor *q_pos, gml_tensor *k_pos);
+gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 const gml_attn_inputs *in, gml_tensor *sinks);
+gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                             gml_tensor *heads);
 
 /* Raw scores q k^T [B, H, Tq, Tk], unscaled. (gqa.c: both GQA forms) */
-gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p);
+gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p, gml_tensor *q,
+                            gml_tensor *k);
+/* softmax(scores * scale + masks, causal) -> attn [B, H, Tq, Tk], named "attn". */
+gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
+                             const gml_attn_inputs *in, gml_tensor *sinks);
+/* attn [B, H, Tq, Tk] @ v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k]. (gqa.c) */
+gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
+                             gml_tensor *v);
 
-/* softmax(scores / sqrt(d_k) + mask, causal) -> attn [B, H, Tq, Tk]. */
-gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores);
-
-/* attn [B, H, Tq, Tk] @ v -> ctx [B, H, Tq, d_k]. (gqa.c: both GQA forms) */
-gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn);
-
-/* heads [B, Tq, H, d_k] (any strides) -> out [B, Tq, D] = merged W_o^T + b_o,
- * returned with attn (NULL for the fused graph) as the block's result.
- * (attn_common.c) */
-gml_attn_result gml_attn_output(gml_context *ctx, const gml_attn_plan *p, gml_tensor *heads,
-                                gml_tensor *attn);
+/* Runs a whole block: plan, weights, the four stages. (attn_common.c) */
+gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                               const gml_attn_weights *w, const gml_attn_inputs *in);
 
 #endif

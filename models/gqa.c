@@ -3,7 +3,7 @@
  * of every block live here, in both of GQA's graph forms:
  *
  *   GML_GQA_REPEAT     PyTorch's usual code: K and V repeat_interleave'd from
- *                      [B, Tk, G, d_k] to [B, Tk, H, d_k], then plain MHA.
+ *                      [B, G, Tk, d_k] to [B, H, Tk, d_k], then plain MHA.
  *   GML_GQA_BROADCAST  Q [B, H, Tq, d_k] made contiguous and seen as
  *                      [B, G, r*Tq, d_k] (r = H/G): the r query heads of kv
  *                      head g are rows of one matrix, multiplied by that kv
@@ -20,23 +20,23 @@
 /* r = H/G query heads per kv head. */
 static int64_t group(const gml_attn_plan *p) { return p->H / p->G; }
 
-/* x [B, Tk, G*d_k] -> heads [B, H, Tk, d_k] as the scores/context matmuls want
- * them: repeated to H heads (repeat form) or left at G (broadcast form). */
-static gml_tensor *kv_heads(gml_context *ctx, const gml_attn_plan *p, gml_tensor *x,
-                            const char *rep_name) {
-    gml_tensor *h = gml_attn_split(ctx, x, p->G, p->dk); /* [B, Tk, G, d_k] */
-    if (p->form == GML_GQA_REPEAT && p->G != p->H)       /* [B, Tk, H, d_k] */
-        h = gml_set_name(gml_repeat_interleave(ctx, h, (int)group(p), 2), rep_name);
-    return gml_permute(ctx, h, (int[]){0, 2, 1, 3}); /* [B, G|H, Tk, d_k] */
+static bool grouped(const gml_attn_plan *p) {
+    return p->cfg.graph.gqa_form == GML_GQA_BROADCAST && p->G != p->H;
 }
 
-static bool grouped(const gml_attn_plan *p) { return p->form == GML_GQA_BROADCAST && p->G != p->H; }
+/* kv heads [B, G, Tk, d_k] as the scores/context matmuls want them: repeated
+ * to [B, H, Tk, d_k] (repeat form) or left at G (broadcast form). */
+static gml_tensor *kv_heads(gml_context *ctx, const gml_attn_plan *p, gml_tensor *x,
+                            const char *rep_name) {
+    if (p->cfg.graph.gqa_form == GML_GQA_REPEAT && p->G != p->H)
+        return gml_set_name(gml_repeat_interleave(ctx, x, (int)group(p), 1), rep_name);
+    return x;
+}
 
-/* q [B, Tq, H*d_k], k [B, Tk, G*d_k] -> scores [B, H, Tq, Tk] = q k^T */
-gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p) {
-    gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p->q, p->H, p->dk),
-                                (int[]){0, 2, 1, 3}); /* [B, H, Tq, d_k] */
-    gml_tensor *kt = gml_transpose(ctx, kv_heads(ctx, p, p->k, "k_rep"), -2, -1);
+/* q [B, H, Tq, d_k], k [B, G, Tk, d_k] -> scores [B, H, Tq, Tk] = q k^T */
+gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p, gml_tensor *q,
+                            gml_tensor *k) {
+    gml_tensor *kt = gml_transpose(ctx, kv_heads(ctx, p, k, "k_rep"), -2, -1);
     if (!grouped(p)) /* [B, H, Tq, d_k] @ [B, H, d_k, Tk] */
         return gml_set_name(gml_matmul(ctx, q, kt), "scores");
     if (q && !gml_is_contiguous(q)) q = gml_set_name(gml_cont(ctx, q), "q_heads");
@@ -45,9 +45,10 @@ gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p) {
     return gml_set_name(gml_reshape(ctx, s, 4, (int64_t[]){p->B, p->H, p->Tq, p->Tk}), "scores");
 }
 
-/* attn [B, H, Tq, Tk], v [B, Tk, G*d_k] -> ctx [B, H, Tq, d_k] = attn v */
-gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn) {
-    gml_tensor *v = kv_heads(ctx, p, p->v, "v_rep");
+/* attn [B, H, Tq, Tk], v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k] = attn v */
+gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
+                             gml_tensor *v) {
+    v = kv_heads(ctx, p, v, "v_rep");
     if (!grouped(p)) return gml_set_name(gml_matmul(ctx, attn, v), "ctx");
     gml_tensor *a = gml_reshape(ctx, attn, 4, (int64_t[]){p->B, p->G, group(p) * p->Tq, p->Tk});
     gml_tensor *c = gml_set_name(gml_matmul(ctx, a, v), "ctx_grouped"); /* [B, G, r*Tq, d_k] */
@@ -56,10 +57,6 @@ gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tenso
 
 gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
-    gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "gqa", &cfg, w, &in, true, &p)) return (gml_attn_result){0};
-    if (p.fused) return gml_attn_fused(ctx, &p); /* kv head h / (H/G) read in place */
-    gml_tensor *attn = gml_attn_softmax(ctx, &p, gml_attn_scores(ctx, &p)); /* [B, H, Tq, Tk] */
-    gml_tensor *heads = gml_attn_context(ctx, &p, attn);                    /* [B, H, Tq, d_k] */
-    return gml_attn_output(ctx, &p, gml_permute(ctx, heads, (int[]){0, 2, 1, 3}), attn);
+    /* the fused graph reads kv head h / (H/G) in place */
+    return gml_attn_block(ctx, "gqa", &cfg, w, &in);
 }

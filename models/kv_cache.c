@@ -3,7 +3,6 @@
 
 #include "attn_internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,15 +147,17 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
     if (layer < 0 || layer >= cp->n_layers)
         return gml_set_error(ctx, "decode: layer %d is out of range; the cache has %d layers",
                              layer, cp->n_layers);
-    if (!cfg.causal)
+    if (cfg.score.causal != GML_CAUSAL_BOTTOM_RIGHT)
         return gml_set_error(ctx, "decode: decoding is causal (each token sees the ones before "
-                             "it); set cfg.causal");
-    if (cfg.want_weights || cfg.impl == GML_ATTN_UNFUSED)
+                             "it); set cfg.score.causal = GML_CAUSAL_BOTTOM_RIGHT");
+    if (cfg.graph.want_weights || cfg.graph.impl == GML_ATTN_UNFUSED)
         return gml_set_error(ctx, "decode: decoding uses the fused graph, which has no attention "
                              "weights (impl auto or fused, want_weights false)");
     gml_attn_plan p;
     gml_attn_inputs in = {.query = x};
-    if (!gml_attn_prepare(ctx, "decode", &cfg, w, &in, true, &p)) return NULL;
+    if (!gml_attn_plan_inputs(ctx, "decode", &cfg, &in, true, &p) ||
+        !gml_attn_check_weights(ctx, &p, w, true) || !gml_attn_check_masks(ctx, &p, &in, w->sinks))
+        return NULL;
     char sx[GML_SHAPE_MAX];
     if (p.G != cp->n_kv_heads || p.dk != cp->d_k || p.B != cp->batch || p.Tq != step->n)
         return gml_set_error(ctx, "decode: x '%s' %s with %" PRId64 " heads, %" PRId64 " kv "
@@ -164,17 +165,21 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
                              ", kv heads %d, d_k %" PRId64 ", %" PRId64 " new tokens per step",
                              x->name, GML_SHAPE(x, sx), p.H, p.G, p.dk, cp->batch,
                              cp->n_kv_heads, cp->d_k, step->n);
-    const int perm[] = {0, 2, 1, 3};
-    gml_tensor *q = gml_permute(ctx, gml_attn_split(ctx, p.q, p.H, p.dk), perm); /* [B,H,n,dk] */
-    gml_tensor *k = gml_permute(ctx, gml_attn_split(ctx, p.k, p.G, p.dk), perm); /* [B,G,n,dk] */
-    gml_tensor *v = gml_permute(ctx, gml_attn_split(ctx, p.v, p.G, p.dk), perm);
-    gml_tensor *kc = gml_set_name(gml_set_rows(ctx, c->k[layer], k, step->pos), "k_all");
-    gml_tensor *vc = gml_set_name(gml_set_rows(ctx, c->v[layer], v, step->pos), "v_all");
-    const float scale = (float)(1.0 / sqrt((double)p.dk));
-    /* causality is in the lengths: token at pos sees keys 0 .. pos */
-    gml_tensor *o =
-        gml_set_name(gml_flash_attn(ctx, q, kc, vc, NULL, step->lens, scale, false), "flash");
-    return gml_attn_output(ctx, &p, gml_permute(ctx, o, perm), NULL).out;
+    /* the new tokens: q [B, H, n, d_k], k, v [B, G, n, d_k], rope at their cache rows */
+    gml_attn_qkv qkv = gml_attn_project_p(ctx, &p, w, &in);
+    qkv = gml_attn_position_p(ctx, &p, qkv, step->pos, step->pos);
+    if (!qkv.q) return NULL;
+    gml_tensor *kc = gml_set_name(gml_set_rows(ctx, c->k[layer], qkv.k, step->pos), "k_all");
+    gml_tensor *vc = gml_set_name(gml_set_rows(ctx, c->v[layer], qkv.v, step->pos), "v_all");
+    /* over the whole cache [B, G, T_max, d_k], the queries at their cache
+     * rows: causal, window and ALiBi at absolute positions; the lengths
+     * (pos + 1) hide the rows not written yet a key block at a time */
+    gml_attn_plan pa = p;
+    pa.Tk = cp->max_len;
+    gml_attn_inputs ain = {.valid_lens = step->lens, .positions = step->pos};
+    gml_attn_heads h =
+        gml_attn_attend_p(ctx, &pa, (gml_attn_qkv){.q = qkv.q, .k = kc, .v = vc}, &ain, w->sinks);
+    return gml_attn_merge_p(ctx, &p, w, h.heads);
 }
 
 gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,

@@ -9,22 +9,17 @@
  * Only the merge of the heads copies (PyTorch's .contiguous()); k^T is a
  * transposed view the matmul reads as it is, and 1/sqrt(d_k) is fused into
  * the softmax. That is the unfused graph, which gives the weights; the fused
- * one (gml_attn_fused) replaces scores, softmax and context by one
+ * one replaces scores, softmax and context by one
  * gml_flash_attn and needs no copy at all. */
 #include "attn_internal.h"
 
 gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
-    if (ctx && cfg.n_kv_heads != 0 && cfg.n_kv_heads != cfg.n_heads) {
+    if (ctx && cfg.dims.n_kv_heads != 0 && cfg.dims.n_kv_heads != cfg.dims.n_heads) {
         gml_set_error(ctx, "mha: kv_heads %d differs from heads %d; grouped-query attention is "
-                      "gml_gqa", cfg.n_kv_heads, cfg.n_heads);
+                      "gml_gqa", cfg.dims.n_kv_heads, cfg.dims.n_heads);
         return (gml_attn_result){0};
     }
-    gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "mha", &cfg, w, &in, true, &p)) return (gml_attn_result){0};
-    if (p.fused) return gml_attn_fused(ctx, &p);
-    gml_tensor *scores = gml_attn_scores(ctx, &p);        /* [B, H, Tq, Tk] */
-    gml_tensor *attn = gml_attn_softmax(ctx, &p, scores); /* [B, H, Tq, Tk] */
-    gml_tensor *heads = gml_attn_context(ctx, &p, attn);  /* [B, H, Tq, d_k] */
-    return gml_attn_output(ctx, &p, gml_permute(ctx, heads, (int[]){0, 2, 1, 3}), attn);
+    /* project -> position -> attend (scores, softmax, context | flash) -> merge */
+    return gml_attn_block(ctx, "mha", &cfg, w, &in);
 }

@@ -35,13 +35,15 @@ static gml_tensor *gather(gml_context *ctx, const gml_attn_plan *p, gml_tensor *
     return gml_reshape(ctx, rows, 4, (int64_t[]){p->Tq, 1, p->Tk, p->dk});
 }
 
-gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
-                                gml_attn_inputs in) {
+gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_rel,
+                                const gml_attn_weights *w, gml_attn_inputs in) {
     const gml_attn_result fail = {0};
     gml_attn_plan p;
-    if (!gml_attn_prepare(ctx, "relpos", &cfg, w, &in, false, &p)) return fail;
-    if (cfg.max_rel < 0 || cfg.max_rel > (1 << 24)) {
-        gml_attn_fail(ctx, "relpos: max_rel %d is out of range [0, 2^24]", cfg.max_rel);
+    if (!gml_attn_plan_inputs(ctx, "relpos", &cfg, &in, false, &p) ||
+        !gml_attn_check_weights(ctx, &p, w, true) || !gml_attn_check_masks(ctx, &p, &in, w->sinks))
+        return fail;
+    if (max_rel < 0 || max_rel > (1 << 24)) {
+        gml_attn_fail(ctx, "relpos: max_rel %d is out of range [0, 2^24]", max_rel);
         return fail;
     }
     if (!w->rel_k) {
@@ -49,29 +51,35 @@ gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, const gml
                            "key table [2*max_rel+1, d_k] (rel_v is optional)");
         return fail;
     }
-    if (!check_table(ctx, &p, w->rel_k, "rel_k.weight", cfg.max_rel) ||
-        (w->rel_v && !check_table(ctx, &p, w->rel_v, "rel_v.weight", cfg.max_rel)))
+    if (!check_table(ctx, &p, w->rel_k, "rel_k.weight", max_rel) ||
+        (w->rel_v && !check_table(ctx, &p, w->rel_v, "rel_v.weight", max_rel)))
         return fail;
 
-    gml_tensor *idx = gml_set_name(gml_relpos_index(ctx, p.Tq, p.Tk, cfg.max_rel), "rel_idx");
+    gml_attn_qkv qkv = gml_attn_project_p(ctx, &p, w, &in);
+    qkv = gml_attn_position_p(ctx, &p, qkv, in.positions, NULL);
+    if (!qkv.q) return fail;
+    gml_tensor *idx = gml_set_name(gml_relpos_index(ctx, p.Tq, p.Tk, max_rel), "rel_idx");
     gml_tensor *ak = gather(ctx, &p, w->rel_k, idx, "rel_k_rows"); /* [Tq, 1, Tk, d_k] */
-    gml_tensor *q_by_pos = gml_permute(ctx, gml_attn_split(ctx, p.q, p.H, p.dk),
-                                       (int[]){1, 0, 2, 3}); /* [Tq, B, H, d_k] */
+    gml_tensor *q_by_pos = gml_permute(ctx, qkv.q, (int[]){2, 0, 1, 3}); /* [Tq, B, H, d_k] */
     gml_tensor *rel_scores = gml_set_name(gml_matmul(ctx, q_by_pos, gml_transpose(ctx, ak, -2, -1)),
                                           "rel_scores");                  /* [Tq,B,H,Tk] */
-    gml_tensor *qk = gml_set_name(gml_attn_scores(ctx, &p), "scores_qk"); /* [B, H, Tq, Tk] */
-    gml_tensor *scores =
+    gml_tensor *qk = gml_set_name(gml_attn_scores(ctx, &p, qkv.q, qkv.k), "scores_qk");
+    gml_tensor *scores = /* [B, H, Tq, Tk] */
         gml_set_name(gml_add(ctx, qk, gml_permute(ctx, rel_scores, (int[]){1, 2, 0, 3})), "scores");
-    gml_tensor *attn = gml_attn_softmax(ctx, &p, scores); /* [B, H, Tq, Tk] */
+    gml_tensor *attn = gml_attn_softmax(ctx, &p, scores, &in, w->sinks); /* [B, H, Tq, Tk] */
 
-    gml_tensor *heads = gml_permute(ctx, gml_attn_context(ctx, &p, attn),
-                                    (int[]){0, 2, 1, 3}); /* [B, Tq, H, d_k] */
+    gml_tensor *heads = gml_attn_context(ctx, &p, attn, qkv.v); /* [B, H, Tq, d_k] */
     if (w->rel_v) {
         gml_tensor *av = gather(ctx, &p, w->rel_v, idx, "rel_v_rows"); /* [Tq, 1, Tk, d_k] */
         gml_tensor *attn_by_pos = gml_permute(ctx, attn, (int[]){2, 0, 1, 3}); /* [Tq,B,H,Tk] */
         gml_tensor *rel_ctx = gml_set_name(gml_matmul(ctx, attn_by_pos, av), "rel_ctx");
-        heads = gml_set_name(gml_add(ctx, heads, gml_permute(ctx, rel_ctx, (int[]){1, 0, 2, 3})),
-                             "ctx_merged"); /* [B, Tq, H, d_k] */
+        /* [B, Tq, H, d_k] contiguous (replaces the merge's copy), seen as [B, H, Tq, d_k] */
+        heads = gml_set_name(gml_add(ctx, gml_permute(ctx, heads, (int[]){0, 2, 1, 3}),
+                                     gml_permute(ctx, rel_ctx, (int[]){1, 0, 2, 3})),
+                             "ctx_merged");
+        heads = gml_permute(ctx, heads, (int[]){0, 2, 1, 3});
     }
-    return gml_attn_output(ctx, &p, heads, attn);
+    gml_tensor *out = gml_attn_merge_p(ctx, &p, w, heads);
+    if (!out || !attn) return fail;
+    return (gml_attn_result){.out = out, .weights = attn};
 }

@@ -206,7 +206,7 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
         for (int64_t c = 0; c < dv; c++) nan |= !isfinite(acc[c]);
         if (l > 0 && dst->src[SRC_SINKS]) { /* the sink joins the max and the sum */
             const double sk = sink_of(dst, h);
-            if (isnan(sk)) nan = true;
+            if (isnan(sk) || sk == INFINITY) nan = true; /* MASKS: NaN row */
             else if (sk > m) {
                 const double f = exp(m - sk);
                 l = l * f + 1;
@@ -286,8 +286,13 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
 void gml_f32_flash_ukernel__scalar_x8(const gml_flash_args *a) { flash_block_scalar(a, 8); }
 
 /* The sink s of a lane with running max m and sum *sum (> 0) joins them:
- * the factor its accumulated values take. A NaN sink makes the sum NaN. */
+ * the factor its accumulated values take. A NaN or +inf sink makes the sum
+ * NaN (MASKS). */
 static float fold_sink(float s, float m, float *sum) {
+    if (s == INFINITY) {
+        *sum = NAN;
+        return 1.0f;
+    }
     if (s > m) {
         const float f = expf(m - s);
         *sum = *sum * f + 1.0f;

@@ -169,6 +169,7 @@ static void softmax_opts_rows(const gml_compute_params *p, gml_tensor *dst,
                               : NULL;
         float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
         const int64_t n = g.hi - g.lo;
+        bool visible = false;
         for (int64_t j = 0; j < n; j++) buf[j] = *(const float *)(xr + (g.lo + j) * sx) * scale;
         if (cap > 0) {
             for (int64_t j = 0; j < n; j++) buf[j] = isfinite(buf[j]) ? buf[j] / cap : NAN;
@@ -181,9 +182,11 @@ static void softmax_opts_rows(const gml_compute_params *p, gml_tensor *dst,
             if (mr) v += mv;
             v = mr && mv == -INFINITY ? -INFINITY : gml_visible_score(v);
             buf[j] = v + g.slope * ((float)(g.lo + j) - g.qpos);
+            visible |= buf[j] != -INFINITY; /* NaN too: it makes the row NaN */
         }
+        /* a row with no visible key is zeros, whatever the sink */
         if (g.has_sink) buf[n] = g.sink;
-        const size_t len = (size_t)n + (g.has_sink && n > 0);
+        const size_t len = (size_t)n + (g.has_sink && visible);
         if (len > 0) ukernel(len, buf, buf, 0.0f, buf);
         for (int64_t j = 0; j < g.lo; j++) out[j] = 0.0f;
         for (int64_t j = 0; j < n; j++) out[g.lo + j] = buf[j];

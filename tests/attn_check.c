@@ -53,6 +53,24 @@ attn_data *attn_data_new(const attn_case *c0, uint64_t seed) {
         c->zero_tables ? calloc(rows * dk, sizeof(float)) : random_array(&s, rows * dk, 1.0f);
     d->rel_v =
         c->zero_tables ? calloc(rows * dk, sizeof(float)) : random_array(&s, rows * dk, 1.0f);
+    const size_t mask_n = c->mask == ATTN_MASK_QK ? (size_t)c->Tq * c->Tk : (size_t)c->B * c->Tk;
+    if (c->mask) {
+        d->mask = random_array(&s, mask_n, 1.0f);
+        for (size_t i = 0; i < mask_n; i++)
+            if (next_u64(&s) % 6 == 0) d->mask[i] = -INFINITY;
+    }
+    if (c->positions) {
+        d->positions = malloc((size_t)c->B * c->Tq * sizeof *d->positions);
+        for (int b = 0; b < c->B; b++) {
+            const int32_t start = (int32_t)(next_u64(&s) % 40);
+            for (int i = 0; i < c->Tq; i++) d->positions[b * c->Tq + i] = start + i;
+        }
+    }
+    if (c->qk_norm) {
+        d->q_norm = random_array(&s, (size_t)dk, 1.0f);
+        d->k_norm = random_array(&s, (size_t)dk, 1.0f);
+    }
+    if (c->sinks) d->sinks = random_array(&s, (size_t)c->H, 1.0f);
     if (c->lens != ATTN_LENS_NONE) {
         size_t n = c->lens == ATTN_LENS_BATCH ? (size_t)c->B : (size_t)c->B * c->Tq;
         d->lens = malloc(n * sizeof *d->lens);
@@ -69,11 +87,13 @@ void attn_data_free(attn_data *d) {
     if (!d) return;
     if (d->xk != d->xq) free(d->xk);
     if (d->xv != d->xq) free(d->xv);
-    float *arrays[] = {d->xq, d->wq, d->bq, d->wk,    d->bk,   d->wv,
-                       d->bv, d->wo, d->bo, d->rel_k, d->rel_v};
+    float *arrays[] = {d->xq, d->wq,    d->bq,    d->wk,   d->bk,     d->wv,     d->bv,
+                       d->wo, d->bo,    d->rel_k, d->rel_v, d->mask, d->q_norm, d->k_norm,
+                       d->sinks};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
         free(arrays[i]);
     free(d->lens);
+    free(d->positions);
     free(d);
 }
 
@@ -103,7 +123,25 @@ void attn_reference(const attn_data *d, float *out, float *attn) {
         .bv = d->bv,
         .wo = d->wo,
         .bo = d->bo,
+        .top_left = c->top_left,
+        .q_pos = d->positions,
+        .k_pos = c->cross ? NULL : d->positions, /* self-attention: the queries' */
+        .window = c->window,
+        .softcap = c->softcap,
+        .alibi_max_bias = c->alibi,
+        .scale = c->scale,
+        .sinks = d->sinks,
+        .mask = d->mask,
+        .rope = c->rope,
+        .theta = c->theta ? c->theta : 10000.0,
+        .pos_scale = c->pos_scale ? c->pos_scale : 1.0,
+        .rotary_dim = c->rotary_dim,
+        .interleaved = c->interleaved,
+        .q_norm = d->q_norm,
+        .k_norm = d->k_norm,
     };
+    if (c->mask == ATTN_MASK_QK) memcpy(r.mask_ne, (int[]){1, 1, c->Tq, c->Tk}, sizeof r.mask_ne);
+    if (c->mask == ATTN_MASK_B) memcpy(r.mask_ne, (int[]){c->B, 1, 1, c->Tk}, sizeof r.mask_ne);
     gml_ref_attention(&r, out, attn);
 }
 
@@ -118,8 +156,23 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
              c->lens == ATTN_LENS_BATCH   ? " lens[B]"
              : c->lens == ATTN_LENS_QUERY ? " lens[B,Tq]"
                                           : "",
-             c->bias ? " bias" : "", c->packed ? " packed" : "", c->strided ? " strided" : "",
+             c->bias ? " bias" : "", c->conv1d ? " conv1d" : c->packed ? " packed" : "", c->strided ? " strided" : "",
              c->form == GML_GQA_REPEAT ? " repeat" : "", rel);
+    size_t n = strlen(buf);
+    if (n < size)
+        snprintf(buf + n, size - n, "%s%s%s%s%s%s", c->top_left ? " top-left" : "",
+                 c->mask == ATTN_MASK_QK  ? " mask[Tq,Tk]"
+                 : c->mask == ATTN_MASK_B ? " mask[B,1,1,Tk]"
+                                          : "",
+                 c->positions ? " positions" : "",
+                 c->rope ? (c->interleaved ? " rope-interleaved" : " rope") : "",
+                 c->rotary_dim ? " partial" : "", c->qk_norm ? " qk_norm" : "");
+    n = strlen(buf);
+    if (n < size && c->window) n += (size_t)snprintf(buf + n, size - n, " window %lld", (long long)c->window);
+    if (n < size && c->softcap) n += (size_t)snprintf(buf + n, size - n, " softcap %g", (double)c->softcap);
+    if (n < size && c->alibi) n += (size_t)snprintf(buf + n, size - n, " alibi %g", (double)c->alibi);
+    if (n < size && c->scale) n += (size_t)snprintf(buf + n, size - n, " scale %g", (double)c->scale);
+    if (n < size && c->sinks) snprintf(buf + n, size - n, " sinks");
     if (c->impl == GML_ATTN_FUSED) {
         size_t n = strlen(buf);
         if (n < size) snprintf(buf + n, size - n, " fused");
@@ -128,6 +181,9 @@ const char *attn_case_str(const attn_case *c, char *buf, size_t size) {
 }
 
 /* ---- graphs ------------------------------------------------------------- */
+
+static int g_max_rel; /* the case's P, for attn_relpos */
+gml_tensor *attn_q_norm, *attn_k_norm;
 
 /* A named leaf [ne...] holding src (row-major) unless ctx is no_alloc. */
 static gml_tensor *leaf(gml_context *ctx, const char *name, gml_type type, int n, const int64_t *ne,
@@ -183,7 +239,13 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
         memcpy(pw, d->wq, (size_t)(D * D) * 4);
         memcpy(pw + D * D, d->wk, (size_t)(kvd * D) * 4);
         memcpy(pw + (D + kvd) * D, d->wv, (size_t)(kvd * D) * 4);
-        w.in_proj_weight = leaf(ctx, "in_proj_weight", GML_F32, 2, (int64_t[]){rows, D}, pw);
+        if (c->conv1d) { /* GPT-2's Conv1D c_attn.weight [D, 3D]: its transpose, a view */
+            gml_tensor *st = gml_new_tensor_2d(ctx, GML_F32, D, rows);
+            w.in_proj_weight = gml_transpose(ctx, gml_set_name(st, "c_attn.weight"), 0, 1);
+            fill(w.in_proj_weight, pw);
+        } else {
+            w.in_proj_weight = leaf(ctx, "in_proj_weight", GML_F32, 2, (int64_t[]){rows, D}, pw);
+        }
         if (c->bias) {
             memcpy(pb, d->bq, (size_t)D * 4);
             memcpy(pb + D, d->bk, (size_t)kvd * 4);
@@ -202,7 +264,13 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
             w.b_v = leaf(ctx, "w_v.bias", GML_F32, 1, (int64_t[]){kvd}, d->bv);
         }
     }
-    w.w_o = leaf(ctx, "w_o.weight", GML_F32, 2, (int64_t[]){D, D}, d->wo);
+    if (c->conv1d) { /* c_proj.weight [D_in, D_out] */
+        gml_tensor *st = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, D, D), "c_proj.weight");
+        w.w_o = gml_transpose(ctx, st, 0, 1);
+        fill(w.w_o, d->wo);
+    } else {
+        w.w_o = leaf(ctx, "w_o.weight", GML_F32, 2, (int64_t[]){D, D}, d->wo);
+    }
     if (c->bias) w.b_o = leaf(ctx, "w_o.bias", GML_F32, 1, (int64_t[]){D}, d->bo);
     if (c->rel)
         w.rel_k = leaf(ctx, "rel_k.weight", GML_F32, 2, (int64_t[]){2 * c->P + 1, dk}, d->rel_k);
@@ -218,15 +286,40 @@ static gml_attn_result build_into(gml_context *ctx, attn_block_fn fn, const attn
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 1, (int64_t[]){c->B}, d->lens);
     else if (c->lens == ATTN_LENS_QUERY)
         in.valid_lens = leaf(ctx, "valid_lens", GML_I32, 2, (int64_t[]){c->B, c->Tq}, d->lens);
-    gml_attn_config cfg = {.d_model = c->D,
-                           .n_heads = c->H,
-                           .n_kv_heads = c->G,
-                           .causal = c->causal,
-                           .max_rel = c->P,
-                           .gqa_form = c->form,
-                           .impl = c->impl,
-                           .want_weights = c->impl != GML_ATTN_FUSED};
+    if (c->mask == ATTN_MASK_QK)
+        in.mask = leaf(ctx, "attn_mask", GML_F32, 2, (int64_t[]){c->Tq, c->Tk}, d->mask);
+    else if (c->mask == ATTN_MASK_B)
+        in.mask = leaf(ctx, "key_padding_mask", GML_F32, 4, (int64_t[]){c->B, 1, 1, c->Tk},
+                       d->mask);
+    if (c->positions)
+        in.positions = leaf(ctx, "positions", GML_I32, 2, (int64_t[]){c->B, c->Tq}, d->positions);
+    if (c->sinks) w.sinks = leaf(ctx, "sinks", GML_F32, 1, (int64_t[]){c->H}, d->sinks);
+    attn_q_norm = c->qk_norm ? leaf(ctx, "q_norm.weight", GML_F32, 1, (int64_t[]){dk}, d->q_norm)
+                          : NULL;
+    attn_k_norm = c->qk_norm ? leaf(ctx, "k_norm.weight", GML_F32, 1, (int64_t[]){dk}, d->k_norm)
+                          : NULL;
+    gml_attn_config cfg = {
+        .dims = {.d_model = c->D, .n_heads = c->H, .n_kv_heads = c->G},
+        .score = {.causal = !c->causal     ? GML_CAUSAL_NONE
+                            : c->top_left ? GML_CAUSAL_TOP_LEFT
+                                          : GML_CAUSAL_BOTTOM_RIGHT,
+                  .window = c->window,
+                  .softcap = c->softcap,
+                  .alibi_max_bias = c->alibi,
+                  .scale = c->scale},
+        .pos = {.kind = c->rope ? GML_POS_ROPE : GML_POS_NONE,
+                .rope = {.theta = c->theta,
+                         .rotary_dim = c->rotary_dim,
+                         .pos_scale = c->pos_scale,
+                         .interleaved = c->interleaved}},
+        .graph = {.impl = c->impl, .want_weights = c->impl != GML_ATTN_FUSED, .gqa_form = c->form}};
+    g_max_rel = c->P;
     return fn(ctx, cfg, &w, in);
+}
+
+gml_attn_result attn_relpos(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                            gml_attn_inputs in) {
+    return gml_relpos_attn(ctx, cfg, g_max_rel, w, in);
 }
 
 bool attn_graph_build(attn_graph *ag, attn_block_fn fn, const attn_data *d, bool no_alloc) {
@@ -320,7 +413,7 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
     attn_data *d = attn_data_new(c0, seed);
     const attn_case *c = &d->c;
     const bool fused = c->impl == GML_ATTN_FUSED;
-    char desc[160];
+    char desc[256];
     attn_case_str(c, desc, sizeof desc);
     const size_t n_out = (size_t)c->B * c->Tq * c->D, n_attn = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *want_out = malloc(n_out * 4), *want_attn = malloc(n_attn * 4);
@@ -355,8 +448,10 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
         }
         attn_graph_free(&plan);
     }
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_AUTO};
-    for (int ii = 0; ii < 2 && !fails; ii++) {
+    /* every kernel set this CPU runs (one it lacks is skipped) */
+    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    for (int ii = 0; ii < 4 && !fails; ii++) {
+        if (gml_set_isa(isas[ii]) != GML_OK) continue;
         for (int nth = 1; nth <= 3 && !fails; nth++) {
             if (!attn_graph_run(&ag, isas[ii], nth)) {
                 fails = 1;

@@ -9,6 +9,8 @@
 #include "attn_ref.h"
 
 enum { ATTN_LENS_NONE = 0, ATTN_LENS_BATCH = 1 /* [B] */, ATTN_LENS_QUERY = 2 /* [B, Tq] */ };
+/* in.mask: random values in [-1, 1), about 1 in 6 of them -inf */
+enum { ATTN_MASK_NONE = 0, ATTN_MASK_QK = 1 /* [Tq, Tk] */, ATTN_MASK_B = 2 /* [B, 1, 1, Tk] */ };
 
 typedef struct attn_case {
     int B, Tq, Tk, D, H, G; /* G 0: H */
@@ -17,6 +19,8 @@ typedef struct attn_case {
     int lens;         /* ATTN_LENS_* */
     bool bias;        /* all four projections biased */
     bool packed;      /* in_proj_weight (and in_proj_bias) instead of w_q/w_k/w_v */
+    bool conv1d;      /* packed, stored [in, out] as GPT-2's Conv1D (c_attn, c_proj):
+                       * in_proj_weight and w_o are transposed views */
     bool strided;     /* query a permuted view, key/value offset slices */
     bool rel;         /* relpos: a key table rel_k [2P+1, d_k] */
     int P;            /* relpos: max_rel */
@@ -24,6 +28,17 @@ typedef struct attn_case {
     bool zero_tables; /* relpos: tables of zeros */
     gml_gqa_form form;
     gml_attn_impl impl; /* AUTO here means unfused with weights; FUSED: out only */
+    int mask;           /* ATTN_MASK_* */
+    bool top_left;      /* causal top-left (with causal) */
+    bool positions;     /* in.positions: i32 [B, Tq], start_b + i with start_b in [0, 40) */
+    bool rope;          /* cfg.pos rope with the fields below (0: the defaults) */
+    float theta, pos_scale;
+    int rotary_dim;
+    bool interleaved;
+    bool qk_norm;       /* per-head RMS norms on q and k (attn_q_norm, attn_k_norm) */
+    int64_t window;     /* cfg.score */
+    float softcap, alibi, scale;
+    bool sinks;         /* w.sinks [H], random in [-1, 1) */
 } attn_case;
 
 /* Host data for a case: flat row-major arrays, as attn_ref.h wants them. */
@@ -33,10 +48,23 @@ typedef struct attn_data {
     float *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo; /* b* NULL without bias */
     float *rel_k, *rel_v;                         /* [2P+1, d_k] */
     int32_t *lens;                                /* [B] or [B, Tq], NULL without */
+    float *mask;                                  /* [Tq, Tk] or [B, 1, 1, Tk] */
+    int32_t *positions;                           /* [B, Tq] */
+    float *q_norm, *k_norm;                       /* [d_k] */
+    float *sinks;                                 /* [H] */
 } attn_data;
 
 typedef gml_attn_result (*attn_block_fn)(gml_context *, gml_attn_config, const gml_attn_weights *,
                                          gml_attn_inputs);
+
+/* gml_relpos_attn as an attn_block_fn, with max_rel the case's P (set by
+ * attn_graph_build before it calls the block). */
+gml_attn_result attn_relpos(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+                            gml_attn_inputs in);
+
+/* The case's q_norm, k_norm [d_k] (qk_norm), made by attn_graph_build before
+ * it calls the block; NULL otherwise. */
+extern gml_tensor *attn_q_norm, *attn_k_norm;
 
 /* Random data for c from seed (lengths include 0 and Tk where B allows). */
 attn_data *attn_data_new(const attn_case *c, uint64_t seed);
@@ -67,8 +95,8 @@ void attn_read(const gml_tensor *t, float *dst);
 double attn_max_err(const float *got, const float *want, size_t n, double atol, double rtol,
                     size_t *n_bad);
 
-/* The full check of one case: reference vs the block under ISAs reference
- * and auto, 1, 2 and 3 threads (results must not depend on the thread
+/* The full check of one case: reference vs the block under every ISA the
+ * CPU runs (reference, scalar, avx2, avx512), 1, 2 and 3 threads (results must not depend on the thread
  * count); the same graph built no_alloc must have the same digest. A fused
  * case (impl FUSED) has no weights to compare; its output must also match
  * the unfused graph's within ATTN_FUSED_RTOL. Prints a line; returns the

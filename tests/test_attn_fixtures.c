@@ -31,7 +31,8 @@
  * [B] and per query [B, Tq] (with 0, rows that see no key), causal with
  * lengths, cross-attention (Tq != Tk) with lengths, Tk past the fused
  * kernel's 32-key block, MHA, GQA (G = 1, G < H: both graph forms), relative
- * positions (with G < H too), biases and nn.MultiheadAttention's names. */
+ * positions (with G < H too), biases and nn.MultiheadAttention's names,
+ * rope (Hugging Face's rotate_half; MHA, and GQA with lengths). */
 static const char *const REQUIRED[] = {
     "mha_seed",
     "mha_d2l_cross_validlens",
@@ -51,12 +52,15 @@ static const char *const REQUIRED[] = {
     "gqa_cross_validlens_per_query",
     "gqa_long_causal_validlens",
     "relpos_gqa_causal",
+    "mha_rope_causal",
+    "gqa_rope_causal_validlens",
 };
 
 typedef struct {
     char block[16];
     int heads, kv_heads, max_rel;
-    bool causal;
+    bool causal, rope;
+    float rope_theta;
     char weights[256], input[256], query[256], key[256], value[256];
     int32_t lens[64];
     int n_lens;
@@ -64,7 +68,7 @@ typedef struct {
 
 /* Parses the one-line `args` file; false with a message on anything unknown. */
 static bool parse_args(const char *path, fixture_args *a) {
-    *a = (fixture_args){.max_rel = -1};
+    *a = (fixture_args){.max_rel = -1, .rope_theta = 10000.0f};
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "%s: cannot open\n", path);
@@ -84,8 +88,8 @@ static bool parse_args(const char *path, fixture_args *a) {
     }
     strcpy(a->block, tok);
     while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
-        if (strcmp(tok, "--causal") == 0) {
-            a->causal = true;
+        if (strcmp(tok, "--causal") == 0 || strcmp(tok, "--rope") == 0) {
+            *(tok[2] == 'c' ? &a->causal : &a->rope) = true;
             continue;
         }
         char *val = strtok_r(NULL, " \t\r\n", &save);
@@ -107,6 +111,8 @@ static bool parse_args(const char *path, fixture_args *a) {
             a->kv_heads = atoi(val);
         } else if (strcmp(tok, "--max-rel") == 0) {
             a->max_rel = atoi(val);
+        } else if (strcmp(tok, "--rope-theta") == 0) {
+            a->rope_theta = strtof(val, NULL);
         } else if (strcmp(tok, "--valid-lens") == 0) {
             for (char *s2 = NULL, *n = strtok_r(val, ",", &s2); n; n = strtok_r(NULL, ",", &s2)) {
                 if (a->n_lens == (int)(sizeof a->lens / sizeof *a->lens)) return false;
@@ -185,6 +191,9 @@ static void reference(const fixture_args *a, const gml_attn_weights *w, const gm
         .lens = a->n_lens ? a->lens : NULL,
         .lens_per_query = a->n_lens && a->n_lens != (int)xq->ne[1],
         .P = a->max_rel,
+        .rope = a->rope,
+        .theta = a->rope_theta,
+        .pos_scale = 1.0,
         .xq = xq->data,
         .xk = xk->data,
         .xv = xv->data,
@@ -210,6 +219,13 @@ static void reference(const fixture_args *a, const gml_attn_weights *w, const gm
 }
 
 /* Runs one case folder; prints its max errors; returns the failure count. */
+/* gml_relpos_attn with the fixture's max_rel, as an attn_block_fn. */
+static int g_max_rel;
+static gml_attn_result relpos_block(gml_context *ctx, gml_attn_config cfg,
+                                    const gml_attn_weights *w, gml_attn_inputs in) {
+    return gml_relpos_attn(ctx, cfg, g_max_rel, w, in);
+}
+
 static int run_case(const char *root, const char *name) {
     char dir[1024], path[1400], err[1024];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -219,7 +235,7 @@ static int run_case(const char *root, const char *name) {
 
     attn_block_fn fn = strcmp(a.block, "mha") == 0      ? gml_mha
                        : strcmp(a.block, "gqa") == 0    ? gml_gqa
-                       : strcmp(a.block, "relpos") == 0 ? gml_relpos_attn
+                       : strcmp(a.block, "relpos") == 0 ? relpos_block
                                                         : NULL;
     if (!fn) {
         fprintf(stderr, "%s: unknown block '%s'\n", path, a.block);
@@ -281,12 +297,13 @@ static int run_case(const char *root, const char *name) {
     float *unfused_out = malloc((size_t)gml_nelements(out_want) * sizeof(float));
     for (int form = 0; form < n_forms && !fails; form++) {
         const bool fused = form == n_unfused;
-        gml_attn_config cfg = {.n_heads = a.heads,
-                               .n_kv_heads = a.kv_heads,
-                               .causal = a.causal,
-                               .max_rel = a.max_rel < 0 ? 0 : a.max_rel,
-                               .gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
-                               .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
+        gml_attn_config cfg = {
+            .dims = {.n_heads = a.heads, .n_kv_heads = a.kv_heads},
+            .score = {.causal = a.causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE},
+            .pos = {.kind = a.rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = a.rope_theta},
+            .graph = {.gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
+                      .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED}};
+        g_max_rel = a.max_rel < 0 ? 0 : a.max_rel;
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
         gml_attn_result r = fn(ctx, cfg, &w, in);
         gml_graph *g = r.out ? gml_build_graph(ctx, (gml_tensor *[]){r.out, r.weights},
@@ -371,8 +388,9 @@ static int run_case(const char *root, const char *name) {
     free(ro), free(ra), free(wo), free(wa);
     free(unfused_out);
     char shape[64], opts[64];
-    snprintf(opts, sizeof opts, "H%d G%d%s%s%s", a.heads, a.kv_heads ? a.kv_heads : a.heads,
-             a.causal ? " causal" : "", a.n_lens ? " lens" : "", a.max_rel >= 0 ? " rel" : "");
+    snprintf(opts, sizeof opts, "H%d G%d%s%s%s%s", a.heads, a.kv_heads ? a.kv_heads : a.heads,
+             a.causal ? " causal" : "", a.n_lens ? " lens" : "", a.max_rel >= 0 ? " rel" : "",
+             a.rope ? " rope" : "");
     printf("%s %-24s %-6s %-16s out %-11s naive reference: max |err| out %.2e, attn %.2e\n",
            fails ? "FAIL" : "ok  ", name, a.block, opts,
            gml_format_shape(out_want, shape, sizeof shape), ref_out, ref_attn);

@@ -10,7 +10,9 @@
 #     and what was wrong, and no output file left behind;
 #   - the outputs: --json (checked with cJSON), --attn-svg (xmllint), --profile,
 #     --print-graph, --dot, --help, --version;
-#   - the fused and unfused graphs (--attn) and decoding (--decode).
+#   - the fused and unfused graphs (--attn) and decoding (--decode);
+#   - the scoring and position flags of mha and gqa (--rope, --rope-theta,
+#     --causal-top-left, --window, --softcap, --alibi, --sinks).
 # usage: test_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR FIXTURES_DIR
 # Needs bash, coreutils, grep and xmllint (libxml2-utils). CLI_CHECK is
 # tests/cli_check.c (npy comparisons and JSON with the library and cJSON).
@@ -117,15 +119,18 @@ for dir in "$FIX"/*/; do
     # the output file holds exactly the bytes --json digested
     d=$(digest $args)
     check "fixture $name: --output bytes have the --json digest" test "$d" = "$("$CHECK" xxh3 got_out.npy)"
+    # graph files take no scoring or position flags: a saved graph holds them as
+    # ops; the example graph files have none (no rope)
+    grest=$(printf '%s' "$rest" | sed -E 's/ --rope( --rope-theta [^ ]+)?//')
     # the example graph file computes the same bytes
-    if [ -f "$GRAPHS/$model.graph" ]; then
+    if [ -f "$GRAPHS/$model.graph" ] && [ "$grest" = "$rest" ]; then
         g=$(digest "$GRAPHS/$model.graph" $rest)
         check "fixture $name: $model.graph gives the block's digest ($g vs $d)" test -n "$d" -a "$g" = "$d"
         check "fixture $name: $model.graph output" "$CHECK" close got_out.npy out.npy
     fi
     # --save-graph, then the saved file on the same files: the same digest
     s=$(digest $args --save-graph saved.graph)
-    r=$(digest saved.graph $rest)
+    r=$(digest saved.graph $grest)
     check "fixture $name: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
     cd "$T" || exit 2
 done
@@ -525,6 +530,68 @@ for sig in 1 2 13 15; do
     check "killed by signal $sig: no file left ($(ls -A "$K"))" test -z "$(ls -A "$K")"
 done
 cd "$T" || exit 2
+
+# ---- attention scoring and positions (mha, gqa) ----------------------------------------
+
+base="--seq 7 --d-model 32 --heads 4 --seed 4"
+for model in mha "gqa --kv-heads 2"; do
+    d0=$(eval digest $model $base --causal)
+    d1=$(eval digest $model $base --causal --rope)
+    d2=$(eval digest $model $base --causal --rope --rope-theta 500000)
+    check "$model --rope changes the digest ($d0, $d1)" test -n "$d1" -a "$d0" != "$d1"
+    check "$model --rope-theta changes the digest ($d1, $d2)" test -n "$d2" -a "$d1" != "$d2"
+    same_digest "$model --rope: --save-graph then run the saved graph" \
+        "$model $base --causal --rope --attn fused --save-graph $T/rope.graph" "$T/rope.graph $base --causal"
+done
+# each scoring flag changes the result, fused and unfused alike (within float rounding)
+for model in mha "gqa --kv-heads 2"; do
+    d0=$(eval digest $model $base --causal)
+    for f in "--window 3" "--alibi" "--softcap 0.5" "--sinks" "--causal-top-left --kv-seq 10" \
+        "--window 2 --alibi --softcap 1 --sinks --rope"; do
+        fl=${f/--causal-top-left/}
+        dc=$(eval digest $model $base $([ "$fl" = "$f" ] && echo --causal) $f)
+        check "$model $f: accepted, another digest ($d0, $dc)" test -n "$dc" -a "$dc" != "$d0"
+        rm -f "$T/of.npy" "$T/ou.npy"
+        run $model $base $([ "$fl" = "$f" ] && echo --causal) $f --attn fused --output "$T/of.npy"
+        run $model $base $([ "$fl" = "$f" ] && echo --causal) $f --attn unfused --output "$T/ou.npy"
+        check "$model $f: fused and unfused agree" "$CHECK" close "$T/of.npy" "$T/ou.npy"
+    done
+    s=$(eval digest $model $base --window 3 --alibi --sinks --softcap 2 --save-graph "$T/opts.graph")
+    r=$(eval digest "$T/opts.graph" $base)
+    check "$model options: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
+done
+check "--window implies causal: --window W == --causal --window W" test \
+    "$(digest mha $base --window 3)" = "$(digest mha $base --causal --window 3)"
+check "--window past T is plain causal" test \
+    "$(digest mha $base --window 100)" = "$(digest mha $base --causal)"
+rm -rf "$T/si_opts"
+d=$(digest gqa --seq 5 --d-model 16 --heads 4 --kv-heads 2 --sinks --window 2 --save-inputs "$T/si_opts")
+r=$(cd "$T/si_opts" && digest $(cat args))
+check "--sinks --window: --save-inputs then run its args ($d vs $r)" test -n "$d" -a "$d" = "$r"
+expect_ok "the options with --decode" gqa --seq 5 --d-model 32 --heads 4 --kv-heads 2 --window 3 \
+    --sinks --alibi --softcap 5 --decode 3
+check "--decode: the summary names the options" grep -qF "causal, window 3, softcap 5, alibi, sinks" "$T/out"
+expect_ok "--rope with --decode" gqa --seq 5 --d-model 32 --heads 4 --kv-heads 2 --rope --decode 3
+check "--decode --rope: the summary says rope" grep -qF "causal, rope theta 10000" "$T/out"
+expect_ok "--rope with cross-attention" mha --seq 3 --kv-seq 8 --d-model 16 --heads 2 --rope --causal
+rm -rf "$T/si_rope"
+d=$(digest mha --seq 3 --d-model 8 --heads 2 --rope --rope-theta 100 --save-inputs "$T/si_rope")
+r=$(cd "$T/si_rope" && digest $(cat args))
+check "--rope: --save-inputs then run its args ($d vs $r)" test -n "$d" -a "$d" = "$r"
+expect_error 2 "--rope-theta is for --rope: give --rope too" "--rope-theta alone" mha --rope-theta 100
+expect_error 2 "--rope-theta: 'x' is not a number > 0 other than 1" "--rope-theta x" mha --rope --rope-theta x
+expect_error 2 "--rope-theta: '1' is not a number > 0 other than 1" "--rope-theta 1" mha --rope --rope-theta 1
+expect_error 2 "--rope does not apply to relpos" "relpos --rope" relpos --rope
+expect_error 2 "--causal and --causal-top-left are two alignments: give one" "both alignments" \
+    mha --causal --causal-top-left
+expect_error 2 "--causal-top-left does not apply with --decode" "--causal-top-left --decode" \
+    mha --causal-top-left --decode 2
+expect_error 2 "--window: '0' is not" "--window 0" mha --window 0
+expect_error 2 "--softcap: '-1' is not a number > 0" "--softcap -1" mha --softcap -1
+expect_error 2 "--sinks does not apply to matmul" "matmul --sinks" matmul --sinks
+expect_error 1 "weights.safetensors: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; present: w_q.weight" \
+    "--sinks without a sinks weight" mha --heads 8 --weights "$FIX/mha_seed/weights.safetensors" \
+    --input "$FIX/mha_seed/x.npy" --sinks
 
 echo "$n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]

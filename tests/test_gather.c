@@ -1,7 +1,8 @@
 /* Index ops, all exact: gml_repeat_interleave (along every dim, negative dims,
  * repeats 1..3, f32 and i32), gml_get_rows (indices of 1 to 3 dims, tables
  * that are permuted or sliced views), gml_valid_len_mask (lens [B] and
- * [B, Tq], lengths 0 and Tk) and gml_relpos_index (P = 0, 1, 3, Tq != Tk). */
+ * [B, Tq], lengths 0 and Tk), gml_relpos_index (P = 0, 1, 3, Tq != Tk) and
+ * gml_arange (negative and i32-edge starts; sizes and values out of range). */
 #include "check.h"
 
 struct exact_case {
@@ -226,6 +227,42 @@ static void test_relpos_gather(void) {
     gml_free(ctx);
 }
 
+/* ---- arange ---------------------------------------------------------------- */
+
+static void test_arange(void) {
+    static const int64_t cases[][2] = {{1, 0}, {5, 0}, {17, 3}, {9, -4}, {3, 2147483645LL}};
+    for (size_t s = 0; s < sizeof cases / sizeof *cases; s++) {
+        const int64_t n = cases[s][0], start = cases[s][1];
+        chk_case("arange(%lld, start %lld)", (long long)n, (long long)start);
+        gml_context *ctx = chk_ctx(1 << 20);
+        gml_tensor *y = gml_arange(ctx, n, start);
+        if (!CHECK(y, "build: %s", gml_last_error(ctx))) {
+            gml_free(ctx);
+            continue;
+        }
+        CHECK(y->type == GML_I32 && y->n_dims == 1 && gml_dim(y, 0) == n, "i32 [n]");
+        int32_t want[32];
+        for (int64_t i = 0; i < n; i++) want[i] = (int32_t)(start + i);
+        run_exact(ctx, y, want);
+        gml_free(ctx);
+    }
+    /* sizes and values out of range are refused, with what and why */
+    static const struct {
+        int64_t n, start;
+        const char *want;
+    } bad[] = {{0, 0, "arange: size 0 is out of range"},
+               {4, 2147483645LL, "arange: start 2147483645 with size 4 leaves i32"},
+               {2, -2147483649LL, "arange: start -2147483649"}};
+    for (size_t s = 0; s < sizeof bad / sizeof *bad; s++) {
+        chk_case("arange(%lld, start %lld): error", (long long)bad[s].n, (long long)bad[s].start);
+        gml_context *ctx = chk_ctx(1 << 16);
+        gml_tensor *y = gml_arange(ctx, bad[s].n, bad[s].start);
+        CHECK(!y && strstr(gml_last_error(ctx), bad[s].want), "message '%s' lacks '%s'",
+              gml_last_error(ctx), bad[s].want);
+        gml_free(ctx);
+    }
+}
+
 int main(void) {
     test_repeat_interleave();
     test_repeat_interleave_gqa();
@@ -233,5 +270,6 @@ int main(void) {
     test_valid_len_mask();
     test_relpos_index();
     test_relpos_gather();
+    test_arange();
     return chk_summary();
 }

@@ -261,21 +261,21 @@ static void check_errors(void) {
         .w_o = gml_new_tensor_2d(ctx, GML_F32, 32, 32),
     };
     gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, 2, 3, 32)};
-    gml_attn_result r = gml_gqa(ctx, (gml_attn_config){.n_heads = 8, .n_kv_heads = 3}, &w, in);
+    gml_attn_result r = gml_gqa(ctx, (gml_attn_config){.dims = {.n_heads = 8, .n_kv_heads = 3}}, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "gqa: kv_heads 3 must divide heads 8"),
            "kv 3, heads 8: '%s'", gml_last_error(ctx));
     gml_clear_error(ctx);
-    r = gml_gqa(ctx, (gml_attn_config){.n_heads = 8, .n_kv_heads = 4}, &w, in);
+    r = gml_gqa(ctx, (gml_attn_config){.dims = {.n_heads = 8, .n_kv_heads = 4}}, &w, in);
     EXPECT(!r.out &&
                strstr(gml_last_error(ctx),
                       "gqa: w_k.weight is [32,32], expected [16,32] ([kv_heads*d_k, d_model])"),
            "w_k for 4 kv heads: '%s'", gml_last_error(ctx));
     gml_clear_error(ctx);
-    r = gml_gqa(ctx, (gml_attn_config){.n_heads = 8, .n_kv_heads = 16}, &w, in);
+    r = gml_gqa(ctx, (gml_attn_config){.dims = {.n_heads = 8, .n_kv_heads = 16}}, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "kv_heads 16 must divide heads 8"), "'%s'",
            gml_last_error(ctx));
     gml_clear_error(ctx);
-    r = gml_gqa(ctx, (gml_attn_config){.n_heads = 8, .n_kv_heads = 2, .gqa_form = 7}, &w, in);
+    r = gml_gqa(ctx, (gml_attn_config){.dims = {.n_heads = 8, .n_kv_heads = 2}, .graph.gqa_form = 7}, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "unknown gqa_form 7"), "'%s'",
            gml_last_error(ctx));
     gml_free(ctx);

@@ -6,7 +6,8 @@
  * for MHA, GQA and MQA, batch > 1, one and two layers; bitwise the same at
  * 1, 2, 3 and 7 threads; the step graph appends rows in place (no copy of
  * the past); passing T_max is a clear error; bad configurations too (a
- * max_len past INT32_MAX: positions are i32). */
+ * max_len past INT32_MAX: positions are i32); with rope, the step rotates
+ * q and k at its run-time positions and equals the full forward. */
 #define _POSIX_C_SOURCE 200809L /* fork */
 #include "attn_check.h"
 #include <ggmlite/kv_cache.h>
@@ -40,6 +41,12 @@ static double g_max_err; /* decode vs full, max |diff| / max |full| */
 typedef struct dec_case {
     int B, T, D, H, G, layers;
     int prompt; /* tokens of the first step (a chunk); 0: one at a time from the start */
+    bool rope;  /* rope on q and k (rotate_half; interleaved with rope_pairs) */
+    bool rope_pairs;
+    int rotary_dim;
+    int64_t window; /* cfg.score options, at the step's absolute positions */
+    float softcap, alibi;
+    bool sinks; /* w.sinks [H] */
 } dec_case;
 
 /* Weights of every layer as tensors in wctx, random (with biases). */
@@ -62,7 +69,8 @@ static void model_new(model *m, dec_case c, uint64_t seed) {
     m->wctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     const int64_t D = c.D, kv = (int64_t)c.G * (c.D / c.H);
     for (int l = 0; l < c.layers; l++) {
-        attn_case ac = {.B = c.B, .Tq = c.T, .D = c.D, .H = c.H, .G = c.G, .bias = true};
+        attn_case ac = {.B = c.B, .Tq = c.T, .D = c.D, .H = c.H, .G = c.G, .bias = true,
+                        .sinks = c.sinks};
         attn_data *d = m->data[l] = attn_data_new(&ac, seed + (uint64_t)l);
         gml_attn_weights *w = &m->w[l];
         w->w_q = param(m->wctx, "w_q.weight", 2, (int64_t[]){D, D}, d->wq);
@@ -73,6 +81,7 @@ static void model_new(model *m, dec_case c, uint64_t seed) {
         w->b_k = param(m->wctx, "w_k.bias", 1, (int64_t[]){kv}, d->bk);
         w->b_v = param(m->wctx, "w_v.bias", 1, (int64_t[]){kv}, d->bv);
         w->b_o = param(m->wctx, "w_o.bias", 1, (int64_t[]){D}, d->bo);
+        if (c.sinks) w->sinks = param(m->wctx, "sinks", 1, (int64_t[]){c.H}, d->sinks);
     }
 }
 
@@ -82,7 +91,15 @@ static void model_free(model *m) {
 }
 
 static gml_attn_config config(const dec_case *c, gml_attn_impl impl) {
-    return (gml_attn_config){.n_heads = c->H, .n_kv_heads = c->G, .causal = true, .impl = impl};
+    return (gml_attn_config){
+        .dims = {.n_heads = c->H, .n_kv_heads = c->G},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                  .window = c->window,
+                  .softcap = c->softcap,
+                  .alibi_max_bias = c->alibi},
+        .pos = {.kind = c->rope ? GML_POS_ROPE : GML_POS_NONE,
+                .rope = {.rotary_dim = c->rotary_dim, .interleaved = c->rope_pairs}},
+        .graph.impl = impl};
 }
 
 /* The full causal forward over all T tokens -> out [B, T, D]. */
@@ -253,9 +270,13 @@ static void check_case(dec_case c, uint64_t seed) {
     if (!ok) fails++;
     ok = fails == fails_before;
     g_max_err = fmax(g_max_err, err / scale);
-    printf("%s decode B%d T%d D%d H%d G%d layers %d%s%.0d: max |decode - full| %.2e (%.2e of max "
+    char opts[128];
+    snprintf(opts, sizeof opts, "%s%s%.0lld%s%s%s", c.rope ? (c.rope_pairs ? ", rope interleaved" : ", rope") : "",
+             c.window ? ", window " : "", (long long)c.window, c.sinks ? ", sinks" : "",
+             c.alibi ? ", alibi" : "", c.softcap ? ", softcap" : "");
+    printf("%s decode B%d T%d D%d H%d G%d layers %d%s%.0d%s: max |decode - full| %.2e (%.2e of max "
            "|out|)\n", ok ? "ok  " : "FAIL", c.B, c.T, c.D, c.H, c.G, c.layers,
-           c.prompt ? ", prompt " : "", c.prompt, err, err / scale);
+           c.prompt ? ", prompt " : "", c.prompt, opts, err, err / scale);
     free(fused), free(unfused), free(dec), free(first);
     model_free(&m);
 }
@@ -335,7 +356,7 @@ static void check_errors(void) {
     };
     gml_tensor *x = gml_set_name(gml_new_tensor_3d(ctx, GML_F32, 2, 1, 16), "x");
     gml_kv_step step = gml_kv_step_new(ctx, cache, 1);
-    const gml_attn_config ok = {.n_heads = 4, .n_kv_heads = 2, .causal = true};
+    const gml_attn_config ok = {.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     EXPECT(gml_attn_decode(ctx, ok, &w, x, &step, 0), "well-formed decode: %s",
            gml_last_error(ctx));
     static const struct {
@@ -343,13 +364,13 @@ static void check_errors(void) {
         int layer;
         const char *want;
     } cases[] = {
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true}, 1, "decode: layer 1 is out of range"},
-        {{.n_heads = 4, .n_kv_heads = 2}, 0, "decode: decoding is causal"},
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true, .want_weights = true}, 0,
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, 1, "decode: layer 1 is out of range"},
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}}, 0, "decode: decoding is causal"},
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.want_weights = true}, 0,
          "decode: decoding uses the fused graph"},
-        {{.n_heads = 4, .n_kv_heads = 2, .causal = true, .impl = GML_ATTN_UNFUSED}, 0,
+        {{.dims = {.n_heads = 4, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.impl = GML_ATTN_UNFUSED}, 0,
          "decode: decoding uses the fused graph"},
-        {{.n_heads = 2, .n_kv_heads = 1, .causal = true}, 0, "does not fit the cache"},
+        {{.dims = {.n_heads = 2, .n_kv_heads = 1}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, 0, "does not fit the cache"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gml_attn_weights wi = w;
@@ -439,6 +460,19 @@ int main(void) {
         {.B = 1, .T = 1, .D = 8, .H = 2, .G = 2, .layers = 1},                /* T = 1 */
         {.B = 2, .T = 10, .D = 24, .H = 4, .G = 2, .layers = 2, .prompt = 3}, /* two layers */
         {.B = 2, .T = 8, .D = 16, .H = 4, .G = 4, .layers = 2},
+        /* rope at the step's run-time positions equals the full forward's 0 .. T-1 */
+        {.B = 2, .T = 12, .D = 32, .H = 4, .G = 4, .layers = 1, .rope = true},
+        {.B = 2, .T = 11, .D = 48, .H = 6, .G = 2, .layers = 2, .prompt = 4, .rope = true,
+         .rope_pairs = true},
+        {.B = 1, .T = 70, .D = 32, .H = 4, .G = 1, .layers = 1, .prompt = 33, .rope = true,
+         .rotary_dim = 4},
+        /* the scoring options at the step's absolute positions */
+        {.B = 2, .T = 13, .D = 32, .H = 4, .G = 2, .layers = 1, .window = 4},
+        {.B = 1, .T = 70, .D = 16, .H = 2, .G = 1, .layers = 2, .prompt = 20, .window = 33},
+        {.B = 2, .T = 10, .D = 24, .H = 6, .G = 3, .layers = 1, .sinks = true},
+        {.B = 2, .T = 12, .D = 32, .H = 8, .G = 2, .layers = 2, .prompt = 5, .window = 3,
+         .sinks = true, .rope = true},
+        {.B = 2, .T = 9, .D = 24, .H = 6, .G = 6, .layers = 1, .alibi = 8.0f, .softcap = 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i], 100 + i);
     printf("decode vs full forward: max error %.2e of max |out|\n", g_max_err);

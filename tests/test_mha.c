@@ -266,14 +266,14 @@ static void expect_error(const char *what,
 }
 
 static void check_errors(void) {
-    const gml_attn_config ok = {.n_heads = 4};
+    const gml_attn_config ok = {.dims.n_heads = 4};
     setup s = make_setup();
     gml_attn_result r = gml_mha(s.ctx, ok, &s.w, s.in);
     EXPECT(r.out && !r.weights, "the well-formed setup (fused by default): %s",
            gml_last_error(s.ctx));
     gml_free(s.ctx);
-    const gml_attn_config unfused[] = {{.n_heads = 4, .want_weights = true},
-                                       {.n_heads = 4, .impl = GML_ATTN_UNFUSED}};
+    const gml_attn_config unfused[] = {{.dims.n_heads = 4, .graph.want_weights = true},
+                                       {.dims.n_heads = 4, .graph.impl = GML_ATTN_UNFUSED}};
     for (int i = 0; i < 2; i++) {
         s = make_setup();
         r = gml_mha(s.ctx, unfused[i], &s.w, s.in);
@@ -283,17 +283,17 @@ static void check_errors(void) {
 
     s = make_setup();
     expect_error("fused with weights", gml_mha, &s,
-                 (gml_attn_config){.n_heads = 4, .impl = GML_ATTN_FUSED, .want_weights = true},
+                 (gml_attn_config){.dims.n_heads = 4, .graph = {.impl = GML_ATTN_FUSED, .want_weights = true}},
                  "mha: the fused graph has no attention weights");
     s = make_setup();
-    expect_error("impl 9", gml_mha, &s, (gml_attn_config){.n_heads = 4, .impl = 9},
+    expect_error("impl 9", gml_mha, &s, (gml_attn_config){.dims.n_heads = 4, .graph.impl = 9},
                  "mha: unknown attention impl 9");
 
     s = make_setup();
     s.in.query = gml_new_tensor_3d(s.ctx, GML_F32, 2, 3, 100);
     s.w.w_q = s.w.w_k = s.w.w_v = s.w.w_o = gml_new_tensor_2d(s.ctx, GML_F32, 100, 100);
     s.in.key = s.in.value = NULL;
-    expect_error("D %% H", gml_mha, &s, (gml_attn_config){.n_heads = 3},
+    expect_error("D %% H", gml_mha, &s, (gml_attn_config){.dims.n_heads = 3},
                  "mha: d_model 100 is not divisible by heads 3");
 
     s = make_setup();
@@ -341,7 +341,7 @@ static void check_errors(void) {
     expect_error("2-D query", gml_mha, &s, ok, "expected f32 [B, Tq, d_model]");
 
     s = make_setup();
-    expect_error("d_model", gml_mha, &s, (gml_attn_config){.d_model = 64, .n_heads = 4},
+    expect_error("d_model", gml_mha, &s, (gml_attn_config){.dims = {.d_model = 64, .n_heads = 4}},
                  "but d_model is 64");
 
     s = make_setup();
@@ -353,7 +353,7 @@ static void check_errors(void) {
     expect_error("f32 lens", gml_mha, &s, ok, "valid_lens");
 
     s = make_setup();
-    expect_error("kv heads in mha", gml_mha, &s, (gml_attn_config){.n_heads = 4, .n_kv_heads = 2},
+    expect_error("kv heads in mha", gml_mha, &s, (gml_attn_config){.dims = {.n_heads = 4, .n_kv_heads = 2}},
                  "grouped-query attention is gml_gqa");
 
     s = make_setup();

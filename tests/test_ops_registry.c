@@ -126,6 +126,7 @@ static gml_tensor *ex_layer_norm(gml_context *ctx) { /* no weight, a bias */
 
 /* q [B, T, H, d] straight from a projection, positions per batch item,
  * partial interleaved rotary dims, scaled positions */
+static gml_tensor *ex_arange(gml_context *ctx) { return gml_arange(ctx, 7, -3); }
 static gml_tensor *ex_rope(gml_context *ctx) {
     return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
 }
@@ -169,6 +170,7 @@ static const struct example {
     {GML_OP_RMS_NORM, ex_rms_norm},
     {GML_OP_LAYER_NORM, ex_layer_norm},
     {GML_OP_ROPE, ex_rope},
+    {GML_OP_ARANGE, ex_arange},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

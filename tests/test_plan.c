@@ -67,7 +67,7 @@ static void g_attention(gml_context *ctx, struct io *io) {
     gml_attn_inputs in = {.query = F32(ctx, io, 2, 6, 16),
                           .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
     gml_attn_result r =
-        gml_mha(ctx, (gml_attn_config){.n_heads = 4, .causal = true, .want_weights = true}, &w, in);
+        gml_mha(ctx, (gml_attn_config){.dims.n_heads = 4, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.want_weights = true}, &w, in);
     io->out[io->n_out++] = r.out;
     io->out[io->n_out++] = r.weights;
 }
@@ -587,8 +587,8 @@ static void test_c2_peak(void) {
     size_t peaks[2] = {0, 0};
     for (int fused = 0; fused < 2; fused++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-        const gml_attn_config cfg = {.n_heads = 8,
-                                     .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
+        const gml_attn_config cfg = {.dims.n_heads = 8,
+                                     .graph.impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
         gml_tensor *y = gml_mha(ctx, cfg, &w, in).out;
         gml_graph *g = y ? gml_build_graph(ctx, &y, 1) : NULL;
         CHECK(g && gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) == GML_OK,
@@ -620,7 +620,7 @@ static void g_mha(gml_context *ctx, struct io *io, gml_attn_impl impl) {
                           .w_o = F32(ctx, io, 64, 64), .b_o = F32(ctx, io, 64)};
     gml_attn_inputs in = {.query = F32(ctx, io, 2, RSS_T, 64),
                           .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
-    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = 4, .causal = true, .impl = impl},
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.dims.n_heads = 4, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.impl = impl},
                                 &w, in);
     io->out[io->n_out++] = r.out;
     if (impl == GML_ATTN_UNFUSED) io->out[io->n_out++] = r.weights;
@@ -684,7 +684,7 @@ static bool decode_new(struct decode *d) {
     if (!CHECK(d->cache, "kv cache: %s", d->err)) return false;
     d->ctx = gml_init((gml_init_params){.mem_size = 256 * gml_tensor_overhead(), .no_alloc = true});
     d->step = gml_kv_step_new(d->ctx, d->cache, 1);
-    gml_tensor *y = gml_attn_decode(d->ctx, (gml_attn_config){.n_heads = H, .causal = true}, &w, x,
+    gml_tensor *y = gml_attn_decode(d->ctx, (gml_attn_config){.dims.n_heads = H, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, &w, x,
                                     &d->step, 0);
     d->g = y ? gml_build_graph(d->ctx, &y, 1) : NULL;
     if (!CHECK(d->g, "decode step: %s", gml_last_error(d->ctx))) return false;

@@ -55,7 +55,7 @@ static void check_reference(void) {
                 c.packed = (s + m) % 4 == 3;
                 c.strided = (s + m + (size_t)rel_v) % 3 == 2;
                 c.form = (s + m) % 2 ? GML_GQA_REPEAT : GML_GQA_BROADCAST;
-                fails += attn_check("relpos", gml_relpos_attn, &c, 3000 + (uint64_t)n++);
+                fails += attn_check("relpos", attn_relpos, &c, 3000 + (uint64_t)n++);
             }
 }
 
@@ -76,7 +76,7 @@ static void compare_with_mha(const char *what, const attn_data *d, double tol) {
     const attn_case *c = &d->c;
     size_t no = (size_t)c->B * c->Tq * c->D, na = (size_t)c->B * c->H * c->Tq * c->Tk;
     float *o1 = malloc(no * 4), *a1 = malloc(na * 4), *o2 = malloc(no * 4), *a2 = malloc(na * 4);
-    if (run(d, gml_relpos_attn, o1, a1) && run(d, gml_mha, o2, a2)) {
+    if (run(d, attn_relpos, o1, a1) && run(d, gml_mha, o2, a2)) {
         double eo = attn_max_err(o1, o2, no, 0, 0, NULL), ea = attn_max_err(a1, a2, na, 0, 0, NULL);
         char desc[160];
         printf("%s %-32s %-56s max diff out %.2e attn %.2e\n",
@@ -127,7 +127,7 @@ static void check_graph(void) {
         attn_case c = {.B = 2, .Tq = T[i], .D = 16, .H = 4, .rel = true, .rel_v = true, .P = 3};
         attn_data *d = attn_data_new(&c, 81);
         attn_graph ag;
-        if (!attn_graph_build(&ag, gml_relpos_attn, d, true)) {
+        if (!attn_graph_build(&ag, attn_relpos, d, true)) {
             fails++;
             attn_data_free(d);
             return;
@@ -164,30 +164,30 @@ static void check_errors(void) {
         .w_o = gml_new_tensor_2d(ctx, GML_F32, 32, 32),
     };
     gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, 2, 3, 32)};
-    const gml_attn_config cfg = {.n_heads = 4, .max_rel = 3};
-    gml_attn_result r = gml_relpos_attn(ctx, cfg, &w, in);
+    const gml_attn_config cfg = {.dims.n_heads = 4};
+    gml_attn_result r = gml_relpos_attn(ctx, cfg, 3, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "relpos: rel_k.weight is missing"),
            "no rel_k: '%s'", gml_last_error(ctx));
     w.rel_k = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 5, 8), "rel_k.weight");
-    r = gml_relpos_attn(ctx, cfg, &w, in);
+    r = gml_relpos_attn(ctx, cfg, 3, &w, in);
     EXPECT(!r.out &&
                strstr(gml_last_error(ctx), "relpos: rel_k.weight is [5,8], expected [7,8] "
                                            "([2*max_rel+1, d_k] with max_rel 3, d_k 8)"),
            "rel_k rows: '%s'", gml_last_error(ctx));
     w.rel_k = gml_new_tensor_2d(ctx, GML_F32, 7, 8);
     w.rel_v = gml_new_tensor_2d(ctx, GML_F32, 7, 4);
-    r = gml_relpos_attn(ctx, cfg, &w, in);
+    r = gml_relpos_attn(ctx, cfg, 3, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "rel_v.weight"), "rel_v d_k: '%s'",
            gml_last_error(ctx));
     w.rel_v = NULL;
-    r = gml_relpos_attn(ctx, (gml_attn_config){.n_heads = 4, .max_rel = -1}, &w, in);
+    r = gml_relpos_attn(ctx, cfg, -1, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "max_rel -1"), "P -1: '%s'", gml_last_error(ctx));
-    r = gml_relpos_attn(ctx, cfg, &w, in);
+    r = gml_relpos_attn(ctx, cfg, 3, &w, in);
     EXPECT(r.out && r.weights, "well-formed relpos fails: %s", gml_last_error(ctx));
     /* Relative positions have only the unfused graph: auto gives it (with
      * weights), fused is refused. */
-    r = gml_relpos_attn(ctx, (gml_attn_config){.n_heads = 4, .max_rel = 3,
-                                               .impl = GML_ATTN_FUSED}, &w, in);
+    r = gml_relpos_attn(ctx, (gml_attn_config){.dims.n_heads = 4, .graph.impl = GML_ATTN_FUSED},
+                        3, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "relpos: has no fused graph"), "fused: '%s'",
            gml_last_error(ctx));
     gml_free(ctx);

@@ -168,9 +168,9 @@ static struct big build_attn(void) {
     gml_attn_weights wm = attn_weights(ctx, 256);
     gml_attn_inputs im = {.query = leaf_in(ctx, "x", 3, (int64_t[]){2, 70, 256}, 1),
                           .valid_lens = lens_in(ctx, "lens_b", 1, (int64_t[]){2}, 70)};
-    gml_attn_config cm = {.n_heads = 8, .causal = true, .impl = GML_ATTN_FUSED};
+    gml_attn_config cm = {.dims.n_heads = 8, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.impl = GML_ATTN_FUSED};
     b.fused[0] = gml_mha(ctx, cm, &wm, im).out;
-    cm.impl = GML_ATTN_UNFUSED;
+    cm.graph.impl = GML_ATTN_UNFUSED;
     b.unfused[0] = gml_mha(ctx, cm, &wm, im).out;
 
     /* gml_gqa, cross-attention */
@@ -179,10 +179,10 @@ static struct big build_attn(void) {
     gml_attn_inputs ig = {.query = leaf_in(ctx, "xq", 3, (int64_t[]){2, 37, 256}, 1),
                           .key = xkv, .value = xkv,
                           .valid_lens = lens_in(ctx, "lens_bq", 2, (int64_t[]){2, 37}, 70)};
-    gml_attn_config cg = {.n_heads = 8, .n_kv_heads = 2, .causal = true,
-                          .impl = GML_ATTN_FUSED};
+    gml_attn_config cg = {.dims = {.n_heads = 8, .n_kv_heads = 2}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                          .graph.impl = GML_ATTN_FUSED};
     b.fused[1] = gml_gqa(ctx, cg, &wg, ig).out;
-    cg.impl = GML_ATTN_UNFUSED;
+    cg.graph.impl = GML_ATTN_UNFUSED;
     b.unfused[1] = gml_gqa(ctx, cg, &wg, ig).out;
 
     gml_tensor *outs[] = {fa, b.fused[0], b.unfused[0], b.fused[1], b.unfused[1]};

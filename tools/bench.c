@@ -224,7 +224,7 @@ static gml_graph *attn_graph(gml_context *ctx, const attn_case *c, gml_attn_impl
         .w_o = gml_new_tensor_2d(ctx, GML_F32, c->D, c->D),
     };
     const gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, c->B, c->T, c->D)};
-    const gml_attn_config cfg = {.n_heads = c->H, .n_kv_heads = c->G, .impl = impl};
+    const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G}, .graph.impl = impl};
     gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
     if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
@@ -382,7 +382,7 @@ static void bench_decode(const opts *o) {
     };
     gml_tensor *const ws[] = {w.w_q, w.w_k, w.w_v, w.w_o};
     for (int i = 0; i < 4; i++) fill(ws[i]->data, gml_nelements(ws[i]), 21 + (uint32_t)i);
-    const gml_attn_config cfg = {.n_heads = H, .n_kv_heads = G, .causal = true};
+    const gml_attn_config cfg = {.dims = {.n_heads = H, .n_kv_heads = G}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     gml_graph *g[2]; /* the prompt step, the one-token step; each planned */
     gml_kv_step step[2];
     gml_context *ctx[2];

@@ -84,7 +84,20 @@ typedef struct rg_opts {
     const char *isa;
     bool profile, print_graph, json, nan_trap;
     bool done; /* --help or --version was handled: exit 0 */
+    /* attention scoring and position encoding (mha, gqa) */
+    bool causal_top_left; /* --causal-top-left: causal, query i sees key j iff j <= i */
+    int64_t window;       /* --window W; 0 none */
+    float softcap;        /* --softcap C; 0 none */
+    bool alibi, sinks, rope;
+    float rope_theta;     /* --rope-theta (default 10000) */
 } rg_opts;
+
+/* The attention config the flags ask for (dims from d->dim, by the caller). */
+gml_attn_config rg_attn_config(const rg_opts *o);
+/* Those options for people (", window 4, rope theta 10000") or, flags true,
+ * as the flags that give them (" --window 4 --rope --rope-theta 10000");
+ * "" when none is set. */
+const char *rg_attn_options(const rg_opts *o, bool flags, char *buf, size_t size);
 
 /* Whether a model takes the size sym (has its flag): mha B T S D H; gqa
  * and relpos G too, relpos P; matmul M N K; graph files all. */

@@ -42,6 +42,7 @@ typedef enum flag_id {
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
+    F_CAUSAL_TOP_LEFT, F_WINDOW, F_ALIBI, F_SOFTCAP, F_SINKS, F_ROPE, F_ROPE_THETA,
 } flag_id;
 
 typedef struct flag {
@@ -122,9 +123,23 @@ static const flag FLAGS[] = {
     [F_HELP] = {"--help", NULL, M_ALL, "this text", "Other"},
     [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL},
+    [F_CAUSAL_TOP_LEFT] = {"--causal-top-left", NULL, M_MHA | M_GQA,
+     "causal aligned top-left: query i sees key j iff j <= i (--causal is bottom-right)",
+     "Attention scoring and positions (mha, gqa; no dense mask is made)"},
+    [F_WINDOW] = {"--window", "W", M_MHA | M_GQA,
+     "sliding window: query at position i sees key j iff 0 <= i - j < W (implies --causal)", NULL},
+    [F_ALIBI] = {"--alibi", NULL, M_MHA | M_GQA, "ALiBi linear biases, max bias 8 (the paper's slopes)", NULL},
+    [F_SOFTCAP] = {"--softcap", "C", M_MHA | M_GQA, "logit soft-capping: scaled score s -> C tanh(s / C)", NULL},
+    [F_SINKS] = {"--sinks", NULL, M_MHA | M_GQA,
+     "attention sinks: a logit per head in the softmax's denominator, the weight 'sinks' "
+     "(or 'self_attn.sinks') [H] from --weights (random with random weights)", NULL},
+    [F_ROPE] = {"--rope", NULL, M_MHA | M_GQA,
+     "rotary position embeddings on q and k (Hugging Face's rotate_half), queries and keys at "
+     "0 .. T-1 (cross-attention: queries at S - T + i, or i with --causal-top-left)", NULL},
+    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA, "--rope's base (default 10000)", NULL},
 };
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
-_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_VERSION + 1, "FLAGS follows flag_id");
+_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_ROPE_THETA + 1, "FLAGS follows flag_id");
 
 bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
 
@@ -336,6 +351,23 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     case F_HELP: print_help(stdout); o->done = true; return true;
     case F_LIST_OPS: gml_write_op_table(stdout); o->done = true; return true;
     case F_VERSION: printf("run-graph (ggmlite) %s\n", GML_VERSION); o->done = true; return true;
+    case F_CAUSAL_TOP_LEFT: o->causal_top_left = true; return true;
+    case F_WINDOW: return parse_int(name, v, 1, INT32_MAX, &o->window, e);
+    case F_ALIBI: o->alibi = true; return true;
+    case F_SINKS: o->sinks = true; return true;
+    case F_ROPE: o->rope = true; return true;
+    case F_SOFTCAP:
+    case F_ROPE_THETA: {
+        char *end;
+        errno = 0;
+        const double x = strtod(v, &end);
+        const bool cap = id == F_SOFTCAP;
+        if (!*v || *end || errno || !(x > 0 && x < 1e30) || (!cap && x == 1))
+            return rg_fail(e, RG_USAGE, "%s: '%s' is not a number %s", name, v,
+                           cap ? "> 0" : "> 0 other than 1");
+        *(cap ? &o->softcap : &o->rope_theta) = (float)x;
+        return true;
+    }
     default: return rg_fail(e, RG_USAGE, "%s: not handled", name);
     }
 }
@@ -377,10 +409,44 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
             return rg_fail(e, RG_USAGE, "--decode runs the fused graph: drop --attn unfused");
         o->causal = true;
     }
+    if (o->causal_top_left && given[F_CAUSAL])
+        return rg_fail(e, RG_USAGE, "--causal and --causal-top-left are two alignments: give one");
+    if (o->causal_top_left && o->decode)
+        return rg_fail(e, RG_USAGE, "--causal-top-left does not apply with --decode (decoding is "
+                       "causal bottom-right: each new token sees every cached one)");
+    if (given[F_ROPE_THETA] && !o->rope)
+        return rg_fail(e, RG_USAGE, "--rope-theta is for --rope: give --rope too");
+    if (!o->rope_theta) o->rope_theta = 10000.0f;
     if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
         return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
                        o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");
     return true;
+}
+
+gml_attn_config rg_attn_config(const rg_opts *o) {
+    return (gml_attn_config){
+        .score = {.causal = o->causal_top_left ? GML_CAUSAL_TOP_LEFT
+                            : o->causal        ? GML_CAUSAL_BOTTOM_RIGHT
+                                               : GML_CAUSAL_NONE,
+                  .window = o->window,
+                  .softcap = o->softcap,
+                  .alibi_max_bias = o->alibi ? 8.0f : 0.0f},
+        .pos = {.kind = o->rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = o->rope_theta},
+        .graph = {.impl = o->attn_impl, .want_weights = o->attn_weights || o->attn_svg}};
+}
+
+const char *rg_attn_options(const rg_opts *o, bool flags, char *buf, size_t size) {
+    size_t k = 0;
+    buf[0] = '\0';
+#define RG_ADD(...) (k += k < size ? (size_t)snprintf(buf + k, size - k, __VA_ARGS__) : 0)
+    if (o->causal_top_left) RG_ADD("%s", flags ? " --causal-top-left" : ", causal top-left");
+    if (o->window) RG_ADD(flags ? " --window %lld" : ", window %lld", (long long)o->window);
+    if (o->softcap) RG_ADD(flags ? " --softcap %g" : ", softcap %g", (double)o->softcap);
+    if (o->alibi) RG_ADD("%s", flags ? " --alibi" : ", alibi");
+    if (o->sinks) RG_ADD("%s", flags ? " --sinks" : ", sinks");
+    if (o->rope) RG_ADD(flags ? " --rope --rope-theta %g" : ", rope theta %g", (double)o->rope_theta);
+#undef RG_ADD
+    return buf;
 }
 
 bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e) {

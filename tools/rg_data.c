@@ -495,6 +495,7 @@ static bool random_weights(const rg_opts *o, rg_data *d, rg_err *e) {
         {"rel_k.weight", GML_F32, 2, {R, dk}}, {"rel_v.weight", GML_F32, 2, {R, dk}},
     };
     int n = o->kind == RG_RELPOS ? 10 : 8;
+    if (o->sinks) sp[n++] = (spec){"sinks", GML_F32, 1, {d->dim[RG_H]}}; /* mha, gqa: in place of rel_k */
     gml_tensor *t[10];
     if (!make(d, sp, n, t, e)) return false;
     for (int i = 0; i < n; i++) rg_fill_random(t[i], o->seed, true);

@@ -106,8 +106,13 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
         err, sizeof err);
     if (!cache) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
     r->cache_bytes = gml_kv_cache_bytes(cache);
-    const gml_attn_config cfg = {.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G,
-                                 .causal = true, .impl = GML_ATTN_FUSED};
+    if (o->sinks && !w.sinks)
+        return rg_fail(e, RG_RUNTIME, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') "
+                       "[H]", o->weights);
+    if (!o->sinks) w.sinks = NULL; /* used only when asked for */
+    gml_attn_config cfg = rg_attn_config(o); /* causal bottom-right: rg_parse_args set it */
+    cfg.dims = (gml_attn_dims){.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G};
+    cfg.graph.impl = GML_ATTN_FUSED;
 
     step prompt = {0}, one = {0};
     gml_context *xctx = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead() +

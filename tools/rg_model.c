@@ -36,15 +36,21 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
         return rg_fail(e, RG_RUNTIME, "%s: relpos needs rel_k.weight [2P+1, d_k] (rel_v.weight is "
                        "optional); %s", o->weights, present);
     }
-    gml_attn_config cfg = {.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
-                           .n_kv_heads = (int)d->dim[RG_G], .causal = o->causal,
-                           .max_rel = (int)d->dim[RG_P], .impl = o->attn_impl,
-                           .want_weights = o->attn_weights || o->attn_svg};
+    if (o->sinks && !w.sinks) {
+        char present[1024];
+        rg_list_weights(d->wctx, present, sizeof present);
+        return rg_fail(e, RG_RUNTIME, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') "
+                       "[H]; %s", o->weights, present);
+    }
+    if (!o->sinks) w.sinks = NULL; /* used only when asked for */
+    gml_attn_config cfg = rg_attn_config(o);
+    cfg.dims = (gml_attn_dims){.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
+                               .n_kv_heads = (int)d->dim[RG_G]};
     gml_attn_inputs in = {.query = d->x ? d->x : d->query, .key = d->key, .value = d->value,
                           .valid_lens = d->valid_lens};
     gml_attn_result r = o->kind == RG_MHA   ? gml_mha(ctx, cfg, &w, in)
                         : o->kind == RG_GQA ? gml_gqa(ctx, cfg, &w, in)
-                                            : gml_relpos_attn(ctx, cfg, &w, in);
+                                            : gml_relpos_attn(ctx, cfg, (int)d->dim[RG_P], &w, in);
     if (!r.out) {
         if (o->weights) return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, gml_last_error(ctx));
         return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(ctx));

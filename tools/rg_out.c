@@ -255,6 +255,8 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
         for (int sym = RG_B; sym <= RG_D; sym++)
             k += (size_t)snprintf(args + k, sizeof args - k, " %s %" PRId64, RG_FLAG[sym], d->dim[sym]);
     if (o->causal) k += (size_t)snprintf(args + k, sizeof args - k, " --causal");
+    char opts[160];
+    k += (size_t)snprintf(args + k, sizeof args - k, "%s", rg_attn_options(o, true, opts, sizeof opts));
     for (int i = 0; i < o->n_valid_lens; i++)
         k += (size_t)snprintf(args + k, sizeof args - k, "%s%d", i ? "," : " --valid-lens ", (int)o->valid_lens[i]);
     for (int i = 0; i < n_leafs && ok; i++) {

@@ -142,8 +142,9 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
                          : d->random_inputs  ? ", random inputs"
                                              : "";
-    printf("%s: %s%s%s%s\n", o->model, sizes, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "",
-           random);
+    char opts[160];
+    printf("%s: %s%s%s%s%s\n", o->model, sizes, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "",
+           rg_attn_options(o, false, opts, sizeof opts), random);
     printf("output  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(m->out, shape, sizeof shape), digest);
     printf("time    %.3f ms", t->median_ms);
     if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
@@ -177,8 +178,9 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
                          : d->random_inputs  ? ", random inputs"
                                              : "";
-    printf("%s: %s, causal%s; decoding %" PRId64 " tokens after a prompt of %" PRId64 "\n", o->model, sizes,
-           random, r->tokens, r->prompt);
+    char opts[160];
+    printf("%s: %s, causal%s%s; decoding %" PRId64 " tokens after a prompt of %" PRId64 "\n", o->model, sizes,
+           rg_attn_options(o, false, opts, sizeof opts), random, r->tokens, r->prompt);
     printf("output  %s  xxh3 %s  (the decoded tokens)\n", gml_format_shape(r->out, shape, sizeof shape), hex);
     printf("prompt  %" PRId64 " tokens in %.3f ms (one step)\n", r->prompt, r->prompt_ms);
     printf("decode  %.1f tokens/s, %.3f ms/token", tps, r->median_ms);

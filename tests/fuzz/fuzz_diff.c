@@ -86,6 +86,13 @@ typedef struct reader {
 
 /* The next byte; 0 once the input is used up (so every choice has a default). */
 static unsigned next_byte(reader *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
+/* The op kinds decode() draws from, N_KINDS unless a saved reproducer asks
+ * for the format it was found with: GGMLITE_FUZZ_DIFF_KINDS=n (20: the
+ * first version, also GGMLITE_FUZZ_DIFF_V1; 25: before the norms and the
+ * attention options). softmax and flash_attn draw options from 26 on. */
+enum { N_KINDS = 26 };
+static int g_kinds = -1;
+
 static int pick(reader *r, int n) { return n <= 1 ? 0 : (int)(next_byte(r) % (unsigned)n); }
 static bool chance(reader *r, int percent) { return pick(r, 100) < percent; }
 
@@ -465,14 +472,51 @@ static entry *pick_mask(program *p, reader *r, int nd, const int64_t *ne) {
     return m;
 }
 
+static entry *lens_leaf(program *p, reader *r, int64_t B, int64_t tq, int64_t tk);
+
+/* The attention options (gml_attn_opts) on top of what *o holds: causal
+ * alignment, window, softcap, ALiBi and, with heads known (scores [B, H,
+ * Tq, Tk]), positions, sinks and (softmax: lens, flash_attn draws its own)
+ * valid lengths. Returns the taint of the leaves it added. */
+static int pick_attn_opts(program *p, reader *r, gml_attn_opts *o, bool heads, int64_t B,
+                          int64_t H, int64_t tq, int64_t tk, bool lens) {
+    int taint = 0;
+    o->causal = (gml_causal)pick(r, 3);
+    if (chance(r, 30)) o->window = 1 + pick(r, (int)tk + 2);
+    static const float CAP[] = {0.5f, 5.0f, 30.0f, 1e-3f};
+    if (chance(r, 30)) o->softcap = CAP[pick(r, 4)];
+    if (!heads) return taint;
+    static const float BIAS[] = {8.0f, 0.5f, 3.0f};
+    if (chance(r, 30)) o->alibi_max_bias = BIAS[pick(r, 3)];
+    if (chance(r, 25)) {
+        entry *pos = new_leaf(p, r, GML_I32, 2, (int64_t[]){B, tq}, V_INDEX, (int32_t)tk + 3, false);
+        if (pos) pos->read = true, o->positions = pos->t;
+    }
+    if (chance(r, 30)) {
+        entry *sk = normal_leaf(p, r, 1, (int64_t[]){H});
+        if (sk) sk->read = true, o->sinks = sk->t, taint |= sk->taint;
+    }
+    if (lens && chance(r, 25)) {
+        entry *l = lens_leaf(p, r, B, tq, tk);
+        if (l) o->valid_lens = l->t;
+    }
+    return taint;
+}
+
 static void op_softmax(program *p, reader *r) {
     entry *x = take(p, r, false, 1);
     if (!x) return;
     int64_t ne[4];
     const int nd = shape_of(x->t, ne);
     entry *m = pick_mask(p, r, nd, ne);
-    result(p, gml_softmax(p->ctx, x->t, m ? m->t : NULL, pick_scale(r), chance(r, 40)),
-           x->taint | (m ? m->taint : 0) | T_EXP, 0);
+    const float scale = pick_scale(r);
+    const bool causal = chance(r, 40);
+    gml_attn_opts o = {.mask = m ? m->t : NULL, .causal = causal};
+    int taint = x->taint | (m ? m->taint : 0) | T_EXP;
+    if (g_kinds >= 26 && chance(r, 40)) /* the options; per head ones need [B, H, Tq, Tk] */
+        taint |= pick_attn_opts(p, r, &o, nd == 4, nd == 4 ? ne[0] : 1, nd == 4 ? ne[1] : 1,
+                                nd >= 2 ? ne[nd - 2] : 1, ne[nd - 1], true);
+    result(p, gml_softmax_ext(p->ctx, x->t, scale, &o), taint, 0);
 }
 
 static void op_repeat(program *p, reader *r) {
@@ -594,10 +638,11 @@ static void op_flash_attn(program *p, reader *r) {
     entry *m = pick_mask(p, r, 4, sne);
     entry *lens = chance(r, 30) ? lens_leaf(p, r, B, tq, tk) : NULL;
     const float scale = chance(r, 50) ? 1.0f / sqrtf((float)dk) : pick_scale(r);
-    result(p,
-           gml_flash_attn(p->ctx, q->t, kt, vt, m ? m->t : NULL, lens ? lens->t : NULL, scale,
-                          chance(r, 40)),
-           q->taint | k->taint | v->taint | (m ? m->taint : 0) | T_EXP, 0);
+    const bool causal = chance(r, 40);
+    gml_attn_opts o = {.mask = m ? m->t : NULL, .valid_lens = lens ? lens->t : NULL, .causal = causal};
+    int taint = q->taint | k->taint | v->taint | (m ? m->taint : 0) | T_EXP;
+    if (g_kinds >= 26 && chance(r, 40)) taint |= pick_attn_opts(p, r, &o, true, B, H, tq, tk, false);
+    result(p, gml_flash_attn_ext(p->ctx, q->t, kt, vt, scale, &o), taint, 0);
 }
 
 /* softmax(q k^T * scale + mask) v, unfused: the ops flash_attn stands for. */
@@ -719,11 +764,13 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         for (int d = 0; d < nd; d++) ne[d] = rand_dim(&r);
         normal_leaf(p, &r, nd, ne);
     }
-    static int v1 = -1; /* the first 20 kinds only: regress/ replays */
-    if (v1 < 0) v1 = getenv("GGMLITE_FUZZ_DIFF_V1") != NULL;
+    if (g_kinds < 0) {
+        const char *k = getenv("GGMLITE_FUZZ_DIFF_KINDS");
+        g_kinds = getenv("GGMLITE_FUZZ_DIFF_V1") ? 20 : k && atoi(k) >= 20 && atoi(k) <= N_KINDS ? atoi(k) : N_KINDS;
+    }
     const int n_ops = 1 + pick(&r, MAX_OPS);
     for (int i = 0; i < n_ops && r.i < r.n; i++) {
-        switch (pick(&r, v1 ? 20 : 26)) {
+        switch (pick(&r, g_kinds)) {
         case 0: op_view(p, &r); break;
         case 1: op_reshape(p, &r); break;
         case 2: op_permute(p, &r); break;
@@ -821,56 +868,102 @@ static void check_row(const gml_tensor *out, int64_t i0, int64_t i1, int64_t i2,
     }
 }
 
+/* The attention options of a softmax or flash_attn node, as its call form
+ * holds them (ggmlite.h MASKS, "Options"). */
+typedef struct attn_opts_of {
+    double scale;
+    int64_t causal, window;
+    double softcap, alibi;
+    const gml_tensor *lens, *pos, *sinks;
+} attn_opts_of;
+
+static attn_opts_of opts_of(const gml_tensor *t) {
+    return (attn_opts_of){.scale = float_arg(t, "scale"), .causal = arg_of(t, "causal").i,
+                          .window = arg_of(t, "window").i, .softcap = float_arg(t, "softcap"),
+                          .alibi = float_arg(t, "alibi"), .lens = arg_of(t, "valid_lens").t,
+                          .pos = arg_of(t, "positions").t, .sinks = arg_of(t, "sinks").t};
+}
+
+/* Query i of batch b: its position i' and the keys [*lo, *hi) that causal,
+ * the window and the valid lengths leave it. */
+static int64_t key_range(const attn_opts_of *o, int64_t b, int64_t i, int64_t tq, int64_t tk,
+                         int64_t *lo, int64_t *hi) {
+    const int64_t ip = o->pos ? at_i32(o->pos, 0, 0, b, i) : o->causal == 2 ? i : i + tk - tq;
+    int64_t l = 0, h = tk;
+    if (o->causal || o->window > 0) {
+        h = ip + 1 < 0 ? 0 : ip + 1 < tk ? ip + 1 : tk;
+        if (o->window > 0 && ip + 1 - o->window > l) l = ip + 1 - o->window;
+    }
+    if (o->lens) {
+        const int32_t len = o->lens->n_dims == 1 ? at_i32(o->lens, 0, 0, 0, b) : at_i32(o->lens, 0, 0, b, i);
+        if (len < h) h = len;
+    }
+    *lo = l < h ? l : h;
+    *hi = h;
+    return ip;
+}
+
+/* A scaled score s (x * scale, q.k * scale in double for flash_attn) after
+ * the soft cap: a non-finite s stays NaN, as the ops make it. */
+static double capped(const attn_opts_of *o, double s) {
+    if (!(o->softcap > 0)) return s;
+    return fabs(s) <= FLT_MAX ? o->softcap * tanh(s / o->softcap) : NAN;
+}
+
+/* The sink of head h: NaN or +inf makes a row with a visible key NaN; -inf
+ * is no sink. */
+static row_rule sink_rule(const attn_opts_of *o, int64_t h, row_rule rule) {
+    if (!o->sinks || rule == ROW_ZEROS) return rule;
+    const float sv = at_f32(o->sinks, 0, 0, 0, h);
+    return isnan(sv) || sv == INFINITY ? ROW_NAN : rule;
+}
+
 static void check_softmax_contract(const gml_tensor *t, const char *run_name) {
     const gml_tensor *x = t->src[0], *m = t->src[1];
-    const float scale = (float)float_arg(t, "scale");
-    const bool causal = arg_of(t, "causal").i != 0;
+    const attn_opts_of o = opts_of(t);
     const int64_t tq = t->ne[2], tk = t->ne[3];
     bool masked[16];
     if (tk > 16) return;
     for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
             for (int64_t i2 = 0; i2 < t->ne[2]; i2++) {
-                const int64_t n = causal ? (i2 + tk - tq + 1 < 0 ? 0 : i2 + tk - tq + 1) : tk;
+                int64_t lo, hi;
+                key_range(&o, i0, i2, tq, tk, &lo, &hi);
                 int visible = 0;
                 bool bad = false;
                 for (int64_t j = 0; j < tk; j++) {
                     const float mv = m ? at_f32(m, i0 % m->ne[0], i1 % m->ne[1], i2 % m->ne[2],
                                                 m->ne[3] > 1 ? j : 0)
                                        : 0.0f;
-                    const float sc = x->data ? at_f32(x, i0, i1, i2, j) * scale + mv : 0.0f;
-                    masked[j] = j >= n || mv == -INFINITY;
+                    const float xs = x->data ? at_f32(x, i0, i1, i2, j) * (float)o.scale : 0.0f;
+                    const float sc = (o.softcap > 0 ? (float)capped(&o, xs) : xs) + mv;
+                    masked[j] = j < lo || j >= hi || mv == -INFINITY;
                     if (masked[j]) continue;
                     visible++;
                     bad |= !isfinite(sc);
                 }
-                check_row(t, i0, i1, i2, !visible ? ROW_ZEROS : bad ? ROW_NAN : ROW_FINITE, masked,
-                          run_name,
-                          !visible ? "no visible key: zeros" : bad ? "a visible score is not finite: NaN row"
+                const row_rule rule = sink_rule(&o, i1, !visible ? ROW_ZEROS : bad ? ROW_NAN : ROW_FINITE);
+                check_row(t, i0, i1, i2, rule, masked, run_name,
+                          !visible ? "no visible key: zeros" : rule == ROW_NAN ? "a visible score or the sink is not finite: NaN row"
                                                                    : "finite visible scores: finite row, masked keys 0");
             }
 }
 
 static void check_flash_contract(const gml_tensor *t, const char *run_name) {
-    const gml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *m = t->src[3], *lens = t->src[4];
-    const double scale = float_arg(t, "scale");
-    const bool causal = arg_of(t, "causal").i != 0;
+    const gml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *m = t->src[3];
+    const attn_opts_of o = opts_of(t);
     const int64_t H = t->ne[1], tq = q->ne[2], tk = k->ne[2], dk = q->ne[3], dv = v->ne[3];
     const int64_t rep = H / k->ne[1];
     for (int64_t b = 0; b < t->ne[0]; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < tq; i++) {
-                int64_t n = tk;
-                if (causal) n = i + tk - tq + 1 < 0 ? 0 : i + tk - tq + 1 < n ? i + tk - tq + 1 : n;
-                if (lens) {
-                    const int32_t len = lens->n_dims == 1 ? at_i32(lens, 0, 0, 0, b) : at_i32(lens, 0, 0, b, i);
-                    if (len < n) n = len;
-                }
+                int64_t lo, hi;
+                key_range(&o, b, i, tq, tk, &lo, &hi);
                 bool q_ok = true, bad = false, borderline = false;
                 const char *why = "q's row is not finite: NaN row";
                 int visible = 0;
                 for (int64_t d = 0; d < dk; d++) q_ok &= isfinite(at_f32(q, b, h, i, d));
-                for (int64_t j = 0; j < n; j++) {
+                for (int64_t j = lo; j < hi; j++) {
                     const float mv = m ? at_f32(m, b % m->ne[0], h % m->ne[1], i % m->ne[2],
                                                 m->ne[3] > 1 ? j : 0)
                                        : 0.0f;
@@ -884,15 +977,18 @@ static void check_flash_contract(const gml_tensor *t, const char *run_name) {
                         dot += (double)at_f32(q, b, h, i, d) * kd;
                     }
                     for (int64_t c = 0; c < dv; c++) kv_ok &= isfinite(at_f32(v, b, h / rep, j, c));
-                    const double sc = dot * scale + mv;
+                    const double pre = dot * o.scale, sc = capped(&o, pre) + mv;
+                    const bool over = !(fabs(pre) <= FLT_MAX * (1 + 1e-6)) || !(fabs(sc) <= FLT_MAX * (1 + 1e-6));
                     if (!bad && !kv_ok) why = "a visible key's mask, K or V is not finite: NaN row";
-                    else if (!bad && !(fabs(sc) <= FLT_MAX * (1 + 1e-6)))
-                        why = "a visible key's exact score is beyond float: NaN row";
-                    bad |= !kv_ok || !(fabs(sc) <= FLT_MAX * (1 + 1e-6));
-                    borderline |= fabs(sc) > FLT_MAX * (1 - 1e-6);
+                    else if (!bad && over) why = "a visible key's exact score is beyond float: NaN row";
+                    bad |= !kv_ok || over;
+                    borderline |= fabs(pre) > FLT_MAX * (1 - 1e-6) || fabs(sc) > FLT_MAX * (1 - 1e-6);
                 }
-                const row_rule rule = !visible ? ROW_ZEROS : !q_ok || bad ? ROW_NAN : ROW_ANY;
+                row_rule rule = !visible ? ROW_ZEROS : !q_ok || bad ? ROW_NAN : ROW_ANY;
                 if (rule == ROW_NAN && borderline && q_ok) continue; /* a score at float's edge */
+                rule = sink_rule(&o, h, rule);
+                if (rule == ROW_NAN && !q_ok && !bad) why = "q's row is not finite: NaN row";
+                else if (rule == ROW_NAN && q_ok && !bad) why = "the sink is NaN or +inf: NaN row";
                 check_row(t, b, h, i, rule, NULL, run_name, !visible ? "no visible key: zeros" : why);
             }
 }
@@ -1052,6 +1148,16 @@ static double max_abs(const gml_graph *g, const gml_tensor *t) {
  * run. Chains of finite inputs get there too (a matrix squared 7 times). */
 #define HUGE_VALUE 1e18
 
+/* What the attention options add to a score's error: the soft cap's tanh
+ * in float (a few ulp of c), ALiBi's slope * (j - i') in float (|j - i'|
+ * below span plus the positions' range), the sink's own error. */
+static double opts_err(const gml_graph *g, const gml_tensor *t, const double *err, double span) {
+    const double c = float_arg(t, "softcap"), alibi = float_arg(t, "alibi");
+    const gml_tensor *sinks = arg_of(t, "sinks").t;
+    return (c > 0 ? 4 * U * c : 0) + (alibi > 0 ? 4 * U * (span + 8) : 0) +
+           (sinks ? err[sinks->id] + U * max_abs(g, sinks) : 0);
+}
+
 /* rms_norm / layer_norm: y = (x - m) r w + b with r = 1 / sqrt(var + eps)
  * per row (m = 0, var = mean(x^2) for rms_norm). The fast kernels' float
  * statistics differ from the reference's double ones by about 256 ulp of
@@ -1115,7 +1221,8 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
         }
         case GML_OP_SOFTMAX: {
             const double s = fabs(float_arg(t, "scale"));
-            const double d = ea * s + eb + U * (max_abs(g, a) * s + (b ? max_abs(g, b) : 0));
+            const double d = ea * s + eb + U * (max_abs(g, a) * s + (b ? max_abs(g, b) : 0)) +
+                             opts_err(g, t, err, (double)t->ne[2] + (double)t->ne[3]);
             e = fmin(2 * d + 1e-6, 1.0);
             break;
         }
@@ -1124,7 +1231,8 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
             const double s = fabs(float_arg(t, "scale")), dk = (double)a->ne[3], Q = max_abs(g, a),
                          Kx = max_abs(g, b), V = max_abs(g, v);
             const double d = s * (dk * (ea * Kx + eb * Q + ea * eb) + dk * dk * U * Q * Kx) +
-                             (m ? err[m->id] + U * max_abs(g, m) : 0);
+                             (m ? err[m->id] + U * max_abs(g, m) : 0) +
+                             opts_err(g, t, err, (double)a->ne[2] + (double)b->ne[2]);
             e = fmin(2 * d + 1e-6, 1.0) * V + err[v->id] + (double)b->ne[2] * U * V;
             break;
         }

@@ -76,7 +76,8 @@
  *     row with none left is zeros). A sink logit s_h (not scaled, capped or
  *     biased) joins the row's max and denominator only: w_j = e^(s_j - m) /
  *     (sum_k e^(s_k - m) + e^(s_h - m)), m = max(s_h, max_k s_k); a row with
- *     no visible key is zeros even with a sink; a NaN sink makes the row NaN.
+ *     no visible key is zeros even with a sink; a NaN or +inf sink makes
+ *     a row with a visible key NaN (-inf is no sink).
  *   . The unfused graph (scores = matmul(q, k^T), softmax, matmul with v)
  *     keeps the same rules in softmax, but its matmuls are plain IEEE: a
  *     NaN or inf in a masked V row gives 0 * NaN = NaN in the output (use
@@ -557,6 +558,10 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
 gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk);
 /* Shaw et al. relative positions: i32 [Tq, Tk], clip(j - i, -P, P) + P. */
 gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel);
+/* i32 [n]: start, start + 1, ..., start + n - 1 (torch.arange(start, start +
+ * n)); default positions for rope and attention. n in [1, 2^31 - 1], every
+ * value must fit in i32. */
+gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
 
 /* Rotary position embeddings (RoPE) on the heads of q or k, as Hugging Face's
  * apply_rotary_pos_emb with its rotate_half (GPT-NeoX, LLaMA, Mistral, Qwen)

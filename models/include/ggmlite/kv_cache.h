@@ -88,9 +88,15 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
 /* Multi-head or grouped-query self-attention of the step's new tokens over
  * the cache of `layer`, appending their K and V:
  *     x [B, n, D] -> out [B, n, D], named "out"
- * cfg and w as for gml_gqa (G = cfg.n_kv_heads or H must be the cache's;
- * D / H its d_k); decoding is causal (cfg.causal must be set) and fused
- * (impl auto or fused, no weights). NULL with a message on ctx otherwise. */
+ * cfg and w as for gml_gqa (G = cfg.dims.n_kv_heads or H must be the
+ * cache's; D / H its d_k); decoding is causal bottom-right (cfg.score.causal
+ * = GML_CAUSAL_BOTTOM_RIGHT) and fused (graph.impl auto or fused, no
+ * weights). With cfg.pos rope, q and k of the new tokens are rotated at
+ * their positions (step->pos, run-time data) before K is appended, as the
+ * full forward rotates them at 0 .. T-1. The scoring options (window,
+ * ALiBi, soft-capping) and w->sinks apply at the same absolute positions:
+ * a step equals the full forward's rows with any of them. NULL with a
+ * message on ctx otherwise. */
 gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_tensor *x, const gml_kv_step *step, int layer);
 

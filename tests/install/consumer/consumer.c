@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
     fill(x, 0);
     gml_attn_weights aw = {.w_q = w[0], .b_q = w[1], .w_k = w[2], .b_k = w[3],
                            .w_v = w[4], .b_v = w[5], .w_o = w[6], .b_o = w[7]};
-    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.n_heads = H, .causal = true}, &aw,
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.dims.n_heads = H, .score.causal = GML_CAUSAL_BOTTOM_RIGHT}, &aw,
                                 (gml_attn_inputs){.query = x});
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
     if (!g) return fprintf(stderr, "mha: %s\n", gml_last_error(ctx)), 1;

@@ -1,0 +1,57 @@
+/* arange: the i32 sequence start, start + 1, ..., start + n - 1 as a graph
+ * node (torch.arange(start, start + n, dtype=torch.int32)), so a block can
+ * make default positions (rope, attention) without touching tensor data at
+ * build time. */
+#include "internal.h"
+
+#include <string.h>
+
+typedef struct arange_params {
+    int32_t start;
+} arange_params;
+GML_PARAMS_FIT(arange_params);
+
+static int32_t start_of(const gml_tensor *t) {
+    arange_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p.start;
+}
+
+/* out [n] i32: out[i] = start + i. One row: the first thread writes it. */
+static void gml_i32_arange__ref(const gml_compute_params *p, gml_tensor *dst) {
+    if (p->ith != 0) return;
+    const int64_t start = start_of(dst);
+    int32_t *out = (int32_t *)gml_ptr(dst, 0, 0, 0, 0);
+    for (int64_t i = 0; i < dst->ne[3]; i++) out[i] = (int32_t)(start + i);
+}
+
+gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start) {
+    if (n < 1 || n > INT32_MAX)
+        return gml_fail(ctx, "arange: size %" PRId64 " is out of range [1, 2^31 - 1]", n);
+    if (start < INT32_MIN || start > (int64_t)INT32_MAX - (n - 1))
+        return gml_fail(ctx, "arange: start %" PRId64 " with size %" PRId64 " leaves i32 (values "
+                        "start .. start + size - 1 must fit in [-2^31, 2^31 - 1])", start, n);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_ARANGE, GML_I32, 1, (int64_t[]){n}, NULL, 0);
+    if (!t) return NULL;
+    gml_set_params(t, &(arange_params){(int32_t)start}, sizeof(arange_params));
+    return t;
+}
+
+static gml_tensor *build_arange(gml_context *ctx, const gml_arg *v) {
+    return gml_arange(ctx, v[0].i, v[1].given ? v[1].i : 0);
+}
+
+static void arange_args(const gml_tensor *t, gml_arg *v) {
+    v[0].i = t->ne[3];
+    v[1].i = start_of(t);
+}
+
+const gml_op_def gml_opdef_arange = {
+    .forward = gml_i32_arange__ref,
+    .reference = gml_i32_arange__ref,
+    GML_ARGS(GML_REQ("n", INT), GML_OPT("start", INT, "0")),
+    .build = build_arange,
+    .get_args = arange_args,
+    .doc_args = "numbers",
+    .doc_result = "i32 `[n]`: `start, start + 1, ..., start + n - 1`",
+};
