@@ -90,11 +90,20 @@ for dir in "$FIX"/*/; do
     check "case $name: attention weights vs PyTorch" "$CHECK" close got_attn.npy attn.npy
     check "case $name: no NaN in the weights of a query with no key" "$CHECK" close got_attn.npy attn.npy
     case $args in
-    */mha.graph*) # the fused graph file takes the same masks
+    */mha.graph*) # the fused graph file and the built-in block (fused and unfused) take the same masks
         fused=$(echo "$args" | sed "s|/mha.graph|/mha_fused.graph|; s| --attn-weights got_attn.npy||; s|got_out.npy|got_fused.npy|")
         # shellcheck disable=SC2086
         check "case $name: mha_fused.graph" "$RG" $fused
-        check "case $name: mha_fused.graph output vs PyTorch" "$CHECK" close got_fused.npy out.npy ;;
+        check "case $name: mha_fused.graph output vs PyTorch" "$CHECK" close got_fused.npy out.npy
+        block=$(echo "$args" | sed "s|[^ ]*/mha.graph|mha|; s|got_|block_|g")
+        # shellcheck disable=SC2086
+        check "case $name: the built-in block, unfused" "$RG" $block --attn unfused
+        check "case $name: the block's output vs PyTorch" "$CHECK" close block_out.npy out.npy
+        check "case $name: the block's weights vs PyTorch" "$CHECK" close block_attn.npy attn.npy
+        block=$(echo "$block" | sed "s| --attn-weights block_attn.npy||; s|block_out|fused_out|")
+        # shellcheck disable=SC2086
+        check "case $name: the built-in block, fused" "$RG" $block
+        check "case $name: the fused block's output vs PyTorch" "$CHECK" close fused_out.npy out.npy ;;
     esac
     cd "$T" || exit 2
 done
@@ -203,7 +212,7 @@ same_digest "a [B*H, T, S] mask" "$(digest $G $M --causal)" $G $M --attn-mask he
 same_digest "attn_mask, key padding and valid lengths combine" "$(digest $G $M --causal --valid-lens 5,3)" \
     $G $M --attn-mask causal.npy --key-padding-mask right.npy --valid-lens 5,5
 "$MK" npy bad.npy b1 4,5 0
-expect_error 1 "--attn-mask bad.npy: [4,5] is not [T, S] or [B*H, T, S] with B = 2" "a mask of the wrong shape" \
+expect_error 1 "--attn-mask bad.npy: [4,5] is not [T, S] or [B*H, T, S] (or [B or 1, H or 1, T, S]) with B = 2" "a mask of the wrong shape" \
     $G $M --attn-mask bad.npy
 "$MK" npy bad3.npy b1 6,5,5 0
 expect_error 1 "--attn-mask bad3.npy: [6,5,5]: 6 masks, but B*H = 2 * 4 = 8" "a [B*H, T, S] mask of the wrong count" \
@@ -213,8 +222,16 @@ expect_error 1 "--key-padding-mask causal.npy: [5,5] is not [B, S]" "a key paddi
 printf 'input x f32 [B, T, D]\ny = scale(x, 2)\noutput y\n' >plain.graph
 expect_error 2 "--attn-mask: plain.graph declares no input attn_mask" "a mask for a file without one" \
     plain.graph --input xb.npy --attn-mask none.npy
-expect_error 2 "--attn-mask: the built-in blocks take no mask yet" "a mask for a built-in block" \
-    mha $M --attn-mask none.npy
+same_digest "the built-in block with masks = mha.graph" "$(digest $G $M --attn-mask heads.npy --key-padding-mask right.npy)" \
+    mha $M --attn-mask heads.npy --key-padding-mask right.npy --attn unfused
+same_digest "... fused = mha_fused.graph" "$(digest "$GRAPHS/mha_fused.graph" $M --attn-mask causal.npy --key-padding-mask right.npy)" \
+    mha $M --attn-mask causal.npy --key-padding-mask right.npy
+same_digest "gqa with a mask = gqa.graph" "$(digest "$GRAPHS/gqa.graph" $M --kv-heads 4 --attn-mask causal.npy)" \
+    gqa $M --kv-heads 4 --attn-mask causal.npy --attn unfused
+d=$(digest mha $M --attn-mask heads.npy --key-padding-mask right.npy --save-inputs saved_mask)
+check "--save-inputs writes the mask, and --attn-mask reads it back ($d)" test -n "$d" -a \
+    "$(cd saved_mask && eval digest "$(cat args)")" = "$d"
+check "... as --attn-mask attn_mask.npy" grep -qF -- "--attn-mask attn_mask.npy" saved_mask/args
 expect_error 2 "--attn-mask does not apply with --decode" "--decode with a mask" mha $M --attn-mask none.npy --decode 2
 
 # ---- graph files: every input bound, --bind checked, optional inputs with a default ------

@@ -100,7 +100,7 @@ static const flag FLAGS[] = {
      "inputs and output are [T, B, D] (nn.MultiheadAttention's batch_first=False)", NULL},
     [F_ATTN_MASK] = {"--attn-mask", "FILE", M_ATTN,
      ".npy mask [T, S] or [B*H, T, S] as nn.MultiheadAttention's attn_mask: bool (True: not "
-     "allowed) or float (added to the scores)", NULL},
+     "allowed) or float (added to the scores); also [B or 1, H or 1, T, S] (as --save-inputs writes it)", NULL},
     [F_KEY_PADDING_MASK] = {"--key-padding-mask", "FILE", M_ATTN,
      ".npy [B, S]: bool (True: a padding key, ignored) or float (added), any pattern; both masks "
      "combine with --causal and --valid-lens, and a query left with no key gets zeros", NULL},

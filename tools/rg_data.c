@@ -192,7 +192,7 @@ static bool kv_heads_fact(const rg_opts *o, rg_data *d, rg_err *e) {
 static const char *const BLOCK_NAMES[] = {
     "w_q.weight", "w_q.bias", "w_k.weight", "w_k.bias", "w_v.weight", "w_v.bias", "w_o.weight",
     "w_o.bias", "out_proj.weight", "out_proj.bias", "in_proj_weight", "in_proj_bias",
-    "rel_k.weight", "rel_v.weight"};
+    "rel_k.weight", "rel_v.weight", "sinks"};
 enum { N_BLOCK_NAMES = sizeof BLOCK_NAMES / sizeof *BLOCK_NAMES };
 
 /* The prefix of the one block the file holds: name minus a block name, the
@@ -302,7 +302,7 @@ bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
             }
         } else if (t && w) {
             const gml_tensor *const wt[] = {w->w_q, w->b_q, w->w_k, w->b_k, w->w_v, w->b_v, w->w_o, w->b_o,
-                                            w->in_proj_weight, w->in_proj_bias};
+                                            w->in_proj_weight, w->in_proj_bias, w->sinks};
             for (size_t j = 0; j < sizeof wt / sizeof *wt && !used; j++) used = wt[j] == t;
         }
         if (used) continue;
@@ -530,8 +530,8 @@ static gml_tensor *load_mask(rg_data *d, const char *path, const char *name, con
     char s[64];
     gml_format_shape(t, s, sizeof s);
     const int64_t B = d->dim[RG_B], T = d->dim[RG_T], S = d->dim[RG_S];
-    const char *want = padding ? "[B, S]" : "[T, S] or [B*H, T, S]";
-    bool ok = t->type == GML_F32 && (padding ? t->n_dims == 2 : t->n_dims == 2 || t->n_dims == 3);
+    const char *want = padding ? "[B, S]" : "[T, S] or [B*H, T, S] (or [B or 1, H or 1, T, S])";
+    bool ok = t->type == GML_F32 && (padding ? t->n_dims == 2 : t->n_dims >= 2);
     if (!ok) {
         rg_fail(e, RG_RUNTIME, "%s %s: %s %s is not a bool or float mask %s", flag, path, gml_type_name(t->type), s, want);
         return NULL;
@@ -539,6 +539,16 @@ static gml_tensor *load_mask(rg_data *d, const char *path, const char *name, con
     if (t->ne[3] != S || (padding ? t->ne[2] != B : t->ne[2] != T)) {
         rg_fail(e, RG_RUNTIME, "%s %s: %s is not %s with B = %" PRId64 " (%s), T = %" PRId64 " (%s), S = %" PRId64 " (%s)",
                 flag, path, s, want, B, d->src[RG_B], T, d->src[RG_T], S, d->src[RG_S]);
+        return NULL;
+    }
+    if (!padding && t->n_dims == 4 && ((t->ne[0] != 1 && t->ne[0] != B) || (t->ne[1] != 1 && d->known[RG_H] &&
+                                                                           t->ne[1] != d->dim[RG_H]))) {
+        rg_fail(e, RG_RUNTIME, "%s %s: %s is not %s with B = %" PRId64 " (%s), H = %" PRId64, flag, path, s, want, B,
+                d->src[RG_B], d->dim[RG_H]);
+        return NULL;
+    }
+    if (!padding && t->n_dims == 4 && t->ne[1] != 1 && !d->known[RG_H]) {
+        rg_fail(e, RG_USAGE, "%s %s: a mask per head needs the number of heads: give --heads", flag, path);
         return NULL;
     }
     if (!padding && t->n_dims == 3) {
@@ -558,8 +568,9 @@ static gml_tensor *load_mask(rg_data *d, const char *path, const char *name, con
 
 /* --attn-mask and --key-padding-mask as one additive f32 mask [B or 1, H or
  * 1, T, S]: attn_mask [T, S] broadcast, [B*H, T, S] as [B, H, T, S] (batch
- * major, as nn.MultiheadAttention reads it); key_padding_mask [B, S] as [B,
- * 1, 1, S]; bool True is -inf, floats are added as they are; the two summed. */
+ * major, as nn.MultiheadAttention reads it), [B or 1, H or 1, T, S] as it is
+ * (the form --save-inputs writes); key_padding_mask [B, S] as [B, 1, 1, S];
+ * bool True is -inf, floats are added as they are; the two summed. */
 static bool masks(const rg_opts *o, rg_data *d, rg_err *e) {
     if (!o->attn_mask && !o->key_padding_mask) return true;
     bool am_bool = false, kp_bool = false;
@@ -570,8 +581,11 @@ static bool masks(const rg_opts *o, rg_data *d, rg_err *e) {
         !(kp = load_mask(d, o->key_padding_mask, "key_padding_mask", "--key-padding-mask", true, &kp_bool, e)))
         return false;
     const int64_t T = d->dim[RG_T], S = d->dim[RG_S];
-    const int64_t B = (am && am->n_dims == 3) || kp ? d->dim[RG_B] : 1;
-    const int64_t H = am && am->n_dims == 3 ? d->dim[RG_H] : 1;
+    /* the attn_mask's own batch and head sizes (1: broadcast) */
+    const int64_t Ba = !am || am->n_dims == 2 ? 1 : am->n_dims == 3 ? d->dim[RG_B] : am->ne[0];
+    const int64_t Ha = !am || am->n_dims == 2 ? 1 : am->n_dims == 3 ? d->dim[RG_H] : am->ne[1];
+    const int64_t B = Ba > 1 || kp ? d->dim[RG_B] : 1;
+    const int64_t H = Ha;
     spec sp = {"attn_mask", GML_F32, 4, {0}};
     gml_tensor *m;
     {
@@ -589,7 +603,7 @@ static bool masks(const rg_opts *o, rg_data *d, rg_err *e) {
                 for (int64_t j = 0; j < S; j++) {
                     float v = 0;
                     if (a) {
-                        float x = a[((am->n_dims == 3 ? b * H + h : 0) * T + t) * S + j];
+                        float x = a[(((Ba > 1 ? b : 0) * Ha + h) * T + t) * S + j];
                         v += am_bool ? (x != 0 ? -INFINITY : 0.0f) : x;
                     }
                     if (k) {

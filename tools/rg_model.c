@@ -21,11 +21,6 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
         m->n_outs = 1;
         return true;
     }
-    if (d->mask) /* the blocks' mask input (gml_attn_inputs) is not in this build's models/ yet */
-        return rg_fail(e, RG_USAGE, "%s: the built-in blocks take no mask yet; run the graph file "
-                       "tools/graphs/%s.graph (same weights and flags), which binds it as input attn_mask",
-                       o->attn_mask ? "--attn-mask" : "--key-padding-mask",
-                       o->kind == RG_MHA ? "mha" : o->kind == RG_GQA ? "gqa" : "relpos");
     gml_attn_weights w;
     char err[1024];
     if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
@@ -47,7 +42,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
     cfg.dims = (gml_attn_dims){.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
                                .n_kv_heads = (int)d->dim[RG_G]};
     gml_attn_inputs in = {.query = d->x ? d->x : d->query, .key = d->key, .value = d->value,
-                          .valid_lens = d->valid_lens};
+                          .valid_lens = d->valid_lens, .mask = d->mask};
     gml_attn_result r = o->kind == RG_MHA   ? gml_mha(ctx, cfg, &w, in)
                         : o->kind == RG_GQA ? gml_gqa(ctx, cfg, &w, in)
                                             : gml_relpos_attn(ctx, cfg, (int)d->dim[RG_P], &w, in);
@@ -63,7 +58,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
 
 /* What a saved graph file calls inputs and params. */
 static void flag_leafs(rg_data *d) {
-    gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->a, d->b};
+    gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->mask, d->a, d->b};
     for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
         if (inputs[i]) gml_set_flags(inputs[i], GML_FLAG_INPUT);
     if (d->wctx)

@@ -277,6 +277,7 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
             for (int f = 0; f < 4; f++)
                 if (strcmp(t->name, FLAGS[f][0]) == 0) flag = FLAGS[f][1];
         }
+        if (o->kind != RG_GRAPH && o->kind != RG_MATMUL && gml_graph_leaf(m->g, i) == d->mask) flag = "--attn-mask"; /* [B|1, H|1, T, S] */
         if (flag) k += (size_t)snprintf(args + k, sizeof args - k, " %s %s.npy", flag, file);
         else k += (size_t)snprintf(args + k, sizeof args - k, " --bind %s=%s.npy", t->name, file);
     }
