@@ -375,7 +375,7 @@ mkst nulkey.safetensors '{"w_q.weight\u0000junk": {"dtype": "F32", "shape": [48,
 mkst esckey.safetensors '{"\u001b[2Jw_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9216
 mkst trailing.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48,48], "data_offsets": [0, 9216]}}' 9220
 mkst float.safetensors '{"w_q.weight": {"dtype": "F32", "shape": [48.0,48], "data_offsets": [0, 9216]}}' 9216
-mknpy f8.npy '<f8' False '(2, 7, 48)' 5376
+mknpy u2.npy '<u2' False '(2, 7, 48)' 1344
 mknpy fortran.npy '<f4' True '(2, 7, 48)' 2688
 mknpy rank2.npy '<f4' False '(7, 48)' 1344
 mknpy i32.npy '<i4' False '(2, 7, 48)' 2688
@@ -413,11 +413,12 @@ expect_error 1 "overlap.safetensors: tensors 'a' [0, 16] and 'b' [8, 16] overlap
     mha --heads 4 --weights overlap.safetensors
 expect_error 1 "f64.safetensors: tensor 'w_q.weight': dtype 'F64' is not supported" "F64 weights" \
     mha --heads 4 --weights f64.safetensors
-expect_error 1 "f8.npy: offset 20: dtype '<f8' is not supported" "<f8 input" mha --heads 4 --input f8.npy
+expect_error 1 "u2.npy: offset 20: dtype '<u2' is not supported; expected '<f4' or '<i4' (or '<f8', '<f2', '|b1', converted)" \
+    "<u2 input" mha --heads 4 --input u2.npy
 expect_error 1 "fortran.npy: offset 44: fortran_order is True" "Fortran order" mha --heads 4 --input fortran.npy
 expect_error 1 "only_q.safetensors: attention weights: w_q.weight, w_k.weight and w_v.weight are not all present; present: w_q.weight [48,48]" \
     "a missing weight lists the present ones" mha --heads 4 --weights only_q.safetensors --input ok.npy
-expect_error 1 "only_q.safetensors: no weight 'w_k.weight' [48,48] for $GRAPHS/mha.graph; present: w_q.weight [48,48]" \
+expect_error 1 "only_q.safetensors: no weights 'w_k.weight' [48,48], 'w_v.weight' [48,48], 'w_o.weight' [48,48] for $GRAPHS/mha.graph; present: w_q.weight [48,48]" \
     "a graph file's missing param lists the present ones" "$GRAPHS/mha.graph" --heads 4 --weights only_q.safetensors --input ok.npy
 expect_error 1 "--d-model 64 disagrees with ok.npy [2,7,48] (D = 48)" "a flag that disagrees with a file" \
     mha --heads 4 --input ok.npy --d-model 64

@@ -638,6 +638,52 @@ static void test_sym_used(void) {
     gml_free(ctx);
 }
 
+/* `optional default none`, binders that require it of inputs, and add/mul
+ * with none on either side. */
+static void test_optional_default(void) {
+    chk_case("optional inputs and their default");
+    gml_context *ctx = chk_ctx(1 << 20);
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 3), "x");
+    gml_tensor *m = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 3), "m");
+    chk_rng r = chk_seed(5);
+    chk_fill_uniform(x, &r, -1, 1);
+    chk_fill_uniform(m, &r, -1, 1);
+    bindings only_x = {{x}, 1}, both = {{x, m}, 2};
+    char err[512] = "";
+    gml_tensor *o[1];
+    const char *no_default = "input x f32 [3, 3]\ninput m f32 [3, 3] optional\ny = add(m, x)\noutput y\n";
+    const char *with_default = "input x f32 [3, 3]\ninput m f32 [3, 3] optional default none\ny = add(m, x)\noutput y\n";
+    gml_graph_binder strict = {.bind = bind_by_name, .user = &only_x, .optional_needs_default = true};
+    CHECK(gml_parse_graph(ctx, no_default, strlen(no_default), "d.graph", &strict, o, 1, err, sizeof err) == -1,
+          "unbound, no default, a binder that requires one: refused");
+    CHECK_CONTAINS(err, "d.graph:2:7: input 'm' is optional, but nothing binds it and it declares no default");
+    CHECK(gml_parse_graph(ctx, with_default, strlen(with_default), "d.graph", &strict, o, 1, err, sizeof err) == 1 &&
+              o[0] == x, "default none: add(none, x) is x: %s", err);
+    gml_graph_binder lax = {.bind = bind_by_name, .user = &only_x};
+    CHECK(gml_parse_graph(ctx, no_default, strlen(no_default), "d.graph", &lax, o, 1, err, sizeof err) == 1 && o[0] == x,
+          "a binder that does not require defaults: none, as before: %s", err);
+    const char *param = "input x f32 [3, 3]\nparam m f32 [3, 3] optional\ny = mul(m, x)\noutput y\n";
+    CHECK(gml_parse_graph(ctx, param, strlen(param), "p.graph", &strict, o, 1, err, sizeof err) == 1 && o[0] == x,
+          "an optional param needs no default (bias=False); mul(none, x) is x: %s", err);
+    gml_graph_binder bound = {.bind = bind_by_name, .user = &both, .optional_needs_default = true};
+    CHECK(gml_parse_graph(ctx, no_default, strlen(no_default), "d.graph", &bound, o, 1, err, sizeof err) == 1 &&
+              o[0] && o[0]->op == GML_OP_ADD && o[0]->src[0] == m && o[0]->src[1] == x,
+          "bound: add(m, x): %s", err);
+    const char *both_none = "input a f32 [3] optional default none\ninput b f32 [3] optional default none\n"
+                            "y = add(a, b)\noutput y\n";
+    CHECK(gml_parse_graph(ctx, both_none, strlen(both_none), "n.graph", &strict, o, 1, err, sizeof err) == -1,
+          "add(none, none) is none");
+    CHECK_CONTAINS(err, "n.graph:4:8: output is none");
+    const char *bad = "input m f32 [3] optional default zero\noutput m\n";
+    CHECK(gml_parse_graph(ctx, bad, strlen(bad), "b.graph", &strict, o, 1, err, sizeof err) == -1, "a default other than none");
+    CHECK_CONTAINS(err, "b.graph:1:34: default 'zero': the only default is none");
+    const char *sub = "input x f32 [3, 3]\ninput m f32 [3, 3] optional default none\ny = sub(m, x)\noutput y\n";
+    CHECK(gml_parse_graph(ctx, sub, strlen(sub), "s.graph", &strict, o, 1, err, sizeof err) == -1,
+          "sub(none, x) stays none (only add and mul take none first)");
+    CHECK_CONTAINS(err, "output is none");
+    gml_free(ctx);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/gml_graphfile_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -648,6 +694,7 @@ int main(void) {
     test_hand_written();
     test_unbound();
     test_optional();
+    test_optional_default();
     test_errors();
     test_large();
     test_save_long_renames();

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -948,6 +949,227 @@ static void test_signal_cleanup(void) {
     while (n > 0) gml_cleanup_unregister(slots[--n]);
 }
 
+/* ---- mapped safetensors, shard indexes, converted .npy -------------------- */
+
+/* gml_safetensors_open: names of any length, data in the mapping or (at an
+ * offset no multiple of 4) a copy, the same bytes either way; a header in an
+ * allocating context gets a copy; other formats named. */
+static void test_mapped_safetensors(void) {
+    char name[200];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    char json[600];
+    /* a: F32 [3] at 0, long name: I32 [2] at 12; header padded to 4k+2 bytes when odd */
+    for (int odd = 0; odd < 2; odd++) {
+        int n = snprintf(json, sizeof json, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                                            "\"%s\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
+                         name);
+        while (odd ? n % 4 != 2 : n % 8 != 0) json[n++] = ' ', json[n] = '\0';
+        size_t len = make_st(json, 20);
+        const char *path = tmp_path(odd ? "odd.safetensors" : "long.safetensors");
+        CHECK(write_bytes(path, buf, len), "write %s", path);
+        EXPECT_FAIL(gml_load_safetensors(path, err, sizeof err), "name is 199 bytes",
+                    "gml_safetensors_open reads names of any length");
+        gml_safetensors *st = gml_safetensors_open(path, err, sizeof err);
+        CHECK(st != NULL, "open %s: %s", path, err);
+        if (!st) continue;
+        CHECK(gml_safetensors_count(st) == 2, "2 tensors");
+        int i = gml_safetensors_find(st, name);
+        CHECK(i == 1 && strcmp(gml_safetensors_name(st, 1), name) == 0, "the long name is kept whole");
+        CHECK(gml_safetensors_find(st, "nope") == -1, "find: -1 when absent");
+        CHECK(strcmp(gml_safetensors_file(st, 0), path) == 0, "the file of a tensor");
+        gml_context *c = gml_init((gml_init_params){.mem_size = 8 * gml_tensor_overhead(), .no_alloc = true});
+        gml_tensor *a = gml_safetensors_tensor(st, 0, c, NULL, err, sizeof err);
+        gml_tensor *b = gml_safetensors_tensor(st, 1, c, "short", err, sizeof err);
+        CHECK(a && b && strcmp(b->name, "short") == 0 && b->type == GML_I32 && b->ne[3] == 2, "headers made: %s", err);
+        const size_t data_at = 8 + strlen(json);
+        if (a && b) {
+            CHECK(memcmp(a->data, buf + data_at, 12) == 0 && memcmp(b->data, buf + data_at + 12, 8) == 0,
+                  "the bytes of the file (%s)", odd ? "unaligned: copied" : "mapped");
+            CHECK((uintptr_t)a->data % 4 == 0 && (uintptr_t)b->data % 4 == 0, "data 4-byte aligned");
+            if (odd) CHECK((uintptr_t)a->data % 64 == 0, "an unaligned tensor is copied to an aligned buffer");
+            gml_tensor *again = gml_safetensors_tensor(st, 0, c, "a2", err, sizeof err);
+            CHECK(again && again->data == a->data, "one copy per tensor");
+        }
+        err[0] = '\0';
+        CHECK(!gml_safetensors_tensor(st, 1, c, NULL, err, sizeof err) && strstr(err, "name is 199 bytes; give a shorter one"),
+              "a long name as a tensor name: refused: %s", err);
+        CHECK(!gml_safetensors_tensor(st, 2, c, NULL, err, sizeof err), "index out of range");
+        gml_context *alloc = gml_init((gml_init_params){.mem_size = 1 << 12});
+        gml_tensor *copy = gml_safetensors_tensor(st, 0, alloc, "a", err, sizeof err);
+        CHECK(copy && memcmp(copy->data, buf + data_at, 12) == 0 && copy->data != (void *)a, "an allocating context copies");
+        gml_free(alloc);
+        gml_free(c);
+        gml_safetensors_close(st);
+    }
+    gml_safetensors_close(NULL);
+    /* other formats, named */
+    const char *zip = tmp_path("model.pt");
+    CHECK(write_bytes(zip, "PK\003\004\000\000\010\010rest of a zip archive", 30), "write");
+    EXPECT_FAIL(gml_load_safetensors(zip, err, sizeof err), "model.pt: offset 0: a zip archive (torch.save",
+                "not a safetensors file", "tools/export_safetensors.py");
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(zip, err, sizeof err) && strstr(err, "a zip archive"), "open: %s", err);
+    const char *idx = tmp_path("index.txt");
+    CHECK(write_bytes(idx, "{\"weight_map\": {}}", 18), "write");
+    EXPECT_FAIL(gml_load_safetensors(idx, err, sizeof err), "a JSON text (a sharded checkpoint's index");
+    EXPECT_FAIL(gml_parse_safetensors("\x80\x02}q\x00(X\x01\x00\x00\x00", 12, "p.pt", err, sizeof err),
+                "p.pt: offset 0: a Python pickle");
+    EXPECT_FAIL(gml_parse_safetensors("\x93NUMPY\x01\x00v\x00{'descr'", 18, "x.npy", err, sizeof err),
+                "x.npy: offset 0: a NumPy .npy file");
+    /* a real header whose length's low byte is '{' (123) is not taken for JSON */
+    char pad[124];
+    int n = snprintf(pad, sizeof pad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+    while (n < 123) pad[n++] = ' ';
+    pad[n] = '\0';
+    gml_context *c = ST(pad, 4);
+    CHECK(c && gml_get_tensor(c, "a"), "a 123-byte header loads: %s", err);
+    gml_free(c);
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(tmp_path("nosuch.safetensors"), err, sizeof err) &&
+              strstr(err, "nosuch.safetensors: cannot open"), "a missing file: %s", err);
+}
+
+static void test_shard_index(void) {
+    gml_st_index_entry *e;
+    int n;
+    const char *good = "{\"metadata\": {\"total_size\": 20}, \"weight_map\": {\"a\": \"s1.safetensors\", "
+                       "\"b\": \"s2.safetensors\"}}\n";
+    CHECK(gml_parse_safetensors_index(good, strlen(good), "i.json", &e, &n, err, sizeof err) == GML_OK && n == 2 &&
+              !strcmp(e[1].name, "b") && !strcmp(e[1].shard, "s2.safetensors"),
+          "an index parses: %s", err);
+    gml_free_safetensors_index(e, n);
+    static const struct { const char *text, *sub; } BAD[] = {
+        {"{\"weight_map\": {\"a\": \"s.safetensors\"}", "i.json: offset"},
+        {"{\"weight_map\": {\"a\": \"s.safetensors\"}} x", "unexpected byte 0x78 after the JSON object"},
+        {"{\"metadata\": {}}", "no \"weight_map\" object"},
+        {"[1]", "no \"weight_map\" object"},
+        {"{\"weight_map\": {\"a\": 3}}", "weight_map 'a' is a number, expected a shard file name"},
+        {"{\"weight_map\": {\"a\": \"../x.safetensors\"}}", "'../x.safetensors' is not a shard file name"},
+        {"{\"weight_map\": {\"a\": \"/etc/x\"}}", "is not a shard file name beside the index"},
+        {"{\"weight_map\": {\"a\": \"\"}}", "is not a shard file name"},
+        {"{\"weight_map\": {\"a\\u0001\": \"s\"}}", "is not a shard file name"},
+        {"{\"weight_map\": {\"a\": \"s\", \"a\": \"t\"}}", "weight_map names 'a' twice"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        err[0] = '\0';
+        e = (gml_st_index_entry *)1;
+        gml_status st = gml_parse_safetensors_index(BAD[i].text, strlen(BAD[i].text), "i.json", &e, &n, err, sizeof err);
+        CHECK(st != GML_OK && e == NULL && n == 0 && strstr(err, BAD[i].sub) && !strchr(err, '\n'),
+              "index %zu refused with \"%s\": %s", i, BAD[i].sub, err);
+    }
+    /* a sharded checkpoint on disk */
+    size_t len = make_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+    CHECK(write_bytes(tmp_path("s1.safetensors"), buf, len), "write s1");
+    unsigned char a_bytes[8];
+    memcpy(a_bytes, buf + len - 8, 8);
+    len = make_st("{\"b\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                  "\"c\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+    CHECK(write_bytes(tmp_path("s2.safetensors"), buf, len), "write s2");
+    const char *index = tmp_path("model.safetensors.index.json");
+    CHECK(write_bytes(index, good, strlen(good)), "write the index");
+    gml_safetensors *st = gml_safetensors_open(index, err, sizeof err);
+    CHECK(st && gml_safetensors_count(st) == 2 && gml_safetensors_find(st, "c") < 0, "the index's tensors only: %s", err);
+    if (st) {
+        gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
+        gml_tensor *a = gml_safetensors_tensor(st, gml_safetensors_find(st, "a"), c, NULL, err, sizeof err);
+        CHECK(a && !memcmp(a->data, a_bytes, 8), "a's bytes from s1");
+        CHECK(strstr(gml_safetensors_file(st, gml_safetensors_find(st, "b")), "s2.safetensors") != NULL, "b is s2's");
+        gml_free(c);
+        gml_safetensors_close(st);
+    }
+    const char *wrong = "{\"weight_map\": {\"a\": \"s2.safetensors\"}}";
+    CHECK(write_bytes(index, wrong, strlen(wrong)), "write");
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(index, err, sizeof err) &&
+              strstr(err, "weight_map puts 'a' in s2.safetensors, which does not hold it"), "a wrong shard: %s", err);
+    CHECK(write_bytes(index, "{\"weight_map\": 1}", 17), "write");
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(index, err, sizeof err) && strstr(err, "no \"weight_map\" object"), "bad index: %s", err);
+    const char *empty = "{\"weight_map\": {}}";
+    CHECK(write_bytes(index, empty, strlen(empty)), "write");
+    err[0] = '\0';
+    CHECK(!gml_safetensors_open(index, err, sizeof err) && strstr(err, "weight_map is empty"), "empty: %s", err);
+    remove(tmp_path("s1.safetensors"));
+    remove(tmp_path("s2.safetensors"));
+    remove(index);
+}
+
+/* float64, float16, bool .npy data converted to f32, exactly where exact. */
+static void test_npy_converted(void) {
+    const char *from = "x";
+    const double d[4] = {1.5, -0.0, 1e-40, 3.0e38};
+    size_t total = make_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", 32);
+    memcpy(buf + total - 32, d, 32);
+    gml_context *c = gml_parse_npy_converted(buf, total, "d.npy", "d", &from, err, sizeof err);
+    gml_tensor *t = c ? gml_get_tensor(c, "d") : NULL;
+    CHECK(t && t->type == GML_F32 && from && !strcmp(from, "float64"), "float64 converted: %s", err);
+    for (int i = 0; t && i < 4; i++) {
+        float want = (float)d[i], got = ((float *)t->data)[i];
+        CHECK(!memcmp(&want, &got, 4), "float64 element %d rounded to nearest", i);
+    }
+    gml_free(c);
+    CHECK(!gml_parse_npy(buf, total, "d.npy", "d", err, sizeof err) && strstr(err, "dtype '<f8' is not supported"),
+          "gml_parse_npy still refuses float64: %s", err);
+    double big = 1e300;
+    memcpy(buf + total - 8, &big, 8);
+    EXPECT_FAIL(gml_parse_npy_converted(buf, total, "d.npy", "d", &from, err, sizeof err),
+                "d.npy: offset", "float64 element 3 is 1e+300, beyond float32's range");
+    /* every float16, exactly */
+    total = make_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (65536,), }", 0);
+    unsigned char *big16 = malloc(total + 131072);
+    memcpy(big16, buf, total);
+    for (uint32_t h = 0; big16 && h < 65536; h++) {
+        big16[total + 2 * h] = (unsigned char)h;
+        big16[total + 2 * h + 1] = (unsigned char)(h >> 8);
+    }
+    c = big16 ? gml_parse_npy_converted(big16, total + 131072, "h.npy", "h", &from, err, sizeof err) : NULL;
+    free(big16);
+    t = c ? gml_get_tensor(c, "h") : NULL;
+    CHECK(t && from && !strcmp(from, "float16"), "float16 converted: %s", err);
+    int bad = 0;
+    for (uint32_t h = 0; t && h < 65536; h++) {
+        const int e = (int)(h >> 10 & 31), m = (int)(h & 1023);
+        double want = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+        if (h >> 15) want = -want;
+        float got = ((float *)t->data)[h];
+        if (isnan(want) ? !isnan(got) : (got != (float)want || !signbit(got) != !signbit(want))) bad++;
+    }
+    CHECK(t && bad == 0, "every float16 value exact (%d wrong)", bad);
+    gml_free(c);
+    /* bool */
+    total = make_npy(1, "{'descr': '|b1', 'fortran_order': False, 'shape': (2, 3), }", 6);
+    memcpy(buf + total - 6, "\1\0\0\1\1\0", 6);
+    c = gml_parse_npy_converted(buf, total, "m.npy", "m", &from, err, sizeof err);
+    t = c ? gml_get_tensor(c, "m") : NULL;
+    CHECK(t && t->ne[2] == 2 && t->ne[3] == 3 && from && !strcmp(from, "bool"), "bool converted: %s", err);
+    const float want_b[6] = {1, 0, 0, 1, 1, 0};
+    CHECK(t && !memcmp(t->data, want_b, sizeof want_b), "bool as 0 and 1");
+    gml_free(c);
+    buf[total - 1] = 2;
+    EXPECT_FAIL(gml_parse_npy_converted(buf, total, "m.npy", "m", &from, err, sizeof err), "bool element 5 is byte 0x02");
+    EXPECT_FAIL(gml_parse_npy_converted(buf, total - 1, "m.npy", "m", &from, err, sizeof err),
+                "data is 5 bytes, but shape (2, 3) of '|b1' needs 6 (file truncated?)");
+    /* f32 is not converted; other dtypes say how to convert */
+    total = make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 8);
+    c = gml_parse_npy_converted(buf, total, "x.npy", "x", &from, err, sizeof err);
+    CHECK(c && from == NULL, "f32 loads as it is, converted_from NULL: %s", err);
+    gml_free(c);
+    EXPECT_FAIL(NPY("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", 16), "dtype '<i8' is not supported",
+                "a.astype(np.float32)");
+    total = make_npy(1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", 16);
+    EXPECT_FAIL(gml_parse_npy_converted(buf, total, "x.npy", "x", &from, err, sizeof err),
+                "dtype '>f8' is not supported; expected '<f4' or '<i4' (or '<f8', '<f2', '|b1', converted)",
+                "np.save(path, a.astype(np.float32))");
+    /* every truncation fails cleanly */
+    total = make_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }", 6);
+    for (size_t k = 0; k < total; k++) {
+        c = gml_parse_npy_converted(buf, k, "h.npy", "h", &from, err, sizeof err);
+        CHECK(!c, "a truncated float16 file (%zu bytes) is refused", k);
+        gml_free(c);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_io FIXTURES_DIR (tests/fixtures)\n");
@@ -972,6 +1194,9 @@ int main(int argc, char **argv) {
     test_bad_safetensors();
     test_save_failures();
     test_signal_cleanup();
+    test_mapped_safetensors();
+    test_shard_index();
+    test_npy_converted();
     remove_tree(tmpdir);
 
     printf("%ld checks, %ld failed\n", n_checks, n_failures);

@@ -70,6 +70,11 @@ typedef struct rg_opts {
     const char *weights, *input, *query, *key, *value;
     gml_type weights_dtype; /* --weights-dtype (has_weights_dtype): 2-D f32 weights made this */
     bool has_weights_dtype;
+    const char *prefix;         /* --prefix: the module's tensors in --weights, NULL: detected */
+    bool non_strict;            /* --non-strict: tensors under the prefix the block does not use are allowed */
+    bool seq_first;             /* --seq-first: inputs and output [T, B, D] (batch_first=False) */
+    const char *attn_mask, *key_padding_mask; /* --attn-mask, --key-padding-mask files */
+    bool dim_given[RG_NSYM];    /* a size flag was given (--max-rel 0 is a size) */
     struct { const char *name, *path; } bind[RG_MAX_BINDS]; /* --bind NAME=FILE */
     int n_bind;
     uint64_t seed;
@@ -117,6 +122,16 @@ typedef struct rg_data {
      * for a graph file without --weights (its params are made random). */
     gml_context *wctx;
     bool random_weights;
+    gml_safetensors *st;   /* --weights, mapped: wctx's data points into it */
+    char prefix[256];      /* the prefix of the weights used ("" for none), given or detected */
+    int *w_index;          /* [n_w]: the st index of each tensor under the prefix */
+    gml_tensor **w_tensor; /* [n_w]: its header in wctx, or NULL (a name too long to use) */
+    int n_w;
+    /* The attention mask from --attn-mask and --key-padding-mask, f32 additive
+     * [B or 1, H or 1, T, S] (bool True: -inf), or NULL. */
+    gml_tensor *mask;
+    bool any_file;         /* a weights, input, mask or --bind file was given */
+    bool seq_first;        /* --seq-first: input files are [T, B, D] */
     /* Inputs: self-attention has x only; cross-attention query, key (NULL:
      * the query) and value (NULL: the key). matmul has a and b. */
     gml_tensor *x, *query, *key, *value, *valid_lens, *a, *b;
@@ -134,6 +149,14 @@ typedef struct rg_data {
  * weights the files do not give. */
 bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e);
 void rg_data_free(rg_data *d);
+/* The weights under the prefix that the graph g (or, g NULL, the block's
+ * weights w) does not use: an error listing them unless --non-strict, as
+ * load_state_dict(strict=True). */
+bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
+                             const gml_attn_weights *w, rg_err *e);
+/* How an output is written: t itself, or with --seq-first a 3-D [B, T, D]
+ * as the view [T, B, D] (a copy of the header into *buf). */
+const gml_tensor *rg_output_view(const rg_opts *o, const gml_tensor *t, gml_tensor *buf);
 
 /* False, with a message, if `bytes` of tensor data for `what` exceed the
  * machine's memory. */

@@ -38,6 +38,7 @@ enum {
 typedef enum flag_id {
     F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
     F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_WEIGHTS_DTYPE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_PREFIX, F_NON_STRICT, F_SEQ_FIRST, F_ATTN_MASK, F_KEY_PADDING_MASK,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
@@ -61,7 +62,7 @@ static const flag FLAGS[] = {
     [RG_D] = {"--d-model", "D", M_ATTN, "model width d_model", NULL},
     [RG_H] = {"--heads", "H", M_ATTN, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL},
     [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH, "key/value heads, dividing H (gqa default H/4)", NULL},
-    [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P]", NULL},
+    [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P] (P = 0 allowed)", NULL},
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL},
     [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL},
@@ -80,7 +81,7 @@ static const flag FLAGS[] = {
     [F_MAX_LEN] = {"--max-len", "T_MAX", M_MHA | M_GQA,
      "--decode: the KV cache's positions (default T + N); passing it is an error", NULL},
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN,
-     "f32 safetensors: w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
+     "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
      "Data (without files: deterministic random data from --seed)"},
     [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN,
@@ -93,6 +94,20 @@ static const flag FLAGS[] = {
     [F_VALUE] = {"--value", "FILE", M_ATTN, "cross-attention value .npy [B, S, D] (default: the key)", NULL},
     [F_BIND] = {"--bind", "NAME=FILE", M_MAT | M_GRAPH, "binds a graph file's input or param NAME (matmul: a, b) to a .npy", NULL},
     [F_SEED] = {"--seed", "N", M_ALL, "seed of the random weights and inputs (default 0)", NULL},
+    [F_PREFIX] = {"--prefix", "P", M_ATTN,
+     "--weights: the module's tensors, named as PyTorch prefixes them ('layers.0.self_attn.' or "
+     "'layers.0.self_attn'); default: detected when the file holds one block", NULL},
+    [F_NON_STRICT] = {"--non-strict", NULL, M_ATTN,
+     "allow tensors under the prefix that the block does not use (by default an error, as "
+     "load_state_dict(strict=True))", NULL},
+    [F_SEQ_FIRST] = {"--seq-first", NULL, M_ATTN,
+     "inputs and output are [T, B, D] (nn.MultiheadAttention's batch_first=False)", NULL},
+    [F_ATTN_MASK] = {"--attn-mask", "FILE", M_ATTN,
+     ".npy mask [T, S] or [B*H, T, S] as nn.MultiheadAttention's attn_mask: bool (True: not "
+     "allowed) or float (added to the scores); also [B or 1, H or 1, T, S] (as --save-inputs writes it)", NULL},
+    [F_KEY_PADDING_MASK] = {"--key-padding-mask", "FILE", M_ATTN,
+     ".npy [B, S]: bool (True: a padding key, ignored) or float (added), any pattern; both masks "
+     "combine with --causal and --valid-lens, and a query left with no key gets zeros", NULL},
     [F_OUTPUT] = {"--output", "FILE", M_ALL, "writes the output .npy", "Outputs (written only when the whole run succeeds)"},
     [F_ATTN_WEIGHTS] = {"--attn-weights", "FILE", M_ATTN, "writes the attention weights .npy [B, H, T, S]", NULL},
     [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head", NULL},
@@ -148,9 +163,13 @@ static void print_help(FILE *f) {
             "  llama | gpt2 | bert   whole layers on Hugging Face weights (first argument; their\n"
             "          own flags: run-graph llama --help)\n"
             "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
-            "inputs x, query, key, value, valid_lens bind to the flags of those names, its params\n"
-            "to --weights by name, anything else to --bind or random data. Its first output is\n"
-            "the result, a second one the attention weights.\n");
+            "inputs x, query, key, value, valid_lens bind to the flags of those names, attn_mask\n"
+            "to --attn-mask and --key-padding-mask, its params to --weights by name, anything else\n"
+            "to --bind (random data only when no file is given). Its first output is the result,\n"
+            "a second one the attention weights.\n"
+            "Weights are read as PyTorch's load_state_dict(strict=True): the module's tensors\n"
+            "(--prefix, or detected), each used, none missing. .npy inputs in float64, float16\n"
+            "or bool are converted to f32, with a note.\n");
     for (int i = 0; i < N_FLAGS; i++) {
         const flag *fl = &FLAGS[i];
         if (fl->group) fprintf(f, "\n%s:\n", fl->group);
@@ -252,9 +271,10 @@ static const flag *find_flag(const char *name, size_t len) {
 static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     const char *name = FLAGS[id].name;
     int64_t n = 0;
-    if ((int)id < RG_NSYM) {
-        if (!parse_int(name, v, 1, (int64_t)1 << 30, &n, e)) return false;
+    if ((int)id < RG_NSYM) { /* --max-rel 0 is a valid relative-position block: distances clipped to [0, 0] */
+        if (!parse_int(name, v, (int)id == RG_P ? 0 : 1, (int64_t)1 << 30, &n, e)) return false;
         o->dim[id] = n;
+        o->dim_given[id] = true;
         return true;
     }
     switch (id) {
@@ -303,6 +323,11 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
         o->seed = s;
         return true;
     }
+    case F_PREFIX: o->prefix = v; return true;
+    case F_NON_STRICT: o->non_strict = true; return true;
+    case F_SEQ_FIRST: o->seq_first = true; return true;
+    case F_ATTN_MASK: o->attn_mask = v; return true;
+    case F_KEY_PADDING_MASK: o->key_padding_mask = v; return true;
     case F_OUTPUT: o->output = v; return true;
     case F_ATTN_WEIGHTS: o->attn_weights = v; return true;
     case F_ATTN_SVG: o->attn_svg = v; return true;
@@ -379,11 +404,13 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     if (o->kind == RG_RELPOS && o->attn_impl == GML_ATTN_FUSED)
         return rg_fail(e, RG_USAGE, "--attn fused: relpos has no fused graph (its relative-position "
                        "terms need the scores); drop --attn or give --attn unfused");
+    if ((o->prefix || o->non_strict) && !o->weights)
+        return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
     if (given[F_MAX_LEN] && !o->decode) return rg_fail(e, RG_USAGE, "--max-len is for --decode");
     if (o->decode) { /* a prompt, then one token at a time: causal self-attention, fused */
         static const flag_id NOT_WITH_DECODE[] = {
             F_VALID_LENS, F_QUERY, F_KEY, F_VALUE, F_ATTN_WEIGHTS, F_ATTN_SVG, F_DOT, F_SAVE_GRAPH,
-            F_SAVE_INPUTS, F_PROFILE, (flag_id)RG_S};
+            F_SAVE_INPUTS, F_PROFILE, F_ATTN_MASK, F_KEY_PADDING_MASK, (flag_id)RG_S};
         for (size_t i = 0; i < sizeof NOT_WITH_DECODE / sizeof *NOT_WITH_DECODE; i++)
             if (given[NOT_WITH_DECODE[i]])
                 return rg_fail(e, RG_USAGE, "%s does not apply with --decode (causal self-attention "

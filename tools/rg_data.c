@@ -29,6 +29,9 @@ static bool keep(rg_data *d, gml_context *c, rg_err *e) {
 
 void rg_data_free(rg_data *d) {
     for (int i = 0; i < d->n_ctxs; i++) gml_free(d->ctxs[i]);
+    gml_safetensors_close(d->st); /* after the contexts whose headers point into it */
+    free(d->w_index);
+    free(d->w_tensor);
     *d = (rg_data){0};
 }
 
@@ -58,15 +61,47 @@ static bool fact(rg_data *d, int sym, int64_t v, rg_err *e, const char *fmt, ...
 
 /* ---- files -------------------------------------------------------------------- */
 
-static gml_tensor *load_npy(rg_data *d, const char *path, const char *name, rg_err *e) {
+/* A .npy file; float64, float16 and bool data are converted to f32, with a
+ * note on stderr (*from, if given, says which it was: NULL for f32/i32). */
+static gml_tensor *load_npy_from(rg_data *d, const char *path, const char *name, const char **from,
+                                 rg_err *e) {
     char err[1024];
-    gml_context *c = gml_load_npy(path, name, err, sizeof err);
+    const char *conv = NULL;
+    gml_context *c = gml_load_npy_converted(path, name, &conv, err, sizeof err);
+    if (from) *from = conv;
     if (!c) {
         rg_fail(e, RG_RUNTIME, "%s", err);
         return NULL;
     }
     if (!keep(d, c, e)) return NULL;
-    return gml_get_tensor(c, name);
+    gml_tensor *t = gml_get_tensor(c, name);
+    if (conv)
+        fprintf(stderr, "run-graph: note: %s: %s data converted to f32%s\n", path, conv,
+                strcmp(conv, "bool") == 0 ? (from ? " (a mask: True = not allowed, -inf)" : " (0 or 1)")
+                : strcmp(conv, "float64") == 0 ? " (rounded to nearest)" : " (exactly)");
+    return t;
+}
+
+static gml_tensor *load_npy(rg_data *d, const char *path, const char *name, rg_err *e) {
+    return load_npy_from(d, path, name, NULL, e);
+}
+
+/* --seq-first: t [T, B, D] as a new contiguous [B, T, D] tensor. */
+static gml_tensor *batch_first_copy(rg_data *d, const gml_tensor *t, rg_err *e) {
+    const int64_t T = t->ne[1], B = t->ne[2], D = t->ne[3];
+    gml_context *c = gml_init((gml_init_params){.mem_size = gml_tensor_overhead() + (size_t)gml_nbytes(t) + 256});
+    if (!keep(d, c, e)) return NULL;
+    gml_tensor *u = gml_new_tensor_3d(c, t->type, B, T, D);
+    if (!u) {
+        rg_fail(e, RG_RUNTIME, "%s", gml_last_error(c));
+        return NULL;
+    }
+    gml_set_name(u, t->name);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < T; i++)
+            memcpy((char *)u->data + (size_t)(b * T + i) * (size_t)D * 4,
+                   (const char *)t->data + (size_t)(i * B + b) * (size_t)D * 4, (size_t)D * 4);
+    return u;
 }
 
 /* An attention input: f32 [B, len, D]. */
@@ -74,12 +109,17 @@ static gml_tensor *load_seq(rg_data *d, const char *path, const char *name, int 
                             bool self, rg_err *e) {
     gml_tensor *t = load_npy(d, path, name, e);
     if (!t) return NULL;
-    char s[64];
+    char s[96];
     shape_of(t, s, sizeof s);
     if (t->type != GML_F32 || t->n_dims != 3) {
-        rg_fail(e, RG_RUNTIME, "%s: %s %s is not an f32 [B, %s, D] input", path,
-                gml_type_name(t->type), s, RG_SYM[len_sym]);
+        rg_fail(e, RG_RUNTIME, "%s: %s %s is not an f32 %s input", path, gml_type_name(t->type), s,
+                RG_SYM[len_sym][0] == 'T' ? (d->seq_first ? "[T, B, D]" : "[B, T, D]")
+                                          : (d->seq_first ? "[S, B, D]" : "[B, S, D]"));
         return NULL;
+    }
+    if (d->seq_first) { /* [T, B, D] as nn.MultiheadAttention(batch_first=False) takes it */
+        snprintf(s + strlen(s), sizeof s - strlen(s), " (--seq-first: [%s, B, D])", RG_SYM[len_sym]);
+        if (!(t = batch_first_copy(d, t, e))) return NULL;
     }
     bool ok = fact(d, RG_B, t->ne[1], e, "%s %s", path, s) &&
               fact(d, len_sym, t->ne[2], e, "%s %s", path, s) &&
@@ -145,6 +185,148 @@ static bool kv_heads_fact(const rg_opts *o, rg_data *d, rg_err *e) {
                 t->name, s, rows, dk);
 }
 
+/* ---- weights: mapped, under a prefix ---------------------------------------------- */
+
+/* The names of a block's projections (models/attn_common.c binds them), for
+ * finding the prefix of a file that holds one block. Only the projections:
+ * a whole layer's self_attn.sinks or rel_k beside its other tensors (a graph
+ * file's params) does not make self_attn. the block's prefix. */
+static const char *const BLOCK_NAMES[] = {
+    "w_q.weight", "w_q.bias", "w_k.weight", "w_k.bias", "w_v.weight", "w_v.bias", "w_o.weight",
+    "w_o.bias", "out_proj.weight", "out_proj.bias", "in_proj_weight", "in_proj_bias"};
+enum { N_BLOCK_NAMES = sizeof BLOCK_NAMES / sizeof *BLOCK_NAMES };
+
+/* The prefix of the one block the file holds: name minus a block name, the
+ * same for every tensor that ends in one ("" if none does). Several: an
+ * error naming them. */
+static bool detect_prefix(const rg_opts *o, rg_data *d, rg_err *e) {
+    char found[4][256];
+    int n_found = 0, n_more = 0;
+    for (int i = 0; i < gml_safetensors_count(d->st); i++) {
+        const char *name = gml_safetensors_name(d->st, i);
+        size_t len = strlen(name);
+        for (int k = 0; k < N_BLOCK_NAMES; k++) {
+            size_t bl = strlen(BLOCK_NAMES[k]);
+            if (len < bl || strcmp(name + len - bl, BLOCK_NAMES[k]) != 0) continue;
+            size_t pl = len - bl;
+            if (pl && name[pl - 1] != '.') continue;
+            if (pl >= sizeof found[0]) continue;
+            bool seen = false;
+            for (int f = 0; f < n_found && !seen; f++) seen = strlen(found[f]) == pl && !strncmp(found[f], name, pl);
+            if (seen) break;
+            if (n_found < 4) {
+                memcpy(found[n_found], name, pl);
+                found[n_found++][pl] = '\0';
+            } else {
+                n_more++;
+            }
+            break;
+        }
+    }
+    if (n_found <= 1) {
+        snprintf(d->prefix, sizeof d->prefix, "%s", n_found ? found[0] : "");
+        return true;
+    }
+    char list[800];
+    size_t k = 0;
+    for (int f = 0; f < n_found && k < sizeof list; f++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s'%s'", f ? ", " : "", found[f]);
+    if (n_more && k < sizeof list) snprintf(list + k, sizeof list - k, " and %d more", n_more);
+    return rg_fail(e, RG_USAGE, "%s holds several blocks (prefixes %s): choose one with --prefix",
+                   o->weights, list);
+}
+
+/* Maps --weights, settles the prefix, and makes wctx: a header for each
+ * tensor under the prefix, named without it, its data in the mapping. */
+static bool load_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+    char err[1024];
+    d->st = gml_safetensors_open(o->weights, err, sizeof err);
+    if (!d->st) return rg_fail(e, RG_RUNTIME, "%s", err);
+    if (o->prefix) { /* as PyTorch writes it, with or without the trailing dot */
+        size_t n = strlen(o->prefix);
+        if (n + 2 > sizeof d->prefix) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", o->prefix);
+        snprintf(d->prefix, sizeof d->prefix, "%s%s", o->prefix, n && o->prefix[n - 1] != '.' ? "." : "");
+    } else if (!detect_prefix(o, d, e)) {
+        return false;
+    }
+    const int count = gml_safetensors_count(d->st);
+    const size_t pl = strlen(d->prefix);
+    d->w_index = malloc(((size_t)count + 1) * sizeof *d->w_index);
+    d->w_tensor = calloc((size_t)count + 1, sizeof *d->w_tensor);
+    gml_context *c = gml_init((gml_init_params){.mem_size = ((size_t)count + 8) * gml_tensor_overhead(),
+                                                .no_alloc = true});
+    if (!d->w_index || !d->w_tensor || !keep(d, c, e)) return rg_fail(e, RG_RUNTIME, "out of memory");
+    for (int i = 0; i < count; i++) {
+        const char *name = gml_safetensors_name(d->st, i);
+        if (strncmp(name, d->prefix, pl) != 0) continue;
+        d->w_index[d->n_w] = i;
+        if (strlen(name + pl) < GML_MAX_NAME) { /* longer: no block or graph file can name it */
+            d->w_tensor[d->n_w] = gml_safetensors_tensor(d->st, i, c, name + pl, err, sizeof err);
+            if (!d->w_tensor[d->n_w]) return rg_fail(e, RG_RUNTIME, "%s", err);
+        }
+        d->n_w++;
+    }
+    if (!d->n_w) {
+        char some[600];
+        size_t k = 0;
+        for (int i = 0; i < count && i < 5 && k < sizeof some; i++)
+            k += (size_t)snprintf(some + k, sizeof some - k, "%s'%.100s'", i ? ", " : "", gml_safetensors_name(d->st, i));
+        if (count > 5 && k < sizeof some) snprintf(some + k, sizeof some - k, " and %d more", count - 5);
+        return rg_fail(e, RG_RUNTIME, "%s: no tensor name starts with '%s'; it holds %s", o->weights, d->prefix,
+                       count ? some : "no tensors");
+    }
+    d->wctx = c;
+    return true;
+}
+
+static bool is_used(const gml_tensor *t, const gml_tensor *w) {
+    for (; t; t = t->view_src)
+        if (t == w) return true;
+    return false;
+}
+
+bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
+                             const gml_attn_weights *w, rg_err *e) {
+    if (!d->st || o->non_strict) return true;
+    char list[900];
+    size_t k = 0;
+    int unused = 0;
+    for (int i = 0; i < d->n_w; i++) {
+        const gml_tensor *t = d->w_tensor[i];
+        bool used = false;
+        if (t && g) {
+            for (int l = 0; l < gml_graph_n_leafs(g) && !used; l++) used = is_used(gml_graph_leaf(g, l), t);
+            for (int n = 0; n < gml_graph_n_nodes(g) && !used; n++) {
+                const gml_tensor *node = gml_graph_node(g, n);
+                used = is_used(node, t);
+                for (int s = 0; s < GML_MAX_SRC && !used; s++) used = is_used(node->src[s], t);
+            }
+        } else if (t && w) {
+            const gml_tensor *const wt[] = {w->w_q, w->b_q, w->w_k, w->b_k, w->w_v, w->b_v, w->w_o, w->b_o,
+                                            w->in_proj_weight, w->in_proj_bias, w->sinks};
+            for (size_t j = 0; j < sizeof wt / sizeof *wt && !used; j++) used = wt[j] == t;
+        }
+        if (used) continue;
+        if (unused++ < 5 && k < sizeof list)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s'%.120s'", unused > 1 ? ", " : "",
+                                  gml_safetensors_name(d->st, d->w_index[i]));
+    }
+    if (!unused) return true;
+    if (unused > 5 && k < sizeof list) snprintf(list + k, sizeof list - k, " and %d more", unused - 5);
+    return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s under the prefix '%s' %s not used by %s: %s (a misspelled "
+                   "name, another block's weights? --prefix selects a module, --non-strict allows extra "
+                   "tensors)", o->weights, unused, unused == 1 ? "" : "s", d->prefix, unused == 1 ? "is" : "are",
+                   o->model, list);
+}
+
+const gml_tensor *rg_output_view(const rg_opts *o, const gml_tensor *t, gml_tensor *buf) {
+    if (!o->seq_first || !t || t->n_dims != 3) return t;
+    *buf = *t; /* [B, T, D] shown as [T, B, D]: the first two dims swapped, a view */
+    buf->ne[1] = t->ne[2], buf->ne[2] = t->ne[1];
+    buf->nb[1] = t->nb[2], buf->nb[2] = t->nb[1];
+    return buf;
+}
+
 static bool sizes(const rg_opts *o, rg_data *d, rg_err *e) {
     const bool attn = o->kind != RG_MATMUL;
     int64_t dk = 0;
@@ -159,14 +341,7 @@ static bool sizes(const rg_opts *o, rg_data *d, rg_err *e) {
         }
         if (o->key && !(d->key = load_seq(d, o->key, "key", RG_S, false, e))) return false;
         if (o->value && !(d->value = load_seq(d, o->value, "value", RG_S, false, e))) return false;
-        if (o->weights) {
-            char err[1024];
-            gml_context *w = gml_load_safetensors(o->weights, err, sizeof err);
-            if (!w) return rg_fail(e, RG_RUNTIME, "%s", err);
-            if (!keep(d, w, e)) return false;
-            d->wctx = w;
-            if (!weight_facts(o, d, &dk, e)) return false;
-        }
+        if (o->weights && (!load_weights(o, d, e) || !weight_facts(o, d, &dk, e))) return false;
     }
     for (int i = 0; i < o->n_bind; i++) {
         if (o->kind == RG_MATMUL && strcmp(o->bind[i].name, "a") && strcmp(o->bind[i].name, "b"))
@@ -189,7 +364,7 @@ static bool sizes(const rg_opts *o, rg_data *d, rg_err *e) {
     }
     /* 2. the flags */
     for (int i = 0; i < RG_NSYM; i++)
-        if (o->dim[i] && !fact(d, i, o->dim[i], e, "%s %" PRId64, RG_FLAG[i], o->dim[i])) return false;
+        if (o->dim_given[i] && !fact(d, i, o->dim[i], e, "%s %" PRId64, RG_FLAG[i], o->dim[i])) return false;
     /* 3. what follows from them, then the defaults */
     for (int i = 0; i < RG_NSYM; i++)
         if (!d->known[i] && DEFAULT[i] && i != RG_H && rg_size_applies(o->kind, i))
@@ -385,6 +560,8 @@ static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
         }
         gml_set_name(n, t->name);
         n->flags = t->flags;
+        for (int i = 0; i < d->n_w; i++) /* the strict check's list follows */
+            if (d->w_tensor[i] == t) d->w_tensor[i] = n;
         const int64_t rows = gml_nelements(t) / t->ne[3], k = t->ne[3]; /* both contiguous */
         if (to == t->type) {
             memcpy(n->data, t->data, gml_nbytes(t));
@@ -412,9 +589,108 @@ static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
     return true;
 }
 
+/* One mask file: f32 (bool converted: 1 = not allowed) of 2 or 3 dims, or 2
+ * for the key padding mask, its last two sizes checked against want. */
+static gml_tensor *load_mask(rg_data *d, const char *path, const char *name, const char *flag, bool padding,
+                             bool *is_bool, rg_err *e) {
+    const char *from = NULL;
+    gml_tensor *t = load_npy_from(d, path, name, &from, e);
+    if (!t) return NULL;
+    *is_bool = from && strcmp(from, "bool") == 0;
+    char s[64];
+    gml_format_shape(t, s, sizeof s);
+    const int64_t B = d->dim[RG_B], T = d->dim[RG_T], S = d->dim[RG_S];
+    const char *want = padding ? "[B, S]" : "[T, S] or [B*H, T, S] (or [B or 1, H or 1, T, S])";
+    bool ok = t->type == GML_F32 && (padding ? t->n_dims == 2 : t->n_dims >= 2);
+    if (!ok) {
+        rg_fail(e, RG_RUNTIME, "%s %s: %s %s is not a bool or float mask %s", flag, path, gml_type_name(t->type), s, want);
+        return NULL;
+    }
+    if (t->ne[3] != S || (padding ? t->ne[2] != B : t->ne[2] != T)) {
+        rg_fail(e, RG_RUNTIME, "%s %s: %s is not %s with B = %" PRId64 " (%s), T = %" PRId64 " (%s), S = %" PRId64 " (%s)",
+                flag, path, s, want, B, d->src[RG_B], T, d->src[RG_T], S, d->src[RG_S]);
+        return NULL;
+    }
+    if (!padding && t->n_dims == 4 && ((t->ne[0] != 1 && t->ne[0] != B) || (t->ne[1] != 1 && d->known[RG_H] &&
+                                                                           t->ne[1] != d->dim[RG_H]))) {
+        rg_fail(e, RG_RUNTIME, "%s %s: %s is not %s with B = %" PRId64 " (%s), H = %" PRId64, flag, path, s, want, B,
+                d->src[RG_B], d->dim[RG_H]);
+        return NULL;
+    }
+    if (!padding && t->n_dims == 4 && t->ne[1] != 1 && !d->known[RG_H]) {
+        rg_fail(e, RG_USAGE, "%s %s: a mask per head needs the number of heads: give --heads", flag, path);
+        return NULL;
+    }
+    if (!padding && t->n_dims == 3) {
+        if (!d->known[RG_H]) {
+            rg_fail(e, RG_USAGE, "%s %s: a [B*H, T, S] mask needs the number of heads: give --heads", flag, path);
+            return NULL;
+        }
+        if (t->ne[1] != B * d->dim[RG_H]) {
+            rg_fail(e, RG_RUNTIME, "%s %s: %s: %" PRId64 " masks, but B*H = %" PRId64 " * %" PRId64 " = %" PRId64
+                    " (%s; %s)", flag, path, s, t->ne[1], B, d->dim[RG_H], B * d->dim[RG_H], d->src[RG_B],
+                    d->src[RG_H]);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+/* --attn-mask and --key-padding-mask as one additive f32 mask [B or 1, H or
+ * 1, T, S]: attn_mask [T, S] broadcast, [B*H, T, S] as [B, H, T, S] (batch
+ * major, as nn.MultiheadAttention reads it), [B or 1, H or 1, T, S] as it is
+ * (the form --save-inputs writes); key_padding_mask [B, S] as [B, 1, 1, S];
+ * bool True is -inf, floats are added as they are; the two summed. */
+static bool masks(const rg_opts *o, rg_data *d, rg_err *e) {
+    if (!o->attn_mask && !o->key_padding_mask) return true;
+    bool am_bool = false, kp_bool = false;
+    gml_tensor *am = NULL, *kp = NULL;
+    if (o->attn_mask && !(am = load_mask(d, o->attn_mask, "attn_mask_file", "--attn-mask", false, &am_bool, e)))
+        return false;
+    if (o->key_padding_mask &&
+        !(kp = load_mask(d, o->key_padding_mask, "key_padding_mask", "--key-padding-mask", true, &kp_bool, e)))
+        return false;
+    const int64_t T = d->dim[RG_T], S = d->dim[RG_S];
+    /* the attn_mask's own batch and head sizes (1: broadcast) */
+    const int64_t Ba = !am || am->n_dims == 2 ? 1 : am->n_dims == 3 ? d->dim[RG_B] : am->ne[0];
+    const int64_t Ha = !am || am->n_dims == 2 ? 1 : am->n_dims == 3 ? d->dim[RG_H] : am->ne[1];
+    const int64_t B = Ba > 1 || kp ? d->dim[RG_B] : 1;
+    const int64_t H = Ha;
+    spec sp = {"attn_mask", GML_F32, 4, {0}};
+    gml_tensor *m;
+    {
+        gml_context *c = gml_init((gml_init_params){.mem_size = gml_tensor_overhead() + (size_t)(B * H * T * S) * 4 + 256});
+        if (!keep(d, c, e)) return false;
+        m = gml_new_tensor_4d(c, GML_F32, B, H, T, S);
+        if (!m) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(c));
+        gml_set_name(m, sp.name);
+    }
+    float *out = m->data;
+    const float *a = am ? am->data : NULL, *k = kp ? kp->data : NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < S; j++) {
+                    float v = 0;
+                    if (a) {
+                        float x = a[(((Ba > 1 ? b : 0) * Ha + h) * T + t) * S + j];
+                        v += am_bool ? (x != 0 ? -INFINITY : 0.0f) : x;
+                    }
+                    if (k) {
+                        float x = k[b * S + j];
+                        v += kp_bool ? (x != 0 ? -INFINITY : 0.0f) : x;
+                    }
+                    out[((b * H + h) * T + t) * S + j] = v;
+                }
+    d->mask = m;
+    return true;
+}
+
 bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e) {
     *d = (rg_data){0};
-    if (!sizes(o, d, e) || !random_inputs(o, d, e) || !valid_lens(o, d, e)) return false;
+    d->seq_first = o->seq_first;
+    d->any_file = o->weights || o->input || o->query || o->n_bind || o->attn_mask || o->key_padding_mask;
+    if (!sizes(o, d, e) || !random_inputs(o, d, e) || !valid_lens(o, d, e) || !masks(o, d, e)) return false;
     if (o->kind <= RG_RELPOS && !d->wctx) {
         if (!random_weights(o, d, e)) return false;
     } else {

@@ -42,7 +42,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
     cfg.dims = (gml_attn_dims){.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
                                .n_kv_heads = (int)d->dim[RG_G]};
     gml_attn_inputs in = {.query = d->x ? d->x : d->query, .key = d->key, .value = d->value,
-                          .valid_lens = d->valid_lens};
+                          .valid_lens = d->valid_lens, .mask = d->mask};
     gml_attn_result r = o->kind == RG_MHA   ? gml_mha(ctx, cfg, &w, in)
                         : o->kind == RG_GQA ? gml_gqa(ctx, cfg, &w, in)
                                             : gml_relpos_attn(ctx, cfg, (int)d->dim[RG_P], &w, in);
@@ -58,7 +58,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
 
 /* What a saved graph file calls inputs and params. */
 static void flag_leafs(rg_data *d) {
-    gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->a, d->b};
+    gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->mask, d->a, d->b};
     for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
         if (inputs[i]) gml_set_flags(inputs[i], GML_FLAG_INPUT);
     if (d->wctx)
@@ -73,6 +73,10 @@ typedef struct binding {
     rg_data *d;
     gml_context *ctx;
     bool asked_lens; /* the file declares valid_lens */
+    bool asked_mask; /* the file declares attn_mask */
+    bool bind_used[RG_MAX_BINDS]; /* --bind NAME matched a declaration */
+    char declared[512];           /* the names the file declares, for messages */
+    size_t n_declared;
 } binding;
 
 /* Standard inputs: x and query are the same input; key defaults to the
@@ -84,14 +88,22 @@ static gml_tensor *standard_input(rg_data *d, const char *name) {
     if (strcmp(name, "key") == 0) return k;
     if (strcmp(name, "value") == 0) return d->value ? d->value : k;
     if (strcmp(name, "valid_lens") == 0) return d->valid_lens;
+    if (strcmp(name, "attn_mask") == 0) return d->mask;
     return NULL;
 }
 
 static gml_tensor *bind(void *user, const char *name, bool is_param) {
     binding *b = user;
     if (strcmp(name, "valid_lens") == 0) b->asked_lens = true;
+    if (strcmp(name, "attn_mask") == 0) b->asked_mask = true;
+    if (b->n_declared < sizeof b->declared)
+        b->n_declared += (size_t)snprintf(b->declared + b->n_declared, sizeof b->declared - b->n_declared,
+                                          "%s%s", b->n_declared ? ", " : "", name);
     for (int i = 0; i < b->o->n_bind; i++)
-        if (strcmp(b->o->bind[i].name, name) == 0) return b->d->bound[i];
+        if (strcmp(b->o->bind[i].name, name) == 0) {
+            b->bind_used[i] = true;
+            return b->d->bound[i];
+        }
     return is_param ? rg_find_weight(b->d->wctx, b->ctx, name) : standard_input(b->d, name);
 }
 
@@ -114,10 +126,11 @@ static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *
         }
     names[n] = "CAUSAL";
     values[n++] = o->causal;
-    binding b = {o, d, ctx, false};
+    binding b = {.o = o, .d = d, .ctx = ctx};
     bool used[RG_NSYM + 1];
     gml_graph_binder binder = {.bind = bind, .user = &b, .sym_names = names, .sym_values = values,
-                               .n_syms = n, .sym_used = used, .make_optional = make_optional};
+                               .n_syms = n, .sym_used = used, .make_optional = make_optional,
+                               .optional_needs_default = true};
     char err[1024];
     m->n_outs = gml_load_graph(ctx, o->model, &binder, m->outs, 2, err, sizeof err);
     if (m->n_outs < 0) {
@@ -131,15 +144,27 @@ static int load_graph(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *
                 break;
             }
         }
+        if (strstr(err, "declares no default: bind it"))
+            snprintf(err + strlen(err), sizeof err - strlen(err), " (run-graph: --bind NAME=FILE.npy)");
         return rg_fail(e, RG_RUNTIME, "%s", err);
     }
+    /* Files given for names the file does not have would change nothing: errors. */
+    for (int i = 0; i < o->n_bind; i++)
+        if (!b.bind_used[i])
+            return rg_fail(e, RG_USAGE, "--bind %s=%s: %s declares no input or param '%s' (it declares %s)",
+                           o->bind[i].name, o->bind[i].path, o->model, o->bind[i].name,
+                           b.n_declared ? b.declared : "none");
+    if (d->mask && !b.asked_mask)
+        return rg_fail(e, RG_USAGE, "%s: %s declares no input attn_mask (input attn_mask f32 [MB, MH, T, S] "
+                       "optional default none), so the mask would change nothing",
+                       o->attn_mask ? "--attn-mask" : "--key-padding-mask", o->model);
     /* A flag the file never reads changes nothing: a warning says so (a
      * saved graph has its sizes and causal written in, and runs with the
      * flags it was saved with). Sizes it does not read leave the summary and
      * --save-inputs' args. */
     for (int i = 0, k = 0; i < RG_NSYM; i++) {
         if (!d->known[i] || used[k++]) continue;
-        if (o->dim[i])
+        if (o->dim_given[i])
             fprintf(stderr, "run-graph: warning: %s %" PRId64 ": %s never reads %s; the flag changes "
                     "nothing\n", RG_FLAG[i], o->dim[i], o->model, RG_SYM[i]);
         d->known[i] = false;
@@ -163,12 +188,31 @@ static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e
         bool param = t->flags & GML_FLAG_PARAM;
         char s[64];
         gml_format_shape(t, s, sizeof s);
-        if (param && d->wctx) {
-            char present[1024];
+        if (param && d->wctx) { /* every missing one, as load_state_dict's missing keys */
+            char missing[600], present[1024];
+            size_t k = 0;
+            int n_missing = 0;
+            for (gml_tensor *u = t; u; u = gml_get_next_tensor(m->ctx, u)) {
+                if (u->op != GML_OP_NONE || !(u->flags & GML_FLAG_PARAM) || gml_graph_use_count(m->g, u) == 0)
+                    continue;
+                if (n_missing++ < 5 && k < sizeof missing) {
+                    char us[64];
+                    k += (size_t)snprintf(missing + k, sizeof missing - k, "%s'%s%s' %s", n_missing > 1 ? ", " : "",
+                                          d->prefix, u->name, gml_format_shape(u, us, sizeof us));
+                }
+            }
+            if (n_missing > 5 && k < sizeof missing) snprintf(missing + k, sizeof missing - k, " and %d more", n_missing - 5);
             rg_list_weights(d->wctx, present, sizeof present);
-            return rg_fail(e, RG_RUNTIME, "%s: no weight '%s' %s for %s; %s", o->weights, t->name, s, o->model,
-                           present);
+            return rg_fail(e, RG_RUNTIME, "%s: no weight%s %s for %s; %s", o->weights, n_missing > 1 ? "s" : "",
+                           missing, o->model, present);
         }
+        if (!param && d->any_file) /* random data beside real files would be a silently wrong answer */
+            return rg_fail(e, RG_RUNTIME, "%s: input '%s' %s is not bound: give it with %s (random inputs "
+                           "are made only when no file is given)", o->model, t->name, s,
+                           strcmp(t->name, "valid_lens") == 0 ? "--valid-lens"
+                           : strcmp(t->name, "x") == 0 || strcmp(t->name, "query") == 0 ? "--input or --query"
+                           : strcmp(t->name, "attn_mask") == 0 ? "--attn-mask or --key-padding-mask"
+                                                               : "--bind NAME=FILE.npy");
         if (t->type != GML_F32) {
             if (strcmp(t->name, "valid_lens") == 0)
                 return rg_fail(e, RG_RUNTIME, "%s: input valid_lens %s needs --valid-lens (or declare it optional)",
@@ -234,6 +278,7 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
     if (!place(m, e) || (o->kind == RG_GRAPH && !fill_made_leafs(o, d, m, e))) return false;
+    if (o->kind != RG_MATMUL && !rg_check_unused_weights(o, d, m->g, NULL, e)) return false;
     /* The results are planned: read them through the graph's copies, whose
      * data is where the graph computes them. */
     m->out = gml_graph_tensor(m->g, m->out);

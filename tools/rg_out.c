@@ -277,6 +277,7 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
             for (int f = 0; f < 4; f++)
                 if (strcmp(t->name, FLAGS[f][0]) == 0) flag = FLAGS[f][1];
         }
+        if (o->kind != RG_GRAPH && o->kind != RG_MATMUL && gml_graph_leaf(m->g, i) == d->mask) flag = "--attn-mask"; /* [B|1, H|1, T, S] */
         if (flag) k += (size_t)snprintf(args + k, sizeof args - k, " %s %s.npy", flag, file);
         else k += (size_t)snprintf(args + k, sizeof args - k, " --bind %s=%s.npy", t->name, file);
     }
@@ -304,7 +305,8 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     rg_stage s = {0};
     char err[1024];
     bool ok = true;
-    if (o->output) ok = save_npy(&s, o->output, m->out, e);
+    gml_tensor view;
+    if (o->output) ok = save_npy(&s, o->output, rg_output_view(o, m->out, &view), e);
     if (ok && o->attn_weights) ok = save_npy(&s, o->attn_weights, m->attn, e);
     if (ok && o->attn_svg) ok = svg(o, d, m, &s, e);
     if (ok && o->dot) {

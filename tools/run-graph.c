@@ -257,8 +257,9 @@ int main(int argc, char **argv) {
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
         ok = ok && rg_data_load(&o, &d, &e);
         if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
+            gml_tensor view;
             ok = rg_decode_run(&o, &d, &dec, &e) &&
-                 check_result(&o, dec.out, "the output", &digest, &e);
+                 check_result(&o, rg_output_view(&o, dec.out, &view), "the output", &digest, &e);
             m.out = dec.out; /* --output: the decoded tokens */
             ok = ok && rg_write_outputs(&o, &d, &m, &e) && report_decode(&o, &d, &dec, digest, &e);
             m.out = NULL;
@@ -266,8 +267,11 @@ int main(int argc, char **argv) {
             ok = rg_model_build(&o, &d, &m, &e) && check_outputs(&o, &m, &e);
             if (ok && o.print_graph) gml_graph_print(m.g, o.json ? stderr : stdout);
             ok = ok && rg_run(&o, &m, &t, &e);
+            gml_tensor view; /* --seq-first: the output as written, [T, B, D] */
             for (int i = 0; ok && i < m.n_outs; i++)
-                ok = check_result(&o, gml_graph_tensor(m.g, m.outs[i]), /* planned: the graph's data */
+                ok = check_result(&o, i ? gml_graph_tensor(m.g, m.outs[i])
+                                        : rg_output_view(&o, gml_graph_tensor(m.g, m.outs[i]), &view),
+                                  /* planned: the graph's data */
                                   i ? "the attention weights" : "the output",
                                   i ? NULL : &digest, &e);
             ok = ok && rg_write_outputs(&o, &d, &m, &e);

@@ -60,6 +60,14 @@ static inline const char *gml_bytes_text(uint64_t b, char buf[24]) {
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* safetensors.c: what the first 8 bytes of a file say it is when it is not
+ * safetensors ("a zip archive (...)"), or NULL; and the hint that follows. */
+const char *gml_st_other_format(const unsigned char b[8]);
+#define GML_ST_CONVERT_HINT                                                                  \
+    "; convert a PyTorch state_dict with tools/export_safetensors.py (torch.save file or module " \
+    "-> .safetensors)"
+
+
 /* Where a reader's bytes come from: a buffer in memory or an open regular
  * file. `what` names it in messages (the path, or the caller's label). */
 typedef struct gml_source {

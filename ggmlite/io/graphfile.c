@@ -474,6 +474,14 @@ static bool call_body(parser *p, const char *opname, size_t col, gml_tensor **ou
     for (int i = 0; i < n_spec; i++)
         if (!v[i].given && !gml_form_arg(form, i)->optional)
             return fail_at(p, col, "%s: missing argument '%s'", name_of, gml_form_arg(form, i)->name);
+    /* add and mul take none on either side: add(none, b) is b, as add(a, none)
+     * is a, so masks that are none compose (add(attn_mask, valid_len_mask(..))
+     * keeps the valid lengths when attn_mask is none). */
+    if ((strcmp(name_of, "add") == 0 || strcmp(name_of, "mul") == 0) && n_spec >= 2 && !v[0].t &&
+        v[1].t) {
+        *out = v[1].t;
+        return true;
+    }
     /* A tensor the op needs is none: so is the call (none flows on, as NaN does). */
     for (int i = 0; i < n_spec; i++)
         if (gml_form_arg(form, i)->kind == GML_ARG_TENSOR && !v[i].t) {
@@ -534,16 +542,30 @@ static bool declaration(parser *p, bool is_param) {
     bool optional = false;
     char word[GML_MAX_NAME];
     int after;
+    bool default_none = false;
     if (peek_ident(p, word, &after) && strcmp(word, "optional") == 0) {
         ident(p, word);
         optional = true;
+        if (peek_ident(p, word, &after) && strcmp(word, "default") == 0) {
+            ident(p, word);
+            size_t dcol = here(p);
+            if (!ident(p, word)) return false;
+            if (strcmp(word, "none") != 0)
+                return fail_at(p, dcol, "default '%s': the only default is none", word);
+            default_none = true;
+        }
     }
     if (!at_end(p)) return false;
 
     char shape[GML_SHAPE_MAX];
     if (!bound && optional && p->binder && p->binder->bind &&
-        !(p->binder->make_optional && p->binder->make_optional(p->binder->user, name, is_param)))
+        !(p->binder->make_optional && p->binder->make_optional(p->binder->user, name, is_param))) {
+        if (!is_param && !default_none && p->binder->optional_needs_default)
+            return fail_at(p, col, "input '%s' is optional, but nothing binds it and it declares no "
+                           "default: bind it, or write `optional default none` to make it none "
+                           "when not given", name);
         return define_none(p, col, name);
+    }
     if (bound) {
         /* a param declared f32 takes a weight of another float type (a bf16
          * checkpoint, run-graph --weights-dtype): the ops say what they take */

@@ -21,6 +21,7 @@
  * multiple of 64 bytes. */
 #include "file.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,8 +30,14 @@ static const char NPY_MAGIC[6] = "\x93NUMPY";
 
 /* ---- the header dict ------------------------------------------------------ */
 
+/* A dtype converted to f32 on request (gml_load_npy_converted). */
+enum { NPY_NATIVE, NPY_F64, NPY_F16, NPY_BOOL };
+
 typedef struct npy_header {
     gml_type type;
+    int src;      /* NPY_NATIVE, or what the data is before conversion */
+    int src_size; /* bytes per element in the file */
+    bool convert; /* the caller takes NPY_F64, NPY_F16 and NPY_BOOL */
     int n_dims;                  /* 0..4 */
     int64_t ne[GML_MAX_DIMS];
 } npy_header;
@@ -215,11 +222,20 @@ static bool parse_header(npy_parser *p, npy_header *h) {
         if (!seen[k])
             return fail_at(p, 0, "the header dict has no '%s' key (it needs 'descr', "
                            "'fortran_order' and 'shape')", keys[k]);
+    h->src = NPY_NATIVE;
+    h->src_size = 4;
     if (strcmp(descr, "<f4") == 0) h->type = GML_F32;
     else if (strcmp(descr, "<i4") == 0) h->type = GML_I32;
-    else if (strcmp(descr, "<f2") == 0) h->type = GML_F16;
-    else return fail_at(p, descr_at, "dtype '%s' is not supported; expected '<f4', '<i4' or '<f2'",
-                        descr);
+    else if (h->convert && strcmp(descr, "<f8") == 0) h->type = GML_F32, h->src = NPY_F64, h->src_size = 8;
+    else if (h->convert && strcmp(descr, "<f2") == 0) h->type = GML_F32, h->src = NPY_F16, h->src_size = 2;
+    else if (h->convert && strcmp(descr, "|b1") == 0) h->type = GML_F32, h->src = NPY_BOOL, h->src_size = 1;
+    else if (strcmp(descr, "<f2") == 0) h->type = GML_F16, h->src_size = 2; /* kept as f16 */
+    else if (h->convert)
+        return fail_at(p, descr_at, "dtype '%s' is not supported; expected '<f4' or '<i4' (or "
+                       "'<f8', '<f2', '|b1', converted): convert it with np.save(path, "
+                       "a.astype(np.float32)) (np.int32 for lengths or indices)", descr);
+    else return fail_at(p, descr_at, "dtype '%s' is not supported; expected '<f4', '<i4' or "
+                        "'<f2' (convert with a.astype(np.float32) or np.int32)", descr);
     if (fortran)
         return fail_at(p, fortran_at, "fortran_order is True; only C-order arrays are supported "
                        "(save np.ascontiguousarray(a))");
@@ -245,7 +261,66 @@ static void default_name(const char *what, char *out, size_t size) {
     snprintf(out, size, "%.*s", (int)GML_MIN(len, size - 1), base);
 }
 
+/* An IEEE half (binary16) as float: exact. */
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = h >> 10 & 0x1f, man = h & 0x3ff;
+    float v;
+    if (exp == 0) v = ldexpf((float)man, -24); /* zero, subnormal */
+    else if (exp == 31) v = man ? NAN : INFINITY;
+    else v = ldexpf((float)(man | 0x400), (int)exp - 25);
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    bits |= sign;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+/* Reads n elements of src kind at offset `at` into f32 dst, in chunks. */
+static bool convert_data(const gml_source *s, uint64_t at, const npy_header *h, float *dst,
+                         uint64_t n, char *err, size_t es) {
+    enum { CHUNK = 4096 };
+    unsigned char buf[CHUNK * 8];
+    for (uint64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const size_t m = (size_t)GML_MIN((uint64_t)CHUNK, n - i0);
+        if (!gml_source_read(s, at + i0 * (uint64_t)h->src_size, buf, m * (size_t)h->src_size, err,
+                             es))
+            return false;
+        for (size_t j = 0; j < m; j++) {
+            const unsigned char *b = buf + j * (size_t)h->src_size;
+            if (h->src == NPY_BOOL) {
+                if (b[0] > 1)
+                    return gml_errf(err, es, "%s: offset %" PRIu64 ": bool element %" PRIu64
+                                    " is byte 0x%02x, not 0 or 1", s->what,
+                                    at + i0 + j, i0 + j, b[0]);
+                dst[i0 + j] = b[0];
+            } else if (h->src == NPY_F16) {
+                dst[i0 + j] = half_to_float((uint16_t)gml_le16(b));
+            } else {
+                uint64_t bits = gml_le64(b);
+                double d;
+                memcpy(&d, &bits, 8);
+                float f = (float)d;
+                if (isfinite(d) && !isfinite(f))
+                    return gml_errf(err, es, "%s: offset %" PRIu64 ": float64 element %" PRIu64
+                                    " is %g, beyond float32's range", s->what,
+                                    at + (i0 + j) * 8, i0 + j, d);
+                dst[i0 + j] = f;
+            }
+        }
+    }
+    return true;
+}
+
+static gml_context *read_npy_as(const gml_source *s, const char *name, bool convert,
+                                const char **converted_from, char *err, size_t es);
+
 static gml_context *read_npy(const gml_source *s, const char *name, char *err, size_t es) {
+    return read_npy_as(s, name, false, NULL, err, es);
+}
+
+static gml_context *read_npy_as(const gml_source *s, const char *name, bool convert,
+                                const char **converted_from, char *err, size_t es) {
+    if (converted_from) *converted_from = NULL;
     const char *what = s->what;
     unsigned char pre[12];
     size_t got = (size_t)GML_MIN(s->size, (uint64_t)sizeof pre);
@@ -288,7 +363,7 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
         gml_errf(err, es, "%s: out of memory for a %" PRIu64 "-byte header", what, hlen);
         return NULL;
     }
-    npy_header h = {.n_dims = 0};
+    npy_header h = {.n_dims = 0, .convert = convert};
     npy_parser p = {.s = text, .n = (size_t)hlen, .base = hstart, .what = what, .err = err,
                     .err_size = es};
     bool ok = gml_source_read(s, hstart, text, (size_t)hlen, err, es) && parse_header(&p, &h);
@@ -296,16 +371,17 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
     if (!ok) return NULL;
 
     uint64_t data_at = hstart + hlen, have = s->size - data_at;
-    uint64_t need = gml_dense_bytes(h.ne, h.n_dims); /* 4-byte elements: halved for '<f2' */
-    if (need != UINT64_MAX && h.type == GML_F16) need /= 2;
-    if (need != have) {
+    uint64_t need = gml_dense_bytes(h.ne, h.n_dims); /* as f32 / i32 */
+    const uint64_t file_need = need == UINT64_MAX ? UINT64_MAX : need / 4 * (uint64_t)h.src_size;
+    if (file_need != have) {
         char shape[96], needs[24];
         format_tuple(h.ne, h.n_dims, shape, sizeof shape);
         gml_errf(err, es, "%s: offset %" PRIu64 ": data is %" PRIu64 " bytes, but shape %s of '%s' "
                  "needs %s%s%s", what, data_at, have, shape,
-                 h.type == GML_F32 ? "<f4" : h.type == GML_F16 ? "<f2" : "<i4",
-                 need < have ? "exactly " : "", gml_bytes_text(need, needs),
-                 need > have ? " (file truncated?)" : "");
+                 h.src == NPY_F64 ? "<f8" : h.src == NPY_F16 ? "<f2" : h.src == NPY_BOOL ? "|b1"
+                 : h.type == GML_F32 ? "<f4" : h.type == GML_F16 ? "<f2" : "<i4",
+                 file_need < have ? "exactly " : "", gml_bytes_text(file_need, needs),
+                 file_need > have ? " (file truncated?)" : "");
         return NULL;
     }
     if (h.n_dims == 0) { /* a 0-D scalar: [1] */
@@ -337,10 +413,31 @@ static gml_context *read_npy(const gml_source *s, const char *name, char *err, s
         return NULL;
     }
     gml_set_name(t, name);
-    if (!gml_source_read(s, data_at, t->data, (size_t)need, err, es)) {
+    if (h.src != NPY_NATIVE
+            ? !convert_data(s, data_at, &h, t->data, need / 4, err, es)
+            : !gml_source_read(s, data_at, t->data, (size_t)file_need, err, es)) {
         gml_free(ctx);
         return NULL;
     }
+    if (converted_from && h.src != NPY_NATIVE)
+        *converted_from = h.src == NPY_F64 ? "float64" : h.src == NPY_F16 ? "float16" : "bool";
+    return ctx;
+}
+
+gml_context *gml_parse_npy_converted(const void *buf, size_t len, const char *what,
+                                     const char *name, const char **converted_from, char *err,
+                                     size_t err_size) {
+    gml_source s = gml_source_memory(buf, len, what);
+    return read_npy_as(&s, name, true, converted_from, err, err_size);
+}
+
+gml_context *gml_load_npy_converted(const char *path, const char *name,
+                                    const char **converted_from, char *err, size_t err_size) {
+    if (converted_from) *converted_from = NULL;
+    gml_source s;
+    if (!gml_source_open(&s, path, err, err_size)) return NULL;
+    gml_context *ctx = read_npy_as(&s, name, true, converted_from, err, err_size);
+    gml_source_close(&s);
     return ctx;
 }
 

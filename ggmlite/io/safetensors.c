@@ -33,9 +33,12 @@
  * shows. We write tensors in the order given, packed, with a header padded
  * by spaces to a multiple of 8 bytes, and refuse to write a name the loader
  * would refuse. */
+#define _POSIX_C_SOURCE 200809L /* strdup, posix_memalign */
 #include "file.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +64,7 @@ typedef struct st_header {
     int n;
     char *err;
     size_t err_size;
+    bool any_name_length; /* gml_safetensors_open: names of any length (kept as strings) */
 } st_header;
 
 static const char *json_type(const cJSON *j) {
@@ -130,8 +134,9 @@ static bool check_metadata(st_header *h, const cJSON *meta) {
 static bool read_entry(st_header *h, const cJSON *j, st_entry *e) {
     const char *name = j->string;
     e->name = name;
-    if (strlen(name) >= GML_MAX_NAME)
-        return entry_fail(h, name, "name is %zu bytes; ggmlite names hold at most %d",
+    if (!h->any_name_length && strlen(name) >= GML_MAX_NAME)
+        return entry_fail(h, name, "name is %zu bytes; ggmlite tensor names hold at most %d "
+                          "(gml_safetensors_open reads names of any length)",
                           strlen(name), GML_MAX_NAME - 1);
     if (!cJSON_IsObject(j))
         return entry_fail(h, name, "entry is %s, expected an object with dtype, shape and "
@@ -539,8 +544,39 @@ static size_t utf8_check(const unsigned char *s, size_t n) {
     return n;
 }
 
-/* Reads and checks the header of s into h (free it with free_header). */
+/* What the first 8 bytes of a file that is not safetensors say it is, or
+ * NULL: a zip archive (torch.save since PyTorch 1.6), a pickle (torch.save
+ * with the legacy format, pickle.dump), a NumPy file, a JSON text (a
+ * sharded checkpoint's index). Asked only of a file refused as safetensors. */
+const char *gml_st_other_format(const unsigned char b[8]) {
+    if (memcmp(b, "PK\x03\x04", 4) == 0 || memcmp(b, "PK\x05\x06", 4) == 0)
+        return "a zip archive (torch.save writes one: a PyTorch checkpoint)";
+    if (b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a Python pickle (torch.save's legacy format, or pickle.dump)";
+    if (memcmp(b, "\x93NUMPY", 6) == 0) return "a NumPy .npy file";
+    bool text = true; /* a header length (< 2^27) has zero bytes; text has none */
+    for (int i = 1; i < 8; i++) text = text && b[i] >= 0x09 && b[i] < 0x7f;
+    if (text && (b[0] == '{' || b[0] == '[' || b[0] == ' ' || b[0] == '\n'))
+        return "a JSON text (a sharded checkpoint's index is read from a path ending in .json)";
+    return NULL;
+}
+
+static bool read_header_checked(const gml_source *s, st_header *h);
+
+/* Reads and checks the header of s into h (free it with free_header). A file
+ * refused whose first bytes say it is another format is named as that. */
 static bool read_header(const gml_source *s, st_header *h) {
+    if (read_header_checked(s, h)) return true;
+    unsigned char b[8];
+    const char *other = s->size >= 8 && gml_source_read(s, 0, b, 8, NULL, 0)
+                            ? gml_st_other_format(b) : NULL;
+    if (other)
+        gml_errf(h->err, h->err_size, "%s: offset 0: %s, not a safetensors file (which starts "
+                 "with an 8-byte header length, then '{')%s", s->what, other, GML_ST_CONVERT_HINT);
+    return false;
+}
+
+static bool read_header_checked(const gml_source *s, st_header *h) {
     const char *what = s->what;
     unsigned char len8[8];
     if (s->size < 8)
@@ -673,6 +709,356 @@ gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size) 
     gml_context *ctx = read_safetensors(&s, err, err_size);
     gml_source_close(&s);
     return ctx;
+}
+
+/* ---- mapped files and sharded checkpoints ----------------------------------- */
+
+typedef struct st_item {
+    char *name;                /* the full name, any length */
+    gml_type type;
+    int n_dims;
+    int64_t ne[GML_MAX_DIMS];
+    const unsigned char *data; /* in the mapping */
+    size_t bytes;
+    void *copy;                /* a 64-byte aligned copy when data is not 4-byte aligned, made on first use */
+    int shard;
+} st_item;
+
+typedef struct st_map {
+    char *path;
+    void *addr;
+    size_t len;
+} st_map;
+
+struct gml_safetensors {
+    st_item *items;
+    int n;
+    st_map *maps;
+    int n_maps;
+};
+
+static void unmap_all(gml_safetensors *st) {
+    for (int i = 0; i < st->n_maps; i++) {
+        if (st->maps[i].addr && st->maps[i].len) munmap(st->maps[i].addr, st->maps[i].len);
+        free(st->maps[i].path);
+    }
+    free(st->maps);
+    st->maps = NULL;
+    st->n_maps = 0;
+}
+
+void gml_safetensors_close(gml_safetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->n; i++) {
+        free(st->items[i].name);
+        free(st->items[i].copy);
+    }
+    free(st->items);
+    unmap_all(st);
+    free(st);
+}
+
+/* Maps path read-only into a new st->maps entry; its index, or -1. */
+static int map_file(gml_safetensors *st, const char *path, char *err, size_t es) {
+    st_map *m = realloc(st->maps, (size_t)(st->n_maps + 1) * sizeof *m);
+    if (!m) return gml_errf(err, es, "%s: out of memory", path), -1;
+    st->maps = m;
+    m = &st->maps[st->n_maps];
+    *m = (st_map){.path = strdup(path)};
+    if (!m->path) return gml_errf(err, es, "%s: out of memory", path), -1;
+    st->n_maps++;
+    gml_source src;
+    if (!gml_source_open(&src, path, err, es)) return -1;
+    if (src.size > SIZE_MAX / 2) {
+        gml_source_close(&src);
+        return gml_errf(err, es, "%s: %" PRIu64 " bytes is too large to map", path, src.size), -1;
+    }
+    m->len = (size_t)src.size;
+    if (m->len) {
+        void *a = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, src.fd, 0);
+        if (a == MAP_FAILED) {
+            int e = errno;
+            gml_source_close(&src);
+            m->len = 0;
+            return gml_errf(err, es, "%s: cannot map %zu bytes: %s", path, (size_t)src.size,
+                            strerror(e)), -1;
+        }
+        m->addr = a;
+    }
+    gml_source_close(&src); /* the mapping stays valid */
+    return st->n_maps - 1;
+}
+
+/* Appends the tensors of one mapped file (all, or those `want` names with
+ * this shard: want_shard[i] == shard). */
+static bool add_file(gml_safetensors *st, int shard, const char *what, char *err, size_t es) {
+    const st_map *m = &st->maps[shard];
+    gml_source src = gml_source_memory(m->addr ? m->addr : "", m->len, what);
+    st_header h = {.what = what, .err = err, .err_size = es, .any_name_length = true};
+    bool ok = read_header(&src, &h);
+    if (ok) {
+        st_item *items = realloc(st->items, (size_t)(st->n + h.n + 1) * sizeof *items);
+        if (!items) ok = gml_errf(err, es, "%s: out of memory", what);
+        else st->items = items;
+    }
+    for (int i = 0; ok && i < h.n; i++) {
+        const st_entry *e = &h.e[i];
+        st_item *it = &st->items[st->n];
+        *it = (st_item){.name = strdup(e->name), .type = e->type, .n_dims = e->n_dims,
+                        .data = (const unsigned char *)m->addr + h.data_at + e->begin,
+                        .bytes = (size_t)(e->end - e->begin), .shard = shard};
+        memcpy(it->ne, e->ne, sizeof it->ne);
+        if (!it->name) ok = gml_errf(err, es, "%s: out of memory", what);
+        else st->n++;
+    }
+    free_header(&h);
+    return ok;
+}
+
+static bool ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* The index of a sharded checkpoint, {"metadata": {...}, "weight_map":
+ * {"name": "shard file", ...}}, as huggingface's save_pretrained writes it:
+ * its pairs, checked (an object of strings; a shard is a relative file name
+ * with no "/.." climbing out, no control byte; no name twice). */
+gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
+                                       gml_st_index_entry **entries, int *n, char *err,
+                                       size_t err_size) {
+    *entries = NULL;
+    *n = 0;
+    char shown[100], sh2[100];
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, false);
+    if (!root) {
+        size_t at = end ? (size_t)(end - (const char *)buf) : 0;
+        return gml_errf(err, err_size, "%s: offset %zu: not valid JSON (a sharded checkpoint's "
+                        "index is {\"metadata\": {...}, \"weight_map\": {name: shard file}})", what,
+                        at), GML_ERR_INVALID;
+    }
+    gml_status st = GML_ERR_INVALID;
+    for (size_t i = (size_t)(end - (const char *)buf); i < len; i++)
+        if (!strchr(" \t\r\n", ((const char *)buf)[i]) || !((const char *)buf)[i]) {
+            gml_errf(err, err_size, "%s: offset %zu: unexpected byte 0x%02x after the JSON object",
+                     what, i, ((const unsigned char *)buf)[i]);
+            goto done;
+        }
+    const cJSON *map = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!cJSON_IsObject(map)) {
+        gml_errf(err, err_size, "%s: no \"weight_map\" object (a sharded checkpoint's index maps "
+                 "each tensor name to its shard file)", what);
+        goto done;
+    }
+    int count = cJSON_GetArraySize(map);
+    gml_st_index_entry *e = calloc((size_t)count + 1, sizeof *e);
+    if (!e) {
+        gml_errf(err, err_size, "%s: out of memory", what);
+        goto done;
+    }
+    *entries = e;
+    for (const cJSON *x = map->child; x; x = x->next) {
+        gml_printable(x->string, shown, sizeof shown);
+        if (!cJSON_IsString(x)) {
+            gml_errf(err, err_size, "%s: weight_map '%s' is %s, expected a shard file name", what,
+                     shown, json_type(x));
+            goto done;
+        }
+        const char *f = x->valuestring;
+        bool bad = !*f || f[0] == '/' || strstr(f, "..") != NULL;
+        for (const char *c = x->string; *c && !bad; c++) bad = (unsigned char)*c < 0x20 || *c == 0x7f;
+        for (const char *c = f; *c && !bad; c++) bad = (unsigned char)*c < 0x20 || *c == 0x7f;
+        if (bad || strlen(f) > 4000) {
+            gml_errf(err, err_size, "%s: weight_map '%s': '%s' is not a shard file name beside the "
+                     "index (relative, no '..', printable)", what, shown,
+                     gml_printable(f, sh2, sizeof sh2));
+            goto done;
+        }
+        for (int k = 0; k < *n; k++)
+            if (strcmp(e[k].name, x->string) == 0) {
+                gml_errf(err, err_size, "%s: weight_map names '%s' twice", what, shown);
+                goto done;
+            }
+        e[*n].name = strdup(x->string);
+        e[*n].shard = strdup(f);
+        (*n)++;
+        if (!e[*n - 1].name || !e[*n - 1].shard) {
+            gml_errf(err, err_size, "%s: out of memory", what);
+            goto done;
+        }
+    }
+    st = GML_OK;
+done:
+    cJSON_Delete(root);
+    if (st != GML_OK) {
+        gml_free_safetensors_index(*entries, *n);
+        *entries = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
+void gml_free_safetensors_index(gml_st_index_entry *entries, int n) {
+    if (!entries) return;
+    for (int i = 0; i < n; i++) {
+        free(entries[i].name);
+        free(entries[i].shard);
+    }
+    free(entries);
+}
+
+static int cmp_item_name(const void *a, const void *b) {
+    return strcmp(((const st_item *)a)->name, ((const st_item *)b)->name);
+}
+
+static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *err, size_t es) {
+    void *text;
+    size_t len;
+    gml_st_index_entry *ent = NULL;
+    int n = 0;
+    gml_status rc = gml_read_file(path, &text, &len, err, es)
+                        ? gml_parse_safetensors_index(text, len, path, &ent, &n, err, es)
+                        : GML_ERR_IO;
+    if (rc != GML_ERR_IO) free(text);
+    if (rc != GML_OK) {
+        gml_safetensors_close(st);
+        return NULL;
+    }
+    const char *slash = strrchr(path, '/');
+    const size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
+    bool ok = n > 0 || gml_errf(err, es, "%s: weight_map is empty", path);
+    /* each shard once, in the order the index first names it */
+    for (int i = 0; ok && i < n; i++) {
+        bool seen = false;
+        for (int k = 0; k < i && !seen; k++) seen = strcmp(ent[k].shard, ent[i].shard) == 0;
+        if (seen) continue;
+        char *full = malloc(dir_len + strlen(ent[i].shard) + 1);
+        if (!full) {
+            ok = gml_errf(err, es, "%s: out of memory", path);
+            break;
+        }
+        memcpy(full, path, dir_len);
+        strcpy(full + dir_len, ent[i].shard);
+        int shard = map_file(st, full, err, es);
+        ok = shard >= 0 && add_file(st, shard, st->maps[shard].path, err, es);
+        free(full);
+    }
+    /* every name of the index is in the shard it names; tensors a shard holds that the
+     * index does not list are left out */
+    for (int i = 0; ok && i < n; i++) {
+        st_item key = {.name = ent[i].name}, *it = NULL;
+        for (int k = 0; k < st->n && !it; k++)
+            if (strcmp(st->items[k].name, key.name) == 0 &&
+                ends_with(st->maps[st->items[k].shard].path, ent[i].shard) &&
+                strlen(st->maps[st->items[k].shard].path) == dir_len + strlen(ent[i].shard))
+                it = &st->items[k];
+        if (!it) {
+            char shown[100];
+            ok = gml_errf(err, es, "%s: weight_map puts '%s' in %s, which does not hold it", path,
+                          gml_printable(ent[i].name, shown, sizeof shown), ent[i].shard);
+        } else {
+            it->shard = -1 - it->shard; /* listed: kept */
+        }
+    }
+    int kept = 0;
+    for (int k = 0; ok && k < st->n; k++) {
+        if (st->items[k].shard < 0) {
+            st->items[k].shard = -1 - st->items[k].shard;
+            st->items[kept++] = st->items[k];
+        } else {
+            free(st->items[k].name);
+        }
+    }
+    if (ok) st->n = kept;
+    /* one name in two shards: the index cannot say which */
+    if (ok && st->n > 1) {
+        st_item *sorted = malloc((size_t)st->n * sizeof *sorted);
+        if (!sorted) ok = gml_errf(err, es, "%s: out of memory", path);
+        else {
+            memcpy(sorted, st->items, (size_t)st->n * sizeof *sorted);
+            qsort(sorted, (size_t)st->n, sizeof *sorted, cmp_item_name);
+            for (int k = 1; k < st->n && ok; k++)
+                if (strcmp(sorted[k - 1].name, sorted[k].name) == 0) {
+                    char shown[100];
+                    ok = gml_errf(err, es, "%s: tensor '%s' is in two shards", path,
+                                  gml_printable(sorted[k].name, shown, sizeof shown));
+                }
+            free(sorted);
+        }
+    }
+    gml_free_safetensors_index(ent, n);
+    if (ok) return st;
+    gml_safetensors_close(st);
+    return NULL;
+}
+
+gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+    if (!path) return gml_errf(err, err_size, "(null): no path given"), NULL;
+    gml_safetensors *st = calloc(1, sizeof *st);
+    if (!st) return gml_errf(err, err_size, "%s: out of memory", path), NULL;
+    if (ends_with(path, ".json")) return open_index(st, path, err, err_size);
+    int shard = map_file(st, path, err, err_size);
+    if (shard < 0 || !add_file(st, shard, path, err, err_size)) {
+        gml_safetensors_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+int gml_safetensors_count(const gml_safetensors *st) { return st ? st->n : 0; }
+
+const char *gml_safetensors_name(const gml_safetensors *st, int i) {
+    return st && i >= 0 && i < st->n ? st->items[i].name : NULL;
+}
+
+const char *gml_safetensors_file(const gml_safetensors *st, int i) {
+    return st && i >= 0 && i < st->n ? st->maps[st->items[i].shard].path : NULL;
+}
+
+int gml_safetensors_find(const gml_safetensors *st, const char *name) {
+    for (int i = 0; st && name && i < st->n; i++)
+        if (strcmp(st->items[i].name, name) == 0) return i;
+    return -1;
+}
+
+gml_tensor *gml_safetensors_tensor(gml_safetensors *st, int i, gml_context *ctx, const char *name,
+                                   char *err, size_t err_size) {
+    if (!st || i < 0 || i >= st->n || !ctx)
+        return gml_errf(err, err_size, "safetensors: tensor %d: no such tensor (or no context)", i),
+               NULL;
+    st_item *it = &st->items[i];
+    const char *what = st->maps[it->shard].path;
+    char shown[100];
+    if (!name) name = it->name;
+    if (strlen(name) >= GML_MAX_NAME)
+        return gml_errf(err, err_size, "%s: tensor '%s': name is %zu bytes; give a shorter one "
+                        "(ggmlite tensor names hold at most %d)", what,
+                        gml_printable(name, shown, sizeof shown), strlen(name), GML_MAX_NAME - 1),
+               NULL;
+    gml_tensor *t = gml_new_tensor(ctx, it->type, it->n_dims, it->ne);
+    if (!t)
+        return gml_errf(err, err_size, "%s: tensor '%s': %s", what,
+                        gml_printable(it->name, shown, sizeof shown), gml_last_error(ctx)), NULL;
+    gml_set_name(t, name);
+    if (t->data) { /* an allocating context: a copy */
+        memcpy(t->data, it->data, it->bytes);
+        return t;
+    }
+    if ((uintptr_t)it->data % 4 == 0) {
+        t->data = (void *)(uintptr_t)it->data; /* read-only: the mapping is PROT_READ */
+        return t;
+    }
+    if (!it->copy) { /* unaligned in the file (an odd header length): copied once */
+        if (posix_memalign(&it->copy, GML_ALIGN, it->bytes ? it->bytes : 1) != 0) {
+            it->copy = NULL;
+            return gml_errf(err, err_size, "%s: tensor '%s': out of memory for %zu bytes", what,
+                            gml_printable(it->name, shown, sizeof shown), it->bytes), NULL;
+        }
+        memcpy(it->copy, it->data, it->bytes);
+    }
+    t->data = it->copy;
+    return t;
 }
 
 /* ---- saving --------------------------------------------------------------- */

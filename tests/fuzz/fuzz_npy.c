@@ -1,7 +1,10 @@
-/* libFuzzer target: gml_parse_npy on any bytes returns a context or a
- * one-line message naming the input; it never crashes, hangs, reads out of
- * bounds or leaks (ASan, UBSan and LeakSanitizer watch). What it accepts is
- * consistent: one tensor whose data is the input's last bytes. */
+/* libFuzzer target: gml_parse_npy and gml_parse_npy_converted on any bytes
+ * return a context or a one-line message naming the input; they never
+ * crash, hang, read out of bounds or leak (ASan, UBSan and LeakSanitizer
+ * watch). What they accept is consistent: one tensor whose data is the
+ * input's last bytes (converted: nelements times the source dtype's size,
+ * f32 values, and exactly what gml_parse_npy gives when no conversion was
+ * needed). */
 #include <ggmlite/ggmlite.h>
 #include <ggmlite/io.h>
 
@@ -9,10 +12,12 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static void converted(const uint8_t *data, size_t size, const gml_context *plain);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512] = "";
     gml_context *ctx = gml_parse_npy(data, size, "fuzz.npy", "x", err, sizeof err);
+    converted(data, size, ctx);
     if (!ctx) {
         if (strncmp(err, "fuzz.npy: ", 10) != 0 || strchr(err, '\n')) __builtin_trap();
         return 0;
@@ -25,4 +30,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (nbytes > size || memcmp(t->data, data + size - nbytes, nbytes) != 0) __builtin_trap();
     gml_free(ctx);
     return 0;
+}
+
+/* The converting parser: a superset, equal where both accept. */
+static void converted(const uint8_t *data, size_t size, const gml_context *plain) {
+    char err[512] = "";
+    const char *from = "unset";
+    gml_context *ctx = gml_parse_npy_converted(data, size, "fuzz.npy", "x", &from, err, sizeof err);
+    if (!ctx) {
+        if (plain || from != NULL || strncmp(err, "fuzz.npy: ", 10) != 0 || strchr(err, '\n')) __builtin_trap();
+        return;
+    }
+    const gml_tensor *t = gml_get_tensor(ctx, "x");
+    if (!t || t->n_dims < 1 || t->n_dims > 4) __builtin_trap();
+    const size_t n = (size_t)gml_nelements(t);
+    if (!from) {
+        const gml_tensor *p = plain ? gml_get_tensor((gml_context *)plain, "x") : NULL;
+        if (!p || p->type != t->type || memcmp(p->data, t->data, n * 4) != 0) __builtin_trap();
+    } else {
+        const size_t esize = !strcmp(from, "float64") ? 8 : !strcmp(from, "float16") ? 2 : !strcmp(from, "bool") ? 1 : 0;
+        if (plain || t->type != GML_F32 || !esize || n * esize > size) __builtin_trap();
+        if (esize == 1)
+            for (size_t i = 0; i < n; i++)
+                if (((const float *)t->data)[i] != (float)data[size - n + i]) __builtin_trap();
+    }
+    gml_free(ctx);
 }

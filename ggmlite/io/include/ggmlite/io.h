@@ -39,12 +39,66 @@ extern "C" {
  * data_offsets twice in an entry. Refused by ggmlite besides: names holding
  * a control character (a byte below 0x20, or 0x7f, raw or \u-escaped; the
  * message names the byte and its file offset), names of GML_MAX_NAME bytes
- * or more, repeated names, \u0000 in a dtype or a field name. */
+ * or more (gml_safetensors_open below takes any length), repeated names,
+ * \u0000 in a dtype or a field name. A file that is not safetensors (a
+ * torch.save zip or pickle, a .npy, JSON) is named as such. The tensors are
+ * read (copied) into the context; gml_safetensors_open maps instead. */
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
+/* ---- safetensors by mapping, any name length, sharded checkpoints ---------
+ * gml_safetensors_open maps a file read-only (mmap PROT_READ, MAP_PRIVATE)
+ * and checks its header as gml_load_safetensors does, except that names
+ * may be of any length; no tensor data is read until used. A path ending in
+ * ".json" is a sharded checkpoint's index (huggingface save_pretrained:
+ * {"metadata": {...}, "weight_map": {"name": "model-00001-of-00002.safetensors"}}):
+ * each shard it names (a file beside the index) is mapped, every name must
+ * be in the shard the index gives, and a shard's tensors the index does not
+ * list are left out. A file that is not safetensors (a torch.save zip or
+ * pickle, a .npy) is named as such in the message, with what to do.
+ * gml_safetensors_tensor makes a header for tensor i (0 <= i < count) in
+ * ctx named `name` (NULL: its own name, which must then be shorter than
+ * GML_MAX_NAME): in a no_alloc ctx its data points into the mapping
+ * (read-only: never write it), or, when the file puts it at an offset that
+ * is not a multiple of 4, into an aligned copy made on first use; in an
+ * allocating ctx the data is copied. Lifetime: the data of those headers is
+ * st's, valid until gml_safetensors_close(st); close after gml_free of the
+ * contexts that use them (and after computing the graphs reading them). */
+typedef struct gml_safetensors gml_safetensors;
+gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size);
+int gml_safetensors_count(const gml_safetensors *st);
+const char *gml_safetensors_name(const gml_safetensors *st, int i); /* the full name */
+const char *gml_safetensors_file(const gml_safetensors *st, int i); /* the file holding it */
+int gml_safetensors_find(const gml_safetensors *st, const char *name); /* index, or -1 */
+gml_tensor *gml_safetensors_tensor(gml_safetensors *st, int i, gml_context *ctx, const char *name,
+                                   char *err, size_t err_size);
+void gml_safetensors_close(gml_safetensors *st);
+/* A sharded checkpoint's index from bytes (the parser gml_safetensors_open
+ * uses): its weight_map's (name, shard file) pairs in file order; free them
+ * with gml_free_safetensors_index. Refused: not one JSON object, no
+ * weight_map object, a value that is not a string, a shard path that is
+ * absolute or holds "..", a control byte in a name or path, a name twice. */
+typedef struct gml_st_index_entry {
+    char *name, *shard;
+} gml_st_index_entry;
+gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
+                                       gml_st_index_entry **entries, int *n, char *err,
+                                       size_t err_size);
+void gml_free_safetensors_index(gml_st_index_entry *entries, int n);
+
 /* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
  * name without ".npy", e.g. "x" for "dir/x.npy"). The data must end the
  * file: bytes after it are refused (np.load would ignore them). */
 gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
+/* As gml_load_npy, also taking float64 ('<f8', numpy's default), float16
+ * ('<f2') and bool ('|b1') data, converted to an f32 tensor: float16 exactly,
+ * float64 rounded to nearest (a finite value beyond float32's range is
+ * refused, naming it), bool as 0 or 1. *converted_from (if not NULL) is set
+ * to NULL for f32/i32 files, else to "float64", "float16" or "bool". Other
+ * dtypes are refused with a message saying how to convert them. */
+gml_context *gml_load_npy_converted(const char *path, const char *name,
+                                    const char **converted_from, char *err, size_t err_size);
+gml_context *gml_parse_npy_converted(const void *buf, size_t len, const char *what,
+                                     const char *name, const char **converted_from, char *err,
+                                     size_t err_size);
 /* The same from bytes in memory; `what` names the source in messages. */
 gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
                                    size_t err_size);
@@ -110,9 +164,10 @@ void gml_cleanup_unregister(int slot);
  * `output` lists results in order. Numbers are expressions over + - * / ( )
  * and sqrt(); sizes must come out whole. A lone symbol in an input's shape
  * takes its value from the bound tensor. A declaration ending in `optional`
- * that the binder leaves unbound is `none`: none is accepted where a tensor is
- * optional (linear's bias, softmax's mask; add/mul(a, none) is a), and a call
- * needing a tensor that is none is none. Booleans (causal=) take true, false
+ * that the binder leaves unbound is `none` (`optional default none` says so
+ * explicitly, which a binder may require of inputs): none is accepted where a
+ * tensor is optional (linear's bias, softmax's mask; add/mul(a, none) is a,
+ * add/mul(none, b) is b), and a call needing a tensor that is none is none. Booleans (causal=) take true, false
  * or a number (0 is false), e.g. a caller's symbol.
  * The full reference: tools/graphs/README.md. */
 
@@ -133,6 +188,10 @@ typedef struct gml_graph_binder {
     /* For an `optional` declaration bind left unbound: true makes a leaf as
      * for any other declaration, false (or no callback) makes the name none. */
     bool (*make_optional)(void *user, const char *name, bool is_param);
+    /* true: an `optional` input (not a param) that is left unbound (bind
+     * gave NULL, make_optional false) is an error unless its declaration
+     * ends `optional default none`; false: it is none either way. */
+    bool optional_needs_default;
 } gml_graph_binder;
 
 /* Builds the graph text in ctx; writes up to max_outputs output tensors and
