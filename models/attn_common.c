@@ -771,8 +771,9 @@ gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *e
         snprintf(problem, sizeof problem, "both in_proj_weight and q/k/v weights are present");
     } else if (!w->in_proj_weight && !(w->w_q && w->w_k && w->w_v)) {
         static const char *const QKV[N_CONV] = {
-            "w_q.weight, w_k.weight and w_v.weight", "q_proj_weight, k_proj_weight and "
-            "v_proj_weight", "q_proj.weight, k_proj.weight and v_proj.weight",
+            "w_q.weight, w_k.weight and w_v.weight",
+            "q_proj_weight, k_proj_weight and v_proj_weight",
+            "q_proj.weight, k_proj.weight and v_proj.weight",
             "attention.self.query.weight, .key.weight and .value.weight", "", ""};
         if (separate)
             snprintf(problem, sizeof problem, "%s are not all present",
