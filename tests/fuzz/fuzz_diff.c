@@ -89,8 +89,9 @@ static unsigned next_byte(reader *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
 /* The op kinds decode() draws from, N_KINDS unless a saved reproducer asks
  * for the format it was found with: GGMLITE_FUZZ_DIFF_KINDS=n (20: the
  * first version, also GGMLITE_FUZZ_DIFF_V1; 25: before the norms and the
- * attention options). softmax and flash_attn draw options from 26 on. */
-enum { N_KINDS = 26 };
+ * attention options; 26: before the typed tensors). softmax and flash_attn
+ * draw options from 26 on. */
+enum { N_KINDS = 27 };
 static int g_kinds = -1;
 
 static int pick(reader *r, int n) { return n <= 1 ? 0 : (int)(next_byte(r) % (unsigned)n); }
@@ -751,6 +752,47 @@ static void op_norm(program *p, reader *r) {
            taint, 0);
 }
 
+/* The typed tensors (f16, bf16, q8_0): an f32 tensor converted by cpy into
+ * a fresh tensor of the type, then read back by cpy into f32, gathered by
+ * get_rows or used as linear's weight (f16, bf16). Typed tensors stay out
+ * of the pool: outputs and the other ops see f32 only. */
+static void op_typed(program *p, reader *r) {
+    static const gml_type TYPES[] = {GML_F16, GML_BF16, GML_Q8_0};
+    const gml_type ty = TYPES[pick(r, 3)];
+    /* back to f32, get_rows, linear (q8_0: back only, as a q8_0 tensor is
+     * used only as a leaf or its permutation, not as cpy's result) */
+    const int use = ty == GML_Q8_0 ? 0 : pick(r, 3);
+    entry *a = NULL;
+    if (ty == GML_Q8_0 || use > 0 || chance(r, 30)) { /* a fresh [N, K] */
+        const int64_t k = ty == GML_Q8_0 ? 32 * (1 + pick(r, 2)) : rand_dim(r);
+        a = normal_leaf(p, r, 2, (int64_t[]){1 + pick(r, 1024 / (int)k < 12 ? 1024 / (int)k : 12), k});
+    } else {
+        a = take(p, r, false, 1);
+    }
+    if (!a) return;
+    a->read = true;
+    int64_t ne[4];
+    const int nd = shape_of(a->t, ne);
+    gml_tensor *dst = gml_new_tensor(p->ctx, ty, nd, ne);
+    gml_tensor *tv = dst ? gml_cpy(p->ctx, a->t, dst) : NULL;
+    if (!tv) {
+        gml_clear_error(p->ctx);
+        return;
+    }
+    if (use == 0) {
+        gml_tensor *back = gml_new_tensor(p->ctx, GML_F32, nd, ne);
+        result(p, back ? gml_cpy(p->ctx, tv, back) : NULL, a->taint, 0);
+    } else if (use == 1) {
+        entry *idx = pick_index(p, r, 1, (int64_t[]){1 + pick(r, 6)}, (int32_t)ne[0]);
+        if (idx) result(p, gml_get_rows(p->ctx, tv, idx->t), a->taint, 0);
+    } else {
+        entry *x = normal_leaf(p, r, 2, (int64_t[]){1 + pick(r, 7), ne[1]});
+        if (!x) return;
+        x->read = true;
+        result(p, gml_linear(p->ctx, x->t, tv, NULL), a->taint | x->taint, 0);
+    }
+}
+
 /* Builds the program the bytes describe in p->ctx; false if nothing to
  * compute. Deterministic: the same bytes build the same graph in any context. */
 static bool decode(program *p, const uint8_t *data, size_t size) {
@@ -796,7 +838,8 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         case 22: op_slice_concat(p, &r); break;
         case 23: op_reduce(p, &r); break;
         case 24: op_rope(p, &r); break;
-        default: op_norm(p, &r); break;
+        case 25: op_norm(p, &r); break;
+        default: op_typed(p, &r); break;
         }
     }
     if (gml_last_error(p->ctx)[0]) gml_clear_error(p->ctx);
@@ -1125,9 +1168,35 @@ static void check_bitwise(const program *p, const run *a, const run *b, bool acr
 #define U (8.0 * FLT_EPSILON)
 
 
+/* max |x| of an f16, bf16 or q8_0 tensor (the graph's copy, with data);
+ * q8_0 rows contiguous, at most 1024 values. */
+static double max_abs_typed(const gml_tensor *h) {
+    double m = 0;
+    for (int64_t i0 = 0; i0 < h->ne[0]; i0++)
+        for (int64_t i1 = 0; i1 < h->ne[1]; i1++)
+            for (int64_t i2 = 0; i2 < h->ne[2]; i2++) {
+                const char *row = (const char *)h->data + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2];
+                float v[1024];
+                const int64_t n = h->ne[3] < 1024 ? h->ne[3] : 1024;
+                if (h->type == GML_Q8_0) {
+                    gml_dequantize_row_q8_0((const gml_block_q8_0 *)(const void *)row, v, n - n % GML_QK8_0);
+                } else {
+                    for (int64_t i = 0; i < n; i++) {
+                        uint16_t u;
+                        memcpy(&u, row + i * h->nb[3], 2);
+                        v[i] = h->type == GML_F16 ? gml_fp16_to_fp32(u) : gml_bf16_to_fp32(u);
+                    }
+                }
+                for (int64_t i = 0; i < n - (h->type == GML_Q8_0 ? n % GML_QK8_0 : 0); i++)
+                    if (isfinite(v[i]) && fabs(v[i]) > m) m = fabs(v[i]);
+            }
+    return m;
+}
+
 static double max_abs(const gml_graph *g, const gml_tensor *t) {
     const gml_tensor *h = gml_graph_tensor(g, t);
     if (!h || !h->data) return 0;
+    if (h->type == GML_F16 || h->type == GML_BF16 || h->type == GML_Q8_0) return max_abs_typed(h);
     double m = 0;
     for (int64_t i0 = 0; i0 < h->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < h->ne[1]; i1++)
@@ -1250,6 +1319,12 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
         case GML_OP_MEAN: e = ea + U * max_abs(g, a); break;
         case GML_OP_ROPE: e = 2 * ea + 2 * U * max_abs(g, a); break;
         case GML_OP_SET_ROWS: e = fmax(ea, eb); break;
+        case GML_OP_CPY: /* into f16, bf16, q8_0: an input error may round to the next step */
+            e = t->type == GML_F16    ? ea + 0x1p-10 * max_abs(g, a) + 0x1p-24
+                : t->type == GML_BF16 ? ea + 0x1p-7 * max_abs(g, a)
+                : t->type == GML_Q8_0 ? ea + 2.0 * max_abs(g, a) / 127
+                                      : ea;
+            break;
         case GML_OP_RMS_NORM:
         case GML_OP_LAYER_NORM:
             e = norm_bound(g, t, ea, b ? eb : 0, t->src[2] ? err[t->src[2]->id] : 0);
