@@ -44,7 +44,7 @@ bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_te
                          want, what);
 }
 
-/* x must be f32 [B, T, D] with the given B (b < 0: any) and D. */
+/* x must be f32 [B, T, D] with the given B (b < 0: any) and D (d < 0: any). */
 static bool check_input(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *x,
                         const char *role, int64_t b, int64_t d) {
     char sx[GML_SHAPE_MAX];
@@ -52,7 +52,11 @@ static bool check_input(gml_context *ctx, const gml_attn_plan *p, const gml_tens
         return gml_attn_fail(ctx, "%s: %s '%s' is %s %s, expected f32 [B, T, d_model]", p->block,
                              role, x->name, gml_type_name(x->type), GML_SHAPE(x, sx));
     }
-    if ((b >= 0 && x->ne[1] != b) || x->ne[3] != d) {
+    if ((b >= 0 && x->ne[1] != b) || (d >= 0 && x->ne[3] != d)) {
+        if (d < 0)
+            return gml_attn_fail(ctx, "%s: %s '%s' is %s, expected [%" PRId64 ", T, %s] "
+                                 "(batch of the query)", p->block, role, x->name,
+                                 GML_SHAPE(x, sx), p->B, role[0] == 'k' ? "kdim" : "vdim");
         return gml_attn_fail(ctx,
                              "%s: %s '%s' is %s, expected [%" PRId64 ", T, %" PRId64 "] "
                              "(batch of the query, d_model)",
@@ -164,9 +168,12 @@ bool gml_attn_plan_inputs(gml_context *ctx, const char *block, const gml_attn_co
 
     gml_tensor *key = in->key ? in->key : in->query;
     gml_tensor *value = in->value ? in->value : key;
-    if (!check_input(ctx, p, key, "key", p->B, p->D) ||
-        !check_input(ctx, p, value, "value", p->B, p->D))
+    /* kdim, vdim: checked against w_k, w_v (gml_attn_check_weights) */
+    if (!check_input(ctx, p, key, "key", p->B, -1) ||
+        !check_input(ctx, p, value, "value", p->B, -1))
         return false;
+    p->kdim = key->ne[3];
+    p->vdim = value->ne[3];
     if (value->ne[2] != key->ne[2]) {
         char sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX];
         return gml_attn_fail(ctx, "%s: key '%s' %s and value '%s' %s differ in length Tk", block,
@@ -190,8 +197,37 @@ bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_
                              "%s: weights given both packed (in_proj_weight) and separate "
                              "(w_q/w_k/w_v); give one",
                              p->block);
-    if (!packed && w->in_proj_bias)
-        return gml_attn_fail(ctx, "%s: in_proj_bias given without in_proj_weight", p->block);
+    if (!packed && w->in_proj_bias && (w->b_q || w->b_k || w->b_v))
+        return gml_attn_fail(ctx, "%s: in_proj_bias given with separate biases b_q/b_k/b_v; "
+                             "give one", p->block);
+    if (!packed && w->in_proj_bias &&
+        !gml_attn_check_param(ctx, p, w->in_proj_bias, "in_proj_bias", D + 2 * kv, -1,
+                              "b_q, b_k, b_v"))
+        return false;
+    const int64_t kdim = p->kdim ? p->kdim : D, vdim = p->vdim ? p->vdim : D;
+    if (packed && (kdim != D || vdim != D))
+        return gml_attn_fail(ctx,
+                             "%s: in_proj_weight needs key and value of d_model %" PRId64
+                             ", got kdim %" PRId64 " and vdim %" PRId64
+                             "; give separate w_q, w_k [kv, kdim], w_v [kv, vdim] "
+                             "(q_proj_weight, k_proj_weight, v_proj_weight)",
+                             p->block, D, kdim, vdim);
+    if (!!w->bias_k != !!w->bias_v)
+        return gml_attn_fail(ctx, "%s: %s given without %s (add_bias_kv needs both)", p->block,
+                             w->bias_k ? "bias_k" : "bias_v", w->bias_k ? "bias_v" : "bias_k");
+    for (int i = 0; i < 2 && w->bias_k; i++) {
+        const gml_tensor *t = i ? w->bias_v : w->bias_k;
+        bool ok = t->type == GML_F32 && t->ne[3] == kv &&
+                  (t->n_dims == 1 || (t->n_dims == 3 && t->ne[1] == 1 && t->ne[2] == 1));
+        if (!ok) {
+            char st[GML_SHAPE_MAX];
+            return gml_attn_fail(ctx, "%s: %s '%s' is %s %s, expected f32 [1,1,%" PRId64
+                                 "] or [%" PRId64 "] ([1, 1, %s])", p->block,
+                                 i ? "bias_v" : "bias_k", t->name, gml_type_name(t->type),
+                                 GML_SHAPE(t, st), kv, kv,
+                                 p->G == p->H ? "d_model" : "kv_heads*d_k");
+        }
+    }
     if (packed) {
         char what[96];
         snprintf(what, sizeof what, "rows of w_q, w_k, w_v: [d_model + 2*%s, d_model]",
@@ -208,9 +244,18 @@ bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_
                                  "%s: %s.weight is missing (NULL): give w_q, w_k, w_v or "
                                  "in_proj_weight",
                                  p->block, missing);
+        char k_rows[128], v_rows[128];
+        snprintf(k_rows, sizeof k_rows, "%s", kv_rows);
+        snprintf(v_rows, sizeof v_rows, "%s", kv_rows);
+        if (kdim != D)
+            snprintf(k_rows, sizeof k_rows, "[%s, kdim]: the key's last dim is %" PRId64,
+                     p->G == p->H ? "d_model" : "kv_heads*d_k", kdim);
+        if (vdim != D)
+            snprintf(v_rows, sizeof v_rows, "[%s, vdim]: the value's last dim is %" PRId64,
+                     p->G == p->H ? "d_model" : "kv_heads*d_k", vdim);
         if (!gml_attn_check_param(ctx, p, w->w_q, "w_q.weight", D, D, "[d_model, d_model]") ||
-            !gml_attn_check_param(ctx, p, w->w_k, "w_k.weight", kv, D, kv_rows) ||
-            !gml_attn_check_param(ctx, p, w->w_v, "w_v.weight", kv, D, kv_rows) ||
+            !gml_attn_check_param(ctx, p, w->w_k, "w_k.weight", kv, kdim, k_rows) ||
+            !gml_attn_check_param(ctx, p, w->w_v, "w_v.weight", kv, vdim, v_rows) ||
             (w->b_q && !gml_attn_check_param(ctx, p, w->b_q, "w_q.bias", D, -1, "[d_model]")) ||
             (w->b_k && !gml_attn_check_param(ctx, p, w->b_k, "w_k.bias", kv, -1, kv_len)) ||
             (w->b_v && !gml_attn_check_param(ctx, p, w->b_v, "w_v.bias", kv, -1, kv_len)))
@@ -289,11 +334,13 @@ gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
     gml_tensor *value = in->value ? in->value : key;
     gml_tensor *wq = w->w_q, *wk = w->w_k, *wv = w->w_v;
     gml_tensor *bq = w->b_q, *bk = w->b_k, *bv = w->b_v;
+    const int64_t D = p->D, kv = p->G * p->dk;
     if (w->in_proj_weight) { /* nn.MultiheadAttention: q | k | v rows */
-        const int64_t D = p->D, kv = p->G * p->dk;
         wq = packed_rows(ctx, w->in_proj_weight, 0, D, "in_proj_weight[q]");
         wk = packed_rows(ctx, w->in_proj_weight, D, kv, "in_proj_weight[k]");
         wv = packed_rows(ctx, w->in_proj_weight, D + kv, kv, "in_proj_weight[v]");
+    }
+    if (w->in_proj_bias) { /* packed biases, also with separate weights (kdim/vdim) */
         bq = packed_rows(ctx, w->in_proj_bias, 0, D, "in_proj_bias[q]");
         bk = packed_rows(ctx, w->in_proj_bias, D, kv, "in_proj_bias[k]");
         bv = packed_rows(ctx, w->in_proj_bias, D + kv, kv, "in_proj_bias[v]");
@@ -383,18 +430,130 @@ gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml
     return gml_set_name(gml_linear(ctx, merged, w->w_o, w->b_o), "out");
 }
 
+/* ---- extra key rows: add_bias_kv, add_zero_attn ---------------------------- */
+
+bool gml_attn_no_extras(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                        const char *which) {
+    if (w && (w->bias_k || w->bias_v))
+        return gml_attn_fail(ctx, "%s: bias_k/bias_v (add_bias_kv) are not supported by %s; "
+                             "gml_mha and gml_gqa append them", p->block, which);
+    if (p->cfg.score.add_zero_attn)
+        return gml_attn_fail(ctx, "%s: add_zero_attn is not supported by %s; gml_mha and gml_gqa "
+                             "append the zero row", p->block, which);
+    return true;
+}
+
+/* Zeros as ops (a builder touches no data): a zero row [1, c] is the mask of
+ * length c over c keys; a zero index is a relative-position index with
+ * max_rel 0; get_rows of the one row at zero indices gives any shape. */
+static gml_tensor *zero_row(gml_context *ctx, int64_t c) { /* [1, c] */
+    gml_tensor *m = gml_valid_len_mask(ctx, gml_arange(ctx, 1, c), c); /* [1, 1, 1, c] */
+    return gml_reshape(ctx, m, 2, (int64_t[]){1, c});
+}
+
+/* row [1, c] repeated: ne[0..nd-2] leading dims (nd in 2..4) -> [ne..., c] */
+static gml_tensor *rows_of(gml_context *ctx, gml_tensor *row, int nd, const int64_t *ne) {
+    int64_t lead = 1;
+    for (int d = 0; d < nd - 1; d++) lead *= ne[d];
+    gml_tensor *idx = gml_relpos_index(ctx, lead, 1, 0); /* i32 [lead, 1] of zeros */
+    idx = gml_reshape(ctx, idx, nd - 1, ne);
+    return gml_get_rows(ctx, row, idx);
+}
+
+/* m [..., Tk] -> [..., Tk + n], the new columns 0 (visible), as PyTorch pads
+ * attn_mask and key_padding_mask. */
+static gml_tensor *pad_mask(gml_context *ctx, gml_tensor *m, int64_t n) {
+    if (!m) return NULL;
+    if (m->n_dims == 1)
+        return gml_concat(ctx, m, gml_reshape(ctx, zero_row(ctx, n), 1, (int64_t[]){n}), -1);
+    int64_t ne[4];
+    for (int d = 0; d < m->n_dims; d++) ne[d] = m->ne[4 - m->n_dims + d];
+    return gml_concat(ctx, m, rows_of(ctx, zero_row(ctx, n), m->n_dims, ne), -1);
+}
+
+static gml_tensor *add_mask(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    return a ? gml_add(ctx, a, b) : b;
+}
+
+/* k, v [B, G, Tk, d_k] -> [B, G, Tk + n, d_k] (bias_k/bias_v, then a zero row);
+ * *p and *in become the plan and inputs of attending over them: Tk + n keys,
+ * one additive mask of the valid lengths, causal and in.mask, padded. */
+static bool attn_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_weights *w,
+                        gml_attn_qkv *qkv, gml_attn_inputs *in) {
+    const bool zero = p->cfg.score.add_zero_attn;
+    const int64_t n = (w->bias_k ? 1 : 0) + (zero ? 1 : 0);
+    if (!n || !qkv->q) return true;
+    const gml_attn_scoring *s = &p->cfg.score;
+    if (s->window || s->alibi_max_bias)
+        return gml_attn_fail(ctx, "%s: %s with %s: the extra key rows have no position; "
+                             "not supported", p->block, w->bias_k ? "bias_k/bias_v" : "add_zero_attn",
+                             s->window ? "a sliding window" : "ALiBi");
+    if (s->causal && in->positions)
+        return gml_attn_fail(ctx, "%s: causal with positions and %s is not supported",
+                             p->block, w->bias_k ? "bias_k/bias_v" : "add_zero_attn");
+    const int64_t off = s->causal == GML_CAUSAL_TOP_LEFT ? 0 : p->Tk - p->Tq;
+    if (s->causal && (off + 1 < 0 || off + p->Tq > p->Tk))
+        return gml_attn_fail(ctx, "%s: causal (%s) with %s needs Tq <= Tk%s; Tq is %" PRId64
+                             ", Tk %" PRId64, p->block,
+                             s->causal == GML_CAUSAL_TOP_LEFT ? "top-left" : "bottom-right",
+                             w->bias_k ? "bias_k/bias_v" : "add_zero_attn",
+                             s->causal == GML_CAUSAL_TOP_LEFT ? "" : " + 1", p->Tq, p->Tk);
+    const int64_t kv = p->G * p->dk, B = p->B;
+    gml_tensor *k = qkv->k, *v = qkv->v;
+    for (int i = 0; i < 2; i++) {
+        gml_tensor *t = i ? v : k, *row;
+        if (w->bias_k) { /* bias [1, 1, kv] repeated over the batch: [B, G, 1, d_k] */
+            row = gml_reshape(ctx, i ? w->bias_v : w->bias_k, 2, (int64_t[]){1, kv});
+            row = gml_reshape(ctx, rows_of(ctx, row, 2, (int64_t[]){B}), 4,
+                              (int64_t[]){B, 1, p->G, p->dk});
+            row = gml_permute(ctx, row, (int[]){0, 2, 1, 3});
+            t = gml_set_name(gml_concat(ctx, t, row, 2), i ? "v_bias" : "k_bias");
+        }
+        if (zero) { /* [B, G, 1, d_k] zeros */
+            row = gml_reshape(ctx, rows_of(ctx, zero_row(ctx, p->dk), 3, (int64_t[]){B, p->G}),
+                              4, (int64_t[]){B, p->G, 1, p->dk});
+            t = gml_set_name(gml_concat(ctx, t, row, 2), i ? "v_zero" : "k_zero");
+        }
+        if (i) v = t; else k = t;
+    }
+    gml_tensor *m = NULL; /* [B|1, 1|H, Tq|1, Tk + n] */
+    if (in->mask) {
+        m = in->mask;
+        if (m->ne[3] == p->Tk) m = pad_mask(ctx, m, n); /* else [.., 1]: broadcast to all */
+    }
+    if (in->valid_lens)
+        m = add_mask(ctx, m, pad_mask(ctx, gml_valid_len_mask(ctx, in->valid_lens, p->Tk), n));
+    if (s->causal) { /* query i sees keys j < i + off + 1: per-query lengths */
+        gml_tensor *lens = gml_reshape(ctx, gml_arange(ctx, p->Tq, off + 1), 2,
+                                       (int64_t[]){1, p->Tq});
+        m = add_mask(ctx, m, pad_mask(ctx, gml_valid_len_mask(ctx, lens, p->Tk), n));
+    }
+    if (!k || !v || ((in->mask || in->valid_lens || s->causal) && !m)) return false;
+    qkv->k = k;
+    qkv->v = v;
+    in->mask = m ? gml_set_name(m, "mask_ext") : NULL;
+    in->valid_lens = NULL;
+    in->positions = NULL;
+    p->Tk += n;
+    p->cfg.score.causal = GML_CAUSAL_NONE;
+    return true;
+}
+
 /* ---- blocks and public stages ------------------------------------------------ */
 
 gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,
                                const gml_attn_weights *w, const gml_attn_inputs *in) {
     gml_attn_plan p;
+    gml_attn_weights wt_;
     if (!gml_attn_plan_inputs(ctx, block, cfg, in, true, &p) ||
-        !gml_attn_check_weights(ctx, &p, w, true) ||
+        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), true) ||
         !gml_attn_check_masks(ctx, &p, in, w->sinks))
         return (gml_attn_result){0};
     gml_attn_qkv qkv = gml_attn_project_p(ctx, &p, w, in);
     qkv = gml_attn_position_p(ctx, &p, qkv, in->positions, NULL);
-    gml_attn_heads h = gml_attn_attend_p(ctx, &p, qkv, in, w->sinks);
+    gml_attn_inputs ain = *in;
+    if (!attn_extras(ctx, &p, w, &qkv, &ain)) return (gml_attn_result){0};
+    gml_attn_heads h = gml_attn_attend_p(ctx, &p, qkv, &ain, w->sinks);
     gml_tensor *out = gml_attn_merge_p(ctx, &p, w, h.heads);
     if (!out) return (gml_attn_result){0};
     return (gml_attn_result){.out = out, .weights = h.weights};
@@ -403,8 +562,10 @@ gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_at
 gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
                               const gml_attn_weights *w, gml_attn_inputs in) {
     gml_attn_plan p;
+    gml_attn_weights wt_;
     if (!gml_attn_plan_inputs(ctx, "attn_project", cfg, &in, true, &p) ||
-        !gml_attn_check_weights(ctx, &p, w, false))
+        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), false) ||
+        !gml_attn_no_extras(ctx, &p, w, "the stages"))
         return (gml_attn_qkv){0};
     return gml_attn_project_p(ctx, &p, w, &in);
 }
@@ -464,7 +625,8 @@ gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml
                                gml_attn_inputs in, gml_tensor *sinks) {
     gml_attn_plan p;
     if (!plan_qkv(ctx, "attn_attend", cfg, qkv, &p) ||
-        !gml_attn_check_config(ctx, &p, cfg, true) || !gml_attn_check_masks(ctx, &p, &in, sinks))
+        !gml_attn_check_config(ctx, &p, cfg, true) || !gml_attn_check_masks(ctx, &p, &in, sinks) ||
+        !gml_attn_no_extras(ctx, &p, NULL, "the stages"))
         return (gml_attn_heads){0};
     return gml_attn_attend_p(ctx, &p, qkv, &in, sinks);
 }
@@ -485,6 +647,8 @@ gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tens
     if (!w) return gml_set_error(ctx, "attn_merge: no weights given (NULL)");
     if (!w->w_o)
         return gml_set_error(ctx, "attn_merge: w_o.weight (out_proj.weight) is missing (NULL)");
+    gml_attn_weights wt_;
+    w = gml_attn_linear_weights(ctx, w, &wt_);
     char what[96];
     snprintf(what, sizeof what, "[d_model, heads*d_k] for heads %s", GML_SHAPE(heads, sh));
     if (!gml_attn_check_param(ctx, &p, w->w_o, "w_o.weight", p.D, p.D, what) ||
@@ -495,6 +659,76 @@ gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tens
 
 /* ---- weights by name ----------------------------------------------------- */
 
+enum { CONV_FIXTURE, CONV_TORCH, CONV_HF, CONV_BERT, CONV_GPT2, CONV_ANY, N_CONV };
+static const char *const CONV_NAME[N_CONV] = {
+    "w_q/w_k/w_v/w_o", "nn.MultiheadAttention (in_proj_*, *_proj_weight, out_proj.*)",
+    "q_proj/k_proj/v_proj/o_proj", "BERT (attention.self.*, attention.output.dense)",
+    "GPT-2 (attn.c_attn, attn.c_proj)", ""};
+
+#define SLOT(f) offsetof(gml_attn_weights, f)
+static const struct {
+    const char *name;
+    size_t offset;
+    int conv;
+} NAMES[] = {
+    {"w_q.weight", SLOT(w_q), CONV_FIXTURE},
+    {"w_q.bias", SLOT(b_q), CONV_FIXTURE},
+    {"w_k.weight", SLOT(w_k), CONV_FIXTURE},
+    {"w_k.bias", SLOT(b_k), CONV_FIXTURE},
+    {"w_v.weight", SLOT(w_v), CONV_FIXTURE},
+    {"w_v.bias", SLOT(b_v), CONV_FIXTURE},
+    {"w_o.weight", SLOT(w_o), CONV_FIXTURE},
+    {"w_o.bias", SLOT(b_o), CONV_FIXTURE},
+    {"in_proj_weight", SLOT(in_proj_weight), CONV_TORCH},
+    {"in_proj_bias", SLOT(in_proj_bias), CONV_TORCH},
+    {"q_proj_weight", SLOT(w_q), CONV_TORCH},
+    {"k_proj_weight", SLOT(w_k), CONV_TORCH},
+    {"v_proj_weight", SLOT(w_v), CONV_TORCH},
+    {"bias_k", SLOT(bias_k), CONV_TORCH},
+    {"bias_v", SLOT(bias_v), CONV_TORCH},
+    {"out_proj.weight", SLOT(w_o), CONV_TORCH},
+    {"out_proj.bias", SLOT(b_o), CONV_TORCH},
+    {"q_proj.weight", SLOT(w_q), CONV_HF},
+    {"q_proj.bias", SLOT(b_q), CONV_HF},
+    {"k_proj.weight", SLOT(w_k), CONV_HF},
+    {"k_proj.bias", SLOT(b_k), CONV_HF},
+    {"v_proj.weight", SLOT(w_v), CONV_HF},
+    {"v_proj.bias", SLOT(b_v), CONV_HF},
+    {"o_proj.weight", SLOT(w_o), CONV_HF},
+    {"o_proj.bias", SLOT(b_o), CONV_HF},
+    {"attention.self.query.weight", SLOT(w_q), CONV_BERT},
+    {"attention.self.query.bias", SLOT(b_q), CONV_BERT},
+    {"attention.self.key.weight", SLOT(w_k), CONV_BERT},
+    {"attention.self.key.bias", SLOT(b_k), CONV_BERT},
+    {"attention.self.value.weight", SLOT(w_v), CONV_BERT},
+    {"attention.self.value.bias", SLOT(b_v), CONV_BERT},
+    {"attention.output.dense.weight", SLOT(w_o), CONV_BERT},
+    {"attention.output.dense.bias", SLOT(b_o), CONV_BERT},
+    {"c_attn.weight", SLOT(in_proj_weight), CONV_GPT2},
+    {"c_attn.bias", SLOT(in_proj_bias), CONV_GPT2},
+    {"c_proj.weight", SLOT(w_o), CONV_GPT2},
+    {"c_proj.bias", SLOT(b_o), CONV_GPT2},
+    {"rel_k.weight", SLOT(rel_k), CONV_ANY},
+    {"rel_v.weight", SLOT(rel_v), CONV_ANY},
+    {"sinks", SLOT(sinks), CONV_ANY},
+};
+#undef SLOT
+/* Optional prefixes of every name ("self_attn.sinks", "attn.c_proj.weight"). */
+static const char *const PREFIXES[] = {"", "self_attn.", "attn."};
+
+/* The NAMES entry name is, under one of PREFIXES; -1 if none. */
+static int name_index(const char *name) {
+    for (size_t p = 0; p < sizeof PREFIXES / sizeof *PREFIXES; p++) {
+        size_t lp = strlen(PREFIXES[p]);
+        if (strncmp(name, PREFIXES[p], lp) != 0) continue;
+        for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
+            if (strcmp(name + lp, NAMES[i].name) == 0) return (int)i;
+    }
+    return -1;
+}
+
+bool gml_attn_weight_name_known(const char *name) { return name && name_index(name) >= 0; }
+
 gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
                                  size_t err_size) {
     *w = (gml_attn_weights){0};
@@ -503,48 +737,60 @@ gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *e
         if (err_size) snprintf(err, err_size, "attention weights: no weights context (NULL)");
         return GML_ERR_INVALID;
     }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } NAMES[] = {
-        {"w_q.weight", offsetof(gml_attn_weights, w_q)},
-        {"w_q.bias", offsetof(gml_attn_weights, b_q)},
-        {"w_k.weight", offsetof(gml_attn_weights, w_k)},
-        {"w_k.bias", offsetof(gml_attn_weights, b_k)},
-        {"w_v.weight", offsetof(gml_attn_weights, w_v)},
-        {"w_v.bias", offsetof(gml_attn_weights, b_v)},
-        {"w_o.weight", offsetof(gml_attn_weights, w_o)},
-        {"w_o.bias", offsetof(gml_attn_weights, b_o)},
-        {"out_proj.weight", offsetof(gml_attn_weights, w_o)},
-        {"out_proj.bias", offsetof(gml_attn_weights, b_o)},
-        {"in_proj_weight", offsetof(gml_attn_weights, in_proj_weight)},
-        {"in_proj_bias", offsetof(gml_attn_weights, in_proj_bias)},
-        {"rel_k.weight", offsetof(gml_attn_weights, rel_k)},
-        {"rel_v.weight", offsetof(gml_attn_weights, rel_v)},
-        {"sinks", offsetof(gml_attn_weights, sinks)},
-        {"self_attn.sinks", offsetof(gml_attn_weights, sinks)},
-    };
-    const char *problem = NULL;
-    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
+    char problem[512] = "";
+    const char *bound[sizeof(gml_attn_weights) / sizeof(gml_tensor *) + 1] = {0};
+    int conv = -1;
+    const char *conv_first = NULL;
+    for (gml_tensor *t = gml_get_first_tensor(wctx); t && !problem[0];
+         t = gml_get_next_tensor(wctx, t)) {
+        int i = name_index(t->name);
+        if (i < 0) continue;
+        size_t slot_no = NAMES[i].offset / sizeof(gml_tensor *);
         gml_tensor **slot = (gml_tensor **)(void *)((char *)w + NAMES[i].offset);
-        gml_tensor *t = gml_get_tensor(wctx, NAMES[i].name);
-        if (!t) continue;
-        if (*slot)
-            problem = NAMES[i].offset == offsetof(gml_attn_weights, sinks)
-                          ? "both sinks and self_attn.sinks are present"
-                          : "both w_o.* and out_proj.* are present";
+        if (*slot) {
+            snprintf(problem, sizeof problem, "both %s and %s are present", bound[slot_no],
+                     t->name);
+            break;
+        }
+        if (NAMES[i].conv != CONV_ANY) {
+            if (conv >= 0 && conv != NAMES[i].conv) {
+                snprintf(problem, sizeof problem,
+                         "two naming conventions mix: %s is %s, %s is %s; give one", conv_first,
+                         CONV_NAME[conv], t->name, CONV_NAME[NAMES[i].conv]);
+                break;
+            }
+            conv = NAMES[i].conv;
+            if (!conv_first) conv_first = t->name;
+        }
         *slot = t;
+        bound[slot_no] = t->name;
     }
     bool separate = w->w_q || w->w_k || w->w_v;
-    if (!problem && separate && w->in_proj_weight)
-        problem = "both in_proj_weight and w_q/w_k/w_v are present";
-    else if (!problem && !w->in_proj_weight && !(w->w_q && w->w_k && w->w_v))
-        problem = separate ? "w_q.weight, w_k.weight and w_v.weight are not all present"
-                           : "no input projection (w_q.weight, w_k.weight, w_v.weight or "
-                             "in_proj_weight)";
-    else if (!problem && !w->w_o)
-        problem = "no output projection (w_o.weight or out_proj.weight)";
-    if (!problem) return GML_OK;
+    if (problem[0]) {
+    } else if (separate && w->in_proj_weight) {
+        snprintf(problem, sizeof problem, "both in_proj_weight and q/k/v weights are present");
+    } else if (!w->in_proj_weight && !(w->w_q && w->w_k && w->w_v)) {
+        static const char *const QKV[N_CONV] = {
+            "w_q.weight, w_k.weight and w_v.weight",
+            "q_proj_weight, k_proj_weight and v_proj_weight",
+            "q_proj.weight, k_proj.weight and v_proj.weight",
+            "attention.self.query.weight, .key.weight and .value.weight", "", ""};
+        if (separate)
+            snprintf(problem, sizeof problem, "%s are not all present",
+                     conv >= 0 ? QKV[conv] : "the query, key and value weights");
+        else
+            snprintf(problem, sizeof problem, "%s",
+                     "no input projection (w_q/w_k/w_v.weight, in_proj_weight, "
+                            "q_proj_weight.., q_proj/k_proj/v_proj.weight, "
+                            "attention.self.query/key/value.weight or attn.c_attn.weight)");
+    } else if (!w->w_o) {
+        snprintf(problem, sizeof problem, "no output projection (w_o.weight, out_proj.weight, "
+                 "o_proj.weight, attention.output.dense.weight or attn.c_proj.weight)");
+    }
+    if (!problem[0]) {
+        w->conv1d = conv == CONV_GPT2;
+        return GML_OK;
+    }
 
     *w = (gml_attn_weights){0};
     size_t n =
@@ -558,6 +804,22 @@ gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *e
     }
     if (!count && n < err_size) snprintf(err + n, err_size - n, " (nothing)");
     return GML_ERR_INVALID;
+}
+
+/* w with GPT-2's Conv1D weights [in, out] replaced by transposed views in
+ * ctx (nn.Linear's [out, in]); w itself otherwise. */
+const gml_attn_weights *gml_attn_linear_weights(gml_context *ctx, const gml_attn_weights *w,
+                                                gml_attn_weights *tmp) {
+    if (!w || !w->conv1d) return w;
+    *tmp = *w;
+    tmp->conv1d = false;
+    if (w->in_proj_weight) tmp->in_proj_weight = gml_transpose(ctx, w->in_proj_weight, 0, 1);
+    if (w->w_o) tmp->w_o = gml_transpose(ctx, w->w_o, 0, 1);
+    for (int i = 0; i < 3; i++) { /* separate q/k/v under conv1d: transposed too */
+        gml_tensor **s = i == 0 ? &tmp->w_q : i == 1 ? &tmp->w_k : &tmp->w_v;
+        if (*s) *s = gml_transpose(ctx, *s, 0, 1);
+    }
+    return tmp;
 }
 
 /* ---- sizes -------------------------------------------------------------- */

@@ -32,6 +32,7 @@
 typedef struct gml_attn_plan {
     const char *block; /* "mha", "gqa", "relpos", "decode", "attn_attend", ...: starts messages */
     int64_t B, Tq, Tk, D, H, G, dk;
+    int64_t kdim, vdim;  /* the key's and value's last dims (D unless kdim/vdim differ) */
     gml_attn_config cfg; /* n_kv_heads and d_model resolved */
     bool self;           /* self-attention: the keys are the queries (rope positions) */
     bool fused;          /* the fused graph (gml_flash_attn) */
@@ -83,6 +84,16 @@ gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tenso
 /* attn [B, H, Tq, Tk] @ v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k]. (gqa.c) */
 gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
                              gml_tensor *v);
+
+/* False, with a message, if w has bias_k/bias_v or the config add_zero_attn:
+ * for what does not append the extra key rows (`which`: "relpos", ...). */
+bool gml_attn_no_extras(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                        const char *which);
+
+/* w, or (w->conv1d: GPT-2's Conv1D [in, out] weights) a copy in *tmp with
+ * transposed views of them made in ctx. (attn_common.c) */
+const gml_attn_weights *gml_attn_linear_weights(gml_context *ctx, const gml_attn_weights *w,
+                                                gml_attn_weights *tmp);
 
 /* Runs a whole block: plan, weights, the four stages. (attn_common.c) */
 gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,

@@ -138,6 +138,33 @@ for dir in "$FIX"/*/; do
 done
 check "fixtures run through run-graph from $FIX ($n_fixtures, want 15)" test "$n_fixtures" -ge 15
 
+# ---- nn.MultiheadAttention's whole state_dict and the HF names (tests/fixtures/mha_module) --
+# Each was silently wrong with exit 0 before: bias_k/bias_v ignored (error 0.167), GPT-2's
+# square c_proj (Conv1D [in, out]) read as [out, in] (error 1.01); or refused: kdim/vdim,
+# --add-zero-attn, q_proj.., BERT's names. Now each matches PyTorch, and a saved graph too.
+MOD="$FIX/mha_module"
+n_mod=0
+for name in $(cat "$MOD/CASES"); do
+    n_mod=$((n_mod + 1))
+    cp -r "$MOD/$name" "$T/fx/mod_$name"
+    cd "$T/fx/mod_$name" || exit 2
+    args=$(cat args)
+    # shellcheck disable=SC2086 # the args file is split into words, as a shell would
+    check "mha_module $name: run-graph $args" "$RG" $args
+    check "mha_module $name: output" "$CHECK" close got_out.npy out.npy
+    check "mha_module $name: attention weights" "$CHECK" close got_attn.npy attn.npy
+    fargs=$(printf '%s' "$args" | sed -E 's/ --attn-weights [^ ]+//; s/got_out.npy/got_fused.npy/')
+    # shellcheck disable=SC2086
+    check "mha_module $name: run-graph $fargs --attn fused" "$RG" $fargs --attn fused
+    check "mha_module $name: fused output" "$CHECK" close got_fused.npy out.npy
+    s=$(digest $args --save-graph saved.graph)
+    rest=$(printf '%s' "${args#* }" | sed -E 's/ --add-zero-attn//')
+    r=$(digest saved.graph $rest)
+    check "mha_module $name: --save-graph then run ($s vs $r)" test -n "$s" -a "$s" = "$r"
+    cd "$T" || exit 2
+done
+check "mha_module cases run ($n_mod, want 9)" test "$n_mod" -ge 9
+
 # ---- graph files and built-in blocks on random data -------------------------------
 
 for sizes in "--seq 5 --d-model 24 --heads 6 --kv-heads 2" \

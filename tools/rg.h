@@ -92,6 +92,7 @@ typedef struct rg_opts {
     int64_t window;       /* --window W; 0 none */
     float softcap;        /* --softcap C; 0 none */
     bool alibi, sinks, rope;
+    bool add_zero_attn; /* --add-zero-attn */
     float rope_theta;     /* --rope-theta (default 10000) */
 } rg_opts;
 

@@ -43,6 +43,7 @@ typedef enum flag_id {
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
     F_CAUSAL_TOP_LEFT, F_WINDOW, F_ALIBI, F_SOFTCAP, F_SINKS, F_ROPE, F_ROPE_THETA,
+    F_ADD_ZERO_ATTN,
 } flag_id;
 
 typedef struct flag {
@@ -133,6 +134,9 @@ static const flag FLAGS[] = {
     [F_WINDOW] = {"--window", "W", M_MHA | M_GQA,
      "sliding window: query at position i sees key j iff 0 <= i - j < W (implies --causal)", NULL},
     [F_ALIBI] = {"--alibi", NULL, M_MHA | M_GQA, "ALiBi linear biases, max bias 8 (the paper's slopes)", NULL},
+    [F_ADD_ZERO_ATTN] = {"--add-zero-attn", NULL, M_MHA | M_GQA,
+     "nn.MultiheadAttention(add_zero_attn=True): a zero key and value row appended (after "
+     "bias_k/bias_v, which are used whenever --weights holds them), seen by every query", NULL},
     [F_SOFTCAP] = {"--softcap", "C", M_MHA | M_GQA, "logit soft-capping: scaled score s -> C tanh(s / C)", NULL},
     [F_SINKS] = {"--sinks", NULL, M_MHA | M_GQA,
      "attention sinks: a logit per head in the softmax's denominator, the weight 'sinks' "
@@ -143,7 +147,7 @@ static const flag FLAGS[] = {
     [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA, "--rope's base (default 10000)", NULL},
 };
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
-_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_ROPE_THETA + 1, "FLAGS follows flag_id");
+_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_ADD_ZERO_ATTN + 1, "FLAGS follows flag_id");
 
 bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
 
@@ -365,6 +369,7 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
     case F_CAUSAL_TOP_LEFT: o->causal_top_left = true; return true;
     case F_WINDOW: return parse_int(name, v, 1, INT32_MAX, &o->window, e);
     case F_ALIBI: o->alibi = true; return true;
+    case F_ADD_ZERO_ATTN: o->add_zero_attn = true; return true;
     case F_SINKS: o->sinks = true; return true;
     case F_ROPE: o->rope = true; return true;
     case F_SOFTCAP:
@@ -441,7 +446,8 @@ gml_attn_config rg_attn_config(const rg_opts *o) {
                                                : GML_CAUSAL_NONE,
                   .window = o->window,
                   .softcap = o->softcap,
-                  .alibi_max_bias = o->alibi ? 8.0f : 0.0f},
+                  .alibi_max_bias = o->alibi ? 8.0f : 0.0f,
+                  .add_zero_attn = o->add_zero_attn},
         .pos = {.kind = o->rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = o->rope_theta},
         .graph = {.impl = o->attn_impl, .want_weights = o->attn_weights || o->attn_svg}};
 }
@@ -454,6 +460,7 @@ const char *rg_attn_options(const rg_opts *o, bool flags, char *buf, size_t size
     if (o->window) RG_ADD(flags ? " --window %lld" : ", window %lld", (long long)o->window);
     if (o->softcap) RG_ADD(flags ? " --softcap %g" : ", softcap %g", (double)o->softcap);
     if (o->alibi) RG_ADD("%s", flags ? " --alibi" : ", alibi");
+    if (o->add_zero_attn) RG_ADD("%s", flags ? " --add-zero-attn" : ", add_zero_attn");
     if (o->sinks) RG_ADD("%s", flags ? " --sinks" : ", sinks");
     if (o->rope) RG_ADD(flags ? " --rope --rope-theta %g" : ", rope theta %g", (double)o->rope_theta);
 #undef RG_ADD

@@ -123,7 +123,8 @@ static gml_tensor *load_seq(rg_data *d, const char *path, const char *name, int 
     }
     bool ok = fact(d, RG_B, t->ne[1], e, "%s %s", path, s) &&
               fact(d, len_sym, t->ne[2], e, "%s %s", path, s) &&
-              fact(d, RG_D, t->ne[3], e, "%s %s", path, s) &&
+              /* key and value: kdim, vdim (nn.MultiheadAttention), checked against w_k, w_v */
+              (len_sym == RG_S || fact(d, RG_D, t->ne[3], e, "%s %s", path, s)) &&
               (!self || fact(d, RG_S, t->ne[2], e, "%s %s (self-attention: S = T)", path, s));
     return ok ? t : NULL;
 }
@@ -131,11 +132,17 @@ static gml_tensor *load_seq(rg_data *d, const char *path, const char *name, int 
 /* Sizes the standard weights tell: D from every projection, P and d_k from
  * rel_k.weight [2P+1, d_k]. */
 static bool weight_facts(const rg_opts *o, rg_data *d, int64_t *dk, rg_err *e) {
-    static const char *const SQUARE[] = {"w_q.weight", "w_o.weight", "out_proj.weight"};
-    static const char *const BY_D[] = {"w_k.weight", "w_v.weight", "in_proj_weight"};
-    char s[64];
-    for (int i = 0; i < 3; i++) {
-        gml_tensor *t = gml_get_tensor(d->wctx, SQUARE[i]);
+    char s[64], err[1024];
+    gml_attn_weights w; /* by any of the binder's names; a file it refuses fails later, saying why */
+    if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK) { /* the plain names */
+        w = (gml_attn_weights){.w_q = gml_get_tensor(d->wctx, "w_q.weight"),
+                               .in_proj_weight = gml_get_tensor(d->wctx, "in_proj_weight")};
+        w.w_o = gml_get_tensor(d->wctx, "w_o.weight");
+        if (!w.w_o) w.w_o = gml_get_tensor(d->wctx, "out_proj.weight");
+    }
+    gml_tensor *const square[] = {w.w_q, w.w_o};
+    for (int i = 0; i < 2; i++) {
+        gml_tensor *t = square[i];
         if (!t || t->n_dims != 2) continue;
         shape_of(t, s, sizeof s);
         if (t->ne[2] != t->ne[3])
@@ -143,12 +150,11 @@ static bool weight_facts(const rg_opts *o, rg_data *d, int64_t *dk, rg_err *e) {
                            t->name, s);
         if (!fact(d, RG_D, t->ne[3], e, "%s: %s %s", o->weights, t->name, s)) return false;
     }
-    for (int i = 0; i < 3; i++) {
-        gml_tensor *t = gml_get_tensor(d->wctx, BY_D[i]);
-        if (t && t->n_dims == 2 &&
-            !fact(d, RG_D, t->ne[3], e, "%s: %s %s", o->weights, t->name, shape_of(t, s, sizeof s)))
-            return false;
-    }
+    gml_tensor *ip = w.in_proj_weight; /* [D + 2 kv, D], or Conv1D [D, D + 2 kv] */
+    if (ip && ip->n_dims == 2 &&
+        !fact(d, RG_D, w.conv1d ? ip->ne[2] : ip->ne[3], e, "%s: %s %s%s", o->weights, ip->name,
+              shape_of(ip, s, sizeof s), w.conv1d ? " (Conv1D [D, 3D])" : ""))
+        return false;
     gml_tensor *rk = gml_get_tensor(d->wctx, "rel_k.weight");
     if (rk && rk->n_dims == 2) {
         shape_of(rk, s, sizeof s);
@@ -165,16 +171,20 @@ static bool weight_facts(const rg_opts *o, rg_data *d, int64_t *dk, rg_err *e) {
 /* G from the key projection's rows, once H (so d_k) is known. */
 static bool kv_heads_fact(const rg_opts *o, rg_data *d, rg_err *e) {
     int64_t dk = d->dim[RG_D] / d->dim[RG_H], rows = -1;
-    char s[64];
-    gml_tensor *t = gml_get_tensor(d->wctx, "w_k.weight");
+    char s[64], err[1024];
+    gml_attn_weights w;
+    if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK) return true; /* said later */
+    gml_tensor *t = w.w_k;
     if (t && t->n_dims == 2) rows = t->ne[2];
-    gml_tensor *ip = gml_get_tensor(d->wctx, "in_proj_weight");
+    gml_tensor *ip = w.in_proj_weight;
     if (!t && ip && ip->n_dims == 2) {
         t = ip;
-        if ((ip->ne[2] - d->dim[RG_D]) % 2 || ip->ne[2] <= d->dim[RG_D])
-            return rg_fail(e, RG_RUNTIME, "%s: in_proj_weight %s is not [D + 2*G*d_k, D] with D = %" PRId64,
-                           o->weights, shape_of(ip, s, sizeof s), d->dim[RG_D]);
-        rows = (ip->ne[2] - d->dim[RG_D]) / 2;
+        const int64_t all = w.conv1d ? ip->ne[3] : ip->ne[2];
+        if ((all - d->dim[RG_D]) % 2 || all <= d->dim[RG_D])
+            return rg_fail(e, RG_RUNTIME, "%s: %s %s is not %s with D = %" PRId64, o->weights, ip->name,
+                           shape_of(ip, s, sizeof s), w.conv1d ? "[D, D + 2*G*d_k] (Conv1D)" : "[D + 2*G*d_k, D]",
+                           d->dim[RG_D]);
+        rows = (all - d->dim[RG_D]) / 2;
     }
     if (rows < 0) return true;
     shape_of(t, s, sizeof s);
@@ -193,8 +203,18 @@ static bool kv_heads_fact(const rg_opts *o, rg_data *d, rg_err *e) {
  * file's params) does not make self_attn. the block's prefix. */
 static const char *const BLOCK_NAMES[] = {
     "w_q.weight", "w_q.bias", "w_k.weight", "w_k.bias", "w_v.weight", "w_v.bias", "w_o.weight",
-    "w_o.bias", "out_proj.weight", "out_proj.bias", "in_proj_weight", "in_proj_bias"};
-enum { N_BLOCK_NAMES = sizeof BLOCK_NAMES / sizeof *BLOCK_NAMES };
+    "w_o.bias", "out_proj.weight", "out_proj.bias", "in_proj_weight", "in_proj_bias",
+    /* the names below, for the built-in blocks only: a graph file of a whole layer (its
+     * self_attn.q_proj beside mlp.*) takes the whole file. nn.MultiheadAttention's
+     * kdim/vdim and add_bias_kv: */
+    "q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "bias_v",
+    /* Hugging Face: q_proj.., BERT, GPT-2 (Conv1D) */
+    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
+    "o_proj.weight", "o_proj.bias", "attention.self.query.weight", "attention.self.query.bias",
+    "attention.self.key.weight", "attention.self.key.bias", "attention.self.value.weight",
+    "attention.self.value.bias", "attention.output.dense.weight", "attention.output.dense.bias",
+    "c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias"};
+enum { N_BLOCK_NAMES = sizeof BLOCK_NAMES / sizeof *BLOCK_NAMES, N_GRAPH_BLOCK_NAMES = 12 };
 
 /* The prefix of the one block the file holds: name minus a block name, the
  * same for every tensor that ends in one ("" if none does). Several: an
@@ -202,26 +222,37 @@ enum { N_BLOCK_NAMES = sizeof BLOCK_NAMES / sizeof *BLOCK_NAMES };
 static bool detect_prefix(const rg_opts *o, rg_data *d, rg_err *e) {
     char found[4][256];
     int n_found = 0, n_more = 0;
-    for (int i = 0; i < gml_safetensors_count(d->st); i++) {
-        const char *name = gml_safetensors_name(d->st, i);
-        size_t len = strlen(name);
-        for (int k = 0; k < N_BLOCK_NAMES; k++) {
-            size_t bl = strlen(BLOCK_NAMES[k]);
-            if (len < bl || strcmp(name + len - bl, BLOCK_NAMES[k]) != 0) continue;
-            size_t pl = len - bl;
-            if (pl && name[pl - 1] != '.') continue;
-            if (pl >= sizeof found[0]) continue;
-            bool seen = false;
-            for (int f = 0; f < n_found && !seen; f++) seen = strlen(found[f]) == pl && !strncmp(found[f], name, pl);
-            if (seen) break;
-            if (n_found < 4) {
-                memcpy(found[n_found], name, pl);
-                found[n_found++][pl] = '\0';
-            } else {
-                n_more++;
+    /* A graph file: the HF names too when every tensor is under their one prefix
+     * (a saved built-in block), else the plain ones (a whole layer's file). */
+    for (int pass = o->kind == RG_GRAPH ? 0 : 1; pass < 2; pass++) {
+        const int n_names = pass == 0 ? N_BLOCK_NAMES : o->kind == RG_GRAPH ? N_GRAPH_BLOCK_NAMES
+                                                                            : N_BLOCK_NAMES;
+        n_found = n_more = 0;
+        for (int i = 0; i < gml_safetensors_count(d->st); i++) {
+            const char *name = gml_safetensors_name(d->st, i);
+            size_t len = strlen(name);
+            for (int k = 0; k < n_names; k++) {
+                size_t bl = strlen(BLOCK_NAMES[k]);
+                if (len < bl || strcmp(name + len - bl, BLOCK_NAMES[k]) != 0) continue;
+                size_t pl = len - bl;
+                if (pl && name[pl - 1] != '.') continue;
+                if (pl >= sizeof found[0]) continue;
+                bool seen = false;
+                for (int f = 0; f < n_found && !seen; f++) seen = strlen(found[f]) == pl && !strncmp(found[f], name, pl);
+                if (seen) break;
+                if (n_found < 4) {
+                    memcpy(found[n_found], name, pl);
+                    found[n_found++][pl] = '\0';
+                } else {
+                    n_more++;
+                }
+                break;
             }
-            break;
         }
+        bool all_under = n_found == 1;
+        for (int i = 0; all_under && i < gml_safetensors_count(d->st); i++)
+            all_under = strncmp(gml_safetensors_name(d->st, i), found[0], strlen(found[0])) == 0;
+        if (pass == 1 || all_under) break;
     }
     if (n_found <= 1) {
         snprintf(d->prefix, sizeof d->prefix, "%s", n_found ? found[0] : "");
@@ -303,7 +334,8 @@ bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
             }
         } else if (t && w) {
             const gml_tensor *const wt[] = {w->w_q, w->b_q, w->w_k, w->b_k, w->w_v, w->b_v, w->w_o, w->b_o,
-                                            w->in_proj_weight, w->in_proj_bias, w->sinks};
+                                            w->in_proj_weight, w->in_proj_bias, w->sinks, w->bias_k,
+                                            w->bias_v, w->rel_k, w->rel_v};
             for (size_t j = 0; j < sizeof wt / sizeof *wt && !used; j++) used = wt[j] == t;
         }
         if (used) continue;

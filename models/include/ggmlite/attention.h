@@ -110,6 +110,9 @@ typedef struct gml_attn_scoring {
     float alibi_max_bias; /* m > 0: ALiBi, head h adds -slope_h (i - j) (m = 8: the paper's
                            * slopes 2^(-8 (h+1) / H)); 0 none */
     float scale;          /* the scores' factor; 0 = 1/sqrt(d_k) */
+    bool add_zero_attn;   /* nn.MultiheadAttention(add_zero_attn=True): a zero key and value
+                           * row appended after the keys (after bias_k/bias_v), seen by every
+                           * query (gml_mha, gml_gqa only; see "Extra key rows" below) */
 } gml_attn_scoring;
 
 /* Position encoding applied to q and k between projection and attention. */
@@ -167,27 +170,51 @@ typedef struct gml_attn_config {
 
 /* Parameters, PyTorch layouts. Either w_q, w_k, w_v (separate nn.Linear) or
  * in_proj_weight (nn.MultiheadAttention's packed q|k|v rows, used through
- * views, never copied). Biases are optional (NULL). Any strides: GPT-2's
+ * views, never copied). Biases are optional (NULL); in_proj_bias may also
+ * go with separate w_q, w_k, w_v (nn.MultiheadAttention with kdim/vdim). Any strides: GPT-2's
  * Conv1D weights, stored [in, out] (c_attn.weight [D, 3D] with q|k|v
  * columns, c_proj.weight [D, D]), go in as gml_transpose views:
  * in_proj_weight = transpose(c_attn.weight), in_proj_bias = c_attn.bias,
  * w_o = transpose(c_proj.weight), b_o = c_proj.bias. */
 typedef struct gml_attn_weights {
     gml_tensor *w_q, *b_q;      /* [D, D], [D] */
-    gml_tensor *w_k, *b_k;      /* [G*d_k, D], [G*d_k] */
-    gml_tensor *w_v, *b_v;      /* [G*d_k, D], [G*d_k] */
+    gml_tensor *w_k, *b_k;      /* [G*d_k, kdim], [G*d_k]  (kdim: the key's last dim) */
+    gml_tensor *w_v, *b_v;      /* [G*d_k, vdim], [G*d_k]  (vdim: the value's last dim) */
     gml_tensor *w_o, *b_o;      /* [D, D], [D]  (out_proj.weight, out_proj.bias) */
     gml_tensor *in_proj_weight; /* [D + 2*G*d_k, D]: rows of w_q, then w_k, then w_v */
     gml_tensor *in_proj_bias;   /* [D + 2*G*d_k] */
     gml_tensor *rel_k, *rel_v;  /* [2P+1, d_k], shared by all heads (rel_v optional) */
     gml_tensor *sinks;          /* [H] attention sinks (gpt-oss): one extra logit per head
                                  * in the softmax's denominator, no value; or NULL */
+    gml_tensor *bias_k, *bias_v; /* [1, 1, G*d_k] (or [G*d_k]) nn.MultiheadAttention's
+                                 * add_bias_kv: one key and value row appended after the
+                                 * projected keys; both or neither (gml_mha, gml_gqa only) */
+    bool conv1d; /* in_proj_weight and w_o are stored [in, out] (GPT-2's Conv1D: c_attn.weight
+                  * [D, 3D], c_proj.weight [D, D]): the blocks read them transposed. Square
+                  * c_proj is why this is a flag and not a guess from the shape. */
 } gml_attn_weights;
+
+/* Extra key rows (PyTorch's add_bias_kv and add_zero_attn), as
+ * nn.MultiheadAttention: after the projections, k = cat([k, bias_k]) and
+ * v = cat([v, bias_v]) along the keys (bias_k repeated over the batch),
+ * then, with add_zero_attn, one zero row more in each. Tk grows by n (1 or
+ * 2) and the masks are extended by n visible columns, as PyTorch pads
+ * attn_mask and key_padding_mask with zeros: every query sees the extra
+ * rows whatever its valid length, causal position or mask (an additive
+ * mask whose last dim is 1 applies to them as to every key). The blocks
+ * then attend with one additive mask made of the valid lengths, causal and
+ * in.mask ([B|1, 1, Tq|1, Tk + n]); window, ALiBi, and causal with
+ * in.positions are refused with extra rows, as is causal with Tq > Tk + 1
+ * (Tq > Tk top-left). The weights are [B, H, Tq, Tk + n]. Graphs of ops
+ * only (get_rows repeats bias_k, concat appends). The public stages do not
+ * add the rows: gml_attn_project refuses bias_k/bias_v, gml_attn_attend
+ * refuses add_zero_attn. */
 
 typedef struct gml_attn_inputs {
     gml_tensor *query;      /* [B, Tq, D] f32, any strides */
-    gml_tensor *key;        /* [B, Tk, D]; NULL = self-attention (key = value = query) */
-    gml_tensor *value;      /* [B, Tk, D]; NULL = the key */
+    gml_tensor *key;        /* [B, Tk, kdim] (kdim = D, or w_k's columns with separate
+                             * weights); NULL = self-attention (key = value = query) */
+    gml_tensor *value;      /* [B, Tk, vdim] (as kdim, from w_v); NULL = the key */
     gml_tensor *valid_lens; /* i32 [B] or [B, Tq] (per query): key j seen iff j < len; or NULL */
     gml_tensor *mask;       /* f32 additive (0 keep, -inf drop), broadcastable to
                              * [B, H, Tq, Tk] ([Tq, Tk], [B, 1, 1, Tk], ...), or NULL */
@@ -265,13 +292,28 @@ gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml
 gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tensor *heads);
 
 /* Binds *w to the tensors of wctx (e.g. from gml_load_safetensors) by the
- * names PyTorch state dicts and the fixtures use: w_q.weight, w_q.bias, w_k.*,
- * w_v.*, w_o.* | in_proj_weight, in_proj_bias, out_proj.weight,
- * out_proj.bias; rel_k.weight, rel_v.weight; sinks (or self_attn.sinks).
- * Shapes are checked by the blocks. GML_ERR_INVALID, with a message listing
- * the names present, when the projections are missing or given both ways. */
+ * names of one of these conventions (.weight and .bias each):
+ *   fixtures   w_q, w_k, w_v, w_o
+ *   PyTorch    nn.MultiheadAttention's state_dict: in_proj_weight, in_proj_bias,
+ *              q_proj_weight, k_proj_weight, v_proj_weight (kdim/vdim),
+ *              bias_k, bias_v (add_bias_kv), out_proj.*
+ *   HF         q_proj, k_proj, v_proj, o_proj (LLaMA, Mistral, OPT, ...)
+ *   BERT       attention.self.query, .key, .value, attention.output.dense
+ *   GPT-2      attn.c_attn (Conv1D [D, 3D], q|k|v columns), attn.c_proj (Conv1D
+ *              [D, D]): bound as in_proj_weight, in_proj_bias, w_o, b_o with
+ *              w->conv1d set (transposed by the blocks, by the name: c_proj
+ *              is square)
+ * each name optionally under "self_attn." or "attn." (BERT's and GPT-2's
+ * carry their own), plus rel_k.weight, rel_v.weight and sinks with any of
+ * them. Shapes are checked by the blocks. GML_ERR_INVALID, with a message
+ * listing the names present, when the projections are missing, given both
+ * ways, or two conventions mix. gml_attn_weight_name_known tells a
+ * name it accepts (for a loader's unused-tensor check). */
 gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
                                  size_t err_size);
+
+/* Whether gml_attn_weights_find would bind the tensor called name. */
+bool gml_attn_weight_name_known(const char *name);
 
 /* Parameters of the four projections: 4 D^2 (+ 4 D with bias) for MHA;
  * 2 D^2 + 2 D G d_k (+ 2 D + 2 G d_k) for GQA. -1 if D % H or H % G. */
