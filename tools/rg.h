@@ -135,6 +135,13 @@ typedef struct rg_data {
 bool rg_data_load(const rg_opts *o, rg_data *d, rg_err *e);
 void rg_data_free(rg_data *d);
 
+/* The weights' types as --weights-dtype asks (has_dtype: the flag was
+ * given): 2-D f32 matrices converted to dtype, 1-D F16/BF16 tensors widened
+ * to f32, in a new context replacing *wctx (the old one freed) when
+ * anything changes. False, with a message, if q8_0 meets rows that are not
+ * a multiple of 32 or memory runs out. */
+bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_err *e);
+
 /* False, with a message, if `bytes` of tensor data for `what` exceed the
  * machine's memory. */
 bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e);
