@@ -26,20 +26,28 @@ static const char *role_label(const gml_tensor *t, const char *role, char *buf, 
     return buf;
 }
 
+bool gml_attn_weight_type(gml_type t) {
+    return t == GML_F32 || t == GML_F16 || t == GML_BF16 || t == GML_Q8_0;
+}
+
 bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
                           const char *role, int64_t rows, int64_t cols, const char *what) {
     bool shape_ok = cols < 0 ? t->n_dims == 1 && t->ne[3] == rows
                              : t->n_dims == 2 && t->ne[2] == rows && t->ne[3] == cols;
-    if (shape_ok && t->type == GML_F32) return true;
+    /* matrices (projections, relative-position tables) may be f16, bf16 or
+     * q8_0 (linear and get_rows convert them); vectors (biases, sinks) f32 */
+    const bool type_ok = t->type == GML_F32 || (cols >= 0 && gml_attn_weight_type(t->type));
+    if (shape_ok && type_ok) return true;
     char label[GML_MAX_NAME + 32], st[GML_SHAPE_MAX], want[GML_SHAPE_MAX];
     if (cols < 0)
         snprintf(want, sizeof want, "[%" PRId64 "]", rows);
     else
         snprintf(want, sizeof want, "[%" PRId64 ",%" PRId64 "]", rows, cols);
     role_label(t, role, label, sizeof label);
-    if (t->type != GML_F32)
-        return gml_attn_fail(ctx, "%s: %s is %s %s, expected f32 %s (%s)", p->block, label,
-                             gml_type_name(t->type), GML_SHAPE(t, st), want, what);
+    if (!type_ok)
+        return gml_attn_fail(ctx, "%s: %s is %s %s, expected %s %s (%s)", p->block, label,
+                             gml_type_name(t->type), GML_SHAPE(t, st),
+                             cols >= 0 ? "f32, f16, bf16 or q8_0" : "f32", want, what);
     return gml_attn_fail(ctx, "%s: %s is %s, expected %s (%s)", p->block, label, GML_SHAPE(t, st),
                          want, what);
 }
@@ -234,6 +242,14 @@ bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_
                  p->G == p->H ? "d_model" : "kv_heads*d_k");
         if (!gml_attn_check_param(ctx, p, w->in_proj_weight, "in_proj_weight", D + 2 * kv, D, what))
             return false;
+        if (w->in_proj_weight->type == GML_Q8_0) {
+            char st[GML_SHAPE_MAX];
+            return gml_attn_fail(ctx,
+                                 "%s: in_proj_weight is q8_0 %s: a q8_0 tensor cannot be split "
+                                 "into the q, k, v row blocks (no views of q8_0 but its "
+                                 "transpose); give w_q, w_k, w_v separately, or f32/f16/bf16",
+                                 p->block, GML_SHAPE(w->in_proj_weight, st));
+        }
         if (w->in_proj_bias && !gml_attn_check_param(ctx, p, w->in_proj_bias, "in_proj_bias",
                                                      D + 2 * kv, -1, "b_q, b_k, b_v"))
             return false;

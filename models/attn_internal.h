@@ -41,7 +41,10 @@ typedef struct gml_attn_plan {
 
 /* gml_set_error for functions returning bool: records the message, returns false. */
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
-/* A weight t must be f32 [rows, cols] (cols < 0: 1-D [rows]); else false,
+/* The types a projection matrix may have: f32, f16, bf16, q8_0. */
+bool gml_attn_weight_type(gml_type t);
+/* A weight t must be [rows, cols] of f32, f16, bf16 or q8_0 (a matrix), or
+ * f32 [rows] (cols < 0: biases, sinks); else false,
  * with a message naming the block, the role ("w_k.weight"), t's shape and
  * what the shape means (`what`, e.g. "[d_model, d_model]"). */
 bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,

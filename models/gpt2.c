@@ -18,6 +18,19 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
         return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
                         *D);
     const int64_t d = *D;
+    /* Conv1D [in, out] is read as the b of x @ w: a q8_0 one would have its
+     * blocks along out, where matmul needs them along in (the sum) */
+    const gml_tensor *conv[] = {w->attn_w, w->proj_w, w->fc_w, w->mproj_w};
+    const char *conv_name[] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                               "mlp.c_proj.weight"};
+    for (int i = 0; i < 4; i++)
+        if (conv[i] && conv[i]->type == GML_Q8_0) {
+            char st[GML_SHAPE_MAX];
+            return lay_fail(ctx, L ": %s is q8_0 %s: Conv1D weights [in, out] have q8_0's blocks "
+                            "along out, and the product sums along in; give them f32, f16 or "
+                            "bf16 (or transposed, as nn.Linear's [out, in], to another layer)",
+                            conv_name[i], LAY_SHAPE(conv[i], st));
+        }
     *F = w->fc_w && w->fc_w->n_dims == 2 ? w->fc_w->ne[3] : 4 * d;
     return lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
            lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&

@@ -30,6 +30,11 @@ gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params p, char *err, size_t err_size
              p.max_len, p.d_k);
         return NULL;
     }
+    if (p.type != GML_F32 && p.type != GML_F16 && p.type != GML_BF16) {
+        errf(err, err_size, "kv_cache: type %s: K and V may be f32, f16 or bf16",
+             (unsigned)p.type < GML_TYPE_COUNT ? gml_type_name(p.type) : "(unknown)");
+        return NULL;
+    }
     if (p.max_len > INT32_MAX) { /* gml_kv_step_compute writes pos and lens as i32 */
         errf(err, err_size, "kv_cache: max_len %" PRId64 " is past %" PRId32 " (INT32_MAX): "
              "positions and lengths are i32", p.max_len, INT32_MAX);
@@ -51,7 +56,7 @@ gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params p, char *err, size_t err_size
     /* size the arena from a no_alloc twin */
     gml_context *probe = gml_init((gml_init_params){
         .mem_size = (size_t)(2 * p.n_layers + 1) * gml_tensor_overhead() + 4096, .no_alloc = true});
-    for (int l = 0; probe && l < 2 * p.n_layers; l++) gml_new_tensor(probe, GML_F32, 4, ne);
+    for (int l = 0; probe && l < 2 * p.n_layers; l++) gml_new_tensor(probe, p.type, 4, ne);
     const size_t need = probe ? gml_mem_required(probe) : 0;
     gml_free(probe);
     if (c && c->k && c->v && need) c->ctx = gml_init((gml_init_params){.mem_size = need});
@@ -62,8 +67,8 @@ gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params p, char *err, size_t err_size
     }
     for (int l = 0; l < p.n_layers; l++) {
         char name[GML_MAX_NAME];
-        c->k[l] = gml_new_tensor(c->ctx, GML_F32, 4, ne);
-        c->v[l] = gml_new_tensor(c->ctx, GML_F32, 4, ne);
+        c->k[l] = gml_new_tensor(c->ctx, p.type, 4, ne);
+        c->v[l] = gml_new_tensor(c->ctx, p.type, 4, ne);
         if (!c->k[l] || !c->v[l]) {
             errf(err, err_size, "kv_cache: %s", gml_last_error(c->ctx));
             gml_kv_cache_free(c);

@@ -21,7 +21,9 @@ bool lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, c
         if (!required) return true;
         return lay_fail(ctx, "%s: %s is missing (NULL), expected %s", layer, name, what);
     }
-    bool ok = t->type == GML_F32 &&
+    /* matrices may be f16, bf16 or q8_0 (linear converts them); vectors f32 */
+    const bool type_ok = t->type == GML_F32 || (cols >= 0 && (t->type == GML_F16 || t->type == GML_BF16 || t->type == GML_Q8_0));
+    bool ok = type_ok &&
               (cols < 0 ? t->n_dims == 1 && t->ne[3] == rows
                         : t->n_dims == 2 && t->ne[2] == rows && t->ne[3] == cols);
     if (ok) return true;
@@ -30,8 +32,12 @@ bool lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, c
         snprintf(want, sizeof want, "[%" PRId64 "]", rows);
     else
         snprintf(want, sizeof want, "[%" PRId64 ",%" PRId64 "]", rows, cols);
-    return lay_fail(ctx, "%s: %s is %s %s, expected f32 %s (%s)", layer, name,
-                    gml_type_name(t->type), LAY_SHAPE(t, st), want, what);
+    return lay_fail(ctx, "%s: %s is %s %s, expected %s %s (%s)", layer, name,
+                    gml_type_name(t->type), LAY_SHAPE(t, st),
+                    !type_ok && cols >= 0 ? "f32, f16, bf16 or q8_0"
+                    : type_ok             ? gml_type_name(t->type)
+                                          : "f32",
+                    want, what);
 }
 
 bool lay_check_input(gml_context *ctx, const char *layer, const gml_tensor *x, int64_t *B,

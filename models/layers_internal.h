@@ -14,7 +14,8 @@
 /* gml_set_error for bool functions: records the message, returns false. */
 bool lay_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 
-/* t must be f32 [rows] (cols < 0) or [rows, cols]; `layer` and `name` (the HF
+/* t must be f32 [rows] (cols < 0) or [rows, cols] of f32, f16, bf16 or
+ * q8_0 (a weight matrix: linear converts it); `layer` and `name` (the HF
  * name) start the message, `what` says what the sizes are ("[G*hd, D]"). A
  * NULL t is an error when required, else fine. */
 bool lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, const char *name,

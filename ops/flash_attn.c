@@ -117,6 +117,15 @@ float gml_alibi_slope(float max_bias, int64_t h, int64_t H) {
 
 /* ---- reference ------------------------------------------------------------ */
 
+/* Element d of row `row` of K or V (f32, f16 or bf16), as a double. */
+static double kv_at(const gml_tensor *t, const char *row, int64_t d) {
+    const char *e = row + d * (int64_t)t->nb[3];
+    if (t->type == GML_F32) return *(const float *)(const void *)e;
+    uint16_t h;
+    memcpy(&h, e, sizeof h);
+    return t->type == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+}
+
 #define REF_KEY_BLOCK 32
 
 /* Per thread: the scores of one key block and the accumulator, in double. */
@@ -167,8 +176,7 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                 const char *kj = gml_ptr(k, b, h / rep, j0 + jj, 0);
                 double dot = 0;
                 for (int64_t d = 0; d < dk; d++)
-                    dot += (double)*(const float *)(qi + d * (int64_t)q->nb[3]) *
-                           *(const float *)(kj + d * (int64_t)k->nb[3]);
+                    dot += (double)*(const float *)(qi + d * (int64_t)q->nb[3]) * kv_at(k, kj, d);
                 double sc = dot * scale;
                 if (!isfinite((float)sc)) { /* the score as a float overflowed, or NaN */
                     nan = true;
@@ -198,7 +206,7 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
                 const char *vj = gml_ptr(v, b, h / rep, j0 + jj, 0);
                 l += e;
                 for (int64_t c = 0; c < dv; c++)
-                    acc[c] += e * *(const float *)(vj + c * (int64_t)v->nb[3]);
+                    acc[c] += e * kv_at(v, vj, c);
             }
         }
         /* a NaN or inf in a v row the row sees: NaN (0 * inf too, as the
@@ -246,8 +254,10 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
      * start past it (an int32 j0 += 32 would overflow from Tk > 2^31 - 33) */
     for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += SCALAR_KEY_BLOCK) {
         const size_t nk = GML_MIN((size_t)SCALAR_KEY_BLOCK, (size_t)nmax - j0);
+        const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
+        gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         for (size_t j = 0; j < nk; j++) {
-            const float *kj = a->k + (j0 + j) * a->ldk;
+            const float *kj = kb + j * a->ldk;
             for (size_t l = 0; l < nq; l++) {
                 float dot = 0; /* an FMA chain over d in order, as every variant's */
                 for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
@@ -275,7 +285,7 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
             m[l] = mnew;
         }
         for (size_t j = 0; j < nk; j++) {
-            const float *vj = a->v + (j0 + j) * a->ldv;
+            const float *vj = vb + j * a->ldv;
             for (size_t c = 0; c < dv; c++)
                 for (size_t l = 0; l < nq; l++) ot[c * tile + l] += vj[c] * s[j * tile + l];
         }
@@ -335,7 +345,8 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
          j++) {
         const float mv = a->mask ? a->mask[l][j * a->mask_stride] : 0.0f;
         if (mv == -INFINITY) continue; /* hidden */
-        const float *kj = a->k + j * a->ldk, *vj = a->v + j * a->ldv;
+        const float *kj, *vj;
+        gml_flash_kv_rows(a, j, 1, &kj, &vj);
         float dot = 0;
         for (size_t d = 0; d < dk; d++) dot = fmaf(kj[d], a->qt[d * tile + l], dot);
         const float s = gml_flash_score(a, l, j, dot);
@@ -378,6 +389,7 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
  * into its scratch, once per (b, g) it meets: the same floats in the same
  * order, so the result is bitwise the contiguous one. */
 static bool rows_dense(const gml_tensor *t) {
+    if (t->type != GML_F32) return true; /* typed: converted per key block, never packed */
     return (t->ne[3] == 1 || t->nb[3] == sizeof(float)) && t->nb[2] % sizeof(float) == 0 &&
            (uintptr_t)t->data % sizeof(float) == 0;
 }
@@ -397,6 +409,61 @@ static void pack_rows(const gml_tensor *t, int64_t b, int64_t g, float *dst) {
     }
 }
 
+/* ---- f16 / bf16 K and V ------------------------------------------------------
+ * The variants take each key block's K and V rows through gml_flash_kv_rows;
+ * typed ones are converted here into a block buffer of the thread's scratch
+ * (GML_FLASH_MAX_KEY_BLOCK rows), by the conversion micro-kernel of the ISA
+ * when a row's elements are contiguous, else element by element: the same
+ * floats either way (every conversion variant gives the scalar bits), so a
+ * typed K/V gives bitwise what f32 K/V holding the converted values give. */
+static bool kv_typed(const gml_tensor *dst) {
+    return dst->src[1]->type != GML_F32 || dst->src[2]->type != GML_F32;
+}
+
+static void kv_load_rows(const char *base, size_t row, size_t el, gml_type type,
+                         gml_cvt_ukernel *cvt, size_t j0, size_t n, size_t d, float *buf) {
+    for (size_t j = 0; j < n; j++) {
+        const char *r = base + (j0 + j) * row;
+        float *o = buf + j * d;
+        if (cvt) {
+            cvt(d, r, o);
+            continue;
+        }
+        for (size_t c = 0; c < d; c++) {
+            const char *e = r + c * el;
+            uint16_t h;
+            if (type == GML_F32) {
+                memcpy(o + c, e, sizeof(float));
+                continue;
+            }
+            memcpy(&h, e, sizeof h);
+            o[c] = type == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+        }
+    }
+}
+
+void gml_flash_kv_load(const gml_flash_args *a, size_t j0, size_t n) {
+    const gml_flash_kv *kv = a->kv;
+    kv_load_rows(kv->k, kv->k_row, kv->k_el, kv->k_type, kv->cvt_k, j0, n, a->dk, kv->kbuf);
+    kv_load_rows(kv->v, kv->v_row, kv->v_el, kv->v_type, kv->cvt_v, j0, n, a->dv, kv->vbuf);
+}
+
+/* The conversion micro-kernel for rows of t, or NULL (element by element). */
+static gml_cvt_ukernel *kv_cvt(const gml_tensor *t) {
+    const char *name;
+    if (t->type == GML_F32 || (t->ne[3] > 1 && t->nb[3] != gml_type_size(t->type))) return NULL;
+    return gml_cvt_to_f32(t->type, &name);
+}
+
+/* Floats of the typed K and V block buffers. */
+static size_t kv_block_floats(const gml_tensor *dst) {
+    if (!kv_typed(dst)) return 0;
+    return gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->src[0]->ne[3],
+                        GML_ALIGN / sizeof(float)) +
+           gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->ne[3],
+                        GML_ALIGN / sizeof(float));
+}
+
 /* Per lane: n_keys, first_key, slope, qpos, sink, the mask and out rows. */
 #define LANE_BYTES (2 * sizeof(int32_t) + 3 * sizeof(float) + 2 * sizeof(void *))
 
@@ -407,7 +474,8 @@ static size_t fast_work_bytes(const gml_tensor *dst) {
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
            gml_align_up(tile * LANE_BYTES, GML_ALIGN) +
-           (packed_floats(dst->src[1]) + packed_floats(dst->src[2])) * sizeof(float);
+           (packed_floats(dst->src[1]) + packed_floats(dst->src[2]) + kv_block_floats(dst)) *
+               sizeof(float);
 }
 
 /* Why the fast kernel cannot take dst (a note naming the reference), or
@@ -425,10 +493,11 @@ static const char *fast_refusal(const gml_tensor *dst) {
 typedef struct flash_variant {
     gml_f32_flash_ukernel *fn;
     size_t tile;
-    const char *name, *packed_name; /* K or V packed */
+    const char *name, *packed_name, *typed_name; /* K or V packed; f16/bf16 K or V */
 } flash_variant;
 
-#define FLASH_ENTRY(isa, fn, tile) {fn, tile, #fn, #fn " (K/V rows packed)"},
+#define FLASH_ENTRY(isa, fn, tile) \
+    {fn, tile, #fn, #fn " (K/V rows packed)", #fn " (f16/bf16 K/V converted per key block)"},
 static flash_variant pick_variant(bool few) {
     static const flash_variant wide[] = {GML_F32_FLASH_UKERNELS(FLASH_ENTRY)};
     static const flash_variant narrow[] = {GML_F32_FLASH_FEW_UKERNELS(FLASH_ENTRY)};
@@ -455,8 +524,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
     const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
-    const bool pack_k = !rows_dense(k), pack_v = !rows_dense(v);
-    gml_kernel_note(p, pack_k || pack_v ? var.packed_name : var.name);
+    const bool pack_k = !rows_dense(k), pack_v = !rows_dense(v), typed = kv_typed(dst);
+    gml_kernel_note(p, typed ? var.typed_name : pack_k || pack_v ? var.packed_name : var.name);
 
     char *w = (char *)p->wdata + (size_t)p->ith * fast_work_bytes(dst);
     float *qt = (float *)w;
@@ -469,16 +538,22 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     float *slope = (float *)(void *)(first_key + tile), *qpos = slope + tile, *sink = qpos + tile;
     w += gml_align_up((size_t)tile * LANE_BYTES, GML_ALIGN);
     float *k_packed = (float *)w, *v_packed = k_packed + packed_floats(k);
+    float *k_block = v_packed + packed_floats(v);
+    gml_flash_kv kv = {.k_row = k->nb[2], .v_row = v->nb[2], .k_el = k->nb[3], .v_el = v->nb[3],
+                       .k_type = k->type, .v_type = v->type, .cvt_k = kv_cvt(k),
+                       .cvt_v = kv_cvt(v), .kbuf = k_block,
+                       .vbuf = k_block + gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dk,
+                                                      GML_ALIGN / sizeof(float))};
 
     gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt,
-                        .ldk = pack_k ? (size_t)dk : k->nb[2] / 4,
-                        .ldv = pack_v ? (size_t)dv : v->nb[2] / 4, .n_keys = n_keys,
+                        .ldk = pack_k || typed ? (size_t)dk : k->nb[2] / 4,
+                        .ldv = pack_v || typed ? (size_t)dv : v->nb[2] / 4, .n_keys = n_keys,
                         .mask = mask ? mask_rows : NULL,
                         .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
                         .out = out_rows, .work = work,
                         .first_key = par.window > 0 ? first_key : NULL, .softcap = par.softcap,
                         .slope = par.alibi > 0 ? slope : NULL, .qpos = qpos,
-                        .sink = dst->src[SRC_SINKS] ? sink : NULL};
+                        .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL};
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
     for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
         const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
@@ -488,8 +563,13 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             if (pack_v) pack_rows(v, b, g, v_packed);
             packed_bg = b * G + g;
         }
-        a.k = pack_k ? k_packed : (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
-        a.v = pack_v ? v_packed : (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
+        if (typed) { /* rows converted per key block (gml_flash_kv_rows) */
+            kv.k = gml_ptr(k, b, g, 0, 0);
+            kv.v = gml_ptr(v, b, g, 0, 0);
+        } else {
+            a.k = pack_k ? k_packed : (const float *)(const void *)gml_ptr(k, b, g, 0, 0);
+            a.v = pack_v ? v_packed : (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
+        }
         int64_t key0 = Tk;
         for (int64_t l = 0; l < tile; l++) {
             if (l >= (int64_t)a.nq) { /* idle lane */
@@ -546,10 +626,14 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
     const gml_attn_opts *o = opts ? opts : &none;
     gml_tensor *mask = o->mask, *valid_lens = o->valid_lens;
     char sq[GML_SHAPE_MAX], sk[GML_SHAPE_MAX], sv[GML_SHAPE_MAX], sx[GML_SHAPE_MAX];
-    if (!gml_expect_type(ctx, "flash_attn", q, GML_F32) ||
-        !gml_expect_type(ctx, "flash_attn", k, GML_F32) ||
-        !gml_expect_type(ctx, "flash_attn", v, GML_F32))
-        return NULL;
+    if (!gml_expect_type(ctx, "flash_attn", q, GML_F32)) return NULL;
+    for (int i = 0; i < 2; i++) { /* K and V: f32, f16 or bf16 (a half-precision KV cache) */
+        const gml_tensor *t = i ? v : k;
+        if (t->type != GML_F32 && t->type != GML_F16 && t->type != GML_BF16)
+            return gml_fail(ctx, "flash_attn(%s, %s, %s): '%s' is %s %s; k and v must be f32, f16 "
+                            "or bf16", q->name, k->name, v->name, t->name, gml_type_name(t->type),
+                            GML_SHAPE(t, sx));
+    }
 #define SHAPES q->name, k->name, v->name, GML_SHAPE(q, sq), GML_SHAPE(k, sk), GML_SHAPE(v, sv)
     const int64_t B = q->ne[0], H = q->ne[1], Tq = q->ne[2], G = k->ne[1], Tk = k->ne[2];
     if (k->ne[0] != B || v->ne[0] != B)
@@ -651,7 +735,8 @@ const gml_op_def gml_opdef_flash_attn = {
              GML_OPT_Z("alibi", FLOAT)),
     .build = build_flash_attn,
     .get_args = flash_attn_args,
-    .doc_args = "q `[B, H, Tq, d_k]`, k `[B, G, Tk, d_k]`, v `[B, G, Tk, d_v]` (G divides H); "
+    .doc_args = "q `[B, H, Tq, d_k]`, k `[B, G, Tk, d_k]`, v `[B, G, Tk, d_v]` (G divides H; k, "
+                "v f32, f16 or bf16, converted per key block); "
                 "mask as softmax's; valid_lens i32 `[B]` or `[B, Tq]`; causal false, true "
                 "(= bottom_right: query i at i + Tk - Tq) or top_left (at i); positions i32 "
                 "`[B, Tq]` (each query's i', instead); sinks f32 `[H]`; window W: key j seen iff "

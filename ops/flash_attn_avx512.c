@@ -31,7 +31,7 @@
  * row last (their scores are masked afterwards). True if a score is NaN or
  * at least 2^102 in magnitude (inf included): then adding a finite mask
  * may overflow, and a -inf score must not pass for a masked key. */
-static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp, size_t last,
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nkp, size_t last,
                                  float *s, const int NV, const int MR) {
     const size_t tile = 16 * (size_t)NV, dk = a->dk;
     const __m512 big = _mm512_set1_ps(0x1p102f);
@@ -39,7 +39,7 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp,
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[16];
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) kr[r] = a->k + GML_MIN(j0 + jt + (size_t)r, last) * a->ldk;
+        for (int r = 0; r < MR; r++) kr[r] = kb + (GML_MIN(j0 + jt + (size_t)r, last) - j0) * a->ldk;
         __m512 acc[16][2];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
@@ -69,7 +69,7 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, size_t j0, size_t nkp,
 
 /* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
  * columns past dv read column dv - 1 (their rows of ot are padding). */
-static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, size_t dvp,
+static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk, size_t dvp,
                                  const float *p, float *ot, const int NV, const int MR,
                                  const uint8_t *skip) {
     const size_t tile = 16 * (size_t)NV, dv = a->dv;
@@ -83,7 +83,7 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, size_t j0, size_t nk, 
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
-        const float *vr = a->v + j0 * a->ldv;
+        const float *vr = vb;
         for (size_t j = 0; j < nk; j++, vr += a->ldv) {
             if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
             __m512 w[2];
@@ -174,8 +174,10 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
     for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += (size_t)KB) {
         const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
+        const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
+        gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
-        const bool rare = scores(a, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        const bool rare = scores(a, kb, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
         if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys: a key the lane
@@ -211,7 +213,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
         if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
             for (size_t j = 0; j < nk; j++) {
-                const float *vr = a->v + (j0 + j) * a->ldv;
+                const float *vr = vb + j * a->ldv;
                 float z = 0;
                 for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
                 skip[j] = z != z;
@@ -253,7 +255,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             }
             l[v] = _mm512_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, j0, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
+        values(a, vb, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN

@@ -168,7 +168,7 @@ static inline float reduce16(__m256 lo, __m256 hi) {
         }                                                                                       \
     } while (0)
 
-#define XW_GEMV_AVX2(NAME, LOAD32, Q8, ESIZE)                                                     \
+#define XW_GEMV_AVX2(NAME, LOAD32, Q8, BLK)                                                     \
     void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,     \
               float *c, size_t ldc) {                                                            \
         const size_t kfull = k / 32 * 32;                                                        \
@@ -188,7 +188,7 @@ static inline float reduce16(__m256 lo, __m256 hi) {
             for (size_t k0 = 0; k0 < kfull; k0 += 32) {                                          \
                 __m256 wv[2][4], d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};             \
                 for (int j = 0; j < 2; j++) {                                                    \
-                    _mm_prefetch((const char *)((uintptr_t)row[j] + (k0 + 256) * ESIZE / 8),     \
+                    _mm_prefetch((const char *)((uintptr_t)row[j] + (k0 / 32 + 8) * BLK),     \
                                  _MM_HINT_T0);                                                   \
                     LOAD32(row[j], k0, wv[j], &d[j]);                                            \
                 }                                                                                \
@@ -209,6 +209,6 @@ static inline float reduce16(__m256 lo, __m256 hi) {
         }                                                                                        \
     }
 
-XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load32_f16, 0, 16)
-XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load32_bf16, 0, 16)
-XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load32_q8_0, 1, 8)
+XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load32_f16, 0, 64)
+XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load32_bf16, 0, 64)
+XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load32_q8_0, 1, 34)

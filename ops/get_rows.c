@@ -131,10 +131,16 @@ static void set_rows(const gml_compute_params *p, gml_tensor *dst, bool fast) {
     const gml_tensor *src = dst->src[1], *idx = dst->src[2];
     const int64_t n = src->ne[2], d = dst->ne[3];
     const int first = GML_MAX_DIMS - dst->n_dims; /* dst's first dim: the one idx rows follow */
+    const bool convert = dst->type != src->type; /* f32 rows into f16 / bf16 (a KV cache) */
+    const size_t esize = gml_type_size(dst->type);
+    const bool dense = d == 1 || (dst->nb[3] == esize && src->nb[3] == 4);
     gml_x32_copy_ukernel *const copy =
-        fast && (d == 1 || (dst->nb[3] == 4 && src->nb[3] == 4))
-            ? GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel)
-            : NULL;
+        fast && dense && !convert ? GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel)
+                                  : NULL;
+    const char *cvt_name = NULL;
+    gml_cvt_ukernel *const cvt = fast && dense && convert ? gml_cvt_from_f32(dst->type, &cvt_name)
+                                                          : NULL;
+    if (cvt && p->ith == 0) gml_kernel_note(p, cvt_name);
     int64_t s0, s1;
     gml_split(dst->ne[0] * dst->ne[1], p->ith, p->nth, &s0, &s1);
     for (int64_t s = s0; s < s1; s++) {
@@ -150,8 +156,20 @@ static void set_rows(const gml_compute_params *p, gml_tensor *dst, bool fast) {
                 copy((size_t)d, (const uint32_t *)from, (uint32_t *)to);
                 continue;
             }
-            for (int64_t j = 0; j < d; j++)
-                memcpy(to + j * (int64_t)dst->nb[3], from + j * (int64_t)src->nb[3], 4);
+            if (cvt) {
+                cvt((size_t)d, from, to);
+                continue;
+            }
+            for (int64_t j = 0; j < d; j++) {
+                if (!convert) {
+                    memcpy(to + j * (int64_t)dst->nb[3], from + j * (int64_t)src->nb[3], 4);
+                    continue;
+                }
+                float x;
+                memcpy(&x, from + j * (int64_t)src->nb[3], 4);
+                const uint16_t h = dst->type == GML_F16 ? gml_fp32_to_fp16(x) : gml_fp32_to_bf16(x);
+                memcpy(to + j * (int64_t)dst->nb[3], &h, 2);
+            }
         }
     }
 }
@@ -164,7 +182,8 @@ static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
     set_rows(p, dst, true);
 }
 
-/* dst [.., N, d], src [.., n, d] (same type, same leading dims), idx i32 [n]
+/* dst [.., N, d], src [.., n, d] (same type, or f32 into f16/bf16: rounded
+ * to nearest even as gml_fp32_to_fp16/bf16; same leading dims), idx i32 [n]
  * or [A, n] (A = dst's first dim) -> a view of dst [.., N, d], after the write.
  * Refused if two elements of dst share memory or dst shares memory with src
  * or idx: each thread then owns its slices of dst outright. */
@@ -172,11 +191,12 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
     if (!dst || !src || !idx) return NULL;
     char sd[GML_SHAPE_MAX], ss[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
 #define NAMES dst->name, src->name, idx->name
-    if (dst->n_dims < 2 || src->n_dims != dst->n_dims || src->type != dst->type ||
+    const bool converts = src->type == GML_F32 && (dst->type == GML_F16 || dst->type == GML_BF16);
+    if (dst->n_dims < 2 || src->n_dims != dst->n_dims || (src->type != dst->type && !converts) ||
         src->ne[0] != dst->ne[0] || src->ne[1] != dst->ne[1] || src->ne[3] != dst->ne[3])
         return gml_fail(ctx, "set_rows(%s, %s, %s): src %s %s does not fit dst %s %s (want dst "
-                        "[.., N, d] and src [.., n, d] of one type, 2-D to 4-D, same leading "
-                        "dims)", NAMES, gml_type_name(src->type), GML_SHAPE(src, ss),
+                        "[.., N, d] and src [.., n, d] of one type, or f32 src into an f16/bf16 "
+                        "dst, 2-D to 4-D, same leading dims)", NAMES, gml_type_name(src->type), GML_SHAPE(src, ss),
                         gml_type_name(dst->type), GML_SHAPE(dst, sd));
     const int64_t A = dst->ne[GML_MAX_DIMS - dst->n_dims];
     const bool per_slice = idx->n_dims == 2 && idx->ne[2] == A && dst->n_dims > 2;
@@ -230,7 +250,8 @@ const gml_op_def gml_opdef_set_rows = {
     GML_ARGS(GML_T("dst"), GML_T("src"), GML_T("idx")),
     .build = build_set_rows,
     .get_args = gml_args_from_srcs,
-    .doc_args = "dst `[.., N, d]`, src `[.., n, d]`, idx i32 `[n]` or `[A, n]`; no two elements of "
+    .doc_args = "dst `[.., N, d]` (f32, i32, or f16/bf16 from an f32 src: converted), src `[.., "
+                "n, d]`, idx i32 `[n]` or `[A, n]`; no two elements of "
                 "dst, nor dst and src or idx, share memory",
     .doc_result = "writes src's rows into dst at rows idx (a KV-cache append); the result is dst "
                   "after the write",

@@ -150,6 +150,9 @@ typedef void gml_x32_repeat_ukernel(size_t n, size_t reps, const uint32_t *x, ui
 #define GML_DECLARE_REPEAT(isa, fn, tile) gml_x32_repeat_ukernel fn;
 GML_X32_REPEAT_UKERNELS(GML_DECLARE_REPEAT)
 
+/* A conversion micro-kernel (ops/convert.inc; declared below). */
+typedef void gml_cvt_ukernel(size_t n, const void *x, void *y);
+
 /* ---- flash attention (ops/flash_attn.inc) ---------------------------------
  * One block of nq <= tile query rows (the lanes) against the keys and values
  * of one kv head: for lane l,
@@ -197,7 +200,44 @@ typedef struct gml_flash_args {
     const float *slope, *qpos; /* NULL, or [tile]: ALiBi, + slope[l] (j - qpos[l]) after the
                                   mask (lanes >= nq 0) */
     const float *sink;        /* NULL, or [tile]: lane l's sink logit (gml_flash_finish) */
+    /* NULL for f32 K and V read in place (k, v above). Else K and V are f16
+     * or bf16 (either may be f32 too) and k, v are NULL: the variants take
+     * each key block's rows through gml_flash_kv_rows, which converts them
+     * into kv->kbuf / kv->vbuf (ldk = dk, ldv = dv); never the whole head. */
+    struct gml_flash_kv *kv;
 } gml_flash_args;
+
+/* Typed K and V of one (batch, kv head): rows j at k + j * k_row bytes,
+ * element d at + d * k_el (v likewise); cvt_k / cvt_v the conversion
+ * micro-kernels (NULL: element by element, or f32 copied) for rows whose
+ * elements are contiguous; kbuf, vbuf GML_FLASH_MAX_KEY_BLOCK rows of dk /
+ * dv floats. */
+typedef struct gml_flash_kv {
+    const char *k, *v;
+    size_t k_row, v_row, k_el, v_el;
+    gml_type k_type, v_type;
+    gml_cvt_ukernel *cvt_k, *cvt_v;
+    float *kbuf, *vbuf;
+} gml_flash_kv;
+
+/* Converts rows [j0, j0 + n) (n <= GML_FLASH_MAX_KEY_BLOCK) of a->kv's K and
+ * V into its buffers (ops/flash_attn.c). */
+void gml_flash_kv_load(const gml_flash_args *a, size_t j0, size_t n);
+
+/* The variants' only access to K and V: *kb, *vb point at rows j0 of K and
+ * V (row j0 + i at *kb + i * a->ldk), rows j0 .. j0 + n - 1 readable: in
+ * place for f32, else converted (kv's buffers: valid until the next call). */
+static inline void gml_flash_kv_rows(const gml_flash_args *a, size_t j0, size_t n,
+                                     const float **kb, const float **vb) {
+    if (!a->kv) {
+        *kb = a->k + j0 * a->ldk;
+        *vb = a->v + j0 * a->ldv;
+        return;
+    }
+    gml_flash_kv_load(a, j0, n);
+    *kb = a->kv->kbuf;
+    *vb = a->kv->vbuf;
+}
 
 /* The score of key j in lane l from its dot product (q scaled), every
  * option applied, as the variants form it: softcap, then the mask
@@ -261,7 +301,6 @@ GML_F32_ROPEI_UKERNELS(GML_DECLARE_ROPEI)
  * y[i] = x[i] converted, i < n (n >= 1; for q8_0 a multiple of 32, in
  * values): f32 -> f16, bf16 (uint16_t), q8_0 (gml_block_q8_0) and back to
  * f32, bitwise as gml_fp32_to_fp16 and friends. No overlap. */
-typedef void gml_cvt_ukernel(size_t n, const void *x, void *y);
 #define GML_DECLARE_CVT(isa, fn, tile) gml_cvt_ukernel fn;
 GML_F32_F16_CVT_UKERNELS(GML_DECLARE_CVT)
 GML_F16_F32_CVT_UKERNELS(GML_DECLARE_CVT)

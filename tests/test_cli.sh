@@ -560,8 +560,22 @@ expect_error 2 "--weights-dtype: 'q4' is not f32, f16, bf16 or q8_0" "unknown --
 expect_ok "weights of rows of 8" mha --seq 3 --d-model 8 --heads 2 --save-inputs "$T/wd8"
 expect_error 1 "has rows of 8 values, not a multiple of 32" "q8_0 with rows of 8" \
     "$GRAPHS/mha_fused.graph" --heads 2 --weights "$T/wd8/weights.safetensors" --weights-dtype q8_0
-expect_error 1 "w_q.weight is bf16 [64,64], expected f32" "a built-in block takes f32 weights only" \
-    mha --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16
+# the built-in blocks and layers take typed weights too: mha equals the graph file on them
+for dt in f16 bf16 q8_0; do
+    same_digest "mha --weights-dtype $dt: the graph file's digest" \
+        "mha --weights $T/wd/weights.safetensors --input $T/wd/x.npy --heads 2 --weights-dtype $dt" \
+        "$GRAPHS/mha_fused.graph --weights $T/wd/weights.safetensors --input $T/wd/x.npy --heads 2 --weights-dtype $dt"
+done
+for m in llama gpt2 bert; do
+    expect_ok "$m, f32 weights" $m --seq 5 --d-model 64 --heads 2 --ffn 64 --output "$T/${m}_f32.npy"
+    expect_ok "$m --weights-dtype bf16" $m --seq 5 --d-model 64 --heads 2 --ffn 64 --weights-dtype bf16 \
+        --output "$T/${m}_bf16.npy"
+    check "$m --weights-dtype bf16: another result than f32" sh -c "! cmp -s $T/${m}_f32.npy $T/${m}_bf16.npy"
+done
+expect_error 1 "gpt2: attn.c_attn.weight is q8_0 [64,192]: Conv1D weights [in, out]" \
+    "gpt2 takes no q8_0 Conv1D weights" gpt2 --seq 5 --d-model 64 --heads 2 --weights-dtype q8_0
+expect_error 1 "has rows of 48 values, not a multiple of 32" "llama --weights-dtype q8_0, F = 48" \
+    llama --seq 5 --d-model 64 --heads 2 --ffn 48 --weights-dtype q8_0
 expect_error 1 "tensor 'w_q.weight' is bf16; only f32 and i32 tensors are saved" "--save-inputs of bf16 weights" \
     "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16 --save-inputs "$T/wd2"
 K=$T/killed

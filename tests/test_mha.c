@@ -311,7 +311,7 @@ static void check_errors(void) {
 
     s = make_setup();
     s.w.w_q = gml_new_tensor_2d(s.ctx, GML_I32, 32, 32);
-    expect_error("w_q type", gml_mha, &s, ok, "is i32 [32,32], expected f32 [32,32]");
+    expect_error("w_q type", gml_mha, &s, ok, "is i32 [32,32], expected f32, f16, bf16 or q8_0 [32,32]");
 
     s = make_setup();
     s.w.w_v = NULL;

@@ -3,14 +3,16 @@
  * found it). A tool, not a test: timings on a shared machine are noisy, so
  * every number is the median of --runs runs after warm-up.
  *
- *   bench [--runs N] [--max-cube N] [--threads 1,2] [--only matmul|attention|decode|weights]
+ *   bench [--runs N] [--max-cube N] [--threads 1,2]
+ *         [--only matmul|attention|window|decode|weights|decode_types]
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
- * q8_0 weights. */
+ * q8_0 weights; a whole attention block's decoding step at C4's dimensions
+ * with those weights and an f16 KV cache (decode_types). */
 #define _POSIX_C_SOURCE 200809L
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
@@ -443,7 +445,7 @@ static void bench_decode(const opts *o) {
  * H=32, G=8, d_k=128, B=1): q = x W_q^T, k = x W_k^T, v = x W_v^T (W_k, W_v
  * [1024, 4096]) and o = q W_o^T, the 96 MiB of f32 weights a step reads,
  * with f32, bf16 and q8_0 weights (converted from the same f32 values).
- * Attention over the cache is left out: models/ takes f32 weights only. The
+ * Attention over the cache is left out (decode_types has it). The
  * types take turns run by run (a neighbour's load falls on all alike);
  * tokens/s from the median step, and the bytes a step holds: the weights
  * plus the planned buffer. */
@@ -513,6 +515,142 @@ static void bench_weights(const opts *o) {
     }
 }
 
+/* ---- decoding at C4's dimensions by weight and cache type -------------------
+ * One attention block's decoding step (gml_attn_decode: the q, k, v
+ * projections, the append to the KV cache, flash_attn over the cache, the
+ * output projection) at C4's dimensions (D=4096, H=32, G=8, d_k=128, B=1)
+ * after a context of CONTEXT tokens, with f32, bf16 and q8_0 weights
+ * (converted from the same f32 values) and an f16 cache, and f32 weights
+ * with an f32 cache for reference. Each cache is filled once by a prompt
+ * step of CONTEXT tokens (f32 weights, not timed); each run rewinds it to
+ * the context and decodes DECODE_TYPES_TOKENS tokens, the rows taking turns
+ * run by run. Memory: the weights + the cache + the step's planned buffer. */
+#define DECODE_TYPES_TOKENS 8
+
+static gml_context *c4_weights(gml_type type, gml_attn_weights *w, size_t *bytes) {
+    const int64_t D = 4096, KV = 8 * 128, rows[4] = {D, KV, KV, D};
+    gml_context *wctx = gml_init((gml_init_params){.mem_size = (size_t)(2 * D * D + 2 * KV * D) * 4 + (1 << 20)});
+    float *row = malloc((size_t)D * sizeof *row);
+    if (!wctx || !row) {
+        fprintf(stderr, "bench: decode types: out of memory\n");
+        exit(1);
+    }
+    gml_tensor **slot[4] = {&w->w_q, &w->w_k, &w->w_v, &w->w_o};
+    *w = (gml_attn_weights){0};
+    *bytes = 0;
+    for (int i = 0; i < 4; i++) {
+        gml_tensor *t = *slot[i] = gml_new_tensor_2d(wctx, type, rows[i], D);
+        for (int64_t r = 0; r < rows[i]; r++) {
+            fill(row, D, 31 + (uint32_t)(i * 7919 + r));
+            for (int64_t k = 0; k < D; k++) row[k] *= 0.03f; /* ~ nn.Linear's scale: softmax not flat */
+            char *dst = (char *)t->data + r * (int64_t)t->nb[2];
+            if (type == GML_F32) memcpy(dst, row, (size_t)D * 4);
+            else if (type == GML_Q8_0) gml_quantize_row_q8_0(row, (gml_block_q8_0 *)(void *)dst, D);
+            else for (int64_t k = 0; k < D; k++) ((uint16_t *)(void *)dst)[k] = gml_fp32_to_bf16(row[k]);
+        }
+        *bytes += gml_nbytes(t);
+    }
+    free(row);
+    return wctx;
+}
+
+/* A planned decode step of n tokens over cache with weights w. */
+static gml_graph *c4_step(gml_context **ctx, gml_kv_cache *cache, const gml_attn_weights *w,
+                          int64_t n, gml_kv_step *step) {
+    const gml_attn_config cfg = {.dims = {.n_heads = 32, .n_kv_heads = 8},
+                                 .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
+    *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, 1, n, 4096);
+    gml_set_flags(x, GML_FLAG_INPUT);
+    *step = gml_kv_step_new(*ctx, cache, n);
+    gml_tensor *y = gml_attn_decode(*ctx, cfg, w, x, step, 0);
+    gml_graph *g = y ? gml_build_graph(*ctx, &y, 1) : NULL;
+    if (!g || gml_graph_plan(g, NULL) != GML_OK) {
+        fprintf(stderr, "bench: decode types: %s\n", g ? gml_graph_error(g) : gml_last_error(*ctx));
+        exit(1);
+    }
+    fill(gml_graph_data(g, x), gml_nelements(x), 91 + (uint32_t)n);
+    return g;
+}
+
+static void bench_decode_types(const opts *o) {
+    enum { NR = 4 };
+    const gml_type wtype[NR] = {GML_F32, GML_F32, GML_BF16, GML_Q8_0};
+    const gml_type ctype[NR] = {GML_F32, GML_F16, GML_F16, GML_F16};
+    char err[512];
+    gml_kv_cache *cache[2]; /* f32, f16 */
+    for (int c = 0; c < 2; c++) {
+        cache[c] = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 8,
+                                                          .max_len = CONTEXT + DECODE_TYPES_TOKENS,
+                                                          .d_k = 128, .type = c ? GML_F16 : GML_F32},
+                                    err, sizeof err);
+        if (!cache[c]) {
+            fprintf(stderr, "bench: decode types: %s\n", err);
+            exit(1);
+        }
+    }
+    gml_context *wctx[3], *ctx[NR];
+    gml_attn_weights w[3];
+    size_t wbytes[3];
+    const gml_type types[3] = {GML_F32, GML_BF16, GML_Q8_0};
+    for (int t = 0; t < 3; t++) wctx[t] = c4_weights(types[t], &w[t], &wbytes[t]);
+    /* the context: one prompt step per cache (f32 weights), not timed */
+    for (int c = 0; c < 2; c++) {
+        gml_context *pctx;
+        gml_kv_step ps;
+        gml_graph *pg = c4_step(&pctx, cache[c], &w[0], CONTEXT, &ps);
+        if (gml_kv_step_compute(&ps, pg, o->threads[o->n_threads - 1], err, sizeof err) != GML_OK) {
+            fprintf(stderr, "bench: decode types: the prompt: %s\n", err);
+            exit(1);
+        }
+        gml_graph_free(pg);
+        gml_free(pctx);
+    }
+    gml_graph *g[NR];
+    gml_kv_step step[NR];
+    size_t mem[NR];
+    for (int r = 0; r < NR; r++) {
+        const int wt = wtype[r] == GML_F32 ? 0 : wtype[r] == GML_BF16 ? 1 : 2, c = ctype[r] == GML_F16;
+        g[r] = c4_step(&ctx[r], cache[c], &w[wt], 1, &step[r]);
+        mem[r] = wbytes[wt] + gml_kv_cache_bytes(cache[c]) + gml_graph_plan_peak(g[r]);
+    }
+    printf("\ndecoding at C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1, context %d: one attention "
+           "block's step\n(projections, cache append, flash_attn over the cache), %d tokens per run, "
+           "rows taking turns;\nmemory: weights + KV cache + the step's planned buffer\n",
+           CONTEXT, DECODE_TYPES_TOKENS);
+    printf("%-8s %-6s %7s %10s %10s %9s %9s %11s\n", "weights", "cache", "threads", "tokens/s",
+           "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB");
+    for (int j = 0; j < o->n_threads; j++) {
+        const int nth = o->threads[j];
+        double t[NR][MAX_RUNS];
+        pause_s(0.25);
+        for (int run = -1; run < o->runs; run++) /* run -1 warms up */
+            for (int r = 0; r < NR; r++) {
+                gml_kv_cache_truncate(step[r].cache, CONTEXT);
+                const double t0 = now_s();
+                for (int i = 0; i < DECODE_TYPES_TOKENS; i++)
+                    if (gml_kv_step_compute(&step[r], g[r], nth, err, sizeof err) != GML_OK) {
+                        fprintf(stderr, "bench: decode types: %s\n", err);
+                        exit(1);
+                    }
+                if (run >= 0) t[r][run] = (now_s() - t0) / DECODE_TYPES_TOKENS;
+            }
+        double sec[NR];
+        for (int r = 0; r < NR; r++) sec[r] = median(t[r], o->runs);
+        for (int r = 0; r < NR; r++)
+            printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f\n", gml_type_name(wtype[r]),
+                   gml_type_name(ctype[r]), nth, 1.0 / sec[r], sec[r] * 1e3, sec[1] / sec[r],
+                   sec[0] / sec[r], (double)mem[r] / (1 << 20));
+        fflush(stdout);
+    }
+    for (int r = 0; r < NR; r++) {
+        gml_graph_free(g[r]);
+        gml_free(ctx[r]);
+    }
+    for (int t = 0; t < 3; t++) gml_free(wctx[t]);
+    for (int c = 0; c < 2; c++) gml_kv_cache_free(cache[c]);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static void print_machine(const opts *o) {
@@ -547,7 +685,7 @@ static void print_machine(const opts *o) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|window|decode|weights]\n");
+                    "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types]\n");
     exit(2);
 }
 
@@ -570,7 +708,7 @@ int main(int argc, char **argv) {
             only = argv[++i];
             if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
                 strcmp(only, "window") != 0 && strcmp(only, "decode") != 0 &&
-                strcmp(only, "weights") != 0)
+                strcmp(only, "weights") != 0 && strcmp(only, "decode_types") != 0)
                 usage();
         } else {
             usage();
@@ -582,5 +720,6 @@ int main(int argc, char **argv) {
     if (strcmp(only, "window") == 0) bench_window(&o); /* also at the end of attention */
     if (!only[0] || strcmp(only, "decode") == 0) bench_decode(&o);
     if (!only[0] || strcmp(only, "weights") == 0) bench_weights(&o);
+    if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(&o);
     return 0;
 }

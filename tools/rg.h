@@ -159,6 +159,13 @@ bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
  * as the view [T, B, D] (a copy of the header into *buf). */
 const gml_tensor *rg_output_view(const rg_opts *o, const gml_tensor *t, gml_tensor *buf);
 
+/* The weights' types as --weights-dtype asks (has_dtype: the flag was
+ * given): 2-D f32 matrices converted to dtype, 1-D F16/BF16 tensors widened
+ * to f32, in a new context replacing *wctx (the old one freed) when
+ * anything changes. False, with a message, if q8_0 meets rows that are not
+ * a multiple of 32 or memory runs out. */
+bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_err *e);
+
 /* False, with a message, if `bytes` of tensor data for `what` exceed the
  * machine's memory. */
 bool rg_check_memory(uint64_t bytes, const char *what, rg_err *e);

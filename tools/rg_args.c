@@ -86,7 +86,7 @@ static const flag FLAGS[] = {
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
      "Data (without files: deterministic random data from --seed)"},
     [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN,
-     "converts the f32 weight matrices (2-D) to this type at load, for experiments (biases and "
+     "converts the f32 weight matrices (2-D) to this type at load (biases and "
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
      "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL},
     [F_INPUT] = {"--input", "FILE", M_ATTN, "self-attention input .npy [B, T, D]", NULL},

@@ -558,14 +558,14 @@ static bool valid_lens(const rg_opts *o, rg_data *d, rg_err *e) {
  * context that replaces the old one (freed: the weights are held once).
  * Without the flag, only the 1-D widening. Other tensors are copied as
  * they are (a file's F16 and BF16 matrices among them). */
-static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
-    gml_context *w = d->wctx;
+bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_err *e) {
+    gml_context *w = *wctx;
     if (!w) return true;
     bool any = false;
     size_t mem = 0;
     for (gml_tensor *t = gml_get_first_tensor(w); t; t = gml_get_next_tensor(w, t)) {
         gml_type to = t->type;
-        if (t->n_dims >= 2 && t->type == GML_F32 && o->has_weights_dtype) to = o->weights_dtype;
+        if (t->n_dims >= 2 && t->type == GML_F32 && has_dtype) to = dtype;
         if (t->n_dims == 1 && (t->type == GML_F16 || t->type == GML_BF16)) to = GML_F32;
         if (to == GML_Q8_0 && t->ne[3] % GML_QK8_0) {
             char s[64];
@@ -582,7 +582,7 @@ static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
     if (!c) return rg_fail(e, RG_RUNTIME, "out of memory for %zu bytes of converted weights", mem);
     for (gml_tensor *t = gml_get_first_tensor(w); t; t = gml_get_next_tensor(w, t)) {
         gml_type to = t->type;
-        if (t->n_dims >= 2 && t->type == GML_F32 && o->has_weights_dtype) to = o->weights_dtype;
+        if (t->n_dims >= 2 && t->type == GML_F32 && has_dtype) to = dtype;
         if (t->n_dims == 1 && (t->type == GML_F16 || t->type == GML_BF16)) to = GML_F32;
         gml_tensor *n = gml_new_tensor(c, to, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims);
         if (!n) {
@@ -592,8 +592,6 @@ static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
         }
         gml_set_name(n, t->name);
         n->flags = t->flags;
-        for (int i = 0; i < d->n_w; i++) /* the strict check's list follows */
-            if (d->w_tensor[i] == t) d->w_tensor[i] = n;
         const int64_t rows = gml_nelements(t) / t->ne[3], k = t->ne[3]; /* both contiguous */
         if (to == t->type) {
             memcpy(n->data, t->data, gml_nbytes(t));
@@ -614,10 +612,22 @@ static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
             if (to == GML_Q8_0) gml_quantize_row_q8_0(f, (gml_block_q8_0 *)(void *)dst, k);
         }
     }
-    for (int i = 0; i < d->n_ctxs; i++)
-        if (d->ctxs[i] == w) d->ctxs[i] = c;
     gml_free(w);
-    d->wctx = c;
+    *wctx = c;
+    return true;
+}
+
+static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+    gml_context *old = d->wctx;
+    if (!rg_convert_weights(&d->wctx, o->has_weights_dtype, o->weights_dtype, e)) return false;
+    if (d->wctx == old) return true;
+    for (int i = 0; i < d->n_ctxs; i++)
+        if (d->ctxs[i] == old) d->ctxs[i] = d->wctx;
+    /* the strict check follows the converted tensors (named without the prefix) */
+    for (int i = 0; i < d->n_w; i++)
+        if (d->w_tensor[i])
+            d->w_tensor[i] = gml_get_tensor(d->wctx, gml_safetensors_name(d->st, d->w_index[i]) +
+                                                         strlen(d->prefix));
     return true;
 }
 

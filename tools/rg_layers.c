@@ -49,6 +49,8 @@ typedef struct lopts {
     int64_t window;
     int32_t *lens;
     int n_lens;
+    bool has_dtype;
+    gml_type dtype;
 } lopts;
 
 /* The index of MODEL in argv when it names a layer, else 0: the first
@@ -92,6 +94,9 @@ static void help(void) {
            "single layer's may have none. Every tensor of the file must be used.\n"
            "\n"
            "  --weights FILE       f32 safetensors (default: deterministic random weights)\n"
+           "  --weights-dtype T    f32, f16, bf16 or q8_0: the f32 weight matrices converted at\n"
+           "                       load (norm weights and biases stay f32; a file's F16/BF16\n"
+           "                       matrices are used as they are; gpt2 takes no q8_0)\n"
            "  --input FILE         x .npy [B, T, D] (default: random)\n"
            "  --output FILE        writes the output .npy [B, T, D]\n"
            "  --layers N           layers stacked (default 1)\n"
@@ -189,6 +194,11 @@ static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err
         int64_t n = 0;
         bool llama_only = false, bert_only = false, ok = true;
         if (!strcmp(f, "--weights")) o->weights = v;
+        else if (!strcmp(f, "--weights-dtype")) {
+            if (!gml_type_from_name(v, &o->dtype) || o->dtype == GML_I32)
+                return rg_fail(e, RG_USAGE, "--weights-dtype: '%s' is not f32, f16, bf16 or q8_0", v);
+            o->has_dtype = true;
+        }
         else if (!strcmp(f, "--input")) o->input = v;
         else if (!strcmp(f, "--output")) o->output = v;
         else if (!strcmp(f, "--isa")) {
@@ -483,8 +493,11 @@ static bool load(run *r, rg_err *e) {
     if (!settle_sizes(r, e)) return false;
     if (!r->wctx) {
         r->random_weights = true;
-        if (!make_weights(r, e) || !bind_layers(r, e)) return false;
+        if (!make_weights(r, e)) return false;
     }
+    /* --weights-dtype, and a file's 1-D F16/BF16 widened; then bound (again) */
+    if (!rg_convert_weights(&r->wctx, r->o.has_dtype, r->o.dtype, e) || !bind_layers(r, e))
+        return false;
     /* x (random unless given) and the lengths: data of their own */
     size_t need = 2 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->B * 4;
     if (!r->x) {

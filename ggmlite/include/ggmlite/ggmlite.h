@@ -194,7 +194,9 @@ extern "C" {
  * every op takes f32; cpy converts between f32, f16, bf16 and q8_0 (any
  * pair); cont takes f16 and bf16 as well; matmul's b (linear's w) may be
  * f16, bf16 or q8_0 against an f32 a; get_rows reads f16, bf16 and q8_0
- * tables into f32 rows; the index ops take i32. Any other op refuses the
+ * tables into f32 rows; set_rows writes f32 rows into an f16 or bf16 dst
+ * (rounded); flash_attn's k and v may be f16 or bf16 (q f32); the index
+ * ops take i32. Any other op refuses the
  * other types when built, naming the op, the tensor and its type. */
 typedef enum gml_type {
     GML_F32 = 0,
@@ -567,8 +569,10 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
 /* Scatter, the inverse of get_rows: writes the rows of src into dst at the
  * row indices idx and returns a view of all of dst that stands for "dst after
  * the write" (read it, not dst, so the graph orders the readers after it).
- * dst [.., N, d] f32 (any strides; typically a KV cache), src [.., n, d] with
- * the same leading dims, idx i32 [n] (every slice alike) or [A, n] (slice
+ * dst [.., N, d] f32 or i32 (any strides; typically a KV cache), src [.., n,
+ * d] of its type with the same leading dims (or f32 src rows into an f16 or
+ * bf16 dst: each element rounded as gml_fp32_to_fp16 / gml_fp32_to_bf16,
+ * the same bits on every ISA: a half-precision KV cache), idx i32 [n] (every slice alike) or [A, n] (slice
  * [a, ...] uses row a; A = dst's first dim):
  *     dst[a, .., idx[a, i], :] = src[a, .., i, :]
  * An index outside [0, N) fails compute (nothing is written). An index may
@@ -616,7 +620,12 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
  * gml_softmax_ext's). A window skips the key blocks outside [i' - W + 1, i']
  * of a block of rows: the cost grows with W, not Tk. Sinks enter the final
  * normalisation of the online softmax. softcap uses a vector tanh (ops/vunary.h)
- * in the AVX2 / AVX-512 variants, tanhf in the scalar one. */
+ * in the AVX2 / AVX-512 variants, tanhf in the scalar one. k and v (both
+ * gml_flash_attn and _ext) may be f16 or bf16 as well as f32, each
+ * independently (q is f32): each key block's rows are converted to f32 as
+ * the micro-kernels load them (a block buffer per thread, never a whole f32
+ * copy), so the result is bitwise that of f32 k and v holding the converted
+ * values, on every ISA; q8_0 k or v is refused. */
 gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
 

@@ -49,6 +49,11 @@ typedef struct gml_kv_cache_params {
     int n_kv_heads;   /* G */
     int64_t max_len;  /* T_max: positions 0 .. T_max - 1; at most INT32_MAX (i32 positions) */
     int64_t d_k;      /* per-head size of keys and values */
+    gml_type type;    /* of K and V: GML_F32 (the default, 0), GML_F16 or GML_BF16. The new
+                         rows are rounded into it as they are appended (set_rows converting,
+                         round to nearest even) and flash_attn converts them back per key
+                         block: a step equals, within 1e-5 relative, the step over an f32
+                         cache holding the rounded values (tests/test_kv_cache_types.c) */
 } gml_kv_cache_params;
 
 typedef struct gml_kv_cache gml_kv_cache;
@@ -59,12 +64,14 @@ gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params params, char *err, size_t err
 void gml_kv_cache_free(gml_kv_cache *c);
 
 gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c);
-/* K and V of a layer, f32 [B, G, T_max, d_k] (NULL for a layer out of range). */
+/* K and V of a layer, [B, G, T_max, d_k] of the cache's type (NULL for a
+ * layer out of range). */
 gml_tensor *gml_kv_cache_k(const gml_kv_cache *c, int layer);
 gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer);
 /* Tokens cached so far: the position of the next one. */
 int64_t gml_kv_cache_len(const gml_kv_cache *c);
-/* Bytes of K and V data: 2 n_layers B G T_max d_k 4. */
+/* Bytes of K and V data: 2 n_layers B G T_max d_k (4 bytes each for f32,
+ * 2 for f16 and bf16). */
 size_t gml_kv_cache_bytes(const gml_kv_cache *c);
 /* Keeps the first len tokens (0 <= len <= the length; else nothing
  * changes and the result is false): decoding goes on from position len, the
