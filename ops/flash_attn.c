@@ -239,6 +239,11 @@ static void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst
 
 #define SCALAR_KEY_BLOCK 32
 
+/* expf, but +0 below -87.33654 (about ln FLT_MIN): the terms of the online
+ * softmax (summed to at least 1) are never subnormal, whose arithmetic costs
+ * a microcode assist on Intel (as vexp8_nosub in ops/vexp_x86.h). */
+static inline float expf_nosub(float x) { return x < -87.33654f ? 0.0f : expf(x); }
+
 static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
     const size_t nq = a->nq, dk = a->dk, dv = a->dv;
     float *s = a->work, *ot = s + (size_t)SCALAR_KEY_BLOCK * tile;
@@ -273,10 +278,10 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
             for (size_t j = 0; j < nk; j++) bmax = s[j * tile + l] > bmax ? s[j * tile + l] : bmax;
             const float mnew = bmax > m[l] ? bmax : m[l];
             const float base = mnew == -INFINITY ? 0.0f : mnew; /* no key seen yet */
-            const float alpha = expf(m[l] - base);
+            const float alpha = expf_nosub(m[l] - base);
             float bsum = 0;
             for (size_t j = 0; j < nk; j++) {
-                s[j * tile + l] = expf(s[j * tile + l] - base);
+                s[j * tile + l] = expf_nosub(s[j * tile + l] - base);
                 bsum += s[j * tile + l];
             }
             sum[l] = sum[l] * alpha + bsum;

@@ -219,7 +219,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             const __m256 mnew = _mm256_max_ps(bmax, m[v]);
             const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm256_blendv_ps(mnew, zero, none);
-            alpha[v] = vexp8(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp8_nosub(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm256_movemask_ps(_mm256_cmp_ps(alpha[v], one, _CMP_NEQ_UQ));
             m[v] = mnew;
         }
@@ -233,7 +233,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             __m256 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 8 * (size_t)v;
-                const __m256 e = vexp8(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
+                const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
                 _mm256_store_ps(sj, e);
                 acc = _mm256_add_ps(acc, e);
             }

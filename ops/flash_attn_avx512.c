@@ -224,7 +224,10 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             }
 
         /* online softmax. NaN scores are passed over by the max (max_ps
-         * returns its second operand) and make their lane NaN through exp. */
+         * returns its second operand) and make their lane NaN through exp.
+         * exp without subnormals (vexp16_nosub): terms below 2^-125.5 are
+         * +0, else the scores of a real model (spread over more than 87)
+         * make millions of subnormals, each a microcode assist on Intel. */
         __m512 base[2], alpha[2];
         __mmask16 moved = 0;
         for (int v = 0; v < NV; v++) {
@@ -235,7 +238,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
             const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm512_mask_blend_ps(none, mnew, zero);
-            alpha[v] = vexp16(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp16_nosub(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm512_cmp_ps_mask(alpha[v], _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
             m[v] = mnew;
         }
@@ -249,7 +252,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             __m512 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 16 * (size_t)v;
-                const __m512 e = vexp16(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
+                const __m512 e = vexp16_nosub(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
                 _mm512_store_ps(sj, e);
                 acc = _mm512_add_ps(acc, e);
             }

@@ -212,6 +212,83 @@ static void check_variants(void) {
     }
 }
 
+/* ---- no subnormal arithmetic ----------------------------------------------------
+ * Scores spread over hundreds (exp(s - max) far below FLT_MIN for most keys)
+ * and a max that jumps by hundreds from block to block (the rescale factor
+ * too): every variant must form its terms without a subnormal result or
+ * operand (on Intel each one costs a microcode assist: 6x slower attention,
+ * found on a Xeon). v in [1, 2] keeps the products of normal terms normal.
+ * The thread's MXCSR flags show it: underflow (0x10) and denormal operand
+ * (0x02) must stay clear. And the outputs stay within the tolerance of
+ * attention in double. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+
+static void check_no_subnormals(void) {
+    const size_t dk = 16, dv = 9, nk = 200;
+    for (size_t vi = 0; vi < sizeof VARIANTS / sizeof *VARIANTS; vi++) {
+        const variant *var = &VARIANTS[vi];
+        if (!cpu_runs(var->isa, var->name)) continue;
+        const size_t tile = (size_t)var->tile, nq = tile;
+        for (int growing = 0; growing < 2; growing++) {
+            float *k = malloc(nk * dk * 4), *v = malloc(nk * dv * 4);
+            float *qt = aligned_alloc(64, gml_align_up(dk * tile * 4, 64));
+            const size_t wfloats = GML_FLASH_WORK_FLOATS(tile, dv);
+            float *work = aligned_alloc(64, gml_align_up(wfloats * 4, 64));
+            float *outbuf = malloc(nq * dv * 4);
+            int32_t n_keys[32];
+            float *out_rows[32];
+            for (size_t j = 0; j < nk; j++)
+                for (size_t d = 0; d < dk; d++) /* growing: scores about 6 j */
+                    k[j * dk + d] = growing ? (float)j * rand_uniform(0.4f, 0.6f)
+                                            : rand_uniform(-1, 1);
+            for (size_t i = 0; i < nk * dv; i++) v[i] = rand_uniform(1, 2);
+            for (size_t i = 0; i < dk * tile; i++) /* random: scores within +-500 */
+                qt[i] = growing ? rand_uniform(0.5f, 1.0f) : rand_uniform(-60, 60);
+            for (size_t l = 0; l < nq; l++) {
+                n_keys[l] = (int32_t)(nk - l % 3);
+                out_rows[l] = outbuf + l * dv;
+            }
+            gml_flash_args a = {.nq = nq, .dk = dk, .dv = dv, .qt = qt, .k = k, .ldk = dk,
+                                .v = v, .ldv = dv, .n_keys = n_keys, .mask_stride = 1,
+                                .out = out_rows, .work = work};
+            _mm_setcsr(_mm_getcsr() & ~0x3fu);
+            var->fn(&a);
+            const unsigned flags = _mm_getcsr() & 0x3fu;
+            CHECK((flags & 0x12u) == 0,
+                  "%s (%s scores): MXCSR flags 0x%02x after the kernel: a subnormal %s", var->name,
+                  growing ? "growing" : "spread", flags,
+                  flags & 0x10u ? "result (underflow)" : "operand");
+            int bad = 0;
+            for (size_t l = 0; l < nq && bad < 3; l++) {
+                double s[200], max = -INFINITY, sum = 0;
+                for (size_t j = 0; j < (size_t)n_keys[l]; j++) {
+                    float dot = 0;
+                    for (size_t d = 0; d < dk; d++) dot = fmaf(k[j * dk + d], qt[d * tile + l], dot);
+                    s[j] = dot;
+                    max = fmax(max, dot);
+                }
+                for (size_t j = 0; j < (size_t)n_keys[l]; j++) sum += s[j] = exp(s[j] - max);
+                for (size_t c = 0; c < dv && bad < 3; c++) {
+                    double w = 0;
+                    for (size_t j = 0; j < (size_t)n_keys[l]; j++) w += s[j] * v[j * dv + c];
+                    w /= sum;
+                    const double got = out_rows[l][c];
+                    if (!(fabs(got - w) <= UKERNEL_REL_TOL * fabs(w) + UKERNEL_ABS_TOL)) {
+                        bad++;
+                        CHECK(false, "%s (%s scores): lane %zu out[%zu] = %.9g, want %.9g",
+                              var->name, growing ? "growing" : "spread", l, c, got, w);
+                    }
+                }
+            }
+            free(k), free(v), free(qt), free(work), free(outbuf);
+        }
+    }
+}
+#else
+static void check_no_subnormals(void) {}
+#endif
+
 /* ---- op level ---------------------------------------------------------------- */
 
 static gml_tensor *random_tensor(gml_context *ctx, int n_dims, const int64_t *ne) {
@@ -291,6 +368,7 @@ static void check_op(void) {
 
 int main(void) {
     check_variants();
+    check_no_subnormals();
     check_op();
     return check_report("test_ukernels_flash_attn");
 }

@@ -145,6 +145,45 @@ static void check_variants(void) {
     }
 }
 
+/* ---- no subnormal exp ------------------------------------------------------
+ * A row whose scores lie within 20 of the max or 200 and more below it: the
+ * vector variants' exp gives +0 for the far ones without computing a
+ * subnormal (ops/vexp_x86.h, vexp16_nosub: each subnormal result costs a
+ * microcode assist on Intel, which made attention 2-8x slower on a Xeon),
+ * and the normal outputs stay subnormal-free too. The thread's MXCSR
+ * underflow (0x10) and denormal operand (0x02) flags must stay clear. The
+ * scalar variant keeps the reference's expf (its subnormals included). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+
+static void check_no_subnormals(void) {
+    const size_t n = 301;
+    float *x = malloc(n * 4), *out = malloc(n * 4);
+    double *want = malloc(n * sizeof *want);
+    for (size_t k = 0; k < sizeof VARIANTS / sizeof *VARIANTS; k++) {
+        const variant *v = &VARIANTS[k];
+        if (v->isa == GML_ISA_SCALAR || !cpu_runs(v->isa, v->name)) continue;
+        for (size_t i = 0; i < n; i++)
+            x[i] = i % 3 == 0 ? rand_uniform(-20, 0) : rand_uniform(-600, -200);
+        x[n / 2] = 0.0f;
+        _mm_setcsr(_mm_getcsr() & ~0x3fu);
+        v->fn(n, x, NULL, 1.0f, out);
+        const unsigned flags = _mm_getcsr() & 0x3fu;
+        CHECK((flags & 0x12u) == 0, "%s: MXCSR flags 0x%02x after the kernel: a subnormal %s",
+              v->name, flags, flags & 0x10u ? "result (underflow)" : "operand");
+        softmax_double(n, x, NULL, 1.0f, want);
+        for (size_t i = 0; i < n; i++)
+            if (!(fabs(out[i] - want[i]) <= UKERNEL_REL_TOL * want[i] + 1e-37)) {
+                CHECK(false, "%s: out[%zu] = %.9g, want %.9g", v->name, i, out[i], want[i]);
+                break;
+            }
+    }
+    free(x), free(out), free(want);
+}
+#else
+static void check_no_subnormals(void) {}
+#endif
+
 /* ---- op level ------------------------------------------------------------ */
 
 static gml_tensor *random_tensor(gml_context *ctx, int n_dims, const int64_t *ne, float lo,
@@ -226,6 +265,7 @@ static void check_op(void) {
 
 int main(void) {
     check_variants();
+    check_no_subnormals();
     check_op();
     return check_report("test_ukernels_softmax");
 }

@@ -134,7 +134,10 @@
  *   (scalar, AVX2, AVX-512) for matmul, linear, copies, gathers, add, mul,
  *   sub, div, scale, neg and the index ops; softmax and flash_attn
  *   agree across ISAs within a few ulp (their exp and the width of their
- *   sums differ), exp, tanh, sigmoid, silu, gelu and gelu_tanh too (AVX2
+ *   sums differ; their AVX2 and AVX-512 exp makes no subnormal, whose
+ *   arithmetic costs a microcode assist on Intel: a term exp(s - max)
+ *   below 2^-125.5 is +0, so a weight under about 2^-125 may be +0 where
+ *   the scalar variant gives a subnormal), exp, tanh, sigmoid, silu, gelu and gelu_tanh too (AVX2
  *   and AVX-512 bitwise; the scalar variants, on libm, and they each within
  *   3 ulp of the double reference; gelu's within 1), and the
  *   reference kernels (GML_ISA_REFERENCE) within a tolerance. The
