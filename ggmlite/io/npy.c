@@ -261,20 +261,6 @@ static void default_name(const char *what, char *out, size_t size) {
     snprintf(out, size, "%.*s", (int)GML_MIN(len, size - 1), base);
 }
 
-/* An IEEE half (binary16) as float: exact. */
-static float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = h >> 10 & 0x1f, man = h & 0x3ff;
-    float v;
-    if (exp == 0) v = ldexpf((float)man, -24); /* zero, subnormal */
-    else if (exp == 31) v = man ? NAN : INFINITY;
-    else v = ldexpf((float)(man | 0x400), (int)exp - 25);
-    uint32_t bits;
-    memcpy(&bits, &v, 4);
-    bits |= sign;
-    memcpy(&v, &bits, 4);
-    return v;
-}
-
 /* Reads n elements of src kind at offset `at` into f32 dst, in chunks. */
 static bool convert_data(const gml_source *s, uint64_t at, const npy_header *h, float *dst,
                          uint64_t n, char *err, size_t es) {
@@ -294,7 +280,7 @@ static bool convert_data(const gml_source *s, uint64_t at, const npy_header *h, 
                                     at + i0 + j, i0 + j, b[0]);
                 dst[i0 + j] = b[0];
             } else if (h->src == NPY_F16) {
-                dst[i0 + j] = half_to_float((uint16_t)gml_le16(b));
+                dst[i0 + j] = gml_fp16_to_fp32((uint16_t)gml_le16(b)); /* as the f16 type widens */
             } else {
                 uint64_t bits = gml_le64(b);
                 double d;

@@ -4,7 +4,7 @@
  * watch). What they accept is consistent: one tensor whose data is the
  * input's last bytes (converted: nelements times the source dtype's size,
  * f32 values, and exactly what gml_parse_npy gives when no conversion was
- * needed). */
+ * needed; for '<f2', which gml_parse_npy keeps as f16, its values widened). */
 #include <ggmlite/ggmlite.h>
 #include <ggmlite/io.h>
 
@@ -49,7 +49,15 @@ static void converted(const uint8_t *data, size_t size, const gml_context *plain
         if (!p || p->type != t->type || memcmp(p->data, t->data, n * 4) != 0) __builtin_trap();
     } else {
         const size_t esize = !strcmp(from, "float64") ? 8 : !strcmp(from, "float16") ? 2 : !strcmp(from, "bool") ? 1 : 0;
-        if (plain || t->type != GML_F32 || !esize || n * esize > size) __builtin_trap();
+        /* '<f2' the plain parser also takes, as f16: the converted values are its values */
+        const gml_tensor *p = plain ? gml_get_tensor((gml_context *)plain, "x") : NULL;
+        if ((plain && (esize != 2 || !p || p->type != GML_F16 || gml_nelements(p) != (int64_t)n)) ||
+            t->type != GML_F32 || !esize || n * esize > size)
+            __builtin_trap();
+        for (size_t i = 0; p && i < n; i++) {
+            const float want = gml_fp16_to_fp32(((const uint16_t *)p->data)[i]), got = ((const float *)t->data)[i];
+            if (memcmp(&want, &got, 4) != 0) __builtin_trap();
+        }
         if (esize == 1)
             for (size_t i = 0; i < n; i++)
                 if (((const float *)t->data)[i] != (float)data[size - n + i]) __builtin_trap();
