@@ -7,23 +7,12 @@
  * combined with each other, rope, valid lengths and masks. No dense mask is
  * made by the blocks for any of them (checked on the graphs). */
 #include "attn_check.h"
+#include "attn_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static bool gqa_case(const attn_case *c) { return c->G && c->G != c->H; }
 

@@ -17,6 +17,7 @@
  *   - the stages' and blocks' error messages for bad masks, positions, rope
  *     settings and head tensors. */
 #include "attn_check.h"
+#include "attn_expect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,18 +40,6 @@ static gml_attn_result attn_stages(gml_context *ctx, gml_attn_config cfg,
     if (!out) return (gml_attn_result){0};
     return (gml_attn_result){.out = out, .weights = h.weights};
 }
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Each case through the unfused graph, then the fused one (attn_check
  * compares the fused output with the unfused graph's too). */

@@ -4,23 +4,12 @@
  * GQA against MHA with its K/V weights expanded head by head; the memory
  * each form needs; errors and parameter counts. */
 #include "attn_check.h"
+#include "attn_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static const attn_case SHAPES[] = {
     {.B = 2, .Tq = 5, .D = 16, .H = 4, .G = 2},

@@ -10,6 +10,7 @@
  * q and k at its run-time positions and equals the full forward. */
 #define _POSIX_C_SOURCE 200809L /* fork */
 #include "attn_check.h"
+#include "attn_expect.h"
 #include <ggmlite/kv_cache.h>
 
 #include <math.h>
@@ -20,18 +21,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define RTOL 1e-5
 #define ATOL 1e-6

@@ -4,23 +4,12 @@
  * contiguous and strided inputs; plus its invariants, its graph (names,
  * views, copies), its error messages and its parameter count. */
 #include "attn_check.h"
+#include "attn_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---- against the reference ----------------------------------------------- */
 

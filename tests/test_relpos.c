@@ -4,23 +4,12 @@
  * combination; zero tables against MHA; P = 0 against MHA (a per-row
  * constant the softmax cancels); the graph's size not growing with T; errors. */
 #include "attn_check.h"
+#include "attn_expect.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fails;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            fails++;                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static const attn_case SHAPES[] = {
     {.B = 2, .Tq = 9, .D = 32, .H = 4, .P = 3},
