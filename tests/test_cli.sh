@@ -24,38 +24,8 @@ GRAPHS=$SRC/tools/graphs
 T=$(mktemp -d /tmp/test_cli.XXXXXX) || exit 2
 trap 'rm -rf "$T"' EXIT
 
-n_checks=0 n_failed=0
-pass() { n_checks=$((n_checks + 1)); }
-fail() {
-    n_checks=$((n_checks + 1)) n_failed=$((n_failed + 1))
-    echo "FAIL: $*" >&2
-}
-# check DESCRIPTION COMMAND...: the command succeeds.
-check() {
-    local desc=$1
-    shift
-    if "$@" >"$T/check.out" 2>&1; then pass; else fail "$desc: $(head -c 600 "$T/check.out")"; fi
-}
-# run ARGS...: run-graph with stdout in $T/out, stderr in $T/err, status in $rc.
-run() {
-    "$RG" "$@" >"$T/out" 2>"$T/err"
-    rc=$?
-}
-# expect_ok DESCRIPTION ARGS...
-expect_ok() {
-    local desc=$1
-    shift
-    run "$@"
-    if [ "$rc" -eq 0 ]; then pass; else fail "$desc: exit $rc: $(cat "$T/err")"; fi
-}
-# digest ARGS...: the xxh3 of a --json run (empty on failure).
-digest() {
-    if "$RG" "$@" --json >"$T/d.json" 2>"$T/d.err"; then
-        "$CHECK" json-get "$T/d.json" xxh3
-    else
-        echo "run-graph $* failed: $(cat "$T/d.err")" >&2
-    fi
-}
+# pass, fail, check, run, expect_ok, digest
+source "$SRC/tests/cli_lib.sh"
 # same_digest DESCRIPTION "ARGS A" "ARGS B": both runs give one digest.
 same_digest() {
     local a b
