@@ -171,6 +171,7 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
         cJSON_AddNumberToObject(j, "min_ms_per_token", r->min_ms);
         cJSON_AddNumberToObject(j, "tokens_per_s", tps);
         cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
+        cJSON_AddStringToObject(j, "cache_dtype", gml_type_name(o->cache_dtype));
         cJSON_AddNumberToObject(j, "step_nodes", r->step_nodes);
         return print_json(j, e);
     }
@@ -187,8 +188,8 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     if (r->runs > 1) printf(" median, %.3f min of %d runs", r->min_ms, r->runs);
     printf(" (%d thread%s, %s), a step graph of %d nodes built once\n", o->threads, o->threads == 1 ? "" : "s",
            gml_isa_name(gml_get_isa()), r->step_nodes);
-    printf("memory  KV cache %.2f MiB (K and V [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
-           r->max_len);
+    printf("memory  KV cache %.2f MiB (K and V %s [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
+           gml_type_name(o->cache_dtype), r->max_len);
     return true;
 }
 
