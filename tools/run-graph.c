@@ -193,14 +193,17 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     return true;
 }
 
-/* Checks a result and, given digest, hashes it: one dense copy (rg_dense,
- * logical C order) serves both. An f32 result that holds NaN or an infinity
- * is an error, not an output: the message names the first such element and
- * how to find the node that made it. */
+/* Checks a result and, given digest, hashes it, in logical C order: its own
+ * data when contiguous, else one dense copy (rg_dense) for both. An f32
+ * result that holds NaN or an infinity is an error, not an output: the
+ * message names the first such element and how to find the node that made
+ * it. */
 static bool check_result(const rg_opts *o, const gml_tensor *t, const char *what, uint64_t *digest,
                          rg_err *e) {
-    size_t n_bytes;
-    void *bytes = rg_dense(t, &n_bytes);
+    size_t n_bytes = gml_nbytes(t);
+    const bool own = gml_is_contiguous(t); /* no copy of a [B, H, T, S] result */
+    void *copy = own ? NULL : rg_dense(t, &n_bytes);
+    const void *bytes = own ? t->data : copy;
     if (!bytes) return rg_fail(e, RG_RUNTIME, "out of memory");
     int64_t bad = 0, first = 0;
     if (t->type == GML_F32) {
@@ -210,7 +213,7 @@ static bool check_result(const rg_opts *o, const gml_tensor *t, const char *what
     }
     if (digest) *digest = XXH3_64bits(bytes, n_bytes);
     const float first_v = bad ? ((const float *)bytes)[first] : 0;
-    free(bytes);
+    free(copy);
     if (!bad) return true;
     int64_t idx[4] = {0}; /* first's index, outermost first */
     for (int d = 3; d >= 4 - t->n_dims; d--) {
