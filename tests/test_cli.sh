@@ -280,6 +280,19 @@ fused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
 expect_ok "unfused, T = 512" mha --seq 512 --d-model 32 --heads 4 --batch 1 --attn unfused --json
 unfused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
 check "fused peak_bytes ($fused_peak) < unfused / 8 ($unfused_peak)" test $((fused_peak * 8)) -lt "$unfused_peak"
+# the built-in blocks' unfused graph has the weights as an output only when asked for
+# (--attn-weights, --attn-svg): otherwise the planner reuses their memory (the fixtures above
+# check them against PyTorch when asked). A graph file's outputs are those it declares.
+for m in "mha --attn unfused" "relpos"; do
+    expect_ok "$m: no weights asked for" $m --seq 6 --d-model 16 --heads 2 --json --save-graph "$T/nw.graph"
+    check "$m: no weights asked for: no attn_shape" sh -c "! grep -q attn_shape '$T/out'"
+    check "$m: no weights asked for: the saved graph has one output" \
+        test "$(grep -c '^output ' "$T/nw.graph")" = 1
+    expect_ok "$m --attn-weights" $m --seq 6 --d-model 16 --heads 2 --json --attn-weights "$T/w.npy" \
+        --save-graph "$T/w.graph"
+    check "$m --attn-weights: attn_shape" test "$("$CHECK" json-get "$T/out" attn_shape)" = "[2,2,6,6]"
+    check "$m --attn-weights: the saved graph has two outputs" grep -qx "output attn" "$T/w.graph"
+done
 
 # ---- the ISA: GGMLITE_ISA (the library's environment variable) and --isa -----------------------
 
