@@ -804,8 +804,8 @@ static void op_typed(program *p, reader *r) {
 /* k or v [B, G, Tk, d] of type ty (f32, f16, bf16) for flash_attn: an f32
  * leaf ([B, Tk, G, d] permuted, sometimes) converted by cpy into a fresh
  * tensor of the type, and sometimes a KV cache: n new f32 rows written into
- * it by set_rows (rounded into the type) at indices [n] or [B, n], the
- * result read. NULL (error cleared by the caller) if it cannot be made. */
+ * it by set_rows (rounded into the type) at indices [n] or [B, n] in range
+ * (repeats allowed: the last row wins), the result read. NULL (error cleared by the caller) if it cannot be made. */
 static gml_tensor *typed_kv(program *p, reader *r, gml_type ty, int64_t B, int64_t G, int64_t tk,
                             int64_t d, int *taint) {
     const bool perm = chance(r, 40);
@@ -823,11 +823,15 @@ static gml_tensor *typed_kv(program *p, reader *r, gml_type ty, int64_t B, int64
     if (t && chance(r, 35)) { /* a cache: n new rows at run-time positions */
         const int64_t n = 1 + pick(r, (int)tk);
         entry *rows = normal_leaf(p, r, 4, (int64_t[]){B, G, n, d});
-        entry *idx = !rows            ? NULL
-                     : chance(r, 50) ? pick_index(p, r, 1, (int64_t[]){n}, (int32_t)tk)
-                                     : pick_index(p, r, 2, (int64_t[]){B, n}, (int32_t)tk);
+        /* indices in range: a failing compute would check nothing here
+         * (op_set_rows has the out-of-range ones) */
+        const bool per_batch = chance(r, 50);
+        entry *idx = rows ? new_leaf(p, r, GML_I32, per_batch ? 2 : 1,
+                                     per_batch ? (int64_t[]){B, n} : (int64_t[]){n}, V_INDEX,
+                                     (int32_t)tk, false)
+                          : NULL;
         if (!idx) return NULL;
-        rows->read = true;
+        idx->read = rows->read = true;
         e->written = true; /* an f32 cache is the leaf itself */
         *taint |= rows->taint;
         t = gml_set_rows(p->ctx, t, rows->t, idx->t);
