@@ -1453,6 +1453,10 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
         case GML_OP_MEAN: e = ea + U * max_abs(g, a); break;
         case GML_OP_ROPE: e = 2 * ea + 2 * U * max_abs(g, a); break;
         case GML_OP_SET_ROWS: e = fmax(ea, eb); break;
+        /* after(t, dep): t read once dep ran, and dep may have written into
+         * t (a cpy into a window of t, read back whole): t's values carry
+         * dep's error too */
+        case GML_OP_AFTER: e = fmax(ea, eb); break;
         case GML_OP_CPY: /* into f16, bf16, q8_0: an input error may round to the next step */
             e = t->type == GML_F16    ? ea + 0x1p-10 * max_abs(g, a) + 0x1p-24
                 : t->type == GML_BF16 ? ea + 0x1p-7 * max_abs(g, a)
