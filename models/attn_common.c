@@ -430,7 +430,9 @@ gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_a
     gml_tensor *attn = gml_attn_softmax(ctx, p, gml_attn_scores(ctx, p, qkv.q, qkv.k), in, sinks);
     gml_tensor *heads = gml_attn_context(ctx, p, attn, qkv.v); /* [B, H, Tq, d_k] */
     if (!heads) return (gml_attn_heads){0};
-    return (gml_attn_heads){.heads = heads, .weights = attn};
+    /* The weights only when asked: not handed out, they are an intermediate
+     * whose memory the planner reuses once the context has read them. */
+    return (gml_attn_heads){.heads = heads, .weights = p->cfg.graph.want_weights ? attn : NULL};
 }
 
 /* ---- stage 4: merge -------------------------------------------------------- */

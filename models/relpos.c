@@ -83,5 +83,5 @@ gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_r
     }
     gml_tensor *out = gml_attn_merge_p(ctx, &p, w, heads);
     if (!out || !attn) return fail;
-    return (gml_attn_result){.out = out, .weights = attn};
+    return (gml_attn_result){.out = out, .weights = p.cfg.graph.want_weights ? attn : NULL};
 }

@@ -3,6 +3,8 @@
  *
  *   cli_check close GOT.npy WANT.npy   same shape, |got - want| <= 2e-4 + 2e-4 |want|
  *                                      (the fixtures' tolerance); prints the largest error
+ *   cli_check near GOT.npy WANT.npy R  same shape, max |got - want| <= R max |want|; prints
+ *                                      that ratio (an error relative to the largest output)
  *   cli_check equal A.npy B.npy        same dtype, shape and bytes
  *   cli_check xxh3 FILE.npy            XXH3-64 of the data bytes, 16 hex digits
  *   cli_check json FILE KEY...         FILE holds exactly one JSON object with these keys
@@ -58,6 +60,38 @@ static int close_check(const char *got_path, const char *want_path) {
     return bad ? 1 : 0;
 }
 
+static int near_check(const char *got_path, const char *want_path, const char *rel_text) {
+    char *end;
+    const double rel = strtod(rel_text, &end);
+    if (*end || !(rel >= 0)) {
+        fprintf(stderr, "cli_check: near: '%s' is not a relative tolerance >= 0\n", rel_text);
+        return 2;
+    }
+    gml_context *cg, *cw;
+    gml_tensor *got = load(got_path, &cg), *want = load(want_path, &cw);
+    char sg[64], sw[64];
+    if (got->type != GML_F32 || want->type != GML_F32 || !gml_same_shape(got, want)) {
+        fprintf(stderr, "cli_check: %s is %s %s, %s is %s %s\n", got_path, gml_type_name(got->type),
+                gml_format_shape(got, sg, sizeof sg), want_path, gml_type_name(want->type),
+                gml_format_shape(want, sw, sizeof sw));
+        return 1;
+    }
+    const float *g = got->data, *w = want->data;
+    double err = 0, top = 0;
+    for (int64_t i = 0; i < gml_nelements(got); i++) {
+        const double d = fabs((double)g[i] - (double)w[i]);
+        if (!(d <= err)) err = d; /* NaN sticks */
+        top = fmax(top, fabs((double)w[i]));
+    }
+    const bool ok = err <= rel * top;
+    printf("%s vs %s: largest error %.3g, %.3g of the largest |want| %.3g (tolerance %g)\n", got_path,
+           want_path, err, top > 0 ? err / top : err, top, rel);
+    if (!ok) fprintf(stderr, "cli_check: %s: error %.3g > %g x %.3g\n", got_path, err, rel, top);
+    gml_free(cg);
+    gml_free(cw);
+    return ok ? 0 : 1;
+}
+
 static int equal_check(const char *a_path, const char *b_path) {
     gml_context *ca, *cb;
     gml_tensor *a = load(a_path, &ca), *b = load(b_path, &cb);
@@ -102,6 +136,7 @@ static cJSON *load_json(const char *path) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "close") == 0) return close_check(argv[2], argv[3]);
+    if (argc == 5 && strcmp(argv[1], "near") == 0) return near_check(argv[2], argv[3], argv[4]);
     if (argc == 4 && strcmp(argv[1], "equal") == 0) return equal_check(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "xxh3") == 0) return xxh3(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "json") == 0) {

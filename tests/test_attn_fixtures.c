@@ -302,7 +302,8 @@ static int run_case(const char *root, const char *name) {
             .score = {.causal = a.causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE},
             .pos = {.kind = a.rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = a.rope_theta},
             .graph = {.gqa_form = form == 1 ? GML_GQA_REPEAT : GML_GQA_BROADCAST,
-                      .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED}};
+                      .impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED,
+                      .want_weights = !fused}};
         g_max_rel = a.max_rel < 0 ? 0 : a.max_rel;
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
         gml_attn_result r = fn(ctx, cfg, &w, in);

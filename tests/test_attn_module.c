@@ -140,7 +140,7 @@ static void run_case(const char *root, const char *name) {
             .dims = {.n_heads = a.heads},
             .score = {.causal = a.causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE,
                       .add_zero_attn = a.zero_attn},
-            .graph = {.impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED}};
+            .graph = {.impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED, .want_weights = !fused}};
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
         gml_attn_result r = gml_mha(ctx, cfg, &w, in);
         gml_graph *g =

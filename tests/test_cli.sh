@@ -280,6 +280,19 @@ fused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
 expect_ok "unfused, T = 512" mha --seq 512 --d-model 32 --heads 4 --batch 1 --attn unfused --json
 unfused_peak=$("$CHECK" json-get "$T/out" peak_bytes)
 check "fused peak_bytes ($fused_peak) < unfused / 8 ($unfused_peak)" test $((fused_peak * 8)) -lt "$unfused_peak"
+# the built-in blocks' unfused graph has the weights as an output only when asked for
+# (--attn-weights, --attn-svg): otherwise the planner reuses their memory (the fixtures above
+# check them against PyTorch when asked). A graph file's outputs are those it declares.
+for m in "mha --attn unfused" "relpos"; do
+    expect_ok "$m: no weights asked for" $m --seq 6 --d-model 16 --heads 2 --json --save-graph "$T/nw.graph"
+    check "$m: no weights asked for: no attn_shape" sh -c "! grep -q attn_shape '$T/out'"
+    check "$m: no weights asked for: the saved graph has one output" \
+        test "$(grep -c '^output ' "$T/nw.graph")" = 1
+    expect_ok "$m --attn-weights" $m --seq 6 --d-model 16 --heads 2 --json --attn-weights "$T/w.npy" \
+        --save-graph "$T/w.graph"
+    check "$m --attn-weights: attn_shape" test "$("$CHECK" json-get "$T/out" attn_shape)" = "[2,2,6,6]"
+    check "$m --attn-weights: the saved graph has two outputs" grep -qx "output attn" "$T/w.graph"
+done
 
 # ---- the ISA: GGMLITE_ISA (the library's environment variable) and --isa -----------------------
 
@@ -311,6 +324,34 @@ same_digest "--decode --repeat: the same tokens" "mha --seq 3 --d-model 16 --hea
 expect_ok "--decode summary" mha --seq 4 --d-model 16 --heads 2 --decode 3 --max-len 10
 check "--decode summary: tokens/s" grep -qE '^decode  [0-9.]+ tokens/s, [0-9.]+ ms/token' "$T/out"
 check "--decode summary: the cache" grep -qE '^memory  KV cache [0-9.]+ MiB' "$T/out"
+# --cache-dtype f16|bf16: K and V rounded into the cache (round to nearest even, unit roundoff
+# u = 2^-11 for f16, 2^-8 for bf16). Each decoded output is a softmax-weighted average of V rows
+# through W_o, its scores from q . k: rounding K and V moves it by about u times the outputs'
+# size (measured here 0.17 to 0.26 u of the largest |output|, 2026-11-24), so the tolerance is
+# 1 u of the largest output: 4x margin, and an f16 run that got the bf16 cache (0.9e-3) or a cache
+# holding wrong rows (errors of the outputs' own size) misses it. The digest must differ from the
+# f32 cache's (the flag is not ignored) and the cache is half the bytes.
+CD="gqa --batch 2 --seq 20 --d-model 64 --heads 4 --kv-heads 2 --rope --decode 12"
+expect_ok "--cache-dtype f32" $CD --cache-dtype f32 --output "$T/cache_f32.npy" --json
+cache_f32=$("$CHECK" json-get "$T/out" cache_bytes) d_cache_f32=$("$CHECK" json-get "$T/out" xxh3)
+check "--cache-dtype f32 is the default" test "$(digest $CD)" = "$d_cache_f32"
+check "--cache-dtype f32: json cache_dtype" test "$("$CHECK" json-get "$T/out" cache_dtype)" = f32
+for dt in f16:0.00048828125 bf16:0.00390625; do
+    u=${dt#*:} dt=${dt%:*}
+    expect_ok "--cache-dtype $dt" $CD --cache-dtype $dt --output "$T/cache_$dt.npy" --json
+    check "--cache-dtype $dt: json cache_dtype" test "$("$CHECK" json-get "$T/out" cache_dtype)" = $dt
+    check "--cache-dtype $dt: half the cache bytes" test "$("$CHECK" json-get "$T/out" cache_bytes)" = \
+        $((cache_f32 / 2))
+    check "--cache-dtype $dt: another result than the f32 cache" \
+        test "$("$CHECK" json-get "$T/out" xxh3)" != "$d_cache_f32"
+    check "--cache-dtype $dt: within $u (1 u) of the largest output of the f32 cache" \
+        "$CHECK" near "$T/cache_$dt.npy" "$T/cache_f32.npy" $u
+done
+check "--cache-dtype bf16 misses f16's tolerance (the test tells the types apart)" \
+    sh -c "! '$CHECK' near '$T/cache_bf16.npy' '$T/cache_f32.npy' 0.00048828125"
+expect_ok "--cache-dtype: the summary names the type" mha --seq 4 --d-model 16 --heads 2 --decode 3 \
+    --cache-dtype bf16
+check "--cache-dtype: the summary names the type" grep -qE '^memory  KV cache [0-9.]+ MiB \(K and V bf16 ' "$T/out"
 
 # ---- --help, --list-ops, --version --------------------------------------------------------
 
@@ -318,7 +359,7 @@ expect_ok "--help" --help
 for flag in --batch --seq --kv-seq --d-model --heads --kv-heads --max-rel --m --n --k --causal --valid-lens \
     --weights --input --query --key --value --bind --seed --output --attn-weights --attn-svg --tokens \
     --query-tokens --attn-batch --dot --save-graph --save-inputs --threads --repeat --isa --profile \
-    --nan-trap --print-graph --json --help --list-ops --version --attn --decode --max-len; do
+    --nan-trap --print-graph --json --help --list-ops --version --attn --decode --max-len --cache-dtype; do
     check "--help documents $flag" grep -qE -- "^  $flag( |$)" "$T/out"
 done
 expect_ok "--list-ops" --list-ops
@@ -481,6 +522,11 @@ expect_error 2 "--attn-svg does not apply with --decode" "--decode with --attn-s
 expect_error 2 "--valid-lens does not apply with --decode" "--decode with --valid-lens" mha --decode 3 --valid-lens 1,2
 expect_error 2 "--decode runs the fused graph" "--decode with --attn unfused" mha --decode 3 --attn unfused
 expect_error 2 "--max-len is for --decode" "--max-len without --decode" mha --max-len 9
+expect_error 2 "--cache-dtype: 'f64' is not f32, f16 or bf16" "unknown --cache-dtype" mha --decode 2 \
+    --cache-dtype f64
+expect_error 2 "--cache-dtype: 'q8_0' is not f32, f16 or bf16" "--cache-dtype q8_0" mha --decode 2 --cache-dtype q8_0
+expect_error 2 "--cache-dtype is for --decode" "--cache-dtype without --decode" mha --cache-dtype f16
+expect_error 2 "--cache-dtype does not apply to relpos" "--cache-dtype for relpos" relpos --cache-dtype f16
 expect_error 1 "decode: kv_heads 3 must divide heads 4" "--decode with bad kv heads" gqa --heads 4 --kv-heads 3 \
     --d-model 16 --decode 2
 # outputs are checked before any work: one file spelled two ways, a directory

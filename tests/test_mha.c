@@ -261,12 +261,20 @@ static void check_errors(void) {
     EXPECT(r.out && !r.weights, "the well-formed setup (fused by default): %s",
            gml_last_error(s.ctx));
     gml_free(s.ctx);
-    const gml_attn_config unfused[] = {{.dims.n_heads = 4, .graph.want_weights = true},
-                                       {.dims.n_heads = 4, .graph.impl = GML_ATTN_UNFUSED}};
-    for (int i = 0; i < 2; i++) {
+    /* The weights only when asked (as nn.MultiheadAttention's need_weights):
+     * the unfused graph without want_weights gives none. */
+    const gml_attn_config unfused[] = {
+        {.dims.n_heads = 4, .graph.want_weights = true},
+        {.dims.n_heads = 4, .graph = {.impl = GML_ATTN_UNFUSED, .want_weights = true}},
+        {.dims.n_heads = 4, .graph.impl = GML_ATTN_UNFUSED}};
+    for (int i = 0; i < 3; i++) {
         s = make_setup();
         r = gml_mha(s.ctx, unfused[i], &s.w, s.in);
-        EXPECT(r.out && r.weights, "well-formed, unfused (%d): %s", i, gml_last_error(s.ctx));
+        EXPECT(r.out && (r.weights != NULL) == unfused[i].graph.want_weights,
+               "well-formed, unfused (%d): weights %s: %s", i, r.weights ? "given" : "absent",
+               gml_last_error(s.ctx));
+        /* the graph is the unfused one either way: its softmax node is named "attn" */
+        EXPECT(gml_get_tensor(s.ctx, "attn") != NULL, "unfused (%d): no 'attn' node", i);
         gml_free(s.ctx);
     }
 

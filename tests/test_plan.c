@@ -606,6 +606,49 @@ static void test_c2_peak(void) {
     gml_free(data);
 }
 
+/* The unfused graph's attention weights [B, H, T, T]: not asked for
+ * (want_weights false, .weights NULL) they are an intermediate whose memory
+ * the planner reuses; asked for (an output) they stay. Two unfused blocks in
+ * a row, the first one's weights wanted or not: the second block's scores
+ * reuse the first one's weights, so not wanting them saves at least their
+ * bytes at the peak. */
+static void test_unfused_weights_reused(void) {
+    const int64_t B = 2, T = 48, D = 32;
+    gml_context *data = gml_init((gml_init_params){.mem_size = (B * T * D + 4 * D * D) * 4 + (1 << 16)});
+    gml_attn_weights w = {0};
+    gml_tensor **ws[] = {&w.w_q, &w.w_k, &w.w_v, &w.w_o};
+    for (int i = 0; i < 4; i++) *ws[i] = gml_new_tensor_2d(data, GML_F32, D, D);
+    gml_attn_inputs in = {.query = gml_new_tensor_3d(data, GML_F32, B, T, D)};
+    size_t peak[2] = {0, 0}, attn_bytes = 0;
+    for (int want = 0; want < 2; want++) {
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        const gml_attn_config cfg = {.dims.n_heads = 4,
+                                     .graph = {.impl = GML_ATTN_UNFUSED, .want_weights = want}};
+        gml_attn_result r1 = gml_mha(ctx, cfg, &w, in);
+        gml_tensor *attn = gml_get_tensor(ctx, "attn"); /* the softmax node, either way */
+        CHECK(r1.out && attn && (r1.weights == (want ? attn : NULL)),
+              "unfused mha, want_weights %d: weights %p, 'attn' %p: %s", want, (void *)r1.weights,
+              (void *)attn, gml_last_error(ctx));
+        const gml_attn_config second = {.dims.n_heads = 4, .graph.impl = GML_ATTN_UNFUSED};
+        gml_attn_result r2 = gml_mha(ctx, second, &w, (gml_attn_inputs){.query = r1.out});
+        CHECK(r2.out && !r2.weights, "the second block: %s", gml_last_error(ctx));
+        gml_graph *g = r2.out ? gml_build_graph(ctx, (gml_tensor *[]){r2.out, r1.weights}, want ? 2 : 1)
+                              : NULL;
+        CHECK(g && gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) == GML_OK,
+              "plan two unfused mha blocks (want_weights %d)", want);
+        if (g) peak[want] = gml_graph_plan_peak(g);
+        if (attn) attn_bytes = gml_nbytes(attn);
+        if (g) gml_graph_free(g);
+        gml_free(ctx);
+    }
+    printf("two unfused MHA blocks (B=2 T=48 D=32 H=4): planned peak %zu bytes, %zu with the first "
+           "block's weights [2,4,48,48] (%zu bytes) an output\n", peak[0], peak[1], attn_bytes);
+    CHECK(peak[0] > 0 && peak[0] + attn_bytes <= peak[1],
+          "weights not wanted: peak %zu, wanted: %zu; expected a saving of >= %zu", peak[0], peak[1],
+          attn_bytes);
+    gml_free(data);
+}
+
 /* ---- the cases run 10,000 times -------------------------------------------------- */
 
 #define RSS_T 16 /* B=2 T=16 D=64 H=4: 10,000 runs in about a second */
@@ -620,7 +663,8 @@ static void g_mha(gml_context *ctx, struct io *io, gml_attn_impl impl) {
                           .w_o = F32(ctx, io, 64, 64), .b_o = F32(ctx, io, 64)};
     gml_attn_inputs in = {.query = F32(ctx, io, 2, RSS_T, 64),
                           .valid_lens = input(ctx, io, GML_I32, 1, (int64_t[]){2})};
-    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.dims.n_heads = 4, .score.causal = GML_CAUSAL_BOTTOM_RIGHT, .graph.impl = impl},
+    gml_attn_result r = gml_mha(ctx, (gml_attn_config){.dims.n_heads = 4, .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                                                  .graph = {.impl = impl, .want_weights = impl == GML_ATTN_UNFUSED}},
                                 &w, in);
     io->out[io->n_out++] = r.out;
     if (impl == GML_ATTN_UNFUSED) io->out[io->n_out++] = r.weights;
@@ -785,6 +829,7 @@ int main(int argc, char **argv) {
     test_replan_after_placement();
     test_free_order();
     test_c2_peak();
+    test_unfused_weights_reused();
     if (!quick) test_rss();
     return chk_summary();
 }

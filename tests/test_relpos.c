@@ -172,9 +172,13 @@ static void check_errors(void) {
     r = gml_relpos_attn(ctx, cfg, -1, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "max_rel -1"), "P -1: '%s'", gml_last_error(ctx));
     r = gml_relpos_attn(ctx, cfg, 3, &w, in);
-    EXPECT(r.out && r.weights, "well-formed relpos fails: %s", gml_last_error(ctx));
-    /* Relative positions have only the unfused graph: auto gives it (with
-     * weights), fused is refused. */
+    EXPECT(r.out && !r.weights, "well-formed relpos fails, or gives weights not asked for: %s",
+           gml_last_error(ctx));
+    r = gml_relpos_attn(ctx, (gml_attn_config){.dims.n_heads = 4, .graph.want_weights = true}, 3, &w,
+                        in);
+    EXPECT(r.out && r.weights, "relpos with want_weights: %s", gml_last_error(ctx));
+    /* Relative positions have only the unfused graph: auto gives it (the
+     * weights when asked), fused is refused. */
     r = gml_relpos_attn(ctx, (gml_attn_config){.dims.n_heads = 4, .graph.impl = GML_ATTN_FUSED},
                         3, &w, in);
     EXPECT(!r.out && strstr(gml_last_error(ctx), "relpos: has no fused graph"), "fused: '%s'",

@@ -306,8 +306,104 @@ static void test_causal_pattern(void) {
     }
 }
 
+/* ---- no subnormal exp terms, options path included --------------------------
+ * The AVX2 and AVX-512 softmax forms exp(s - max) with vexp*_nosub: a term
+ * below 2^-125.5 is +0, never a subnormal (each costs a microcode assist on
+ * Intel). gml_softmax_ext's options (window, softcap, alibi, sinks, valid
+ * lengths, positions, top-left causal) form the scores in scratch and then
+ * run that same micro-kernel; softcap's tanh takes exp(+2|s/c|), which
+ * overflows but never underflows. Rows here: one key at the max, the rest
+ * 80 to 104 below it (across exp's subnormal range) or far below, so the sum stays
+ * under sqrt(2) and a normal term stays normal once normalized. The
+ * thread's MXCSR flags (underflow 0x10, denormal operand 0x02) must stay
+ * clear; the public vexp (gml_exp) on the same scores raises underflow, which
+ * shows the flags are read where the kernels run. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+
+static unsigned mxcsr_flags_of(gml_graph *g) {
+    _mm_setcsr(_mm_getcsr() & ~0x3fu);
+    const gml_status st = gml_graph_compute(g, 1); /* 1 thread: the caller's */
+    const unsigned flags = _mm_getcsr() & 0x3fu;
+    CHECK(st == GML_OK, "compute: %s", gml_graph_error(g));
+    return flags;
+}
+
+static void test_no_subnormal_terms(void) {
+    const int64_t B = 1, H = 2, TQ = 3, TK = 67;
+    static const struct {
+        const char *what;
+        gml_attn_opts o;
+        bool lens, sinks;
+    } OPTS[] = {
+        {"no options (main path)", {0}, false, false},
+        {"window 70, causal", {.window = 70, .causal = GML_CAUSAL_BOTTOM_RIGHT}, false, false},
+        {"softcap 400", {.softcap = 400.0f}, false, false},
+        {"alibi 8", {.alibi_max_bias = 8.0f}, false, false},
+        {"sinks -200", {0}, false, true},
+        {"valid lengths", {0}, true, false},
+        {"top-left causal", {.causal = GML_CAUSAL_TOP_LEFT}, false, false},
+    };
+    const gml_isa saved = gml_get_isa();
+    for (int isa = GML_ISA_AVX2; isa <= GML_ISA_AVX512; isa++) {
+        if (!gml_cpu_has((gml_isa)isa)) {
+            printf("skipped: no subnormal terms on %s (not this CPU)\n", gml_isa_name((gml_isa)isa));
+            continue;
+        }
+        gml_set_isa((gml_isa)isa);
+        for (size_t k = 0; k < sizeof OPTS / sizeof *OPTS; k++) {
+            chk_rng r = chk_seed(900 + k);
+            chk_case("no subnormal terms: softmax_ext %s on %s", OPTS[k].what, gml_isa_name((gml_isa)isa));
+            gml_context *ctx = chk_ctx(1 << 20);
+            gml_tensor *x = gml_new_tensor_4d(ctx, GML_F32, B, H, TQ, TK);
+            float *xd = x->data;
+            for (int64_t i = 0; i < gml_nelements(x); i++) { /* key (i % TK) == 0: the max */
+                const int64_t j = i % TK;
+                xd[i] = j == 0 ? 0.0f : j % 3 ? chk_uniform(&r, -104.0f, -80.0f) : chk_uniform(&r, -400.0f, -110.0f);
+            }
+            gml_attn_opts o = OPTS[k].o;
+            if (OPTS[k].lens) {
+                o.valid_lens = gml_new_tensor_1d(ctx, GML_I32, B);
+                ((int32_t *)o.valid_lens->data)[0] = (int32_t)TK - 5;
+            }
+            if (OPTS[k].sinks) {
+                o.sinks = gml_new_tensor_1d(ctx, GML_F32, H);
+                for (int64_t h = 0; h < H; h++) ((float *)o.sinks->data)[h] = -200.0f;
+            }
+            gml_tensor *y = gml_softmax_ext(ctx, x, 1.0f, &o);
+            gml_tensor *e = gml_exp(ctx, x);
+            gml_graph *gy = y ? gml_build_graph(ctx, &y, 1) : NULL, *ge = gml_build_graph(ctx, &e, 1);
+            CHECK(gy && ge, "%s: %s", OPTS[k].what, gml_last_error(ctx));
+            if (gy && ge) {
+                const unsigned flags = mxcsr_flags_of(gy);
+                CHECK((flags & 0x12u) == 0, "softmax_ext %s on %s: MXCSR flags 0x%02x: a subnormal %s",
+                      OPTS[k].what, gml_isa_name((gml_isa)isa), flags,
+                      flags & 0x10u ? "result (underflow)" : "operand");
+                const float *yd = y->data;
+                int n_sub = 0, n_pos = 0;
+                for (int64_t i = 0; i < gml_nelements(y); i++) {
+                    n_sub += fpclassify(yd[i]) == FP_SUBNORMAL;
+                    n_pos += yd[i] > 0 && i % TK != 0;
+                }
+                CHECK(n_sub == 0 && n_pos > 0, "softmax_ext %s on %s: %d subnormal weights, %d "
+                      "positive ones besides the max", OPTS[k].what, gml_isa_name((gml_isa)isa), n_sub, n_pos);
+                CHECK(mxcsr_flags_of(ge) & 0x10u, "exp on %s: no underflow flag: the flags are not "
+                      "read where the kernels run", gml_isa_name((gml_isa)isa));
+            }
+            if (gy) gml_graph_free(gy);
+            if (ge) gml_graph_free(ge);
+            gml_free(ctx);
+        }
+    }
+    gml_set_isa(saved);
+}
+#else
+static void test_no_subnormal_terms(void) {}
+#endif
+
 int main(void) {
     test_masks();
+    test_no_subnormal_terms();
     test_low_dims();
     test_large_magnitudes();
     test_fully_masked();

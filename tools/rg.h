@@ -67,6 +67,7 @@ typedef struct rg_opts {
     gml_attn_impl attn_impl; /* --attn: AUTO (fused unless the weights are asked for) */
     int64_t decode;          /* --decode N: tokens decoded after the prompt; 0: no decoding */
     int64_t max_len;         /* --max-len: the KV cache's positions; 0: prompt + N */
+    gml_type cache_dtype;    /* --cache-dtype: the KV cache's K and V, GML_F32 (default), F16, BF16 */
     const char *weights, *input, *query, *key, *value;
     gml_type weights_dtype; /* --weights-dtype (has_weights_dtype): 2-D f32 weights made this */
     bool has_weights_dtype;

@@ -37,7 +37,7 @@ enum {
 
 typedef enum flag_id {
     F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
-    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_WEIGHTS, F_WEIGHTS_DTYPE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_CACHE_DTYPE, F_WEIGHTS, F_WEIGHTS_DTYPE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_PREFIX, F_NON_STRICT, F_SEQ_FIRST, F_ATTN_MASK, F_KEY_PADDING_MASK,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
@@ -81,6 +81,9 @@ static const flag FLAGS[] = {
      NULL},
     [F_MAX_LEN] = {"--max-len", "T_MAX", M_MHA | M_GQA,
      "--decode: the KV cache's positions (default T + N); passing it is an error", NULL},
+    [F_CACHE_DTYPE] = {"--cache-dtype", "f32|f16|bf16", M_MHA | M_GQA,
+     "--decode: the type of the KV cache's K and V (default f32); f16 and bf16 halve its bytes, "
+     "the new K and V rows rounded into it (round to nearest even)", NULL},
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN,
      "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
@@ -291,6 +294,12 @@ static bool apply(rg_opts *o, flag_id id, const char *v, rg_err *e) {
         return true;
     case F_DECODE: return parse_int(name, v, 1, INT32_MAX, &o->decode, e);
     case F_MAX_LEN: return parse_int(name, v, 1, INT32_MAX, &o->max_len, e);
+    case F_CACHE_DTYPE:
+        if (strcmp(v, "f32") == 0) o->cache_dtype = GML_F32;
+        else if (strcmp(v, "f16") == 0) o->cache_dtype = GML_F16;
+        else if (strcmp(v, "bf16") == 0) o->cache_dtype = GML_BF16;
+        else return rg_fail(e, RG_USAGE, "--cache-dtype: '%s' is not f32, f16 or bf16", v);
+        return true;
     case F_WEIGHTS: o->weights = v; return true;
     case F_WEIGHTS_DTYPE:
         if (!gml_type_from_name(v, &o->weights_dtype) || o->weights_dtype == GML_I32)
@@ -412,6 +421,8 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     if ((o->prefix || o->non_strict) && !o->weights)
         return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
     if (given[F_MAX_LEN] && !o->decode) return rg_fail(e, RG_USAGE, "--max-len is for --decode");
+    if (given[F_CACHE_DTYPE] && !o->decode)
+        return rg_fail(e, RG_USAGE, "--cache-dtype is for --decode (the KV cache's type)");
     if (o->decode) { /* a prompt, then one token at a time: causal self-attention, fused */
         static const flag_id NOT_WITH_DECODE[] = {
             F_VALID_LENS, F_QUERY, F_KEY, F_VALUE, F_ATTN_WEIGHTS, F_ATTN_SVG, F_DOT, F_SAVE_GRAPH,

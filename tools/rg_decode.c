@@ -102,7 +102,8 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
                        (long long)(r->prompt + r->tokens), (long long)r->max_len);
     gml_kv_cache *cache = gml_kv_cache_new(
         (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = (int)G,
-                              .max_len = r->max_len, .d_k = D / H},
+                              .max_len = r->max_len, .d_k = D / H,
+                              .type = o->cache_dtype},
         err, sizeof err);
     if (!cache) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
     r->cache_bytes = gml_kv_cache_bytes(cache);

@@ -51,7 +51,9 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
         return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(ctx));
     }
     m->out = m->outs[0] = r.out;
-    m->attn = m->outs[1] = r.weights; /* NULL from the fused graph */
+    /* The weights only when --attn-weights or --attn-svg asked for them
+     * (cfg.graph.want_weights; else NULL, and the planner reuses their memory). */
+    m->attn = m->outs[1] = r.weights;
     m->n_outs = r.weights ? 2 : 1;
     return true;
 }

@@ -171,6 +171,7 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
         cJSON_AddNumberToObject(j, "min_ms_per_token", r->min_ms);
         cJSON_AddNumberToObject(j, "tokens_per_s", tps);
         cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
+        cJSON_AddStringToObject(j, "cache_dtype", gml_type_name(o->cache_dtype));
         cJSON_AddNumberToObject(j, "step_nodes", r->step_nodes);
         return print_json(j, e);
     }
@@ -187,19 +188,22 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
     if (r->runs > 1) printf(" median, %.3f min of %d runs", r->min_ms, r->runs);
     printf(" (%d thread%s, %s), a step graph of %d nodes built once\n", o->threads, o->threads == 1 ? "" : "s",
            gml_isa_name(gml_get_isa()), r->step_nodes);
-    printf("memory  KV cache %.2f MiB (K and V [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
-           r->max_len);
+    printf("memory  KV cache %.2f MiB (K and V %s [B, G, %" PRId64 ", d_k])\n", (double)r->cache_bytes / (1 << 20),
+           gml_type_name(o->cache_dtype), r->max_len);
     return true;
 }
 
-/* Checks a result and, given digest, hashes it: one dense copy (rg_dense,
- * logical C order) serves both. An f32 result that holds NaN or an infinity
- * is an error, not an output: the message names the first such element and
- * how to find the node that made it. */
+/* Checks a result and, given digest, hashes it, in logical C order: its own
+ * data when contiguous, else one dense copy (rg_dense) for both. An f32
+ * result that holds NaN or an infinity is an error, not an output: the
+ * message names the first such element and how to find the node that made
+ * it. */
 static bool check_result(const rg_opts *o, const gml_tensor *t, const char *what, uint64_t *digest,
                          rg_err *e) {
-    size_t n_bytes;
-    void *bytes = rg_dense(t, &n_bytes);
+    size_t n_bytes = gml_nbytes(t);
+    const bool own = gml_is_contiguous(t); /* no copy of a [B, H, T, S] result */
+    void *copy = own ? NULL : rg_dense(t, &n_bytes);
+    const void *bytes = own ? t->data : copy;
     if (!bytes) return rg_fail(e, RG_RUNTIME, "out of memory");
     int64_t bad = 0, first = 0;
     if (t->type == GML_F32) {
@@ -209,7 +213,7 @@ static bool check_result(const rg_opts *o, const gml_tensor *t, const char *what
     }
     if (digest) *digest = XXH3_64bits(bytes, n_bytes);
     const float first_v = bad ? ((const float *)bytes)[first] : 0;
-    free(bytes);
+    free(copy);
     if (!bad) return true;
     int64_t idx[4] = {0}; /* first's index, outermost first */
     for (int d = 3; d >= 4 - t->n_dims; d--) {

@@ -10,7 +10,10 @@
  * broadcast shapes, scale, softmax (mask, scale, causal), repeat_interleave,
  * get_rows and set_rows (indices in range, sometimes out of range),
  * valid_len_mask, relpos_index, flash_attn (mask, valid lens, scale, causal,
- * GQA, permuted K/V), after, and an unfused attention chain. A builder that
+ * GQA, permuted K/V; also on f16/bf16 K and V, converted by cpy or written
+ * into a typed cache by set_rows, beside its twin on f32 K and V holding the
+ * converted values, which must give the same bits in every run), after, and
+ * an unfused attention chain. A builder that
  * refuses its inputs (shape errors, an aliased cpy) returns NULL: the op is
  * skipped and the error cleared. The graph's outputs are every op result no
  * later op read.
@@ -89,9 +92,9 @@ static unsigned next_byte(reader *r) { return r->i < r->n ? r->p[r->i++] : 0u; }
 /* The op kinds decode() draws from, N_KINDS unless a saved reproducer asks
  * for the format it was found with: GGMLITE_FUZZ_DIFF_KINDS=n (20: the
  * first version, also GGMLITE_FUZZ_DIFF_V1; 25: before the norms and the
- * attention options; 26: before the typed tensors). softmax and flash_attn
- * draw options from 26 on. */
-enum { N_KINDS = 27 };
+ * attention options; 26: before the typed tensors; 27: before flash_attn on
+ * typed K and V). softmax and flash_attn draw options from 26 on. */
+enum { N_KINDS = 28 };
 static int g_kinds = -1;
 
 static int pick(reader *r, int n) { return n <= 1 ? 0 : (int)(next_byte(r) % (unsigned)n); }
@@ -132,6 +135,7 @@ typedef struct entry {
                        masks take it, so data stays finite */
     bool written;   /* the destination of a cpy or set_rows: no other op takes
                        it (it would read it before or after the write) */
+    bool keep;      /* an output even when read (one of a twin pair) */
 } entry;
 
 typedef struct program program;
@@ -148,6 +152,10 @@ struct program {
     gml_tensor *outs[MAX_OUTS];
     int out_taint[MAX_OUTS];
     int n_outs;
+    /* Twins: two results the contracts say are bitwise equal in every run
+     * (flash_attn on typed K/V and on f32 K/V holding the converted values). */
+    gml_tensor *twins[MAX_OUTS][2];
+    int n_twins;
 };
 
 static entry *push(program *p, gml_tensor *t, int taint, int32_t ibound, bool is_leaf) {
@@ -793,6 +801,103 @@ static void op_typed(program *p, reader *r) {
     }
 }
 
+/* k or v [B, G, Tk, d] of type ty (f32, f16, bf16) for flash_attn: an f32
+ * leaf ([B, Tk, G, d] permuted, sometimes) converted by cpy into a fresh
+ * tensor of the type, and sometimes a KV cache: n new f32 rows written into
+ * it by set_rows (rounded into the type) at indices [n] or [B, n] in range
+ * (repeats allowed: the last row wins), the result read. NULL (error cleared by the caller) if it cannot be made. */
+static gml_tensor *typed_kv(program *p, reader *r, gml_type ty, int64_t B, int64_t G, int64_t tk,
+                            int64_t d, int *taint) {
+    const bool perm = chance(r, 40);
+    const int64_t ne[4] = {B, perm ? tk : G, perm ? G : tk, d};
+    entry *e = normal_leaf(p, r, 4, ne);
+    if (!e) return NULL;
+    e->read = true;
+    *taint |= e->taint;
+    gml_tensor *t = e->t;
+    if (ty != GML_F32) {
+        gml_tensor *dst = gml_new_tensor(p->ctx, ty, 4, ne);
+        t = dst ? gml_cpy(p->ctx, t, dst) : NULL;
+    }
+    if (t && perm) t = gml_permute(p->ctx, t, (int[]){0, 2, 1, 3});
+    if (t && chance(r, 35)) { /* a cache: n new rows at run-time positions */
+        const int64_t n = 1 + pick(r, (int)tk);
+        entry *rows = normal_leaf(p, r, 4, (int64_t[]){B, G, n, d});
+        /* indices in range: a failing compute would check nothing here
+         * (op_set_rows has the out-of-range ones) */
+        const bool per_batch = chance(r, 50);
+        entry *idx = rows ? new_leaf(p, r, GML_I32, per_batch ? 2 : 1,
+                                     per_batch ? (int64_t[]){B, n} : (int64_t[]){n}, V_INDEX,
+                                     (int32_t)tk, false)
+                          : NULL;
+        if (!idx) return NULL;
+        idx->read = rows->read = true;
+        e->written = true; /* an f32 cache is the leaf itself */
+        *taint |= rows->taint;
+        t = gml_set_rows(p->ctx, t, rows->t, idx->t);
+    }
+    return t;
+}
+
+/* t (f16 or bf16; f32 as it is) copied into a fresh f32 tensor of its shape. */
+static gml_tensor *as_f32_copy(program *p, gml_tensor *t) {
+    if (!t || t->type == GML_F32) return t;
+    int64_t ne[4];
+    const int nd = shape_of(t, ne);
+    gml_tensor *dst = gml_new_tensor(p->ctx, GML_F32, nd, ne);
+    return dst ? gml_cpy(p->ctx, t, dst) : NULL;
+}
+
+/* flash_attn on f16 or bf16 K and V (or one of them f32), as a KV cache of
+ * that type gives them, and sometimes its twin on f32 K and V holding the
+ * converted values: gml_flash_attn's contract is that the two are bitwise
+ * equal on every ISA and thread count. */
+static void op_flash_attn_typed(program *p, reader *r) {
+    entry *q = chance(r, 40) ? take(p, r, false, 4) : NULL;
+    if (!q) {
+        q = normal_leaf(p, r, 4, (int64_t[]){small_dim(r), small_dim(r), rand_dim(r), rand_dim(r)});
+        if (!q) return;
+        q->read = true;
+    }
+    int64_t ne[4];
+    shape_of(q->t, ne);
+    const int64_t B = ne[0], H = ne[1], tq = ne[2], dk = ne[3];
+    int64_t G = 1 + pick(r, (int)H);
+    while (H % G) G--;
+    const int64_t tk = rand_dim(r), dv = rand_dim(r);
+    static const gml_type TY[] = {GML_F16, GML_BF16, GML_F32};
+    gml_type tyk = TY[pick(r, 3)];
+    const gml_type tyv = TY[pick(r, 3)];
+    if (tyk == GML_F32 && tyv == GML_F32) tyk = GML_F16;
+    int taint = q->taint | T_EXP;
+    gml_tensor *kt = typed_kv(p, r, tyk, B, G, tk, dk, &taint);
+    gml_tensor *vt = kt ? typed_kv(p, r, tyv, B, G, tk, dv, &taint) : NULL;
+    if (!vt) {
+        gml_clear_error(p->ctx);
+        return;
+    }
+    int64_t sne[4] = {B, H, tq, tk};
+    entry *m = pick_mask(p, r, 4, sne);
+    entry *lens = chance(r, 30) ? lens_leaf(p, r, B, tq, tk) : NULL;
+    const float scale = chance(r, 50) ? 1.0f / sqrtf((float)dk) : pick_scale(r);
+    gml_attn_opts o = {.mask = m ? m->t : NULL, .valid_lens = lens ? lens->t : NULL,
+                       .causal = chance(r, 40)};
+    taint |= m ? m->taint : 0;
+    if (chance(r, 40)) taint |= pick_attn_opts(p, r, &o, true, B, H, tq, tk, false);
+    entry *f = result(p, gml_flash_attn_ext(p->ctx, q->t, kt, vt, scale, &o), taint, 0);
+    if (!f || !chance(r, 60) || p->n_twins == MAX_OUTS) return;
+    gml_tensor *k32 = as_f32_copy(p, kt), *v32 = as_f32_copy(p, vt);
+    entry *f32 = k32 && v32 ? result(p, gml_flash_attn_ext(p->ctx, q->t, k32, v32, scale, &o), taint, 0)
+                            : NULL;
+    if (!f32) {
+        gml_clear_error(p->ctx);
+        return;
+    }
+    f->keep = f32->keep = true;
+    p->twins[p->n_twins][0] = f->t;
+    p->twins[p->n_twins++][1] = f32->t;
+}
+
 /* Builds the program the bytes describe in p->ctx; false if nothing to
  * compute. Deterministic: the same bytes build the same graph in any context. */
 static bool decode(program *p, const uint8_t *data, size_t size) {
@@ -839,13 +944,14 @@ static bool decode(program *p, const uint8_t *data, size_t size) {
         case 23: op_reduce(p, &r); break;
         case 24: op_rope(p, &r); break;
         case 25: op_norm(p, &r); break;
-        default: op_typed(p, &r); break;
+        case 26: op_typed(p, &r); break;
+        default: op_flash_attn_typed(p, &r); break;
         }
     }
     if (gml_last_error(p->ctx)[0]) gml_clear_error(p->ctx);
     for (int i = 0; i < p->n_pool && p->n_outs < MAX_OUTS; i++) {
         const entry *e = &p->pool[i];
-        if (e->is_leaf || (e->read && !p->all_outs)) continue;
+        if (e->is_leaf || (e->read && !p->all_outs && !e->keep)) continue;
         p->out_taint[p->n_outs] = e->taint;
         p->outs[p->n_outs++] = e->t;
     }
@@ -883,9 +989,16 @@ static double float_arg(const gml_tensor *t, const char *name) { return arg_of(t
  *     may overflow in float: NaN is allowed, the documented difference).
  * Masked keys' V rows and mask values beyond -inf never count. */
 
+/* The value at an index of an f32, f16 or bf16 tensor (typed: converted). */
 static float at_f32(const gml_tensor *h, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    const char *at = (const char *)h->data + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2] + i3 * h->nb[3];
+    if (h->type == GML_F16 || h->type == GML_BF16) {
+        uint16_t u;
+        memcpy(&u, at, 2);
+        return h->type == GML_F16 ? gml_fp16_to_fp32(u) : gml_bf16_to_fp32(u);
+    }
     float v;
-    memcpy(&v, (const char *)h->data + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2] + i3 * h->nb[3], 4);
+    memcpy(&v, at, 4);
     return v;
 }
 static int32_t at_i32(const gml_tensor *h, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
@@ -1073,6 +1186,26 @@ static void read_out(const gml_graph *g, const gml_tensor *t, uint32_t *out) {
                     memcpy(&out[e++], base + i0 * h->nb[0] + i1 * h->nb[1] + i2 * h->nb[2] + i3 * h->nb[3], 4);
 }
 
+static bool same_bits(uint32_t a, uint32_t b);
+static float as_f32(uint32_t u);
+
+/* Each twin pair (both outputs) bitwise equal in this run. */
+static void check_twins(const program *p, const run *out) {
+    for (int k = 0; k < p->n_twins; k++) {
+        int at[2] = {-1, -1};
+        for (int i = 0; i < p->n_outs; i++)
+            for (int j = 0; j < 2; j++)
+                if (p->outs[i] == p->twins[k][j]) at[j] = i;
+        if (at[0] < 0 || at[1] < 0) continue; /* past MAX_OUTS */
+        for (int64_t e = 0; e < gml_nelements(p->outs[at[0]]); e++)
+            if (!same_bits(out->bits[at[0]][e], out->bits[at[1]][e]))
+                fail("%s: flash_attn on typed K/V (output #%d) and on f32 K/V holding the "
+                     "converted values (output #%d) differ at element %lld: %.9g vs %.9g",
+                     out->name, at[0], at[1], (long long)e, (double)as_f32(out->bits[at[0]][e]),
+                     (double)as_f32(out->bits[at[1]][e]));
+    }
+}
+
 static void compute(const program *p, gml_graph *g, gml_isa isa, int threads, run *out) {
     snprintf(out->name, sizeof out->name, "%s%s x%d", gml_isa_name(isa),
              gml_get_no_alloc(p->ctx) ? " (planned)" : "", threads);
@@ -1085,6 +1218,7 @@ static void compute(const program *p, gml_graph *g, gml_isa isa, int threads, ru
         if (!out->bits[i]) abort();
         if (out->st == GML_OK) read_out(g, p->outs[i], out->bits[i]);
     }
+    if (out->st == GML_OK) check_twins(p, out);
     static int contracts = -1; /* GGMLITE_FUZZ_DIFF_CONTRACTS=0: skip them (to see other breaks) */
     if (contracts < 0) contracts = !getenv("GGMLITE_FUZZ_DIFF_CONTRACTS") || getenv("GGMLITE_FUZZ_DIFF_CONTRACTS")[0] != '0';
     if (out->st == GML_OK && !gml_get_no_alloc(p->ctx) && contracts) check_contracts(g, out->name);
@@ -1319,6 +1453,10 @@ static void err_bound(const program *p, const gml_graph *g, double *err, bool *h
         case GML_OP_MEAN: e = ea + U * max_abs(g, a); break;
         case GML_OP_ROPE: e = 2 * ea + 2 * U * max_abs(g, a); break;
         case GML_OP_SET_ROWS: e = fmax(ea, eb); break;
+        /* after(t, dep): t read once dep ran, and dep may have written into
+         * t (a cpy into a window of t, read back whole): t's values carry
+         * dep's error too */
+        case GML_OP_AFTER: e = fmax(ea, eb); break;
         case GML_OP_CPY: /* into f16, bf16, q8_0: an input error may round to the next step */
             e = t->type == GML_F16    ? ea + 0x1p-10 * max_abs(g, a) + 0x1p-24
                 : t->type == GML_BF16 ? ea + 0x1p-7 * max_abs(g, a)

@@ -38,9 +38,14 @@
  *   fused    one gml_flash_attn_ext op: online softmax over key blocks, memory
  *            O(B H Tq d_k) whatever Tk, no weights (.weights is NULL);
  *   unfused  scores, gml_softmax_ext and context as separate ops, the weights
- *            [B, H, Tq, Tk] a tensor of the graph (.weights).
+ *            [B, H, Tq, Tk] a tensor of the graph.
  * The default (GML_ATTN_AUTO) is fused unless cfg.graph.want_weights asks
- * for the weights. gml_relpos_attn is always unfused.
+ * for the weights. gml_relpos_attn is always unfused. The weights are
+ * returned (.weights) only when cfg.graph.want_weights asks for them, as
+ * nn.MultiheadAttention's need_weights: otherwise the unfused graph's
+ * weights are an intermediate like the scores, whose memory the planner
+ * reuses once the context matmul has read them. Asked for, they cost
+ * B H Tq Tk floats that stay live if given to gml_build_graph as an output.
  *
  * Shapes follow ggmlite.h (outermost first). B batch, Tq query length, Tk
  * key/value length, D = d_model, H query heads, G key/value heads, d_k = D/H.
@@ -149,13 +154,14 @@ typedef enum gml_gqa_form {
 typedef enum gml_attn_impl {
     GML_ATTN_AUTO = 0,     /* fused, or unfused when want_weights */
     GML_ATTN_FUSED = 1,    /* gml_flash_attn; asking for weights too is an error */
-    GML_ATTN_UNFUSED = 2,  /* scores, softmax, context: always gives the weights */
+    GML_ATTN_UNFUSED = 2,  /* scores, softmax, context (the weights with want_weights) */
 } gml_attn_impl;
 
 /* The graph built; the results do not depend on it beyond rounding. */
 typedef struct gml_attn_graph_opts {
     gml_attn_impl impl;    /* AUTO: fused unless want_weights */
-    bool want_weights;     /* the result must carry the attention weights */
+    bool want_weights;     /* the result carries the attention weights (.weights; NULL
+                            * otherwise, whatever the impl) */
     gml_gqa_form gqa_form; /* when G < H (unfused graph) */
 } gml_attn_graph_opts;
 
@@ -226,7 +232,8 @@ typedef struct gml_attn_inputs {
 
 typedef struct gml_attn_result {
     gml_tensor *out;     /* [B, Tq, D], named "out" */
-    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn"; NULL from the fused graph */
+    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn", with cfg.graph.want_weights;
+                          * else NULL */
 } gml_attn_result;
 
 /* ---- blocks ------------------------------------------------------------- */
@@ -259,11 +266,11 @@ typedef struct gml_attn_qkv {
     gml_tensor *v; /* [B, G, Tk, d_k] */
 } gml_attn_qkv;
 
-/* What attending gives: the context of every head and, from the unfused
- * graph, the weights. */
+/* What attending gives: the context of every head and, when
+ * cfg.graph.want_weights asks (so from the unfused graph), the weights. */
 typedef struct gml_attn_heads {
     gml_tensor *heads;   /* [B, H, Tq, d_k] */
-    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn"; NULL from the fused graph */
+    gml_tensor *weights; /* [B, H, Tq, Tk], named "attn", with want_weights; else NULL */
 } gml_attn_heads;
 
 /* Stage 1: in.query, in.key, in.value -> q, k, v heads through W_q, W_k, W_v
