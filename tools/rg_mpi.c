@@ -157,12 +157,23 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
             o->rope = true;
             continue;
         }
+        static const char *const VALUE[] = {"--weights", "--input", "--output", "--isa", "--batch",
+                                            "--seq", "--d-model", "--ffn", "--window", "--heads",
+                                            "--kv-heads", "--threads", "--repeat", "--seed",
+                                            "--rope-theta", "--rms-eps", "--softcap"};
         char flag[64];
         const char *v, *eq = strchr(f, '=');
         if (eq && (size_t)(eq - f) < sizeof flag) {
             memcpy(flag, f, (size_t)(eq - f));
             flag[eq - f] = '\0';
             f = flag;
+        }
+        bool known = false;
+        for (size_t k = 0; k < sizeof VALUE / sizeof *VALUE; k++) known = known || !strcmp(f, VALUE[k]);
+        if (!known)
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel heads (see run-graph --parallel "
+                           "heads --help)", f);
+        if (eq && f == flag) {
             v = eq + 1;
         } else if (i + 1 < argc && !(i + 1 >= at && i + 1 < at + n_at)) {
             v = argv[++i];
@@ -413,15 +424,25 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* One forward pass over all ranks; *comm_ms: rank 0's time in the sums. */
-static bool forward(prun *r, double *comm_ms, char *out, size_t size) {
+/* A barrier before each sum splits rank 0's time there: waiting for the
+ * slowest rank (*wait_ms) and moving and adding the partials (*comm_ms). */
+static double wait_all(double *wait_ms) {
+    const double t0 = now_ms();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t1 = now_ms();
+    *wait_ms += t1 - t0;
+    return t1;
+}
+
+/* One forward pass over all ranks; rank 0's time in the sums: waiting and moving. */
+static bool forward(prun *r, double *comm_ms, double *wait_ms, char *out, size_t size) {
     char msg[1024] = "";
     const size_t n = (size_t)(r->B * r->T * r->D);
     gml_status st = gml_graph_compute(r->g1, r->o.threads);
     if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g1));
     if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
     float *p = gml_graph_data(r->g1, r->part);
-    double t0 = now_ms();
+    double t0 = wait_all(wait_ms);
     if (r->o.kind != K_LLAMA) {
         if (gml_mpi_sum_ordered(MPI_COMM_WORLD, p, n, false, out, size) != GML_OK) return false;
         *comm_ms = now_ms() - t0;
@@ -435,7 +456,7 @@ static bool forward(prun *r, double *comm_ms, char *out, size_t size) {
     if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g2));
     if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
     float *m = gml_graph_data(r->g2, r->mlp);
-    t0 = now_ms();
+    t0 = wait_all(wait_ms);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, m, n, false, out, size) != GML_OK) return false;
     *comm_ms += now_ms() - t0;
     if (r->rank == 0) { /* out = h + m, as the layer's last add */
@@ -473,7 +494,7 @@ static void split_text(const prun *r, char *buf, size_t size) {
 }
 
 /* Rank 0: the output checked, written, reported. */
-static bool finish(prun *r, const double *ms, const double *comm, rg_err *e) {
+static bool finish(prun *r, const double *ms, const double *comm, const double *wait, rg_err *e) {
     const size_t n = (size_t)(r->B * r->T * r->D);
     const float *o = r->out->data;
     for (size_t i = 0; i < n; i++)
@@ -496,8 +517,11 @@ static bool finish(prun *r, const double *ms, const double *comm, rg_err *e) {
            (uint64_t)XXH3_64bits(o, n * sizeof *o));
     printf("time    %.3f ms", ms[r->o.repeat / 2]);
     if (r->o.repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], r->o.repeat);
-    printf(" (%d rank%s x %d thread%s, %s); rank 0 in the sums %.3f ms median\n", r->P, r->P > 1 ? "s" : "",
-           r->o.threads, r->o.threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()), comm[r->o.repeat / 2]);
+    printf(" (%d rank%s x %d thread%s, %s)\n", r->P, r->P > 1 ? "s" : "", r->o.threads,
+           r->o.threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
+    printf("sums    %d of %.3f MiB, rank 0: %.3f ms moving and adding, %.3f ms waiting for the "
+           "slowest rank (medians)\n", r->o.kind == K_LLAMA ? 2 : 1, (double)(n * sizeof *o) / (1 << 20),
+           comm[r->o.repeat / 2], wait[r->o.repeat / 2]);
     return true;
 }
 
@@ -582,23 +606,27 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     /* 4. the runs: one warm-up when timing several */
     double *ms = ok ? calloc((size_t)r.o.repeat, sizeof *ms) : NULL;
     double *comm = ok ? calloc((size_t)r.o.repeat, sizeof *comm) : NULL;
-    if (ok && (!ms || !comm)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
+    double *wait = ok ? calloc((size_t)r.o.repeat, sizeof *wait) : NULL;
+    if (ok && (!ms || !comm || !wait)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
     for (int i = r.o.repeat > 1 ? -1 : 0; ok && i < r.o.repeat; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now_ms(), c = 0;
-        if (!forward(&r, &c, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+        double t0 = now_ms(), c = 0, w = 0;
+        if (!forward(&r, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
         if (ok && i >= 0) {
             ms[i] = now_ms() - t0;
             comm[i] = c;
+            wait[i] = w;
         }
     }
     if (ok && r.rank == 0) {
         qsort(ms, (size_t)r.o.repeat, sizeof *ms, cmp_double);
         qsort(comm, (size_t)r.o.repeat, sizeof *comm, cmp_double);
-        ok = finish(&r, ms, comm, &e);
+        qsort(wait, (size_t)r.o.repeat, sizeof *wait, cmp_double);
+        ok = finish(&r, ms, comm, wait, &e);
     }
     free(ms);
     free(comm);
+    free(wait);
     free_run(&r);
     MPI_Finalize();
     if (ok) return 0;
