@@ -628,12 +628,14 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     free(comm);
     free(wait);
     free_run(&r);
-    MPI_Finalize();
-    if (ok) return 0;
-    if (r.rank == 0) /* every rank knows the cause; usage errors, the same everywhere, once */
+    /* Every rank knows the cause and says it (usage errors, the same everywhere, once) before
+     * MPI_Finalize, which waits for all: mpirun ends the job at the first non-zero exit. */
+    if (!ok && r.rank == 0)
         fprintf(stderr, "run-graph: %s\n", e.msg);
-    else if (e.status == RG_RUNTIME)
+    else if (!ok && e.status == RG_RUNTIME)
         fprintf(stderr, "run-graph (rank %d of %d): %s\n", r.rank, r.P, e.msg);
-    return e.status ? e.status : RG_RUNTIME;
+    fflush(stderr);
+    MPI_Finalize();
+    return ok ? 0 : e.status ? e.status : RG_RUNTIME;
 }
 #endif
