@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rg=${1:-build-mpi}/tools/run-graph
 rounds=${2:-5} rep=${3:-5}
-mpi=(mpirun --oversubscribe --bind-to none)
+mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
 cases=("C5 GQA T=1024|gqa --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
        "LLaMA layer T=1024|llama --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
