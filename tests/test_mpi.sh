@@ -24,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0 checks=0
 mpi=("$mpiexec" --oversubscribe)
 [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 # a waiting rank gives its core away
 
 fail() {
     echo "FAIL: $*"
