@@ -12,6 +12,7 @@ BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
 # compiles the installed headers as C++ too.
 TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils pkg-config g++)
 BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
+MPI_PKGS=(openmpi-bin libopenmpi-dev) # run-graph --parallel heads (-DGGMLITE_MPI=ON)
 JOBS=$(nproc)
 
 install_missing() {
@@ -53,6 +54,16 @@ memcheck() {
     done
 }
 
+# mpi: one more Release build, with -DGGMLITE_MPI=ON, of what the MPI tests run
+# (run-graph, mpi_check), and those tests (label mpi: mpirun at P = 1..4).
+mpi() {
+    echo "== mpi (gcc, Open MPI)"
+    cmake -S . -B build-mpi -G Ninja -DGGMLITE_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_COMPILER=gcc -DGGMLITE_MPI=ON >/dev/null
+    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check test_tp
+    ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
+}
+
 # fuzz: builds the libFuzzer targets (tests/fuzz) into build-fuzz and runs
 # each for FUZZ_SECONDS on a copy of its seed corpus, so the repository's
 # corpus stays as it is. Any crash, leak, timeout or out-of-memory fails.
@@ -87,7 +98,7 @@ demo)
     ./build/tools/run-graph mha --seq 10 --d-model 512 --heads 8 --causal
     ;;
 test)
-    install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}"
+    install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MPI_PKGS[@]}"
     check "release (gcc)" build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc
     check "asan+ubsan (clang)" build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
         -DGGMLITE_SANITIZE=ON
@@ -95,6 +106,7 @@ test)
     OMP_WAIT_POLICY=passive check "openmp (gcc)" build-omp -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_OPENMP=ON
     memcheck test_plan test_threads test_concurrency
+    mpi
     fuzz
     echo "== all tests passed"
     ;;

@@ -10,6 +10,7 @@
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
+ *   rg_mpi.c     --parallel heads: mha, gqa, llama split over MPI ranks (GGMLITE_MPI)
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
@@ -293,5 +294,13 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
  * Returns the exit status. */
 int rg_layer_model_index(int argc, char **argv);
 int rg_layers_main(int argc, char **argv, int model);
+
+/* ---- over MPI (rg_mpi.c) ------------------------------------------------------------ */
+
+/* --parallel heads|context: main hands argv to rg_parallel_main when
+ * rg_parallel_index finds --parallel (its index, else 0). Without
+ * -DGGMLITE_MPI=ON it says how to build it. Returns the exit status. */
+int rg_parallel_index(int argc, char **argv);
+int rg_parallel_main(int argc, char **argv);
 
 #endif

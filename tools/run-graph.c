@@ -248,6 +248,7 @@ int main(int argc, char **argv) {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, NULL);
     gml_cleanup_on_signals();
+    if (rg_parallel_index(argc, argv)) return rg_parallel_main(argc, argv); /* rg_mpi.c */
     const int layer_model = rg_layer_model_index(argc, argv);
     if (layer_model) return rg_layers_main(argc, argv, layer_model);
     bool ok = rg_parse_args(argc, argv, &o, &e);

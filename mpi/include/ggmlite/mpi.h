@@ -1,0 +1,140 @@
+/*
+ * ggmlite/mpi.h: attention blocks split across processes (library
+ * ggmlite::mpi, built with -DGGMLITE_MPI=ON; Open MPI, Debian's openmpi-bin
+ * and libopenmpi-dev). The engine, the models and io know nothing of MPI.
+ *
+ * Head-parallel (tensor-parallel) blocks. Rank r of P holds a share of the
+ * query heads, the key/value heads they read, the matching rows of W_q, W_k,
+ * W_v (output features) and columns of W_o (input features); for the LLaMA
+ * layer also rows of gate_proj/up_proj and columns of down_proj. Each rank
+ * computes a partial output [B, T, D] (its heads through its columns of W_o);
+ * the block's output is the sum of the P partials, one sum per block (the
+ * LLaMA layer: one after the attention, one after the MLP).
+ *
+ *     gml_tp_share s;                  // rank r's share of H, G, F
+ *     gml_tp_share_of(H, G, F, P, r, &s, err, sizeof err);
+ *     gml_tensor *part = gml_tp_attn(ctx, &cfg, &w, x, NULL, &s, r == 0); // [B, T, D]
+ *     ... build, plan, compute; then, on every rank,
+ *     gml_mpi_sum_ordered(MPI_COMM_WORLD, data, B * T * D, false, err, sizeof err);
+ *     // rank 0 now holds the block's output
+ *
+ * The split. Query heads go in contiguous ranges: rank r takes heads
+ * [floor(r H / P), floor((r+1) H / P)), H / P each when P divides H, else
+ * sizes differing by one (H = 8, P = 3: 2, 3, 3). When P divides G, rank r
+ * takes kv heads [r G / P, (r+1) G / P): each kv head on one rank. Otherwise
+ * a rank takes every kv head one of its query heads reads (head h reads
+ * h / (H/G)), so a kv head whose group straddles two ranks is projected by
+ * both (replicated; G = 2, P = 3, H = 8: rank 1 takes query heads 2..4 and
+ * kv heads 0 and 1). The MLP's F rows are split as the query heads. Every
+ * rank needs at least one query head and one MLP row: P <= H, P <= F.
+ *
+ * The builders use public ops only, and the weights as given: the shares
+ * are views (rows of W_q: a contiguous block; columns of W_o: a strided
+ * view, never a copy), so weights mapped from a safetensors file
+ * (gml_safetensors_open) are read only where a rank's share lies. Biases:
+ * the q/k/v (gate/up) biases are sliced like their rows; the output bias
+ * (b_o, down_proj.bias) is added by the rank given with_out_bias (one rank,
+ * e.g. rank 0), so that the sum holds it once.
+ *
+ * Numerics. Every query head is computed as the single-process block
+ * computes it (same ops, same shapes per head). The output projection
+ * differs: a single process sums over all H*d_k inputs of W_o in one dot
+ * product; here each rank sums over its share and the partials are added in
+ * rank order. The result is equal within rounding (run-graph's tests: within
+ * 1e-6 of the largest output), and bitwise equal for P = 1.
+ */
+#ifndef GGMLITE_MPI_H
+#define GGMLITE_MPI_H
+
+#include <ggmlite/attention.h>
+#include <ggmlite/layers.h>
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One rank's share of a head-parallel block. */
+typedef struct gml_tp_share {
+    int rank, n_ranks;
+    int n_heads, n_kv_heads; /* H, G of the whole block */
+    int h0, nh;              /* query heads [h0, h0 + nh) */
+    int g0, ng;              /* kv heads [g0, g0 + ng) it projects */
+    bool kv_split;           /* P divides G: each kv head on exactly one rank */
+    int64_t f0, nf;          /* MLP rows [f0, f0 + nf) (0, 0 when F is 0) */
+} gml_tp_share;
+
+/* Rank `rank` of n_ranks's share of H query heads, G kv heads (0: H) and F
+ * MLP rows (0: no MLP). GML_ERR_INVALID with a message in err when G does
+ * not divide H, or H or F (when > 0) is smaller than n_ranks, e.g.
+ *     heads 2 cannot be split over 3 ranks: each rank needs a query head */
+gml_status gml_tp_share_of(int n_heads, int n_kv_heads, int64_t ffn, int n_ranks, int rank,
+                           gml_tp_share *s, char *err, size_t err_size);
+
+/* [start, start + len): the contiguous share of n items of rank r of p
+ * (start floor(r n / p)). */
+void gml_tp_range(int64_t n, int p, int r, int64_t *start, int64_t *len);
+
+/* Self-attention's partial output: x [B, T, D] -> [B, T, D], the rank's
+ * heads through its columns of W_o (+ b_o when with_out_bias). cfg.dims
+ * gives the whole block's H and G (d_model: 0 or D); w the whole block's
+ * weights (w_q, w_k, w_v, w_o and their biases, or nn.MultiheadAttention's
+ * in_proj_weight/in_proj_bias; sinks [H]); positions as gml_attn_inputs'
+ * (NULL: 0..T-1). Everything of cfg.score and cfg.pos applies except ALiBi
+ * (its slopes depend on the head's place in all H), refused as are
+ * GPT-2's Conv1D weights, bias_k/bias_v and add_zero_attn. The graph is
+ * cfg.graph's (fused unless UNFUSED); want_weights is refused. NULL on
+ * failure, with a message on ctx naming "tp_attn", the tensor and shapes. */
+gml_tensor *gml_tp_attn(gml_context *ctx, const gml_attn_config *cfg, const gml_attn_weights *w,
+                        gml_tensor *x, gml_tensor *positions, const gml_tp_share *s,
+                        bool with_out_bias);
+
+/* The LLaMA layer (layers.h) split in two halves, around the two sums:
+ *     a = sum over ranks of gml_tp_llama_attn(x)      [B, T, D]
+ *     h = x + a
+ *     m = sum over ranks of gml_tp_llama_mlp(h)       [B, T, D]
+ *     out = h + m
+ * gml_tp_llama_attn: RMSNorm (replicated on every rank), then the rank's
+ * heads (rope, causal, cfg's window, softcap, sinks) through its columns of
+ * o_proj. gml_tp_llama_mlp: RMSNorm of h, then silu(gate) * up on the
+ * rank's F rows through its columns of down_proj. w: the whole layer's
+ * weights (gml_llama_weights_find). NULL on failure, the message naming
+ * "tp_llama" and the HF tensor name. */
+gml_tensor *gml_tp_llama_attn(gml_context *ctx, const gml_llama_config *cfg,
+                              const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions,
+                              const gml_tp_share *s, bool with_out_bias);
+gml_tensor *gml_tp_llama_mlp(gml_context *ctx, const gml_llama_config *cfg,
+                             const gml_llama_weights *w, gml_tensor *h, const gml_tp_share *s,
+                             bool with_out_bias);
+
+/* ---- MPI ------------------------------------------------------------------ */
+
+/* The sum of every rank's buf[0..n) in rank order, (((p_0 + p_1) + p_2) + ...)
+ * in float, into rank 0's buf (all: into every rank's buf, by a broadcast
+ * from rank 0). Collective over comm. The order is fixed, so the bits do not
+ * depend on the MPI library's reduction algorithm (MPI_Allreduce's order and
+ * tree are implementation-defined and change with P and the message size):
+ * rank 0 receives the partials one by one (MPI_Recv from rank 1, 2, ...)
+ * and adds each as it comes. GML_OK, or GML_ERR_IO with the MPI error in err
+ * (also GML_ERR_NOMEM on rank 0). */
+gml_status gml_mpi_sum_ordered(MPI_Comm comm, float *buf, size_t n, bool all, char *err,
+                               size_t err_size);
+
+/* Broadcast of n floats (any n, in chunks MPI's int counts take). */
+gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char *err,
+                             size_t err_size);
+
+/* The status exchange: every rank says whether its step worked (ok) and,
+ * if not, why (msg). Collective over comm: returns true on every rank when
+ * every rank was ok; otherwise false on every rank, with out = "rank R:
+ * <R's msg>" for the lowest failing rank R ("rank R (and 2 more): ..." when
+ * several failed). Call it after each step that can fail on one rank only
+ * (loading a slice, computing), before the next collective, so a failure is
+ * an error on every rank and never a hang. msg is cut at 1023 bytes. */
+bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GGMLITE_MPI_H */

@@ -1,0 +1,641 @@
+/* run-graph mha|gqa|llama ... --parallel heads: one block split over the
+ * ranks of an MPI job (ggmlite/mpi.h), started by mpirun:
+ *
+ *   mpirun -np 4 run-graph gqa --heads 16 --kv-heads 4 --weights w.safetensors \
+ *       --input x.npy --output y.npy --parallel heads
+ *
+ * Rank 0 reads the input and broadcasts it; every rank maps the weights file
+ * and reads only its share (views into the mapping), builds its partial
+ * graph, computes it; the partials are summed in rank order on rank 0 (the
+ * LLaMA layer: after the attention, then broadcast for the MLP, and after
+ * the MLP); rank 0 writes the output and reports. A step that fails on any
+ * rank is followed by a status exchange, so every rank stops with "rank R:
+ * <cause>" instead of waiting for a partner that will not come.
+ *
+ * --parallel context is the issue's second part (it needs flash_attn's
+ * partial results and their merge): a "not implemented yet" error for now.
+ * Built without -DGGMLITE_MPI=ON, --parallel says how to build it. main hands
+ * argv here when --parallel is among the arguments (rg_parallel_index). */
+#define _POSIX_C_SOURCE 200809L
+#include "rg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef GGMLITE_HAVE_MPI
+#include <ggmlite/layers.h>
+#include <ggmlite/mpi.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+#endif
+
+int rg_parallel_index(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--parallel") == 0 || strncmp(argv[i], "--parallel=", 11) == 0) return i;
+    return 0;
+}
+
+#ifdef GGMLITE_HAVE_MPI
+static int run_heads(int argc, char **argv, int at, int n_at);
+#endif
+
+int rg_parallel_main(int argc, char **argv) {
+    const int at = rg_parallel_index(argc, argv);
+    const char *eq = strchr(argv[at], '=');
+    const char *mode = eq ? eq + 1 : at + 1 < argc ? argv[at + 1] : NULL;
+    rg_err e = {0};
+    if (!mode || !mode[0])
+        rg_fail(&e, RG_USAGE, "--parallel: missing its value, heads or context");
+    else if (strcmp(mode, "context") == 0)
+        rg_fail(&e, RG_USAGE, "--parallel context: not implemented yet. Context-parallel attention "
+                "(ring attention over the prompt, a KV cache sharded by position for decoding) is "
+                "the second part of issue 15 and builds on flash_attn's partial results and their "
+                "merge; --parallel heads works now");
+    else if (strcmp(mode, "heads") != 0)
+        rg_fail(&e, RG_USAGE, "--parallel: '%s' is not heads or context", mode);
+#ifndef GGMLITE_HAVE_MPI
+    else
+        rg_fail(&e, RG_USAGE, "--parallel heads: this run-graph was built without MPI. Build one "
+                "with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . -B "
+                "build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph, then "
+                "mpirun -np P build-mpi/tools/run-graph MODEL ... --parallel heads");
+#else
+    else
+        return run_heads(argc, argv, at, eq ? 1 : 2);
+#endif
+    fprintf(stderr, "run-graph: %s\n", e.msg);
+    return e.status;
+}
+
+#ifdef GGMLITE_HAVE_MPI
+
+enum { K_MHA, K_GQA, K_LLAMA };
+static const char *const KIND[] = {"mha", "gqa", "llama"};
+
+typedef struct popts {
+    int kind;
+    const char *weights, *input, *output, *isa;
+    int64_t B, T, D, F, window;
+    int H, G, threads, repeat;
+    bool causal, rope, done;
+    float rope_theta, rms_eps, softcap;
+    uint64_t seed;
+} popts;
+
+static void help(void) {
+    printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
+           "\n"
+           "Head-parallel (tensor-parallel) block over P MPI ranks: rank r takes a contiguous\n"
+           "range of the query heads (H/P each when P divides H, else sizes differing by one),\n"
+           "the kv heads they read (split when P divides G, else a straddled kv head is\n"
+           "projected on both ranks), those rows of W_q/W_k/W_v and columns of W_o (llama:\n"
+           "also rows of gate/up_proj and columns of down_proj). Rank 0 reads the input and\n"
+           "writes the output; the partial outputs are summed in rank order.\n"
+           "\n"
+           "  --weights FILE     safetensors, each rank reads only its share (default: random,\n"
+           "                     the same as run-graph's single-process random weights)\n"
+           "  --input FILE       x .npy f32 [B, T, D], read by rank 0 (default: random)\n"
+           "  --output FILE      the output .npy [B, T, D], written by rank 0\n"
+           "  --batch B --seq T --d-model D --heads H --kv-heads G   sizes (llama: --ffn F)\n"
+           "  --causal --window W --softcap C --rope --rope-theta F  (mha, gqa: as run-graph's;\n"
+           "                     llama is causal with rope; --window --softcap --rope-theta\n"
+           "                     --rms-eps as run-graph llama's)\n"
+           "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
+           "  --repeat N         one warm-up, then N timed runs; --isa NAME\n"
+           "  --parallel heads   (context: not implemented yet)\n");
+}
+
+static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
+                       (long long)lo, (long long)hi);
+    *out = v;
+    return true;
+}
+
+static bool real(const char *flag, const char *s, float *out, rg_err *e) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v <= 0)
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
+    *out = v;
+    return true;
+}
+
+/* argv without --parallel's n_at entries at `at`. */
+static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) {
+    *o = (popts){.kind = -1, .repeat = 1};
+    for (int i = 1; i < argc; i++) {
+        if (i >= at && i < at + n_at) continue;
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            o->done = true;
+            return true;
+        }
+        if (f[0] != '-') {
+            if (o->kind >= 0) return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", f, KIND[o->kind]);
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(f, KIND[k])) o->kind = k;
+            if (o->kind < 0)
+                return rg_fail(e, RG_USAGE, "--parallel heads runs mha, gqa or llama, not '%s'", f);
+            continue;
+        }
+        if (!strcmp(f, "--causal")) {
+            o->causal = true;
+            continue;
+        }
+        if (!strcmp(f, "--rope")) {
+            o->rope = true;
+            continue;
+        }
+        static const char *const VALUE[] = {"--weights", "--input", "--output", "--isa", "--batch",
+                                            "--seq", "--d-model", "--ffn", "--window", "--heads",
+                                            "--kv-heads", "--threads", "--repeat", "--seed",
+                                            "--rope-theta", "--rms-eps", "--softcap"};
+        char flag[64];
+        const char *v, *eq = strchr(f, '=');
+        if (eq && (size_t)(eq - f) < sizeof flag) {
+            memcpy(flag, f, (size_t)(eq - f));
+            flag[eq - f] = '\0';
+            f = flag;
+        }
+        bool known = false;
+        for (size_t k = 0; k < sizeof VALUE / sizeof *VALUE; k++) known = known || !strcmp(f, VALUE[k]);
+        if (!known)
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel heads (see run-graph --parallel "
+                           "heads --help)", f);
+        if (eq && f == flag) {
+            v = eq + 1;
+        } else if (i + 1 < argc && !(i + 1 >= at && i + 1 < at + n_at)) {
+            v = argv[++i];
+        } else {
+            return rg_fail(e, RG_USAGE, "%s: missing its value", f);
+        }
+        int64_t n = 0;
+        bool ok = true;
+        if (!strcmp(f, "--weights")) o->weights = v;
+        else if (!strcmp(f, "--input")) o->input = v;
+        else if (!strcmp(f, "--output")) o->output = v;
+        else if (!strcmp(f, "--isa")) {
+            gml_isa isa;
+            if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
+                return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
+            o->isa = v;
+        } else if (!strcmp(f, "--batch")) ok = whole(f, v, 1, 1 << 20, &o->B, e);
+        else if (!strcmp(f, "--seq")) ok = whole(f, v, 1, 1 << 24, &o->T, e);
+        else if (!strcmp(f, "--d-model")) ok = whole(f, v, 1, 1 << 20, &o->D, e);
+        else if (!strcmp(f, "--ffn")) ok = whole(f, v, 1, 1 << 22, &o->F, e);
+        else if (!strcmp(f, "--window")) ok = whole(f, v, 1, INT32_MAX, &o->window, e);
+        else if (!strcmp(f, "--heads")) {
+            ok = whole(f, v, 1, 1 << 16, &n, e);
+            o->H = (int)n;
+        } else if (!strcmp(f, "--kv-heads")) {
+            ok = whole(f, v, 1, 1 << 16, &n, e);
+            o->G = (int)n;
+        } else if (!strcmp(f, "--threads")) {
+            ok = whole(f, v, 1, 512, &n, e);
+            o->threads = (int)n;
+        } else if (!strcmp(f, "--repeat")) {
+            ok = whole(f, v, 1, 1000000, &n, e);
+            o->repeat = (int)n;
+        } else if (!strcmp(f, "--seed")) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-')
+                return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
+        } else if (!strcmp(f, "--rope-theta")) ok = real(f, v, &o->rope_theta, e);
+        else if (!strcmp(f, "--rms-eps")) ok = real(f, v, &o->rms_eps, e);
+        else if (!strcmp(f, "--softcap")) ok = real(f, v, &o->softcap, e);
+        else
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel heads (see run-graph --parallel "
+                           "heads --help)", f);
+        if (!ok) return false;
+    }
+    if (o->kind < 0) return rg_fail(e, RG_USAGE, "--parallel heads: give the MODEL: mha, gqa or llama");
+    if (o->kind == K_LLAMA && (o->causal || o->rope))
+        return rg_fail(e, RG_USAGE, "%s: llama is always causal with rope", o->causal ? "--causal" : "--rope");
+    if (o->kind != K_LLAMA && (o->F || o->rms_eps))
+        return rg_fail(e, RG_USAGE, "%s is for llama", o->F ? "--ffn" : "--rms-eps");
+    if (o->kind == K_MHA && o->G && o->H && o->G != o->H)
+        return rg_fail(e, RG_USAGE, "mha: --kv-heads %d differs from --heads %d (use gqa)", o->G, o->H);
+    return true;
+}
+
+/* ---- one rank's state ------------------------------------------------------------ */
+
+typedef struct prun {
+    popts o;
+    int rank, P;
+    const char *weights; /* the file this rank reads (the fault hook may change it) */
+    gml_safetensors *st;
+    gml_context *wctx, *dctx, *gctx;
+    gml_attn_weights aw;
+    gml_llama_weights lw;
+    char prefix[32];
+    int64_t B, T, D, F;
+    int H, G;
+    bool random_weights, random_input;
+    gml_tp_share s;
+    gml_tensor *x, *att, *part, *h, *mlp, *out; /* out: rank 0's result */
+    gml_graph *g1, *g2;
+} prun;
+
+/* The file's tensors as headers pointing into the mapping: nothing is read
+ * until a graph reads its share. */
+static bool map_weights(prun *r, char *msg, size_t size) {
+    r->st = gml_safetensors_open(r->weights, msg, size);
+    if (!r->st) return false;
+    const int n = gml_safetensors_count(r->st);
+    r->wctx = gml_init((gml_init_params){.mem_size = (size_t)(n + 8) * gml_tensor_overhead(), .no_alloc = true});
+    if (!r->wctx) return snprintf(msg, size, "out of memory"), false;
+    for (int i = 0; i < n; i++) {
+        if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME) continue; /* not one we use */
+        if (!gml_safetensors_tensor(r->st, i, r->wctx, NULL, msg, size)) return false;
+    }
+    if (r->o.kind == K_LLAMA) { /* the layer's prefix: none, model.layers.0. or layers.0. */
+        static const char *const P[] = {"", "model.layers.0.", "layers.0."};
+        for (int p = 0; p < 3; p++) {
+            char name[GML_MAX_NAME];
+            snprintf(name, sizeof name, "%sinput_layernorm.weight", P[p]);
+            if (gml_get_tensor(r->wctx, name)) {
+                snprintf(r->prefix, sizeof r->prefix, "%s", P[p]);
+                break;
+            }
+        }
+        char err[1024];
+        if (gml_llama_weights_find(r->wctx, r->prefix, &r->lw, err, sizeof err) != GML_OK)
+            return snprintf(msg, size, "%s: %s", r->weights, err), false;
+    } else {
+        char err[1024];
+        if (gml_attn_weights_find(r->wctx, &r->aw, err, sizeof err) != GML_OK)
+            return snprintf(msg, size, "%s: %s", r->weights, err), false;
+    }
+    return true;
+}
+
+/* Sizes from the input (rank 0's, broadcast: xdim), the weights, the flags and
+ * the defaults (as run-graph's single-process runs: mha/gqa D 512, llama 256). */
+static bool settle(prun *r, const int64_t xdim[3], char *msg, size_t size) {
+    const popts *o = &r->o;
+    int64_t Dw = 0;
+    if (r->wctx) {
+        const gml_tensor *t = o->kind == K_LLAMA ? r->lw.attn_norm : r->aw.w_q ? r->aw.w_q : r->aw.in_proj_weight;
+        Dw = t ? t->ne[3] : 0;
+    }
+    if (xdim[2] && Dw && xdim[2] != Dw)
+        return snprintf(msg, size, "%s: x has d_model %" PRId64 ", the weights of %s %" PRId64, o->input,
+                        xdim[2], r->weights, Dw), false;
+    r->D = xdim[2] ? xdim[2] : Dw ? Dw : o->D ? o->D : o->kind == K_LLAMA ? 256 : 512;
+    r->B = xdim[0] ? xdim[0] : o->B ? o->B : 2;
+    r->T = xdim[1] ? xdim[1] : o->T ? o->T : 10;
+    if ((o->D && o->D != r->D) || (o->B && o->B != r->B) || (o->T && o->T != r->T))
+        return snprintf(msg, size, "the sizes given (--batch, --seq, --d-model) differ from the %s's [%" PRId64
+                        ",%" PRId64 ",%" PRId64 "]", xdim[2] ? "input" : "weights", r->B, r->T, r->D), false;
+    r->H = o->H;
+    if (!r->H && o->kind == K_LLAMA && r->lw.sinks) r->H = (int)r->lw.sinks->ne[3];
+    if (!r->H && r->wctx) return snprintf(msg, size, "%s: give --heads (the weights do not say)", r->weights), false;
+    if (!r->H) r->H = 8;
+    if (r->D % r->H)
+        return snprintf(msg, size, "heads %d do not divide d_model %" PRId64, r->H, r->D), false;
+    const int64_t hd = r->D / r->H;
+    const gml_tensor *wk = o->kind == K_LLAMA ? r->lw.wk : r->aw.w_k;
+    r->G = o->G;
+    if (!r->G && wk && wk->n_dims == 2 && wk->ne[2] % hd == 0) r->G = (int)(wk->ne[2] / hd);
+    if (!r->G && r->aw.in_proj_weight) r->G = r->H;
+    if (!r->G) r->G = o->kind == K_MHA ? r->H : r->H % 4 == 0 ? r->H / 4 : o->kind == K_GQA ? 1 : r->H;
+    if (o->kind == K_MHA && r->G != r->H)
+        return snprintf(msg, size, "mha: the weights have %d kv heads for %d heads (use gqa)", r->G, r->H), false;
+    if (r->G > r->H || r->H % r->G)
+        return snprintf(msg, size, "kv heads %d do not divide heads %d", r->G, r->H), false;
+    if (o->kind == K_LLAMA) {
+        r->F = r->wctx && r->lw.w_gate ? r->lw.w_gate->ne[2] : o->F ? o->F : (8 * r->D / 3 + 15) / 16 * 16;
+        if (o->F && r->wctx) return snprintf(msg, size, "--ffn is for random weights; the weights file sets it"), false;
+    }
+    return true;
+}
+
+/* Random weights, named and filled as run-graph's single-process ones. */
+static bool random_weights(prun *r, char *msg, size_t size) {
+    const int64_t D = r->D, kv = r->G * (D / r->H), F = r->F;
+    struct { const char *name; int64_t a, b; } sp[10];
+    int n = 0;
+    if (r->o.kind == K_LLAMA) {
+        sp[n++] = (__typeof__(sp[0])){"input_layernorm.weight", D, 0};
+        sp[n++] = (__typeof__(sp[0])){"self_attn.q_proj.weight", D, D};
+        sp[n++] = (__typeof__(sp[0])){"self_attn.k_proj.weight", kv, D};
+        sp[n++] = (__typeof__(sp[0])){"self_attn.v_proj.weight", kv, D};
+        sp[n++] = (__typeof__(sp[0])){"self_attn.o_proj.weight", D, D};
+        sp[n++] = (__typeof__(sp[0])){"post_attention_layernorm.weight", D, 0};
+        sp[n++] = (__typeof__(sp[0])){"mlp.gate_proj.weight", F, D};
+        sp[n++] = (__typeof__(sp[0])){"mlp.up_proj.weight", F, D};
+        sp[n++] = (__typeof__(sp[0])){"mlp.down_proj.weight", D, F};
+    } else {
+        sp[n++] = (__typeof__(sp[0])){"w_q.weight", D, D};
+        sp[n++] = (__typeof__(sp[0])){"w_q.bias", D, 0};
+        sp[n++] = (__typeof__(sp[0])){"w_k.weight", kv, D};
+        sp[n++] = (__typeof__(sp[0])){"w_k.bias", kv, 0};
+        sp[n++] = (__typeof__(sp[0])){"w_v.weight", kv, D};
+        sp[n++] = (__typeof__(sp[0])){"w_v.bias", kv, 0};
+        sp[n++] = (__typeof__(sp[0])){"w_o.weight", D, D};
+        sp[n++] = (__typeof__(sp[0])){"w_o.bias", D, 0};
+    }
+    size_t bytes = 4096;
+    for (int i = 0; i < n; i++) bytes += gml_tensor_overhead() + 64 + 4 * (size_t)sp[i].a * (size_t)(sp[i].b ? sp[i].b : 1);
+    r->wctx = gml_init((gml_init_params){.mem_size = bytes});
+    if (!r->wctx) return snprintf(msg, size, "out of memory for the random weights"), false;
+    for (int i = 0; i < n; i++) {
+        gml_tensor *t = sp[i].b ? gml_new_tensor_2d(r->wctx, GML_F32, sp[i].a, sp[i].b)
+                                : gml_new_tensor_1d(r->wctx, GML_F32, sp[i].a);
+        if (!t) return snprintf(msg, size, "%s", gml_last_error(r->wctx)), false;
+        rg_fill_random(gml_set_name(t, sp[i].name), r->o.seed, true);
+    }
+    char err[1024];
+    gml_status st = r->o.kind == K_LLAMA ? gml_llama_weights_find(r->wctx, "", &r->lw, err, sizeof err)
+                                         : gml_attn_weights_find(r->wctx, &r->aw, err, sizeof err);
+    if (st != GML_OK) return snprintf(msg, size, "%s", err), false;
+    r->random_weights = true;
+    return true;
+}
+
+/* This rank's graphs: g1 the attention's partial; llama also g2, h = x + att
+ * and the MLP's partial. */
+static bool build(prun *r, char *msg, size_t size) {
+    char err[1024];
+    if (gml_tp_share_of(r->H, r->G, r->o.kind == K_LLAMA ? r->F : 0, r->P, r->rank, &r->s, err, sizeof err) != GML_OK)
+        return snprintf(msg, size, "%s", err), false;
+    const size_t data = 3 * (4 * (size_t)(r->B * r->T * r->D) + 64 + gml_tensor_overhead()) + 4096; /* x, att, out */
+    r->dctx = gml_init((gml_init_params){.mem_size = data});
+    r->gctx = gml_init((gml_init_params){.mem_size = (size_t)(160 + 48 * r->s.ng) * gml_tensor_overhead(), .no_alloc = true});
+    if (!r->dctx || !r->gctx) return snprintf(msg, size, "out of memory for the graph"), false;
+    r->x = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, r->B, r->T, r->D), "x");
+    gml_set_flags(r->x, GML_FLAG_INPUT);
+    const bool bias = r->rank == 0; /* the output bias, once */
+    gml_context *c = r->gctx;
+    if (r->o.kind == K_LLAMA) {
+        gml_llama_config lc = {.n_heads = r->H, .n_kv_heads = r->G, .rope_theta = r->o.rope_theta,
+                               .rms_eps = r->o.rms_eps, .window = r->o.window, .softcap = r->o.softcap};
+        r->att = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, r->B, r->T, r->D), "attn_sum");
+        gml_set_flags(r->att, GML_FLAG_INPUT);
+        r->part = gml_tp_llama_attn(c, &lc, &r->lw, r->x, NULL, &r->s, bias);
+        r->h = gml_set_name(gml_add(c, r->x, r->att), "h");
+        r->mlp = gml_tp_llama_mlp(c, &lc, &r->lw, r->h, &r->s, bias);
+    } else {
+        gml_attn_config cfg = {
+            .dims = {.d_model = r->D, .n_heads = r->H, .n_kv_heads = r->G},
+            .score = {.causal = r->o.causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE,
+                      .window = r->o.window, .softcap = r->o.softcap},
+            .pos = {.kind = r->o.rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = r->o.rope_theta}};
+        r->part = gml_tp_attn(c, &cfg, &r->aw, r->x, NULL, &r->s, bias);
+    }
+    if (!r->part || (r->o.kind == K_LLAMA && !r->mlp))
+        return snprintf(msg, size, "%s%s%s", r->weights ? r->weights : "", r->weights ? ": " : "", gml_last_error(c)), false;
+    r->g1 = gml_build_graph(c, &r->part, 1);
+    if (r->g1 && r->o.kind == K_LLAMA) r->g2 = gml_build_graph(c, (gml_tensor *[]){r->h, r->mlp}, 2);
+    if (!r->g1 || (r->o.kind == K_LLAMA && !r->g2)) return snprintf(msg, size, "%s", gml_last_error(c)), false;
+    if (gml_graph_plan(r->g1, NULL) != GML_OK)
+        return snprintf(msg, size, "placing the graph's tensors: %s", gml_graph_error(r->g1)), false;
+    if (r->g2 && gml_graph_plan(r->g2, NULL) != GML_OK)
+        return snprintf(msg, size, "placing the graph's tensors: %s", gml_graph_error(r->g2)), false;
+    if (r->rank == 0) {
+        r->out = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, r->B, r->T, r->D), "out");
+        if (!r->out) return snprintf(msg, size, "out of memory for the output: %s", gml_last_error(r->dctx)), false;
+    }
+    return true;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* A barrier before each sum splits rank 0's time there: waiting for the
+ * slowest rank (*wait_ms) and moving and adding the partials (*comm_ms). */
+static double wait_all(double *wait_ms) {
+    const double t0 = now_ms();
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t1 = now_ms();
+    *wait_ms += t1 - t0;
+    return t1;
+}
+
+/* One forward pass over all ranks; rank 0's time in the sums: waiting and moving. */
+static bool forward(prun *r, double *comm_ms, double *wait_ms, char *out, size_t size) {
+    char msg[1024] = "";
+    const size_t n = (size_t)(r->B * r->T * r->D);
+    gml_status st = gml_graph_compute(r->g1, r->o.threads);
+    if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g1));
+    if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
+    float *p = gml_graph_data(r->g1, r->part);
+    double t0 = wait_all(wait_ms);
+    if (r->o.kind != K_LLAMA) {
+        if (gml_mpi_sum_ordered(MPI_COMM_WORLD, p, n, false, out, size) != GML_OK) return false;
+        *comm_ms = now_ms() - t0;
+        if (r->rank == 0) memcpy(r->out->data, p, n * sizeof *p);
+        return true;
+    }
+    memcpy(r->att->data, p, n * sizeof *p);
+    if (gml_mpi_sum_ordered(MPI_COMM_WORLD, r->att->data, n, true, out, size) != GML_OK) return false;
+    *comm_ms = now_ms() - t0;
+    st = gml_graph_compute(r->g2, r->o.threads);
+    if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g2));
+    if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
+    float *m = gml_graph_data(r->g2, r->mlp);
+    t0 = wait_all(wait_ms);
+    if (gml_mpi_sum_ordered(MPI_COMM_WORLD, m, n, false, out, size) != GML_OK) return false;
+    *comm_ms += now_ms() - t0;
+    if (r->rank == 0) { /* out = h + m, as the layer's last add */
+        const float *h = gml_graph_data(r->g2, r->h);
+        float *o = r->out->data;
+        for (size_t i = 0; i < n; i++) o[i] = h[i] + m[i];
+    }
+    return true;
+}
+
+static void split_text(const prun *r, char *buf, size_t size) {
+    size_t k = (size_t)snprintf(buf, size, "query heads");
+    for (int i = 0; i < r->P && k < size; i++) {
+        int64_t a, n;
+        gml_tp_range(r->H, r->P, i, &a, &n);
+        k += (size_t)snprintf(buf + k, size - k, "%s%" PRId64, i ? "+" : " ", n);
+    }
+    int n_kv = 0; /* kv heads projected, over all ranks: G when split */
+    for (int i = 0; i < r->P; i++) {
+        gml_tp_share s;
+        if (gml_tp_share_of(r->H, r->G, 0, r->P, i, &s, NULL, 0) == GML_OK) n_kv += s.ng;
+    }
+    if (k < size)
+        k += n_kv == r->G ? (size_t)snprintf(buf + k, size - k, ", kv heads split")
+                          : (size_t)snprintf(buf + k, size - k, ", kv heads replicated (%d "
+                                             "projections of %d: a group spans ranks)", n_kv, r->G);
+    if (r->o.kind == K_LLAMA && k < size) {
+        k += (size_t)snprintf(buf + k, size - k, ", MLP rows");
+        for (int i = 0; i < r->P && k < size; i++) {
+            int64_t a, n;
+            gml_tp_range(r->F, r->P, i, &a, &n);
+            k += (size_t)snprintf(buf + k, size - k, "%s%" PRId64, i ? "+" : " ", n);
+        }
+    }
+}
+
+/* Rank 0: the output checked, written, reported. */
+static bool finish(prun *r, const double *ms, const double *comm, const double *wait, rg_err *e) {
+    const size_t n = (size_t)(r->B * r->T * r->D);
+    const float *o = r->out->data;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(o[i]))
+            return rg_fail(e, RG_RUNTIME, "the output holds a non-finite value (%g at element %zu); the "
+                           "inputs or weights may hold NaN or inf", o[i], i);
+    char err[1024], shape[64], split[512];
+    if (r->o.output && gml_save_npy(r->o.output, r->out, err, sizeof err) != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "%s", err);
+    printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d G=%d", KIND[r->o.kind], r->B, r->T, r->D, r->H, r->G);
+    if (r->o.kind == K_LLAMA) printf(" F=%" PRId64 ", causal", r->F);
+    else if (r->o.causal) printf(", causal");
+    if (r->random_weights || r->random_input)
+        printf(", random %s", r->random_weights && r->random_input ? "weights and inputs"
+                              : r->random_weights                ? "weights"
+                                                                 : "inputs");
+    split_text(r, split, sizeof split);
+    printf("\nparallel heads over %d rank%s: %s\n", r->P, r->P > 1 ? "s" : "", split);
+    printf("output  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(r->out, shape, sizeof shape),
+           (uint64_t)XXH3_64bits(o, n * sizeof *o));
+    printf("time    %.3f ms", ms[r->o.repeat / 2]);
+    if (r->o.repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], r->o.repeat);
+    printf(" (%d rank%s x %d thread%s, %s)\n", r->P, r->P > 1 ? "s" : "", r->o.threads,
+           r->o.threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
+    printf("sums    %d of %.3f MiB, rank 0: %.3f ms moving and adding, %.3f ms waiting for the "
+           "slowest rank (medians)\n", r->o.kind == K_LLAMA ? 2 : 1, (double)(n * sizeof *o) / (1 << 20),
+           comm[r->o.repeat / 2], wait[r->o.repeat / 2]);
+    return true;
+}
+
+static void free_run(prun *r) {
+    gml_graph_free(r->g1);
+    gml_graph_free(r->g2);
+    gml_free(r->gctx);
+    gml_free(r->dctx);
+    gml_free(r->wctx);
+    gml_safetensors_close(r->st);
+}
+
+static int run_heads(int argc, char **argv, int at, int n_at) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    prun r = {0};
+    rg_err e = {0};
+    MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r.P);
+    bool ok = parse(argc, argv, at, n_at, &r.o, &e); /* the same on every rank */
+    if (ok && r.o.done) {
+        if (r.rank == 0) help();
+        MPI_Finalize();
+        return 0;
+    }
+    char msg[1536] = "", why[1600] = "";
+    if (ok && !r.o.threads) { /* the machine's cores over the ranks on it */
+        MPI_Comm local;
+        int n_local = 1;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+            MPI_Comm_size(local, &n_local);
+            MPI_Comm_free(&local);
+        }
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        r.o.threads = cores / n_local < 1 ? 1 : cores / n_local > 512 ? 512 : (int)(cores / n_local);
+    }
+    /* 1. the ISA (machines may differ), and rank 0 reads the input; its sizes go to everyone */
+    gml_context *xctx = NULL;
+    int64_t xdim[3] = {0, 0, 0};
+    bool step = true;
+    gml_isa isa;
+    if (ok && r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK) {
+        snprintf(msg, sizeof msg, "--isa %s: this CPU does not have it", r.o.isa);
+        step = false;
+    }
+    if (ok && step && r.rank == 0 && r.o.input) {
+        xctx = gml_load_npy(r.o.input, "x", msg, sizeof msg);
+        const gml_tensor *x = xctx ? gml_get_first_tensor(xctx) : NULL;
+        char s[64];
+        if (x && (x->type != GML_F32 || x->n_dims != 3))
+            snprintf(msg, sizeof msg, "%s: x is %s %s, expected f32 [B, T, D]", r.o.input,
+                     gml_type_name(x->type), gml_format_shape(x, s, sizeof s));
+        else if (x)
+            for (int i = 0; i < 3; i++) xdim[i] = x->ne[i + 1];
+        step = x && xdim[0];
+    }
+    if (ok && !gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+    if (ok) MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    /* 2. every rank: its weights (mapped, or random), sizes, share, graphs */
+    if (ok) {
+        r.weights = r.o.weights;
+        const char *fault = getenv("GGMLITE_MPI_TEST_FAULT"); /* tests: "R:PATH", rank R reads PATH */
+        char *colon = fault ? strchr(fault, ':') : NULL;
+        if (r.weights && colon && atoi(fault) == r.rank) r.weights = colon + 1;
+        step = (!r.weights || map_weights(&r, msg, sizeof msg)) && settle(&r, xdim, msg, sizeof msg) &&
+               (r.wctx || random_weights(&r, msg, sizeof msg)) && build(&r, msg, sizeof msg);
+        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+    }
+    /* 3. the input, from rank 0 */
+    if (ok) {
+        const size_t n = (size_t)(r.B * r.T * r.D);
+        if (r.rank == 0 && xctx) memcpy(r.x->data, gml_get_first_tensor(xctx)->data, n * sizeof(float));
+        if (r.rank == 0 && !xctx) {
+            rg_fill_random(r.x, r.o.seed, false);
+            r.random_input = true;
+        }
+        MPI_Bcast(&r.random_input, 1, MPI_C_BOOL, 0, MPI_COMM_WORLD);
+        if (gml_mpi_bcast_f32(MPI_COMM_WORLD, r.x->data, n, 0, msg, sizeof msg) != GML_OK)
+            ok = rg_fail(&e, RG_RUNTIME, "%s", msg);
+    }
+    gml_free(xctx);
+    /* 4. the runs: one warm-up when timing several */
+    double *ms = ok ? calloc((size_t)r.o.repeat, sizeof *ms) : NULL;
+    double *comm = ok ? calloc((size_t)r.o.repeat, sizeof *comm) : NULL;
+    double *wait = ok ? calloc((size_t)r.o.repeat, sizeof *wait) : NULL;
+    if (ok && (!ms || !comm || !wait)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
+    for (int i = r.o.repeat > 1 ? -1 : 0; ok && i < r.o.repeat; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_ms(), c = 0, w = 0;
+        if (!forward(&r, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+        if (ok && i >= 0) {
+            ms[i] = now_ms() - t0;
+            comm[i] = c;
+            wait[i] = w;
+        }
+    }
+    if (ok && r.rank == 0) {
+        qsort(ms, (size_t)r.o.repeat, sizeof *ms, cmp_double);
+        qsort(comm, (size_t)r.o.repeat, sizeof *comm, cmp_double);
+        qsort(wait, (size_t)r.o.repeat, sizeof *wait, cmp_double);
+        ok = finish(&r, ms, comm, wait, &e);
+    }
+    free(ms);
+    free(comm);
+    free(wait);
+    free_run(&r);
+    /* Every rank knows the cause and says it (usage errors, the same everywhere, once) before
+     * MPI_Finalize, which waits for all: mpirun ends the job at the first non-zero exit. */
+    if (!ok && r.rank == 0)
+        fprintf(stderr, "run-graph: %s\n", e.msg);
+    else if (!ok && e.status == RG_RUNTIME)
+        fprintf(stderr, "run-graph (rank %d of %d): %s\n", r.rank, r.P, e.msg);
+    fflush(stderr);
+    MPI_Finalize();
+    return ok ? 0 : e.status ? e.status : RG_RUNTIME;
+}
+#endif
