@@ -547,17 +547,6 @@ typedef struct gemm_tile {
     int64_t tm, tn;
 } gemm_tile;
 
-/* Asks the caches for an m x n tile of C (row stride ldc floats). */
-static inline void prefetch_tile(const float *c, size_t ldc, int m, int n) {
-#if defined(__GNUC__)
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j += 64 / (int)sizeof(float))
-            __builtin_prefetch(c + i * ldc + j, 1, 3);
-#else
-    GML_UNUSED(c), GML_UNUSED(ldc), GML_UNUSED(m), GML_UNUSED(n);
-#endif
-}
-
 static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
                       const gemm_tile *t, float *ap, float *bp) {
     const int mr = v->mr, nr = v->nr;
@@ -592,9 +581,6 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                     float *c = t->c + ic * (int64_t)ldc + jc + jr;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int m = (int)GML_MIN((int64_t)mr, mc - ir);
-                        if (ir + mr < mc) /* the next call's C, loaded before its first fma */
-                            prefetch_tile(c + (ir + mr) * (int64_t)ldc, ldc,
-                                          (int)GML_MIN((int64_t)mr, mc - ir - mr), n);
                         v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
                               bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
                     }
