@@ -675,8 +675,20 @@ static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
                (int)GML_MIN((int64_t)gv->nr, t->tn - j0), t->c + j0, ldc);
 }
 
+/* The variant of v's ISA whose tile width pads M least (the first of
+ * equals after v itself), for PATH_ROWS_T, where NR covers A's M rows. */
+static const gml_gemm_variant *rows_t_variant(const gml_gemm_variant *v, int64_t M) {
+    const gml_gemm_variant *best = v;
+    for (int i = 0; i < gml_gemm_n_variants; i++) {
+        const gml_gemm_variant *w = &gml_gemm_variants[i];
+        if (w->isa == v->isa && round_up(M, w->nr) < round_up(M, best->nr)) best = w;
+    }
+    return best;
+}
+
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
+    if (choose_path(d) == PATH_ROWS_T) v = rows_t_variant(v, d->M);
     const gemm_plan pl = make_plan(d, v, p->nth);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
