@@ -52,7 +52,8 @@ void gml_f32_gemm_ukernel__avx2_6x16(size_t kc, const float *a, size_t lda, cons
         c0[i] = c1[i] = _mm256_setzero_ps();
         if (acc && i < m) {
             c0[i] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0);
-            c1[i] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, m1);
+            c1[i] = full ? _mm256_loadu_ps(c + i * ldc + 8)
+                         : _mm256_maskload_ps(c + i * ldc + 8, m1);
         }
     }
     if (lda == 0 && ldb == NR) { /* both packed */

@@ -305,7 +305,8 @@ static void small_caches(void) {
         failures++;
     }
     static const int64_t tiny[][3] = {{1024, 1024, 1024}, {1024, 8192, 16384}};
-    static const int64_t dims[][3] = {{100, 300, 150}, {129, 65, 200}, {43, 130, 64}, {66, 257, 65}};
+    static const int64_t dims[][3] = {
+        {100, 300, 150}, {129, 65, 200}, {43, 130, 64}, {66, 257, 65}};
     for (size_t c = 0; c < sizeof tiny / sizeof tiny[0]; c++) {
         gml_gemm_set_caches(tiny[c]);
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
