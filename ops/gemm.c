@@ -253,8 +253,19 @@ static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
         if (cs == sizeof(float)) { /* rows contiguous along n */
-            for (int64_t k = 0; k < kc; k++)
-                memcpy(dst + k * nr, b + k * rs + j0 * cs, (size_t)cols * sizeof(float));
+            const char *src = b + j0 * cs;
+            /* full panels of the tiles in gemm.inc: fixed-size copies the
+             * compiler inlines as vector moves (a memcpy call per k row cost
+             * as much as the copy) */
+            if (cols == 16 && nr == 16)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 16, src + k * rs, 16 * 4);
+            else if (cols == 24 && nr == 24)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 24, src + k * rs, 24 * 4);
+            else if (cols == 32 && nr == 32)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 32, src + k * rs, 32 * 4);
+            else
+                for (int64_t k = 0; k < kc; k++)
+                    memcpy(dst + k * nr, src + k * rs, (size_t)cols * sizeof(float));
         } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
             transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst);
         } else {
