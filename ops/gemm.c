@@ -47,6 +47,9 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -71,8 +74,8 @@ void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, co
 }
 
 const gml_gemm_variant gml_gemm_variants[] = {
-#define GML_UKERNEL(isa, fn, mr, nr) \
-    {isa, fn, mr, nr, #fn, {#fn " (large)", #fn " (rows)", #fn " (rows_t)"}},
+#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max) \
+    {isa, fn, mr, nr, l1, l2, l3, nc_max, #fn, {#fn " (large)", #fn " (rows)", #fn " (rows_t)"}},
 #include "gemm.inc"
 #undef GML_UKERNEL
 };
@@ -250,8 +253,19 @@ static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
         if (cs == sizeof(float)) { /* rows contiguous along n */
-            for (int64_t k = 0; k < kc; k++)
-                memcpy(dst + k * nr, b + k * rs + j0 * cs, (size_t)cols * sizeof(float));
+            const char *src = b + j0 * cs;
+            /* full panels of the tiles in gemm.inc: fixed-size copies the
+             * compiler inlines as vector moves (a memcpy call per k row cost
+             * as much as the copy) */
+            if (cols == 16 && nr == 16)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 16, src + k * rs, 16 * 4);
+            else if (cols == 24 && nr == 24)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 24, src + k * rs, 24 * 4);
+            else if (cols == 32 && nr == 32)
+                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 32, src + k * rs, 32 * 4);
+            else
+                for (int64_t k = 0; k < kc; k++)
+                    memcpy(dst + k * nr, src + k * rs, (size_t)cols * sizeof(float));
         } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
             transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst);
         } else {
@@ -299,18 +313,105 @@ static inline int64_t b_koff(const gml_gemm_desc *d, int64_t k) {
     return d->b_type == GML_Q8_0 ? k / GML_QK8_0 * d->b_rs : k * d->b_rs;
 }
 
+/* ---- cache sizes and blocks (gemm.h, "Cache blocks") -------------------- */
+
+enum { DEFAULT_L1 = 32 << 10, DEFAULT_L2 = 512 << 10, DEFAULT_L3 = 2 << 20 };
+
+/* L1d, L2, L3 bytes per core; 0 until read. */
+static _Atomic int64_t cache_bytes[3];
+
+/* The first line of a sysfs file, or "" when it cannot be read. */
+static void read_line(const char *path, char *buf, size_t size) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)size, f)) buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* "48K", "2048K", "260M" -> bytes; 0 if not such a size. */
+static int64_t parse_size(const char *s) {
+    char *end;
+    const long long v = strtoll(s, &end, 10);
+    if (end == s || v <= 0) return 0;
+    const int64_t unit = *end == 'K' ? 1 << 10 : *end == 'M' ? 1 << 20 : *end == 'G' ? 1 << 30 : 1;
+    return (int64_t)v * unit;
+}
+
+/* CPUs in a list such as "0-1" or "0,2,4-7"; at least 1. */
+static int64_t count_cpus(const char *s) {
+    int64_t n = 0;
+    while (*s) {
+        char *end;
+        const long a = strtol(s, &end, 10);
+        if (end == s) break;
+        long b = a;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        if (b >= a) n += b - a + 1;
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    return n > 0 ? n : 1;
+}
+
+/* The machine's data caches from sysfs; the defaults where absent. */
+static void read_caches(int64_t bytes[3]) {
+    bytes[0] = DEFAULT_L1, bytes[1] = DEFAULT_L2, bytes[2] = DEFAULT_L3;
+    for (int i = 0; i < 8; i++) {
+        char path[96], level[16], type[32], size[32], shared[256];
+        const char *dir = "/sys/devices/system/cpu/cpu0/cache/index";
+        snprintf(path, sizeof path, "%s%d/level", dir, i);
+        read_line(path, level, sizeof level);
+        snprintf(path, sizeof path, "%s%d/type", dir, i);
+        read_line(path, type, sizeof type);
+        snprintf(path, sizeof path, "%s%d/size", dir, i);
+        read_line(path, size, sizeof size);
+        snprintf(path, sizeof path, "%s%d/shared_cpu_list", dir, i);
+        read_line(path, shared, sizeof shared);
+        const int lv = atoi(level);
+        const int64_t b = parse_size(size);
+        if (lv < 1 || lv > 3 || b <= 0 || strcmp(type, "Instruction") == 0) continue;
+        bytes[lv - 1] = lv == 3 ? b / count_cpus(shared) : b;
+    }
+}
+
+void gml_gemm_caches(int64_t bytes[3]) {
+    if (atomic_load(&cache_bytes[0]) == 0) {
+        int64_t b[3];
+        read_caches(b);
+        atomic_store(&cache_bytes[2], b[2]);
+        atomic_store(&cache_bytes[1], b[1]);
+        atomic_store(&cache_bytes[0], b[0]); /* last: the flag */
+    }
+    for (int i = 0; i < 3; i++) bytes[i] = atomic_load(&cache_bytes[i]);
+}
+
+void gml_gemm_set_caches(const int64_t bytes[3]) {
+    atomic_store(&cache_bytes[0], 0);
+    if (!bytes) return;
+    atomic_store(&cache_bytes[2], bytes[2]);
+    atomic_store(&cache_bytes[1], bytes[1]);
+    atomic_store(&cache_bytes[0], bytes[0]);
+}
+
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+gml_gemm_blocks gml_gemm_blocking(const gml_gemm_variant *v) {
+    int64_t c[3];
+    gml_gemm_caches(c);
+    const int64_t mr = v->mr, nr = v->nr, fl = (int64_t)sizeof(float);
+    gml_gemm_blocks b;
+    b.kc = clamp64(c[0] * v->l1_pct / 100 / (fl * nr) / 8 * 8, 64, 1024);
+    b.mc = clamp64(c[1] * v->l2_pct / 100 / (fl * b.kc) / mr * mr, mr, 4096 / mr * mr);
+    const int64_t nc_max = GML_MAX((int64_t)v->nc_max / nr * nr, 4 * nr);
+    b.nc = clamp64(c[2] * v->l3_pct / 100 / (fl * b.kc) / nr * nr, 4 * nr, nc_max);
+    return b;
+}
+
 /* ---- blocking and chunks ------------------------------------------------ */
 
-/* Cache blocks, for 48 KiB L1d and 1 MiB L2 per core, 32 MiB L3 shared
- * (Zen 5; measured on 2048^3 and 4096^3, see tools/bench.c): MC x KC of A
- * (672 KiB) stays in L2; an A micro-panel (MR x KC, 28 KiB at MR = 14) in
- * L1, the B micro-panel (KC x NR, 64 KiB at NR = 32) streams from L2, the
- * KC x NC block of B (4 MiB) from L3. A larger KC beat 256 (B micro-panel
- * in L1) by ~15%: fewer trips of the C tile through the micro-kernel. */
 enum {
-    GEMM_KC = 512,
-    GEMM_MC = 336,   /* rows; rounded down to a multiple of MR */
-    GEMM_NC = 2048,  /* columns; rounded down to a multiple of NR */
     GEMM_SMALL_M = 32,      /* few rows: decoding, small batches */
     GEMM_ROWS_M = 64,       /* PATH_ROWS up to here */
     GEMM_ROWS_T_M = 256,    /* PATH_ROWS_T up to here, when K is at least */
@@ -409,14 +510,16 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     plan_tiles(&pl, d, mr, nr, nth);
     const int64_t K = GML_MAX(d->K, (int64_t)1);
     switch (pl.path) {
-    case PATH_LARGE:
-        pl.KC = GML_MIN(K, (int64_t)GEMM_KC);
-        pl.MC = GML_MIN(round_up(pl.tm, mr), GML_MAX((int64_t)mr, GEMM_MC / mr * mr));
-        pl.NC = GML_MIN(round_up(pl.tn, nr), GML_MAX((int64_t)nr, GEMM_NC / nr * nr));
+    case PATH_LARGE: {
+        const gml_gemm_blocks bl = gml_gemm_blocking(v);
+        pl.KC = GML_MIN(K, bl.kc);
+        pl.MC = GML_MIN(round_up(pl.tm, mr), bl.mc);
+        pl.NC = GML_MIN(round_up(pl.tn, nr), bl.nc);
         pl.a_floats = (size_t)(pl.MC * pl.KC);
         pl.b_floats = (size_t)(pl.KC * pl.NC);
         if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
         break;
+    }
     case PATH_ROWS:
         pl.KC = GML_MIN(K, (int64_t)GEMM_SMALL_KC);
         pl.a_floats = (size_t)(round_up(d->M, mr) * pl.KC);
@@ -455,17 +558,6 @@ typedef struct gemm_tile {
     int64_t tm, tn;
 } gemm_tile;
 
-/* Asks the caches for an m x n tile of C (row stride ldc floats). */
-static inline void prefetch_tile(const float *c, size_t ldc, int m, int n) {
-#if defined(__GNUC__)
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j += 64 / (int)sizeof(float))
-            __builtin_prefetch(c + i * ldc + j, 1, 3);
-#else
-    GML_UNUSED(c), GML_UNUSED(ldc), GML_UNUSED(m), GML_UNUSED(n);
-#endif
-}
-
 static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
                       const gemm_tile *t, float *ap, float *bp) {
     const int mr = v->mr, nr = v->nr;
@@ -500,9 +592,6 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                     float *c = t->c + ic * (int64_t)ldc + jc + jr;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int m = (int)GML_MIN((int64_t)mr, mc - ir);
-                        if (ir + mr < mc) /* the next call's C, loaded before its first fma */
-                            prefetch_tile(c + (ir + mr) * (int64_t)ldc, ldc,
-                                          (int)GML_MIN((int64_t)mr, mc - ir - mr), n);
                         v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
                               bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
                     }
@@ -597,8 +686,20 @@ static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
                (int)GML_MIN((int64_t)gv->nr, t->tn - j0), t->c + j0, ldc);
 }
 
+/* The variant of v's ISA whose tile width pads M least (the first of
+ * equals after v itself), for PATH_ROWS_T, where NR covers A's M rows. */
+static const gml_gemm_variant *rows_t_variant(const gml_gemm_variant *v, int64_t M) {
+    const gml_gemm_variant *best = v;
+    for (int i = 0; i < gml_gemm_n_variants; i++) {
+        const gml_gemm_variant *w = &gml_gemm_variants[i];
+        if (w->isa == v->isa && round_up(M, w->nr) < round_up(M, best->nr)) best = w;
+    }
+    return best;
+}
+
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
+    if (choose_path(d) == PATH_ROWS_T) v = rows_t_variant(v, d->M);
     const gemm_plan pl = make_plan(d, v, p->nth);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);

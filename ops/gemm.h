@@ -30,7 +30,7 @@
 typedef void (*gml_f32_gemm_ukernel_fn)(size_t kc, const float *a, size_t lda, const float *b,
                                         size_t ldb, float *c, size_t ldc, int m, int n, bool acc);
 
-#define GML_UKERNEL(isa, fn, mr, nr)                                                        \
+#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max)                                    \
     void fn(size_t kc, const float *a, size_t lda, const float *b, size_t ldb, float *c,   \
             size_t ldc, int m, int n, bool acc);
 #include "gemm.inc"
@@ -45,6 +45,9 @@ typedef struct gml_gemm_variant {
     gml_isa isa;
     gml_f32_gemm_ukernel_fn fn;
     int mr, nr;
+    /* percent of L1d, L2, L3 for the B micro-panel, the A block and the B
+     * block, and the largest NC (gemm.inc; "Cache blocks" below) */
+    int l1_pct, l2_pct, l3_pct, nc_max;
     const char *name;
     /* name with each path of gml_gemm: "(large)", "(rows)", "(rows_t)" (gemm.c) */
     const char *path_names[3];
@@ -55,6 +58,30 @@ extern const int gml_gemm_n_variants;
 
 /* The variant the ISA in effect selects. */
 const gml_gemm_variant *gml_gemm_pick(void);
+
+/* ---- Cache blocks -------------------------------------------------------
+ * Goto's loops (gemm.c) block K by KC, M by MC and N by NC per variant,
+ * from the data cache sizes per core (L3 divided among the cores sharing
+ * it), read once from sysfs (/sys/devices/system/cpu/cpu0/cache/index*)
+ * or, where that is absent, taken as 32 KiB, 512 KiB and 2 MiB:
+ *   KC = L1 * l1_pct / 100 / (4 NR), a multiple of 8 in [64, 1024]:
+ *        the B micro-panel, reused by every A micro-panel of the block,
+ *        stays in L1;
+ *   MC = L2 * l2_pct / 100 / (4 KC), a multiple of MR in [MR, 4096]:
+ *        the packed A block stays in L2;
+ *   NC = L3 * l3_pct / 100 / (4 KC), a multiple of NR in [4 NR, nc_max]
+ *        (nc_max at least 4 NR): the packed B block stays in L3.
+ * The blocks change no bit of any result (see "Arithmetic" above). */
+typedef struct gml_gemm_blocks {
+    int64_t kc, mc, nc;
+} gml_gemm_blocks;
+gml_gemm_blocks gml_gemm_blocking(const gml_gemm_variant *v);
+
+/* Bytes of L1d, L2 and L3 per core that the blocks are computed from. */
+void gml_gemm_caches(int64_t bytes[3]);
+/* For tests: use these sizes instead (bytes per core, each > 0), or read
+ * the machine's again with NULL. Not while a product runs. */
+void gml_gemm_set_caches(const int64_t bytes[3]);
 
 /* ---- Matrix-vector ----------------------------------------------------------
  * A few rows of A (decoding: one token per sequence) against W, an nn.Linear

@@ -8,8 +8,12 @@
  * Shapes: tails around the tile and block sizes (MR, NR, MC, KC, NC), the
  * few-rows paths (M <= 32; M <= 4 against a weight) and their edges, batch
  * broadcast both ways, 4-D, transposed and permuted views, slices with
- * offsets, nn.Linear weights (batches folded into M), K = 1. */
+ * offsets, nn.Linear weights (batches folded into M), K = 1; and products
+ * under small cache sizes (gml_gemm_set_caches), whose KC, MC, NC blocks
+ * (ops/gemm.h, "Cache blocks") cut moderate shapes many times. */
 #include <ggmlite/ggmlite.h>
+
+#include "../ops/gemm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -139,9 +143,11 @@ static gml_tensor *rand_tensor(gml_context *ctx, int n_dims, const int64_t *ne) 
 
 /* Plain 2-D products on sizes around every tile and block edge. */
 static void shapes_2d(void) {
-    /* MR is 4, 6, 14 and NR 16, 32 across the variants; KC 512, MC 336,
-     * NC 2048; the rows path takes M <= 64 (its KC is 512 too), Goto's
-     * loops the rest, reading A in place when N <= 2 NR. */
+    /* MR is 4, 6, 14 and NR 16, 32 across the variants; KC, MC, NC come
+     * from the cache sizes (on the Xeon KC 384, 384, 192; MC 340, 336, 672;
+     * NC 4096; small_caches() below cuts smaller ones); the rows path takes
+     * M <= 64 (its KC is 512), Goto's loops the rest, reading A in place
+     * when N <= 2 NR. */
     static const int64_t dims[][3] = {
         {1, 1, 1},     {1, 7, 1},     {7, 1, 7},      {5, 16, 3},     {6, 17, 2},
         {13, 31, 33},  {14, 32, 7},   {15, 33, 100},  {4, 15, 1},     {3, 64, 257},
@@ -149,7 +155,7 @@ static void shapes_2d(void) {
         {29, 16, 511}, {45, 100, 257}, {100, 257, 33}, {257, 100, 7}, {337, 40, 20},
         {60, 4100, 3}, {1, 300, 600}, {17, 1, 40},    {40, 50, 1100}, {34, 47, 513},
         {35, 2049, 2},   {64, 40, 70},   {65, 40, 70},   {70, 30, 300},  {80, 20, 1100},
-        {70, 100, 1100}, {90, 2100, 3},
+        {70, 100, 1100}, {90, 2100, 3},   {700, 40, 200},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
@@ -251,7 +257,74 @@ static void linear(void) {
     gml_free(ctx);
 }
 
+/* The blocks as gemm.h's rule makes them from given cache sizes, and
+ * products cut into many K, M and N blocks by tiny caches (KC 64, MC = MR,
+ * NC = 4 NR; then KC 64, MC 2 MR or so, NC 8 NR), bitwise the naive chain
+ * at every ISA and thread count like every other shape. */
+static void small_caches(void) {
+    static const char *const names[] = {"gml_f32_gemm_ukernel__scalar_4x16",
+                                        "gml_f32_gemm_ukernel__avx2_4x24",
+                                        "gml_f32_gemm_ukernel__avx2_6x16",
+                                        "gml_f32_gemm_ukernel__avx512_14x32"};
+    static const struct {
+        int64_t caches[3];
+        int64_t want[4][3]; /* per variant in names[]: KC, MC, NC */
+    } rules[] = {
+        {{48 << 10, 2 << 20, 130 << 20},
+         {{384, 340, 4096}, {256, 512, 4080}, {384, 336, 4096}, {192, 672, 4096}}},
+        {{32 << 10, 512 << 10, 4 << 20},
+         {{256, 128, 2048}, {168, 192, 3120}, {256, 126, 2048}, {128, 252, 4096}}},
+        {{1024, 1024, 1024}, {{64, 4, 64}, {64, 4, 96}, {64, 6, 64}, {64, 14, 128}}},
+    };
+    int found = 0;
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        gml_gemm_set_caches(rules[r].caches);
+        for (int v = 0; v < gml_gemm_n_variants; v++) {
+            int x = 0;
+            while (x < 4 && strcmp(names[x], gml_gemm_variants[v].name) != 0) x++;
+            if (x == 4) continue;
+            found += r == 0;
+            const gml_gemm_blocks b = gml_gemm_blocking(&gml_gemm_variants[v]);
+            checks++;
+            if (b.kc != rules[r].want[x][0] || b.mc != rules[r].want[x][1] ||
+                b.nc != rules[r].want[x][2]) {
+                fprintf(stderr, "FAIL blocks of %s at caches %lld/%lld/%lld: KC %lld MC %lld NC "
+                        "%lld, want %lld %lld %lld\n", gml_gemm_variants[v].name,
+                        (long long)rules[r].caches[0], (long long)rules[r].caches[1],
+                        (long long)rules[r].caches[2], (long long)b.kc, (long long)b.mc,
+                        (long long)b.nc, (long long)rules[r].want[x][0],
+                        (long long)rules[r].want[x][1], (long long)rules[r].want[x][2]);
+                failures++;
+            }
+        }
+    }
+    checks++;
+    if (found != gml_gemm_n_variants) { /* a new variant: add its blocks above */
+        fprintf(stderr, "FAIL blocks: %d of %d variants have expected blocks here\n", found,
+                gml_gemm_n_variants);
+        failures++;
+    }
+    static const int64_t tiny[][3] = {{1024, 1024, 1024}, {1024, 8192, 16384}};
+    static const int64_t dims[][3] = {
+        {100, 300, 150}, {129, 65, 200}, {43, 130, 64}, {66, 257, 65}};
+    for (size_t c = 0; c < sizeof tiny / sizeof tiny[0]; c++) {
+        gml_gemm_set_caches(tiny[c]);
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
+            const int64_t M = dims[i][0], N = dims[i][1], K = dims[i][2];
+            char what[96];
+            snprintf(what, sizeof what, "[%lld,%lld] @ [%lld,%lld], caches %lld/%lld/%lld",
+                     (long long)M, (long long)K, (long long)K, (long long)N,
+                     (long long)tiny[c][0], (long long)tiny[c][1], (long long)tiny[c][2]);
+            check(what, ctx, T2(ctx, M, K), T2(ctx, K, N), false, true);
+            gml_free(ctx);
+        }
+    }
+    gml_gemm_set_caches(NULL);
+}
+
 int main(void) {
+    small_caches();
     shapes_2d();
     many_chunks();
     batches();

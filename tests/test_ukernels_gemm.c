@@ -187,7 +187,7 @@ static int check_xw_gemv_variants(void) {
 int main(void) {
     if (check_gemv_variants()) return 1;
     if (check_xw_gemv_variants()) return 1;
-    const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: KC */
+    const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: the rows path's KC (Goto's: gemm.h) */
     for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
         const gml_gemm_variant *v = &gml_gemm_variants[vi];
         if (!gml_cpu_has(v->isa)) {
