@@ -1,0 +1,206 @@
+/* bench's limits: the FMA peak of the ISA and the read bandwidth, measured
+ * by the machine itself before the table (each row is quoted as a share of
+ * them). The ISA's loops are in bench_limits_avx2.c and
+ * bench_limits_avx512.c, compiled for their ISA and run only when the CPU
+ * has it (gml_cpu_has). */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A limit is the fastest of LIMIT_REPS runs: a neighbour's load on a
+ * shared machine only ever slows a run down, and the rows it is compared
+ * with are medians, so their shares err low, never high. */
+enum { LIMIT_REPS = 7 };
+#define FMA_RUN_S 0.05 /* seconds of one FMA run */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
+
+typedef struct job {
+    job_kind kind;
+    int64_t iters;      /* FMA rounds */
+    const float *p;     /* read: this thread's slice */
+    size_t n;
+    pthread_barrier_t *bar;
+    double t0, t1;
+    volatile float sink;
+} job;
+
+/* 8 scalar sums: the read loop of a CPU without AVX2. */
+static float read_plain(const float *p, size_t n) {
+    float s[8] = {0};
+    for (size_t k = 0; k < n; k += 8)
+        for (int i = 0; i < 8; i++) s[i] += p[k + (size_t)i];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->bar);
+    j->t0 = now_s();
+    switch (j->kind) {
+    case JOB_FMA_AVX2: j->sink = bench_fma_avx2(j->iters); break;
+    case JOB_FMA_AVX512: j->sink = bench_fma_avx512(j->iters); break;
+    case JOB_READ_AVX2: j->sink = bench_read_avx2(j->p, j->n); break;
+    case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
+    }
+    j->t1 = now_s();
+    return NULL;
+}
+
+/* nth threads (the caller one of them) start together, each running its
+ * own job (for reads, the i-th slice of n floats at p, slices a multiple
+ * of 64 floats); the seconds from the first start to the last end. */
+static double run_threads(job_kind kind, int nth, int64_t iters, const float *p, size_t n) {
+    pthread_t th[BENCH_MAX_THREADS];
+    job jobs[BENCH_MAX_THREADS];
+    pthread_barrier_t bar;
+    const size_t slice = n / (size_t)nth / 64 * 64;
+    pthread_barrier_init(&bar, NULL, (unsigned)nth);
+    for (int i = 0; i < nth; i++) {
+        jobs[i] = (job){.kind = kind, .iters = iters, .p = p ? p + (size_t)i * slice : NULL,
+                        .n = slice, .bar = &bar};
+        if (i > 0 && pthread_create(&th[i], NULL, run_job, &jobs[i]) != 0) {
+            fprintf(stderr, "bench: limits: cannot start thread %d\n", i);
+            exit(1);
+        }
+    }
+    run_job(&jobs[0]);
+    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    double t0 = jobs[0].t0, t1 = jobs[0].t1;
+    for (int i = 1; i < nth; i++) {
+        if (jobs[i].t0 < t0) t0 = jobs[i].t0;
+        if (jobs[i].t1 > t1) t1 = jobs[i].t1;
+    }
+    return t1 - t0;
+}
+
+/* The largest cache's size from sysfs (cpu0's cache/index*), 0 if unknown. */
+static size_t llc_bytes(void) {
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long v = 0;
+        char unit = 0;
+        if (fscanf(f, "%llu%c", &v, &unit) >= 1) {
+            const size_t b = (size_t)v * (unit == 'K' ? 1024u : unit == 'M' ? 1024u * 1024u : 1u);
+            if (b > best) best = b;
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n) {
+    *l = (bench_limits){.isa = isa, .threads = {1}, .n = 1};
+    for (int i = 0; i < n; i++) { /* 1 and each count asked for, once */
+        bool seen = false;
+        for (int k = 0; k < l->n; k++) seen |= l->threads[k] == threads[i];
+        if (!seen && l->n < BENCH_MAX_THREADS) l->threads[l->n++] = threads[i];
+    }
+    const bool avx512 = isa == GML_ISA_AVX512 && gml_cpu_has(GML_ISA_AVX512);
+    const bool avx2 = isa == GML_ISA_AVX2 && gml_cpu_has(GML_ISA_AVX2);
+    const job_kind fk = avx512 ? JOB_FMA_AVX512 : JOB_FMA_AVX2;
+    const double flop_per_iter = avx512 ? 2.0 * 16 * BENCH_FMA_CHAINS_AVX512
+                                        : 2.0 * 8 * BENCH_FMA_CHAINS_AVX2;
+    l->fma_what = avx512 ? "AVX-512 vfmadd231ps zmm, 16 independent chains per thread"
+                  : avx2 ? "AVX2 vfmadd231ps ymm, 12 independent chains per thread"
+                         : "none (no FMA loop for this ISA)";
+    if (avx2 || avx512) {
+        int64_t iters = 1 << 20; /* calibrate: FMA_RUN_S seconds on 1 thread */
+        run_threads(fk, 1, iters / 4, NULL, 0);
+        const double t = run_threads(fk, 1, iters, NULL, 0);
+        iters = (int64_t)((double)iters * FMA_RUN_S / (t > 1e-6 ? t : 1e-6)) + 1;
+        for (int k = 0; k < l->n; k++) {
+            double r[LIMIT_REPS];
+            for (int rep = 0; rep < LIMIT_REPS; rep++)
+                r[rep] = run_threads(fk, l->threads[k], iters, NULL, 0);
+            qsort(r, LIMIT_REPS, sizeof *r, cmp_double);
+            l->fma_gflops[k] = flop_per_iter * (double)iters * l->threads[k] / r[0] * 1e-9;
+        }
+    }
+    /* Reads: max(1 GiB, 4x the last-level cache), halved while it cannot be
+     * had (down to 256 MiB). */
+    l->llc_bytes = llc_bytes();
+    size_t bytes = (size_t)1 << 30;
+    if (4 * l->llc_bytes > bytes) bytes = 4 * l->llc_bytes;
+    bytes = bytes / 4096 * 4096;
+    float *buf = NULL;
+    while (!buf && bytes >= ((size_t)256 << 20)) {
+        buf = aligned_alloc(4096, bytes);
+        if (!buf) bytes /= 2;
+    }
+    if (!buf) {
+        fprintf(stderr, "bench: limits: cannot allocate the read buffer (256 MiB)\n");
+        exit(1);
+    }
+    memset(buf, 0, bytes); /* every page present before timing */
+    l->read_bytes = bytes;
+    const job_kind rk = gml_cpu_has(GML_ISA_AVX2) ? JOB_READ_AVX2 : JOB_READ_PLAIN;
+    const size_t nf = bytes / sizeof(float);
+    for (int k = 0; k < l->n; k++) {
+        const int nth = l->threads[k];
+        const size_t read = nf / (size_t)nth / 64 * 64 * (size_t)nth * sizeof(float);
+        double r[LIMIT_REPS];
+        run_threads(rk, nth, 0, buf, nf); /* warm-up */
+        for (int rep = 0; rep < LIMIT_REPS; rep++) r[rep] = run_threads(rk, nth, 0, buf, nf);
+        qsort(r, LIMIT_REPS, sizeof *r, cmp_double);
+        l->read_gbs[k] = (double)read / r[0] * 1e-9;
+    }
+    free(buf);
+}
+
+double bench_fma_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->fma_gflops[k];
+    return 0;
+}
+
+double bench_read_bw(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->read_gbs[k];
+    return 0;
+}
+
+const char *bench_pct(char *buf, size_t size, double rate, double limit) {
+    if (limit > 0) snprintf(buf, size, "%.1f%%", 100.0 * rate / limit);
+    else snprintf(buf, size, "-");
+    return buf;
+}
+
+void bench_print_limits(const bench_limits *l) {
+    const double mib = 1024.0 * 1024.0;
+    printf("\nlimits at %s, the fastest of %d runs (the shares below are of these):\n"
+           "  FMA peak: %s, each thread its own loop, aggregate GFLOP/s\n"
+           "  read bandwidth: each thread sums its slice of a %.0f MiB buffer (last-level "
+           "cache %.0f MiB), GB/s\n",
+           gml_isa_name(l->isa), LIMIT_REPS, l->fma_what, (double)l->read_bytes / mib,
+           (double)l->llc_bytes / mib);
+    printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
+    for (int k = 0; k < l->n; k++) {
+        char f[32];
+        if (l->fma_gflops[k] > 0) snprintf(f, sizeof f, "%.1f", l->fma_gflops[k]);
+        else snprintf(f, sizeof f, "-");
+        printf("%7d %14s %12.1f\n", l->threads[k], f, l->read_gbs[k]);
+    }
+    fflush(stdout);
+}
