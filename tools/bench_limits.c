@@ -12,21 +12,22 @@
 #include <string.h>
 #include <time.h>
 
-/* A limit is the fastest of LIMIT_REPS runs: a neighbour's load on a
- * shared machine only ever slows a run down, and the rows it is compared
- * with are medians, so their shares err low, never high. */
-enum { LIMIT_REPS = 7 };
-#define FMA_RUN_S 0.05 /* seconds of one FMA run */
+/* A limit is the fastest of many short runs: a neighbour's load on a
+ * shared machine only ever slows a run down, and a run shorter than the
+ * scheduler's time slice often runs alone even when the machine is busy
+ * (a 50 ms FMA run measured a third of the peak with a load average of 6
+ * on the 2 cores; a 5 ms one finds it). The FMA peak: FMA_REPS runs of
+ * FMA_RUN_S seconds. The bandwidth: READ_PASSES passes over the buffer,
+ * each READ_CHUNK bytes per thread timed on its own (the buffer is 4x the
+ * last-level cache, so a chunk is never in it when read again). */
+enum { FMA_REPS = 40, READ_PASSES = 2 };
+#define FMA_RUN_S 0.005
+#define READ_CHUNK ((size_t)32 << 20)
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
@@ -126,16 +127,21 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
                   : avx2 ? "AVX2 vfmadd231ps ymm, 12 independent chains per thread"
                          : "none (no FMA loop for this ISA)";
     if (avx2 || avx512) {
-        int64_t iters = 1 << 20; /* calibrate: FMA_RUN_S seconds on 1 thread */
-        run_threads(fk, 1, iters / 4, NULL, 0);
-        const double t = run_threads(fk, 1, iters, NULL, 0);
-        iters = (int64_t)((double)iters * FMA_RUN_S / (t > 1e-6 ? t : 1e-6)) + 1;
+        int64_t iters = 1 << 16; /* calibrate: FMA_RUN_S seconds on 1 thread, the fastest of 5 */
+        run_threads(fk, 1, 8 * iters, NULL, 0); /* wakes the vector units up */
+        double t = 1e9;
+        for (int rep = 0; rep < 5; rep++) {
+            const double ti = run_threads(fk, 1, iters, NULL, 0);
+            if (ti < t) t = ti;
+        }
+        iters = (int64_t)((double)iters * FMA_RUN_S / (t > 1e-7 ? t : 1e-7)) + 1;
         for (int k = 0; k < l->n; k++) {
-            double r[LIMIT_REPS];
-            for (int rep = 0; rep < LIMIT_REPS; rep++)
-                r[rep] = run_threads(fk, l->threads[k], iters, NULL, 0);
-            qsort(r, LIMIT_REPS, sizeof *r, cmp_double);
-            l->fma_gflops[k] = flop_per_iter * (double)iters * l->threads[k] / r[0] * 1e-9;
+            double best = 1e9;
+            for (int rep = 0; rep < FMA_REPS; rep++) {
+                const double ti = run_threads(fk, l->threads[k], iters, NULL, 0);
+                if (ti < best) best = ti;
+            }
+            l->fma_gflops[k] = flop_per_iter * (double)iters * l->threads[k] / best * 1e-9;
         }
     }
     /* Reads: max(1 GiB, 4x the last-level cache), halved while it cannot be
@@ -159,12 +165,15 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
     const size_t nf = bytes / sizeof(float);
     for (int k = 0; k < l->n; k++) {
         const int nth = l->threads[k];
-        const size_t read = nf / (size_t)nth / 64 * 64 * (size_t)nth * sizeof(float);
-        double r[LIMIT_REPS];
-        run_threads(rk, nth, 0, buf, nf); /* warm-up */
-        for (int rep = 0; rep < LIMIT_REPS; rep++) r[rep] = run_threads(rk, nth, 0, buf, nf);
-        qsort(r, LIMIT_REPS, sizeof *r, cmp_double);
-        l->read_gbs[k] = (double)read / r[0] * 1e-9;
+        /* a step: nth threads each read READ_CHUNK bytes, side by side */
+        const size_t chunk = READ_CHUNK / sizeof(float) * (size_t)nth, n_chunks = nf / chunk;
+        double best = 1e9;
+        for (int pass = 0; pass < READ_PASSES; pass++)
+            for (size_t c = 0; c < n_chunks; c++) {
+                const double ti = run_threads(rk, nth, 0, buf + c * chunk, chunk);
+                if (ti < best) best = ti;
+            }
+        l->read_gbs[k] = (double)(chunk * sizeof(float)) / best * 1e-9;
     }
     free(buf);
 }
@@ -189,12 +198,13 @@ const char *bench_pct(char *buf, size_t size, double rate, double limit) {
 
 void bench_print_limits(const bench_limits *l) {
     const double mib = 1024.0 * 1024.0;
-    printf("\nlimits at %s, the fastest of %d runs (the shares below are of these):\n"
-           "  FMA peak: %s, each thread its own loop, aggregate GFLOP/s\n"
-           "  read bandwidth: each thread sums its slice of a %.0f MiB buffer (last-level "
-           "cache %.0f MiB), GB/s\n",
-           gml_isa_name(l->isa), LIMIT_REPS, l->fma_what, (double)l->read_bytes / mib,
-           (double)l->llc_bytes / mib);
+    printf("\nlimits at %s (the shares below are of these), each the fastest of many short runs:\n"
+           "  FMA peak: %s, each thread its own loop, aggregate GFLOP/s (%d runs of %.0f ms)\n"
+           "  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
+           "each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
+           "aggregate GB/s\n",
+           gml_isa_name(l->isa), l->fma_what, FMA_REPS, FMA_RUN_S * 1e3, READ_PASSES,
+           (double)l->read_bytes / mib, (double)l->llc_bytes / mib, (double)READ_CHUNK / mib);
     printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
     for (int k = 0; k < l->n; k++) {
         char f[32];
