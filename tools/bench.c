@@ -92,6 +92,19 @@ static double time_graph(gml_graph *g, int nth) {
 enum { TURNS = 3 };
 #define WARM_S 0.1
 
+/* Rows whose runs are long take fewer: --runs, or as many as fit in ROW_S
+ * seconds, at least 3 (so `bench --isa all` stays within minutes: a 4096^3
+ * product takes a second a run). A run longer than LONG_S is its own
+ * warm-up. */
+#define ROW_S 2.0
+#define LONG_S 0.5
+
+/* How many runs a row whose first run took sec gets. */
+static int row_runs(int runs, double sec) {
+    const int fit = sec > 0 ? (int)(ROW_S / sec) : runs;
+    return fit >= runs ? runs : fit >= 3 ? fit : runs < 3 ? runs : 3;
+}
+
 static void pause_s(double sec) {
     struct timespec ts = {.tv_sec = (time_t)sec,
                           .tv_nsec = (long)((sec - (double)(time_t)sec) * 1e9)};
@@ -218,21 +231,23 @@ static void bench_matmul(const opts *o) {
 #ifdef GML_BENCH_OPENBLAS
             openblas_set_num_threads(nth);
 #endif
+            const double first = time_ggml(&s, nth), warm_s = first > LONG_S ? 0 : WARM_S;
+            const int runs = row_runs(o->runs, first);
             for (int round = 0, done = 0; round < TURNS; round++) {
-                const int n = (o->runs - done) / (TURNS - round);
+                const int n = (runs - done) / (TURNS - round);
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_ggml(&s, nth);
+                for (double warm = 0; warm < warm_s;) warm += time_ggml(&s, nth);
                 for (int r = 0; r < n; r++) tg[done + r] = time_ggml(&s, nth);
 #ifdef GML_BENCH_OPENBLAS
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_blas(&s, c);
+                for (double warm = 0; warm < warm_s;) warm += time_blas(&s, c);
                 for (int r = 0; r < n; r++) tb[done + r] = time_blas(&s, c);
 #endif
                 done += n;
             }
-            rate_g[j] = 1.0 / median(tg, o->runs);
+            rate_g[j] = 1.0 / median(tg, runs);
 #ifdef GML_BENCH_OPENBLAS
-            rate_b[j] = 1.0 / median(tb, o->runs);
+            rate_b[j] = 1.0 / median(tb, runs);
 #else
             (void)tb;
             rate_b[j] = 0;
@@ -324,9 +339,11 @@ static void bench_attention(const opts *o) {
             for (int j = 0; j < o->n_threads; j++) {
                 double t[MAX_RUNS];
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-                for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
-                rate[j] = 1.0 / median(t, o->runs);
+                const double first = time_graph(g, o->threads[j]);
+                const int runs = row_runs(o->runs, first);
+                for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+                for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
+                rate[j] = 1.0 / median(t, runs);
             }
             for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
                 const double sec = 1.0 / rate[j], gf = flop / sec * 1e-9;
@@ -405,9 +422,11 @@ static void bench_window(const opts *o) {
         for (int j = 0; j < o->n_threads; j++) {
             double t[MAX_RUNS];
             pause_s(0.25);
-            for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-            for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double ms = median(t, o->runs) * 1e3, gf = flop / ms * 1e-6;
+            const double first = time_graph(g, o->threads[j]);
+            const int runs = row_runs(o->runs, first);
+            for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+            for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
+            const double ms = median(t, runs) * 1e3, gf = flop / ms * 1e-6;
             char pf[16];
             char what[64];
             snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
@@ -777,7 +796,9 @@ static void print_machine(const opts *o) {
     strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tnow));
     printf("\nggmlite %s bench: %s, %ld cores, ISA %s, %s\n", GML_VERSION, model,
            sysconf(_SC_NPROCESSORS_ONLN), gml_isa_name(gml_get_isa()), date);
-    printf("medians of %d runs, each set after %.1f s of warm-up runs\n", o->runs, WARM_S);
+    printf("medians of %d runs, each set after %.1f s of warm-up runs; matmul, attention and "
+           "window\nrows whose run takes over %.2f s: as many as take %.0f s, at least 3\n",
+           o->runs, WARM_S, ROW_S / o->runs, ROW_S);
 #ifdef GML_BENCH_OPENBLAS
     const char *want = blas_coretype(gml_get_isa()), *env = getenv("OPENBLAS_CORETYPE");
     const char *core = openblas_get_corename();
