@@ -16,7 +16,8 @@
  * shared machine only ever slows a run down, and a run shorter than the
  * scheduler's time slice often runs alone even when the machine is busy
  * (a 50 ms FMA run measured a third of the peak with a load average of 6
- * on the 2 cores; a 5 ms one finds it). The FMA peak: the threads start
+ * on the 2 cores, 5 ms runs found it; with a load of 15, 5 ms runs fell
+ * short by a third at 1 thread, so runs are 1 ms). The FMA peak: the threads start
  * together and each runs FMA_REPS runs of FMA_RUN_S seconds; the aggregate
  * is the sum of each thread's fastest run's rate (that all threads' fastest
  * runs coincide is rare on a busy machine; the cores do not share FMA
@@ -25,9 +26,9 @@
  * per thread timed as a whole from the first start to the last end (the
  * buffer is 4x the last-level cache, so a chunk is never in it when read
  * again). */
-enum { FMA_REPS = 40, READ_PASSES = 2 };
-#define FMA_RUN_S 0.005
-#define READ_CHUNK ((size_t)32 << 20)
+enum { FMA_REPS = 200, READ_PASSES = 2 };
+#define FMA_RUN_S 0.001
+#define READ_CHUNK ((size_t)16 << 20)
 
 static double now_s(void) {
     struct timespec ts;
@@ -212,8 +213,8 @@ const char *bench_pct(char *buf, size_t size, double rate, double limit) {
 void bench_print_limits(const bench_limits *l) {
     const double mib = 1024.0 * 1024.0;
     printf("\nlimits at %s (the shares below are of these), each the fastest of many short runs:\n"
-           "  FMA peak: %s, each thread its own loop, the threads side by side, %d runs of %.0f ms "
-           "each;\n  aggregate GFLOP/s: the sum of each thread's fastest\n"
+           "  FMA peak: %s;\n  the threads side by side, each %d runs of %.0f ms; "
+           "GFLOP/s: the sum of each thread's fastest run's\n"
            "  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
            "each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
            "aggregate GB/s\n",
