@@ -11,7 +11,7 @@
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
  * it (OPENBLAS_CORETYPE Haswell, SkylakeX); all: each ISA the CPU has, one
- * after the other; default the best it has. OpenBLAS reads the variable
+ * after the other; default GGMLITE_ISA's, else the best the CPU has. OpenBLAS reads the variable
  * when it loads, so with OpenBLAS each ISA runs in a child process, this
  * program executed again with the variable set and the internal flag
  * --isa-run ISA.
@@ -813,7 +813,7 @@ static void print_machine(const opts *o) {
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
                     "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types] "
-                    "[--isa avx2|avx512|all (default: the best the CPU has)]\n");
+                    "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }
 
@@ -917,8 +917,9 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "bench: --isa all: this CPU has neither avx2 nor avx512\n");
                     return 2;
                 }
-            } else if (gml_isa_from_name(name, &isas[0]) &&
-                       (isas[0] == GML_ISA_AVX2 || isas[0] == GML_ISA_AVX512)) {
+            } else if (gml_isa_from_name(name, &isas[0]) && isas[0] != GML_ISA_AUTO &&
+                       (child || isas[0] == GML_ISA_AVX2 || isas[0] == GML_ISA_AVX512)) {
+                /* --isa-run: any (the parent's GGMLITE_ISA may be scalar) */
                 if (!gml_cpu_has(isas[0])) {
                     fprintf(stderr, "bench: --isa %s: this CPU lacks %s\n", name, name);
                     return 2;
@@ -931,17 +932,13 @@ int main(int argc, char **argv) {
             usage();
         }
     }
-    if (n_isas == 0) { /* the best the CPU has */
-        gml_set_isa(GML_ISA_AUTO);
-        isas[n_isas++] = gml_get_isa();
-    }
+    if (n_isas == 0) isas[n_isas++] = gml_get_isa(); /* GGMLITE_ISA, else the best */
 #ifdef GML_BENCH_OPENBLAS
-    if (!child) {
+    if (!child)
         for (int k = 0; k < n_isas; k++) run_child(orig, argc, isas[k]);
-        return 0;
-    }
+    else
 #endif
-    for (int k = 0; k < n_isas; k++) run_isa(&o, isas[k], only);
+        for (int k = 0; k < n_isas; k++) run_isa(&o, isas[k], only);
     for (int i = 0; i < argc; i++) free(orig[i]);
     free(orig);
     return 0;

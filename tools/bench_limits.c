@@ -212,13 +212,18 @@ const char *bench_pct(char *buf, size_t size, double rate, double limit) {
 
 void bench_print_limits(const bench_limits *l) {
     const double mib = 1024.0 * 1024.0;
-    printf("\nlimits at %s (the shares below are of these), each the fastest of many short runs:\n"
-           "  FMA peak: %s;\n  the threads side by side, each %d runs of %.0f ms; "
-           "GFLOP/s: the sum of each thread's fastest run's\n"
-           "  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
+    printf("\nlimits at %s (the shares below are of these), each the fastest of many short runs:\n",
+           gml_isa_name(l->isa));
+    if (l->fma_gflops[0] > 0)
+        printf("  FMA peak: %s;\n  the threads side by side, each %d runs of %.0f ms; "
+               "GFLOP/s: the sum of each thread's fastest run's\n",
+               l->fma_what, FMA_REPS, FMA_RUN_S * 1e3);
+    else
+        printf("  FMA peak: %s\n", l->fma_what);
+    printf("  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
            "each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
            "aggregate GB/s\n",
-           gml_isa_name(l->isa), l->fma_what, FMA_REPS, FMA_RUN_S * 1e3, READ_PASSES,
+           READ_PASSES,
            (double)l->read_bytes / mib, (double)l->llc_bytes / mib, (double)READ_CHUNK / mib);
     printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
     for (int k = 0; k < l->n; k++) {
