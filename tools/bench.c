@@ -1,10 +1,20 @@
 /* ggmlite benchmark: one table of medians, each ggmlite row beside a
  * reference measured in the same run (OpenBLAS's cblas_sgemm when the build
- * found it). A tool, not a test: timings on a shared machine are noisy, so
- * every number is the median of --runs runs after warm-up.
+ * found it) and as a share of the machine's own limits, measured first
+ * (bench_limits.c: the FMA peak at the ISA, the read bandwidth). A tool,
+ * not a test: timings on a shared machine are noisy, so every number is
+ * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
  *         [--only matmul|attention|window|decode|weights|decode_types]
+ *         [--isa avx2|avx512|all]
+ *
+ * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
+ * it (OPENBLAS_CORETYPE Haswell, SkylakeX); all: each ISA the CPU has, one
+ * after the other; default GGMLITE_ISA's, else the best the CPU has. OpenBLAS reads the variable
+ * when it loads, so with OpenBLAS each ISA runs in a child process, this
+ * program executed again with the variable set and the internal flag
+ * --isa-run ISA.
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
@@ -14,6 +24,8 @@
  * q8_0 weights; a whole attention block's decoding step at C4's dimensions
  * with those weights and an f16 KV cache (decode_types). */
 #define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
 #include <ggmlite/kv_cache.h>
@@ -22,12 +34,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #ifdef GML_BENCH_OPENBLAS
 #include <cblas.h>
 void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
 #endif
 
 #define MAX_RUNS 1000
@@ -77,6 +92,19 @@ static double time_graph(gml_graph *g, int nth) {
 enum { TURNS = 3 };
 #define WARM_S 0.1
 
+/* Rows whose runs are long take fewer: --runs, or as many as fit in ROW_S
+ * seconds, at least 3 (so `bench --isa all` stays within minutes: a 4096^3
+ * product takes a second a run). A run longer than LONG_S is its own
+ * warm-up. */
+#define ROW_S 2.0
+#define LONG_S 0.5
+
+/* How many runs a row whose first run took sec gets. */
+static int row_runs(int runs, double sec) {
+    const int fit = sec > 0 ? (int)(ROW_S / sec) : runs;
+    return fit >= runs ? runs : fit >= 3 ? fit : runs < 3 ? runs : 3;
+}
+
 static void pause_s(double sec) {
     struct timespec ts = {.tv_sec = (time_t)sec,
                           .tv_nsec = (long)((sec - (double)(time_t)sec) * 1e9)};
@@ -87,7 +115,27 @@ typedef struct opts {
     int runs;
     int64_t max_cube;
     int threads[MAX_THREADS], n_threads;
+    const bench_limits *lim; /* the machine's limits at the ISA running */
 } opts;
+
+/* Shares of the limits at nth threads ("-" where unknown): of the FMA peak
+ * for a rate in GFLOP/s, of the read bandwidth for one in GB/s. */
+static const char *pct_fma(char *buf, const opts *o, double gflops, int nth) {
+    return bench_pct(buf, 16, gflops, bench_fma_peak(o->lim, nth));
+}
+static const char *pct_bw(char *buf, const opts *o, double gbs, int nth) {
+    return bench_pct(buf, 16, gbs, bench_read_bw(o->lim, nth));
+}
+
+/* "1.93x": the rate at threads[j] over the rate at 1 thread, when both ran;
+ * rate[] is indexed like o->threads. "-" otherwise. */
+static const char *speedup(char *buf, const opts *o, const double *rate, int j) {
+    snprintf(buf, 16, "-");
+    if (o->threads[j] != 1)
+        for (int i = 0; i < o->n_threads; i++)
+            if (o->threads[i] == 1 && rate[i] > 0) snprintf(buf, 16, "%.2fx", rate[j] / rate[i]);
+    return buf;
+}
 
 /* ---- matmul ------------------------------------------------------------- */
 
@@ -165,12 +213,17 @@ static void bench_matmul(const opts *o) {
         {"M=20 N=K=4096 linear", 20, 4096, 4096, true},
     };
     printf("\nmatmul f32 (GFLOP/s; linear: x [M,K] @ w^T, w [N,K] nn.Linear layout;\n"
-           "ggmlite and the reference take %d turns each, runs split among them)\n", TURNS);
-    printf("%-22s %7s %10s %10s %7s\n", "shape", "threads", "ggmlite", "OpenBLAS", "ratio");
+           "ggmlite and the reference take %d turns each, runs split among them;\n"
+           "%%FMA: of the FMA peak at the threads; %%BW: A, B and C's bytes once, of the read "
+           "bandwidth;\nvs 1: ggmlite's speed-up over 1 thread)\n", TURNS);
+    printf("%-22s %7s %9s %6s %6s %9s %6s %6s %6s %6s\n", "shape", "threads", "ggmlite", "%FMA",
+           "%BW", "OpenBLAS", "%FMA", "%BW", "ratio", "vs 1");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const mm_case *c = &cases[i];
         if (!c->linear && c->M > o->max_cube) continue;
         const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        const double bytes = 4.0 * (double)(c->M * c->K + c->K * c->N + c->M * c->N);
+        double rate_g[MAX_THREADS], rate_b[MAX_THREADS];
         mm_setup s = mm_setup_new(c);
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
@@ -178,28 +231,43 @@ static void bench_matmul(const opts *o) {
 #ifdef GML_BENCH_OPENBLAS
             openblas_set_num_threads(nth);
 #endif
+            const double first = time_ggml(&s, nth), warm_s = first > LONG_S ? 0 : WARM_S;
+            const int runs = row_runs(o->runs, first);
             for (int round = 0, done = 0; round < TURNS; round++) {
-                const int n = (o->runs - done) / (TURNS - round);
+                const int n = (runs - done) / (TURNS - round);
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_ggml(&s, nth);
+                for (double warm = 0; warm < warm_s;) warm += time_ggml(&s, nth);
                 for (int r = 0; r < n; r++) tg[done + r] = time_ggml(&s, nth);
 #ifdef GML_BENCH_OPENBLAS
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_blas(&s, c);
+                for (double warm = 0; warm < warm_s;) warm += time_blas(&s, c);
                 for (int r = 0; r < n; r++) tb[done + r] = time_blas(&s, c);
 #endif
                 done += n;
             }
-            const double g = flop / median(tg, o->runs) * 1e-9;
+            rate_g[j] = 1.0 / median(tg, runs);
 #ifdef GML_BENCH_OPENBLAS
-            const double b = flop / median(tb, o->runs) * 1e-9;
-            printf("%-22s %7d %10.1f %10.1f %7.2f\n", c->what, nth, g, b, g / b);
+            rate_b[j] = 1.0 / median(tb, runs);
 #else
             (void)tb;
-            printf("%-22s %7d %10.1f %10s %7s\n", c->what, nth, g, "-", "-");
+            rate_b[j] = 0;
 #endif
-            fflush(stdout);
         }
+        for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
+            const int nth = o->threads[j];
+            const double g = flop * rate_g[j] * 1e-9, b = flop * rate_b[j] * 1e-9;
+            char p[6][16], bs[16] = "-", rs[16] = "-";
+            if (b > 0) {
+                snprintf(bs, sizeof bs, "%.1f", b);
+                snprintf(rs, sizeof rs, "%.2f", g / b);
+            }
+            printf("%-22s %7d %9.1f %6s %6s %9s %6s %6s %6s %6s\n", c->what, nth, g,
+                   pct_fma(p[0], o, g, nth), pct_bw(p[1], o, bytes * rate_g[j] * 1e-9, nth), bs,
+                   b > 0 ? pct_fma(p[2], o, b, nth) : "-",
+                   b > 0 ? pct_bw(p[3], o, bytes * rate_b[j] * 1e-9, nth) : "-", rs,
+                   speedup(p[4], o, rate_g, j));
+        }
+        fflush(stdout);
         mm_setup_free(&s);
     }
 }
@@ -246,9 +314,11 @@ static void bench_attention(const opts *o) {
         {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
     };
     printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case;\n"
-           "graph: unfused = scores, softmax, context; fused = one flash_attn)\n");
-    printf("%-22s %5s %3s %-8s %7s %10s %10s %12s %10s\n", "case", "D", "H", "graph", "threads",
-           "ms", "GFLOP/s", "planned MiB", "unplanned");
+           "graph: unfused = scores, softmax, context; fused = one flash_attn;\n"
+           "%%FMA: of the FMA peak at the threads; t/peak: the time over the FLOPs' time at "
+           "that peak;\nvs 1: speed-up over 1 thread)\n");
+    printf("%-22s %5s %3s %-8s %7s %10s %10s %6s %7s %6s %12s %10s\n", "case", "D", "H", "graph",
+           "threads", "ms", "GFLOP/s", "%FMA", "t/peak", "vs 1", "planned MiB", "unplanned");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int fused = 0; fused < 2; fused++) {
             const attn_case *c = &cases[i];
@@ -265,18 +335,28 @@ static void bench_attention(const opts *o) {
                 fill(gml_graph_data(g, t), gml_nelements(t), 11 + (uint32_t)l);
             }
             const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
+            double rate[MAX_THREADS];
             for (int j = 0; j < o->n_threads; j++) {
                 double t[MAX_RUNS];
                 pause_s(0.25);
-                for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-                for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
-                const double sec = median(t, o->runs);
-                printf("%-22s %5lld %3d %-8s %7d %10.3f %10.1f %12.1f %10.1f\n", c->what,
-                       (long long)c->D, c->H, fused ? "fused" : "unfused", o->threads[j],
-                       sec * 1e3, flop / sec * 1e-9, (double)gml_graph_plan_peak(g) / mib,
-                       (double)gml_graph_plan_naive(g) / mib);
-                fflush(stdout);
+                const double first = time_graph(g, o->threads[j]);
+                const int runs = row_runs(o->runs, first);
+                for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+                for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
+                rate[j] = 1.0 / median(t, runs);
             }
+            for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
+                const double sec = 1.0 / rate[j], gf = flop / sec * 1e-9;
+                const double peak = bench_fma_peak(o->lim, o->threads[j]);
+                char p[2][16], tp[16] = "-";
+                if (peak > 0) snprintf(tp, sizeof tp, "%.2fx", peak / gf);
+                printf("%-22s %5lld %3d %-8s %7d %10.3f %10.1f %6s %7s %6s %12.1f %10.1f\n",
+                       c->what, (long long)c->D, c->H, fused ? "fused" : "unfused",
+                       o->threads[j], sec * 1e3, gf, pct_fma(p[0], o, gf, o->threads[j]), tp,
+                       speedup(p[1], o, rate, j), (double)gml_graph_plan_peak(g) / mib,
+                       (double)gml_graph_plan_naive(g) / mib);
+            }
+            fflush(stdout);
             gml_graph_free(g);
             gml_free(ctx);
         }
@@ -312,7 +392,10 @@ static void bench_window(const opts *o) {
     const int64_t T = 8192, H = 16, G = 4, d = 64, W = 512;
     printf("\nsliding window, one flash_attn op: GQA B=1 H=%lld G=%lld d=%lld T=%lld "
            "(f32, fused)\n", (long long)H, (long long)G, (long long)d, (long long)T);
-    printf("%-28s %7s %10s %10s\n", "case", "threads", "ms", "vs causal");
+    printf("GFLOP/s: of the visible (query, key) pairs' 4 d FLOPs; %%FMA: of the FMA peak at the "
+           "threads\n");
+    printf("%-28s %7s %10s %10s %10s %6s\n", "case", "threads", "ms", "vs causal", "GFLOP/s",
+           "%FMA");
     double causal_ms[MAX_THREADS] = {0};
     for (int win = 0; win < 2; win++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = (size_t)1 << 20, .no_alloc = true});
@@ -331,22 +414,32 @@ static void bench_window(const opts *o) {
             gml_tensor *t = gml_graph_leaf(g, l);
             fill(gml_graph_data(g, t), gml_nelements(t), 31 + (uint32_t)l);
         }
+        /* FLOPs of the visible (query, key) pairs, 4 d each (q.k and p v):
+         * query i sees min(i + 1, W) keys (gml_graph_flops counts all T^2) */
+        double pairs = 0;
+        for (int64_t i = 0; i < T; i++) pairs += (double)(win && i + 1 > W ? W : i + 1);
+        const double flop = 4.0 * (double)d * (double)H * pairs;
         for (int j = 0; j < o->n_threads; j++) {
             double t[MAX_RUNS];
             pause_s(0.25);
-            for (double warm = 0; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-            for (int r = 0; r < o->runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double ms = median(t, o->runs) * 1e3;
+            const double first = time_graph(g, o->threads[j]);
+            const int runs = row_runs(o->runs, first);
+            for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
+            for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
+            const double ms = median(t, runs) * 1e3, gf = flop / ms * 1e-6;
+            char pf[16];
             char what[64];
             snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
                      (long long)T, (long long)W);
             if (!win) {
                 causal_ms[j] = ms;
-                printf("%-28s %7d %10.1f %10s\n", what, o->threads[j], ms, "1");
+                printf("%-28s %7d %10.1f %10s %10.1f %6s\n", what, o->threads[j], ms, "1", gf,
+                       pct_fma(pf, o, gf, o->threads[j]));
             } else {
                 char ratio[32];
                 snprintf(ratio, sizeof ratio, "1/%.1f", causal_ms[j] / ms);
-                printf("%-28s %7d %10.1f %10s\n", what, o->threads[j], ms, ratio);
+                printf("%-28s %7d %10.1f %10s %10.1f %6s\n", what, o->threads[j], ms, ratio, gf,
+                       pct_fma(pf, o, gf, o->threads[j]));
             }
             fflush(stdout);
         }
@@ -408,7 +501,15 @@ static void bench_decode(const opts *o) {
            "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",
            (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
            DECODE_TOKENS);
-    printf("%-22s %7s %12s %12s\n", "case", "threads", "tokens/s", "ms/token");
+    /* Bytes a token reads: the weights and the cache's K and V up to its
+     * position (CONTEXT + i + 1 for the i-th token), averaged over the run. */
+    const double per_pos = (double)gml_kv_cache_bytes(cache) / (CONTEXT + DECODE_TOKENS);
+    const double tok_bytes = (double)wbytes + per_pos * (CONTEXT + (DECODE_TOKENS + 1) / 2.0);
+    printf("MB/token: the weights and the K, V rows each token reads; %%BW: of the read "
+           "bandwidth;\nvs 1: speed-up over 1 thread\n");
+    printf("%-22s %7s %12s %12s %9s %7s %6s %6s\n", "case", "threads", "tokens/s", "ms/token",
+           "MB/token", "GB/s", "%BW", "vs 1");
+    double rate[MAX_THREADS];
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
         gml_kv_cache_truncate(cache, 0);
@@ -428,10 +529,16 @@ static void bench_decode(const opts *o) {
                 }
             if (r >= 0) t[r] = (now_s() - t0) / DECODE_TOKENS;
         }
-        const double sec = median(t, o->runs);
-        printf("%-22s %7d %12.0f %12.3f\n", "decode C5 ctx 2048", nth, 1.0 / sec, sec * 1e3);
-        fflush(stdout);
+        rate[j] = 1.0 / median(t, o->runs);
     }
+    for (int j = 0; j < o->n_threads; j++) {
+        const double gbs = tok_bytes * rate[j] * 1e-9;
+        char p[2][16];
+        printf("%-22s %7d %12.0f %12.3f %9.2f %7.1f %6s %6s\n", "decode C5 ctx 2048",
+               o->threads[j], rate[j], 1e3 / rate[j], tok_bytes * 1e-6, gbs,
+               pct_bw(p[0], o, gbs, o->threads[j]), speedup(p[1], o, rate, j));
+    }
+    fflush(stdout);
     for (int k = 0; k < 2; k++) {
         gml_graph_free(g[k]);
         gml_free(ctx[k]);
@@ -488,9 +595,10 @@ static void bench_weights(const opts *o) {
     }
     free(row);
     printf("\ndecoding weights by type, C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1: the step's "
-           "q, k, v, o products\n(attention over the cache not included), types taking turns\n");
-    printf("%-10s %7s %12s %10s %9s %14s\n", "weights", "threads", "tokens/s", "ms/token", "vs f32",
-           "memory MiB");
+           "q, k, v, o products\n(attention over the cache not included), types taking turns; GB/s: "
+           "the weights' bytes\n(read once a step), %%BW: of the read bandwidth\n");
+    printf("%-10s %7s %12s %10s %9s %14s %7s %6s\n", "weights", "threads", "tokens/s", "ms/token",
+           "vs f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
         double t[NT][MAX_RUNS];
@@ -502,9 +610,11 @@ static void bench_weights(const opts *o) {
         for (int tt = 0; tt < NT; tt++) {
             const double sec = median(t[tt], o->runs);
             if (tt == 0) f32_sec = sec;
-            printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f\n", gml_type_name(types[tt]), nth, 1.0 / sec,
-                   sec * 1e3, f32_sec / sec,
-                   (double)(wbytes[tt] + gml_graph_plan_peak(g[tt])) / (1 << 20));
+            char pb[16]; /* a step reads its weights once */
+            printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f %7.1f %6s\n", gml_type_name(types[tt]), nth,
+                   1.0 / sec, sec * 1e3, f32_sec / sec,
+                   (double)(wbytes[tt] + gml_graph_plan_peak(g[tt])) / (1 << 20),
+                   (double)wbytes[tt] / sec * 1e-9, pct_bw(pb, o, (double)wbytes[tt] / sec * 1e-9, nth));
         }
         fflush(stdout);
     }
@@ -609,17 +719,21 @@ static void bench_decode_types(const opts *o) {
     gml_graph *g[NR];
     gml_kv_step step[NR];
     size_t mem[NR];
+    double rd[NR]; /* bytes a token reads: the weights, the cache's K and V up to its position */
     for (int r = 0; r < NR; r++) {
         const int wt = wtype[r] == GML_F32 ? 0 : wtype[r] == GML_BF16 ? 1 : 2, c = ctype[r] == GML_F16;
         g[r] = c4_step(&ctx[r], cache[c], &w[wt], 1, &step[r]);
         mem[r] = wbytes[wt] + gml_kv_cache_bytes(cache[c]) + gml_graph_plan_peak(g[r]);
+        rd[r] = (double)wbytes[wt] + (double)gml_kv_cache_bytes(cache[c]) /
+                (CONTEXT + DECODE_TYPES_TOKENS) * (CONTEXT + (DECODE_TYPES_TOKENS + 1) / 2.0);
     }
     printf("\ndecoding at C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1, context %d: one attention "
            "block's step\n(projections, cache append, flash_attn over the cache), %d tokens per run, "
-           "rows taking turns;\nmemory: weights + KV cache + the step's planned buffer\n",
+           "rows taking turns;\nmemory: weights + KV cache + the step's planned buffer; GB/s: the "
+           "weights and the K, V rows\na token reads, %%BW: of the read bandwidth\n",
            CONTEXT, DECODE_TYPES_TOKENS);
-    printf("%-8s %-6s %7s %10s %10s %9s %9s %11s\n", "weights", "cache", "threads", "tokens/s",
-           "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB");
+    printf("%-8s %-6s %7s %10s %10s %9s %9s %11s %7s %6s\n", "weights", "cache", "threads", "tokens/s",
+           "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
         double t[NR][MAX_RUNS];
@@ -637,10 +751,12 @@ static void bench_decode_types(const opts *o) {
             }
         double sec[NR];
         for (int r = 0; r < NR; r++) sec[r] = median(t[r], o->runs);
+        char pb[16];
         for (int r = 0; r < NR; r++)
-            printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f\n", gml_type_name(wtype[r]),
+            printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f %7.1f %6s\n", gml_type_name(wtype[r]),
                    gml_type_name(ctype[r]), nth, 1.0 / sec[r], sec[r] * 1e3, sec[1] / sec[r],
-                   sec[0] / sec[r], (double)mem[r] / (1 << 20));
+                   sec[0] / sec[r], (double)mem[r] / (1 << 20), rd[r] / sec[r] * 1e-9,
+                   pct_bw(pb, o, rd[r] / sec[r] * 1e-9, nth));
         fflush(stdout);
     }
     for (int r = 0; r < NR; r++) {
@@ -652,6 +768,13 @@ static void bench_decode_types(const opts *o) {
 }
 
 /* ---- main --------------------------------------------------------------- */
+
+#ifdef GML_BENCH_OPENBLAS
+/* OpenBLAS's core type for an ISA: its kernels for that ISA. */
+static const char *blas_coretype(gml_isa isa) {
+    return isa == GML_ISA_AVX512 ? "SkylakeX" : isa == GML_ISA_AVX2 ? "Haswell" : NULL;
+}
+#endif
 
 static void print_machine(const opts *o) {
     char model[256] = "unknown CPU";
@@ -671,27 +794,99 @@ static void print_machine(const opts *o) {
     char date[32];
     time_t tnow = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&tnow));
-    printf("ggmlite %s bench: %s, %ld cores, ISA %s, %s\n", GML_VERSION, model,
+    printf("\nggmlite %s bench: %s, %ld cores, ISA %s, %s\n", GML_VERSION, model,
            sysconf(_SC_NPROCESSORS_ONLN), gml_isa_name(gml_get_isa()), date);
-    printf("medians of %d runs, each set after %.1f s of warm-up runs; reference: %s\n", o->runs,
-           WARM_S,
+    printf("medians of %d runs, each set after %.1f s of warm-up runs; matmul, attention and "
+           "window\nrows whose run takes over %.2f s: as many as take %.0f s, at least 3\n",
+           o->runs, WARM_S, ROW_S / o->runs, ROW_S);
 #ifdef GML_BENCH_OPENBLAS
-           "OpenBLAS cblas_sgemm, same run, same threads"
+    const char *want = blas_coretype(gml_get_isa()), *env = getenv("OPENBLAS_CORETYPE");
+    const char *core = openblas_get_corename();
+    printf("reference: OpenBLAS cblas_sgemm, same run, same threads; its core %s "
+           "(OPENBLAS_CORETYPE=%s)%s\n", core ? core : "?", env ? env : "unset",
+           want && core && strcasecmp(core, want) != 0 ? ": not the core asked for" : "");
 #else
-           "none (OpenBLAS not found at build time)"
+    printf("reference: none (OpenBLAS not found at build time)\n");
 #endif
-    );
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types]\n");
+                    "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types] "
+                    "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }
+
+/* The whole table at one ISA: ggmlite's kernels set to it, the machine's
+ * limits measured at it first. */
+static void run_isa(opts *o, gml_isa isa, const char *only) {
+    if (gml_set_isa(isa) != GML_OK) {
+        fprintf(stderr, "bench: this CPU lacks %s\n", gml_isa_name(isa));
+        exit(2);
+    }
+    print_machine(o);
+    bench_limits lim;
+    bench_measure_limits(&lim, isa, o->threads, o->n_threads);
+    o->lim = &lim;
+    bench_print_limits(&lim);
+    if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(o);
+    if (!only[0] || strcmp(only, "attention") == 0) bench_attention(o);
+    if (strcmp(only, "window") == 0) bench_window(o); /* also at the end of attention */
+    if (!only[0] || strcmp(only, "decode") == 0) bench_decode(o);
+    if (!only[0] || strcmp(only, "weights") == 0) bench_weights(o);
+    if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(o);
+    o->lim = NULL;
+}
+
+#ifdef GML_BENCH_OPENBLAS
+/* OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads: each ISA
+ * runs in a fresh process, this program again (/proc/self/exe) with the
+ * variable set and --isa-run naming the ISA. argv is the original one. */
+static void run_child(char **argv, int argc, gml_isa isa) {
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) exit(1);
+    for (int i = 0; i < argc; i++) args[i] = argv[i];
+    args[argc] = "--isa-run";
+    args[argc + 1] = (char *)gml_isa_name(isa);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        perror("bench: fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        const char *core = blas_coretype(isa);
+        if (core) setenv("OPENBLAS_CORETYPE", core, 1);
+        execv("/proc/self/exe", args);
+        perror("bench: execv /proc/self/exe");
+        _exit(1);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        perror("bench: waitpid");
+        exit(1);
+    }
+    free(args);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "bench: the %s run failed (%s %d)\n", gml_isa_name(isa),
+                WIFEXITED(status) ? "exit status" : "signal",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        exit(1);
+    }
+}
+#endif
 
 int main(int argc, char **argv) {
     opts o = {.runs = 10, .max_cube = 4096, .threads = {1, 2}, .n_threads = 2};
     const char *only = "";
+    gml_isa isas[2];
+    int n_isas = 0;
+    bool child = false;
+    char **orig = calloc((size_t)argc + 1, sizeof *orig); /* strtok below writes in argv */
+    for (int i = 0; orig && i < argc; i++)
+        if (!(orig[i] = strdup(argv[i]))) orig = NULL;
+    if (!orig) return fprintf(stderr, "bench: out of memory\n"), 1;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--runs") == 0) {
@@ -704,22 +899,47 @@ int main(int argc, char **argv) {
             char *list = argv[++i];
             for (char *s = strtok(list, ","); s && o.n_threads < MAX_THREADS; s = strtok(NULL, ","))
                 if ((o.threads[o.n_threads++] = atoi(s)) < 1) usage();
+            if (o.n_threads == 0) usage();
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
             if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
                 strcmp(only, "window") != 0 && strcmp(only, "decode") != 0 &&
                 strcmp(only, "weights") != 0 && strcmp(only, "decode_types") != 0)
                 usage();
+        } else if (strcmp(argv[i], "--isa") == 0 || strcmp(argv[i], "--isa-run") == 0) {
+            child = strcmp(argv[i], "--isa-run") == 0; /* the last one: see run_child */
+            const char *name = argv[++i];
+            n_isas = 0;
+            if (strcmp(name, "all") == 0 && !child) {
+                for (gml_isa isa = GML_ISA_AVX2; isa <= GML_ISA_AVX512; isa++)
+                    if (gml_cpu_has(isa)) isas[n_isas++] = isa;
+                if (n_isas == 0) {
+                    fprintf(stderr, "bench: --isa all: this CPU has neither avx2 nor avx512\n");
+                    return 2;
+                }
+            } else if (gml_isa_from_name(name, &isas[0]) && isas[0] != GML_ISA_AUTO &&
+                       (child || isas[0] == GML_ISA_AVX2 || isas[0] == GML_ISA_AVX512)) {
+                /* --isa-run: any (the parent's GGMLITE_ISA may be scalar) */
+                if (!gml_cpu_has(isas[0])) {
+                    fprintf(stderr, "bench: --isa %s: this CPU lacks %s\n", name, name);
+                    return 2;
+                }
+                n_isas = 1;
+            } else {
+                usage();
+            }
         } else {
             usage();
         }
     }
-    print_machine(&o);
-    if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(&o);
-    if (!only[0] || strcmp(only, "attention") == 0) bench_attention(&o);
-    if (strcmp(only, "window") == 0) bench_window(&o); /* also at the end of attention */
-    if (!only[0] || strcmp(only, "decode") == 0) bench_decode(&o);
-    if (!only[0] || strcmp(only, "weights") == 0) bench_weights(&o);
-    if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(&o);
+    if (n_isas == 0) isas[n_isas++] = gml_get_isa(); /* GGMLITE_ISA, else the best */
+#ifdef GML_BENCH_OPENBLAS
+    if (!child)
+        for (int k = 0; k < n_isas; k++) run_child(orig, argc, isas[k]);
+    else
+#endif
+        for (int k = 0; k < n_isas; k++) run_isa(&o, isas[k], only);
+    for (int i = 0; i < argc; i++) free(orig[i]);
+    free(orig);
     return 0;
 }

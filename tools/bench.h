@@ -1,0 +1,50 @@
+/* tools/bench's shared pieces: the machine's limits (bench_limits.c) that
+ * every row of the table is quoted against. */
+#ifndef GGMLITE_TOOLS_BENCH_H
+#define GGMLITE_TOOLS_BENCH_H
+
+#include <ggmlite/ggmlite.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BENCH_MAX_THREADS 8
+
+/* The limits at one ISA, per thread count: the FMA peak (each thread runs
+ * its own loop of independent vector FMAs; the aggregate rate) and the read
+ * bandwidth (each thread sums its own slice of a buffer much larger than the
+ * last-level cache). 0 where not measured (no FMA loop for the ISA). */
+typedef struct bench_limits {
+    gml_isa isa;
+    int n;                                  /* thread counts measured */
+    int threads[BENCH_MAX_THREADS];
+    double fma_gflops[BENCH_MAX_THREADS];   /* GFLOP/s, an FMA counts 2 */
+    double read_gbs[BENCH_MAX_THREADS];     /* GB/s (1e9 bytes) */
+    size_t read_bytes;                      /* the buffer read */
+    size_t llc_bytes;                       /* the last-level cache, from sysfs (0: unknown) */
+    const char *fma_what;                   /* the loop, e.g. "AVX-512 FMA, 16 zmm chains" */
+} bench_limits;
+
+/* Measures the limits at isa for 1 thread and each count in threads[0..n),
+ * the fastest of a few runs. */
+void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n);
+/* Prints the limits section. */
+void bench_print_limits(const bench_limits *l);
+/* The FMA peak and read bandwidth at nth threads (0: not measured). */
+double bench_fma_peak(const bench_limits *l, int nth);
+double bench_read_bw(const bench_limits *l, int nth);
+/* "83.1%" of rate against limit into buf, "-" when the limit is unknown. */
+const char *bench_pct(char *buf, size_t size, double rate, double limit);
+
+/* The loops, in files compiled for their ISA (run only when the CPU has
+ * it): iters rounds of BENCH_FMA_CHAINS_* independent FMAs on vectors of
+ * 8 (AVX2) or 16 (AVX-512) floats; the sum of the accumulators is returned so
+ * the work is not optimized away. bench_read_avx2 sums n floats (n a
+ * multiple of 64, p 32-byte aligned). */
+#define BENCH_FMA_CHAINS_AVX2 12
+#define BENCH_FMA_CHAINS_AVX512 16
+float bench_fma_avx2(int64_t iters);
+float bench_fma_avx512(int64_t iters);
+float bench_read_avx2(const float *p, size_t n);
+
+#endif

@@ -1,0 +1,236 @@
+/* bench's limits: the FMA peak of the ISA and the read bandwidth, measured
+ * by the machine itself before the table (each row is quoted as a share of
+ * them). The ISA's loops are in bench_limits_avx2.c and
+ * bench_limits_avx512.c, compiled for their ISA and run only when the CPU
+ * has it (gml_cpu_has). */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A limit is the fastest of many short runs: a neighbour's load on a
+ * shared machine only ever slows a run down, and a run shorter than the
+ * scheduler's time slice often runs alone even when the machine is busy
+ * (a 50 ms FMA run measured a third of the peak with a load average of 6
+ * on the 2 cores, 5 ms runs found it; with a load of 15, 5 ms runs fell
+ * short by a third at 1 thread, so runs are 1 ms). The FMA peak: the threads start
+ * together and each runs FMA_REPS runs of FMA_RUN_S seconds; the aggregate
+ * is the sum of each thread's fastest run's rate (that all threads' fastest
+ * runs coincide is rare on a busy machine; the cores do not share FMA
+ * units). The bandwidth, a resource the cores share: READ_PASSES passes
+ * over the buffer, the threads side by side, each step of READ_CHUNK bytes
+ * per thread timed as a whole from the first start to the last end (the
+ * buffer is 4x the last-level cache, so a chunk is never in it when read
+ * again). */
+enum { FMA_REPS = 200, READ_PASSES = 2 };
+#define FMA_RUN_S 0.001
+#define READ_CHUNK ((size_t)16 << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
+
+typedef struct job {
+    job_kind kind;
+    int64_t iters;      /* FMA rounds of a run */
+    int reps;           /* FMA runs */
+    double best;        /* FMA: the fastest run's seconds */
+    const float *p;     /* read: this thread's slice */
+    size_t n;
+    pthread_barrier_t *bar;
+    double t0, t1;
+    volatile float sink;
+} job;
+
+/* 8 scalar sums: the read loop of a CPU without AVX2. */
+static float read_plain(const float *p, size_t n) {
+    float s[8] = {0};
+    for (size_t k = 0; k < n; k += 8)
+        for (int i = 0; i < 8; i++) s[i] += p[k + (size_t)i];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->bar);
+    j->t0 = now_s();
+    j->best = 1e9;
+    switch (j->kind) {
+    case JOB_FMA_AVX2:
+    case JOB_FMA_AVX512:
+        for (int r = 0; r < j->reps; r++) {
+            const double t = now_s();
+            j->sink = j->kind == JOB_FMA_AVX2 ? bench_fma_avx2(j->iters) : bench_fma_avx512(j->iters);
+            if (now_s() - t < j->best) j->best = now_s() - t;
+        }
+        break;
+    case JOB_READ_AVX2: j->sink = bench_read_avx2(j->p, j->n); break;
+    case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
+    }
+    j->t1 = now_s();
+    return NULL;
+}
+
+/* nth threads (the caller one of them) start together, each running its
+ * own job (FMA: reps runs of iters rounds, each thread's fastest in
+ * best[i]; reads: the i-th slice of n floats at p, slices a multiple of 64
+ * floats); the seconds from the first start to the last end. */
+static double run_threads(job_kind kind, int nth, int64_t iters, int reps, double *best,
+                          const float *p, size_t n) {
+    pthread_t th[BENCH_MAX_THREADS];
+    job jobs[BENCH_MAX_THREADS];
+    pthread_barrier_t bar;
+    const size_t slice = n / (size_t)nth / 64 * 64;
+    pthread_barrier_init(&bar, NULL, (unsigned)nth);
+    for (int i = 0; i < nth; i++) {
+        jobs[i] = (job){.kind = kind, .iters = iters, .reps = reps,
+                        .p = p ? p + (size_t)i * slice : NULL,
+                        .n = slice, .bar = &bar};
+        if (i > 0 && pthread_create(&th[i], NULL, run_job, &jobs[i]) != 0) {
+            fprintf(stderr, "bench: limits: cannot start thread %d\n", i);
+            exit(1);
+        }
+    }
+    run_job(&jobs[0]);
+    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    for (int i = 0; best && i < nth; i++) best[i] = jobs[i].best;
+    double t0 = jobs[0].t0, t1 = jobs[0].t1;
+    for (int i = 1; i < nth; i++) {
+        if (jobs[i].t0 < t0) t0 = jobs[i].t0;
+        if (jobs[i].t1 > t1) t1 = jobs[i].t1;
+    }
+    return t1 - t0;
+}
+
+/* The largest cache's size from sysfs (cpu0's cache/index*), 0 if unknown. */
+static size_t llc_bytes(void) {
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long v = 0;
+        char unit = 0;
+        if (fscanf(f, "%llu%c", &v, &unit) >= 1) {
+            const size_t b = (size_t)v * (unit == 'K' ? 1024u : unit == 'M' ? 1024u * 1024u : 1u);
+            if (b > best) best = b;
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n) {
+    *l = (bench_limits){.isa = isa, .threads = {1}, .n = 1};
+    for (int i = 0; i < n; i++) { /* 1 and each count asked for, once */
+        bool seen = false;
+        for (int k = 0; k < l->n; k++) seen |= l->threads[k] == threads[i];
+        if (!seen && l->n < BENCH_MAX_THREADS) l->threads[l->n++] = threads[i];
+    }
+    const bool avx512 = isa == GML_ISA_AVX512 && gml_cpu_has(GML_ISA_AVX512);
+    const bool avx2 = isa == GML_ISA_AVX2 && gml_cpu_has(GML_ISA_AVX2);
+    const job_kind fk = avx512 ? JOB_FMA_AVX512 : JOB_FMA_AVX2;
+    const double flop_per_iter = avx512 ? 2.0 * 16 * BENCH_FMA_CHAINS_AVX512
+                                        : 2.0 * 8 * BENCH_FMA_CHAINS_AVX2;
+    l->fma_what = avx512 ? "AVX-512 vfmadd231ps zmm, 16 independent chains per thread"
+                  : avx2 ? "AVX2 vfmadd231ps ymm, 12 independent chains per thread"
+                         : "none (no FMA loop for this ISA)";
+    if (avx2 || avx512) {
+        int64_t iters = 1 << 16; /* calibrate: FMA_RUN_S seconds on 1 thread, the fastest of 5 */
+        double best[BENCH_MAX_THREADS];
+        run_threads(fk, 1, 8 * iters, 1, NULL, NULL, 0); /* wakes the vector units up */
+        run_threads(fk, 1, iters, 5, best, NULL, 0);
+        iters = (int64_t)((double)iters * FMA_RUN_S / (best[0] > 1e-7 ? best[0] : 1e-7)) + 1;
+        for (int k = 0; k < l->n; k++) {
+            run_threads(fk, l->threads[k], iters, FMA_REPS, best, NULL, 0);
+            l->fma_gflops[k] = 0;
+            for (int i = 0; i < l->threads[k]; i++)
+                l->fma_gflops[k] += flop_per_iter * (double)iters / best[i] * 1e-9;
+        }
+    }
+    /* Reads: max(1 GiB, 4x the last-level cache), halved while it cannot be
+     * had (down to 256 MiB). */
+    l->llc_bytes = llc_bytes();
+    size_t bytes = (size_t)1 << 30;
+    if (4 * l->llc_bytes > bytes) bytes = 4 * l->llc_bytes;
+    bytes = bytes / 4096 * 4096;
+    float *buf = NULL;
+    while (!buf && bytes >= ((size_t)256 << 20)) {
+        buf = aligned_alloc(4096, bytes);
+        if (!buf) bytes /= 2;
+    }
+    if (!buf) {
+        fprintf(stderr, "bench: limits: cannot allocate the read buffer (256 MiB)\n");
+        exit(1);
+    }
+    memset(buf, 0, bytes); /* every page present before timing */
+    l->read_bytes = bytes;
+    const job_kind rk = gml_cpu_has(GML_ISA_AVX2) ? JOB_READ_AVX2 : JOB_READ_PLAIN;
+    const size_t nf = bytes / sizeof(float);
+    for (int k = 0; k < l->n; k++) {
+        const int nth = l->threads[k];
+        /* a step: nth threads each read READ_CHUNK bytes, side by side */
+        const size_t chunk = READ_CHUNK / sizeof(float) * (size_t)nth, n_chunks = nf / chunk;
+        double best = 1e9;
+        for (int pass = 0; pass < READ_PASSES; pass++)
+            for (size_t c = 0; c < n_chunks; c++) {
+                const double ti = run_threads(rk, nth, 0, 0, NULL, buf + c * chunk, chunk);
+                if (ti < best) best = ti;
+            }
+        l->read_gbs[k] = (double)(chunk * sizeof(float)) / best * 1e-9;
+    }
+    free(buf);
+}
+
+double bench_fma_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->fma_gflops[k];
+    return 0;
+}
+
+double bench_read_bw(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->read_gbs[k];
+    return 0;
+}
+
+const char *bench_pct(char *buf, size_t size, double rate, double limit) {
+    if (limit > 0) snprintf(buf, size, "%.1f%%", 100.0 * rate / limit);
+    else snprintf(buf, size, "-");
+    return buf;
+}
+
+void bench_print_limits(const bench_limits *l) {
+    const double mib = 1024.0 * 1024.0;
+    printf("\nlimits at %s (the shares below are of these), each the fastest of many short runs:\n",
+           gml_isa_name(l->isa));
+    if (l->fma_gflops[0] > 0)
+        printf("  FMA peak: %s;\n  the threads side by side, each %d runs of %.0f ms; "
+               "GFLOP/s: the sum of each thread's fastest run's\n",
+               l->fma_what, FMA_REPS, FMA_RUN_S * 1e3);
+    else
+        printf("  FMA peak: %s\n", l->fma_what);
+    printf("  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
+           "each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
+           "aggregate GB/s\n",
+           READ_PASSES,
+           (double)l->read_bytes / mib, (double)l->llc_bytes / mib, (double)READ_CHUNK / mib);
+    printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
+    for (int k = 0; k < l->n; k++) {
+        char f[32];
+        if (l->fma_gflops[k] > 0) snprintf(f, sizeof f, "%.1f", l->fma_gflops[k]);
+        else snprintf(f, sizeof f, "-");
+        printf("%7d %14s %12.1f\n", l->threads[k], f, l->read_gbs[k]);
+    }
+    fflush(stdout);
+}
