@@ -142,6 +142,15 @@ faults)
         fail "not every rank printed the cause:"
         cat "$tmp/log"
     fi
+    # strict, as the single process: a tensor the block does not bind is an error
+    mk=$(dirname "$check")/loading_files
+    if [[ -x $mk ]] && "$mk" st-rename "$fx/mha_bias_causal/weights.safetensors" "$tmp/extra.safetensors" "" \
+        extra=out_proj.bais; then
+        refuse "an extra tensor (strict)" nz "rank 0 .*: .*1 tensor not used by mha: 'out_proj.bais'" \
+            "${mpi[@]}" -np 2 "$rg" mha --weights "$tmp/extra.safetensors" --heads 4 --threads 1 --parallel heads
+    else
+        fail "loading_files (built beside mpi_check) could not add a tensor"
+    fi
     # (without mpirun: a singleton MPI job of one rank)
     refuse "a missing input file (rank 0)" 1 "rank 0: .*no-such.npy" "$rg" mha \
         --input "$tmp/no-such.npy" --threads 1 --parallel heads

@@ -55,12 +55,12 @@ memcheck() {
 }
 
 # mpi: one more Release build, with -DGGMLITE_MPI=ON, of what the MPI tests run
-# (run-graph, mpi_check), and those tests (label mpi: mpirun at P = 1..4).
+# (run-graph, mpi_check, loading_files), and those tests (label mpi: mpirun at P = 1..4).
 mpi() {
     echo "== mpi (gcc, Open MPI)"
     cmake -S . -B build-mpi -G Ninja -DGGMLITE_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_MPI=ON >/dev/null
-    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check test_tp
+    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp
     ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
 }
 

@@ -250,6 +250,33 @@ typedef struct prun {
     gml_graph *g1, *g2;
 } prun;
 
+/* Strict, as the single-process run-graph (load_state_dict(strict=True)):
+ * every tensor of the file is one the block binds. */
+static bool check_all_used(const prun *r, char *msg, size_t size) {
+    const gml_attn_weights *a = &r->aw;
+    const gml_llama_weights *l = &r->lw;
+    const gml_tensor *const used[] = {
+        a->w_q, a->b_q, a->w_k, a->b_k, a->w_v, a->b_v, a->w_o, a->b_o, a->in_proj_weight,
+        a->in_proj_bias, a->sinks, a->bias_k, a->bias_v, a->rel_k, a->rel_v, l->attn_norm, l->wq,
+        l->bq, l->wk, l->bk, l->wv, l->bv, l->wo, l->bo, l->sinks, l->mlp_norm, l->w_gate,
+        l->b_gate, l->w_up, l->b_up, l->w_down, l->b_down};
+    char list[600] = "";
+    size_t k = 0;
+    int unused = 0;
+    for (gml_tensor *t = gml_get_first_tensor(r->wctx); t; t = gml_get_next_tensor(r->wctx, t)) {
+        bool ok = false;
+        for (size_t j = 0; j < sizeof used / sizeof *used && !ok; j++) ok = used[j] == t;
+        if (ok) continue;
+        if (unused++ < 5 && k < sizeof list)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s'%.100s'", unused > 1 ? ", " : "", t->name);
+    }
+    if (!unused) return true;
+    if (unused > 5 && k < sizeof list) snprintf(list + k, sizeof list - k, " and %d more", unused - 5);
+    return snprintf(msg, size, "%s: %d tensor%s not used by %s: %s (strict, as the single-process "
+                    "run-graph; another block's weights?)", r->weights, unused, unused == 1 ? "" : "s",
+                    KIND[r->o.kind], list), false;
+}
+
 /* The file's tensors as headers pointing into the mapping: nothing is read
  * until a graph reads its share. */
 static bool map_weights(prun *r, char *msg, size_t size) {
@@ -259,7 +286,10 @@ static bool map_weights(prun *r, char *msg, size_t size) {
     r->wctx = gml_init((gml_init_params){.mem_size = (size_t)(n + 8) * gml_tensor_overhead(), .no_alloc = true});
     if (!r->wctx) return snprintf(msg, size, "out of memory"), false;
     for (int i = 0; i < n; i++) {
-        if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME) continue; /* not one we use */
+        if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME) /* no block's name: strict below */
+            return snprintf(msg, size, "%s: tensor '%.120s...' is not used by %s (strict, as the "
+                            "single-process run-graph)", r->weights, gml_safetensors_name(r->st, i),
+                            KIND[r->o.kind]), false;
         if (!gml_safetensors_tensor(r->st, i, r->wctx, NULL, msg, size)) return false;
     }
     if (r->o.kind == K_LLAMA) { /* the layer's prefix: none, model.layers.0. or layers.0. */
@@ -280,7 +310,7 @@ static bool map_weights(prun *r, char *msg, size_t size) {
         if (gml_attn_weights_find(r->wctx, &r->aw, err, sizeof err) != GML_OK)
             return snprintf(msg, size, "%s: %s", r->weights, err), false;
     }
-    return true;
+    return check_all_used(r, msg, size);
 }
 
 /* Sizes from the input (rank 0's, broadcast: xdim), the weights, the flags and
