@@ -175,6 +175,8 @@ void gml_graph_release_compute(gml_graph *g) {
     g->steps = NULL;
     free(g->chunks);
     g->chunks = NULL;
+    free(g->touch);
+    g->touch = NULL;
     g->prepared = false;
     free(g->neg_inf_ok);
     g->neg_inf_ok = NULL;
@@ -262,13 +264,13 @@ static struct span span_of(const gml_tensor *t) {
 static bool overlap(struct span a, struct span b) { return a.lo < b.hi && b.lo < a.hi; }
 
 /* What one step touches: what it writes, then its sources. */
-struct touch {
+struct gml_touch {
     struct span w, r[GML_MAX_SRC];
 };
 
 /* Whether steps with touches a and b must not run at once: one writes what
  * the other reads or writes. */
-static bool conflict(const struct touch *a, const struct touch *b) {
+static bool conflict(const struct gml_touch *a, const struct gml_touch *b) {
     if (overlap(a->w, b->w)) return true;
     for (int i = 0; i < GML_MAX_SRC; i++)
         if (overlap(a->w, b->r[i]) || overlap(b->w, a->r[i])) return true;
@@ -289,15 +291,15 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
     if (!g->steps && g->n_nodes > 0) {
         g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
         g->chunks = aligned_alloc(GML_ALIGN, (size_t)g->n_nodes * sizeof *g->chunks);
+        g->touch = malloc((size_t)g->n_nodes * sizeof *g->touch);
         g->neg_inf_ok = malloc((size_t)g->n_nodes * sizeof *g->neg_inf_ok);
-        if (!g->steps || !g->chunks || !g->neg_inf_ok) {
+        if (!g->steps || !g->chunks || !g->touch || !g->neg_inf_ok) {
             gml_graph_release_compute(g);
             return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
         }
         find_neg_inf_ok(g);
     }
-    struct touch *touch = malloc((size_t)GML_MAX(g->n_nodes, 1) * sizeof *touch);
-    if (!touch) return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
+    struct gml_touch *touch = g->touch;
 
     /* The steps, each with its scratch: for nth threads or, run alone, for
      * one (a compute falls back to one thread when it cannot have nth,
@@ -345,8 +347,6 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
         run_end += st->work;
         need = GML_MAX(need, run_end);
     }
-    free(touch);
-
     if (need > g->work_size) {
         free(g->work);
         g->work = aligned_alloc(GML_ALIGN, gml_align_up(need, GML_ALIGN));

@@ -47,6 +47,7 @@ struct gml_graph {
     struct gml_step *steps; /* the nodes that compute, [n_nodes] once made */
     int n_steps;
     struct gml_chunk *chunks; /* [n_nodes]: gml_chunk_next's count, one per step */
+    struct gml_touch *touch;  /* [n_nodes]: what each step touches, while planning them */
     /* What steps (their barriers, solo nodes, scratch places) and work were
      * prepared for; any change of the bound copies (gml_graph_bind) clears
      * prepared, and so do a new thread count, ISA or checks setting. */
