@@ -691,7 +691,7 @@ static void test_schedule_mha(void) {
         for (int ii = 0; ii < (quick ? 1 : 4); ii++) { /* quick (valgrind): the fast ISA, once */
             if (gml_set_isa(isas[ii]) != GML_OK) continue;
             for (int nth = 1; nth <= (quick ? 2 : 4); nth++)
-                for (int rep = 0; rep < (quick ? 1 : 20); rep++) {
+                for (int rep = 0; rep < (quick ? 1 : 5); rep++) {
                     chk_poison_bytes(y, bytes);
                     CHECK(gml_graph_compute(g, nth) == GML_OK, "%s", gml_graph_error(g));
                     if (nth == 1 && rep == 0) memcpy(ref, y, bytes);
@@ -740,7 +740,7 @@ static void test_failure_order(void) {
     gml_graph *g = gml_build_graph(ctx, outs, 2);
     CHECK(g != NULL, "%s", gml_last_error(ctx));
     for (int nth = 1; g && nth <= (quick ? 2 : 4); nth++)
-        for (int rep = 0; rep < (quick ? 1 : 30); rep++) {
+        for (int rep = 0; rep < (quick ? 1 : 10); rep++) {
             CHECK(gml_graph_compute(g, nth) == GML_ERR_INVALID, "bad indices computed");
             if (rep == 0 && nth > 1)
                 CHECK(gml_graph_node_schedule(g, 1) == 0, "%d threads: the gathers are not side by side",
