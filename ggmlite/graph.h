@@ -46,6 +46,15 @@ struct gml_graph {
     size_t work_size;
     struct gml_step *steps; /* the nodes that compute, [n_nodes] once made */
     int n_steps;
+    struct gml_chunk *chunks; /* [n_nodes]: gml_chunk_next's count, one per step */
+    struct gml_touch *touch;  /* [n_nodes]: what each step touches, while planning them */
+    /* What steps (their barriers, solo nodes, scratch places) and work were
+     * prepared for; any change of the bound copies (gml_graph_bind) clears
+     * prepared, and so do a new thread count, ISA or checks setting. */
+    bool prepared;
+    int prep_nth;
+    gml_isa prep_isa;
+    bool prep_checks;
     bool *neg_inf_ok;       /* [n_nodes]: -inf may be in the node by design (NaN trap) */
     char err[GML_ERR_MAX];
 
@@ -59,12 +68,25 @@ struct gml_graph {
 
 #define GML_UNPLACED SIZE_MAX
 
-/* One node that computes: the kernel compute runs on it (ISA-dependent). */
+/* One node that computes: the kernel compute runs on it (ISA-dependent),
+ * and how it is scheduled (compute.c's plan_steps). */
 struct gml_step {
     gml_kernel_fn fn;
     gml_tensor *t;      /* the graph's bound copy of the node */
     int node;           /* index among the graph's nodes */
     const char *kernel; /* what it ran (gml_kernel_note), or NULL; reset by each compute */
+    /* The threads meet at a barrier before this step: it reads or writes
+     * memory that a step since the last barrier writes, or writes memory
+     * one reads (or a check, a callback, must see every node). */
+    bool sync;
+    bool solo;       /* tiny: thread 0 runs it alone (nth 1), the others go on */
+    size_t work_off; /* its scratch: [work_off, work_off + work) of the compute's */
+    size_t work;
+};
+
+/* gml_chunk_next's count for one step, on a cache line of its own. */
+struct gml_chunk {
+    _Alignas(GML_ALIGN) atomic_llong next;
 };
 
 /* Index of t in g->entries, or -1. */
@@ -84,7 +106,8 @@ void gml_graph_release_plan(gml_graph *g);
  * when the root has none (plan.c). */
 void *gml_entry_data(const gml_graph *g, int e);
 /* Refreshes every bound copy from its header (writing only what changed, so
- * that a steady state writes nothing) and binds its data (compute.c). */
+ * that a steady state writes nothing; a change makes the next compute plan
+ * its steps afresh) and binds its data (compute.c). */
 void gml_graph_bind(gml_graph *g);
 /* Takes g's compute lock for a compute or a plan (what: "compute", "plan"):
  * waits for another thread's compute or plan of g to finish, unless this

@@ -164,16 +164,23 @@ struct gml_compute_shared; /* per compute: barrier, chunk counter, error */
 
 /* What each kernel call gets: its thread index ith of nth threads that all
  * run the same node, a scratch buffer shared by those threads (work_size
- * bytes, 64-byte aligned), and the shared state behind gml_barrier,
- * gml_chunk_next and gml_kernel_fail. A kernel computes its own share of dst,
- * which it chooses from ith and nth alone, so that every output element is
- * always computed by the same code in the same order. */
+ * bytes, 64-byte aligned, the node's own: a node running beside another, no
+ * barrier between them, has other scratch), and the shared state behind
+ * gml_barrier, gml_chunk_next and gml_kernel_fail. A kernel computes its own
+ * share of dst, which it chooses from ith and nth alone, so that every output
+ * element is always computed by the same code in the same order. nth is the
+ * compute's thread count, or 1 for a tiny node that thread 0 runs alone
+ * (compute.c); a kernel gives the same bits either way. A kernel reads only
+ * its sources' elements and writes only dst's: compute orders the nodes by
+ * the memory they touch. */
 typedef struct gml_compute_params {
     int ith, nth;
     void *wdata;
     size_t wsize;
     struct gml_compute_shared *shared;
-    const char **note; /* where gml_kernel_note writes for this node, or NULL */
+    const char **note;   /* where gml_kernel_note writes for this node, or NULL */
+    atomic_llong *chunk; /* gml_chunk_next's count for this node */
+    int step;            /* the node's place in the compute (which failure wins) */
 } gml_compute_params;
 
 typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
@@ -263,7 +270,8 @@ static inline void gml_split(int64_t n, int ith, int nth, int64_t *start, int64_
 /* Waits until all nth threads of this node reach it (no-op for nth == 1).
  * Every thread of the node must call it equally often, also after a
  * gml_kernel_fail, or the others wait forever. Writes before it are visible
- * to every thread after it. */
+ * to every thread after it. (Between nodes, compute puts barriers only where
+ * a node needs what an earlier one did.) */
 void gml_barrier(const gml_compute_params *p);
 /* Hands out chunk indices 0, 1, 2, ... across the node's threads; each index
  * once. Which thread gets which chunk may vary; what a chunk computes not.
@@ -271,8 +279,9 @@ void gml_barrier(const gml_compute_params *p);
  * a kernel can hand out one phase of chunks, meet at a barrier, then hand out
  * the next phase from 0. */
 int64_t gml_chunk_next(const gml_compute_params *p);
-/* Reports a runtime error (bad index data, ...); the first one wins and
- * compute stops after this node. */
+/* Reports a runtime error (bad index data, ...); the earliest node's wins
+ * (the first call among its threads), and compute stops at the next barrier
+ * between nodes: no node that needs this one's result runs. */
 void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) GML_PRINTF(2, 3);
 
 /* Records which code the node ran: a kernel that chooses among paths or
@@ -288,12 +297,18 @@ static inline void gml_kernel_note(const gml_compute_params *p, const char *vari
 }
 
 /* For the scheduler's tests: runs fns[k] on dsts[k] for k = 0..n-1 on
- * n_threads threads of the default pool, exactly as compute runs a graph's
- * nodes (a barrier after each, the chunk count restarting), with scratch
- * wdata of wsize bytes. GML_ERR_INVALID, the message in err, if a kernel
+ * n_threads threads of the default pool, as compute runs a graph's nodes,
+ * with a barrier after each (they have no sources to order them by) and a
+ * chunk count per node, with scratch wdata of wsize bytes. GML_ERR_INVALID, the message in err, if a kernel
  * called gml_kernel_fail. */
 gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,
                            int n_threads, void *wdata, size_t wsize, char *err, size_t err_size);
+/* For the scheduler's tests: how the last compute of g ran node i (negative
+ * from the end): GML_SCHED_BARRIER if the threads met before it,
+ * GML_SCHED_ALONE if thread 0 ran it alone; -1 for a view, or before the
+ * first compute. */
+enum { GML_SCHED_BARRIER = 1, GML_SCHED_ALONE = 2 };
+int gml_graph_node_schedule(const gml_graph *g, int i);
 
 /* ---- ISA variants ---------------------------------------------------------
  * Fast kernels come in one variant per ISA, named as XNNPACK names them:

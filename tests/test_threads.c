@@ -609,6 +609,151 @@ static void test_pools(void) {
     free_small(&s);
 }
 
+/* ---- where the threads meet -------------------------------------------------- */
+
+static bool spans_overlap(const gml_tensor *a, const gml_tensor *b) {
+    if (!a || !b || gml_nelements(a) == 0 || gml_nelements(b) == 0) return false;
+    const char *pa = a->data, *pb = b->data;
+    return pa < pb + gml_nbytes(b) && pb < pa + gml_nbytes(a);
+}
+
+/* Nodes i and j of g (their bound copies) touch the same bytes, one of them
+ * writing: they must not run at once. */
+static bool nodes_conflict(const gml_graph *g, int i, int j) {
+    const gml_tensor *a = gml_graph_tensor(g, gml_graph_node(g, i));
+    const gml_tensor *b = gml_graph_tensor(g, gml_graph_node(g, j));
+    if (spans_overlap(a, b)) return true;
+    for (int k = 0; k < GML_MAX_SRC; k++)
+        if (spans_overlap(a, b->src[k]) || spans_overlap(b, a->src[k])) return true;
+    return false;
+}
+
+/* The scheduler's promise on g as last computed: nodes with no barrier
+ * between them (unless thread 0 runs both alone, in order) never touch the
+ * same bytes where one writes. Returns the barriers between nodes. */
+static int check_schedule(const gml_graph *g, const char *what) {
+    int run[256], n_run = 0, barriers = 0, bad = 0;
+    for (int i = 0; i < gml_graph_n_nodes(g); i++) {
+        const int sched = gml_graph_node_schedule(g, i);
+        if (sched < 0) continue;
+        if (sched & GML_SCHED_BARRIER) {
+            barriers++;
+            n_run = 0;
+        }
+        for (int r = 0; r < n_run; r++) {
+            const bool both_alone = (gml_graph_node_schedule(g, run[r]) & GML_SCHED_ALONE) &&
+                                    (sched & GML_SCHED_ALONE);
+            if (!both_alone && nodes_conflict(g, run[r], i) && bad++ == 0)
+                CHECK(false, "%s: nodes %d '%s' and %d '%s' share memory with no barrier between",
+                      what, run[r], gml_graph_node(g, run[r])->name, i, gml_graph_node(g, i)->name);
+        }
+        if (n_run < 256) run[n_run++] = i;
+    }
+    return barriers;
+}
+
+/* The schedule of node named name in g (-2: no such node). */
+static int sched_of(const gml_graph *g, const char *name) {
+    for (int i = 0; i < gml_graph_n_nodes(g); i++)
+        if (strcmp(gml_graph_node(g, i)->name, name) == 0) return gml_graph_node_schedule(g, i);
+    return -2;
+}
+
+/* C1's shape scaled down (B=2, T=10, D=128, H=2), planned as bench plans it
+ * (dead tensors' memory reused: a later node may write where an earlier one
+ * read): bitwise the same at 1-4 threads, on every ISA; q, k (and v in the
+ * fused graph) run back to back, scores to the merge on thread 0 alone, and
+ * no two nodes that may run at once share memory. */
+static void test_schedule_mha(void) {
+    for (int fused = 0; fused < 2; fused++) {
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+        const int64_t D = 128;
+        const gml_attn_weights w = {
+            .w_q = gml_new_tensor_2d(ctx, GML_F32, D, D), .w_k = gml_new_tensor_2d(ctx, GML_F32, D, D),
+            .w_v = gml_new_tensor_2d(ctx, GML_F32, D, D), .w_o = gml_new_tensor_2d(ctx, GML_F32, D, D)};
+        const gml_attn_inputs in = {.query = gml_new_tensor_3d(ctx, GML_F32, 2, 10, D)};
+        const gml_attn_config cfg = {.dims = {.n_heads = 2},
+                                     .graph.impl = fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED};
+        gml_tensor *out = gml_mha(ctx, cfg, &w, in).out;
+        gml_graph *g = out ? gml_build_graph(ctx, &out, 1) : NULL;
+        CHECK(g && gml_graph_plan(g, NULL) == GML_OK, "mha graph: %s",
+              g ? gml_graph_error(g) : gml_last_error(ctx));
+        if (!g) continue;
+        for (int l = 0; l < gml_graph_n_leafs(g); l++) {
+            gml_tensor *t = gml_graph_leaf(g, l);
+            float *x = gml_graph_data(g, t);
+            for (int64_t e = 0; e < gml_nelements(t); e++) x[e] = chk_uniform(&rng, -1.0f, 1.0f);
+        }
+        float *y = gml_graph_data(g, out);
+        const size_t bytes = gml_nbytes(out);
+        char *ref = malloc(bytes);
+        const gml_isa isas[] = {GML_ISA_AUTO, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_REFERENCE};
+        for (int ii = 0; ii < (quick ? 1 : 4); ii++) { /* quick (valgrind): the fast ISA, once */
+            if (gml_set_isa(isas[ii]) != GML_OK) continue;
+            for (int nth = 1; nth <= (quick ? 2 : 4); nth++)
+                for (int rep = 0; rep < (quick ? 1 : 5); rep++) {
+                    chk_poison_bytes(y, bytes);
+                    CHECK(gml_graph_compute(g, nth) == GML_OK, "%s", gml_graph_error(g));
+                    if (nth == 1 && rep == 0) memcpy(ref, y, bytes);
+                    else if (memcmp(ref, y, bytes) != 0 && rep == 0)
+                        CHECK(false, "%s mha, isa %s: %d threads differ from 1",
+                              fused ? "fused" : "unfused", gml_isa_name(isas[ii]), nth);
+                    const int barriers = check_schedule(g, fused ? "fused mha" : "unfused mha");
+                    if (rep || ii) continue;
+                    /* what the plan is for: the projections side by side, the
+                     * small middle on thread 0 alone, few barriers */
+                    CHECK(sched_of(g, "k") == 0, "%d threads: k runs beside q (schedule %d)", nth,
+                          sched_of(g, "k"));
+                    if (fused) {
+                        CHECK(sched_of(g, "v") == 0, "%d threads: v runs beside q and k", nth);
+                        CHECK(barriers == 2, "%d threads: fused mha has %d barriers, want 2", nth, barriers);
+                    } else {
+                        const int alone = GML_SCHED_ALONE;
+                        CHECK(sched_of(g, "scores") == (GML_SCHED_BARRIER | alone) &&
+                                  sched_of(g, "attn") == alone && sched_of(g, "ctx_merged") == alone,
+                              "%d threads: scores %d attn %d ctx_merged %d", nth, sched_of(g, "scores"),
+                              sched_of(g, "attn"), sched_of(g, "ctx_merged"));
+                        CHECK(barriers <= 4, "%d threads: unfused mha has %d barriers, want <= 4", nth,
+                              barriers);
+                    }
+                }
+        }
+        gml_set_isa(GML_ISA_AUTO);
+        free(ref);
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
+/* Two independent gathers that run side by side both fail: the earlier
+ * node's message wins every time, whichever thread fails first. */
+static void test_failure_order(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 8 << 20});
+    gml_tensor *t1 = leaf(ctx, "table1", 2, (int64_t[]){8, 64});
+    gml_tensor *t2 = leaf(ctx, "table2", 2, (int64_t[]){8, 64});
+    gml_tensor *i1 = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 8192), "idx1");
+    gml_tensor *i2 = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 8192), "idx2");
+    for (int e = 0; e < 8192; e++) ((int32_t *)i1->data)[e] = ((int32_t *)i2->data)[e] = e % 8;
+    ((int32_t *)i1->data)[8191] = 8; /* the first fails late */
+    ((int32_t *)i2->data)[0] = -1;   /* the second at once */
+    gml_tensor *outs[] = {gml_get_rows(ctx, t1, i1), gml_get_rows(ctx, t2, i2)};
+    gml_graph *g = gml_build_graph(ctx, outs, 2);
+    CHECK(g != NULL, "%s", gml_last_error(ctx));
+    for (int nth = 1; g && nth <= (quick ? 2 : 4); nth++)
+        for (int rep = 0; rep < (quick ? 1 : 10); rep++) {
+            CHECK(gml_graph_compute(g, nth) == GML_ERR_INVALID, "bad indices computed");
+            if (rep == 0 && nth > 1)
+                CHECK(gml_graph_node_schedule(g, 1) == 0, "%d threads: the gathers are not side by side",
+                      nth);
+            if (!strstr(gml_graph_error(g), "get_rows(table1, idx1): index 8 at flat position 8191")) {
+                CHECK(false, "%d threads: message '%s'", nth, gml_graph_error(g));
+                break;
+            }
+        }
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(int argc, char **argv) {
     quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     struct big b = build_big();
@@ -629,6 +774,8 @@ int main(int argc, char **argv) {
         test_nan_trap(counts[i]);
     }
     test_pools();
+    test_schedule_mha();
+    test_failure_order();
     gml_graph_free(b.g);
     gml_free(b.ctx);
     return chk_summary();

@@ -838,6 +838,16 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
  * uses it (an input re-pointed between computes), any other one its place
  * in this graph's plan; a view, its source's plus its offset. Kernels run on
  * the graph's own copies of the headers and never write a header.
+ * The threads meet at a barrier only before a node that reads memory an
+ * earlier node since the last barrier writes, or writes memory one reads or
+ * writes (found from the bound addresses): independent nodes such as the q,
+ * k and v projections run back to back. A tiny node (under 2^18 flops plus
+ * elements) runs on the calling thread alone while the others go on. This
+ * schedule is made by the first compute and kept until the bindings, the
+ * thread count, the ISA or the callback/NaN trap change (with either, the
+ * threads meet after every node). A kernel failure (a bad index) stops the
+ * threads at the next barrier, and the earliest failing node's message is
+ * the one kept.
  * A graph computes once at a time: a compute (or plan) of a graph that
  * another thread is computing waits for it to finish. */
 gml_status gml_graph_compute(gml_graph *g, int n_threads);
