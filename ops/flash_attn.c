@@ -11,6 +11,7 @@
  * non-finite scores follow ggmlite.h's MASKS in every kernel (how the
  * variants do it: ops/ukernels.h, flash attention). */
 #include "attn_opts.h"
+#include "flash_dec.h"
 #include "ukernels.h"
 
 #include <math.h>
@@ -380,6 +381,101 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
         out[c] = nan ? NAN : sum > 0 ? acc[c * acc_stride] / sum : 0.0f;
 }
 
+/* Element d of a row of d contiguous f32, f16 or bf16 elements, as a float. */
+static inline float kv_elem(gml_type t, const char *row, size_t d) {
+    if (t == GML_F32) {
+        float f;
+        memcpy(&f, row + d * sizeof f, sizeof f);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, row + d * sizeof h, sizeof h);
+    return t == GML_F16 ? gml_fp16_to_fp32(h) : gml_bf16_to_fp32(h);
+}
+
+/* ---- decoding: the scalar micro-kernel, partials and their merge -----------
+ * (ops/ukernels.h, "flash attention, decoding"; the loop: ops/flash_dec.h) */
+
+static void dec_dots_scalar(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s) {
+    for (size_t jj = 0; jj < nk; jj++) {
+        const char *kr = a->k + (jb - a->j0 + jj) * a->k_row;
+        for (size_t l = 0; l < a->nq; l++) {
+            const float *ql = a->q + l * a->ldq;
+            float dot = 0; /* an FMA chain over d in order */
+            for (size_t d = 0; d < a->dk; d++) dot = fmaf(kv_elem(a->k_type, kr, d), ql[d], dot);
+            s[l * GML_FLASH_DEC_KEY_BLOCK + jj] = dot;
+        }
+    }
+}
+
+static void dec_cap_scalar(const gml_flash_dec_args *a, size_t n, float *x) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = isfinite(x[i]) ? a->softcap * tanhf(x[i] / a->softcap) : NAN;
+}
+
+static float dec_expsum_scalar(size_t n, float *x, float base) {
+    float sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf_nosub(x[i] - base);
+        sum += x[i];
+    }
+    return sum;
+}
+
+static void dec_values_scalar(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
+                              const uint8_t *bits) {
+    for (size_t jj = 0; jj < nk; jj++) {
+        const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
+        for (size_t l = 0; l < a->nq; l++) {
+            if (!(bits[jj] >> l & 1)) continue; /* not seen by row l: never multiplied */
+            const float w = p[l * GML_FLASH_DEC_KEY_BLOCK + jj];
+            float *o = a->o + l * a->ldo;
+            for (size_t c = 0; c < a->dv; c++) o[c] = fmaf(w, kv_elem(a->v_type, vr, c), o[c]);
+        }
+    }
+}
+
+static float dec_max_scalar(size_t n, const float *x) {
+    float m = -INFINITY;
+    for (size_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+void gml_f32_flash_dec_ukernel__scalar_d1(const gml_flash_dec_args *a) {
+    gml_flash_dec_run(a, dec_dots_scalar, dec_cap_scalar, dec_expsum_scalar, dec_max_scalar,
+                      dec_values_scalar);
+}
+
+void gml_flash_partial_merge(size_t dv, float *oa, size_t sa, float *ma, float *la,
+                             const float *ob, size_t sb, float mb, float lb) {
+    if (lb == 0) return; /* b saw no key: a as it is */
+    if (*la == 0) {      /* a saw none: b */
+        for (size_t c = 0; c < dv; c++) oa[c * sa] = ob[c * sb];
+        *ma = mb;
+        *la = lb;
+        return;
+    }
+    const float m = mb > *ma ? mb : *ma; /* a NaN l keeps a finite or -inf m */
+    const float fa = expf(*ma - m), fb = expf(mb - m);
+    for (size_t c = 0; c < dv; c++) oa[c * sa] = oa[c * sa] * fa + ob[c * sb] * fb;
+    *la = *la * fa + lb * fb;
+    *ma = m;
+}
+
+void gml_flash_partial_finish(size_t dv, const float *o, size_t so, float m, float l,
+                              const float *sink, float *out, size_t sout) {
+    if (l == 0) { /* no key seen: zeros */
+        for (size_t c = 0; c < dv; c++) out[c * sout] = 0.0f;
+        return;
+    }
+    float f = 1.0f;
+    if (sink && !isnan(l)) f = fold_sink(*sink, m, &l);
+    const float inv = f / l;
+    bool finite = !isnan(l);
+    for (size_t c = 0; c < dv && finite; c++) finite = isfinite(o[c * so] * inv);
+    for (size_t c = 0; c < dv; c++) out[c * sout] = finite ? o[c * so] * inv : NAN;
+}
+
 /* ---- fast kernel ------------------------------------------------------------
  * The rows of one batch entry and kv head g, r = H / G query heads by Tq
  * positions, are numbered row = i * r + (h - g r) and cut into blocks of the
@@ -514,6 +610,202 @@ static flash_variant pick_variant(bool few) {
 }
 #undef FLASH_ENTRY
 
+/* ---- decoding path -----------------------------------------------------------
+ * When a kv head has at most GML_FLASH_DEC_MAX_ROWS query rows (r = H / G
+ * heads times Tq: decoding) and K and V have contiguous rows of elements,
+ * the decode micro-kernels take the rows of one (b, g) together, lanes over
+ * d. The keys are cut into chunks whose length depends on the shapes only
+ * (B G, Tk), never on the thread count: a task is (b, g, chunk) and writes
+ * its partial (o, m, l) to the shared scratch; after a barrier a task per
+ * (b, g) merges its chunks' partials in chunk order (gml_flash_partial_merge)
+ * and finishes them (gml_flash_partial_finish, the sink joining there once).
+ * So the result is bitwise the same at every thread count, and at B = 1 the
+ * keys of a few kv heads still feed every thread. */
+#define DEC_MIN_CHUNK 256 /* keys: below this a chunk's partial costs more than it saves */
+#define DEC_TASKS 16      /* chunks enough for B G = 1 .. 16 to feed a few threads */
+
+static bool dec_contig(const gml_tensor *t) {
+    return t->ne[3] == 1 || t->nb[3] == gml_type_size(t->type);
+}
+
+static bool dec_eligible(const gml_tensor *dst) {
+    return (dst->ne[1] / dst->src[1]->ne[1]) * dst->ne[2] <= GML_FLASH_DEC_MAX_ROWS;
+}
+
+/* The chunks of Tk keys for B G kv heads: *n chunks of *len keys (the last
+ * shorter), from the shapes only. */
+static void dec_chunks(int64_t bg, int64_t tk, int64_t *n, int64_t *len) {
+    int64_t c = (DEC_TASKS + bg - 1) / bg;
+    c = GML_MAX(1, GML_MIN(c, tk / DEC_MIN_CHUNK));
+    int64_t l = (tk + c - 1) / c;
+    l = GML_MAX(1, (l + GML_FLASH_DEC_KEY_BLOCK - 1) / GML_FLASH_DEC_KEY_BLOCK) *
+        GML_FLASH_DEC_KEY_BLOCK;
+    *len = l;
+    *n = GML_MAX(1, (tk + l - 1) / l);
+}
+
+static size_t dec_ldq(const gml_tensor *dst) { return gml_align_up((size_t)dst->src[0]->ne[3], 16); }
+static size_t dec_ldo(const gml_tensor *dst) { return gml_align_up((size_t)dst->ne[3], 16); }
+/* Floats of one partial record: GML_FLASH_DEC_MAX_ROWS rows of o, then m, l. */
+static size_t dec_record_floats(const gml_tensor *dst) {
+    return gml_align_up(GML_FLASH_DEC_MAX_ROWS * (dec_ldo(dst) + 2), GML_ALIGN / sizeof(float));
+}
+/* K or V whose elements are strided (a permuted view) is packed, a chunk
+ * of rows at a time, as f32 rows (the same floats, converted when typed)
+ * into the thread's scratch: the kernel then gives bitwise what contiguous
+ * rows of those values give. Floats of that buffer (0: read in place). */
+static size_t dec_pack_floats(const gml_tensor *dst, const gml_tensor *t) {
+    if (dec_contig(t)) return 0;
+    int64_t n, len;
+    dec_chunks(dst->ne[0] * dst->src[1]->ne[1], dst->src[1]->ne[2], &n, &len);
+    return gml_align_up((size_t)(len * t->ne[3]), GML_ALIGN / sizeof(float));
+}
+/* Per thread: q, the micro-kernel's scratch, the lane tables, one record,
+ * the packed K and V chunks. */
+#define DEC_LANE_BYTES (2 * sizeof(int32_t) + 3 * sizeof(float) + sizeof(void *))
+static size_t dec_thread_bytes(const gml_tensor *dst) {
+    return gml_align_up(GML_FLASH_DEC_MAX_ROWS * dec_ldq(dst) * sizeof(float), GML_ALIGN) +
+           gml_align_up(GML_FLASH_DEC_WORK_FLOATS * sizeof(float), GML_ALIGN) +
+           gml_align_up(GML_FLASH_DEC_MAX_ROWS * DEC_LANE_BYTES, GML_ALIGN) +
+           (dec_record_floats(dst) + dec_pack_floats(dst, dst->src[1]) +
+            dec_pack_floats(dst, dst->src[2])) * sizeof(float);
+}
+/* Shared: one record per task when the keys are split. */
+static size_t dec_shared_bytes(const gml_tensor *dst) {
+    int64_t n, len;
+    dec_chunks(dst->ne[0] * dst->src[1]->ne[1], dst->src[1]->ne[2], &n, &len);
+    return n > 1 ? (size_t)(dst->ne[0] * dst->src[1]->ne[1] * n) * dec_record_floats(dst) *
+                       sizeof(float)
+                 : 0;
+}
+
+/* The picked variant, and its note for the path taken: path 0 f32 read in
+ * place, 1 rows packed (strided elements), 2 f16/bf16 converted in
+ * registers, 3 f16/bf16 converted while packed; + 4 when the keys are split
+ * in chunks. */
+#define DEC_NAMES(isa, fn, lanes)                                                           \
+    {#fn, #fn " (K/V rows packed)", #fn " (f16/bf16 K/V converted in registers)",           \
+     #fn " (f16/bf16 K/V converted, rows packed)", #fn " (keys in chunks, merged in order)", \
+     #fn " (K/V rows packed; keys in chunks, merged in order)",                             \
+     #fn " (f16/bf16 K/V converted in registers; keys in chunks, merged in order)",         \
+     #fn " (f16/bf16 K/V converted, rows packed; keys in chunks, merged in order)"},
+static gml_f32_flash_dec_ukernel *dec_pick(int path, const char **name) {
+    static const char *const names[][8] = {GML_F32_FLASH_DEC_UKERNELS(DEC_NAMES)};
+    static const gml_isa isas[] = {GML_F32_FLASH_DEC_UKERNELS(GML_UKERNEL_ISA)};
+    static gml_f32_flash_dec_ukernel *const fns[] = {GML_F32_FLASH_DEC_UKERNELS(GML_UKERNEL_FN)};
+    const int v = gml_pick_variant(isas, (int)(sizeof isas / sizeof *isas));
+    *name = names[v][path];
+    return fns[v];
+}
+#undef DEC_NAMES
+
+static void dec_forward(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const gml_attn_params par = params_of(dst);
+    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3], Tk = k->ne[2];
+    const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
+    int64_t nchunks, chunk;
+    dec_chunks(B * G, Tk, &nchunks, &chunk);
+    const bool pk = !dec_contig(k), pv = !dec_contig(v), typed = kv_typed(dst);
+    const char *name;
+    gml_f32_flash_dec_ukernel *fn =
+        dec_pick((typed ? 2 : 0) + (pk || pv ? 1 : 0) + (nchunks > 1 ? 4 : 0), &name);
+    gml_kernel_note(p, name);
+
+    const size_t ldq = dec_ldq(dst), ldo = dec_ldo(dst), rec = dec_record_floats(dst);
+    char *w = (char *)p->wdata + (size_t)p->ith * dec_thread_bytes(dst);
+    float *qbuf = (float *)(void *)w;
+    w += gml_align_up(GML_FLASH_DEC_MAX_ROWS * ldq * sizeof(float), GML_ALIGN);
+    float *work = (float *)(void *)w;
+    w += gml_align_up(GML_FLASH_DEC_WORK_FLOATS * sizeof(float), GML_ALIGN);
+    const float **mask_rows = (const float **)(void *)w;
+    int32_t *n_keys = (int32_t *)(void *)(mask_rows + GML_FLASH_DEC_MAX_ROWS);
+    int32_t *first_key = n_keys + GML_FLASH_DEC_MAX_ROWS;
+    float *slope = (float *)(void *)(first_key + GML_FLASH_DEC_MAX_ROWS);
+    float *qpos = slope + GML_FLASH_DEC_MAX_ROWS, *sink = qpos + GML_FLASH_DEC_MAX_ROWS;
+    w += gml_align_up(GML_FLASH_DEC_MAX_ROWS * DEC_LANE_BYTES, GML_ALIGN);
+    float *own = (float *)(void *)w; /* this thread's record */
+    float *kpack = own + rec, *vpack = kpack + dec_pack_floats(dst, k);
+    float *shared = (float *)(void *)((char *)p->wdata + (size_t)p->nth * dec_thread_bytes(dst));
+
+    gml_flash_dec_args a = {.nq = (size_t)rows, .dk = (size_t)dk, .dv = (size_t)dv, .q = qbuf,
+                            .ldq = ldq, .k_row = pk ? (size_t)dk * 4 : k->nb[2],
+                            .v_row = pv ? (size_t)dv * 4 : v->nb[2],
+                            .k_type = pk ? GML_F32 : k->type, .v_type = pv ? GML_F32 : v->type,
+                            .n_keys = n_keys, .first_key = first_key,
+                            .mask = mask ? mask_rows : NULL,
+                            .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
+                            .softcap = par.softcap, .slope = par.alibi > 0 ? slope : NULL,
+                            .qpos = qpos, .ldo = ldo, .work = work};
+    int64_t lanes_bg = -1; /* the (b, g) the lane tables hold */
+    for (int64_t task; (task = gml_chunk_next(p)) < B * G * nchunks;) {
+        const int64_t bg = task / nchunks, c = task % nchunks, b = bg / G, g = bg % G;
+        if (lanes_bg != bg) {
+            for (int64_t l = 0; l < rows; l++) {
+                const int64_t i = l / r, h = g * r + l % r;
+                const char *qi = gml_ptr(q, b, h, i, 0);
+                for (size_t d = 0; d < ldq; d++)
+                    qbuf[(size_t)l * ldq + d] =
+                        d < (size_t)dk ? *(const float *)(const void *)(qi + (int64_t)d * (int64_t)q->nb[3]) *
+                                             par.scale
+                                       : 0.0f;
+                int64_t lo, hi;
+                key_range(dst, &par, b, i, &lo, &hi);
+                n_keys[l] = (int32_t)hi;
+                first_key[l] = (int32_t)lo;
+                slope[l] = par.alibi > 0 ? gml_alibi_slope(par.alibi, h, H) : 0.0f;
+                qpos[l] = (float)gml_attn_qpos(&par, dst->src[SRC_POS], b, i, Tq, Tk);
+                sink[l] = dst->src[SRC_SINKS] ? sink_of(dst, h) : 0.0f;
+                if (mask)
+                    mask_rows[l] = (const float *)(const void *)gml_ptr(
+                        mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0);
+            }
+            lanes_bg = bg;
+        }
+        float *recp = nchunks > 1 ? shared + (size_t)task * rec : own;
+        a.j0 = (size_t)(c * chunk);
+        a.j1 = (size_t)GML_MIN(Tk, (c + 1) * chunk);
+        if (pk) kv_load_rows(gml_ptr(k, b, g, 0, 0), k->nb[2], k->nb[3], k->type, NULL, a.j0,
+                             a.j1 - a.j0, (size_t)dk, kpack);
+        if (pv) kv_load_rows(gml_ptr(v, b, g, 0, 0), v->nb[2], v->nb[3], v->type, NULL, a.j0,
+                             a.j1 - a.j0, (size_t)dv, vpack);
+        a.k = pk ? (const char *)kpack : gml_ptr(k, b, g, (int64_t)a.j0, 0);
+        a.v = pv ? (const char *)vpack : gml_ptr(v, b, g, (int64_t)a.j0, 0);
+        a.o = recp;
+        a.m = recp + GML_FLASH_DEC_MAX_ROWS * ldo;
+        a.l = a.m + GML_FLASH_DEC_MAX_ROWS;
+        fn(&a);
+        if (nchunks > 1) continue;
+        for (int64_t l = 0; l < rows; l++) {
+            const int64_t i = l / r, h = g * r + l % r;
+            gml_flash_partial_finish((size_t)dv, a.o + (size_t)l * ldo, 1, a.m[l], a.l[l],
+                                     dst->src[SRC_SINKS] ? &sink[l] : NULL,
+                                     (float *)(void *)gml_ptr(dst, b, h, i, 0), dst->nb[3] / 4);
+        }
+    }
+    if (nchunks == 1) return;
+    gml_barrier(p); /* every partial written; the tasks count again from 0 */
+    for (int64_t bg; (bg = gml_chunk_next(p)) < B * G;) {
+        const int64_t b = bg / G, g = bg % G;
+        float *r0 = shared + (size_t)(bg * nchunks) * rec; /* chunk 0's record: the sum */
+        float *m0 = r0 + GML_FLASH_DEC_MAX_ROWS * ldo, *l0 = m0 + GML_FLASH_DEC_MAX_ROWS;
+        for (int64_t c = 1; c < nchunks; c++) {
+            const float *rc = shared + (size_t)(bg * nchunks + c) * rec;
+            const float *mc = rc + GML_FLASH_DEC_MAX_ROWS * ldo, *lc = mc + GML_FLASH_DEC_MAX_ROWS;
+            for (int64_t l = 0; l < rows; l++)
+                gml_flash_partial_merge((size_t)dv, r0 + (size_t)l * ldo, 1, &m0[l], &l0[l],
+                                        rc + (size_t)l * ldo, 1, mc[l], lc[l]);
+        }
+        for (int64_t l = 0; l < rows; l++) {
+            const int64_t i = l / r, h = g * r + l % r;
+            const float sk = dst->src[SRC_SINKS] ? sink_of(dst, h) : 0.0f;
+            gml_flash_partial_finish((size_t)dv, r0 + (size_t)l * ldo, 1, m0[l], l0[l],
+                                     dst->src[SRC_SINKS] ? &sk : NULL,
+                                     (float *)(void *)gml_ptr(dst, b, h, i, 0), dst->nb[3] / 4);
+        }
+    }
+}
+
 static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const char *refusal = fast_refusal(dst);
     if (refusal) {
@@ -522,6 +814,10 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
         return;
     }
     if (!lens_ok(p, dst)) return;
+    if (dec_eligible(dst)) {
+        dec_forward(p, dst);
+        return;
+    }
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const gml_attn_params par = params_of(dst);
     const float scale = par.scale;
@@ -607,7 +903,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
 
 static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
     const size_t ref = ref_work_doubles(dst) * sizeof(double);
-    return (size_t)nth * GML_MAX(ref, fast_work_bytes(dst));
+    const size_t dec = dec_eligible(dst) ? (size_t)nth * dec_thread_bytes(dst) + dec_shared_bytes(dst) : 0;
+    return GML_MAX((size_t)nth * GML_MAX(ref, fast_work_bytes(dst)), dec);
 }
 
 /* 2 Tk (d_k + d_v) per query row for the two products, 5 Tk for the softmax;

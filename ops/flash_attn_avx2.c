@@ -261,3 +261,158 @@ static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int
 void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
 
 void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }
+
+/* ---- decoding (ops/flash_dec.h): lanes over d ------------------------------
+ * The AVX-512 variant's loops (ops/flash_attn_avx512.c) on 8 lanes; o_l
+ * takes 8 columns at a time (16 ymm are too few for more). */
+#include "flash_dec.h"
+
+#include <string.h>
+
+/* 8 elements of a row of type t from element d (n < 8: only n, zeros after). */
+static ALWAYS_INLINE __m256 dec_load8(gml_type t, const char *row, size_t d, size_t n) {
+    if (t == GML_F32) {
+        const float *f = (const float *)(const void *)row + d;
+        if (n >= 8) return _mm256_loadu_ps(f);
+        float buf[8] = {0};
+        memcpy(buf, f, n * sizeof *f);
+        return _mm256_loadu_ps(buf);
+    }
+    const uint16_t *h = (const uint16_t *)(const void *)row + d;
+    __m128i x;
+    if (n >= 8) {
+        x = _mm_loadu_si128((const __m128i *)(const void *)h);
+    } else {
+        uint16_t buf[8] = {0};
+        memcpy(buf, h, n * sizeof *h);
+        x = _mm_loadu_si128((const __m128i *)(const void *)buf);
+    }
+    if (t == GML_F16) return _mm256_cvtph_ps(x);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+
+/* lanes 0..7 summed: (0+4, 1+5, 2+6, 3+7), then pairs, then the two. */
+static ALWAYS_INLINE float dec_hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
+                                     const gml_type T) {
+    const size_t nq = a->nq, dk = a->dk;
+    for (size_t jj = 0; jj < nk; jj++) {
+        const char *kr = a->k + (jb - a->j0 + jj) * a->k_row;
+        __m256 acc[GML_FLASH_DEC_MAX_ROWS];
+#pragma GCC unroll 8
+        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++) acc[l] = _mm256_setzero_ps();
+        for (size_t d = 0; d < dk; d += 8) {
+            const __m256 kv = dec_load8(T, kr, d, dk - d);
+#pragma GCC unroll 8
+            for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+                if (l < nq) acc[l] = _mm256_fmadd_ps(kv, _mm256_load_ps(a->q + l * a->ldq + d), acc[l]);
+        }
+#pragma GCC unroll 8
+        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+            if (l < nq) s[l * GML_FLASH_DEC_KEY_BLOCK + jj] = dec_hsum8(acc[l]);
+    }
+}
+
+static void dec_dots(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s) {
+    switch (a->k_type) {
+    case GML_F16: dec_dots_t(a, jb, nk, s, GML_F16); break;
+    case GML_BF16: dec_dots_t(a, jb, nk, s, GML_BF16); break;
+    default: dec_dots_t(a, jb, nk, s, GML_F32); break;
+    }
+}
+
+static void dec_cap(const gml_flash_dec_args *a, size_t n, float *x) {
+    const __m256 c = _mm256_set1_ps(a->softcap), inf = _mm256_set1_ps(INFINITY);
+    const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_bits), inf, _CMP_LT_OQ);
+        const __m256 t = _mm256_mul_ps(c, vtanh8(_mm256_div_ps(v, c)));
+        _mm256_storeu_ps(x + i, _mm256_blendv_ps(_mm256_set1_ps(NAN), t, fin));
+    }
+    if (i < n) {
+        float buf[8] = {0};
+        memcpy(buf, x + i, (n - i) * sizeof *x);
+        const __m256 v = _mm256_loadu_ps(buf);
+        const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_bits), inf, _CMP_LT_OQ);
+        const __m256 t = _mm256_mul_ps(c, vtanh8(_mm256_div_ps(v, c)));
+        _mm256_storeu_ps(buf, _mm256_blendv_ps(_mm256_set1_ps(NAN), t, fin));
+        memcpy(x + i, buf, (n - i) * sizeof *x);
+    }
+}
+
+static float dec_expsum(size_t n, float *x, float base) {
+    const __m256 b = _mm256_set1_ps(base);
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_loadu_ps(x + i), b));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (i < n) {
+        float buf[8];
+        for (size_t t = 0; t < 8; t++) buf[t] = i + t < n ? x[i + t] : -INFINITY;
+        const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_loadu_ps(buf), b));
+        _mm256_storeu_ps(buf, e);
+        memcpy(x + i, buf, (n - i) * sizeof *x);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return dec_hsum8(acc);
+}
+
+static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
+                                       const float *p, const uint8_t *bits, const gml_type T) {
+    const size_t nq = a->nq, dv = a->dv;
+    const uint8_t all = (uint8_t)((1u << nq) - 1);
+    for (size_t c0 = 0; c0 < dv; c0 += 8) {
+        __m256 acc[GML_FLASH_DEC_MAX_ROWS];
+#pragma GCC unroll 8
+        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+            acc[l] = l < nq ? _mm256_load_ps(a->o + l * a->ldo + c0) : _mm256_setzero_ps();
+        for (size_t jj = 0; jj < nk; jj++) {
+            const uint8_t b = bits[jj];
+            if (!b) continue; /* no row sees it */
+            const __m256 vv = dec_load8(T, a->v + (jb - a->j0 + jj) * a->v_row, c0, dv - c0);
+#pragma GCC unroll 8
+            for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+                if (l < nq && (b == all || (b >> l & 1)))
+                    acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[l * GML_FLASH_DEC_KEY_BLOCK + jj]), vv,
+                                             acc[l]);
+        }
+#pragma GCC unroll 8
+        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+            if (l < nq) _mm256_store_ps(a->o + l * a->ldo + c0, acc[l]);
+    }
+}
+
+static void dec_values(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
+                       const uint8_t *bits) {
+    switch (a->v_type) {
+    case GML_F16: dec_values_t(a, jb, nk, p, bits, GML_F16); break;
+    case GML_BF16: dec_values_t(a, jb, nk, p, bits, GML_BF16); break;
+    default: dec_values_t(a, jb, nk, p, bits, GML_F32); break;
+    }
+}
+
+static float dec_max(size_t n, const float *x) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    float r = -INFINITY, buf[8];
+    _mm256_storeu_ps(buf, m);
+    for (size_t t = 0; t < 8; t++) r = buf[t] > r ? buf[t] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+void gml_f32_flash_dec_ukernel__avx2_d8(const gml_flash_dec_args *a) {
+    gml_flash_dec_run(a, dec_dots, dec_cap, dec_expsum, dec_max, dec_values);
+}

@@ -614,8 +614,14 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
  * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
  * gives a contiguous tensor, so merging the heads costs no copy.
- * Threads split over batch, head and query rows, never over keys: results
- * do not depend on the thread count. */
+ * Threads split over batch, head and query rows; when a kv head has at
+ * most 8 query rows (r = H / G heads times Tq: decoding) the keys are split
+ * too, in chunks whose length depends only on B G and Tk (at least 256 keys,
+ * up to 16 chunks over all kv heads), each chunk's partial softmax (o, m, l)
+ * merged in chunk order by one log-sum-exp merge: results do not depend on
+ * the thread count. That decode path reads K and V rows in place (f16 and
+ * bf16 converted in registers), lanes along d, the rows of a kv head sharing
+ * each K and V load. */
 gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
 /* flash_attn with options: q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
@@ -626,9 +632,10 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
  * in the AVX2 / AVX-512 variants, tanhf in the scalar one. k and v (both
  * gml_flash_attn and _ext) may be f16 or bf16 as well as f32, each
  * independently (q is f32): each key block's rows are converted to f32 as
- * the micro-kernels load them (a block buffer per thread, never a whole f32
- * copy), so the result is bitwise that of f32 k and v holding the converted
- * values, on every ISA; q8_0 k or v is refused. */
+ * the micro-kernels load them (a block buffer per thread, or registers on
+ * the decode path; never a whole f32 copy), so the result is bitwise that of
+ * f32 k and v holding the converted values, on every ISA; q8_0 k or v is
+ * refused. */
 gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
 
