@@ -399,50 +399,65 @@ static float dec_expsum(size_t n, float *x, float base) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* o_l[c0 .. c0 + 16 U) += sum_jj p[l][jj] v_jj[...] for the rows seeing key jj. */
+/* o_l[c0 .. c0 + 16 U) += sum_jj p[l][jj] v_jj[...] for the rows l < nq <= R
+ * seeing key jj: R U accumulators (4 x 4 or 8 x 2), each V load used R times. */
 static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
-                                       const float *p, const uint8_t *bits, const gml_type T) {
+                                       const float *p, const uint8_t *bits, const gml_type T,
+                                       const int R, const int U) {
     const size_t nq = a->nq, dv = a->dv;
     const uint8_t all = (uint8_t)((1u << nq) - 1);
-    enum { U = 2 };
-    for (size_t c0 = 0; c0 < dv; c0 += 16 * U) {
-        __m512 acc[GML_FLASH_DEC_MAX_ROWS][U];
+    for (size_t c0 = 0; c0 < dv; c0 += 16 * (size_t)U) {
+        __m512 acc[GML_FLASH_DEC_MAX_ROWS][4];
 #pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 4
             for (int u = 0; u < U; u++)
-                acc[l][u] = l < nq && c0 + 16 * (size_t)u < a->ldo
-                                    ? _mm512_load_ps(a->o + l * a->ldo + c0 + 16 * (size_t)u)
-                                    : _mm512_setzero_ps();
+                acc[l][u] = (size_t)l < nq && c0 + 16 * (size_t)u < a->ldo
+                                ? _mm512_load_ps(a->o + (size_t)l * a->ldo + c0 + 16 * (size_t)u)
+                                : _mm512_setzero_ps();
         for (size_t jj = 0; jj < nk; jj++) {
             const uint8_t b = bits[jj];
             if (!b) continue; /* no row sees it */
             const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
-            __m512 vv[U];
+            __m512 vv[4];
+#pragma GCC unroll 4
             for (int u = 0; u < U; u++) {
                 const size_t c = c0 + 16 * (size_t)u;
                 vv[u] = c < dv ? dec_load16(T, vr, c, dv - c) : _mm512_setzero_ps();
             }
 #pragma GCC unroll 8
-            for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-                if (l < nq && (b == all || (b >> l & 1))) {
-                    const __m512 w = _mm512_set1_ps(p[l * GML_FLASH_DEC_KEY_BLOCK + jj]);
+            for (int l = 0; l < R; l++)
+                if ((size_t)l < nq && (b == all || (b >> l & 1))) {
+                    const __m512 w = _mm512_set1_ps(p[(size_t)l * GML_FLASH_DEC_KEY_BLOCK + jj]);
+#pragma GCC unroll 4
                     for (int u = 0; u < U; u++) acc[l][u] = _mm512_fmadd_ps(w, vv[u], acc[l][u]);
                 }
         }
 #pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 4
             for (int u = 0; u < U; u++)
-                if (l < nq && c0 + 16 * (size_t)u < a->ldo)
-                    _mm512_store_ps(a->o + l * a->ldo + c0 + 16 * (size_t)u, acc[l][u]);
+                if ((size_t)l < nq && c0 + 16 * (size_t)u < a->ldo)
+                    _mm512_store_ps(a->o + (size_t)l * a->ldo + c0 + 16 * (size_t)u, acc[l][u]);
     }
 }
 
 static void dec_values(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
                        const uint8_t *bits) {
+    const bool few = a->nq <= 4;
     switch (a->v_type) {
-    case GML_F16: dec_values_t(a, jb, nk, p, bits, GML_F16); break;
-    case GML_BF16: dec_values_t(a, jb, nk, p, bits, GML_BF16); break;
-    default: dec_values_t(a, jb, nk, p, bits, GML_F32); break;
+    case GML_F16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F16, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_F16, 8, 2);
+        break;
+    case GML_BF16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_BF16, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_BF16, 8, 2);
+        break;
+    default:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F32, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_F32, 8, 2);
+        break;
     }
 }
 
