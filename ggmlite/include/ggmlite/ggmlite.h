@@ -130,7 +130,9 @@
  *   refusal.
  *
  * - THREADS. Results do not depend on the thread count: every output element
- *   is computed by one thread in a fixed order. Nor, bitwise, on the fast ISA
+ *   is computed by one thread in a fixed order (flash_attn's decode path and
+ *   flash_attn_partial: partials over key chunks fixed by the shapes, merged
+ *   in chunk order by one thread). Nor, bitwise, on the fast ISA
  *   (scalar, AVX2, AVX-512) for matmul, linear, copies, gathers, add, mul,
  *   sub, div, scale, neg and the index ops; softmax and flash_attn
  *   agree across ISAs within a few ulp (their exp and the width of their
