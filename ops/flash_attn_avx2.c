@@ -299,23 +299,44 @@ static ALWAYS_INLINE float dec_hsum8(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* The sums of the lanes of a, b, c, d, as [a b c d] (hadd pairs, then the
+ * halves: one order, every time). */
+static ALWAYS_INLINE __m128 dec_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Keys 4 at a time (past nk: the last key again, its sums dropped) against
+ * rows l0, l0 + 1: 8 accumulators, each k load used twice, each q load four
+ * times. */
 static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
                                      const gml_type T) {
     const size_t nq = a->nq, dk = a->dk;
-    for (size_t jj = 0; jj < nk; jj++) {
-        const char *kr = a->k + (jb - a->j0 + jj) * a->k_row;
-        __m256 acc[GML_FLASH_DEC_MAX_ROWS];
-#pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++) acc[l] = _mm256_setzero_ps();
-        for (size_t d = 0; d < dk; d += 8) {
-            const __m256 kv = dec_load8(T, kr, d, dk - d);
-#pragma GCC unroll 8
-            for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-                if (l < nq) acc[l] = _mm256_fmadd_ps(kv, _mm256_load_ps(a->q + l * a->ldq + d), acc[l]);
+    for (size_t l0 = 0; l0 < nq; l0 += 2) {
+        const bool two = l0 + 1 < nq;
+        const float *q0 = a->q + l0 * a->ldq, *q1 = two ? q0 + a->ldq : q0;
+        for (size_t jj = 0; jj < nk; jj += 4) {
+            const char *kr[4];
+            for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
+            __m256 acc0[4], acc1[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+            for (size_t d = 0; d < dk; d += 8) {
+                const __m256 qa = _mm256_load_ps(q0 + d), qb = _mm256_load_ps(q1 + d);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const __m256 kv = dec_load8(T, kr[t], d, dk - d);
+                    acc0[t] = _mm256_fmadd_ps(kv, qa, acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(kv, qb, acc1[t]);
+                }
+            }
+            float sums[2][4];
+            _mm_storeu_ps(sums[0], dec_hsum4(acc0[0], acc0[1], acc0[2], acc0[3]));
+            _mm_storeu_ps(sums[1], dec_hsum4(acc1[0], acc1[1], acc1[2], acc1[3]));
+            for (size_t l = 0; l < (two ? 2u : 1u); l++)
+                for (size_t t = 0; t < 4 && jj + t < nk; t++)
+                    s[(l0 + l) * GML_FLASH_DEC_KEY_BLOCK + jj + t] = sums[l][t];
         }
-#pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-            if (l < nq) s[l * GML_FLASH_DEC_KEY_BLOCK + jj] = dec_hsum8(acc[l]);
     }
 }
 
