@@ -389,37 +389,65 @@ static float dec_expsum(size_t n, float *x, float base) {
     return dec_hsum8(acc);
 }
 
+/* o_l[c0 .. c0 + 8 U) += sum_jj p[l][jj] v_jj[...] for the rows l < nq <= R
+ * seeing key jj: R U accumulators (4 x 2 or 8 x 1), each V load used R times. */
 static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
-                                       const float *p, const uint8_t *bits, const gml_type T) {
+                                       const float *p, const uint8_t *bits, const gml_type T,
+                                       const int R, const int U) {
     const size_t nq = a->nq, dv = a->dv;
     const uint8_t all = (uint8_t)((1u << nq) - 1);
-    for (size_t c0 = 0; c0 < dv; c0 += 8) {
-        __m256 acc[GML_FLASH_DEC_MAX_ROWS];
+    for (size_t c0 = 0; c0 < dv; c0 += 8 * (size_t)U) {
+        __m256 acc[GML_FLASH_DEC_MAX_ROWS][2];
 #pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-            acc[l] = l < nq ? _mm256_load_ps(a->o + l * a->ldo + c0) : _mm256_setzero_ps();
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++)
+                acc[l][u] = (size_t)l < nq && c0 + 8 * (size_t)u < a->ldo
+                                ? _mm256_load_ps(a->o + (size_t)l * a->ldo + c0 + 8 * (size_t)u)
+                                : _mm256_setzero_ps();
         for (size_t jj = 0; jj < nk; jj++) {
             const uint8_t b = bits[jj];
             if (!b) continue; /* no row sees it */
-            const __m256 vv = dec_load8(T, a->v + (jb - a->j0 + jj) * a->v_row, c0, dv - c0);
+            const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
+            __m256 vv[2];
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++) {
+                const size_t c = c0 + 8 * (size_t)u;
+                vv[u] = c < dv ? dec_load8(T, vr, c, dv - c) : _mm256_setzero_ps();
+            }
 #pragma GCC unroll 8
-            for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-                if (l < nq && (b == all || (b >> l & 1)))
-                    acc[l] = _mm256_fmadd_ps(_mm256_set1_ps(p[l * GML_FLASH_DEC_KEY_BLOCK + jj]), vv,
-                                             acc[l]);
+            for (int l = 0; l < R; l++)
+                if ((size_t)l < nq && (b == all || (b >> l & 1))) {
+                    const __m256 w = _mm256_set1_ps(p[(size_t)l * GML_FLASH_DEC_KEY_BLOCK + jj]);
+#pragma GCC unroll 2
+                    for (int u = 0; u < U; u++) acc[l][u] = _mm256_fmadd_ps(w, vv[u], acc[l][u]);
+                }
         }
 #pragma GCC unroll 8
-        for (size_t l = 0; l < GML_FLASH_DEC_MAX_ROWS; l++)
-            if (l < nq) _mm256_store_ps(a->o + l * a->ldo + c0, acc[l]);
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++)
+                if ((size_t)l < nq && c0 + 8 * (size_t)u < a->ldo)
+                    _mm256_store_ps(a->o + (size_t)l * a->ldo + c0 + 8 * (size_t)u, acc[l][u]);
     }
 }
 
 static void dec_values(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
                        const uint8_t *bits) {
+    const bool few = a->nq <= 4;
     switch (a->v_type) {
-    case GML_F16: dec_values_t(a, jb, nk, p, bits, GML_F16); break;
-    case GML_BF16: dec_values_t(a, jb, nk, p, bits, GML_BF16); break;
-    default: dec_values_t(a, jb, nk, p, bits, GML_F32); break;
+    case GML_F16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F16, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_F16, 8, 1);
+        break;
+    case GML_BF16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_BF16, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_BF16, 8, 1);
+        break;
+    default:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F32, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_F32, 8, 1);
+        break;
     }
 }
 
