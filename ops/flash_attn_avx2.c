@@ -261,3 +261,207 @@ static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int
 void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
 
 void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }
+
+/* ---- decoding (ops/flash_dec.h): lanes over d ------------------------------
+ * The AVX-512 variant's loops (ops/flash_attn_avx512.c) on 8 lanes; o_l
+ * takes 8 columns at a time (16 ymm are too few for more). */
+#include "flash_dec.h"
+
+#include <string.h>
+
+/* 8 elements of a row of type t from element d (n < 8: only n, zeros after). */
+static ALWAYS_INLINE __m256 dec_load8(gml_type t, const char *row, size_t d, size_t n) {
+    if (t == GML_F32) {
+        const float *f = (const float *)(const void *)row + d;
+        if (n >= 8) return _mm256_loadu_ps(f);
+        float buf[8] = {0};
+        memcpy(buf, f, n * sizeof *f);
+        return _mm256_loadu_ps(buf);
+    }
+    const uint16_t *h = (const uint16_t *)(const void *)row + d;
+    __m128i x;
+    if (n >= 8) {
+        x = _mm_loadu_si128((const __m128i *)(const void *)h);
+    } else {
+        uint16_t buf[8] = {0};
+        memcpy(buf, h, n * sizeof *h);
+        x = _mm_loadu_si128((const __m128i *)(const void *)buf);
+    }
+    if (t == GML_F16) return _mm256_cvtph_ps(x);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+
+/* lanes 0..7 summed: (0+4, 1+5, 2+6, 3+7), then pairs, then the two. */
+static ALWAYS_INLINE float dec_hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* The sums of the lanes of a, b, c, d, as [a b c d] (hadd pairs, then the
+ * halves: one order, every time). */
+static ALWAYS_INLINE __m128 dec_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Keys 4 at a time (past nk: the last key again, its sums dropped) against
+ * rows l0, l0 + 1: 8 accumulators, each k load used twice, each q load four
+ * times. */
+static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
+                                     const gml_type T) {
+    const size_t nq = a->nq, dk = a->dk;
+    for (size_t l0 = 0; l0 < nq; l0 += 2) {
+        const bool two = l0 + 1 < nq;
+        const float *q0 = a->q + l0 * a->ldq, *q1 = two ? q0 + a->ldq : q0;
+        for (size_t jj = 0; jj < nk; jj += 4) {
+            const char *kr[4];
+            for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
+            __m256 acc0[4], acc1[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+            for (size_t d = 0; d < dk; d += 8) {
+                const __m256 qa = _mm256_load_ps(q0 + d), qb = _mm256_load_ps(q1 + d);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const __m256 kv = dec_load8(T, kr[t], d, dk - d);
+                    acc0[t] = _mm256_fmadd_ps(kv, qa, acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(kv, qb, acc1[t]);
+                }
+            }
+            float sums[2][4];
+            _mm_storeu_ps(sums[0], dec_hsum4(acc0[0], acc0[1], acc0[2], acc0[3]));
+            _mm_storeu_ps(sums[1], dec_hsum4(acc1[0], acc1[1], acc1[2], acc1[3]));
+            for (size_t l = 0; l < (two ? 2u : 1u); l++)
+                for (size_t t = 0; t < 4 && jj + t < nk; t++)
+                    s[(l0 + l) * GML_FLASH_DEC_KEY_BLOCK + jj + t] = sums[l][t];
+        }
+    }
+}
+
+static void dec_dots(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s) {
+    switch (a->k_type) {
+    case GML_F16: dec_dots_t(a, jb, nk, s, GML_F16); break;
+    case GML_BF16: dec_dots_t(a, jb, nk, s, GML_BF16); break;
+    default: dec_dots_t(a, jb, nk, s, GML_F32); break;
+    }
+}
+
+static void dec_cap(const gml_flash_dec_args *a, size_t n, float *x) {
+    const __m256 c = _mm256_set1_ps(a->softcap), inf = _mm256_set1_ps(INFINITY);
+    const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_bits), inf, _CMP_LT_OQ);
+        const __m256 t = _mm256_mul_ps(c, vtanh8(_mm256_div_ps(v, c)));
+        _mm256_storeu_ps(x + i, _mm256_blendv_ps(_mm256_set1_ps(NAN), t, fin));
+    }
+    if (i < n) {
+        float buf[8] = {0};
+        memcpy(buf, x + i, (n - i) * sizeof *x);
+        const __m256 v = _mm256_loadu_ps(buf);
+        const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_bits), inf, _CMP_LT_OQ);
+        const __m256 t = _mm256_mul_ps(c, vtanh8(_mm256_div_ps(v, c)));
+        _mm256_storeu_ps(buf, _mm256_blendv_ps(_mm256_set1_ps(NAN), t, fin));
+        memcpy(x + i, buf, (n - i) * sizeof *x);
+    }
+}
+
+static float dec_expsum(size_t n, float *x, float base) {
+    const __m256 b = _mm256_set1_ps(base);
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_loadu_ps(x + i), b));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (i < n) {
+        float buf[8];
+        for (size_t t = 0; t < 8; t++) buf[t] = i + t < n ? x[i + t] : -INFINITY;
+        const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_loadu_ps(buf), b));
+        _mm256_storeu_ps(buf, e);
+        memcpy(x + i, buf, (n - i) * sizeof *x);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return dec_hsum8(acc);
+}
+
+/* o_l[c0 .. c0 + 8 U) += sum_jj p[l][jj] v_jj[...] for the rows l < nq <= R
+ * seeing key jj: R U accumulators (4 x 2 or 8 x 1), each V load used R times. */
+static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
+                                       const float *p, const uint8_t *bits, const gml_type T,
+                                       const int R, const int U) {
+    const size_t nq = a->nq, dv = a->dv;
+    const uint8_t all = (uint8_t)((1u << nq) - 1);
+    for (size_t c0 = 0; c0 < dv; c0 += 8 * (size_t)U) {
+        __m256 acc[GML_FLASH_DEC_MAX_ROWS][2];
+#pragma GCC unroll 8
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++)
+                acc[l][u] = (size_t)l < nq && c0 + 8 * (size_t)u < a->ldo
+                                ? _mm256_load_ps(a->o + (size_t)l * a->ldo + c0 + 8 * (size_t)u)
+                                : _mm256_setzero_ps();
+        for (size_t jj = 0; jj < nk; jj++) {
+            const uint8_t b = bits[jj];
+            if (!b) continue; /* no row sees it */
+            const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
+            __m256 vv[2];
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++) {
+                const size_t c = c0 + 8 * (size_t)u;
+                vv[u] = c < dv ? dec_load8(T, vr, c, dv - c) : _mm256_setzero_ps();
+            }
+#pragma GCC unroll 8
+            for (int l = 0; l < R; l++)
+                if ((size_t)l < nq && (b == all || (b >> l & 1))) {
+                    const __m256 w = _mm256_set1_ps(p[(size_t)l * GML_FLASH_DEC_KEY_BLOCK + jj]);
+#pragma GCC unroll 2
+                    for (int u = 0; u < U; u++) acc[l][u] = _mm256_fmadd_ps(w, vv[u], acc[l][u]);
+                }
+        }
+#pragma GCC unroll 8
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 2
+            for (int u = 0; u < U; u++)
+                if ((size_t)l < nq && c0 + 8 * (size_t)u < a->ldo)
+                    _mm256_store_ps(a->o + (size_t)l * a->ldo + c0 + 8 * (size_t)u, acc[l][u]);
+    }
+}
+
+static void dec_values(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
+                       const uint8_t *bits) {
+    const bool few = a->nq <= 4;
+    switch (a->v_type) {
+    case GML_F16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F16, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_F16, 8, 1);
+        break;
+    case GML_BF16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_BF16, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_BF16, 8, 1);
+        break;
+    default:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F32, 4, 2);
+        else dec_values_t(a, jb, nk, p, bits, GML_F32, 8, 1);
+        break;
+    }
+}
+
+static float dec_max(size_t n, const float *x) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    float r = -INFINITY, buf[8];
+    _mm256_storeu_ps(buf, m);
+    for (size_t t = 0; t < 8; t++) r = buf[t] > r ? buf[t] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+void gml_f32_flash_dec_ukernel__avx2_d8(const gml_flash_dec_args *a) {
+    gml_flash_dec_run(a, dec_dots, dec_cap, dec_expsum, dec_max, dec_values);
+}

@@ -283,3 +283,193 @@ static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int
 void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash(a, 2, 8, 8, 64); }
 
 void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash(a, 1, 16, 16, 64); }
+
+/* ---- decoding (ops/flash_dec.h): lanes over d ------------------------------
+ * q . k_j: the rows' accumulators take 16 elements of k_j at a time (one
+ * load, converted in registers, for every row), then each is summed across
+ * its lanes (_mm512_reduce_add_ps). o_l += p v_j: 32 columns of every row's
+ * o in registers while the block's keys go by, each V load shared by the
+ * rows. A tail of d is loaded through a zeroed buffer (q and o are zero past
+ * d, so the padding adds zeros). */
+#include "flash_dec.h"
+
+#include <string.h>
+
+/* 16 elements of a row of type t from element d (n < 16: only n, zeros after). */
+static ALWAYS_INLINE __m512 dec_load16(gml_type t, const char *row, size_t d, size_t n) {
+    if (t == GML_F32) {
+        const float *f = (const float *)(const void *)row + d;
+        return n >= 16 ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), f);
+    }
+    const uint16_t *h = (const uint16_t *)(const void *)row + d;
+    __m256i x;
+    if (n >= 16) {
+        x = _mm256_loadu_si256((const __m256i *)(const void *)h);
+    } else {
+        uint16_t buf[16] = {0};
+        memcpy(buf, h, n * sizeof *h);
+        x = _mm256_loadu_si256((const __m256i *)(const void *)buf);
+    }
+    if (t == GML_F16) return _mm512_cvtph_ps(x);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+
+/* The sums of the lanes of a, b, c, d, as [a b c d]: the halves added,
+ * then pairs by hadd (one order, every time). */
+static ALWAYS_INLINE __m128 dec_hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+#define HALF(x) _mm256_add_ps(_mm512_castps512_ps256(x), \
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    const __m256 ab = _mm256_hadd_ps(HALF(a), HALF(b)), cd = _mm256_hadd_ps(HALF(c), HALF(d));
+#undef HALF
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Keys 4 at a time (past nk: the last key again, its sums dropped) against
+ * rows l0 .. l0 + ng - 1 (ng <= 4): 16 accumulators, each k and q load used
+ * four times. */
+static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
+                                     const gml_type T) {
+    const size_t nq = a->nq, dk = a->dk;
+    for (size_t l0 = 0; l0 < nq; l0 += 4) {
+        const size_t ng = GML_MIN((size_t)4, nq - l0);
+        const float *q0 = a->q + l0 * a->ldq;
+        for (size_t jj = 0; jj < nk; jj += 4) {
+            const char *kr[4];
+            for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
+            __m512 acc[4][4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+                for (int l = 0; l < 4; l++) acc[t][l] = _mm512_setzero_ps();
+            for (size_t d = 0; d < dk; d += 16) {
+                __m512 qv[4];
+#pragma GCC unroll 4
+                for (size_t l = 0; l < 4; l++)
+                    qv[l] = l < ng ? _mm512_load_ps(q0 + l * a->ldq + d) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    const __m512 kv = dec_load16(T, kr[t], d, dk - d);
+#pragma GCC unroll 4
+                    for (size_t l = 0; l < 4; l++)
+                        if (l < ng) acc[t][l] = _mm512_fmadd_ps(kv, qv[l], acc[t][l]);
+                }
+            }
+            float sums[4][4];
+#pragma GCC unroll 4
+            for (size_t l = 0; l < 4; l++)
+                if (l < ng) _mm_storeu_ps(sums[l], dec_hsum4(acc[0][l], acc[1][l], acc[2][l], acc[3][l]));
+            for (size_t l = 0; l < ng; l++)
+                for (size_t t = 0; t < 4 && jj + t < nk; t++)
+                    s[(l0 + l) * GML_FLASH_DEC_KEY_BLOCK + jj + t] = sums[l][t];
+        }
+    }
+}
+
+static void dec_dots(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s) {
+    switch (a->k_type) {
+    case GML_F16: dec_dots_t(a, jb, nk, s, GML_F16); break;
+    case GML_BF16: dec_dots_t(a, jb, nk, s, GML_BF16); break;
+    default: dec_dots_t(a, jb, nk, s, GML_F32); break;
+    }
+}
+
+static void dec_cap(const gml_flash_dec_args *a, size_t n, float *x) {
+    const __m512 c = _mm512_set1_ps(a->softcap), nan = _mm512_set1_ps(NAN),
+                 inf = _mm512_set1_ps(INFINITY);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+        const __mmask16 fin = _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_LT_OQ);
+        const __m512 t = _mm512_mul_ps(c, vtanh16(_mm512_div_ps(v, c)));
+        _mm512_mask_storeu_ps(x + i, live, _mm512_mask_blend_ps(fin, nan, t));
+    }
+}
+
+static float dec_expsum(size_t n, float *x, float base) {
+    const __m512 b = _mm512_set1_ps(base);
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+        const __m512 e = vexp16_nosub(
+            _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), live, x + i), b));
+        _mm512_mask_storeu_ps(x + i, live, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* o_l[c0 .. c0 + 16 U) += sum_jj p[l][jj] v_jj[...] for the rows l < nq <= R
+ * seeing key jj: R U accumulators (4 x 4 or 8 x 2), each V load used R times. */
+static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
+                                       const float *p, const uint8_t *bits, const gml_type T,
+                                       const int R, const int U) {
+    const size_t nq = a->nq, dv = a->dv;
+    const uint8_t all = (uint8_t)((1u << nq) - 1);
+    for (size_t c0 = 0; c0 < dv; c0 += 16 * (size_t)U) {
+        __m512 acc[GML_FLASH_DEC_MAX_ROWS][4];
+#pragma GCC unroll 8
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++)
+                acc[l][u] = (size_t)l < nq && c0 + 16 * (size_t)u < a->ldo
+                                ? _mm512_load_ps(a->o + (size_t)l * a->ldo + c0 + 16 * (size_t)u)
+                                : _mm512_setzero_ps();
+        for (size_t jj = 0; jj < nk; jj++) {
+            const uint8_t b = bits[jj];
+            if (!b) continue; /* no row sees it */
+            const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
+            __m512 vv[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                const size_t c = c0 + 16 * (size_t)u;
+                vv[u] = c < dv ? dec_load16(T, vr, c, dv - c) : _mm512_setzero_ps();
+            }
+#pragma GCC unroll 8
+            for (int l = 0; l < R; l++)
+                if ((size_t)l < nq && (b == all || (b >> l & 1))) {
+                    const __m512 w = _mm512_set1_ps(p[(size_t)l * GML_FLASH_DEC_KEY_BLOCK + jj]);
+#pragma GCC unroll 4
+                    for (int u = 0; u < U; u++) acc[l][u] = _mm512_fmadd_ps(w, vv[u], acc[l][u]);
+                }
+        }
+#pragma GCC unroll 8
+        for (int l = 0; l < R; l++)
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++)
+                if ((size_t)l < nq && c0 + 16 * (size_t)u < a->ldo)
+                    _mm512_store_ps(a->o + (size_t)l * a->ldo + c0 + 16 * (size_t)u, acc[l][u]);
+    }
+}
+
+static void dec_values(const gml_flash_dec_args *a, size_t jb, size_t nk, const float *p,
+                       const uint8_t *bits) {
+    const bool few = a->nq <= 4;
+    switch (a->v_type) {
+    case GML_F16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F16, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_F16, 8, 2);
+        break;
+    case GML_BF16:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_BF16, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_BF16, 8, 2);
+        break;
+    default:
+        if (few) dec_values_t(a, jb, nk, p, bits, GML_F32, 4, 4);
+        else dec_values_t(a, jb, nk, p, bits, GML_F32, 8, 2);
+        break;
+    }
+}
+
+static float dec_max(size_t n, const float *x) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 live = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+        m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), live, x + i));
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+void gml_f32_flash_dec_ukernel__avx512_d16(const gml_flash_dec_args *a) {
+    gml_flash_dec_run(a, dec_dots, dec_cap, dec_expsum, dec_max, dec_values);
+}

@@ -281,6 +281,66 @@ bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, co
 void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float *acc,
                           size_t acc_stride);
 
+/* ---- flash attention, decoding (ops/flash_attn.inc, ops/flash_dec.h) ------
+ * At most GML_FLASH_DEC_MAX_ROWS query rows (the r = H / G heads of one kv
+ * head times Tq) against one chunk of keys [j0, j1) of that kv head, lanes
+ * over d: q . k_j a vector dot product along d_k (one K row load for all
+ * rows), then p v_j accumulated along d_v (one V row load for all rows).
+ * K and V are read in place, f16 and bf16 converted in registers. The result
+ * is a PARTIAL, per row l over the keys j of the chunk it sees (j in
+ * [first_key[l], n_keys[l]) and not hidden by its mask, MASKS):
+ *     m = max_j s_j (-inf: none),  l = sum_j e^(s_j - m),  o = sum_j e^(s_j - m) v_j
+ * with s_j formed as gml_flash_score forms it. A chunk where the row sees no
+ * key gives exactly (o = 0, m = -inf, l = 0). A key the row sees whose score
+ * is not finite (NaN, +inf, -inf by overflow) makes l NaN; a NaN or inf in a
+ * V row it sees reaches o (gml_flash_partial_finish makes the row NaN).
+ * Hidden keys are skipped: their K and V rows are never multiplied for that
+ * row. Keys are taken in blocks of GML_FLASH_DEC_KEY_BLOCK with a running
+ * max, in order: the partial depends only on the chunk, never on threads. */
+#define GML_FLASH_DEC_MAX_ROWS 8
+#define GML_FLASH_DEC_KEY_BLOCK 64
+typedef struct gml_flash_dec_args {
+    size_t nq, dk, dv;          /* 1 <= nq <= GML_FLASH_DEC_MAX_ROWS; dk, dv >= 1 */
+    const float *q;             /* [nq][ldq]: the queries scaled, zero past dk; 64-byte aligned */
+    size_t ldq;                 /* >= dk rounded up to 16, a multiple of 16 */
+    const char *k, *v;          /* key j (j0 <= j < j1) at k + (j - j0) * k_row bytes: dk
+                                   contiguous elements (v likewise, dv) */
+    size_t k_row, v_row;
+    gml_type k_type, v_type;    /* f32, f16 or bf16 each */
+    size_t j0, j1;              /* the chunk */
+    const int32_t *n_keys, *first_key; /* [nq]: row l sees keys in [first_key[l], n_keys[l]) */
+    const float *const *mask;   /* NULL, or [nq] rows of additive mask (key j at j * mask_stride) */
+    size_t mask_stride;
+    float softcap;              /* > 0: as gml_flash_args */
+    const float *slope, *qpos;  /* NULL, or [nq]: ALiBi */
+    float *o;                   /* [nq][ldo] out: o (ldo >= dv rounded up to 16, a multiple of
+                                   16), 64-byte aligned; zero past dv */
+    size_t ldo;
+    float *m, *l;               /* [nq] out */
+    float *work;                /* GML_FLASH_DEC_WORK_FLOATS, 64-byte aligned */
+} gml_flash_dec_args;
+#define GML_FLASH_DEC_WORK_FLOATS ((size_t)GML_FLASH_DEC_MAX_ROWS * GML_FLASH_DEC_KEY_BLOCK)
+
+typedef void gml_f32_flash_dec_ukernel(const gml_flash_dec_args *a);
+#define GML_DECLARE_FLASH_DEC(isa, fn, lanes) gml_f32_flash_dec_ukernel fn;
+GML_F32_FLASH_DEC_UKERNELS(GML_DECLARE_FLASH_DEC)
+
+/* The log-sum-exp merge of two partials of one row (d_v values o, then m,
+ * l), the keys of b after those of a, into a (in place): with m = max(ma,
+ * mb), o = oa e^(ma - m) + ob e^(mb - m), l likewise. Exact for an empty
+ * side (l = 0: the other is kept bit for bit); a NaN l stays NaN. One
+ * function (libm expf, in this order) for the decode path's chunks and the
+ * attn_merge op: merging the same pieces in the same order gives the same
+ * bits on every ISA and thread count. */
+void gml_flash_partial_merge(size_t dv, float *oa, size_t sa, float *ma, float *la,
+                             const float *ob, size_t sb, float mb, float lb);
+/* The end of a partial: out[c] = o[c] / l (with a sink: folded into m and l
+ * first, as gml_flash_finish folds it; sink NULL: none); zeros where l is 0
+ * (no key seen); the whole row NaN where l is NaN or an output is not finite
+ * (a NaN or inf in a V row the row sees, or the float sums overflowed). */
+void gml_flash_partial_finish(size_t dv, const float *o, size_t so, float m, float l,
+                              const float *sink, float *out, size_t sout);
+
 /* ---- rope (ops/rope.inc) --------------------------------------------------
  * n pairs rotated by cos c[i] and sin s[i], in float, a multiply, a multiply
  * and an add or subtract each (no FMA: every variant gives the same bits):

@@ -179,10 +179,13 @@ static void test_flash_attn(int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t
     gml_tensor *v_only = gml_set_name(gml_flash_attn(ctx, q, kc, v, NULL, lens, scale, causal), "v_only");
     gml_tensor *outs[] = {strided, dense, v_only};
     gml_graph *g = gml_build_graph(ctx, outs, 3);
+    /* up to 8 rows per kv head: the decode kernels (keys in chunks from 512) */
+    const bool dec = H / G * Tq <= 8, split = dec && Tk >= 512 && B * G < 16;
+    const char *pre = dec ? "gml_f32_flash_dec_ukernel__" : "gml_f32_flash_ukernel__";
     const expect ex[] = {
-        {strided, "gml_f32_flash_ukernel__", "(K/V rows packed)", false},
-        {dense, "gml_f32_flash_ukernel__", NULL, false},
-        {v_only, "gml_f32_flash_ukernel__", "(K/V rows packed)", false},
+        {strided, pre, split ? "(K/V rows packed; keys in chunks, merged in order)" : "(K/V rows packed)", false},
+        {dense, pre, split ? "(keys in chunks, merged in order)" : NULL, false},
+        {v_only, pre, split ? "(K/V rows packed; keys in chunks, merged in order)" : "(K/V rows packed)", false},
     };
     const same pairs[] = {{strided, dense}, {v_only, dense}};
     chk_case("flash_attn: B %lld H %lld G %lld Tq %lld Tk %lld d_k %lld%s, K and V strided",
@@ -566,6 +569,8 @@ int main(void) {
     test_flash_attn(2, 6, 3, 7, 41, 9, true);   /* 14 rows per kv head: the few-rows variant */
     test_flash_attn(1, 4, 2, 37, 70, 5, false); /* 74 rows: the wide one, tails everywhere */
     test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
+    test_flash_attn(1, 8, 2, 1, 1100, 12, false); /* decoding, keys split in 4 chunks */
+    test_flash_attn(1, 4, 2, 3, 700, 7, true);    /* 6 rows, causal, 2 chunks */
     test_softmax();
     test_attn_opts();
     test_binary();

@@ -97,6 +97,19 @@ static gml_tensor *ex_flash_attn(gml_context *ctx) { /* 2 query heads on 1 kv he
     return gml_flash_attn_ext(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
                               F32("v", 1, 1, 5, 6), 0.3f, &o);
 }
+static gml_tensor *ex_flash_attn_partial(gml_context *ctx) { /* keys 7 .. 11, every option */
+    const gml_attn_opts o = {.mask = F32("mask", 1, 1, 3, 5), .valid_lens = I32("valid_lens", 1),
+                             .positions = I32("pos", 1, 3), .causal = GML_CAUSAL_BOTTOM_RIGHT,
+                             .window = 2, .softcap = 30.0f, .alibi_max_bias = 0.5f};
+    return gml_flash_attn_partial(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                                  F32("v", 1, 1, 5, 6), 0.3f, &o, 7);
+}
+static gml_tensor *ex_attn_partial_merge(gml_context *ctx) {
+    return gml_attn_partial_merge(ctx, F32("pa", 1, 2, 3, 8), F32("pb", 1, 2, 3, 8));
+}
+static gml_tensor *ex_attn_partial_finish(gml_context *ctx) {
+    return gml_attn_partial_finish(ctx, F32("p", 1, 2, 3, 8), F32("sinks", 2));
+}
 static gml_tensor *ex_set_rows(gml_context *ctx) {
     return gml_set_rows(ctx, F32("dst", 2, 6, 4), F32("src", 2, 2, 4), I32("idx", 2));
 }
@@ -171,6 +184,9 @@ static const struct example {
     {GML_OP_LAYER_NORM, ex_layer_norm},
     {GML_OP_ROPE, ex_rope},
     {GML_OP_ARANGE, ex_arange},
+    {GML_OP_FLASH_ATTN_PARTIAL, ex_flash_attn_partial},
+    {GML_OP_ATTN_PARTIAL_MERGE, ex_attn_partial_merge},
+    {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

@@ -130,7 +130,9 @@
  *   refusal.
  *
  * - THREADS. Results do not depend on the thread count: every output element
- *   is computed by one thread in a fixed order. Nor, bitwise, on the fast ISA
+ *   is computed by one thread in a fixed order (flash_attn's decode path and
+ *   flash_attn_partial: partials over key chunks fixed by the shapes, merged
+ *   in chunk order by one thread). Nor, bitwise, on the fast ISA
  *   (scalar, AVX2, AVX-512) for matmul, linear, copies, gathers, add, mul,
  *   sub, div, scale, neg and the index ops; softmax and flash_attn
  *   agree across ISAs within a few ulp (their exp and the width of their
@@ -614,8 +616,14 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
  * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
  * gives a contiguous tensor, so merging the heads costs no copy.
- * Threads split over batch, head and query rows, never over keys: results
- * do not depend on the thread count. */
+ * Threads split over batch, head and query rows; when a kv head has at
+ * most 8 query rows (r = H / G heads times Tq: decoding) the keys are split
+ * too, in chunks whose length depends only on B G and Tk (at least 256 keys,
+ * up to 16 chunks over all kv heads), each chunk's partial softmax (o, m, l)
+ * merged in chunk order by one log-sum-exp merge: results do not depend on
+ * the thread count. That decode path reads K and V rows in place (f16 and
+ * bf16 converted in registers), lanes along d, the rows of a kv head sharing
+ * each K and V load. */
 gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
 /* flash_attn with options: q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
@@ -626,11 +634,43 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
  * in the AVX2 / AVX-512 variants, tanhf in the scalar one. k and v (both
  * gml_flash_attn and _ext) may be f16 or bf16 as well as f32, each
  * independently (q is f32): each key block's rows are converted to f32 as
- * the micro-kernels load them (a block buffer per thread, never a whole f32
- * copy), so the result is bitwise that of f32 k and v holding the converted
- * values, on every ISA; q8_0 k or v is refused. */
+ * the micro-kernels load them (a block buffer per thread, or registers on
+ * the decode path; never a whole f32 copy), so the result is bitwise that of
+ * f32 k and v holding the converted values, on every ISA; q8_0 k or v is
+ * refused. */
 gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
+
+/* Partial attention, to split the keys across threads or machines and
+ * join the pieces exactly (the log-sum-exp merge). flash_attn_partial is
+ * flash_attn over the keys given, stopped before the normalisation:
+ *   q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
+ *   -> p [B, H, Tq, d_v + 2] contiguous: per query row o (d_v values), m, l
+ * with, over the keys j the row sees (MASKS), s_j its score as flash_attn
+ * forms it: m = max_j s_j, l = sum_j e^(s_j - m), o = sum_j e^(s_j - m) v_j.
+ * A row that sees no key gets (0, -inf, 0); a row flash_attn would make NaN
+ * gets l NaN (a NaN or inf in a V row it sees reaches o instead). k and v
+ * are keys key0 .. key0 + Tk - 1 of the whole sequence: the mask covers the
+ * keys given ([.., Tk]), valid_lens (key j seen iff j < len, any len >= 0)
+ * and positions count absolutely; bottom-right causal, a window or ALiBi
+ * need positions (the whole Tk is not known here; top-left causal needs
+ * none); sinks are refused (give them to gml_attn_partial_finish: they join once).
+ * Runs the decode micro-kernels (rows in groups of 8 per kv head, keys in
+ * chunks merged in order: bitwise the same at every thread count).
+ * gml_attn_partial_merge(a, b): two partials of the same rows, b's keys after a's
+ * -> their partial: m = max(ma, mb), o = oa e^(ma - m) + ob e^(mb - m), l
+ * likewise (expf in float; an empty side, l = 0, leaves the other bit for
+ * bit; a NaN l stays NaN). gml_attn_partial_finish(p, sinks): [..., d_v + 2] ->
+ * [..., d_v] contiguous, o / l with the sink (f32 [H], or NULL; p 4-D then)
+ * folded in as flash_attn folds it; zeros where l = 0, the row NaN where l
+ * is NaN or an output is not finite. Merging the partials of any split of
+ * the keys in key order and finishing gives flash_attn's result within
+ * rounding (not its bits: the merge rounds its own way; flash_attn's layout
+ * is head-interleaved, gml_attn_partial_finish's contiguous). */
+gml_tensor *gml_flash_attn_partial(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                                   float scale, const gml_attn_opts *opts, int64_t key0);
+gml_tensor *gml_attn_partial_merge(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+gml_tensor *gml_attn_partial_finish(gml_context *ctx, gml_tensor *p, gml_tensor *sinks);
 
 
 /* Additive key mask from valid lengths: lens i32 [B] or [B, Tq] ->
