@@ -311,13 +311,16 @@ static ALWAYS_INLINE __m128 dec_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
  * times. */
 static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
                                      const gml_type T) {
-    const size_t nq = a->nq, dk = a->dk;
+    const size_t nq = a->nq, dk = a->dk, k_bytes = dk * (T == GML_F32 ? 4 : 2);
     for (size_t l0 = 0; l0 < nq; l0 += 2) {
         const bool two = l0 + 1 < nq;
         const float *q0 = a->q + l0 * a->ldq, *q1 = two ? q0 + a->ldq : q0;
         for (size_t jj = 0; jj < nk; jj += 4) {
             const char *kr[4];
             for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
+            if (l0 == 0)
+                for (size_t t = 0; t < 4; t++)
+                    dec_prefetch_row(kr[0] + (GML_DEC_PREFETCH_AHEAD + t) * a->k_row, k_bytes);
             __m256 acc0[4], acc1[4];
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
@@ -394,7 +397,7 @@ static float dec_expsum(size_t n, float *x, float base) {
 static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, size_t nk,
                                        const float *p, const uint8_t *bits, const gml_type T,
                                        const int R, const int U) {
-    const size_t nq = a->nq, dv = a->dv;
+    const size_t nq = a->nq, dv = a->dv, v_bytes = dv * (T == GML_F32 ? 4 : 2);
     const uint8_t all = (uint8_t)((1u << nq) - 1);
     for (size_t c0 = 0; c0 < dv; c0 += 8 * (size_t)U) {
         __m256 acc[GML_FLASH_DEC_MAX_ROWS][2];
@@ -409,6 +412,7 @@ static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, s
             const uint8_t b = bits[jj];
             if (!b) continue; /* no row sees it */
             const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
+            if (c0 == 0) dec_prefetch_row(vr + GML_DEC_PREFETCH_AHEAD * a->v_row, v_bytes);
             __m256 vv[2];
 #pragma GCC unroll 2
             for (int u = 0; u < U; u++) {

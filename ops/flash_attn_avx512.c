@@ -328,16 +328,6 @@ static ALWAYS_INLINE __m128 dec_hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 /* Keys 4 at a time (past nk: the last key again, its sums dropped) against
  * rows l0 .. l0 + ng - 1 (ng <= 4): 16 accumulators, each k and q load used
  * four times. */
-/* A K or V row DEC_PREFETCH_AHEAD keys ahead (its first `bytes`), fetched
- * into L1 line by line: the decode kernels read each row once, and without
- * it they waited on the loads (perf: most samples right after the V loads;
- * 8 MiB of f16 K/V, 1 thread: 1.44 -> 1.19 ms). A prefetch past the end of
- * K or V never faults. */
-#define DEC_PREFETCH_AHEAD 8
-static ALWAYS_INLINE void dec_prefetch_row(const char *row, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(row + o, _MM_HINT_T0);
-}
-
 static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, size_t nk, float *s,
                                      const gml_type T) {
     const size_t nq = a->nq, dk = a->dk, k_bytes = dk * (T == GML_F32 ? 4 : 2);
@@ -349,7 +339,7 @@ static ALWAYS_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, siz
             for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
             if (l0 == 0)
                 for (size_t t = 0; t < 4; t++)
-                    dec_prefetch_row(kr[0] + (DEC_PREFETCH_AHEAD + t) * a->k_row, k_bytes);
+                    dec_prefetch_row(kr[0] + (GML_DEC_PREFETCH_AHEAD + t) * a->k_row, k_bytes);
             __m512 acc[4][4];
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
@@ -432,7 +422,7 @@ static ALWAYS_INLINE void dec_values_t(const gml_flash_dec_args *a, size_t jb, s
             const uint8_t b = bits[jj];
             if (!b) continue; /* no row sees it */
             const char *vr = a->v + (jb - a->j0 + jj) * a->v_row;
-            if (c0 == 0) dec_prefetch_row(vr + DEC_PREFETCH_AHEAD * a->v_row, v_bytes);
+            if (c0 == 0) dec_prefetch_row(vr + GML_DEC_PREFETCH_AHEAD * a->v_row, v_bytes);
             __m512 vv[4];
 #pragma GCC unroll 4
             for (int u = 0; u < U; u++) {

@@ -23,6 +23,16 @@
 #include <math.h>
 #include <stdint.h>
 
+/* A K or V row GML_DEC_PREFETCH_AHEAD keys ahead (its first `bytes`),
+ * fetched into L1 line by line: the decode kernels read each row once and
+ * waited on the loads without it (perf: most samples right after the V
+ * loads; C4's decode attention over 8 MiB of f16 K/V, 1 thread: AVX-512
+ * 1.44 -> 1.19 ms, AVX2 about 15% less). A prefetch never faults. */
+#define GML_DEC_PREFETCH_AHEAD 8
+static inline void dec_prefetch_row(const char *row, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
+}
+
 #if defined(__GNUC__)
 #define GML_DEC_INLINE inline __attribute__((always_inline))
 #else
