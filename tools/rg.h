@@ -157,6 +157,12 @@ void rg_data_free(rg_data *d);
  * load_state_dict(strict=True). */
 bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                              const gml_attn_weights *w, rg_err *e);
+/* Whether t is one of the tensors an attention block's weights w bind. */
+bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t);
+/* A list of names for an error: rg_names_add appends the n-th (from 0) as
+ * "'name'" while n < 5; rg_names_end adds " and N more" past 5. */
+void rg_names_add(char *list, size_t size, int n, const char *name);
+void rg_names_end(char *list, size_t size, int n);
 /* How an output is written: t itself, or with --seq-first a 3-D [B, T, D]
  * as the view [T, B, D] (a copy of the header into *buf). */
 const gml_tensor *rg_output_view(const rg_opts *o, const gml_tensor *t, gml_tensor *buf);

@@ -316,11 +316,29 @@ static bool is_used(const gml_tensor *t, const gml_tensor *w) {
     return false;
 }
 
+bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t) {
+    const gml_tensor *const wt[] = {w->w_q, w->b_q, w->w_k, w->b_k, w->w_v, w->b_v, w->w_o, w->b_o,
+                                    w->in_proj_weight, w->in_proj_bias, w->sinks, w->bias_k,
+                                    w->bias_v, w->rel_k, w->rel_v};
+    for (size_t j = 0; j < sizeof wt / sizeof *wt; j++)
+        if (wt[j] == t) return true;
+    return false;
+}
+
+void rg_names_add(char *list, size_t size, int n, const char *name) {
+    const size_t k = strlen(list);
+    if (n < 5 && k < size) snprintf(list + k, size - k, "%s'%.120s'", n ? ", " : "", name);
+}
+
+void rg_names_end(char *list, size_t size, int n) {
+    const size_t k = strlen(list);
+    if (n > 5 && k < size) snprintf(list + k, size - k, " and %d more", n - 5);
+}
+
 bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                              const gml_attn_weights *w, rg_err *e) {
     if (!d->st || o->non_strict) return true;
-    char list[900];
-    size_t k = 0;
+    char list[900] = "";
     int unused = 0;
     for (int i = 0; i < d->n_w; i++) {
         const gml_tensor *t = d->w_tensor[i];
@@ -333,18 +351,13 @@ bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                 for (int s = 0; s < GML_MAX_SRC && !used; s++) used = is_used(node->src[s], t);
             }
         } else if (t && w) {
-            const gml_tensor *const wt[] = {w->w_q, w->b_q, w->w_k, w->b_k, w->w_v, w->b_v, w->w_o, w->b_o,
-                                            w->in_proj_weight, w->in_proj_bias, w->sinks, w->bias_k,
-                                            w->bias_v, w->rel_k, w->rel_v};
-            for (size_t j = 0; j < sizeof wt / sizeof *wt && !used; j++) used = wt[j] == t;
+            used = rg_attn_weights_hold(w, t);
         }
         if (used) continue;
-        if (unused++ < 5 && k < sizeof list)
-            k += (size_t)snprintf(list + k, sizeof list - k, "%s'%.120s'", unused > 1 ? ", " : "",
-                                  gml_safetensors_name(d->st, d->w_index[i]));
+        rg_names_add(list, sizeof list, unused++, gml_safetensors_name(d->st, d->w_index[i]));
     }
     if (!unused) return true;
-    if (unused > 5 && k < sizeof list) snprintf(list + k, sizeof list - k, " and %d more", unused - 5);
+    rg_names_end(list, sizeof list, unused);
     return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s under the prefix '%s' %s not used by %s: %s (a misspelled "
                    "name, another block's weights? --prefix selects a module, --non-strict allows extra "
                    "tensors)", o->weights, unused, unused == 1 ? "" : "s", d->prefix, unused == 1 ? "is" : "are",

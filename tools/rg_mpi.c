@@ -253,25 +253,19 @@ typedef struct prun {
 /* Strict, as the single-process run-graph (load_state_dict(strict=True)):
  * every tensor of the file is one the block binds. */
 static bool check_all_used(const prun *r, char *msg, size_t size) {
-    const gml_attn_weights *a = &r->aw;
     const gml_llama_weights *l = &r->lw;
-    const gml_tensor *const used[] = {
-        a->w_q, a->b_q, a->w_k, a->b_k, a->w_v, a->b_v, a->w_o, a->b_o, a->in_proj_weight,
-        a->in_proj_bias, a->sinks, a->bias_k, a->bias_v, a->rel_k, a->rel_v, l->attn_norm, l->wq,
-        l->bq, l->wk, l->bk, l->wv, l->bv, l->wo, l->bo, l->sinks, l->mlp_norm, l->w_gate,
-        l->b_gate, l->w_up, l->b_up, l->w_down, l->b_down};
-    char list[600] = "";
-    size_t k = 0;
+    const gml_tensor *const layer[] = {l->attn_norm, l->wq, l->bq, l->wk, l->bk, l->wv, l->bv,
+                                       l->wo, l->bo, l->sinks, l->mlp_norm, l->w_gate, l->b_gate,
+                                       l->w_up, l->b_up, l->w_down, l->b_down};
+    char list[800] = "";
     int unused = 0;
     for (gml_tensor *t = gml_get_first_tensor(r->wctx); t; t = gml_get_next_tensor(r->wctx, t)) {
-        bool ok = false;
-        for (size_t j = 0; j < sizeof used / sizeof *used && !ok; j++) ok = used[j] == t;
-        if (ok) continue;
-        if (unused++ < 5 && k < sizeof list)
-            k += (size_t)snprintf(list + k, sizeof list - k, "%s'%.100s'", unused > 1 ? ", " : "", t->name);
+        bool ok = rg_attn_weights_hold(&r->aw, t);
+        for (size_t j = 0; j < sizeof layer / sizeof *layer && !ok; j++) ok = layer[j] == t;
+        if (!ok) rg_names_add(list, sizeof list, unused++, t->name);
     }
     if (!unused) return true;
-    if (unused > 5 && k < sizeof list) snprintf(list + k, sizeof list - k, " and %d more", unused - 5);
+    rg_names_end(list, sizeof list, unused);
     return snprintf(msg, size, "%s: %d tensor%s not used by %s: %s (strict, as the single-process "
                     "run-graph; another block's weights?)", r->weights, unused, unused == 1 ? "" : "s",
                     KIND[r->o.kind], list), false;
