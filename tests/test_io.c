@@ -1030,6 +1030,70 @@ static void test_mapped_safetensors(void) {
               strstr(err, "nosuch.safetensors: cannot open"), "a missing file: %s", err);
 }
 
+/* The process's resident set (VmRSS of /proc/self/status), in KiB; -1 when
+ * it cannot be read. */
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+/* gml_safetensors_open reads only what is used: a file of a 48 MiB tensor
+ * beside a small one; taking and reading the small one leaves the resident
+ * set within 4 MiB of where it was, and reading the large one afterwards
+ * raises it by most of 48 MiB (the measurement works: the test can fail). */
+static void test_mapped_untouched(void) {
+    enum { BIG = 12 << 20 }; /* floats: 48 MiB */
+    char json[256];
+    int n = snprintf(json, sizeof json,
+                     "{\"small\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                     "\"big\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[16,%lld]}}",
+                     (int)BIG, 16 + 4LL * BIG);
+    while (n % 8 != 0) json[n++] = ' ', json[n] = '\0';
+    const char *path = tmp_path("untouched.safetensors");
+    FILE *f = fopen(path, "wb");
+    const uint64_t hlen = (uint64_t)n;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+    const float small[4] = {1, 2, 3, 4};
+    bool ok = f && fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, (size_t)n, f) == (size_t)n &&
+              fwrite(small, sizeof small, 1, f) == 1;
+    /* the big tensor: ones, written in 1 MiB pieces */
+    static float piece[1 << 18];
+    for (size_t i = 0; i < sizeof piece / sizeof *piece; i++) piece[i] = 1.0f;
+    for (int i = 0; ok && i < BIG / (1 << 18); i++) ok = fwrite(piece, sizeof piece, 1, f) == 1;
+    if (f) ok = fclose(f) == 0 && ok;
+    CHECK(ok, "write %s", path);
+    const long before = rss_kib();
+    CHECK(before > 0, "VmRSS of /proc/self/status");
+    gml_safetensors *st = ok && before > 0 ? gml_safetensors_open(path, err, sizeof err) : NULL;
+    CHECK(!ok || before <= 0 || st, "open: %s", err);
+    if (!st) return;
+    gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
+    gml_tensor *t = gml_safetensors_tensor(st, gml_safetensors_find(st, "small"), c, NULL, err, sizeof err);
+    float sum = 0;
+    for (int i = 0; t && i < 4; i++) sum += ((const float *)t->data)[i];
+    const long used = rss_kib();
+    CHECK(t && sum == 10.0f, "the small tensor's values: %s", err);
+    CHECK(used - before < 4096, "after reading only the small tensor, the resident set grew by %ld KiB "
+          "(the 48 MiB tensor is read, though unused?)", used - before);
+    gml_tensor *b = gml_safetensors_tensor(st, gml_safetensors_find(st, "big"), c, NULL, err, sizeof err);
+    double bsum = 0;
+    for (int64_t i = 0; b && i < BIG; i += 1024) bsum += ((const float *)b->data)[i];
+    const long all = rss_kib();
+    CHECK(b && bsum == BIG / 1024, "the big tensor's values: %s", err);
+    CHECK(all - used > 32 << 10, "reading the 48 MiB tensor raised the resident set by only %ld KiB: "
+          "the measurement above tells nothing", all - used);
+    gml_free(c);
+    gml_safetensors_close(st);
+    remove(path);
+}
+
 static void test_shard_index(void) {
     gml_st_index_entry *e;
     int n;
@@ -1195,6 +1259,7 @@ int main(int argc, char **argv) {
     test_save_failures();
     test_signal_cleanup();
     test_mapped_safetensors();
+    test_mapped_untouched();
     test_shard_index();
     test_npy_converted();
     remove_tree(tmpdir);
