@@ -213,7 +213,8 @@ void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m,
  * As the AVX-512 variants (ops/gemm_avx512.c), each 16-lane sum of the
  * definition held in two ymm (lanes 0-7 and 8-15): per 32 k, a row of W
  * is loaded and converted once (f16 with F16C's vcvtph2ps), two rows of W
- * at a time. */
+ * at a time (against one row of A: 8 rows, q8_0_gemv_1x8 and
+ * XW16_GEMV_1XR). */
 
 /* 32 values of a row of W from k0 as f32 in w[0..3] (8 each); for q8_0 the
  * int8 values, *d its block's scale. */
@@ -257,7 +258,76 @@ static inline float reduce16(__m256 lo, __m256 hi) {
         }                                                                                       \
     } while (0)
 
-#define XW_GEMV_AVX2(NAME, LOAD32, Q8, BLK)                                                     \
+/* 8 int8 values from p as f32 */
+static inline __m256 q8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+
+/* The f16 scales of block b of rows row[0..7], as 8 lanes (vpinsrw). */
+static inline __m128i q8_0_scales8(const char *const row[8], size_t b) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) memcpy(&x[j], row[j] + b * sizeof(gml_block_q8_0), 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+
+/* q8_0 against one row of A (decoding), the same sums: all 8 rows of W at
+ * once (8 streams in flight), and each block's 8 scales gathered as f16
+ * (vpinsrw), converted by one vcvtph2ps and stored, so that each row's
+ * scale is a broadcast load rather than a scalar conversion and a register
+ * broadcast per row. Rows past n reread row 0. */
+static void q8_0_gemv_1x8(size_t k, const float *a, const void *w, size_t ldw, int n, float *c) {
+    const char *row[8];
+    for (int j = 0; j < 8; j++) row[j] = (const char *)w + (size_t)(j < n ? j : 0) * ldw;
+    __m256 s[8][2];
+    for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < k / GML_QK8_0; b++) {
+        _Alignas(32) float d[8];
+        _mm256_store_ps(d, _mm256_cvtph_ps(q8_0_scales8(row, b)));
+        /* keeps the compiler from turning the broadcasts of d[j] below into
+         * shuffles of the register it was stored from */
+        __asm__ volatile("" ::: "memory");
+        const float *ab = a + 32 * b;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const gml_block_q8_0 *q = (const gml_block_q8_0 *)(const void *)row[j] + b;
+            _mm_prefetch((const char *)((uintptr_t)q + 8 * sizeof(gml_block_q8_0)), _MM_HINT_T0);
+            const __m256 dj = _mm256_set1_ps(d[j]);
+            for (int h2 = 0; h2 < 2; h2++) {
+                const __m256 p = _mm256_fmadd_ps(_mm256_loadu_ps(ab + 16 + 8 * h2), q8x8(q->qs + 16 + 8 * h2),
+                                                 _mm256_mul_ps(_mm256_loadu_ps(ab + 8 * h2), q8x8(q->qs + 8 * h2)));
+                s[j][h2] = _mm256_fmadd_ps(dj, p, s[j][h2]);
+            }
+        }
+    }
+    for (int j = 0; j < n; j++) c[j] = reduce16(s[j][0], s[j][1]);
+}
+
+/* f16 or bf16 against one row of A (decoding), the same sums: 8 rows of W
+ * at a time (the 2-row loop below keeps two streams in flight; 16 of the
+ * 16 ymm hold the sums, A's values come as memory operands); k a multiple
+ * of 32 (the caller takes a tail). */
+#define XW16_ROWS 8
+#define XW16_GEMV_1XR(NAME, LOAD32)                                                          \
+    static void NAME(size_t kfull, const float *a, const void *w, size_t ldw, int n, __m256 (*s)[2]) { \
+        const char *row[XW16_ROWS];                                                          \
+        for (int j = 0; j < XW16_ROWS; j++)                                                  \
+            row[j] = (const char *)w + (size_t)(j < n ? j : 0) * ldw;                        \
+        for (int j = 0; j < XW16_ROWS; j++) s[j][0] = s[j][1] = _mm256_setzero_ps();         \
+        for (size_t k0 = 0; k0 < kfull; k0 += 32) {                                          \
+            _Pragma("GCC unroll 8") for (int j = 0; j < XW16_ROWS; j++) {                    \
+                __m256 wv[4], d;                                                             \
+                _mm_prefetch((const char *)((uintptr_t)row[j] + 2 * k0 + 8 * 64), _MM_HINT_T0); \
+                LOAD32(row[j], k0, wv, &d);                                                  \
+                XW_STEP(0, s[j], a + k0, wv, d);                                             \
+            }                                                                                \
+        }                                                                                    \
+    }
+XW16_GEMV_1XR(f16_gemv_1xr, load32_f16)
+XW16_GEMV_1XR(bf16_gemv_1xr, load32_bf16)
+
+/* ROW1: the kernel for one row of A, or nothing */
+#define XW_GEMV_AVX2(NAME, LOAD32, Q8, BLK, ROW1)                                               \
     void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,     \
               float *c, size_t ldc) {                                                            \
         const size_t kfull = k / 32 * 32;                                                        \
@@ -267,6 +337,7 @@ static inline float reduce16(__m256 lo, __m256 hi) {
             memset(at[i], 0, sizeof at[i]);                                                      \
             memcpy(at[i], a + i * lda + kfull, (k - kfull) * sizeof(float));                     \
         }                                                                                        \
+        ROW1                                                                                     \
         for (int j0 = 0; j0 < n; j0 += 2) {                                                      \
             const int nj = GML_MIN(2, n - j0);                                                   \
             const char *row[2] = {(const char *)w + (size_t)j0 * ldw,                            \
@@ -298,6 +369,26 @@ static inline float reduce16(__m256 lo, __m256 hi) {
         }                                                                                        \
     }
 
-XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load32_f16, 0, 64)
-XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load32_bf16, 0, 64)
-XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load32_q8_0, 1, 34)
+/* One row of A against f16 or bf16 rows: FN over whole runs of 32, then the
+ * tail as the loop above takes it. */
+#define XW16_ROW1(FN, LOAD32)                                                                   \
+    if (m == 1) {                                                                               \
+        for (int j0 = 0; j0 < n; j0 += XW16_ROWS) {                                             \
+            const int nj = GML_MIN(XW16_ROWS, n - j0);                                          \
+            __m256 s1[XW16_ROWS][2];                                                            \
+            FN(kfull, a, (const char *)w + (size_t)j0 * ldw, ldw, nj, s1);                      \
+            for (int j = 0; j < nj && kfull < k; j++) {                                         \
+                memset(wt, 0, sizeof wt);                                                       \
+                memcpy(wt, (const char *)w + (size_t)(j0 + j) * ldw + 2 * kfull, (k - kfull) * 2); \
+                __m256 wv[4], d = _mm256_setzero_ps();                                          \
+                LOAD32((const char *)wt, 0, wv, &d);                                            \
+                XW_STEP(0, s1[j], at[0], wv, d);                                                \
+            }                                                                                   \
+            for (int j = 0; j < nj; j++) c[j0 + j] = reduce16(s1[j][0], s1[j][1]);              \
+        }                                                                                       \
+        return;                                                                                 \
+    }
+XW_GEMV_AVX2(gml_f16_gemv_ukernel__avx2_4x8, load32_f16, 0, 64, XW16_ROW1(f16_gemv_1xr, load32_f16))
+XW_GEMV_AVX2(gml_bf16_gemv_ukernel__avx2_4x8, load32_bf16, 0, 64, XW16_ROW1(bf16_gemv_1xr, load32_bf16))
+XW_GEMV_AVX2(gml_q8_0_gemv_ukernel__avx2_4x8, load32_q8_0, 1, 34,
+             if (m == 1) { q8_0_gemv_1x8(k, a, w, ldw, n, c); return; })

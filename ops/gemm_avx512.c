@@ -170,7 +170,9 @@ void gml_f32_gemv_ukernel__avx512_4x16(size_t k, const float *a, size_t lda, int
  * weight"): per 32 k, a row of W is loaded and converted once (f16:
  * vcvtph2ps; bf16: widened and shifted; q8_0: int8 widened and converted)
  * and meets each row of A in two 16-lane halves; four rows of W at a time
- * keep four independent sums per row of A in flight. */
+ * keep four independent sums per row of A in flight (against one row of
+ * A: 16 rows of W at a time for q8_0, q8_0_gemv_1x16, 8 for f16 and bf16,
+ * XW16_GEMV_1XR). */
 
 /* 32 values of a row of W from k0 (a whole run of 32) as f32 in w[0..1];
  * for q8_0 the int8 values, *d its block's scale. */
@@ -216,7 +218,71 @@ static inline float reduce16(__m512 s) {
         }                                                                              \
     } while (0)
 
-#define XW_GEMV_AVX512(NAME, LOAD32, Q8, BLK)                                                   \
+/* The f16 scales of block b of rows row[0..7], as 8 lanes (vpinsrw). */
+static inline __m128i q8_0_scales8(const char *const row[8], size_t b) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) memcpy(&x[j], row[j] + b * sizeof(gml_block_q8_0), 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+
+/* q8_0 against one row of A (decoding), the same sums: all 16 rows of W at
+ * once (16 streams in flight, A's two loads per block shared by 16 rows),
+ * and each block's 16 scales gathered as f16 (vpinsrw), converted by one
+ * vcvtph2ps and stored, so that each row's scale is a broadcast load (the
+ * scalar conversion and register broadcast per row cost 3 shuffle-port
+ * operations per block, as many as the block's products). Rows past n
+ * reread row 0. */
+static void q8_0_gemv_1x16(size_t k, const float *a, const void *w, size_t ldw, int n, float *c) {
+    const char *row[16];
+    for (int j = 0; j < 16; j++) row[j] = (const char *)w + (size_t)(j < n ? j : 0) * ldw;
+    __m512 s[16];
+    for (int j = 0; j < 16; j++) s[j] = _mm512_setzero_ps();
+    for (size_t b = 0; b < k / GML_QK8_0; b++) {
+        _Alignas(64) float d[16];
+        const __m128i h0 = q8_0_scales8(row, b), h1 = q8_0_scales8(row + 8, b);
+        _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1)));
+        /* keeps the compiler from turning the broadcasts of d[j] below into
+         * shuffles of the register it was stored from */
+        __asm__ volatile("" ::: "memory");
+        const __m512 a0 = _mm512_loadu_ps(a + 32 * b), a1 = _mm512_loadu_ps(a + 32 * b + 16);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            const gml_block_q8_0 *q = (const gml_block_q8_0 *)(const void *)row[j] + b;
+            _mm_prefetch((const char *)((uintptr_t)q + 8 * sizeof(gml_block_q8_0)), _MM_HINT_T0);
+            const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->qs)));
+            const __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q->qs + 16))));
+            s[j] = _mm512_fmadd_ps(_mm512_set1_ps(d[j]), _mm512_fmadd_ps(a1, w1, _mm512_mul_ps(a0, w0)), s[j]);
+        }
+    }
+    for (int j = 0; j < n; j++) c[j] = reduce16(s[j]);
+}
+
+/* f16 or bf16 against one row of A (decoding), the same sums: 8 rows of W
+ * at a time (twice the streams of the 4-row loop), A's two loads per 32 k
+ * shared by the 8 rows; k a multiple of 32 (the caller takes a tail). */
+#define XW16_ROWS 8
+#define XW16_GEMV_1XR(NAME, LOAD32)                                                          \
+    static void NAME(size_t kfull, const float *a, const void *w, size_t ldw, int n, __m512 *s) { \
+        const char *row[XW16_ROWS];                                                          \
+        for (int j = 0; j < XW16_ROWS; j++)                                                  \
+            row[j] = (const char *)w + (size_t)(j < n ? j : 0) * ldw;                        \
+        for (int j = 0; j < XW16_ROWS; j++) s[j] = _mm512_setzero_ps();                      \
+        for (size_t k0 = 0; k0 < kfull; k0 += 32) {                                          \
+            const __m512 a0 = _mm512_loadu_ps(a + k0), a1 = _mm512_loadu_ps(a + k0 + 16);    \
+            _Pragma("GCC unroll 16") for (int j = 0; j < XW16_ROWS; j++) {                   \
+                __m512 wv[2], d;                                                             \
+                _mm_prefetch((const char *)((uintptr_t)row[j] + 2 * k0 + 8 * 64), _MM_HINT_T0); \
+                LOAD32(row[j], k0, wv, &d);                                                  \
+                s[j] = _mm512_fmadd_ps(a1, wv[1], _mm512_fmadd_ps(a0, wv[0], s[j]));         \
+            }                                                                                \
+        }                                                                                    \
+    }
+XW16_GEMV_1XR(f16_gemv_1xr, load32_f16)
+XW16_GEMV_1XR(bf16_gemv_1xr, load32_bf16)
+
+/* ROW1: the kernel for one row of A, or nothing */
+#define XW_GEMV_AVX512(NAME, LOAD32, Q8, BLK, ROW1)                                             \
     void NAME(size_t k, const float *a, size_t lda, int m, const void *w, size_t ldw, int n,     \
               float *c, size_t ldc) {                                                            \
         const size_t kfull = k / 32 * 32;                                                        \
@@ -227,6 +293,7 @@ static inline float reduce16(__m512 s) {
             memset(at[i], 0, sizeof at[i]);                                                      \
             memcpy(at[i], a + i * lda + kfull, (k - kfull) * sizeof(float));                     \
         }                                                                                        \
+        ROW1                                                                                     \
         for (int j0 = 0; j0 < n; j0 += 4) {                                                      \
             const int nj = GML_MIN(4, n - j0);                                                   \
             const char *row[4];                                                                  \
@@ -268,6 +335,29 @@ static inline float reduce16(__m512 s) {
     }
 
 /* bytes per run of 32 values (the prefetch runs 8 runs ahead): f16, bf16 64; q8_0 34 */
-XW_GEMV_AVX512(gml_f16_gemv_ukernel__avx512_4x16, load32_f16, 0, 64)
-XW_GEMV_AVX512(gml_bf16_gemv_ukernel__avx512_4x16, load32_bf16, 0, 64)
-XW_GEMV_AVX512(gml_q8_0_gemv_ukernel__avx512_4x16, load32_q8_0, 1, 34)
+/* One row of A against f16 or bf16 rows: FN over whole runs of 32, then the
+ * tail as the loop above takes it. */
+#define XW16_ROW1(FN, LOAD32)                                                                   \
+    if (m == 1) {                                                                               \
+        for (int j0 = 0; j0 < n; j0 += XW16_ROWS) {                                             \
+            const int nj = GML_MIN(XW16_ROWS, n - j0);                                          \
+            __m512 s1[XW16_ROWS];                                                               \
+            FN(kfull, a, (const char *)w + (size_t)j0 * ldw, ldw, nj, s1);                      \
+            for (int j = 0; j < nj && kfull < k; j++) {                                         \
+                memset(wt[0], 0, sizeof wt[0]);                                                 \
+                memcpy(wt[0], (const char *)w + (size_t)(j0 + j) * ldw + 2 * kfull, (k - kfull) * 2); \
+                __m512 wv[2], d;                                                                \
+                LOAD32((const char *)wt[0], 0, wv, &d);                                         \
+                const __m512 ai[2] = {_mm512_loadu_ps(at[0]), _mm512_loadu_ps(at[0] + 16)};     \
+                XW_STEP(0, s1[j], ai, wv, d);                                                   \
+            }                                                                                   \
+            for (int j = 0; j < nj; j++) c[j0 + j] = reduce16(s1[j]);                           \
+        }                                                                                       \
+        return;                                                                                 \
+    }
+XW_GEMV_AVX512(gml_f16_gemv_ukernel__avx512_4x16, load32_f16, 0, 64,
+               XW16_ROW1(f16_gemv_1xr, load32_f16))
+XW_GEMV_AVX512(gml_bf16_gemv_ukernel__avx512_4x16, load32_bf16, 0, 64,
+               XW16_ROW1(bf16_gemv_1xr, load32_bf16))
+XW_GEMV_AVX512(gml_q8_0_gemv_ukernel__avx512_4x16, load32_q8_0, 1, 34,
+               if (m == 1) { q8_0_gemv_1x16(k, a, w, ldw, n, c); return; })
