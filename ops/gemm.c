@@ -99,6 +99,33 @@ const gml_gemv_variant gml_gemv_variants[] = {
 };
 const int gml_gemv_n_variants = sizeof gml_gemv_variants / sizeof gml_gemv_variants[0];
 
+const gml_gemm_rt_variant gml_gemm_rt_variants[] = {
+#define GML_RT_UKERNEL(isa, fn, mr, main, lanes) {isa, fn, mr, main, lanes, #fn " (rows_t)"},
+#include "gemm_rt.inc"
+#undef GML_RT_UKERNEL
+};
+const int gml_gemm_rt_n_variants = sizeof gml_gemm_rt_variants / sizeof gml_gemm_rt_variants[0];
+
+const gml_gemm_rt_variant *gml_gemm_rt_for(gml_isa isa) {
+    for (int i = 0; i < gml_gemm_rt_n_variants; i++)
+        if (gml_gemm_rt_variants[i].isa == isa) return &gml_gemm_rt_variants[i];
+    return NULL;
+}
+
+void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, int64_t cs,
+                      int64_t K, int n, float *at) {
+    const int main = v->main, ld = main + v->lanes, rep = v->lanes / 4;
+    for (int64_t k = 0; k < K; k++) {
+        float *dst = at + k * ld;
+        for (int j = 0; j < main; j++)
+            dst[j] = j < n ? *(const float *)(a + j * rs + k * cs) : 0.0f;
+        for (int t = 0; t < 4; t++) {
+            const float x = main + t < n ? *(const float *)(a + (main + t) * rs + k * cs) : 0.0f;
+            for (int r = 0; r < rep; r++) dst[main + t * rep + r] = x;
+        }
+    }
+}
+
 /* An element of a row of W of type t (f16, bf16, q8_0) as f32. */
 static inline float w_at(gml_type t, const char *row, size_t k) {
     uint16_t h;
@@ -504,6 +531,16 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
     pl->n_chunks = nbatch * pl->mt * pl->nt;
 }
 
+/* Floats per k of A^T packed for the widest few-rows kernel (gemm_rt.inc). */
+static int64_t rt_floats(int64_t M) {
+    int64_t most = 0;
+    for (int i = 0; i < gml_gemm_rt_n_variants; i++) {
+        const gml_gemm_rt_variant *v = &gml_gemm_rt_variants[i];
+        most = GML_MAX(most, cdiv(M, v->main + 4) * (v->main + v->lanes));
+    }
+    return most;
+}
+
 static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
     const int mr = v->mr, nr = v->nr;
     gemm_plan pl = {.path = choose_path(d)};
@@ -526,9 +563,9 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
         pl.b_floats = (size_t)(pl.KC * nr);
         if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
         break;
-    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
+    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels (or a few-rows kernel's) */
         pl.KC = K;
-        pl.b_floats = (size_t)(K * round_up(d->M, nr));
+        pl.b_floats = (size_t)(K * GML_MAX(round_up(d->M, nr), rt_floats(d->M)));
         break;
     case PATH_GEMV: /* A's rows, contiguous */
         pl.KC = K;
@@ -661,6 +698,44 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
     }
 }
 
+/* Few rows, B = W^T, with a few-rows kernel (gemm.h, "Few rows against
+ * W"): A^T packed by the kernel's layout in NR-column panels once per
+ * thread and batch (*packed_bi), then MR rows of W at a time against each
+ * panel, each C^T tile written back transposed. */
+static void run_rows_t_rt(const gml_gemm_desc *d, const gml_gemm_rt_variant *rv,
+                          const gemm_tile *t, int64_t bi, int64_t *packed_bi, float *bp) {
+    const int nr = rv->main + 4, mr = rv->mr;
+    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float), panel = K * (rv->main + rv->lanes);
+    const size_t ldw = (size_t)d->b_cs / sizeof(float);
+    float tile[GEMM_MAX_TILE];
+    if (*packed_bi != bi) {
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr)
+            gml_gemm_rt_pack(rv, t->a + j0 * d->a_rs, d->a_rs, d->a_cs, K,
+                             (int)GML_MIN((int64_t)nr, t->tm - j0), bp + j0 / nr * panel);
+        *packed_bi = bi;
+    }
+    for (int64_t i0 = 0; i0 < t->tn; i0 += mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, t->tn - i0);
+        const float *w = (const float *)(t->b + i0 * d->b_cs);
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr) {
+            const int cols = (int)GML_MIN((int64_t)nr, t->tm - j0);
+            rv->fn((size_t)K, w, ldw, rows, bp + j0 / nr * panel, cols, tile, (size_t)nr);
+            for (int j = 0; j < cols; j++) {
+                float *out = t->c + (j0 + j) * ldc + i0;
+                for (int i = 0; i < rows; i++) out[i] = tile[i * nr + j];
+            }
+        }
+    }
+}
+
+/* Vector fmas per row of W and per k, in quarters, that a few-rows kernel
+ * (rv) or a register tile nr columns wide spends on M columns of C^T. */
+static int64_t rt_cost4(const gml_gemm_rt_variant *rv, int64_t M) {
+    const int64_t nr = rv->main + 4, L = rv->lanes, r = M % nr;
+    return M / nr * 4 * nr / L + (r == 0 ? 0 : r <= rv->main ? 4 * cdiv(r, L) : 4 * nr / L);
+}
+static int64_t tile_cost4(int nr, int lanes, int64_t M) { return cdiv(M, nr) * 4 * nr / lanes; }
+
 /* One to four rows against W's rows in place: A's rows packed contiguous,
  * then the matrix-vector kernel over the tile's columns, NR at a time. */
 static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
@@ -699,7 +774,14 @@ static const gml_gemm_variant *rows_t_variant(const gml_gemm_variant *v, int64_t
 
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
-    if (choose_path(d) == PATH_ROWS_T) v = rows_t_variant(v, d->M);
+    const gml_gemm_rt_variant *rv = NULL;
+    if (choose_path(d) == PATH_ROWS_T) {
+        v = rows_t_variant(v, d->M);
+        rv = gml_gemm_rt_for(v->isa);
+        /* packing W's blocks costs the few-rows kernel ~20% (gemm_avx512.c) */
+        if (rv && 5 * rt_cost4(rv, d->M) >= 4 * tile_cost4(v->nr, rv->lanes, d->M)) rv = NULL;
+    }
+    int64_t packed_bi = -1; /* the batch whose A^T this thread's panels hold (rv) */
     const gemm_plan pl = make_plan(d, v, p->nth);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
@@ -709,6 +791,7 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
                            ? gml_xw_gemv_pick(d->b_type)->name
                        : pl.path == PATH_GEMV   ? gml_gemv_pick()->name
+                       : rv                     ? rv->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]
                                                 : v->path_names[0]);
@@ -728,6 +811,8 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
                 memset((char *)t.c + i * d->c_rs, 0, (size_t)t.tn * sizeof(float));
         } else if (pl.path == PATH_GEMV) {
             run_gemv(d, &t, ap);
+        } else if (rv) {
+            run_rows_t_rt(d, rv, &t, bi, &packed_bi, bp);
         } else if (pl.path == PATH_ROWS_T) {
             run_rows_t(d, v, &t, bp);
         } else if (pl.path == PATH_ROWS) {
