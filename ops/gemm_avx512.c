@@ -311,14 +311,22 @@ static inline void rt_pack4(const float *const *row, size_t k0, __mmask16 km, fl
     _mm512_store_ps(dst + 48, _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3)));
 }
 
-/* The block of 16 k from k0 of all 16 rows into dst (RT_G x 64 floats). */
-static inline void rt_pack(const float *const *row, size_t k0, size_t k, float *dst) {
+/* The block of 16 k from k0 of all 16 rows into dst (RT_G x 64 floats).
+ * Each row's line RT_PF floats ahead is prefetched into L2 (16 rows 4 KiB
+ * apart would share L1's sets), past the row's end the line of the next
+ * call's row (16 rows of W further; short rows, K = 512, would otherwise
+ * start each call with 16 misses; the address may lie past W). */
+static inline void rt_pack(const float *const *row, const float *w, size_t ldw, size_t k0,
+                           size_t k, float *dst) {
     const __mmask16 km = lanes((int)GML_MIN((size_t)16, k - k0));
+    const size_t ahead = k0 + RT_PF, next = ahead >= k ? RT_MR : 0, at = ahead >= k ? ahead - k : ahead;
 #pragma GCC unroll 4
     for (int g = 0; g < RT_G; g++) {
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) /* into L2: 16 rows 4 KiB apart share L1's sets */
-            _mm_prefetch((const char *)((uintptr_t)row[4 * g + r] + (k0 + RT_PF) * 4), _MM_HINT_T1);
+        for (int r = 0; r < 4; r++)
+            _mm_prefetch((const char *)((uintptr_t)w +
+                                        (((size_t)(4 * g + r) + next) * ldw + at) * sizeof(float)),
+                         _MM_HINT_T1);
         rt_pack4(row + 4 * g, k0, km, dst + 64 * g);
     }
 }
@@ -340,18 +348,18 @@ static inline void rt_pack(const float *const *row, size_t k0, size_t k, float *
 /* The kernel with or without the 4-row tail vectors (TAIL a constant):
  * the accumulators stay local so that they live in registers. */
 #define RT_KERNEL(NAME, TAIL)                                                               \
-    static void NAME(size_t k, const float *const *row, const float *at, int m, int n,     \
-                     float *c, size_t ldc) {                                                \
+    static void NAME(size_t k, const float *const *row, const float *w, size_t ldw,      \
+                     const float *at, int m, int n, float *c, size_t ldc) {                \
         _Alignas(64) float buf[RT_RING][RT_G * 64];                                         \
         for (int b = 0; b < RT_RING - 1; b++)                                               \
-            if ((size_t)b * 16 < k) rt_pack(row, (size_t)b * 16, k, buf[b]);                \
+            if ((size_t)b * 16 < k) rt_pack(row, w, ldw, (size_t)b * 16, k, buf[b]);                \
         __m512 acc[RT_MR], acct[RT_G];                                                      \
         _Pragma("GCC unroll 16") for (int i = 0; i < RT_MR; i++) acc[i] = _mm512_setzero_ps(); \
         _Pragma("GCC unroll 4") for (int g = 0; g < RT_G; g++) acct[g] = _mm512_setzero_ps(); \
         int s = 0;                                                                          \
         for (size_t k0 = 0; k0 < k; k0 += 16, s = (s + 1) % RT_RING) {                      \
             const size_t kn = k0 + 16 * (RT_RING - 1);                                      \
-            if (kn < k) rt_pack(row, kn, k, buf[(s + RT_RING - 1) % RT_RING]);              \
+            if (kn < k) rt_pack(row, w, ldw, kn, k, buf[(s + RT_RING - 1) % RT_RING]);              \
             const float *p = buf[s], *ak = at + k0 * RT_LD;                                 \
             if (k0 + 16 <= k) {                                                             \
                 _Pragma("GCC unroll 16") for (int kk = 0; kk < 16; kk++)                    \
@@ -375,6 +383,6 @@ void gml_f32_gemm_ukernel__avx512_rt16x20(size_t k, const float *w, size_t ldw, 
                                           const float *at, int n, float *c, size_t ldc) {
     const float *row[RT_MR];
     for (int i = 0; i < RT_MR; i++) row[i] = w + (i < m ? (size_t)i : 0) * ldw;
-    if (n > 16) rt_kernel_tail(k, row, at, m, n, c, ldc);
-    else rt_kernel_main(k, row, at, m, n, c, ldc);
+    if (n > 16) rt_kernel_tail(k, row, w, ldw, at, m, n, c, ldc);
+    else rt_kernel_main(k, row, w, ldw, at, m, n, c, ldc);
 }
