@@ -500,7 +500,8 @@ static gemm_path choose_path(const gml_gemm_desc *d) {
  * absorb threads that run slower), each large enough to amortize packing
  * (the larger side of a tile is split first). One thread: one tile. Few
  * rows: only N is split. */
-static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth) {
+static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth,
+                       int rt_mr) {
     const int64_t M = d->M, N = d->N, nbatch = d->nb0 * d->nb1;
     int64_t want = 1;
     if (nth > 1) {
@@ -511,7 +512,7 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
         want = GML_MAX(want, (int64_t)1);
     }
     const bool large = pl->path == PATH_LARGE;
-    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr /* N tiles in whole micro-tiles */
+    const int64_t n_unit = pl->path == PATH_ROWS_T ? (rt_mr ? rt_mr : mr) /* whole micro-tiles */
                            : pl->path == PATH_GEMV ? GEMM_GEMV_NR
                                                    : nr;
     const int64_t per_batch = cdiv(want, nbatch);
@@ -541,10 +542,12 @@ static int64_t rt_floats(int64_t M) {
     return most;
 }
 
-static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
+/* rt_mr: the few-rows kernel's MR when PATH_ROWS_T runs one (its N tiles in
+ * whole calls), else 0. */
+static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth, int rt_mr) {
     const int mr = v->mr, nr = v->nr;
     gemm_plan pl = {.path = choose_path(d)};
-    plan_tiles(&pl, d, mr, nr, nth);
+    plan_tiles(&pl, d, mr, nr, nth, rt_mr);
     const int64_t K = GML_MAX(d->K, (int64_t)1);
     switch (pl.path) {
     case PATH_LARGE: {
@@ -580,7 +583,7 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
 size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_gemm_n_variants; i++) {
-        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth);
+        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth, 0);
         most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
     }
     return most * (size_t)nth;
@@ -782,7 +785,7 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
         if (rv && 5 * rt_cost4(rv, d->M) >= 4 * tile_cost4(v->nr, rv->lanes, d->M)) rv = NULL;
     }
     int64_t packed_bi = -1; /* the batch whose A^T this thread's panels hold (rv) */
-    const gemm_plan pl = make_plan(d, v, p->nth);
+    const gemm_plan pl = make_plan(d, v, p->nth, rv ? rv->mr : 0);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
     assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
