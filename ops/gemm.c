@@ -100,7 +100,8 @@ const gml_gemv_variant gml_gemv_variants[] = {
 const int gml_gemv_n_variants = sizeof gml_gemv_variants / sizeof gml_gemv_variants[0];
 
 const gml_gemm_rt_variant gml_gemm_rt_variants[] = {
-#define GML_RT_UKERNEL(isa, fn, mr, main, lanes) {isa, fn, mr, main, lanes, #fn " (rows_t)"},
+#define GML_RT_UKERNEL(isa, fn, mr, main, lanes, pack) \
+    {isa, fn, mr, main, lanes, pack, #fn " (rows_t)"},
 #include "gemm_rt.inc"
 #undef GML_RT_UKERNEL
 };
@@ -708,7 +709,8 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
 static void run_rows_t_rt(const gml_gemm_desc *d, const gml_gemm_rt_variant *rv,
                           const gemm_tile *t, int64_t bi, int64_t *packed_bi, float *bp) {
     const int nr = rv->main + 4, mr = rv->mr;
-    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float), panel = K * (rv->main + rv->lanes);
+    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float);
+    const int64_t panel = K * (rv->main + rv->lanes);
     const size_t ldw = (size_t)d->b_cs / sizeof(float);
     float tile[GEMM_MAX_TILE];
     if (*packed_bi != bi) {
@@ -781,8 +783,9 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     if (choose_path(d) == PATH_ROWS_T) {
         v = rows_t_variant(v, d->M);
         rv = gml_gemm_rt_for(v->isa);
-        /* packing W's blocks costs the few-rows kernel ~20% (gemm_avx512.c) */
-        if (rv && 5 * rt_cost4(rv, d->M) >= 4 * tile_cost4(v->nr, rv->lanes, d->M)) rv = NULL;
+        if (rv && rt_cost4(rv, d->M) * (100 + rv->pack_pct) >=
+                      tile_cost4(v->nr, rv->lanes, d->M) * 100)
+            rv = NULL;
     }
     int64_t packed_bi = -1; /* the batch whose A^T this thread's panels hold (rv) */
     const gemm_plan pl = make_plan(d, v, p->nth, rv ? rv->mr : 0);

@@ -80,8 +80,8 @@ const gml_gemm_variant *gml_gemm_pick(void);
 typedef void (*gml_f32_gemm_rt_ukernel_fn)(size_t k, const float *w, size_t ldw, int m,
                                            const float *at, int n, float *c, size_t ldc);
 
-#define GML_RT_UKERNEL(isa, fn, mr, main, lanes)                                              \
-    void fn(size_t k, const float *w, size_t ldw, int m, const float *at, int n, float *c,  \
+#define GML_RT_UKERNEL(isa, fn, mr, main, lanes, pack)                                   \
+    void fn(size_t k, const float *w, size_t ldw, int m, const float *at, int n, float *c, \
             size_t ldc);
 #include "gemm_rt.inc"
 #undef GML_RT_UKERNEL
@@ -90,6 +90,7 @@ typedef struct gml_gemm_rt_variant {
     gml_isa isa;
     gml_f32_gemm_rt_ukernel_fn fn;
     int mr, main, lanes; /* NR = main + 4; LD = main + lanes */
+    int pack_pct;        /* time its packing of W adds to its fmas' (gemm_rt.inc) */
     const char *name;    /* with " (rows_t)", as gml_kernel_note records it */
 } gml_gemm_rt_variant;
 
