@@ -113,20 +113,6 @@ const gml_gemm_rt_variant *gml_gemm_rt_for(gml_isa isa) {
     return NULL;
 }
 
-void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, int64_t cs,
-                      int64_t K, int n, float *at) {
-    const int main = v->main, ld = main + v->lanes, rep = v->lanes / 4;
-    for (int64_t k = 0; k < K; k++) {
-        float *dst = at + k * ld;
-        for (int j = 0; j < main; j++)
-            dst[j] = j < n ? *(const float *)(a + j * rs + k * cs) : 0.0f;
-        for (int t = 0; t < 4; t++) {
-            const float x = main + t < n ? *(const float *)(a + (main + t) * rs + k * cs) : 0.0f;
-            for (int r = 0; r < rep; r++) dst[main + t * rep + r] = x;
-        }
-    }
-}
-
 /* An element of a row of W of type t (f16, bf16, q8_0) as f32. */
 static inline float w_at(gml_type t, const char *row, size_t k) {
     uint16_t h;
@@ -333,6 +319,60 @@ static void pack_b_typed(gml_type type, const char *b, int64_t rs, int64_t cs, i
         }
         for (int64_t k = 0; k < kc && cols < nr; k++)
             for (int j = cols; j < nr; j++) dst[k * nr + j] = 0.0f;
+    }
+}
+
+/* A^T for a few-rows kernel (gemm.h, "Few rows against W"). Rows of A
+ * contiguous along k go through transpose_rows (the tail rows through a
+ * small buffer, then each value repeated); other strides element by element. */
+void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, int64_t cs,
+                      int64_t K, int n, float *at) {
+    const int main = v->main, ld = main + v->lanes, rep = v->lanes / 4;
+    if (cs != sizeof(float)) {
+        for (int64_t k = 0; k < K; k++) {
+            float *dst = at + k * ld;
+            for (int j = 0; j < main; j++)
+                dst[j] = j < n ? *(const float *)(a + j * rs + k * cs) : 0.0f;
+            for (int t = 0; t < 4; t++) {
+                const float x =
+                    main + t < n ? *(const float *)(a + (main + t) * rs + k * cs) : 0.0f;
+                for (int r = 0; r < rep; r++) dst[main + t * rep + r] = x;
+            }
+        }
+        return;
+    }
+    /* 64 k at a time, so that the rows' passes over the panel stay in L1
+     * (the whole panel at once, 64 KiB at K = 512, cost C1's projections 8 us) */
+    const int n_main = GML_MIN(n, main), n_tail = GML_MAX(n - main, 0);
+    enum { CHUNK = 64 };
+    float tmp[CHUNK * 4];
+    for (int64_t k0 = 0; k0 < K; k0 += CHUNK) {
+        const int64_t kc = GML_MIN((int64_t)CHUNK, K - k0);
+        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld);
+        for (int64_t k = k0; k < k0 + kc && n_main < main; k++)
+            for (int j = n_main; j < main; j++) at[k * ld + j] = 0.0f;
+        memset(tmp, 0, sizeof tmp);
+        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp);
+        for (int64_t k = 0; k < kc; k++) {
+            float *dst = at + (k0 + k) * ld + main;
+#ifdef __SSE2__
+            const __m128 x = _mm_loadu_ps(tmp + k * 4);
+            if (rep == 4) {
+                _mm_storeu_ps(dst, _mm_shuffle_ps(x, x, 0x00));
+                _mm_storeu_ps(dst + 4, _mm_shuffle_ps(x, x, 0x55));
+                _mm_storeu_ps(dst + 8, _mm_shuffle_ps(x, x, 0xaa));
+                _mm_storeu_ps(dst + 12, _mm_shuffle_ps(x, x, 0xff));
+                continue;
+            }
+            if (rep == 2) {
+                _mm_storeu_ps(dst, _mm_unpacklo_ps(x, x));
+                _mm_storeu_ps(dst + 4, _mm_unpackhi_ps(x, x));
+                continue;
+            }
+#endif
+            for (int t = 0; t < 4; t++)
+                for (int r = 0; r < rep; r++) dst[t * rep + r] = tmp[k * 4 + t];
+        }
     }
 }
 
@@ -705,14 +745,13 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
 /* Few rows, B = W^T, with a few-rows kernel (gemm.h, "Few rows against
  * W"): A^T packed by the kernel's layout in NR-column panels once per
  * thread and batch (*packed_bi), then MR rows of W at a time against each
- * panel, each C^T tile written back transposed. */
+ * panel, the kernel writing its tile of C. */
 static void run_rows_t_rt(const gml_gemm_desc *d, const gml_gemm_rt_variant *rv,
                           const gemm_tile *t, int64_t bi, int64_t *packed_bi, float *bp) {
     const int nr = rv->main + 4, mr = rv->mr;
     const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float);
     const int64_t panel = K * (rv->main + rv->lanes);
     const size_t ldw = (size_t)d->b_cs / sizeof(float);
-    float tile[GEMM_MAX_TILE];
     if (*packed_bi != bi) {
         for (int64_t j0 = 0; j0 < t->tm; j0 += nr)
             gml_gemm_rt_pack(rv, t->a + j0 * d->a_rs, d->a_rs, d->a_cs, K,
@@ -724,11 +763,8 @@ static void run_rows_t_rt(const gml_gemm_desc *d, const gml_gemm_rt_variant *rv,
         const float *w = (const float *)(t->b + i0 * d->b_cs);
         for (int64_t j0 = 0; j0 < t->tm; j0 += nr) {
             const int cols = (int)GML_MIN((int64_t)nr, t->tm - j0);
-            rv->fn((size_t)K, w, ldw, rows, bp + j0 / nr * panel, cols, tile, (size_t)nr);
-            for (int j = 0; j < cols; j++) {
-                float *out = t->c + (j0 + j) * ldc + i0;
-                for (int i = 0; i < rows; i++) out[i] = tile[i * nr + j];
-            }
+            rv->fn((size_t)K, w, ldw, rows, bp + j0 / nr * panel, cols, t->c + j0 * ldc + i0,
+                   (size_t)ldc);
         }
     }
 }

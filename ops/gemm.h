@@ -69,9 +69,10 @@ const gml_gemm_variant *gml_gemm_pick(void);
  * A's rows x L/4 rows of W (L lanes per vector), so that M = 20 keeps every
  * lane busy (AVX-512: 16 + 4 x 4; AVX2: 8 + 8 + 4 x 2).
  *
- *   c[i * ldc + j] = sum_k w[i * ldw + k] * A[j][k],  i < m <= MR, j < n <= NR
- * (the C^T tile), each element one fma chain in k order from +0 (bitwise the
- * other paths' result). W's rows are read in place (rows past m reread row
+ *   c[j * ldc + i] = sum_k w[i * ldw + k] * A[j][k],  i < m <= MR, j < n <= NR
+ * (a tile of C itself: the kernel transposes its C^T tile in registers),
+ * each element one fma chain in k order from +0 (bitwise the other paths'
+ * result). W's rows are read in place (rows past m reread row
  * 0), in blocks of 16 k turned into groups of L/4 rows interleaved on the
  * stack. A^T is packed once per product by gml_gemm_rt_pack: per k, LD =
  * MAIN + L floats, at[k * LD + j] = A[j][k] for j < MAIN and

@@ -380,6 +380,38 @@ static inline void rt2_pack2(bool full, const float *r0, const float *r1, size_t
         }                                                                                  \
     } while (0)
 
+/* The C^T tile into C: lane j of acc0[i] (acc1[i]) is C[j][i] (C[8 + j][i]),
+ * 4 x 4 blocks transposed in registers; acct[p] lane 2 t + r is C[16 +
+ * t][2 p + r]. Rows of C past n and columns past m left alone. */
+static inline __attribute__((always_inline)) void rt2_store(bool tail, const __m256 *acc0,
+                                                            const __m256 *acc1, const __m256 *acct,
+                                                            int m, int n, float *c, size_t ldc) {
+    const __m128i mm = _mm256_castsi256_si128(lanes(m));
+    __m128 x[4][4]; /* x[q][i]: 128-bit half q % 2 of acc0 (q < 2) or acc1 (q >= 2), row i */
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        x[0][i] = _mm256_castps256_ps128(acc0[i]);
+        x[1][i] = _mm256_extractf128_ps(acc0[i], 1);
+        x[2][i] = _mm256_castps256_ps128(acc1[i]);
+        x[3][i] = _mm256_extractf128_ps(acc1[i], 1);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        _MM_TRANSPOSE4_PS(x[q][0], x[q][1], x[q][2], x[q][3]); /* x[q][j]: C row 4 q + j */
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (4 * q + j < n) _mm_maskstore_ps(c + (4 * q + j) * ldc, mm, x[q][j]);
+    }
+    if (!tail) return;
+    const __m128 p0l = _mm256_castps256_ps128(acct[0]), p0h = _mm256_extractf128_ps(acct[0], 1);
+    const __m128 p1l = _mm256_castps256_ps128(acct[1]), p1h = _mm256_extractf128_ps(acct[1], 1);
+    const __m128 t[4] = {_mm_shuffle_ps(p0l, p1l, 0x44), _mm_shuffle_ps(p0l, p1l, 0xee),
+                         _mm_shuffle_ps(p0h, p1h, 0x44), _mm_shuffle_ps(p0h, p1h, 0xee)};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        if (16 + j < n) _mm_maskstore_ps(c + (16 + j) * ldc, mm, t[j]);
+}
+
 /* The kernel with or without the pair vectors (TAIL a constant), its
  * accumulators local so that they stay in registers. */
 #define RT2_KERNEL(NAME, TAIL)                                                              \
@@ -405,17 +437,7 @@ static inline void rt2_pack2(bool full, const float *r0, const float *r1, size_t
                     RT2_STEP(TAIL, p, ak + kk * RT2_LD, kk);                                \
             }                                                                               \
         }                                                                                   \
-        const __m256i m0 = lanes(n), m1 = lanes(n - 8);                                     \
-        _Pragma("GCC unroll 4") for (int i = 0; i < RT2_MR; i++) /* constant indices */     \
-            if (i < m) {                                                                    \
-                _mm256_maskstore_ps(c + i * ldc, m0, acc0[i]);                              \
-                _mm256_maskstore_ps(c + i * ldc + 8, m1, acc1[i]);                          \
-            }                                                                               \
-        _Alignas(32) float t[2][8];                                                         \
-        _mm256_store_ps(t[0], acct[0]);                                                     \
-        _mm256_store_ps(t[1], acct[1]);                                                     \
-        for (int i = 0; i < m && TAIL; i++) /* lane 2 t + r: row 2 p + r, column 16 + t */  \
-            for (int j = 16; j < n; j++) c[i * ldc + j] = t[i / 2][2 * (j - 16) + i % 2];     \
+        rt2_store(TAIL, acc0, acc1, acct, m, n, c, ldc);                                    \
     }
 RT2_KERNEL(rt2_kernel_tail, true)
 RT2_KERNEL(rt2_kernel_main, false)

@@ -347,6 +347,29 @@ static inline void rt_pack(const float *const *row, const float *w, size_t ldw, 
         }                                                                               \
     } while (0)
 
+/* The C^T tile into C: acc[i] lane j is C[j][i] (16 x 16 transposed in
+ * registers), acct[g] lane 4 t + r is C[16 + t][4 g + r] (its 128-bit
+ * chunks t of the 4 vectors side by side); rows of C past n and columns
+ * past m left alone. */
+static inline __attribute__((always_inline)) void rt_store(bool tail, __m512 *acc, __m512 *acct,
+                                                           int m, int n, float *c, size_t ldc) {
+    const __mmask16 mm = lanes(m);
+    transpose16(acc);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        if (j < n) _mm512_mask_storeu_ps(c + j * ldc, mm, acc[j]);
+    if (!tail) return;
+    const __m512 u0 = _mm512_shuffle_f32x4(acct[0], acct[1], 0x44);
+    const __m512 u1 = _mm512_shuffle_f32x4(acct[0], acct[1], 0xee);
+    const __m512 u2 = _mm512_shuffle_f32x4(acct[2], acct[3], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(acct[2], acct[3], 0xee);
+    const __m512 t[4] = {_mm512_shuffle_f32x4(u0, u2, 0x88), _mm512_shuffle_f32x4(u0, u2, 0xdd),
+                         _mm512_shuffle_f32x4(u1, u3, 0x88), _mm512_shuffle_f32x4(u1, u3, 0xdd)};
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        if (16 + j < n) _mm512_mask_storeu_ps(c + (16 + j) * ldc, mm, t[j]);
+}
+
 /* The kernel with or without the 4-row tail vectors (TAIL a constant):
  * the accumulators stay local so that they live in registers. */
 #define RT_KERNEL(NAME, TAIL)                                                               \
@@ -372,13 +395,7 @@ static inline void rt_pack(const float *const *row, const float *w, size_t ldw, 
                     RT_STEP(TAIL, p, ak + kk * RT_LD, kk);                                  \
             }                                                                               \
         }                                                                                   \
-        const __mmask16 mm = lanes(n);                                                      \
-        _Pragma("GCC unroll 16") for (int i = 0; i < RT_MR; i++) /* constant indices: */    \
-            if (i < m) _mm512_mask_storeu_ps(c + i * ldc, mm, acc[i]); /* in registers */   \
-        _Alignas(64) float t[RT_G][16];                                                     \
-        _Pragma("GCC unroll 4") for (int g = 0; g < RT_G; g++) _mm512_store_ps(t[g], acct[g]); \
-        for (int i = 0; i < m && TAIL; i++) /* lane 4 t + r: row 4 g + r, column 16 + t */  \
-            for (int j = 16; j < n; j++) c[i * ldc + j] = t[i / 4][4 * (j - 16) + i % 4];   \
+        rt_store(TAIL, acc, acct, m, n, c, ldc);                                             \
     }
 RT_KERNEL(rt_kernel_tail, true)
 RT_KERNEL(rt_kernel_main, false)

@@ -188,12 +188,12 @@ static int check_xw_gemv_variants(void) {
 /* One call of few-rows variant v (gemm_rt.inc) against the fma chains:
  * A [n x k] with row stride lda (packed by gml_gemm_rt_pack), W [m x k]
  * with row stride ldw, exactly m rows allocated (a read past them is an
- * ASan error), C^T tile [m x n] in a larger buffer whose other elements
- * must stay. */
+ * ASan error), the tile of C [n x m] in a larger buffer whose other
+ * elements must stay. */
 static bool check_rt(const gml_gemm_rt_variant *v, size_t k, int m, int n, size_t lda,
                      size_t ldw) {
     const int nr = v->main + 4;
-    const size_t ldc = (size_t)nr + 3, rows = (size_t)v->mr + 2;
+    const size_t ldc = (size_t)v->mr + 3, rows = (size_t)nr + 2; /* C [n x m] */
     float *a = malloc(sizeof(float) * ((size_t)n * lda + 1));
     float *w = malloc(sizeof(float) * ((size_t)(m - 1) * ldw + k));
     float *at = malloc(sizeof(float) * (k * (size_t)(v->main + v->lanes) + 1));
@@ -205,10 +205,19 @@ static bool check_rt(const gml_gemm_rt_variant *v, size_t k, int m, int n, size_
         for (int j = 0; j < n; j++) {
             float s = 0.0f;
             for (size_t kk = 0; kk < k; kk++) s = fmaf(w[i * ldw + kk], a[j * lda + kk], s);
-            want[i * ldc + j] = s;
+            want[j * ldc + i] = s;
         }
-    gml_gemm_rt_pack(v, (const char *)a, (int64_t)(lda * sizeof(float)), sizeof(float),
-                     (int64_t)k, n, at);
+    if (lda > k) { /* packed from A stored transposed: (j, k) at a_t[k n + j] */
+        float *a_t = malloc(sizeof(float) * ((size_t)n * k + 1));
+        for (int j = 0; j < n; j++)
+            for (size_t kk = 0; kk < k; kk++) a_t[kk * (size_t)n + (size_t)j] = a[j * lda + kk];
+        gml_gemm_rt_pack(v, (const char *)a_t, sizeof(float), (int64_t)((size_t)n * sizeof(float)),
+                         (int64_t)k, n, at);
+        free(a_t);
+    } else {
+        gml_gemm_rt_pack(v, (const char *)a, (int64_t)(lda * sizeof(float)), sizeof(float),
+                         (int64_t)k, n, at);
+    }
     v->fn(k, w, ldw, m, at, n, c, ldc);
     bool ok = true;
     for (size_t i = 0; i < rows && ok; i++)
@@ -217,7 +226,7 @@ static bool check_rt(const gml_gemm_rt_variant *v, size_t k, int m, int n, size_
                 fprintf(stderr, "FAIL %s k=%zu m=%d n=%d lda=%zu ldw=%zu: c[%zu][%zu] = %.9g, "
                         "want %.9g%s\n", v->name, k, m, n, lda, ldw, i, j, c[i * ldc + j],
                         want[i * ldc + j],
-                        (int)i < m && (int)j < n ? "" : " (outside the tile: must be untouched)");
+                        (int)i < n && (int)j < m ? "" : " (outside the tile: must be untouched)");
                 ok = false;
             }
     free(a);
