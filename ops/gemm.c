@@ -29,7 +29,10 @@
  * 102, M=256 188 vs 145 GFLOP/s. With short rows its transposed write of
  * C^T costs more than packing saves (W in cache, K=64: M=20 87 vs 106, 256
  * x 256 79 vs 150), so it takes K >= 256 for M <= 32, K >= 512 up to
- * M = 256, while A^T fits 16 MiB.
+ * M = 256, while A^T fits 16 MiB. Where A's M rows would pad a register
+ * tile's NR columns (M = 20: 20 of 32 lanes of the AVX-512 14x32 tile), a
+ * few-rows kernel of gemm_rt.inc runs instead (gemm.h, "Few rows against
+ * W"): every lane busy, at the cost of interleaving W's rows on the stack.
  *
  * One to four rows against an nn.Linear weight (one token per sequence)
  * take a matrix-vector loop instead (gemm.h, "Matrix-vector"): any register
