@@ -320,15 +320,13 @@ static inline void rt_pack4(const float *const *row, size_t k0, __mmask16 km, fl
 static inline void rt_pack(const float *const *row, const float *w, size_t ldw, size_t k0,
                            size_t k, float *dst) {
     const __mmask16 km = lanes((int)GML_MIN((size_t)16, k - k0));
-    const size_t ahead = k0 + RT_PF, next = ahead >= k ? RT_MR : 0;
-    const size_t at = ahead >= k ? ahead - k : ahead;
+    const size_t ahead = k0 + RT_PF; /* row r's line: w + r ldw + ahead, or past the end */
+    uintptr_t pf = (uintptr_t)w + (ahead < k ? ahead : RT_MR * ldw + ahead - k) * sizeof(float);
 #pragma GCC unroll 4
     for (int g = 0; g < RT_G; g++) {
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            _mm_prefetch((const char *)((uintptr_t)w +
-                                        (((size_t)(4 * g + r) + next) * ldw + at) * sizeof(float)),
-                         _MM_HINT_T1);
+        for (int r = 0; r < 4; r++, pf += ldw * sizeof(float)) /* an add a row (a multiply */
+            _mm_prefetch((const char *)pf, _MM_HINT_T1);       /* a row cost 3%) */
         rt_pack4(row + 4 * g, k0, km, dst + 64 * g);
     }
 }
