@@ -29,7 +29,10 @@
  * 102, M=256 188 vs 145 GFLOP/s. With short rows its transposed write of
  * C^T costs more than packing saves (W in cache, K=64: M=20 87 vs 106, 256
  * x 256 79 vs 150), so it takes K >= 256 for M <= 32, K >= 512 up to
- * M = 256, while A^T fits 16 MiB.
+ * M = 256, while A^T fits 16 MiB. Where A's M rows would pad a register
+ * tile's NR columns (M = 20: 20 of 32 lanes of the AVX-512 14x32 tile), a
+ * few-rows kernel of gemm_rt.inc runs instead (gemm.h, "Few rows against
+ * W"): every lane busy, at the cost of interleaving W's rows on the stack.
  *
  * One to four rows against an nn.Linear weight (one token per sequence)
  * take a matrix-vector loop instead (gemm.h, "Matrix-vector"): any register
@@ -98,6 +101,20 @@ const gml_gemv_variant gml_gemv_variants[] = {
 #undef GML_GEMV_ENTRY
 };
 const int gml_gemv_n_variants = sizeof gml_gemv_variants / sizeof gml_gemv_variants[0];
+
+const gml_gemm_rt_variant gml_gemm_rt_variants[] = {
+#define GML_RT_UKERNEL(isa, fn, mr, main, lanes, pack) \
+    {isa, fn, mr, main, lanes, pack, #fn " (rows_t)"},
+#include "gemm_rt.inc"
+#undef GML_RT_UKERNEL
+};
+const int gml_gemm_rt_n_variants = sizeof gml_gemm_rt_variants / sizeof gml_gemm_rt_variants[0];
+
+const gml_gemm_rt_variant *gml_gemm_rt_for(gml_isa isa) {
+    for (int i = 0; i < gml_gemm_rt_n_variants; i++)
+        if (gml_gemm_rt_variants[i].isa == isa) return &gml_gemm_rt_variants[i];
+    return NULL;
+}
 
 /* An element of a row of W of type t (f16, bf16, q8_0) as f32. */
 static inline float w_at(gml_type t, const char *row, size_t k) {
@@ -308,6 +325,60 @@ static void pack_b_typed(gml_type type, const char *b, int64_t rs, int64_t cs, i
     }
 }
 
+/* A^T for a few-rows kernel (gemm.h, "Few rows against W"). Rows of A
+ * contiguous along k go through transpose_rows (the tail rows through a
+ * small buffer, then each value repeated); other strides element by element. */
+void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, int64_t cs,
+                      int64_t K, int n, float *at) {
+    const int main = v->main, ld = main + v->lanes, rep = v->lanes / 4;
+    if (cs != sizeof(float)) {
+        for (int64_t k = 0; k < K; k++) {
+            float *dst = at + k * ld;
+            for (int j = 0; j < main; j++)
+                dst[j] = j < n ? *(const float *)(a + j * rs + k * cs) : 0.0f;
+            for (int t = 0; t < 4; t++) {
+                const float x =
+                    main + t < n ? *(const float *)(a + (main + t) * rs + k * cs) : 0.0f;
+                for (int r = 0; r < rep; r++) dst[main + t * rep + r] = x;
+            }
+        }
+        return;
+    }
+    /* 64 k at a time, so that the rows' passes over the panel stay in L1
+     * (the whole panel at once, 64 KiB at K = 512, cost C1's projections 8 us) */
+    const int n_main = GML_MIN(n, main), n_tail = GML_MAX(n - main, 0);
+    enum { CHUNK = 64 };
+    float tmp[CHUNK * 4];
+    for (int64_t k0 = 0; k0 < K; k0 += CHUNK) {
+        const int64_t kc = GML_MIN((int64_t)CHUNK, K - k0);
+        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld);
+        for (int64_t k = k0; k < k0 + kc && n_main < main; k++)
+            for (int j = n_main; j < main; j++) at[k * ld + j] = 0.0f;
+        memset(tmp, 0, sizeof tmp);
+        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp);
+        for (int64_t k = 0; k < kc; k++) {
+            float *dst = at + (k0 + k) * ld + main;
+#ifdef __SSE2__
+            const __m128 x = _mm_loadu_ps(tmp + k * 4);
+            if (rep == 4) {
+                _mm_storeu_ps(dst, _mm_shuffle_ps(x, x, 0x00));
+                _mm_storeu_ps(dst + 4, _mm_shuffle_ps(x, x, 0x55));
+                _mm_storeu_ps(dst + 8, _mm_shuffle_ps(x, x, 0xaa));
+                _mm_storeu_ps(dst + 12, _mm_shuffle_ps(x, x, 0xff));
+                continue;
+            }
+            if (rep == 2) {
+                _mm_storeu_ps(dst, _mm_unpacklo_ps(x, x));
+                _mm_storeu_ps(dst + 4, _mm_unpackhi_ps(x, x));
+                continue;
+            }
+#endif
+            for (int t = 0; t < 4; t++)
+                for (int r = 0; r < rep; r++) dst[t * rep + r] = tmp[k * 4 + t];
+        }
+    }
+}
+
 /* Byte offset of k along B's rows: k * b_rs, or k / 32 blocks for q8_0. */
 static inline int64_t b_koff(const gml_gemm_desc *d, int64_t k) {
     return d->b_type == GML_Q8_0 ? k / GML_QK8_0 * d->b_rs : k * d->b_rs;
@@ -473,7 +544,8 @@ static gemm_path choose_path(const gml_gemm_desc *d) {
  * absorb threads that run slower), each large enough to amortize packing
  * (the larger side of a tile is split first). One thread: one tile. Few
  * rows: only N is split. */
-static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth) {
+static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, int nth,
+                       int rt_mr) {
     const int64_t M = d->M, N = d->N, nbatch = d->nb0 * d->nb1;
     int64_t want = 1;
     if (nth > 1) {
@@ -484,7 +556,7 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
         want = GML_MAX(want, (int64_t)1);
     }
     const bool large = pl->path == PATH_LARGE;
-    const int64_t n_unit = pl->path == PATH_ROWS_T ? mr /* N tiles in whole micro-tiles */
+    const int64_t n_unit = pl->path == PATH_ROWS_T ? (rt_mr ? rt_mr : mr) /* whole micro-tiles */
                            : pl->path == PATH_GEMV ? GEMM_GEMV_NR
                                                    : nr;
     const int64_t per_batch = cdiv(want, nbatch);
@@ -504,10 +576,22 @@ static void plan_tiles(gemm_plan *pl, const gml_gemm_desc *d, int mr, int nr, in
     pl->n_chunks = nbatch * pl->mt * pl->nt;
 }
 
-static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth) {
+/* Floats per k of A^T packed for the widest few-rows kernel (gemm_rt.inc). */
+static int64_t rt_floats(int64_t M) {
+    int64_t most = 0;
+    for (int i = 0; i < gml_gemm_rt_n_variants; i++) {
+        const gml_gemm_rt_variant *v = &gml_gemm_rt_variants[i];
+        most = GML_MAX(most, cdiv(M, v->main + 4) * (v->main + v->lanes));
+    }
+    return most;
+}
+
+/* rt_mr: the few-rows kernel's MR when PATH_ROWS_T runs one (its N tiles in
+ * whole calls), else 0. */
+static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, int nth, int rt_mr) {
     const int mr = v->mr, nr = v->nr;
     gemm_plan pl = {.path = choose_path(d)};
-    plan_tiles(&pl, d, mr, nr, nth);
+    plan_tiles(&pl, d, mr, nr, nth, rt_mr);
     const int64_t K = GML_MAX(d->K, (int64_t)1);
     switch (pl.path) {
     case PATH_LARGE: {
@@ -526,9 +610,9 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
         pl.b_floats = (size_t)(pl.KC * nr);
         if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
         break;
-    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels */
+    case PATH_ROWS_T: /* A^T, all of K, in NR-column panels (or a few-rows kernel's) */
         pl.KC = K;
-        pl.b_floats = (size_t)(K * round_up(d->M, nr));
+        pl.b_floats = (size_t)(K * GML_MAX(round_up(d->M, nr), rt_floats(d->M)));
         break;
     case PATH_GEMV: /* A's rows, contiguous */
         pl.KC = K;
@@ -543,7 +627,7 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
 size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_gemm_n_variants; i++) {
-        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth);
+        gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth, 0);
         most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
     }
     return most * (size_t)nth;
@@ -661,6 +745,41 @@ static void run_rows_t(const gml_gemm_desc *d, const gml_gemm_variant *v, const 
     }
 }
 
+/* Few rows, B = W^T, with a few-rows kernel (gemm.h, "Few rows against
+ * W"): A^T packed by the kernel's layout in NR-column panels once per
+ * thread and batch (*packed_bi), then MR rows of W at a time against each
+ * panel, the kernel writing its tile of C. */
+static void run_rows_t_rt(const gml_gemm_desc *d, const gml_gemm_rt_variant *rv,
+                          const gemm_tile *t, int64_t bi, int64_t *packed_bi, float *bp) {
+    const int nr = rv->main + 4, mr = rv->mr;
+    const int64_t K = d->K, ldc = d->c_rs / (int64_t)sizeof(float);
+    const int64_t panel = K * (rv->main + rv->lanes);
+    const size_t ldw = (size_t)d->b_cs / sizeof(float);
+    if (*packed_bi != bi) {
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr)
+            gml_gemm_rt_pack(rv, t->a + j0 * d->a_rs, d->a_rs, d->a_cs, K,
+                             (int)GML_MIN((int64_t)nr, t->tm - j0), bp + j0 / nr * panel);
+        *packed_bi = bi;
+    }
+    for (int64_t i0 = 0; i0 < t->tn; i0 += mr) {
+        const int rows = (int)GML_MIN((int64_t)mr, t->tn - i0);
+        const float *w = (const float *)(t->b + i0 * d->b_cs);
+        for (int64_t j0 = 0; j0 < t->tm; j0 += nr) {
+            const int cols = (int)GML_MIN((int64_t)nr, t->tm - j0);
+            rv->fn((size_t)K, w, ldw, rows, bp + j0 / nr * panel, cols, t->c + j0 * ldc + i0,
+                   (size_t)ldc);
+        }
+    }
+}
+
+/* Vector fmas per row of W and per k, in quarters, that a few-rows kernel
+ * (rv) or a register tile nr columns wide spends on M columns of C^T. */
+static int64_t rt_cost4(const gml_gemm_rt_variant *rv, int64_t M) {
+    const int64_t nr = rv->main + 4, L = rv->lanes, r = M % nr;
+    return M / nr * 4 * nr / L + (r == 0 ? 0 : r <= rv->main ? 4 * cdiv(r, L) : 4 * nr / L);
+}
+static int64_t tile_cost4(int nr, int lanes, int64_t M) { return cdiv(M, nr) * 4 * nr / lanes; }
+
 /* One to four rows against W's rows in place: A's rows packed contiguous,
  * then the matrix-vector kernel over the tile's columns, NR at a time. */
 static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
@@ -699,8 +818,16 @@ static const gml_gemm_variant *rows_t_variant(const gml_gemm_variant *v, int64_t
 
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
-    if (choose_path(d) == PATH_ROWS_T) v = rows_t_variant(v, d->M);
-    const gemm_plan pl = make_plan(d, v, p->nth);
+    const gml_gemm_rt_variant *rv = NULL;
+    if (choose_path(d) == PATH_ROWS_T) {
+        v = rows_t_variant(v, d->M);
+        rv = gml_gemm_rt_for(v->isa);
+        if (rv && rt_cost4(rv, d->M) * (100 + rv->pack_pct) >=
+                      tile_cost4(v->nr, rv->lanes, d->M) * 100)
+            rv = NULL;
+    }
+    int64_t packed_bi = -1; /* the batch whose A^T this thread's panels hold (rv) */
+    const gemm_plan pl = make_plan(d, v, p->nth, rv ? rv->mr : 0);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
     assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
@@ -709,6 +836,7 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
                            ? gml_xw_gemv_pick(d->b_type)->name
                        : pl.path == PATH_GEMV   ? gml_gemv_pick()->name
+                       : rv                     ? rv->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]
                                                 : v->path_names[0]);
@@ -728,6 +856,8 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
                 memset((char *)t.c + i * d->c_rs, 0, (size_t)t.tn * sizeof(float));
         } else if (pl.path == PATH_GEMV) {
             run_gemv(d, &t, ap);
+        } else if (rv) {
+            run_rows_t_rt(d, rv, &t, bi, &packed_bi, bp);
         } else if (pl.path == PATH_ROWS_T) {
             run_rows_t(d, v, &t, bp);
         } else if (pl.path == PATH_ROWS) {

@@ -59,6 +59,53 @@ extern const int gml_gemm_n_variants;
 /* The variant the ISA in effect selects. */
 const gml_gemm_variant *gml_gemm_pick(void);
 
+/* ---- Few rows against W, C^T = W A^T, lanes over A's rows with no padding ----
+ * PATH_ROWS_T (gemm.c) computes a product of few rows against an nn.Linear
+ * weight W [N, K] as C^T = W A^T. With the register tiles above, A's M rows
+ * are the tile's NR columns, padded to NR: M = 20 fills 20 of 32 lanes of
+ * the 14x32 tile. These kernels cover n <= NR = MAIN + 4 columns (A's rows)
+ * without padding: the first MAIN (whole vectors) as usual, with lanes over
+ * A's rows and a broadcast of W per row, and the last 4 in vectors of 4 of
+ * A's rows x L/4 rows of W (L lanes per vector), so that M = 20 keeps every
+ * lane busy (AVX-512: 16 + 4 x 4; AVX2: 8 + 8 + 4 x 2).
+ *
+ *   c[j * ldc + i] = sum_k w[i * ldw + k] * A[j][k],  i < m <= MR, j < n <= NR
+ * (a tile of C itself: the kernel transposes its C^T tile in registers),
+ * each element one fma chain in k order from +0 (bitwise the other paths'
+ * result). W's rows are read in place (rows past m reread row
+ * 0), in blocks of 16 k turned into groups of L/4 rows interleaved on the
+ * stack. A^T is packed once per product by gml_gemm_rt_pack: per k, LD =
+ * MAIN + L floats, at[k * LD + j] = A[j][k] for j < MAIN and
+ * at[k * LD + MAIN + t * (L / 4) + r] = A[MAIN + t][k] for t < 4, r < L / 4;
+ * rows of A past n zero. Variants: ops/gemm_rt.inc. */
+typedef void (*gml_f32_gemm_rt_ukernel_fn)(size_t k, const float *w, size_t ldw, int m,
+                                           const float *at, int n, float *c, size_t ldc);
+
+#define GML_RT_UKERNEL(isa, fn, mr, main, lanes, pack)                                   \
+    void fn(size_t k, const float *w, size_t ldw, int m, const float *at, int n, float *c, \
+            size_t ldc);
+#include "gemm_rt.inc"
+#undef GML_RT_UKERNEL
+
+typedef struct gml_gemm_rt_variant {
+    gml_isa isa;
+    gml_f32_gemm_rt_ukernel_fn fn;
+    int mr, main, lanes; /* NR = main + 4; LD = main + lanes */
+    int pack_pct;        /* time its packing of W adds to its fmas' (gemm_rt.inc) */
+    const char *name;    /* with " (rows_t)", as gml_kernel_note records it */
+} gml_gemm_rt_variant;
+
+extern const gml_gemm_rt_variant gml_gemm_rt_variants[];
+extern const int gml_gemm_rt_n_variants;
+
+/* The variant of exactly this ISA, or NULL (none for scalar). */
+const gml_gemm_rt_variant *gml_gemm_rt_for(gml_isa isa);
+
+/* A^T for variant v: rows [0, n) of A (element (j, k) at a + j*rs + k*cs,
+ * n <= MAIN + 4) into K * (MAIN + lanes) floats as above. */
+void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, int64_t cs,
+                      int64_t K, int n, float *at);
+
 /* ---- Cache blocks -------------------------------------------------------
  * Goto's loops (gemm.c) block K by KC, M by MC and N by NC per variant,
  * from the data cache sizes per core (L3 divided among the cores sharing

@@ -237,6 +237,8 @@ static void linear(void) {
         {1, 96, 77},   {20, 96, 77},  {32, 96, 77},  {33, 96, 77},  {70, 96, 77},
         {1, 300, 77},  {20, 300, 77}, {32, 256, 15}, {33, 520, 77}, {70, 520, 43},
         {257, 520, 30}, {20, 255, 40},
+        /* AVX-512's few-rows kernel (gemm_rt.inc): 16 of A's rows, 20 + 17, 20 + 20 */
+        {16, 300, 50},  {37, 301, 45}, {40, 512, 33},
         /* one to four rows (and five): the matrix-vector path, k and n around its blocks */
         {1, 1, 1},     {1, 17, 33},   {2, 16, 16},   {3, 33, 17},   {4, 1024, 70},
         {4, 7, 1},     {5, 64, 20},   {1, 1024, 1030},
@@ -323,7 +325,41 @@ static void small_caches(void) {
     gml_gemm_set_caches(NULL);
 }
 
+/* M = 20 against an nn.Linear weight runs the few-rows kernel of AVX2 and
+ * AVX-512 (gemm_rt.inc: every lane busy), not a register tile padded to 24
+ * or 32 columns; M = 32 keeps the 14x32 tile on AVX-512 (no padding). */
+static void few_rows_kernels(void) {
+    static const struct {
+        gml_isa isa;
+        int64_t M;
+        const char *want;
+    } cases[] = {
+        {GML_ISA_AVX2, 20, "gml_f32_gemm_ukernel__avx2_rt4x20 (rows_t)"},
+        {GML_ISA_AVX512, 20, "gml_f32_gemm_ukernel__avx512_rt16x20 (rows_t)"},
+        {GML_ISA_AVX512, 16, "gml_f32_gemm_ukernel__avx512_rt16x20 (rows_t)"},
+        {GML_ISA_AVX512, 32, "gml_f32_gemm_ukernel__avx512_14x32 (rows_t)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (!gml_cpu_has(cases[i].isa)) continue;
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 4 << 20});
+        gml_tensor *y = gml_linear(ctx, T2(ctx, cases[i].M, 300), T2(ctx, 40, 300), NULL);
+        gml_graph *g = gml_build_graph(ctx, &y, 1);
+        gml_set_isa(cases[i].isa);
+        checks++;
+        const char *got = gml_graph_compute(g, 2) == GML_OK ? gml_graph_node_kernel(g, 1) : NULL;
+        if (!got || strcmp(got, cases[i].want) != 0) {
+            fprintf(stderr, "FAIL linear M=%lld at %s ran %s, want %s\n", (long long)cases[i].M,
+                    gml_isa_name(cases[i].isa), got ? got : "(nothing)", cases[i].want);
+            failures++;
+        }
+        gml_set_isa(GML_ISA_AUTO);
+        gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
 int main(void) {
+    few_rows_kernels();
     small_caches();
     shapes_2d();
     many_chunks();

@@ -3,7 +3,8 @@
  * scalar one, bit for bit (each element is one fma chain in k order, see
  * ops/gemm.h): k = 1, 2, 3, odd and block-sized; full and partial tiles
  * (m < MR, n < NR, both); storing and accumulating; A packed or read in
- * place by rows; B packed or read in place with a wider row stride.
+ * place by rows; B packed or read in place with a wider row stride. And
+ * every few-rows kernel in ops/gemm_rt.inc against the fma chains.
  * Elements of C outside the m x n tile must be left alone. Variants whose
  * ISA the CPU lacks are skipped, with a message. */
 #include "../ops/gemm.h"
@@ -184,9 +185,93 @@ static int check_xw_gemv_variants(void) {
     return 0;
 }
 
+/* One call of few-rows variant v (gemm_rt.inc) against the fma chains:
+ * A [n x k] with row stride lda (packed by gml_gemm_rt_pack), W [m x k]
+ * with row stride ldw, exactly m rows allocated (a read past them is an
+ * ASan error), the tile of C [n x m] in a larger buffer whose other
+ * elements must stay. */
+static bool check_rt(const gml_gemm_rt_variant *v, size_t k, int m, int n, size_t lda,
+                     size_t ldw) {
+    const int nr = v->main + 4;
+    const size_t ldc = (size_t)v->mr + 3, rows = (size_t)nr + 2; /* C [n x m] */
+    float *a = malloc(sizeof(float) * ((size_t)n * lda + 1));
+    float *w = malloc(sizeof(float) * ((size_t)(m - 1) * ldw + k));
+    float *at = malloc(sizeof(float) * (k * (size_t)(v->main + v->lanes) + 1));
+    float *c = malloc(sizeof(float) * rows * ldc), *want = malloc(sizeof(float) * rows * ldc);
+    for (size_t i = 0; i < (size_t)n * lda; i++) a[i] = rnd();
+    for (size_t i = 0; i < (size_t)(m - 1) * ldw + k; i++) w[i] = rnd();
+    for (size_t i = 0; i < rows * ldc; i++) c[i] = want[i] = rnd() * 4.0f;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (size_t kk = 0; kk < k; kk++) s = fmaf(w[i * ldw + kk], a[j * lda + kk], s);
+            want[j * ldc + i] = s;
+        }
+    if (lda > k) { /* packed from A stored transposed: (j, k) at a_t[k n + j] */
+        float *a_t = malloc(sizeof(float) * ((size_t)n * k + 1));
+        for (int j = 0; j < n; j++)
+            for (size_t kk = 0; kk < k; kk++) a_t[kk * (size_t)n + (size_t)j] = a[j * lda + kk];
+        gml_gemm_rt_pack(v, (const char *)a_t, sizeof(float), (int64_t)((size_t)n * sizeof(float)),
+                         (int64_t)k, n, at);
+        free(a_t);
+    } else {
+        gml_gemm_rt_pack(v, (const char *)a, (int64_t)(lda * sizeof(float)), sizeof(float),
+                         (int64_t)k, n, at);
+    }
+    v->fn(k, w, ldw, m, at, n, c, ldc);
+    bool ok = true;
+    for (size_t i = 0; i < rows && ok; i++)
+        for (size_t j = 0; j < ldc && ok; j++)
+            if (memcmp(&c[i * ldc + j], &want[i * ldc + j], sizeof(float)) != 0) {
+                fprintf(stderr, "FAIL %s k=%zu m=%d n=%d lda=%zu ldw=%zu: c[%zu][%zu] = %.9g, "
+                        "want %.9g%s\n", v->name, k, m, n, lda, ldw, i, j, c[i * ldc + j],
+                        want[i * ldc + j],
+                        (int)i < n && (int)j < m ? "" : " (outside the tile: must be untouched)");
+                ok = false;
+            }
+    free(a);
+    free(w);
+    free(at);
+    free(c);
+    free(want);
+    checks++;
+    return ok;
+}
+
+/* Every few-rows variant on k around its blocks of 16, m around its rows
+ * and groups, n on both sides of MAIN. */
+static int check_rt_variants(void) {
+    const size_t ks[] = {1, 3, 15, 16, 17, 31, 32, 33, 47, 100, 301};
+    for (int vi = 0; vi < gml_gemm_rt_n_variants; vi++) {
+        const gml_gemm_rt_variant *v = &gml_gemm_rt_variants[vi];
+        if (!gml_cpu_has(v->isa)) {
+            printf("skip %s: this CPU lacks %s\n", v->name, gml_isa_name(v->isa));
+            continue;
+        }
+        const int nr = v->main + 4;
+        const int ms[] = {1, 2, 3, 4, 5, v->mr / 2 + 1, v->mr - 1, v->mr};
+        const int ns[] = {1, 2, 7, v->main - 1, v->main, v->main + 1, v->main + 3, nr};
+        const int before = failures;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (size_t pad = 0; pad <= 5; pad += 5)
+                        if (ms[mi] <= v->mr &&
+                            !check_rt(v, ks[ki], ms[mi], ns[ni], ks[ki] + pad, ks[ki] + 2 * pad) &&
+                            ++failures > 20) {
+                            fprintf(stderr, "too many failures\n");
+                            return 1;
+                        }
+        printf("%s (%s, %dx%d): %s\n", v->name, gml_isa_name(v->isa), v->mr, nr,
+               failures == before ? "ok" : "FAILED");
+    }
+    return 0;
+}
+
 int main(void) {
     if (check_gemv_variants()) return 1;
     if (check_xw_gemv_variants()) return 1;
+    if (check_rt_variants()) return 1;
     const size_t kcs[] = {1, 2, 3, 17, 301, 512}; /* 512: the rows path's KC (Goto's: gemm.h) */
     for (int vi = 0; vi < gml_gemm_n_variants; vi++) {
         const gml_gemm_variant *v = &gml_gemm_variants[vi];
