@@ -49,6 +49,10 @@ int rg_parallel_main(int argc, char **argv) {
     const char *eq = strchr(argv[at], '=');
     const char *mode = eq ? eq + 1 : at + 1 < argc ? argv[at + 1] : NULL;
     rg_err e = {0};
+#ifdef GGMLITE_HAVE_MPI
+    if (mode && strcmp(mode, "context") == 0 && rg_decode_index(argc, argv)) /* rg_mpi_decode.c */
+        return rg_mpi_decode_main(argc, argv, at, eq ? 1 : 2);
+#endif
     if (!mode || !mode[0])
         rg_fail(&e, RG_USAGE, "--parallel: missing its value, heads or context");
     else if (strcmp(mode, "context") == 0)
