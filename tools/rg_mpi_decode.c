@@ -322,14 +322,15 @@ static bool prompt(drun *r, char *out, size_t size) {
     return true;
 }
 
-/* The N tokens once, from the prompt's end: per token ms (wall, rank 0) and comm ms
- * (rank 0 in the broadcasts, gathers and status exchanges). A failure of rank 0's
- * merge is told at the next exchange. */
-static bool decode(drun *r, double *ms, double *comm_ms, char *out, size_t size) {
+/* The N tokens once, from the prompt's end, per token on rank 0: ms (wall), comm_ms
+ * (moving: the broadcast of x, the gather of the partials) and wait_ms (the status
+ * exchange after each rank's step: waiting for the slowest rank, and one allreduce).
+ * A failure of rank 0's merge is told at the next exchange. */
+static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *out, size_t size) {
     char msg[1024] = "";
     gml_kv_shard_truncate(r->shard, r->T);
     if (r->rank == 0) memcpy(r->x1->data, r->first, (size_t)(r->B * r->D) * sizeof *r->first);
-    double comm = 0;
+    double comm = 0, wait = 0;
     bool mine = true; /* rank 0's merge of the step before */
     MPI_Barrier(MPI_COMM_WORLD);
     const double t0 = now_ms();
@@ -345,20 +346,21 @@ static bool decode(drun *r, double *ms, double *comm_ms, char *out, size_t size)
                                            sizeof msg) == GML_OK;
         c0 = now_ms();
         if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
-        comm += now_ms() - c0;
+        wait += now_ms() - c0;
         mine = gather_merge(r, own ? r->go : r->gr, own ? r->po : r->pr, &comm, msg, sizeof msg);
         if (mine && r->rank == 0) take_output(r, i);
     }
     const double c0 = now_ms();
     if (!gml_mpi_agree(MPI_COMM_WORLD, mine, msg, out, size)) return false;
-    comm += now_ms() - c0;
+    wait += now_ms() - c0;
     *ms = (now_ms() - t0) / (double)r->N;
     *comm_ms = comm / (double)r->N;
+    *wait_ms = wait / (double)r->N;
     return true;
 }
 
 /* Rank 0: the output checked, written, reported. */
-static bool finish(drun *r, double ms, double min_ms, double comm, rg_err *e) {
+static bool finish(drun *r, double ms, double min_ms, double comm, double wait, rg_err *e) {
     const size_t n = (size_t)(r->B * r->N * r->D);
     const float *o = r->out->data;
     for (size_t i = 0; i < n; i++)
@@ -396,9 +398,9 @@ static bool finish(drun *r, double ms, double min_ms, double comm, rg_err *e) {
         printf("%s%" PRId64, q ? "+" : " ", f >= L ? 0 : (L - f < r->C ? L - f : r->C));
     }
     printf(" of the %" PRId64 " positions\n", r->T + r->N);
-    printf("comm    rank 0: %.3f ms/token in the broadcast, status exchanges and gather (median), "
-           "partials of %.2f KiB per rank\n", comm,
-           (double)(r->B * r->H * (r->D / r->H + 2) * 4) / 1024);
+    printf("comm    rank 0: %.3f ms/token moving (x broadcast, partials of %.2f KiB per rank "
+           "gathered), %.3f ms/token waiting for the slowest rank (status exchange) (medians)\n", comm,
+           (double)(r->B * r->H * (r->D / r->H + 2) * 4) / 1024, wait);
     return true;
 }
 
@@ -491,19 +493,19 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
     if (ok && !prompt(&r, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     /* 4. the tokens: one warm-up when timing several */
     const int R = ok ? r.o.repeat : 0;
-    double *ms = ok ? calloc((size_t)R, sizeof *ms) : NULL, *comm = ok ? calloc((size_t)R, sizeof *comm) : NULL;
-    if (ok && (!ms || !comm)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
+    double *ms = ok ? calloc(3 * (size_t)R, sizeof *ms) : NULL;
+    if (ok && !ms) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
+    double *comm = ms ? ms + R : NULL, *wait = ms ? ms + 2 * R : NULL;
     for (int i = R > 1 ? -1 : 0; ok && i < R; i++) {
-        double t = 0, c = 0;
-        if (!decode(&r, &t, &c, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-        if (ok && i >= 0) ms[i] = t, comm[i] = c;
+        double t = 0, c = 0, w = 0;
+        if (!decode(&r, &t, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+        if (ok && i >= 0) ms[i] = t, comm[i] = c, wait[i] = w;
     }
     if (ok && r.rank == 0) {
-        const double med = median(ms, R), min = ms[0], cm = median(comm, R);
-        ok = finish(&r, med, min, cm, &e);
+        const double med = median(ms, R), min = ms[0], cm = median(comm, R), wm = median(wait, R);
+        ok = finish(&r, med, min, cm, wm, &e);
     }
     free(ms);
-    free(comm);
     free_run(&r);
     free(args);
     /* as rg_mpi.c: every rank says a runtime cause, usage errors once, before MPI_Finalize */
