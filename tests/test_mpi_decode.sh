@@ -17,6 +17,7 @@
 #           so; a truncated weights file on rank 1; a missing input on rank 0;
 #           usage errors (--cache-dtype f16, --max-len, a bad --cache-per-rank,
 #           llama)
+#   off     (a build without MPI) --parallel context --decode says how to build it
 #
 # Every mpirun is oversubscribed and, as root, allowed to run as root; each has
 # a time limit, so a hang fails instead of waiting.
@@ -162,6 +163,10 @@ faults)
         --cache-per-rank 0 --parallel context
     refuse "llama" 2 "--parallel context --decode runs mha or gqa, not 'llama'" "$rg" llama --decode 4 \
         --parallel=context
+    ;;
+off)
+    refuse "--parallel context --decode without MPI" 2 "--parallel context --decode: this run-graph was built without MPI" \
+        "$rg" mha --decode 4 --parallel context
     ;;
 *)
     echo "test_mpi_decode.sh: unknown group '$group'" >&2

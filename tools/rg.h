@@ -308,9 +308,10 @@ int rg_layers_main(int argc, char **argv, int model);
  * -DGGMLITE_MPI=ON it says how to build it. Returns the exit status. */
 int rg_parallel_index(int argc, char **argv);
 int rg_parallel_main(int argc, char **argv);
-/* --parallel context with --decode (rg_mpi_decode.c, GGMLITE_MPI only): the KV cache
- * sharded by position. rg_decode_index: the index of --decode in argv, else 0; at, n_at:
- * --parallel's entries in argv. Returns the exit status. */
+/* --parallel context with --decode (rg_mpi_decode.c, GGMLITE_MPI only; without, it says
+ * how to build it): the KV cache sharded by position. rg_decode_index (rg_mpi.c): the
+ * index of --decode in argv, else 0; at, n_at: --parallel's entries in argv. Returns the
+ * exit status. */
 int rg_decode_index(int argc, char **argv);
 int rg_mpi_decode_main(int argc, char **argv, int at, int n_at);
 

@@ -36,12 +36,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-int rg_decode_index(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--decode") == 0 || strncmp(argv[i], "--decode=", 9) == 0) return i;
-    return 0;
-}
-
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -242,38 +236,59 @@ static bool build(drun *r, char *msg, size_t size) {
     return true;
 }
 
-/* Rank 0 sends each rank its prompt rows and the last row, [B, n + 1, D]. */
-static bool send_prompt(drun *r, char *msg, size_t size) {
+/* Rank q's prompt rows [a, a + n) (n may be 0). */
+static void prompt_rows(const drun *r, int q, int64_t *a, int64_t *n) {
+    const int64_t f = (int64_t)q * r->C, e = f + r->C;
+    *a = f < r->T ? f : r->T;
+    *n = (e < r->T ? e : r->T) - *a;
+}
+
+/* Rank 0 sends each rank its prompt rows and the last row, [B, n + 1, D]: the buffer
+ * first, then a status exchange (a rank waiting in MPI_Recv for a message that will
+ * not come would hang), then the messages. */
+static bool send_prompt(drun *r, char *out, size_t size) {
     const int64_t B = r->B, T = r->T, D = r->D;
+    char msg[256] = "";
+    float *buf = NULL;
+    size_t most = 0;
+    for (int q = 1; q < r->P && r->rank == 0; q++) {
+        int64_t a, n;
+        prompt_rows(r, q, &a, &n);
+        const size_t cnt = (size_t)(B * (n + 1) * D);
+        most = cnt > most ? cnt : most;
+    }
+    bool ok = true;
+    if (most > INT32_MAX) {
+        snprintf(msg, sizeof msg, "a rank's prompt rows pass MPI's int count");
+        ok = false;
+    } else if (most && !(buf = malloc(most * sizeof *buf))) {
+        snprintf(msg, sizeof msg, "out of memory for the prompt rows");
+        ok = false;
+    }
+    if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) {
+        free(buf);
+        return false;
+    }
     if (r->rank != 0) {
-        const size_t n = (size_t)(B * (r->n_rows + 1) * D);
-        int rc = n > INT32_MAX ? MPI_ERR_COUNT : MPI_Recv(r->xr->data, (int)n, MPI_FLOAT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return snprintf(msg, size, "receiving the prompt rows: MPI error %d", rc), false;
-        return true;
+        const int rc = MPI_Recv(r->xr->data, (int)(B * (r->n_rows + 1) * D), MPI_FLOAT, 0, 1, MPI_COMM_WORLD,
+                                MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) snprintf(out, size, "receiving the prompt rows: MPI error %d", rc);
+        return rc == MPI_SUCCESS;
     }
     const gml_tensor *x = r->d.x; /* [B, T, D], any strides (--seq-first: a view) */
-    float *buf = NULL;
-    bool ok = true;
     for (int q = r->P - 1; q >= 0 && ok; q--) { /* rank 0's own last, into its xr */
-        const int64_t f = (int64_t)q * r->C, e = f + r->C;
-        const int64_t a = f < T ? f : T, n = (e < T ? e : T) - a;
-        float *dst = q == 0 ? r->xr->data : (buf = realloc(buf, (size_t)(B * (n + 1) * D) * sizeof *buf));
-        if (!dst) {
-            snprintf(msg, size, "out of memory for the prompt rows");
-            ok = false;
-            break;
-        }
+        int64_t a, n;
+        prompt_rows(r, q, &a, &n);
+        float *dst = q == 0 ? r->xr->data : buf;
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i <= n; i++) {
                 const int64_t t = i < n ? a + i : T - 1;
                 for (int64_t c = 0; c < D; c++)
                     dst[(b * (n + 1) + i) * D + c] = gml_get_f32(x, (const int64_t[]){b, t, c});
             }
-        if (q == 0) break;
-        const size_t cnt = (size_t)(B * (n + 1) * D);
-        int rc = cnt > INT32_MAX ? MPI_ERR_COUNT : MPI_Send(dst, (int)cnt, MPI_FLOAT, q, 1, MPI_COMM_WORLD);
+        const int rc = q ? MPI_Send(dst, (int)(B * (n + 1) * D), MPI_FLOAT, q, 1, MPI_COMM_WORLD) : MPI_SUCCESS;
         if (rc != MPI_SUCCESS) {
-            snprintf(msg, size, "sending the prompt rows to rank %d: MPI error %d", q, rc);
+            snprintf(out, size, "sending the prompt rows to rank %d: MPI error %d", q, rc);
             ok = false;
         }
     }
@@ -486,10 +501,7 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the prompt rows, from rank 0 */
-    if (ok) {
-        step = send_prompt(&r, msg, sizeof msg);
-        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    }
+    if (ok && !send_prompt(&r, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     if (ok && !prompt(&r, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     /* 4. the tokens: one warm-up when timing several */
     const int R = ok ? r.o.repeat : 0;
