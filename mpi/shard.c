@@ -236,6 +236,89 @@ gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
     return heads ? gml_set_name(gml_attn_merge(ctx, w, heads), "out") : NULL;
 }
 
+/* ---- the LLaMA layer ------------------------------------------------------------------ */
+
+#define LL "shard_llama"
+
+/* The layer's attention as the attention stages see it (as models/llama.c). */
+static bool llama_attn(gml_context *ctx, const gml_llama_config *cfg, const gml_llama_weights *w,
+                       const gml_tensor *x, gml_attn_config *ac, gml_attn_weights *aw, float *eps) {
+    if (!cfg || !w) {
+        gml_set_error(ctx, LL ": no %s (NULL)", !cfg ? "config" : "weights");
+        return false;
+    }
+    char sx[GML_SHAPE_MAX];
+    if (x->type != GML_F32 || x->n_dims != 3) {
+        gml_set_error(ctx, LL ": x_q '%s' is %s %s, expected f32 [B, n_query, D]", x->name,
+                      gml_type_name(x->type), SHAPE(x, sx));
+        return false;
+    }
+    const int64_t D = x->ne[3];
+    if (cfg->n_heads < 1 || D % cfg->n_heads || (D / cfg->n_heads) % 2) {
+        gml_set_error(ctx, LL ": d_model %" PRId64 " and heads %d: heads must divide d_model into "
+                      "an even head_dim (rope rotates pairs)", D, cfg->n_heads);
+        return false;
+    }
+    if (!(cfg->rms_eps >= 0 && cfg->rms_eps < INFINITY)) {
+        gml_set_error(ctx, LL ": rms_eps %g must be finite and >= 0 (0: 1e-6)", (double)cfg->rms_eps);
+        return false;
+    }
+    *eps = cfg->rms_eps != 0 ? cfg->rms_eps : 1e-6f;
+    *ac = (gml_attn_config){
+        .dims = {.d_model = D, .n_heads = cfg->n_heads, .n_kv_heads = cfg->n_kv_heads},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT, .window = cfg->window, .softcap = cfg->softcap},
+        .pos = {.kind = GML_POS_ROPE, .rope = {.theta = cfg->rope_theta != 0 ? cfg->rope_theta : 10000.0f}},
+    };
+    *aw = (gml_attn_weights){.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk, .w_v = w->wv,
+                             .b_v = w->bv, .w_o = w->wo, .b_o = w->bo, .sinks = w->sinks};
+    return true;
+}
+
+/* The attention's message, prefixed by the layer's name. */
+static gml_tensor *llama_fail(gml_context *ctx) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", gml_last_error(ctx));
+    return gml_set_error(ctx, LL ": %s", msg);
+}
+
+gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
+                                    const gml_llama_weights *w, gml_tensor *x_new, gml_tensor *x_q,
+                                    const gml_kv_shard_step *step) {
+    if (!ctx) return NULL;
+    if (!x_q) return gml_last_error(ctx)[0] ? NULL : gml_set_error(ctx, LL ": x_q is NULL");
+    gml_attn_config ac;
+    gml_attn_weights aw;
+    float eps;
+    if (!llama_attn(ctx, cfg, w, x_q, &ac, &aw, &eps)) return NULL;
+    gml_tensor *nq = gml_set_name(gml_rms_norm(ctx, x_q, w->attn_norm, eps), "attn_norm");
+    gml_tensor *nn = x_new == x_q ? nq
+                     : x_new      ? gml_set_name(gml_rms_norm(ctx, x_new, w->attn_norm, eps), "attn_norm_new")
+                                  : NULL;
+    if (!nq || (x_new && !nn)) return llama_fail(ctx);
+    gml_tensor *p = gml_shard_attn_partial(ctx, &ac, &aw, nn, nq, step);
+    return p ? p : llama_fail(ctx);
+}
+
+gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
+                                const gml_llama_weights *w, gml_tensor *parts, int n_ranks,
+                                gml_tensor *x_q) {
+    if (!ctx) return NULL;
+    if (!x_q) return gml_last_error(ctx)[0] ? NULL : gml_set_error(ctx, LL ": x_q is NULL");
+    gml_attn_config ac;
+    gml_attn_weights aw;
+    float eps;
+    if (!llama_attn(ctx, cfg, w, x_q, &ac, &aw, &eps)) return NULL;
+    gml_tensor *att = gml_shard_attn_out(ctx, &ac, &aw, parts, n_ranks);
+    if (!att) return llama_fail(ctx);
+    gml_tensor *h = gml_set_name(gml_add(ctx, x_q, att), "h");
+    gml_tensor *n = gml_set_name(gml_rms_norm(ctx, h, w->mlp_norm, eps), "mlp_norm");
+    gml_tensor *g = gml_set_name(gml_silu(ctx, gml_linear(ctx, n, w->w_gate, w->b_gate)), "gate");
+    gml_tensor *u = gml_set_name(gml_linear(ctx, n, w->w_up, w->b_up), "up");
+    gml_tensor *m = gml_linear(ctx, gml_mul(ctx, g, u), w->w_down, w->b_down);
+    gml_tensor *out = gml_set_name(gml_add(ctx, h, m), "out");
+    return out ? out : llama_fail(ctx);
+}
+
 gml_status gml_kv_shard_step_compute(gml_kv_shard_step *st, gml_graph *g, int64_t n,
                                      int n_threads, char *err, size_t err_size) {
     errf(err, err_size, "%s", "");

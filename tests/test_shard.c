@@ -10,7 +10,8 @@
  * the same keys),
  * the prompt too when it is decode-sized (T H / G <= 8); and each run
  * bitwise equal to the run with other thread counts per rank. Cases: MHA
- * and GQA, biases, rope, sinks, window + ALiBi + softcap, B = 1..3, shards
+ * and GQA, biases, rope, sinks, window + ALiBi + softcap, B = 1..3; the
+ * LLaMA layer (gml_shard_llama_*, against gml_llama_decode); shards
  * smaller than the context (P C = T + N exactly, and more than needed),
  * ranks holding nothing. Also the shard's bookkeeping and the refusals with
  * their messages. */
@@ -39,7 +40,26 @@ typedef struct dcase {
     int64_t window;
     float softcap, alibi;
     int64_t extra; /* positions per rank beyond ceil((T + N) / P) */
+    int64_t ffn;   /* > 0: the LLaMA layer (gml_shard_llama_*) with this MLP width */
 } dcase;
+
+/* The block decoded: the attention block, or the LLaMA layer (lc set). */
+typedef struct model {
+    const gml_attn_config *cfg;
+    const gml_attn_weights *w;
+    const gml_llama_config *lc;
+    const gml_llama_weights *lw;
+} model;
+
+static gml_tensor *part_of(gml_context *ctx, const model *m, gml_tensor *xn, gml_tensor *xq,
+                           const gml_kv_shard_step *st) {
+    return m->lc ? gml_shard_llama_partial(ctx, m->lc, m->lw, xn, xq, st)
+                 : gml_shard_attn_partial(ctx, m->cfg, m->w, xn, xq, st);
+}
+
+static gml_tensor *out_of(gml_context *ctx, const model *m, gml_tensor *parts, int P, gml_tensor *xq) {
+    return m->lc ? gml_shard_llama_out(ctx, m->lc, m->lw, parts, P, xq) : gml_shard_attn_out(ctx, m->cfg, m->w, parts, P);
+}
 
 enum { PMAX = 4 };
 
@@ -72,15 +92,16 @@ static void compare(const float *got, const float *want, int64_t n, bool bitwise
 /* The sharded decode at P ranks: the prompt's last output, then N tokens each fed
  * want's input (the single process's output before it); outputs into got [(N + 1) B D].
  * Rank k computes at 1 + (k + shift) % 4 threads. */
-static bool sharded(const dcase *c, const gml_attn_config *cfg, const gml_attn_weights *w,
-                    const gml_tensor *x, const float *want, int P, int shift, float *got) {
+static bool sharded(const dcase *c, const model *m, const gml_tensor *x, const float *want, int P,
+                    int shift, float *got) {
     const int64_t B = c->B, D = c->D, H = c->H, dk = D / H, L = c->T + c->N;
     const int64_t C = (L + P - 1) / P + c->extra;
     rank_s rk[PMAX] = {{0}};
     bool ok = true;
     gml_context *mctx = chk_ctx(16 << 20);
     gml_tensor *parts = gml_new_tensor_4d(mctx, GML_F32, P * B, H, 1, dk + 2);
-    gml_tensor *y = gml_shard_attn_out(mctx, cfg, w, parts, P);
+    gml_tensor *xq = gml_new_tensor_3d(mctx, GML_F32, B, 1, D); /* the step's input (the layer's residual) */
+    gml_tensor *y = out_of(mctx, m, parts, P, xq);
     gml_graph *gy = y ? gml_build_graph(mctx, &y, 1) : NULL;
     ok = CHECK(gy, "shard_attn_out: %s", gml_last_error(mctx));
     for (int k = 0; k < P && ok; k++) {
@@ -100,12 +121,12 @@ static bool sharded(const dcase *c, const gml_attn_config *cfg, const gml_attn_w
         const int64_t n = gml_kv_shard_owned(r->shard, c->T), a = k * C < c->T ? k * C : c->T;
         r->sp = gml_kv_shard_step_new(r->ctx, r->shard, n, 1);
         /* strided views of the prompt (B > 1): its rows, its last row */
-        r->pp = gml_shard_attn_partial(r->ctx, cfg, w, n ? gml_slice(r->ctx, r->x, 1, a, n) : NULL,
-                                       gml_slice(r->ctx, r->x, 1, c->T - 1, 1), &r->sp);
+        r->pp = part_of(r->ctx, m, n ? gml_slice(r->ctx, r->x, 1, a, n) : NULL,
+                        gml_slice(r->ctx, r->x, 1, c->T - 1, 1), &r->sp);
         r->so = gml_kv_shard_step_new(r->ctx, r->shard, 1, 1);
-        r->po = gml_shard_attn_partial(r->ctx, cfg, w, r->x1, r->x1, &r->so);
+        r->po = part_of(r->ctx, m, r->x1, r->x1, &r->so);
         r->sr = gml_kv_shard_step_new(r->ctx, r->shard, 0, 1);
-        r->pr = gml_shard_attn_partial(r->ctx, cfg, w, NULL, r->x1, &r->sr);
+        r->pr = part_of(r->ctx, m, NULL, r->x1, &r->sr);
         r->gp = r->pp ? gml_build_graph(r->ctx, &r->pp, 1) : NULL;
         r->go = r->po ? gml_build_graph(r->ctx, &r->po, 1) : NULL;
         r->gr = r->pr ? gml_build_graph(r->ctx, &r->pr, 1) : NULL;
@@ -125,6 +146,10 @@ static bool sharded(const dcase *c, const gml_attn_config *cfg, const gml_attn_w
             if (ok) memcpy((float *)parts->data + k * np, (s == 0 ? r->pp : own ? r->po : r->pr)->data,
                            np * sizeof(float));
         }
+        for (int64_t b = 0; b < B; b++)
+            memcpy((float *)xq->data + b * D,
+                   s ? want + ((s - 1) * B + b) * D : (const float *)x->data + (b * c->T + c->T - 1) * D,
+                   (size_t)D * sizeof(float));
         ok = ok && CHECK(gml_graph_compute(gy, 1 + shift % 3) == GML_OK, "merge: %s", gml_graph_error(gy));
         if (ok) memcpy(got + s * B * D, y->data, (size_t)(B * D) * sizeof(float));
     }
@@ -163,6 +188,16 @@ static void decode_case(const dcase *c) {
         w.b_q = rnd(ctx, &r, 1, (int64_t[]){D}, 0.5f), w.b_k = rnd(ctx, &r, 1, (int64_t[]){kv}, 0.5f),
         w.b_v = rnd(ctx, &r, 1, (int64_t[]){kv}, 0.5f), w.b_o = rnd(ctx, &r, 1, (int64_t[]){D}, 0.5f);
     if (c->sinks) w.sinks = rnd(ctx, &r, 1, (int64_t[]){c->H}, 2.0f);
+    const int64_t F = c->ffn;
+    gml_llama_weights lw = {.attn_norm = rnd(ctx, &r, 1, (int64_t[]){D}, 1.0f), .wq = w.w_q, .bq = w.b_q,
+                            .wk = w.w_k, .bk = w.b_k, .wv = w.w_v, .bv = w.b_v, .wo = w.w_o, .bo = w.b_o,
+                            .sinks = w.sinks, .mlp_norm = rnd(ctx, &r, 1, (int64_t[]){D}, 1.0f)};
+    if (F) {
+        lw.w_gate = rnd(ctx, &r, 2, (int64_t[]){F, D}, a), lw.w_up = rnd(ctx, &r, 2, (int64_t[]){F, D}, a);
+        lw.w_down = rnd(ctx, &r, 2, (int64_t[]){D, F}, 1.0f / sqrtf((float)F));
+    }
+    const gml_llama_config lc = {.n_heads = c->H, .n_kv_heads = c->G, .rope_theta = 500, .window = c->window,
+                                 .softcap = c->softcap};
     gml_attn_config cfg = {.dims = {.d_model = D, .n_heads = c->H, .n_kv_heads = c->G},
                            .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT, .window = c->window,
                                      .softcap = c->softcap, .alibi_max_bias = c->alibi},
@@ -174,7 +209,9 @@ static void decode_case(const dcase *c) {
                                            err, sizeof err);
     gml_tensor *x1 = gml_new_tensor_3d(ctx, GML_F32, B, 1, D);
     gml_kv_step sp = gml_kv_step_new(ctx, cache, c->T), s1 = gml_kv_step_new(ctx, cache, 1);
-    gml_tensor *yp = gml_attn_decode(ctx, cfg, &w, x, &sp, 0), *y1 = gml_attn_decode(ctx, cfg, &w, x1, &s1, 0);
+    gml_tensor *yp = F ? gml_llama_decode(ctx, &lc, &lw, x, &sp, 0) : gml_attn_decode(ctx, cfg, &w, x, &sp, 0);
+    gml_tensor *y1 = F ? gml_llama_decode(ctx, &lc, &lw, x1, &s1, 0) : gml_attn_decode(ctx, cfg, &w, x1, &s1, 0);
+    const model m = {.cfg = &cfg, .w = &w, .lc = F ? &lc : NULL, .lw = &lw};
     gml_graph *gp = yp ? gml_build_graph(ctx, &yp, 1) : NULL, *g1 = y1 ? gml_build_graph(ctx, &y1, 1) : NULL;
     if (!CHECK(cache && gp && g1, "the single-process decode: %s %s", err, gml_last_error(ctx))) {
         gml_kv_cache_free(cache);
@@ -197,7 +234,7 @@ static void decode_case(const dcase *c) {
         if (!ok) continue;
         for (int P = 1; P <= PMAX; P++) {
             char what[160];
-            if (!sharded(c, &cfg, &w, x, want, P, 0, got) || !sharded(c, &cfg, &w, x, want, P, 2, again)) continue;
+            if (!sharded(c, &m, x, want, P, 0, got) || !sharded(c, &m, x, want, P, 2, again)) continue;
             snprintf(what, sizeof what, "%s %s P=%d: other threads per rank", c->name, gml_isa_name(ISAS[i]), P);
             compare(again, got, (int64_t)n, true, what);
             /* P = 1 (the whole context in one shard, C = T + N): the decode steps are flash_attn's
@@ -275,6 +312,11 @@ static void refusals(void) {
     CHECK(!gml_shard_attn_out(ctx, &cfg, &w, parts, 2), "3 partial rows over 2 ranks accepted");
     CHECK_CONTAINS(gml_last_error(ctx), "expected f32 [P B, H, n_query, d_k + 2] with P = 2, H = 4");
     gml_clear_error(ctx);
+    gml_llama_weights lw = {.wq = w.w_q, .wk = w.w_k, .wv = w.w_v, .wo = w.w_o};
+    CHECK(!gml_shard_llama_partial(ctx, &(gml_llama_config){.n_heads = 32}, &lw, NULL, x, &st), "head_dim 1 accepted");
+    CHECK_CONTAINS(gml_last_error(ctx), "shard_llama: d_model 32 and heads 32: heads must divide d_model into an "
+                   "even head_dim");
+    gml_clear_error(ctx);
     /* compute: the step's rows against what this rank holds, and the context's end */
     gml_tensor *pr = gml_shard_attn_partial(ctx, &cfg, &w, NULL, x, &st);
     gml_graph *g = pr ? gml_build_graph(ctx, &pr, 1) : NULL;
@@ -296,11 +338,13 @@ static void refusals(void) {
 
 int main(void) {
     static const dcase CASES[] = {
-        {"mha", 2, 7, 6, 32, 4, 4, false, false, false, 0, 0, 0, 0},
-        {"mha decode-sized prompt, biases", 1, 2, 5, 24, 4, 4, true, false, false, 0, 0, 0, 0},
-        {"gqa rope sinks", 3, 9, 7, 48, 6, 2, false, true, true, 0, 0, 0, 0},
-        {"gqa window alibi softcap, spare room", 2, 11, 9, 40, 4, 2, true, true, false, 5, 2.5f, 8, 3},
-        {"mqa rope, prompt 3 (decode-sized)", 1, 3, 8, 64, 8, 1, false, true, false, 0, 0, 0, 1},
+        {"mha", 2, 7, 6, 32, 4, 4, false, false, false, 0, 0, 0, 0, 0},
+        {"mha decode-sized prompt, biases", 1, 2, 5, 24, 4, 4, true, false, false, 0, 0, 0, 0, 0},
+        {"gqa rope sinks", 3, 9, 7, 48, 6, 2, false, true, true, 0, 0, 0, 0, 0},
+        {"gqa window alibi softcap, spare room", 2, 11, 9, 40, 4, 2, true, true, false, 5, 2.5f, 8, 3, 0},
+        {"mqa rope, prompt 3 (decode-sized)", 1, 3, 8, 64, 8, 1, false, true, false, 0, 0, 0, 1, 0},
+        {"llama gqa sinks", 2, 10, 6, 48, 6, 2, false, true, true, 0, 0, 0, 0, 80},
+        {"llama biases window softcap, spare room", 1, 9, 7, 32, 4, 4, true, true, false, 4, 3.0f, 0, 2, 56},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) decode_case(&CASES[i]);
     refusals();

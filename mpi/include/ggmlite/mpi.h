@@ -267,6 +267,21 @@ gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
 gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
                                const gml_attn_weights *w, gml_tensor *parts, int n_ranks);
 
+/* The LLaMA layer (layers.h) as a sharded decode step: the rank's partial of
+ * the attention of RMSNorm(x) (rope at the positions, causal, cfg's window
+ * and softcap; x_new and x_q as gml_shard_attn_partial's, before the norm),
+ * and, on the merging rank, the layer's output from the partials and the
+ * step's queries' inputs x_q [B, n_query, D]:
+ *     h = x_q + W_o(merged attention)   out = h + MLP(RMSNorm(h))
+ * as gml_llama_decode computes them over one cache. NULL with a message on
+ * ctx ("shard_llama: ...") otherwise. */
+gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
+                                    const gml_llama_weights *w, gml_tensor *x_new, gml_tensor *x_q,
+                                    const gml_kv_shard_step *step);
+gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
+                                const gml_llama_weights *w, gml_tensor *parts, int n_ranks,
+                                gml_tensor *x_q);
+
 /* Fills the step's inputs for n new tokens at positions [L, L + n) (L =
  * gml_kv_shard_len) and computes g, a graph holding the step's
  * gml_shard_attn_partial; on success the context's length becomes L + n.
