@@ -42,11 +42,6 @@ gml_kv_shard *gml_kv_shard_new(gml_kv_shard_params p, char *err, size_t err_size
              p.capacity, p.n_ranks, INT32_MAX);
         return NULL;
     }
-    if (p.type != GML_F32) { /* flash_attn_partial refuses f16 and bf16 K and V */
-        errf(err, err_size, "kv_shard: type %s: the shards hold f32 K and V (gml_flash_attn_partial "
-             "reads f32 only)", (unsigned)p.type < GML_TYPE_COUNT ? gml_type_name(p.type) : "(unknown)");
-        return NULL;
-    }
     char why[512];
     gml_kv_cache *c = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = p.batch,
                                                              .n_kv_heads = p.n_kv_heads,

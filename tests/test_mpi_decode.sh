@@ -9,14 +9,14 @@
 #           a PyTorch fixture's mapped weights and input: within 1e-6 of the
 #           largest output (mpi_check.c); P = 1 bitwise when the single
 #           process's prompt is a decode-sized step (T H / G <= 8)
-#   gqa     G = 2 with rope and sinks, B = 3; a fixture's weights (H 16, G 4)
+#   gqa     G = 2 with rope and sinks, B = 3; f16 and bf16 shards (--cache-dtype);
+#           a fixture's weights (H 16, G 4)
 #   long    a context longer than one rank's cache: prompt 40 + 24 tokens with
 #           --cache-per-rank 20 at P = 4 (shards 20+20+20+4), 22 at P = 3
 #           (22+22+20), against the single process's one cache of 64
 #   faults  an over-full context (T + N > P C): every rank exits non-zero saying
 #           so; a truncated weights file on rank 1; a missing input on rank 0;
-#           usage errors (--cache-dtype f16, --max-len, a bad --cache-per-rank,
-#           llama)
+#           usage errors (--max-len, a bad --cache-per-rank, llama)
 #   off     (a build without MPI) --parallel context --decode says how to build it
 #
 # Every mpirun is oversubscribed and, as root, allowed to run as root; each has
@@ -129,6 +129,12 @@ gqa)
     at gqa_t3_bitwise 1e-6 "1 3" gqa --seq 3 --d-model 64 --heads 8 --kv-heads 4 --decode 9 --rope --sinks
     bitwise=0
     at gqa_g2 1e-6 "3" gqa --batch 2 --seq 17 --d-model 128 --heads 8 --kv-heads 2 --decode 10 --rope --window 7
+    # f16 and bf16 shards against the single process's f16 and bf16 cache (P = 1 bitwise: the same
+    # rounded K and V, the same kernels, when the prompt is decode-sized)
+    bitwise=1
+    at gqa_f16 1e-6 "1 3" gqa --seq 2 --d-model 64 --heads 8 --kv-heads 4 --decode 12 --rope --cache-dtype f16
+    bitwise=0
+    at mha_bf16 1e-6 "2" mha --batch 2 --seq 15 --d-model 48 --heads 4 --decode 9 --cache-dtype bf16
     at gqa_file 1e-6 "2 4" gqa --heads 16 --kv-heads 4 --decode 8 \
         --weights "$fx/gqa_seed_small/weights.safetensors" --input "$fx/gqa_seed_small/x.npy"
     ;;
@@ -155,8 +161,6 @@ faults)
     every "the truncated file" 3 "rank 1: .*truncated.safetensors"
     refuse "a missing input file (rank 0)" nz "rank 0: .*no-such.npy" "${mpi[@]}" -np 2 "$rg" mha \
         --input "$tmp/no-such.npy" --decode 4 --threads 1 --parallel context
-    refuse "f16 shards" 2 "--cache-dtype f16: with --parallel context the shards are f32" "$rg" mha \
-        --decode 4 --cache-dtype f16 --parallel context
     refuse "--max-len" 2 "--max-len: with --parallel context the cache is sharded: give --cache-per-rank" \
         "$rg" mha --decode 4 --max-len 100 --parallel context
     refuse "--cache-per-rank 0" 2 "--cache-per-rank: '0' is not a whole number" "$rg" mha --decode 4 \

@@ -11,7 +11,8 @@
  * the prompt too when it is decode-sized (T H / G <= 8); and each run
  * bitwise equal to the run with other thread counts per rank. Cases: MHA
  * and GQA, biases, rope, sinks, window + ALiBi + softcap, B = 1..3; the
- * LLaMA layer (gml_shard_llama_*, against gml_llama_decode); shards
+ * LLaMA layer (gml_shard_llama_*, against gml_llama_decode); f16 and bf16
+ * shards (against the single process's f16 or bf16 cache); shards
  * smaller than the context (P C = T + N exactly, and more than needed),
  * ranks holding nothing. Also the shard's bookkeeping and the refusals with
  * their messages. */
@@ -41,6 +42,7 @@ typedef struct dcase {
     float softcap, alibi;
     int64_t extra; /* positions per rank beyond ceil((T + N) / P) */
     int64_t ffn;   /* > 0: the LLaMA layer (gml_shard_llama_*) with this MLP width */
+    gml_type type; /* of the shards and of the single process's cache */
 } dcase;
 
 /* The block decoded: the attention block, or the LLaMA layer (lc set). */
@@ -109,7 +111,8 @@ static bool sharded(const dcase *c, const model *m, const gml_tensor *x, const f
         char err[256];
         r->ctx = chk_ctx(32 << 20);
         r->shard = gml_kv_shard_new((gml_kv_shard_params){.batch = B, .n_kv_heads = c->G, .d_k = dk,
-                                                          .capacity = C, .rank = k, .n_ranks = P},
+                                                          .capacity = C, .type = c->type, .rank = k,
+                                                          .n_ranks = P},
                                     err, sizeof err);
         if (!CHECK(r->shard, "kv_shard_new: %s", err)) {
             ok = false;
@@ -205,7 +208,8 @@ static void decode_case(const dcase *c) {
     /* the single process: one cache of the whole context, a prompt step, N one-token steps */
     char err[512];
     gml_kv_cache *cache = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = c->G,
-                                                                 .max_len = c->T + N, .d_k = D / c->H},
+                                                                 .max_len = c->T + N, .d_k = D / c->H,
+                                                                 .type = c->type},
                                            err, sizeof err);
     gml_tensor *x1 = gml_new_tensor_3d(ctx, GML_F32, B, 1, D);
     gml_kv_step sp = gml_kv_step_new(ctx, cache, c->T), s1 = gml_kv_step_new(ctx, cache, 1);
@@ -268,9 +272,9 @@ static void refusals(void) {
     p.rank = 1, p.capacity = 0;
     CHECK(!gml_kv_shard_new(p, err, sizeof err), "capacity 0 accepted");
     CHECK_CONTAINS(err, "capacity 0 positions per rank over 4 ranks");
-    p.capacity = 5, p.type = GML_F16;
-    CHECK(!gml_kv_shard_new(p, err, sizeof err), "f16 accepted");
-    CHECK_CONTAINS(err, "kv_shard: type f16: the shards hold f32 K and V");
+    p.capacity = 5, p.type = GML_Q8_0;
+    CHECK(!gml_kv_shard_new(p, err, sizeof err), "q8_0 accepted");
+    CHECK_CONTAINS(err, "kv_shard: type q8_0: K and V may be f32, f16 or bf16");
     p.type = GML_F32, p.n_ranks = 2;
     gml_kv_shard *s = gml_kv_shard_new(p, err, sizeof err); /* rank 1 of 2: positions 5 .. 9 */
     if (!CHECK(s, "kv_shard_new: %s", err)) return;
@@ -338,13 +342,16 @@ static void refusals(void) {
 
 int main(void) {
     static const dcase CASES[] = {
-        {"mha", 2, 7, 6, 32, 4, 4, false, false, false, 0, 0, 0, 0, 0},
-        {"mha decode-sized prompt, biases", 1, 2, 5, 24, 4, 4, true, false, false, 0, 0, 0, 0, 0},
-        {"gqa rope sinks", 3, 9, 7, 48, 6, 2, false, true, true, 0, 0, 0, 0, 0},
-        {"gqa window alibi softcap, spare room", 2, 11, 9, 40, 4, 2, true, true, false, 5, 2.5f, 8, 3, 0},
-        {"mqa rope, prompt 3 (decode-sized)", 1, 3, 8, 64, 8, 1, false, true, false, 0, 0, 0, 1, 0},
-        {"llama gqa sinks", 2, 10, 6, 48, 6, 2, false, true, true, 0, 0, 0, 0, 80},
-        {"llama biases window softcap, spare room", 1, 9, 7, 32, 4, 4, true, true, false, 4, 3.0f, 0, 2, 56},
+        {"mha", 2, 7, 6, 32, 4, 4, false, false, false, 0, 0, 0, 0, 0, GML_F32},
+        {"mha decode-sized prompt, biases", 1, 2, 5, 24, 4, 4, true, false, false, 0, 0, 0, 0, 0, GML_F32},
+        {"gqa rope sinks", 3, 9, 7, 48, 6, 2, false, true, true, 0, 0, 0, 0, 0, GML_F32},
+        {"gqa window alibi softcap, spare room", 2, 11, 9, 40, 4, 2, true, true, false, 5, 2.5f, 8, 3, 0, GML_F32},
+        {"mqa rope, prompt 3 (decode-sized)", 1, 3, 8, 64, 8, 1, false, true, false, 0, 0, 0, 1, 0, GML_F32},
+        {"llama gqa sinks", 2, 10, 6, 48, 6, 2, false, true, true, 0, 0, 0, 0, 80, GML_F32},
+        {"llama biases window softcap, spare room", 1, 9, 7, 32, 4, 4, true, true, false, 4, 3.0f, 0, 2, 56, GML_F32},
+        {"gqa f16 shards, rope sinks", 2, 9, 7, 48, 6, 3, false, true, true, 0, 0, 0, 0, 0, GML_F16},
+        {"mha bf16 shards, window", 1, 12, 5, 32, 4, 4, true, false, false, 6, 0, 0, 0, 0, GML_BF16},
+        {"llama f16 shards", 1, 2, 6, 32, 4, 2, false, true, false, 0, 0, 0, 0, 40, GML_F16},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) decode_case(&CASES[i]);
     refusals();

@@ -68,10 +68,9 @@ static void help(void) {
            "                      T + N must fit in P x C\n"
            "  the single-process run-graph's flags otherwise (run-graph --help): --weights,\n"
            "  --input, --output, --seed, sizes, --causal --rope --rope-theta --window --softcap\n"
-           "  --alibi --sinks, --weights-dtype, --seq-first, --repeat, --isa,\n"
+           "  --alibi --sinks, --cache-dtype, --weights-dtype, --seq-first, --repeat, --isa,\n"
            "  --threads (per rank; default the cores over the ranks on the machine).\n"
-           "  Not: --max-len (use --cache-per-rank), --json, --cache-dtype f16|bf16 (the shards\n"
-           "  are f32).\n");
+           "  Not: --max-len (use --cache-per-rank), --json.\n");
 }
 
 /* ---- one rank's state ------------------------------------------------------------ */
@@ -460,9 +459,6 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
                      "--cache-per-rank C (positions per rank)");
     if (ok && r.o.json) ok = rg_fail(&e, RG_USAGE, "--json: not reported by --parallel context yet");
-    if (ok && r.o.cache_dtype != GML_F32)
-        ok = rg_fail(&e, RG_USAGE, "--cache-dtype %s: with --parallel context the shards are f32 "
-                     "(flash_attn_partial reads f32 K and V)", gml_type_name(r.o.cache_dtype));
     char msg[1536] = "", why[1600] = "";
     if (ok && !r.o.threads) { /* the machine's cores over the ranks on it */
         MPI_Comm local;

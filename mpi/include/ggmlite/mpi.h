@@ -139,7 +139,7 @@ bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t ou
  * The KV cache of one attention block, positions 0 .. P C - 1, cut into P
  * shards of C positions (C, the capacity per rank, may be much smaller than
  * the whole context: P C is what the job holds). Rank r's shard K, V
- * [B, G, C, d_k] (f32) holds positions [r C, (r + 1) C): its
+ * [B, G, C, d_k] (f32, f16 or bf16) holds positions [r C, (r + 1) C): its
  * row i is position r C + i. A context fills rank 0's shard, then rank 1's,
  * and so on. Why contiguous ranges in rank order: a shard's keys are then
  * key0 + row with key0 = r C fixed when the graph is built, so
@@ -195,8 +195,9 @@ typedef struct gml_kv_shard_params {
     int n_kv_heads;  /* G */
     int64_t d_k;     /* per-head size of keys and values */
     int64_t capacity; /* C: positions per rank */
-    gml_type type;   /* of K and V: GML_F32 (0) only for now (gml_flash_attn_partial reads
-                        f32 K and V; f16 and bf16 are refused) */
+    gml_type type;   /* of K and V: GML_F32 (0), GML_F16 or GML_BF16 (rounded as they are
+                        written, as gml_kv_cache_params.type; the partials read them as
+                        flash_attn does) */
     int rank, n_ranks;
 } gml_kv_shard_params;
 
