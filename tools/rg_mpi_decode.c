@@ -153,12 +153,13 @@ static bool setup(drun *r, char *msg, size_t size) {
     char err[1024];
     rg_err e = {0};
     const rg_opts *o = &r->o;
+    const char *file = o->weights ? o->weights : "the random weights";
     if (gml_attn_weights_find(r->d.wctx, &r->w, err, sizeof err) != GML_OK)
-        return snprintf(msg, size, "%s: %s", o->weights, err), false;
+        return snprintf(msg, size, "%s: %s", file, err), false;
     if (!rg_check_unused_weights(o, &r->d, NULL, &r->w, &e)) return snprintf(msg, size, "%s", e.msg), false;
     if (o->sinks && !r->w.sinks)
         return snprintf(msg, size, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]",
-                        o->weights), false;
+                        file), false;
     if (!o->sinks) r->w.sinks = NULL; /* used only when asked for, as the single process */
     if (r->H < 1 || r->D % r->H)
         return snprintf(msg, size, "--heads %" PRId64 " does not divide D = %" PRId64, r->H, r->D), false;
@@ -204,7 +205,7 @@ static bool build(drun *r, char *msg, size_t size) {
     if (!rg_check_memory(4 * floats, "the inputs and outputs", &(rg_err){0}))
         return snprintf(msg, size, "the inputs and outputs (%zu bytes) exceed the memory", 4 * floats), false;
     r->dctx = gml_init((gml_init_params){.mem_size = 4 * floats + 8 * (gml_tensor_overhead() + 64) + 4096});
-    r->gctx = gml_init((gml_init_params){.mem_size = 512 * gml_tensor_overhead(), .no_alloc = true});
+    r->gctx = gml_init((gml_init_params){.mem_size = (size_t)(512 + 4 * r->P) * gml_tensor_overhead(), .no_alloc = true});
     if (!r->dctx || !r->gctx) return snprintf(msg, size, "out of memory for the graphs"), false;
     r->xr = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, B, r->n_rows + 1, D), "x");
     r->x1 = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, B, 1, D), "x_token");
