@@ -388,7 +388,8 @@ static bool finish(drun *r, double ms, double min_ms, double comm, double wait, 
     gml_tensor view;
     const gml_tensor *v = rg_output_view(&r->o, r->out, &view);
     size_t n_bytes = 0;
-    void *dense = rg_dense(v, &n_bytes); /* the bytes as written (--seq-first: [N, B, D]) */
+    void *dense = rg_dense(v, &n_bytes); /* the bytes as written (--seq-first: [N, B, D]); the shape
+                                           * printed is [B, N, D], as the single process prints it */
     if (!dense) return rg_fail(e, RG_RUNTIME, "out of memory");
     const uint64_t digest = XXH3_64bits(dense, n_bytes);
     free(dense);
@@ -398,7 +399,7 @@ static bool finish(drun *r, double ms, double min_ms, double comm, double wait, 
            PRId64 " tokens after a prompt of %" PRId64 "\n", r->o.model, r->B, r->T, r->D, r->H, r->G,
            rg_attn_options(&r->o, false, opts, sizeof opts),
            rw ? (ri ? ", random weights and inputs" : ", random weights") : ri ? ", random inputs" : "", r->N, r->T);
-    printf("output  %s  xxh3 %016" PRIx64 "  (the decoded tokens)\n", gml_format_shape(v, shape, sizeof shape), digest);
+    printf("output  %s  xxh3 %016" PRIx64 "  (the decoded tokens)\n", gml_format_shape(r->out, shape, sizeof shape), digest);
     printf("prompt  %" PRId64 " tokens in %.3f ms (each rank writes its rows, attends the last one)\n", r->T,
            r->prompt_ms);
     printf("decode  %.1f tokens/s, %.3f ms/token", ms > 0 ? 1e3 / ms : 0, ms);
