@@ -100,7 +100,7 @@ static bool sharded(const dcase *c, const model *m, const gml_tensor *x, const f
     const int64_t C = (L + P - 1) / P + c->extra;
     rank_s rk[PMAX] = {{0}};
     bool ok = true;
-    gml_context *mctx = chk_ctx(16 << 20);
+    gml_context *mctx = chk_ctx(2 << 20);
     gml_tensor *parts = gml_new_tensor_4d(mctx, GML_F32, P * B, H, 1, dk + 2);
     gml_tensor *xq = gml_new_tensor_3d(mctx, GML_F32, B, 1, D); /* the step's input (the layer's residual) */
     gml_tensor *y = out_of(mctx, m, parts, P, xq);
@@ -109,7 +109,7 @@ static bool sharded(const dcase *c, const model *m, const gml_tensor *x, const f
     for (int k = 0; k < P && ok; k++) {
         rank_s *r = &rk[k];
         char err[256];
-        r->ctx = chk_ctx(32 << 20);
+        r->ctx = chk_ctx(4 << 20);
         r->shard = gml_kv_shard_new((gml_kv_shard_params){.batch = B, .n_kv_heads = c->G, .d_k = dk,
                                                           .capacity = C, .type = c->type, .rank = k,
                                                           .n_ranks = P},
@@ -180,7 +180,7 @@ static bool sharded(const dcase *c, const model *m, const gml_tensor *x, const f
 
 static void decode_case(const dcase *c) {
     chk_case("shard %s", c->name);
-    gml_context *ctx = chk_ctx(32 << 20);
+    gml_context *ctx = chk_ctx(8 << 20);
     chk_rng r = chk_seed(0x5ad + (uint64_t)c->H * 7 + (uint64_t)c->T);
     const int64_t B = c->B, D = c->D, kv = c->G * (D / c->H), N = c->N;
     gml_tensor *x = rnd(ctx, &r, 3, (int64_t[]){B, c->T, D}, 1.0f);
