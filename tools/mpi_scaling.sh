@@ -26,27 +26,30 @@ median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (
 # Context-parallel decoding (tools/mpi_scaling.sh BUILD ROUNDS REPEAT decode): C5's sizes,
 # a prompt of 2048 then 64 tokens, run-graph --decode 64 in one process of 2 threads against
 # --parallel context at P = 1 and 2 ranks of 1 thread (the KV cache sharded by position);
-# interleaved rounds, ms per token (medians), and rank 0's time per token in the broadcast,
-# status exchanges and gathers.
+# interleaved rounds, ms per token (medians), and rank 0's time per token computing (its
+# partial, the merge, W_o), moving (the broadcast, the gather) and waiting (the status exchange).
 decode_table() {
     local args=(gqa --batch 1 --seq 2048 --d-model 1024 --heads 16 --kv-heads 4 --decode 64)
     for ((r = 0; r < rounds; r++)); do
         "$rg" "${args[@]}" --threads 2 --repeat "$rep" | awk '/^decode/ {print $4}' >>"$tmp/d.0"
         for np in 1 2; do
             "${mpi[@]}" -np "$np" "$rg" "${args[@]}" --threads 1 --repeat "$rep" --parallel context |
-                awk '/^decode/ {t = $4} /^comm/ {print t, $4, $16}' >>"$tmp/d.$np"
+                awk '/^decode/ {t = $4}
+                     /^comm/ {for (i = 1; i + 2 <= NF; i++) if ($(i + 1) == "ms") v[$(i + 2)] = $i
+                              print t, v["moving"], v["waiting"], v["computing"]}' >>"$tmp/d.$np"
         done
     done
-    local t0 t1 t2 c2 w2
+    local t0 t1 t2 c2 w2 k2
     t0=$(median <"$tmp/d.0")
     t1=$(cut -d' ' -f1 "$tmp/d.1" | median)
     t2=$(cut -d' ' -f1 "$tmp/d.2" | median)
     c2=$(cut -d' ' -f2 "$tmp/d.2" | median)
     w2=$(cut -d' ' -f3 "$tmp/d.2" | median)
-    printf '| case | 1 process, 2 threads | P=1 x 1 thread | P=2 x 1 thread | P=2 vs 2 threads | P=2: moving, waiting (rank 0) |\n'
+    k2=$(cut -d' ' -f4 "$tmp/d.2" | median)
+    printf '| case | 1 process, 2 threads | P=1 x 1 thread | P=2 x 1 thread | P=2 vs 2 threads | P=2 (rank 0): computing, moving, waiting |\n'
     printf '| --- | ---: | ---: | ---: | ---: | ---: |\n'
-    printf '| C5 GQA decode, context 2048 + 64 | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.3f ms, %.3f ms |\n' \
-        "$t0" "$t1" "$t2" "$(echo "$t0 / $t2" | bc -l)" "$c2" "$w2"
+    printf '| C5 GQA decode, context 2048 + 64 | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.3f, %.3f, %.3f ms |\n' \
+        "$t0" "$t1" "$t2" "$(echo "$t0 / $t2" | bc -l)" "$k2" "$c2" "$w2"
     echo "(ms per token; $rounds rounds of run-graph --repeat $rep; $(uptime | sed 's/.*load/load/'))"
 }
 if [[ ${4:-} == decode ]]; then

@@ -375,7 +375,7 @@ static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *
 }
 
 /* Rank 0: the output checked, written, reported. */
-static bool finish(drun *r, double ms, double min_ms, double comm, double wait, rg_err *e) {
+static bool finish(drun *r, double ms, double min_ms, double comp, double comm, double wait, rg_err *e) {
     const size_t n = (size_t)(r->B * r->N * r->D);
     const float *o = r->out->data;
     for (size_t i = 0; i < n; i++)
@@ -414,9 +414,10 @@ static bool finish(drun *r, double ms, double min_ms, double comm, double wait, 
         printf("%s%" PRId64, q ? "+" : " ", f >= L ? 0 : (L - f < r->C ? L - f : r->C));
     }
     printf(" of the %" PRId64 " positions\n", r->T + r->N);
-    printf("comm    rank 0: %.3f ms/token moving (x broadcast, partials of %.2f KiB per rank "
-           "gathered), %.3f ms/token waiting for the slowest rank (status exchange) (medians)\n", comm,
-           (double)(r->B * r->H * (r->D / r->H + 2) * 4) / 1024, wait);
+    printf("comm    rank 0 per token: %.3f ms computing (its partial, the merge, W_o), %.3f ms moving (x "
+           "broadcast, partials of %.2f KiB per rank gathered), %.3f ms waiting for the slowest rank "
+           "(status exchange) (medians)\n", comp, comm, (double)(r->B * r->H * (r->D / r->H + 2) * 4) / 1024,
+           wait);
     return true;
 }
 
@@ -503,17 +504,17 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
     if (ok && !prompt(&r, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     /* 4. the tokens: one warm-up when timing several */
     const int R = ok ? r.o.repeat : 0;
-    double *ms = ok ? calloc(3 * (size_t)R, sizeof *ms) : NULL;
+    double *ms = ok ? calloc(4 * (size_t)R, sizeof *ms) : NULL;
     if (ok && !ms) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
-    double *comm = ms ? ms + R : NULL, *wait = ms ? ms + 2 * R : NULL;
+    double *comm = ms ? ms + R : NULL, *wait = ms ? ms + 2 * R : NULL, *comp = ms ? ms + 3 * R : NULL;
     for (int i = R > 1 ? -1 : 0; ok && i < R; i++) {
         double t = 0, c = 0, w = 0;
         if (!decode(&r, &t, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-        if (ok && i >= 0) ms[i] = t, comm[i] = c, wait[i] = w;
+        if (ok && i >= 0) ms[i] = t, comm[i] = c, wait[i] = w, comp[i] = t - c - w; /* the rest: computing */
     }
     if (ok && r.rank == 0) {
         const double med = median(ms, R), min = ms[0], cm = median(comm, R), wm = median(wait, R);
-        ok = finish(&r, med, min, cm, wm, &e);
+        ok = finish(&r, med, min, median(comp, R), cm, wm, &e);
     }
     free(ms);
     free_run(&r);
