@@ -14,6 +14,8 @@
  *
  * --parallel context is the issue's second part (it needs flash_attn's
  * partial results and their merge): a "not implemented yet" error for now.
+ * With --decode it is rg_mpi_decode.c's: decoding with the KV cache sharded by
+ * position (rg_parallel_main hands it argv).
  * Built without -DGGMLITE_MPI=ON, --parallel says how to build it. main hands
  * argv here when --parallel is among the arguments (rg_parallel_index). */
 #define _POSIX_C_SOURCE 200809L

@@ -36,6 +36,9 @@
  * (b_o, down_proj.bias) is added by the rank given with_out_bias (one rank,
  * e.g. rank 0), so that the sum holds it once.
  *
+ * (Context-parallel decoding, the KV cache sharded by position over the
+ * ranks: gml_kv_shard and gml_shard_*, in the section at the end.)
+ *
  * Numerics. Every query head is computed as the single-process block
  * computes it (same ops, same shapes per head). The output projection
  * differs: a single process sums over all H*d_k inputs of W_o in one dot
