@@ -1,9 +1,12 @@
 # What `cmake --install` puts under the prefix (included when GGMLITE_INSTALL):
 #   include/ggmlite/         ggmlite.h, ops.inc, attention.h, kv_cache.h, io.h
+#   include/ggmlite/mpi.h    with -DGGMLITE_MPI=ON
 #   lib/                     libggmlite, libggmlite_models, libggmlite_io (.a, or
-#                            .so with BUILD_SHARED_LIBS)
+#                            .so with BUILD_SHARED_LIBS); libggmlite_mpi with
+#                            -DGGMLITE_MPI=ON
 #   lib/cmake/ggmlite/       the CMake package: find_package(ggmlite)
 #   lib/pkgconfig/           ggmlite.pc, ggmlite-models.pc, ggmlite-io.pc
+#                            (and ggmlite-mpi.pc)
 #   bin/run-graph            when built (GGMLITE_TOOLS or GGMLITE_TESTS)
 #   share/doc/ggmlite/       LICENSE
 # lib is CMAKE_INSTALL_LIBDIR (GNUInstallDirs), as are the others.
@@ -16,6 +19,17 @@ install(TARGETS ggmlite ggmlite_models ggmlite_io EXPORT ggmliteTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT ggmliteTargets NAMESPACE ggmlite:: DESTINATION ${gml_cmake_dir})
+# ggmlite_mpi in an export set of its own: the package's config file loads it
+# (and finds MPI) only where it was installed, so a prefix without it is
+# still a whole package.
+if(TARGET ggmlite_mpi)
+  install(TARGETS ggmlite_mpi EXPORT ggmliteMpiTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+    FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT ggmliteMpiTargets NAMESPACE ggmlite:: DESTINATION ${gml_cmake_dir})
+endif()
 if(TARGET run-graph)
   install(TARGETS run-graph RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
@@ -73,7 +87,11 @@ set(GGMLITE_PC_LIBS_PRIVATE "-lm -pthread")
 if(GGMLITE_OPENMP)
   string(APPEND GGMLITE_PC_LIBS_PRIVATE " ${OpenMP_C_FLAGS}")
 endif()
-foreach(pc ggmlite ggmlite-models ggmlite-io)
+set(gml_pcs ggmlite ggmlite-models ggmlite-io)
+if(TARGET ggmlite_mpi)
+  list(APPEND gml_pcs ggmlite-mpi)
+endif()
+foreach(pc ${gml_pcs})
   configure_file(${PROJECT_SOURCE_DIR}/cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/${pc}.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/${pc}.pc DESTINATION ${gml_pc_dir})
 endforeach()

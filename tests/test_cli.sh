@@ -592,8 +592,16 @@ expect_error 1 "gpt2: attn.c_attn.weight is q8_0 [64,192]: Conv1D weights [in, o
     "gpt2 takes no q8_0 Conv1D weights" gpt2 --seq 5 --d-model 64 --heads 2 --weights-dtype q8_0
 expect_error 1 "has rows of 48 values, not a multiple of 32" "llama --weights-dtype q8_0, F = 48" \
     llama --seq 5 --d-model 64 --heads 2 --ffn 48 --weights-dtype q8_0
-expect_error 1 "tensor 'w_q.weight' is bf16; only f32 and i32 tensors are saved" "--save-inputs of bf16 weights" \
-    "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16 --save-inputs "$T/wd2"
+# bf16 weights are saved as BF16 and read back as they are: the folder's args
+# (no --weights-dtype) give the same digest
+rm -rf "$T/wd2"
+d=$(digest "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype bf16 \
+    --save-inputs "$T/wd2")
+r=$(cd "$T/wd2" && digest $(cat args))
+check "--save-inputs of bf16 weights then run its args ($d vs $r)" test -n "$d" -a "$d" = "$r"
+check "--save-inputs of bf16 weights wrote BF16" grep -q '"dtype":"BF16"' "$T/wd2/weights.safetensors"
+expect_error 1 "tensor 'w_q.weight' is q8_0, which safetensors has no dtype for" "--save-inputs of q8_0 weights" \
+    "$GRAPHS/mha_fused.graph" --weights "$T/wd/weights.safetensors" --heads 2 --weights-dtype q8_0 --save-inputs "$T/wd3"
 K=$T/killed
 mkdir -p "$K"
 (ulimit -f 8 && "$RG" mha --heads 4 --seq 64 --d-model 64 --output "$K/out.npy" >"$T/out" 2>"$T/err")

@@ -1030,6 +1030,173 @@ static void test_mapped_safetensors(void) {
               strstr(err, "nosuch.safetensors: cannot open"), "a missing file: %s", err);
 }
 
+/* The process's resident set (VmRSS of /proc/self/status), in KiB; -1 when
+ * it cannot be read. */
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+/* gml_safetensors_open reads only what is used: a file of a 48 MiB tensor
+ * beside a small one; taking and reading the small one leaves the resident
+ * set within 4 MiB of where it was, and reading the large one afterwards
+ * raises it by most of 48 MiB (the measurement works: the test can fail). */
+static void test_mapped_untouched(void) {
+    enum { BIG = 12 << 20 }; /* floats: 48 MiB */
+    char json[256];
+    int n = snprintf(json, sizeof json,
+                     "{\"small\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                     "\"big\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[16,%lld]}}",
+                     (int)BIG, 16 + 4LL * BIG);
+    while (n % 8 != 0) json[n++] = ' ', json[n] = '\0';
+    const char *path = tmp_path("untouched.safetensors");
+    FILE *f = fopen(path, "wb");
+    const uint64_t hlen = (uint64_t)n;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+    const float small[4] = {1, 2, 3, 4};
+    bool ok = f && fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, (size_t)n, f) == (size_t)n &&
+              fwrite(small, sizeof small, 1, f) == 1;
+    /* the big tensor: ones, written in 1 MiB pieces */
+    static float piece[1 << 18];
+    for (size_t i = 0; i < sizeof piece / sizeof *piece; i++) piece[i] = 1.0f;
+    for (int i = 0; ok && i < BIG / (1 << 18); i++) ok = fwrite(piece, sizeof piece, 1, f) == 1;
+    if (f) ok = fclose(f) == 0 && ok;
+    CHECK(ok, "write %s", path);
+    const long before = rss_kib();
+    CHECK(before > 0, "VmRSS of /proc/self/status");
+    gml_safetensors *st = ok && before > 0 ? gml_safetensors_open(path, err, sizeof err) : NULL;
+    CHECK(!ok || before <= 0 || st, "open: %s", err);
+    if (!st) return;
+    gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
+    gml_tensor *t = gml_safetensors_tensor(st, gml_safetensors_find(st, "small"), c, NULL, err, sizeof err);
+    float sum = 0;
+    for (int i = 0; t && i < 4; i++) sum += ((const float *)t->data)[i];
+    const long used = rss_kib();
+    CHECK(t && sum == 10.0f, "the small tensor's values: %s", err);
+    CHECK(used - before < 4096, "after reading only the small tensor, the resident set grew by %ld KiB "
+          "(the 48 MiB tensor is read, though unused?)", used - before);
+    gml_tensor *b = gml_safetensors_tensor(st, gml_safetensors_find(st, "big"), c, NULL, err, sizeof err);
+    double bsum = 0;
+    for (int64_t i = 0; b && i < BIG; i += 1024) bsum += ((const float *)b->data)[i];
+    const long all = rss_kib();
+    CHECK(b && bsum == BIG / 1024, "the big tensor's values: %s", err);
+    CHECK(all - used > 32 << 10, "reading the 48 MiB tensor raised the resident set by only %ld KiB: "
+          "the measurement above tells nothing", all - used);
+    gml_free(c);
+    gml_safetensors_close(st);
+    remove(path);
+}
+
+/* ---- f16 and bf16 saved ----------------------------------------------------- */
+
+/* The 16-bit elements of t (any strides) in logical order. */
+static uint16_t *dense16(const gml_tensor *t) {
+    uint16_t *d = malloc((size_t)gml_nelements(t) * 2), *o = d;
+    for (int64_t a = 0; a < t->ne[0]; a++)
+        for (int64_t b = 0; b < t->ne[1]; b++)
+            for (int64_t c = 0; c < t->ne[2]; c++)
+                for (int64_t e = 0; e < t->ne[3]; e++, o++)
+                    memcpy(o, (const char *)t->data + a * t->nb[0] + b * t->nb[1] + c * t->nb[2] + e * t->nb[3], 2);
+    return d;
+}
+
+/* got (contiguous, loaded) holds want's type, shape and elements, bit for bit. */
+static void check_same16(const gml_tensor *got, const gml_tensor *want, const char *what) {
+    CHECK(got && got->type == want->type && got->n_dims == want->n_dims &&
+              !memcmp(got->ne, want->ne, sizeof got->ne),
+          "%s: type or shape differs", what);
+    if (!got || got->type != want->type || memcmp(got->ne, want->ne, sizeof got->ne)) return;
+    uint16_t *a = dense16(got), *b = dense16(want);
+    CHECK(!memcmp(a, b, (size_t)gml_nelements(want) * 2), "%s: the bits differ", what);
+    free(a);
+    free(b);
+}
+
+/* f16 and bf16 tensors (random bit patterns: NaNs, infinities and
+ * subnormals among them), contiguous, permuted and sliced, saved to
+ * safetensors (F16, BF16, beside f32) and f16 to .npy ('<f2'), read back
+ * by every loader bit for bit; q8_0 (both formats) and bf16 (.npy) are
+ * refused with messages saying what to do. */
+static void test_typed_saves(void) {
+    const char *npy = tmp_path("t16.npy"), *st = tmp_path("t16.safetensors");
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20});
+    const gml_type types[2] = {GML_F16, GML_BF16};
+    for (int trial = 0; trial < 12; trial++) {
+        const gml_type type = types[trial % 2];
+        const int64_t ne[3] = {1 + (int64_t)(rng() % 4), 1 + (int64_t)(rng() % 7), 1 + (int64_t)(rng() % 9)};
+        gml_tensor *base = gml_new_tensor(ctx, type, 3, ne);
+        uint16_t *bits = base->data;
+        for (int64_t i = 0; i < gml_nelements(base); i++) bits[i] = (uint16_t)rng();
+        /* as it is, permuted (2, 0, 1), or every other row of the middle dim */
+        gml_tensor *t = base;
+        if (trial % 3 == 1) t = gml_permute(ctx, base, (const int[]){2, 0, 1});
+        if (trial % 3 == 2)
+            t = gml_view(ctx, base, 3, (int64_t[]){ne[0], (ne[1] + 1) / 2, ne[2]},
+                         (size_t[]){base->nb[1], 2 * base->nb[2], base->nb[3]}, 0);
+        char name[32];
+        snprintf(name, sizeof name, "w%d", trial);
+        gml_set_name(t, name);
+        gml_tensor *f = gml_set_name(random_tensor(ctx, GML_F32, 1, (int64_t[]){3}), "f");
+        const gml_tensor *both[2] = {t, f};
+        char what[64];
+        snprintf(what, sizeof what, "%s trial %d safetensors", gml_type_name(type), trial);
+        CHECK(gml_save_safetensors(st, both, 2, err, sizeof err) == GML_OK, "%s: save: %s", what, err);
+        gml_context *back = gml_load_safetensors(st, err, sizeof err);
+        CHECK(back, "%s: load: %s", what, err);
+        if (back) {
+            check_same16(gml_get_tensor(back, name), t, what);
+            gml_tensor *fb = gml_get_tensor(back, "f");
+            CHECK(fb && !memcmp(fb->data, f->data, 12), "%s: the f32 tensor beside it", what);
+            gml_free(back);
+        }
+        gml_safetensors *m = gml_safetensors_open(st, err, sizeof err);
+        CHECK(m, "%s: open: %s", what, err);
+        if (m) {
+            gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
+            check_same16(gml_safetensors_tensor(m, gml_safetensors_find(m, name), c, NULL, err, sizeof err), t,
+                         "mapped");
+            gml_free(c);
+            gml_safetensors_close(m);
+        }
+        if (type == GML_F16) {
+            CHECK(gml_save_npy(npy, t, err, sizeof err) == GML_OK, "f16 trial %d: save_npy: %s", trial, err);
+            back = gml_load_npy(npy, "x", err, sizeof err);
+            CHECK(back, "f16 trial %d: load_npy: %s", trial, err);
+            if (back) check_same16(gml_get_tensor(back, "x"), t, "npy '<f2'");
+            gml_free(back);
+            size_t len;
+            unsigned char *bytes = read_bytes(npy, &len);
+            bool f2 = false;
+            for (size_t i = 0; bytes && !f2 && i + 14 <= len && i < 128; i++) f2 = !memcmp(bytes + i, "'descr': '<f2'", 14);
+            CHECK(f2, "f16 trial %d: descr '<f2'", trial);
+            free(bytes);
+        } else {
+            CHECK(gml_save_npy(npy, t, err, sizeof err) == GML_ERR_INVALID &&
+                      strstr(err, "is bf16, which .npy has no dtype for") &&
+                      strstr(err, "save it as safetensors, which has BF16"),
+                  "bf16 to .npy refused: %s", err);
+        }
+    }
+    gml_tensor *q = gml_set_name(gml_new_tensor(ctx, GML_Q8_0, 2, (int64_t[]){2, 64}), "q");
+    memset(q->data, 0, 4 * 34);
+    const gml_tensor *qs[1] = {q};
+    CHECK(gml_save_safetensors(st, qs, 1, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "tensor 'q' is q8_0, which safetensors has no dtype for") &&
+              strstr(err, "convert it first (gml_cpy into an f32, f16 or bf16 tensor)"),
+          "q8_0 to safetensors refused: %s", err);
+    CHECK(gml_save_npy(npy, q, err, sizeof err) == GML_ERR_INVALID &&
+              strstr(err, "tensor 'q' is q8_0, which .npy has no dtype for"),
+          "q8_0 to .npy refused: %s", err);
+    gml_free(ctx);
+}
+
 static void test_shard_index(void) {
     gml_st_index_entry *e;
     int n;
@@ -1195,7 +1362,9 @@ int main(int argc, char **argv) {
     test_save_failures();
     test_signal_cleanup();
     test_mapped_safetensors();
+    test_mapped_untouched();
     test_shard_index();
+    test_typed_saves();
     test_npy_converted();
     remove_tree(tmpdir);
 

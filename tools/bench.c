@@ -547,6 +547,129 @@ static void bench_decode(const opts *o) {
     gml_kv_cache_free(cache);
 }
 
+/* ---- decoding a stack of layers ----------------------------------------------
+ * The row above reads 14.7 MB a token, which a large last-level cache holds
+ * (260 MiB on the 2-core Xeon, as its sysfs says): its %BW then measures
+ * the cache as much as memory. A model reads every layer each token, so
+ * here L such attention layers (each its own weights and cache; one
+ * layer's output the next one's input; no MLPs) make one step graph, L the
+ * smallest count whose bytes a token reads pass twice the last-level cache
+ * (32 when sysfs gives no size; at most 64): the step streams from memory,
+ * as decoding a real model does, and %BW is of the DRAM bandwidth measured
+ * above. Layer 0's cache holds a computed prompt of CONTEXT tokens; the
+ * other layers' K and V rows are filled with random values (the step reads
+ * them the same way). */
+#define LAYERS_TOKENS 8
+#define LAYERS_MAX 64
+
+static void bench_decode_layers(const opts *o) {
+    const int64_t B = 1, D = 1024, dk = 64;
+    const int H = 16, G = 4;
+    const int64_t T_max = CONTEXT + LAYERS_TOKENS;
+    const size_t wbytes = (size_t)(2 * D * D + 2 * G * dk * D) * sizeof(float);
+    const size_t cbytes = (size_t)(2 * B * G * T_max * dk) * sizeof(float); /* one layer's K and V */
+    /* the bytes a token reads per layer: the weights and K, V up to its position */
+    const double per_layer = (double)wbytes +
+                             (double)cbytes / (double)T_max * (CONTEXT + (LAYERS_TOKENS + 1) / 2.0);
+    const size_t llc = o->lim ? o->lim->llc_bytes : 0;
+    int L = llc ? (int)(2.0 * (double)llc / per_layer) + 1 : 32;
+    L = L < 1 ? 1 : L > LAYERS_MAX ? LAYERS_MAX : L;
+    char err[512];
+    gml_kv_cache *cache = gml_kv_cache_new(
+        (gml_kv_cache_params){.n_layers = L, .batch = B, .n_kv_heads = G, .max_len = T_max, .d_k = dk},
+        err, sizeof err);
+    gml_context *wctx = gml_init((gml_init_params){.mem_size = (size_t)L * (wbytes + (1 << 16)) + (1 << 20)});
+    if (!cache || !wctx) {
+        fprintf(stderr, "bench: decode layers: %s\n", cache ? "out of memory" : err);
+        exit(1);
+    }
+    gml_attn_weights w[LAYERS_MAX];
+    for (int l = 0; l < L; l++) {
+        w[l] = (gml_attn_weights){
+            .w_q = gml_new_tensor_2d(wctx, GML_F32, D, D),
+            .w_k = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
+            .w_v = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
+            .w_o = gml_new_tensor_2d(wctx, GML_F32, D, D),
+        };
+        gml_tensor *const ws[] = {w[l].w_q, w[l].w_k, w[l].w_v, w[l].w_o};
+        /* scaled by 1/sqrt(D): the stack's activations stay of order 1 */
+        for (int i = 0; i < 4; i++) {
+            float *d = ws[i]->data;
+            fill(d, gml_nelements(ws[i]), 31 + 7 * (uint32_t)l + (uint32_t)i);
+            for (int64_t k = 0; k < gml_nelements(ws[i]); k++) d[k] *= 1.0f / 32;
+        }
+    }
+    const gml_attn_config cfg = {.dims = {.n_heads = H, .n_kv_heads = G},
+                                 .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
+    gml_graph *g[2]; /* the prompt (layer 0), the one-token step through every layer */
+    gml_kv_step step[2];
+    gml_context *ctx[2];
+    for (int k = 0; k < 2; k++) {
+        ctx[k] = gml_init((gml_init_params){.mem_size = (size_t)(64 + 64 * L) << 10, .no_alloc = true});
+        gml_tensor *x = gml_new_tensor_3d(ctx[k], GML_F32, B, k ? 1 : CONTEXT, D);
+        gml_set_flags(x, GML_FLAG_INPUT);
+        step[k] = gml_kv_step_new(ctx[k], cache, x->ne[2]);
+        gml_tensor *y = x;
+        for (int l = 0; y && l < (k ? L : 1); l++) y = gml_attn_decode(ctx[k], cfg, &w[l], y, &step[k], l);
+        g[k] = y ? gml_build_graph(ctx[k], &y, 1) : NULL;
+        if (!g[k] || gml_graph_plan(g[k], NULL) != GML_OK) {
+            fprintf(stderr, "bench: decode layers: %s\n",
+                    g[k] ? gml_graph_error(g[k]) : gml_last_error(ctx[k]));
+            exit(1);
+        }
+        fill(gml_graph_data(g[k], x), gml_nelements(x), 35 + (uint32_t)k); /* planned */
+    }
+    if (gml_kv_step_compute(&step[0], g[0], o->threads[0], err, sizeof err) != GML_OK) {
+        fprintf(stderr, "bench: decode layers: the prompt: %s\n", err);
+        exit(1);
+    }
+    for (int l = 1; l < L; l++) {
+        fill(gml_kv_cache_k(cache, l)->data, gml_nelements(gml_kv_cache_k(cache, l)), 41 + (uint32_t)l);
+        fill(gml_kv_cache_v(cache, l)->data, gml_nelements(gml_kv_cache_v(cache, l)), 43 + (uint32_t)l);
+    }
+    const double tok_bytes = per_layer * L;
+    printf("\ndecoding f32 through %d layers of C5's dimensions (context %d, B=1; %.0f MB a token, "
+           "2x the %.0f MiB last-level cache or more):\n%d tokens one at a time per run, one step "
+           "graph through every layer\n",
+           L, CONTEXT, tok_bytes * 1e-6, (double)llc / (1 << 20), LAYERS_TOKENS);
+    printf("%-22s %7s %12s %12s %9s %7s %6s %6s\n", "case", "threads", "tokens/s", "ms/token",
+           "MB/token", "GB/s", "%BW", "vs 1");
+    double rate[MAX_THREADS];
+    for (int j = 0; j < o->n_threads; j++) {
+        const int nth = o->threads[j];
+        double t[MAX_RUNS];
+        pause_s(0.25);
+        const int runs = o->runs < 5 ? o->runs : 5; /* a run reads 8 x L layers */
+        for (int r = -1; r < runs; r++) { /* run -1 warms up */
+            gml_kv_cache_truncate(cache, CONTEXT);
+            const double t0 = now_s();
+            for (int i = 0; i < LAYERS_TOKENS; i++)
+                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
+                    fprintf(stderr, "bench: decode layers: %s\n", err);
+                    exit(1);
+                }
+            if (r >= 0) t[r] = (now_s() - t0) / LAYERS_TOKENS;
+        }
+        rate[j] = 1.0 / median(t, runs);
+    }
+    char what[32];
+    snprintf(what, sizeof what, "decode C5 x%d layers", L);
+    for (int j = 0; j < o->n_threads; j++) {
+        const double gbs = tok_bytes * rate[j] * 1e-9;
+        char p[2][16];
+        printf("%-22s %7d %12.1f %12.3f %9.1f %7.1f %6s %6s\n", what, o->threads[j], rate[j],
+               1e3 / rate[j], tok_bytes * 1e-6, gbs, pct_bw(p[0], o, gbs, o->threads[j]),
+               speedup(p[1], o, rate, j));
+    }
+    fflush(stdout);
+    for (int k = 0; k < 2; k++) {
+        gml_graph_free(g[k]);
+        gml_free(ctx[k]);
+    }
+    gml_free(wctx);
+    gml_kv_cache_free(cache);
+}
+
 /* ---- decoding weights by type ------------------------------------------------
  * The weight products of one decoding step at C4's dimensions (D=4096,
  * H=32, G=8, d_k=128, B=1): q = x W_q^T, k = x W_k^T, v = x W_v^T (W_k, W_v
@@ -833,6 +956,7 @@ static void run_isa(opts *o, gml_isa isa, const char *only) {
     if (!only[0] || strcmp(only, "attention") == 0) bench_attention(o);
     if (strcmp(only, "window") == 0) bench_window(o); /* also at the end of attention */
     if (!only[0] || strcmp(only, "decode") == 0) bench_decode(o);
+    if (!only[0] || strcmp(only, "decode") == 0) bench_decode_layers(o);
     if (!only[0] || strcmp(only, "weights") == 0) bench_weights(o);
     if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(o);
     o->lim = NULL;

@@ -2,6 +2,8 @@
 #define _XOPEN_SOURCE 700 /* pread, fdopen, fileno, fsync */
 #include "file.h"
 
+#include <assert.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -251,9 +253,12 @@ bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, 
     if (gml_is_contiguous(t))
         return gml_outfile_write(out, t->data, (size_t)gml_nelements(t) * gml_type_size(t->type),
                                  err, err_size);
-    /* Rows [i0, i1, i2, :], gathered element by element into a buffer. */
+    /* Rows [i0, i1, i2, :], gathered element by element (4 or 2 bytes: the
+     * savers take f32, i32, f16 and bf16) into a buffer. */
     enum { CHUNK = 4096 };
-    uint32_t buf[CHUNK];
+    unsigned char buf[CHUNK * 4];
+    const size_t es = gml_type_size(t->type);
+    assert(es == 4 || es == 2);
     const int64_t n = t->ne[3];
     for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++)
@@ -261,9 +266,8 @@ bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, 
                 for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
                     int64_t m = GML_MIN((int64_t)CHUNK, n - j0);
                     for (int64_t j = 0; j < m; j++)
-                        memcpy(&buf[j], gml_ptr(t, i0, i1, i2, j0 + j), sizeof buf[j]);
-                    if (!gml_outfile_write(out, buf, (size_t)m * sizeof buf[0], err, err_size))
-                        return false;
+                        memcpy(buf + (size_t)j * es, gml_ptr(t, i0, i1, i2, j0 + j), es);
+                    if (!gml_outfile_write(out, buf, (size_t)m * es, err, err_size)) return false;
                 }
     return true;
 }

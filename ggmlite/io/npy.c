@@ -447,9 +447,12 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
     if (!path) return gml_errf(err, err_size, "save_npy: no path given"), GML_ERR_INVALID;
     if (!t) return gml_errf(err, err_size, "%s: no tensor given", path), GML_ERR_INVALID;
     char shown[100];
-    if (t->type != GML_F32 && t->type != GML_I32)
-        return gml_errf(err, err_size, "%s: tensor '%s' is %s; only f32 and i32 tensors are saved",
-                        path, gml_printable(t->name, shown, sizeof shown), gml_type_name(t->type)),
+    if (t->type != GML_F32 && t->type != GML_I32 && t->type != GML_F16)
+        return gml_errf(err, err_size, "%s: tensor '%s' is %s, which .npy has no dtype for (f32, "
+                        "i32 and f16 are saved); convert it first (gml_cpy into an f32 tensor), or "
+                        "save it as safetensors%s",
+                        path, gml_printable(t->name, shown, sizeof shown), gml_type_name(t->type),
+                        t->type == GML_BF16 ? ", which has BF16" : ""),
                GML_ERR_INVALID;
     if (!t->data)
         return gml_errf(err, err_size, "%s: tensor '%s' has no data (made in a no_alloc context?)",
@@ -459,7 +462,7 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
     char shape[128], dict[256];
     format_tuple(t->ne + GML_MAX_DIMS - t->n_dims, t->n_dims, shape, sizeof shape);
     int dlen = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                        t->type == GML_F32 ? "<f4" : "<i4", shape);
+                        t->type == GML_F32 ? "<f4" : t->type == GML_F16 ? "<f2" : "<i4", shape);
     size_t pre = 10;
     size_t total = gml_align_up(pre + (size_t)dlen + 1, 64);
     if (total - pre > 0xffff) { /* version 2.0: a u32 header length */

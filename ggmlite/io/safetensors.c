@@ -1115,6 +1115,18 @@ static void sb_json_string(strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
+/* The safetensors dtype a tensor of type t is saved as, or NULL (q8_0: the
+ * format has no blocked types). */
+static const char *st_dtype_name(gml_type t) {
+    switch (t) {
+    case GML_F32: return "F32";
+    case GML_I32: return "I32";
+    case GML_F16: return "F16";
+    case GML_BF16: return "BF16";
+    default: return NULL;
+    }
+}
+
 static bool check_save_args(const char *path, const gml_tensor *const *ts, int n, char *err,
                             size_t es) {
     if (n < 0 || (n > 0 && !ts)) return gml_errf(err, es, "%s: no tensors given (n = %d)", path, n);
@@ -1123,9 +1135,10 @@ static bool check_save_args(const char *path, const gml_tensor *const *ts, int n
         const gml_tensor *t = ts[i];
         if (!t) return gml_errf(err, es, "%s: tensor %d is NULL", path, i);
         const char *name = gml_printable(t->name, shown, sizeof shown);
-        if (t->type != GML_F32 && t->type != GML_I32)
-            return gml_errf(err, es, "%s: tensor '%s' is %s; only f32 and i32 tensors are saved",
-                            path, name, gml_type_name(t->type));
+        if (!st_dtype_name(t->type))
+            return gml_errf(err, es, "%s: tensor '%s' is %s, which safetensors has no dtype for "
+                            "(f32, i32, f16 and bf16 are saved); convert it first (gml_cpy into "
+                            "an f32, f16 or bf16 tensor)", path, name, gml_type_name(t->type));
         if (!t->data)
             return gml_errf(err, es, "%s: tensor '%s' has no data (made in a no_alloc context?)",
                             path, name);
@@ -1158,7 +1171,7 @@ gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tenso
         uint64_t bytes = (uint64_t)gml_nelements(t) * gml_type_size(t->type);
         sb_put(&b, i ? "," : "", i ? 1 : 0);
         sb_json_string(&b, t->name);
-        sb_printf(&b, ":{\"dtype\":\"%s\",\"shape\":[", t->type == GML_F32 ? "F32" : "I32");
+        sb_printf(&b, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t->type));
         for (int d = GML_MAX_DIMS - t->n_dims; d < GML_MAX_DIMS; d++)
             sb_printf(&b, "%s%" PRId64, d > GML_MAX_DIMS - t->n_dims ? "," : "", t->ne[d]);
         sb_printf(&b, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);

@@ -107,8 +107,11 @@ gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const 
 /* Writes tensors under their names (which must differ, and be printable:
  * no byte below 0x20 nor 0x7f, as the loader wants) / one tensor; .npy
  * files are version 1.0 with the data at a multiple of 64 bytes, as numpy
- * writes them. GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate
- * names) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
+ * writes them. Types: safetensors F32, I32, F16 and BF16 (the bits as they
+ * are), .npy '<f4', '<i4' and '<f2' (numpy has no bf16); a q8_0 tensor (and
+ * bf16 for .npy) is refused with a message saying how to convert it.
+ * GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate names, a
+ * type the format lacks) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
 gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
                                 char *err, size_t err_size);
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
