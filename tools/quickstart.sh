@@ -60,7 +60,7 @@ mpi() {
     echo "== mpi (gcc, Open MPI)"
     cmake -S . -B build-mpi -G Ninja -DGGMLITE_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_MPI=ON >/dev/null
-    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp
+    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp test_shard
     ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
 }
 

@@ -11,6 +11,7 @@
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
  *   rg_mpi.c     --parallel heads: mha, gqa, llama split over MPI ranks (GGMLITE_MPI)
+ *   rg_mpi_decode.c  --parallel context --decode: the KV cache sharded by position (GGMLITE_MPI)
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
@@ -308,5 +309,11 @@ int rg_layers_main(int argc, char **argv, int model);
  * -DGGMLITE_MPI=ON it says how to build it. Returns the exit status. */
 int rg_parallel_index(int argc, char **argv);
 int rg_parallel_main(int argc, char **argv);
+/* --parallel context with --decode (rg_mpi_decode.c, GGMLITE_MPI only; without, it says
+ * how to build it): the KV cache sharded by position. rg_decode_index (rg_mpi.c): the
+ * index of --decode in argv, else 0; at, n_at: --parallel's entries in argv. Returns the
+ * exit status. */
+int rg_decode_index(int argc, char **argv);
+int rg_mpi_decode_main(int argc, char **argv, int at, int n_at);
 
 #endif

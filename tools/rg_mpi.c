@@ -14,6 +14,8 @@
  *
  * --parallel context is the issue's second part (it needs flash_attn's
  * partial results and their merge): a "not implemented yet" error for now.
+ * With --decode it is rg_mpi_decode.c's: decoding with the KV cache sharded by
+ * position (rg_parallel_main hands it argv).
  * Built without -DGGMLITE_MPI=ON, --parallel says how to build it. main hands
  * argv here when --parallel is among the arguments (rg_parallel_index). */
 #define _POSIX_C_SOURCE 200809L
@@ -40,6 +42,12 @@ int rg_parallel_index(int argc, char **argv) {
     return 0;
 }
 
+int rg_decode_index(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--decode") == 0 || strncmp(argv[i], "--decode=", 9) == 0) return i;
+    return 0;
+}
+
 #ifdef GGMLITE_HAVE_MPI
 static int run_heads(int argc, char **argv, int at, int n_at);
 #endif
@@ -49,6 +57,16 @@ int rg_parallel_main(int argc, char **argv) {
     const char *eq = strchr(argv[at], '=');
     const char *mode = eq ? eq + 1 : at + 1 < argc ? argv[at + 1] : NULL;
     rg_err e = {0};
+    if (mode && strcmp(mode, "context") == 0 && rg_decode_index(argc, argv)) { /* rg_mpi_decode.c */
+#ifdef GGMLITE_HAVE_MPI
+        return rg_mpi_decode_main(argc, argv, at, eq ? 1 : 2);
+#else
+        fprintf(stderr, "run-graph: --parallel context --decode: this run-graph was built without MPI. "
+                "Build one with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . "
+                "-B build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph\n");
+        return RG_USAGE;
+#endif
+    }
     if (!mode || !mode[0])
         rg_fail(&e, RG_USAGE, "--parallel: missing its value, heads or context");
     else if (strcmp(mode, "context") == 0)

@@ -655,6 +655,7 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
  * and positions count absolutely; bottom-right causal, a window or ALiBi
  * need positions (the whole Tk is not known here; top-left causal needs
  * none); sinks are refused (give them to gml_attn_partial_finish: they join once).
+ * k and v may be f16 or bf16 (q f32), read as flash_attn reads them.
  * Runs the decode micro-kernels (rows in groups of 8 per kv head, keys in
  * chunks merged in order: bitwise the same at every thread count).
  * gml_attn_partial_merge(a, b): two partials of the same rows, b's keys after a's

@@ -36,6 +36,9 @@
  * (b_o, down_proj.bias) is added by the rank given with_out_bias (one rank,
  * e.g. rank 0), so that the sum holds it once.
  *
+ * (Context-parallel decoding, the KV cache sharded by position over the
+ * ranks: gml_kv_shard and gml_shard_*, in the section at the end.)
+ *
  * Numerics. Every query head is computed as the single-process block
  * computes it (same ops, same shapes per head). The output projection
  * differs: a single process sums over all H*d_k inputs of W_o in one dot
@@ -133,6 +136,178 @@ gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char
  * (loading a slice, computing), before the next collective, so a failure is
  * an error on every rank and never a hang. msg is cut at 1023 bytes. */
 bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
+
+/* ---- context-parallel decoding: a KV cache sharded by position (shard.c) ---
+ *
+ * The KV cache of one attention block, positions 0 .. P C - 1, cut into P
+ * shards of C positions (C, the capacity per rank, may be much smaller than
+ * the whole context: P C is what the job holds). Rank r's shard K, V
+ * [B, G, C, d_k] (f32, f16 or bf16) holds positions [r C, (r + 1) C): its
+ * row i is position r C + i. A context fills rank 0's shard, then rank 1's,
+ * and so on. Why contiguous ranges in rank order: a shard's keys are then
+ * key0 + row with key0 = r C fixed when the graph is built, so
+ * gml_flash_attn_partial applies causal, a window and ALiBi at the keys'
+ * absolute positions with no mask; merging the ranks' partials in rank order
+ * is merging them in key order; each position is written once, by its
+ * owner, and nothing ever moves between ranks. The cost: while the context
+ * is shorter than P C the last ranks hold nothing and attend over nothing
+ * (the work per token goes with the fullest shard); with C = ceil(L / P)
+ * for a context of L positions (run-graph's default) every shard is full at
+ * the end.
+ *
+ * A step of n new tokens at positions [L, L + n) (L: the context so far, the
+ * same on every rank): each rank projects K and V of the new tokens it holds
+ * (n_new of them, 0 on the others; rope at their absolute positions) and
+ * writes them into its shard (gml_set_rows at run-time rows, as kv_cache.h),
+ * and every rank projects the queries of the step's last n_query tokens
+ * (rope at their positions) and attends them over its shard's keys: a
+ * partial [B, H, n_query, d_k + 2] (gml_flash_attn_partial: o, m, l). The
+ * partials go to one rank (gml_mpi_gather_f32: placed in rank order, no
+ * arithmetic), which merges them in rank order, finishes with the sinks and
+ * applies W_o (gml_shard_attn_out). The graphs are built once and computed
+ * at every position: positions, rows and valid lengths are run-time data
+ * that gml_kv_shard_step_compute fills.
+ *
+ *     gml_kv_shard *s = gml_kv_shard_new((gml_kv_shard_params){.batch = B, .n_kv_heads = G,
+ *         .d_k = D / H, .capacity = C, .rank = r, .n_ranks = P}, err, sizeof err);
+ *     // two one-token graphs: rank r writes the token's K, V (n_new 1) or only reads (0)
+ *     gml_kv_shard_step st = gml_kv_shard_step_new(ctx, s, owner ? 1 : 0, 1);
+ *     gml_tensor *part = gml_shard_attn_partial(ctx, &cfg, &w, owner ? x : NULL, x, &st);
+ *     ... build, plan; per token (x broadcast), on every rank:
+ *     gml_kv_shard_step_compute(&st, g, 1, threads, err, sizeof err); // the graph of
+ *     //   gml_kv_shard_owned(s, 1) new rows
+ *     gml_mpi_gather_f32(comm, part's data, n, parts, 0, err, sizeof err);
+ *     // rank 0: out = gml_shard_attn_out(ctx, &cfg, &w, parts, P)   [B, n_query, D]
+ *
+ * A prompt of T tokens is one step with n = T: each rank writes the prompt
+ * rows it holds and attends the last token's query (n_query 1), whose merged
+ * output is the prompt's last output.
+ *
+ * Numerics. The projections and rope are the single-process decode step's
+ * ops on the same rows (a prompt chunk of at most 4 rows takes the
+ * matrix-vector kernels instead of the GEMM: within rounding). The attention
+ * is flash_attn's split into the ranks' pieces, merged by the log-sum-exp
+ * merge in key order: within rounding of the single-process decode
+ * (tests/test_shard.c: within 1e-6 of the largest output, measured 2.9e-7,
+ * every ISA), the same bits on every run, thread count and timing (the
+ * order is fixed). One shard holding the whole context (P = 1, C = the
+ * single-process cache's length) gives the single-process decode step's
+ * bits on the fast ISAs: the same flash_attn decode kernels over the same
+ * keys. */
+
+/* One rank's shard of a sharded cache: B, G, d_k as gml_kv_cache_params;
+ * capacity C positions per rank, rank r of n_ranks (P C <= INT32_MAX). */
+typedef struct gml_kv_shard_params {
+    int64_t batch;   /* B */
+    int n_kv_heads;  /* G */
+    int64_t d_k;     /* per-head size of keys and values */
+    int64_t capacity; /* C: positions per rank */
+    gml_type type;   /* of K and V: GML_F32 (0), GML_F16 or GML_BF16 (rounded as they are
+                        written, as gml_kv_cache_params.type; the partials read them as
+                        flash_attn does) */
+    int rank, n_ranks;
+} gml_kv_shard_params;
+
+typedef struct gml_kv_shard gml_kv_shard;
+
+/* A shard of zeros, context length 0. NULL, with a message in err naming
+ * "kv_shard" and the bad value, on bad parameters or no memory. */
+gml_kv_shard *gml_kv_shard_new(gml_kv_shard_params p, char *err, size_t err_size);
+void gml_kv_shard_free(gml_kv_shard *s);
+gml_kv_shard_params gml_kv_shard_get_params(const gml_kv_shard *s);
+/* The shard's K and V, [B, G, C, d_k] of its type. */
+gml_tensor *gml_kv_shard_k(const gml_kv_shard *s);
+gml_tensor *gml_kv_shard_v(const gml_kv_shard *s);
+/* The whole context's length so far (all ranks: the next token's position). */
+int64_t gml_kv_shard_len(const gml_kv_shard *s);
+/* The first position this rank holds (rank C), and how many of the context's
+ * positions it holds now (0 .. C). */
+int64_t gml_kv_shard_first(const gml_kv_shard *s);
+int64_t gml_kv_shard_held(const gml_kv_shard *s);
+/* The rank holding position pos (pos / C), -1 past P C or below 0. */
+int gml_kv_shard_owner(const gml_kv_shard *s, int64_t pos);
+/* How many of the next n positions [L, L + n) this rank holds: the n_new
+ * of the step graph to compute for them. */
+int64_t gml_kv_shard_owned(const gml_kv_shard *s, int64_t n);
+/* Bytes of K and V: 2 B G C d_k times the type's size. */
+size_t gml_kv_shard_bytes(const gml_kv_shard *s);
+/* Keeps the first len positions of the context (0 <= len <= its length;
+ * else false, nothing changes); call it on every rank alike. */
+bool gml_kv_shard_truncate(gml_kv_shard *s, int64_t len);
+
+/* The run-time inputs of a step graph: n_new rows written by this rank, the
+ * last n_query tokens of the step attended (n_query >= 1). */
+typedef struct gml_kv_shard_step {
+    gml_kv_shard *shard;
+    int64_t n_new, n_query;
+    gml_tensor *new_pos; /* i32 [B, n_new]: absolute positions of the rows written (rope),
+                            "shard_new_pos"; NULL when n_new is 0 */
+    gml_tensor *rows;    /* i32 [B, n_new]: their rows in the shard, "shard_rows" */
+    gml_tensor *q_pos;   /* i32 [B, n_query]: the queries' absolute positions, "shard_q_pos" */
+    gml_tensor *lens;    /* i32 [B, n_query]: absolute valid lengths, min(q_pos + 1, rank C + C),
+                            "shard_lens" */
+} gml_kv_shard_step;
+
+/* Makes the step's inputs in ctx, flagged as inputs. On failure .q_pos is
+ * NULL and ctx holds the message (n_new outside [0, C], n_query < 1). */
+gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64_t n_new,
+                                        int64_t n_query);
+
+/* This rank's partial of a step:
+ *     x_new [B, n_new, D] (NULL when n_new is 0): K, V projected, rope at
+ *           new_pos, written into the shard at rows;
+ *     x_q   [B, n_query, D]: q projected, rope at q_pos, attended over the
+ *           shard's keys (after the write) with key0 = rank C
+ *     -> [B, H, n_query, d_k + 2] f32 contiguous (o, m, l), named "partial".
+ * cfg and w as for gml_attn_decode (kv_cache.h): self-attention, causal
+ * bottom-right, fused; window, softcap, ALiBi and rope apply at absolute
+ * positions; w->sinks is left to gml_shard_attn_out. G, d_k, B must be the
+ * shard's. NULL with a message on ctx naming "shard_attn" otherwise. */
+gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
+                                   const gml_attn_weights *w, gml_tensor *x_new, gml_tensor *x_q,
+                                   const gml_kv_shard_step *step);
+
+/* The block's output from the ranks' partials: parts f32 [P B, H, n_query,
+ * d_k + 2], rank r's partial in rows [r B, (r + 1) B) (as gml_mpi_gather_f32
+ * places them) -> merged in rank order (gml_attn_partial_merge), finished
+ * with w->sinks (gml_attn_partial_finish), through W_o (+ b_o): out [B,
+ * n_query, D], named "out". NULL with a message on ctx otherwise. */
+gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
+                               const gml_attn_weights *w, gml_tensor *parts, int n_ranks);
+
+/* The LLaMA layer (layers.h) as a sharded decode step: the rank's partial of
+ * the attention of RMSNorm(x) (rope at the positions, causal, cfg's window
+ * and softcap; x_new and x_q as gml_shard_attn_partial's, before the norm),
+ * and, on the merging rank, the layer's output from the partials and the
+ * step's queries' inputs x_q [B, n_query, D]:
+ *     h = x_q + W_o(merged attention)   out = h + MLP(RMSNorm(h))
+ * as gml_llama_decode computes them over one cache. NULL with a message on
+ * ctx ("shard_llama: ...") otherwise. */
+gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
+                                    const gml_llama_weights *w, gml_tensor *x_new, gml_tensor *x_q,
+                                    const gml_kv_shard_step *step);
+gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
+                                const gml_llama_weights *w, gml_tensor *parts, int n_ranks,
+                                gml_tensor *x_q);
+
+/* Fills the step's inputs for n new tokens at positions [L, L + n) (L =
+ * gml_kv_shard_len) and computes g, a graph holding the step's
+ * gml_shard_attn_partial; on success the context's length becomes L + n.
+ * Call it on every rank for every step (the length is kept by each).
+ * GML_ERR_INVALID with a message in err, nothing computed, when L + n
+ * passes P C ("the context of ... positions would pass the sharded cache's
+ * P x C = ..."), when this rank holds a number of those positions other
+ * than step->n_new, or n < n_query; compute failures pass through with
+ * gml_graph_error's message. */
+gml_status gml_kv_shard_step_compute(gml_kv_shard_step *step, gml_graph *g, int64_t n,
+                                     int n_threads, char *err, size_t err_size);
+
+/* MPI_Gather of n floats from every rank into root's recv (rank r's at
+ * recv + r n; recv may be NULL on the other ranks): no arithmetic, so the
+ * result does not depend on the MPI library's algorithm. GML_ERR_IO with
+ * the MPI error in err; GML_ERR_INVALID when n exceeds MPI's int count. */
+gml_status gml_mpi_gather_f32(MPI_Comm comm, const float *send, size_t n, float *recv, int root,
+                              char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
