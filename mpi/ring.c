@@ -19,15 +19,21 @@ struct gml_cp {
     MPI_Comm comm;
     int rank, P;
     bool llama;
-    int64_t B, T, D, H, G, dk, t0, n;
-    int64_t *start, *len; /* [P]: every rank's rows */
-    bool *use;            /* [P]: chunk c can reach this rank's queries */
+    gml_cp_layout layout;
+    int64_t B, T, D, H, G, dk, n; /* n: this rank's rows, over its segments */
+    int S, ns;            /* segments of the sequence (P, or 2P zigzag); this rank's (1 or 2) */
+    int64_t *seg0, *segn; /* [S]: segment i is rows [seg0[i], seg0[i] + segn[i]) */
+    int64_t *rows;        /* [P]: rank r's rows (its chunk's) */
+    int mine[2];          /* this rank's segments, ascending */
+    int64_t qoff[2];      /* their first row among the rank's rows */
+    bool *use;            /* [2 * S]: use[x * S + y]: my segment x can see segment y */
     float *x;             /* [B, n, D] the rank's input rows */
     float *q;             /* [B, H, n, dk] its queries, positioned */
     float *buf[2];        /* chunks in flight: K [B, G, m, dk] then V [B, G, m, dk] */
     size_t buf_floats;
     float *parts;         /* [P] partials [B, H, n, dk + 2] */
-    int32_t *pos;         /* [B, n] absolute positions t0 .. t0 + n - 1 */
+    int32_t *pos;         /* [B, n] absolute positions of the rank's rows */
+    int32_t *spos[2];     /* [B, n_x] those of each of its segments */
     gml_context *gctx;    /* no_alloc: every graph's tensors */
     gml_graph *proj, **part, *merge, *whole; /* whole: P = 1, the single-process block */
     gml_tensor *out;
@@ -52,9 +58,12 @@ void gml_cp_free(gml_cp *cp) {
     for (int c = 0; cp->part && c < cp->P; c++) gml_graph_free(cp->part[c]);
     free(cp->part);
     gml_free(cp->gctx);
-    free(cp->start);
-    free(cp->len);
+    free(cp->seg0);
+    free(cp->segn);
+    free(cp->rows);
     free(cp->use);
+    free(cp->spos[0]);
+    free(cp->spos[1]);
     free(cp->x);
     free(cp->q);
     free(cp->buf[0]);
@@ -109,18 +118,27 @@ static bool reaches(const gml_attn_config *cfg, int64_t s, int64_t m, int64_t t0
     return true;
 }
 
+/* Rank r's segments, ascending: {r}, or zigzag {r, 2P - 1 - r}; their count. */
+static int segments_of(const gml_cp *cp, int r, int sg[2]) {
+    sg[0] = r;
+    sg[1] = cp->S - 1 - r;
+    return cp->ns;
+}
+
 static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn_weights *aw,
-                      const gml_llama_config *lcfg, const gml_llama_weights *lw, int64_t B,
-                      int64_t T, int64_t D, char *err, size_t err_size);
+                      const gml_llama_config *lcfg, const gml_llama_weights *lw, gml_cp_layout layout,
+                      int64_t B, int64_t T, int64_t D, char *err, size_t err_size);
 
 gml_cp *gml_cp_attn_create(MPI_Comm comm, const gml_attn_config *cfg, const gml_attn_weights *w,
-                           int64_t B, int64_t T, int64_t D, char *err, size_t err_size) {
-    return create(comm, cfg, w, NULL, NULL, B, T, D, err, err_size);
+                           gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
+                           size_t err_size) {
+    return create(comm, cfg, w, NULL, NULL, layout, B, T, D, err, err_size);
 }
 
 gml_cp *gml_cp_llama_create(MPI_Comm comm, const gml_llama_config *cfg, const gml_llama_weights *w,
-                            int64_t B, int64_t T, int64_t D, char *err, size_t err_size) {
-    return create(comm, NULL, NULL, cfg, w, B, T, D, err, err_size);
+                            gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
+                            size_t err_size) {
+    return create(comm, NULL, NULL, cfg, w, layout, B, T, D, err, err_size);
 }
 
 /* Checks what the ring cannot do and what the single-process block would
@@ -132,9 +150,14 @@ static bool check(const gml_cp *cp, const gml_attn_config *acfg, const gml_attn_
     if (cp->B < 1 || cp->T < 1 || cp->D < 1)
         return cp_fail(err, size, CP ": sizes B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " must be >= 1",
                        cp->B, cp->T, cp->D), false;
-    if (cp->T < cp->P)
-        return cp_fail(err, size, CP ": %" PRId64 " rows of the sequence cannot be split over %d ranks: "
-                       "each rank needs a row (use at most %" PRId64 " ranks)", cp->T, cp->P, cp->T), false;
+    if (cp->layout != GML_CP_CONTIGUOUS && cp->layout != GML_CP_ZIGZAG)
+        return cp_fail(err, size, CP ": layout %d is not GML_CP_CONTIGUOUS or GML_CP_ZIGZAG", (int)cp->layout), false;
+    const int S = cp->layout == GML_CP_ZIGZAG ? 2 * cp->P : cp->P;
+    if (cp->T < S)
+        return cp_fail(err, size, CP ": %" PRId64 " rows of the sequence cannot be split over %d ranks%s: "
+                       "each %s needs a row (use at most %" PRId64 " ranks)", cp->T, cp->P,
+                       S > cp->P ? " in zigzag segments" : "", S > cp->P ? "of the 2P segments" : "rank",
+                       S > cp->P ? cp->T / 2 : cp->T), false;
     if (!cp->llama) {
         if (acfg->score.add_zero_attn || aw->bias_k || aw->bias_v)
             return cp_fail(err, size, CP ": %s is not supported (an extra key row outside the ring's "
@@ -185,8 +208,8 @@ static gml_tensor *proj_graph(gml_cp *cp, const gml_attn_config *cfg, const gml_
 }
 
 static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn_weights *aw,
-                      const gml_llama_config *lcfg, const gml_llama_weights *lw, int64_t B,
-                      int64_t T, int64_t D, char *err, size_t err_size) {
+                      const gml_llama_config *lcfg, const gml_llama_weights *lw, gml_cp_layout layout,
+                      int64_t B, int64_t T, int64_t D, char *err, size_t err_size) {
     char msg[1024] = "";
     gml_cp *cp = calloc(1, sizeof *cp);
     bool ok = cp != NULL;
@@ -196,7 +219,7 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
     MPI_Comm_size(comm, &P);
     if (ok) {
         *cp = (gml_cp){.comm = comm, .rank = rank, .P = P, .llama = lcfg != NULL || lw != NULL,
-                       .B = B, .T = T, .D = D};
+                       .layout = layout, .B = B, .T = T, .D = D};
         ok = check(cp, acfg, aw, lcfg, lw, msg, sizeof msg);
     }
     gml_attn_config cfg = {0};
@@ -210,21 +233,28 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
         cp->H = cfg.dims.n_heads;
         cp->G = cfg.dims.n_kv_heads ? cfg.dims.n_kv_heads : cp->H;
         cp->dk = D / cp->H;
-        cp->start = calloc((size_t)P, sizeof *cp->start);
-        cp->len = calloc((size_t)P, sizeof *cp->len);
-        cp->use = calloc((size_t)P, sizeof *cp->use);
+        cp->S = layout == GML_CP_ZIGZAG ? 2 * P : P;
+        cp->ns = layout == GML_CP_ZIGZAG ? 2 : 1;
+        cp->seg0 = calloc((size_t)cp->S, sizeof *cp->seg0);
+        cp->segn = calloc((size_t)cp->S, sizeof *cp->segn);
+        cp->rows = calloc((size_t)P, sizeof *cp->rows);
+        cp->use = calloc((size_t)(2 * cp->S), sizeof *cp->use);
         cp->part = calloc((size_t)P, sizeof *cp->part);
-        ok = cp->start && cp->len && cp->use && cp->part;
+        ok = cp->seg0 && cp->segn && cp->rows && cp->use && cp->part;
         if (!ok) snprintf(msg, sizeof msg, CP ": out of memory");
     }
     int64_t max_m = 0;
     if (ok) {
+        for (int i = 0; i < cp->S; i++) gml_tp_range(T, cp->S, i, &cp->seg0[i], &cp->segn[i]);
         for (int r = 0; r < P; r++) {
-            gml_tp_range(T, P, r, &cp->start[r], &cp->len[r]);
-            if (cp->len[r] > max_m) max_m = cp->len[r];
+            int sg[2];
+            const int k = segments_of(cp, r, sg);
+            for (int j = 0; j < k; j++) cp->rows[r] += cp->segn[sg[j]];
+            if (cp->rows[r] > max_m) max_m = cp->rows[r];
         }
-        cp->t0 = cp->start[rank];
-        cp->n = cp->len[rank];
+        segments_of(cp, rank, cp->mine);
+        cp->n = cp->rows[rank];
+        cp->qoff[1] = cp->ns == 2 ? cp->segn[cp->mine[0]] : 0;
         cp->buf_floats = (size_t)(2 * B * cp->G * max_m * cp->dk);
         if (cp->buf_floats > INT_MAX) {
             snprintf(msg, sizeof msg, CP ": a K/V chunk of %zu floats (2 B G T/P d_k) is more than one MPI "
@@ -233,28 +263,35 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
         }
     }
     const int64_t n = ok ? cp->n : 0, H = cp ? cp->H : 0, dk = cp ? cp->dk : 0;
+    const size_t slot = (size_t)(B * H * n * (dk + 2)); /* the partials of both my segments, per key segment */
     if (ok) {
         cp->x = malloc((size_t)(B * n * D) * sizeof(float));
         cp->pos = malloc((size_t)(B * n) * sizeof(int32_t));
+        for (int xs = 0; xs < cp->ns; xs++) cp->spos[xs] = malloc((size_t)(B * cp->segn[cp->mine[xs]]) * sizeof(int32_t));
         if (P > 1) {
             cp->q = malloc((size_t)(B * H * n * dk) * sizeof(float));
             cp->buf[0] = malloc(cp->buf_floats * sizeof(float));
             cp->buf[1] = malloc(cp->buf_floats * sizeof(float));
-            cp->parts = malloc((size_t)P * (size_t)(B * H * n * (dk + 2)) * sizeof(float));
+            cp->parts = malloc((size_t)cp->S * slot * sizeof(float));
         }
-        cp->gctx = gml_init((gml_init_params){.mem_size = (size_t)(256 + 16 * P) * gml_tensor_overhead(),
+        cp->gctx = gml_init((gml_init_params){.mem_size = (size_t)(256 + 48 * P) * gml_tensor_overhead(),
                                               .no_alloc = true});
-        ok = cp->x && cp->pos && cp->gctx && (P == 1 || (cp->q && cp->buf[0] && cp->buf[1] && cp->parts));
-        if (!ok) snprintf(msg, sizeof msg, CP ": out of memory for rows [%" PRId64 ", %" PRId64 ")",
-                          cp->t0, cp->t0 + n);
+        ok = cp->x && cp->pos && cp->spos[0] && (cp->ns == 1 || cp->spos[1]) && cp->gctx &&
+             (P == 1 || (cp->q && cp->buf[0] && cp->buf[1] && cp->parts));
+        if (!ok) snprintf(msg, sizeof msg, CP ": out of memory for %" PRId64 " rows", n);
     }
     if (ok) {
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t i = 0; i < n; i++) cp->pos[b * n + i] = (int32_t)(cp->t0 + i);
+        for (int xs = 0; xs < cp->ns; xs++) {
+            const int64_t t0 = cp->seg0[cp->mine[xs]], m = cp->segn[cp->mine[xs]];
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t i = 0; i < m; i++)
+                    cp->pos[b * n + cp->qoff[xs] + i] = cp->spos[xs][b * m + i] = (int32_t)(t0 + i);
+        }
         memset(cp->x, 0, (size_t)(B * n * D) * sizeof(float));
     }
     gml_context *c = ok ? cp->gctx : NULL;
     gml_tensor *x = ok ? over(c, GML_F32, 3, (int64_t[]){B, n, D}, cp->x, "x_rows") : NULL;
+    gml_tensor *fin[2] = {NULL, NULL}; /* each of my segments' heads [B, H, n_x, dk] */
     if (ok && P == 1) { /* the single process's graph, so its bits */
         if (cp->llama) {
             cp->out = gml_llama_layer(c, lcfg, lw, x, NULL);
@@ -269,42 +306,81 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
         gml_tensor *pos = over(c, GML_I32, 2, (int64_t[]){B, n}, cp->pos, "positions");
         ok = proj_graph(cp, &cfg, &w, lcfg, lw, x, pos, msg, sizeof msg) != NULL;
         gml_tensor *qin = ok ? over(c, GML_F32, 4, (int64_t[]){B, H, n, dk}, cp->q, "q") : NULL;
-        const gml_attn_opts opts = {
-            .positions = pos,
-            .causal = cfg.score.causal != GML_CAUSAL_NONE ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE,
-            .window = cfg.score.window, .softcap = cfg.score.softcap,
-            .alibi_max_bias = cfg.score.alibi_max_bias};
+        gml_tensor *qs[2] = {qin, NULL}, *ps[2] = {pos, NULL};
+        for (int xs = 0; ok && cp->ns == 2 && xs < 2; xs++) { /* each segment's queries: a view */
+            const int64_t m = cp->segn[cp->mine[xs]];
+            qs[xs] = gml_view(c, qin, 4, (int64_t[]){B, H, m, dk}, (size_t[]){qin->nb[0], qin->nb[1], qin->nb[2], qin->nb[3]},
+                              (size_t)cp->qoff[xs] * qin->nb[2]);
+            ps[xs] = over(c, GML_I32, 2, (int64_t[]){B, m}, cp->spos[xs], xs ? "positions[1]" : "positions[0]");
+            ok = qs[xs] && ps[xs];
+        }
         const float scale = cfg.score.scale ? cfg.score.scale : (float)(1.0 / sqrt((double)dk));
-        const size_t slot = (size_t)(B * H * n * (dk + 2));
-        gml_tensor *acc = NULL;
-        for (int ch = 0; ok && ch < P; ch++) { /* chunk ch arrives at step (rank - ch) mod P */
-            cp->use[ch] = reaches(&cfg, cp->start[ch], cp->len[ch], cp->t0, n);
-            if (!cp->use[ch]) continue;
+        gml_tensor *acc[2] = {NULL, NULL};
+        size_t xoff[2] = {0, (size_t)(B * H * cp->qoff[1] * (dk + 2))}; /* my segment's place in a slot */
+        for (int ch = 0; ok && ch < P; ch++) { /* chunk ch (rank ch's rows) arrives at step (rank - ch) mod P */
             const int step = (rank - ch + P) % P;
-            const int64_t m = cp->len[ch];
+            const int64_t m = cp->rows[ch];
             float *kv = cp->buf[step % 2];
             char name[GML_MAX_NAME];
-            snprintf(name, sizeof name, "k[%" PRId64 "+%" PRId64 "]", cp->start[ch], m);
+            snprintf(name, sizeof name, "k[rank %d]", ch);
             gml_tensor *k = over(c, GML_F32, 4, (int64_t[]){B, cp->G, m, dk}, kv, name);
-            snprintf(name, sizeof name, "v[%" PRId64 "+%" PRId64 "]", cp->start[ch], m);
+            snprintf(name, sizeof name, "v[rank %d]", ch);
             gml_tensor *v = over(c, GML_F32, 4, (int64_t[]){B, cp->G, m, dk}, kv + B * cp->G * m * dk, name);
-            gml_tensor *p = gml_flash_attn_partial(c, qin, k, v, scale, &opts, cp->start[ch]);
-            if (!p) {
+            int ys[2];
+            const int ny = segments_of(cp, ch, ys);
+            gml_tensor *outs[4];
+            int n_out = 0;
+            for (int j = 0, koff = 0; ok && j < ny; koff += (int)cp->segn[ys[j]], j++) {
+                const int y = ys[j];
+                gml_tensor *ky = k, *vy = v;
+                if (ny == 2) { /* the segment's keys: views of the chunk */
+                    const int64_t e[4] = {B, cp->G, cp->segn[y], dk};
+                    ky = gml_view(c, k, 4, e, (size_t[]){k->nb[0], k->nb[1], k->nb[2], k->nb[3]}, (size_t)koff * k->nb[2]);
+                    vy = gml_view(c, v, 4, e, (size_t[]){v->nb[0], v->nb[1], v->nb[2], v->nb[3]}, (size_t)koff * v->nb[2]);
+                }
+                for (int xs = 0; ok && xs < cp->ns; xs++) {
+                    const int xg = cp->mine[xs];
+                    cp->use[xs * cp->S + y] = reaches(&cfg, cp->seg0[y], cp->segn[y], cp->seg0[xg], cp->segn[xg]);
+                    if (!cp->use[xs * cp->S + y]) continue;
+                    const gml_attn_opts opts = {
+                        .positions = ps[xs],
+                        .causal = cfg.score.causal != GML_CAUSAL_NONE ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE,
+                        .window = cfg.score.window, .softcap = cfg.score.softcap,
+                        .alibi_max_bias = cfg.score.alibi_max_bias};
+                    gml_tensor *pt = gml_flash_attn_partial(c, qs[xs], ky, vy, scale, &opts, cp->seg0[y]);
+                    if (!pt) {
+                        snprintf(msg, sizeof msg, "%s", gml_last_error(c));
+                        ok = false;
+                        break;
+                    }
+                    pt->data = cp->parts + (size_t)y * slot + xoff[xs]; /* kept until the merge */
+                    snprintf(name, sizeof name, "partial[%d][%d]", xg, y);
+                    outs[n_out++] = gml_set_name(pt, name);
+                }
+            }
+            if (ok && n_out) {
+                cp->part[ch] = planned(c, outs, n_out, msg, sizeof msg);
+                ok = cp->part[ch] != NULL;
+            }
+        }
+        for (int xs = 0; ok && xs < cp->ns; xs++) { /* key order: segment 0, 1, ... */
+            const int64_t m = cp->segn[cp->mine[xs]];
+            for (int y = 0; ok && y < cp->S; y++) {
+                if (!cp->use[xs * cp->S + y]) continue;
+                char name[GML_MAX_NAME];
+                snprintf(name, sizeof name, "kept[%d][%d]", cp->mine[xs], y);
+                /* the merge graph reads the kept partial as a leaf */
+                gml_tensor *in = over(c, GML_F32, 4, (int64_t[]){B, H, m, dk + 2}, cp->parts + (size_t)y * slot + xoff[xs], name);
+                acc[xs] = acc[xs] ? gml_attn_partial_merge(c, acc[xs], in) : in;
+            }
+            fin[xs] = gml_attn_partial_finish(c, acc[xs], w.sinks); /* [B, H, m, dk] */
+            if (!fin[xs]) {
                 snprintf(msg, sizeof msg, "%s", gml_last_error(c));
                 ok = false;
-                break;
             }
-            p->data = cp->parts + (size_t)ch * slot; /* kept until the merge */
-            snprintf(name, sizeof name, "partial[%d]", ch);
-            gml_set_name(p, name);
-            cp->part[ch] = planned(c, &p, 1, msg, sizeof msg);
-            ok = cp->part[ch] != NULL;
-            /* the merge graph reads the kept partial as a leaf */
-            gml_tensor *in = over(c, GML_F32, 4, (int64_t[]){B, H, n, dk + 2}, p->data, name);
-            acc = acc ? gml_attn_partial_merge(c, acc, in) : in; /* key order: chunk 0, 1, ... */
         }
         if (ok) {
-            gml_tensor *heads = gml_attn_partial_finish(c, acc, w.sinks); /* [B, H, n, dk] */
+            gml_tensor *heads = cp->ns == 1 ? fin[0] : gml_concat(c, fin[0], fin[1], 2); /* [B, H, n, dk] */
             gml_tensor *att = heads ? gml_attn_merge(c, &w, heads) : NULL; /* [B, n, D] */
             if (att && cp->llama) {
                 const float eps = lcfg->rms_eps != 0 ? lcfg->rms_eps : 1e-6f;
@@ -328,9 +404,23 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
     return cp;
 }
 
-void gml_cp_rows(const gml_cp *cp, int64_t *t0, int64_t *n) {
-    *t0 = cp ? cp->t0 : 0;
-    *n = cp ? cp->n : 0;
+int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2], int64_t n[2]) {
+    if (layout != GML_CP_ZIGZAG) {
+        gml_tp_range(T, P, r, &t0[0], &n[0]);
+        return 1;
+    }
+    gml_tp_range(T, 2 * P, r, &t0[0], &n[0]);
+    gml_tp_range(T, 2 * P, 2 * P - 1 - r, &t0[1], &n[1]);
+    return 2;
+}
+
+int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]) {
+    if (!cp) return 0;
+    for (int xs = 0; xs < cp->ns; xs++) {
+        t0[xs] = cp->seg0[cp->mine[xs]];
+        n[xs] = cp->segn[cp->mine[xs]];
+    }
+    return cp->ns;
 }
 
 float *gml_cp_input(gml_cp *cp) { return cp ? cp->x : NULL; }
@@ -383,14 +473,14 @@ gml_status gml_cp_run(gml_cp *cp, int n_threads, gml_cp_stats *stats, char *err,
             }
             if (s + 1 < P) { /* the next exchange, posted before computing on this chunk */
                 const int in = (r - s - 1 + P) % P;
-                int rc = MPI_Irecv(cp->buf[(s + 1) % 2], (int)(per * cp->len[in]), MPI_FLOAT, prev, s,
+                int rc = MPI_Irecv(cp->buf[(s + 1) % 2], (int)(per * cp->rows[in]), MPI_FLOAT, prev, s,
                                    cp->comm, &req[0]);
                 if (rc == MPI_SUCCESS)
-                    rc = MPI_Isend(cp->buf[s % 2], (int)(per * cp->len[ch]), MPI_FLOAT, next, s, cp->comm, &req[1]);
+                    rc = MPI_Isend(cp->buf[s % 2], (int)(per * cp->rows[ch]), MPI_FLOAT, next, s, cp->comm, &req[1]);
                 if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Isend/MPI_Irecv", err, err_size);
-                st.bytes_sent += (double)(per * cp->len[ch]) * sizeof(float);
+                st.bytes_sent += (double)(per * cp->rows[ch]) * sizeof(float);
             }
-            if (cp->use[ch]) {
+            if (cp->part[ch]) {
                 char what[64];
                 snprintf(what, sizeof what, "the partial of chunk %d", ch);
                 compute(cp->part[ch], n_threads, &ok, msg, sizeof msg, what, &st.compute_ms);

@@ -13,6 +13,7 @@
 #   gqa     G < H (G = 2, 1), rope, softcap, window; a PyTorch fixture
 #   llama   the LLaMA layer on PyTorch fixtures (tests/fixtures/layers: GQA, biases,
 #           sinks, softcap, window), and random weights; B > 1
+#   zigzag  the load-balanced layout (--zigzag): mha, gqa, llama, a torch fixture
 #   faults  a truncated weights file on one rank: every rank exits non-zero naming
 #           that rank and the cause, no hang; more ranks than rows; usage errors
 #
@@ -65,9 +66,10 @@ same() {
 
 # ref NAME ARGS...: the single-process output of run-graph ARGS into $tmp/NAME.ref.npy.
 ref() {
-    local name=$1
+    local name=$1 a args=()
     shift
-    "$rg" "$@" --output "$tmp/$name.ref.npy" >/dev/null || fail "$name: the single-process run failed"
+    for a in "$@"; do [[ $a == --zigzag ]] || args+=("$a"); done # one layout in one process
+    "$rg" "${args[@]}" --output "$tmp/$name.ref.npy" >/dev/null || fail "$name: the single-process run failed"
 }
 
 # at NAME "P..." ARGS...: the single-process reference, then each P of the list (1e-6).
@@ -135,18 +137,17 @@ L=$fx/layers
 case $group in
 mha)
     at mha_causal "1 2 3 4" mha --seq 13 --d-model 96 --heads 8 --causal
-    again mha_causal 3 mha --seq 13 --d-model 96 --heads 8 --causal
     at mha_full 3 mha --seq 10 --d-model 64 --heads 4
     # rank 3's rows 15..20 cannot see chunk 0 (rows 0..4) through a window of 5: skipped
     at mha_rope_window 4 mha --batch 1 --seq 21 --d-model 64 --heads 4 --rope --window 5
-    at mha_sinks_alibi "1 4" mha --seq 11 --d-model 64 --heads 4 --sinks --alibi
+    at mha_sinks_alibi 4 mha --seq 11 --d-model 64 --heads 4 --sinks --alibi
     at mha_alibi_causal 3 mha --seq 11 --d-model 64 --heads 4 --alibi --causal --rope
     differs "ALiBi against a reference without it" "$tmp/mha_full.ref.npy" 2 mha --seq 10 --d-model 64 \
         --heads 4 --alibi
     # mapped weights and an input file (a PyTorch fixture: also within its tolerance of torch)
     file=(mha --heads 4 --causal --weights "$fx/mha_bias_causal/weights.safetensors"
           --input "$fx/mha_bias_causal/x.npy")
-    at mha_file "1 3" "${file[@]}"
+    at mha_file 3 "${file[@]}"
     same mha_file_vs_torch "$fx/mha_bias_causal/out.npy" 1e-5 4 "${file[@]}"
     ;;
 gqa)
@@ -159,7 +160,7 @@ gqa)
 llama)
     # PyTorch fixtures (tests/fixtures/layers): GQA, q/k/v/o biases with 5 heads, sinks,
     # softcap, a window
-    for c in "llama_gqa:1 2 3 4:3" "llama_mha_bias:3:2" "llama_sinks:4:4" "llama_softcap:2:2" \
+    for c in "llama_gqa:1 2 4:3" "llama_mha_bias:3:2" "llama_sinks:4:4" "llama_softcap:2:2" \
         "llama_window:3:4"; do
         IFS=: read -r name nps torch_np <<<"$c"
         read -ra args <"$L/$name/args"
@@ -169,7 +170,19 @@ llama)
         same "${name}_vs_torch" "$L/$name/out.npy" 1e-5 "$torch_np" "${args[@]}"
     done
     at llama_random "1 3" llama --batch 2 --seq 11 --d-model 128 --heads 8 --kv-heads 2
-    again llama_random 2 llama --batch 2 --seq 11 --d-model 128 --heads 8 --kv-heads 2
+
+    ;;
+zigzag)
+    # the load-balanced layout (rank r: segments r and 2P-1-r of 2P): causal, a window
+    # skipping segment pairs with ALiBi and sinks, GQA, the LLaMA layer (and torch's)
+    at mha_zigzag "2 4" mha --seq 13 --d-model 96 --heads 8 --causal --zigzag
+    again mha_zigzag 3 mha --seq 13 --d-model 96 --heads 8 --causal --zigzag
+    at mha_zigzag_window 3 mha --batch 1 --seq 21 --d-model 64 --heads 4 --rope --window 5 --alibi --sinks --zigzag
+    at gqa_zigzag 3 gqa --seq 17 --d-model 128 --heads 8 --kv-heads 2 --causal --rope --softcap 20 --zigzag
+    at llama_zigzag 4 llama --batch 2 --seq 11 --d-model 128 --heads 8 --kv-heads 2 --zigzag
+    read -ra args <"$L/llama_gqa/args"
+    args=("${args[@]//weights.safetensors/$L/llama_gqa/weights.safetensors}")
+    same llama_gqa_zigzag_vs_torch "$L/llama_gqa/out.npy" 1e-5 2 "${args[@]//x.npy/$L/llama_gqa/x.npy}" --zigzag
     ;;
 faults)
     w=$L/llama_gqa/weights.safetensors
@@ -189,6 +202,9 @@ faults)
         --heads 6 --weights "$w" --threads 1 --parallel context
     refuse "more ranks than rows" nz "rank 0 \(and 3 more\): context_parallel: 3 rows of the sequence cannot be split over 4 ranks" \
         "${mpi[@]}" -np 4 "$rg" mha --seq 3 --d-model 32 --heads 2 --threads 1 --parallel context
+    refuse "zigzag: more ranks than half the rows" nz "cannot be split over 3 ranks in zigzag segments" \
+        "${mpi[@]}" -np 3 "$rg" mha --seq 5 --d-model 32 --heads 2 --threads 1 --zigzag --parallel context
+    refuse "--zigzag in heads mode" 2 "--zigzag: not a flag of --parallel heads" "$rg" mha --zigzag --parallel heads
     refuse "the block's own check (odd head size)" nz "rank 0 \(and 1 more\): llama: head_dim 9 .*must be even" \
         "${mpi[@]}" -np 2 "$rg" llama --seq 8 --d-model 36 --heads 4 --threads 1 --parallel context
     refuse "--sinks without the weight" nz "--sinks needs the weight 'sinks'" "${mpi[@]}" -np 2 "$rg" mha \

@@ -160,6 +160,10 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
             *(f[2] == 's' ? &o->sinks : &o->alibi) = true;
             continue;
         }
+        if (context && !strcmp(f, "--zigzag")) {
+            o->zigzag = true;
+            continue;
+        }
         static const char *const VALUE[] = {"--weights", "--input", "--output", "--isa", "--batch",
                                             "--seq", "--d-model", "--ffn", "--window", "--heads",
                                             "--kv-heads", "--threads", "--repeat", "--seed",

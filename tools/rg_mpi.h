@@ -22,6 +22,7 @@ typedef struct popts {
     uint64_t seed;
     bool context;      /* --parallel context (set before parsing) */
     bool sinks, alibi; /* --sinks, --alibi (mha, gqa; context only) */
+    bool zigzag;       /* --zigzag (context only): the load-balanced layout */
 } popts;
 
 /* One rank's state (the heads mode's graphs at the end). */

@@ -41,6 +41,8 @@ static void help(void) {
            "                     (mha, gqa: as run-graph's; llama is causal with rope, sinks\n"
            "                     from its weights; --window --softcap --rope-theta --rms-eps)\n"
            "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
+           "  --zigzag           the load-balanced layout for causal attention: 2P segments,\n"
+           "                     rank r holds segments r and 2P-1-r (T >= 2P)\n"
            "  --repeat N         one warm-up, then N timed runs; --isa NAME\n");
 }
 
@@ -55,43 +57,46 @@ int rg_mpi_default_threads(void) {
     return cores / n_local < 1 ? 1 : cores / n_local > 512 ? 512 : (int)(cores / n_local);
 }
 
+static gml_cp_layout layout_of(const prun *r) { return r->o.zigzag ? GML_CP_ZIGZAG : GML_CP_CONTIGUOUS; }
+
 /* The runner for the block the options ask for. */
 static gml_cp *make_runner(prun *r, char *msg, size_t size) {
     const popts *o = &r->o;
     if (o->kind == K_LLAMA) {
         gml_llama_config lc = {.n_heads = r->H, .n_kv_heads = r->G, .rope_theta = o->rope_theta,
                                .rms_eps = o->rms_eps, .window = o->window, .softcap = o->softcap};
-        return gml_cp_llama_create(MPI_COMM_WORLD, &lc, &r->lw, r->B, r->T, r->D, msg, size);
+        return gml_cp_llama_create(MPI_COMM_WORLD, &lc, &r->lw, layout_of(r), r->B, r->T, r->D, msg, size);
     }
     gml_attn_config cfg = {
         .dims = {.d_model = r->D, .n_heads = r->H, .n_kv_heads = r->G},
         .score = {.causal = o->causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE, .window = o->window,
                   .softcap = o->softcap, .alibi_max_bias = o->alibi ? 8.0f : 0.0f},
         .pos = {.kind = o->rope ? GML_POS_ROPE : GML_POS_NONE, .rope.theta = o->rope_theta}};
-    return gml_cp_attn_create(MPI_COMM_WORLD, &cfg, &r->aw, r->B, r->T, r->D, msg, size);
+    return gml_cp_attn_create(MPI_COMM_WORLD, &cfg, &r->aw, layout_of(r), r->B, r->T, r->D, msg, size);
 }
 
-/* Rank 0: every rank's output rows [B, n_r, D] into out [B, T, D], in rank order. */
+/* Rank 0: every rank's output rows [B, n_r, D] (its ranges in order) into out
+ * [B, T, D], in rank order. */
 static bool gather(const prun *r, const gml_cp *cp, float *out, char *msg, size_t size) {
     const int64_t B = r->B, T = r->T, D = r->D;
-    int64_t t0, n;
-    gml_cp_rows(cp, &t0, &n);
+    int64_t t0[2], n[2];
+    const int k = gml_cp_rows(cp, t0, n);
     const float *mine = gml_cp_output(cp);
     if (r->rank != 0) {
-        int rc = MPI_Send(mine, (int)(B * n * D), MPI_FLOAT, 0, 7, MPI_COMM_WORLD);
+        int rc = MPI_Send(mine, (int)(B * (n[0] + (k > 1 ? n[1] : 0)) * D), MPI_FLOAT, 0, 7, MPI_COMM_WORLD);
         return rc == MPI_SUCCESS || (snprintf(msg, size, "MPI_Send of the output rows failed"), false);
     }
     int64_t most = 0;
     for (int q = 0; q < r->P; q++) {
-        int64_t a, m;
-        gml_tp_range(T, r->P, q, &a, &m);
+        const int kq = gml_cp_rows_of(T, r->P, q, layout_of(r), t0, n);
+        const int64_t m = n[0] + (kq > 1 ? n[1] : 0);
         most = m > most ? m : most;
     }
     float *tmp = malloc((size_t)(B * most * D) * sizeof *tmp);
     if (!tmp) return snprintf(msg, size, "out of memory for the output rows"), false;
     for (int q = 0; q < r->P; q++) {
-        int64_t a, m;
-        gml_tp_range(T, r->P, q, &a, &m);
+        const int kq = gml_cp_rows_of(T, r->P, q, layout_of(r), t0, n);
+        const int64_t m = n[0] + (kq > 1 ? n[1] : 0);
         const float *src = mine;
         if (q > 0) {
             if (MPI_Recv(tmp, (int)(B * m * D), MPI_FLOAT, q, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -101,7 +106,8 @@ static bool gather(const prun *r, const gml_cp *cp, float *out, char *msg, size_
             src = tmp;
         }
         for (int64_t b = 0; b < B; b++)
-            memcpy(out + (b * T + a) * D, src + b * m * D, (size_t)(m * D) * sizeof *out);
+            for (int j = 0, off = 0; j < kq; off += (int)n[j], j++)
+                memcpy(out + (b * T + t0[j]) * D, src + (b * m + off) * D, (size_t)(n[j] * D) * sizeof *out);
     }
     free(tmp);
     return true;
@@ -110,16 +116,18 @@ static bool gather(const prun *r, const gml_cp *cp, float *out, char *msg, size_
 static void rows_text(const prun *r, char *buf, size_t size) {
     size_t k = (size_t)snprintf(buf, size, "rows");
     for (int q = 0; q < r->P && k < size; q++) {
-        int64_t a, m;
-        gml_tp_range(r->T, r->P, q, &a, &m);
-        k += (size_t)snprintf(buf + k, size - k, "%s%" PRId64, q ? "+" : " ", m);
+        int64_t t0[2], n[2];
+        const int kq = gml_cp_rows_of(r->T, r->P, q, layout_of(r), t0, n);
+        k += (size_t)snprintf(buf + k, size - k, "%s%" PRId64, q ? "+" : " ", n[0] + (kq > 1 ? n[1] : 0));
     }
     const bool causal = r->o.kind == K_LLAMA || r->o.causal || r->o.window;
     if (k < size)
-        snprintf(buf + k, size - k, ", K/V ring of %d step%s, %s", r->P - 1, r->P == 2 ? "" : "s",
-                 r->P == 1   ? "one rank: the single-process graph"
-                 : causal    ? "causal: rank r computes chunks 0..r only"
-                             : "every rank computes every chunk");
+        snprintf(buf + k, size - k, "%s, K/V ring of %d step%s, %s", r->o.zigzag ? " (zigzag: segments r and 2P-1-r)" : "",
+                 r->P - 1, r->P == 2 ? "" : "s",
+                 r->P == 1      ? "one rank: the single-process graph"
+                 : !causal      ? "every rank computes every chunk"
+                 : r->o.zigzag  ? "causal: segment pairs out of sight skipped"
+                                : "causal: rank r computes chunks 0..r only");
 }
 
 /* Rank 0: checked, written, reported. */
@@ -240,12 +248,14 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
         MPI_Bcast(&r.random_input, 1, MPI_C_BOOL, 0, MPI_COMM_WORLD);
         if (gml_mpi_bcast_f32(MPI_COMM_WORLD, whole->data, n, 0, msg, sizeof msg) != GML_OK)
             ok = rg_fail(&e, RG_RUNTIME, "%s", msg);
-        int64_t t0, rows;
-        gml_cp_rows(cp, &t0, &rows);
+        int64_t t0[2], rows[2];
+        const int k = gml_cp_rows(cp, t0, rows);
+        const int64_t n_rows = rows[0] + (k > 1 ? rows[1] : 0);
         float *in = gml_cp_input(cp);
         for (int64_t b = 0; ok && b < r.B; b++)
-            memcpy(in + b * rows * r.D, (float *)whole->data + (b * r.T + t0) * r.D,
-                   (size_t)(rows * r.D) * sizeof(float));
+            for (int j = 0, off = 0; j < k; off += (int)rows[j], j++)
+                memcpy(in + (b * n_rows + off) * r.D, (float *)whole->data + (b * r.T + t0[j]) * r.D,
+                       (size_t)(rows[j] * r.D) * sizeof(float));
     }
     gml_free(xctx);
     /* 5. the runs: one warm-up when timing several */
