@@ -37,7 +37,7 @@ fail() {
 run() {
     local np=$1 out=$2
     shift 2
-    timeout 30 "${mpi[@]}" -np "$np" "$rg" "$@" --threads 1 --output "$out" --parallel context >"$tmp/log" 2>&1
+    timeout 60 "${mpi[@]}" -np "$np" "$rg" "$@" --threads 1 --output "$out" --parallel context >"$tmp/log" 2>&1
 }
 
 # same NAME WANT.npy TOL P ARGS...: run, then mpi_check against WANT (P = 1 against
@@ -118,10 +118,10 @@ refuse() {
     local name=$1 status=$2 pattern=$3
     shift 3
     checks=$((checks + 1))
-    timeout 30 "$@" >"$tmp/log" 2>&1
+    timeout 60 "$@" >"$tmp/log" 2>&1
     local rc=$?
     if [[ $rc == 124 ]]; then
-        fail "$name: still running after 30 s (a hang)"
+        fail "$name: still running after 60 s (a hang)"
     elif [[ $status == nz && $rc == 0 ]] || [[ $status != nz && $rc != "$status" ]]; then
         fail "$name: exit status $rc, expected $status"
         tail -n 5 "$tmp/log"
