@@ -11,6 +11,7 @@
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
  *   rg_mpi.c     --parallel heads: mha, gqa, llama split over MPI ranks (GGMLITE_MPI)
+ *   rg_mpi_ring.c --parallel context: the prompt split by rows, ring attention (rg_mpi.h)
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
