@@ -12,8 +12,7 @@
 #           sinks; random weights with uneven MLP rows
 #   faults  a truncated weights file or another model's weights on one rank: every
 #           rank exits non-zero naming that rank and the cause, no hang; usage errors
-#   off     (a build without MPI) --parallel heads says how to build it; --parallel
-#           context is not implemented yet
+#   off     (a build without MPI) --parallel heads and context say how to build it
 #
 # Every mpirun is oversubscribed (P may exceed the cores) and, as root, allowed
 # to run as root; each has a time limit, so a hang fails instead of waiting.
@@ -157,15 +156,15 @@ faults)
     refuse "more ranks than heads" nz "heads 4 cannot be split over 5 ranks" "${mpi[@]}" -np 5 "$rg" mha \
         --heads 4 --threads 1 --parallel heads
     refuse "ALiBi refused" 2 "not a flag of --parallel heads" "$rg" mha --alibi --parallel heads
-    refuse "--parallel context" 2 "--parallel context: not implemented yet.*issue 15" "$rg" mha \
-        --parallel context
+    refuse "--parallel context --decode of llama" 2 "--parallel context --decode runs mha or gqa, not 'llama'" \
+        "$rg" llama --decode 2 --parallel context
     refuse "no model" 2 "give the MODEL: mha, gqa or llama" "$rg" --parallel heads
     refuse "bert" 2 "runs mha, gqa or llama, not 'bert'" "$rg" bert --parallel heads
     ;;
 off)
     refuse "--parallel heads without MPI" 2 "built without MPI.*-DGGMLITE_MPI=ON" "$rg" mha --parallel heads
-    refuse "--parallel context" 2 "--parallel context: not implemented yet.*issue 15" "$rg" mha \
-        --parallel context
+    refuse "--parallel context without MPI" 2 "context: this run-graph was built without MPI.*-DGGMLITE_MPI=ON" \
+        "$rg" mha --parallel context
     refuse "--parallel bogus" 2 "'ring' is not heads or context" "$rg" mha --parallel=ring
     ;;
 *)

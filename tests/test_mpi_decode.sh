@@ -169,7 +169,7 @@ faults)
         --parallel=context
     ;;
 off)
-    refuse "--parallel context --decode without MPI" 2 "--parallel context --decode: this run-graph was built without MPI" \
+    refuse "--parallel context --decode without MPI" 2 "--parallel context: this run-graph was built without MPI" \
         "$rg" mha --decode 4 --parallel context
     ;;
 *)

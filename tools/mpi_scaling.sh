@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's head-parallel scaling table (README "Beyond one machine: MPI"):
-# run-graph --parallel heads at P = 1 and P = 2 ranks of 1 thread each against
-# one process of 2 threads, on C5 (GQA B=1 T=1024 D=1024 H=16 G=4) and the
+# The README's scaling table (README "Beyond one machine: MPI"): run-graph
+# --parallel heads (and, the last four rows, --parallel context: the prompt split
+# by rows, ring attention, the last also --zigzag) at P = 1 and P = 2 ranks of 1
+# thread each against one process of 2 threads, on C5 (GQA B=1 T=1024 D=1024 H=16 G=4) and the
 # LLaMA layer at C5's sizes (F = 2736), prompt (T = 1024) and one token
 # (T = 1). Rows are interleaved: each round runs every configuration once
 # (run-graph --repeat REPEAT, its median); the table gives the median over
@@ -14,10 +15,14 @@ rg=${1:-build-mpi}/tools/run-graph
 rounds=${2:-5} rep=${3:-5}
 mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 [[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
-cases=("C5 GQA T=1024|gqa --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
-       "LLaMA layer T=1024|llama --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
-       "C5 GQA T=1|gqa --batch 1 --seq 1 --d-model 1024 --heads 16 --kv-heads 4"
-       "LLaMA layer T=1|llama --batch 1 --seq 1 --d-model 1024 --heads 16 --kv-heads 4")
+cases=("C5 GQA T=1024|heads|gqa --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
+       "LLaMA layer T=1024|heads|llama --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
+       "C5 GQA T=1|heads|gqa --batch 1 --seq 1 --d-model 1024 --heads 16 --kv-heads 4"
+       "LLaMA layer T=1|heads|llama --batch 1 --seq 1 --d-model 1024 --heads 16 --kv-heads 4"
+       "C5 GQA T=1024, context|context|gqa --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
+       "C5 GQA T=1024 causal, context|context|gqa --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4 --causal"
+       "LLaMA layer T=1024, context|context|llama --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4"
+       "LLaMA layer T=1024, context zigzag|context|llama --batch 1 --seq 1024 --d-model 1024 --heads 16 --kv-heads 4|--zigzag")
 configs=("1 process, 2 threads" "P=1 x 1 thread" "P=2 x 1 thread")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -59,15 +64,17 @@ fi
 
 for ((r = 0; r < rounds; r++)); do
     for ((c = 0; c < ${#cases[@]}; c++)); do
-        read -ra args <<<"${cases[c]#*|}"
+        IFS='|' read -r _ mode rest extra <<<"${cases[c]}"
+        read -ra args <<<"$rest"
+        read -ra more <<<"$extra" # flags of the MPI runs only
         "$rg" "${args[@]}" --threads 2 --repeat "$rep" | awk '/^time/ {print $2}' >>"$tmp/$c.0"
-        for np in 1 2; do
-            "${mpi[@]}" -np "$np" "$rg" "${args[@]}" --threads 1 --repeat "$rep" --parallel heads |
-                awk '/^time/ {t = $2} /^sums/ {print t, $8, $13}' >>"$tmp/$c.$np"
+        for np in 1 2; do # heads: rank 0's time in the sums and waiting before them; context: rank 0's
+            "${mpi[@]}" -np "$np" "$rg" "${args[@]}" "${more[@]}" --threads 1 --repeat "$rep" --parallel "$mode" |
+                awk '/^time/ {t = $2} /^sums/ {print t, $8, $13} /^ring/ {print t, $14, $25}' >>"$tmp/$c.$np"
         done
     done
 done
-printf '| case | %s | %s | %s | P=2 vs 2 threads | P=2: sums, waiting (rank 0) |\n' "${configs[@]}"
+printf '| case | %s | %s | %s | P=2 vs 2 threads | P=2: sums, waiting (rank 0); context: rank 0 waiting, the most any rank waited |\n' "${configs[@]}"
 printf '| --- | ---: | ---: | ---: | ---: | ---: |\n'
 for ((c = 0; c < ${#cases[@]}; c++)); do
     t0=$(median <"$tmp/$c.0")

@@ -12,7 +12,7 @@ BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
 # compiles the installed headers as C++ too.
 TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils pkg-config g++)
 BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
-MPI_PKGS=(openmpi-bin libopenmpi-dev) # run-graph --parallel heads (-DGGMLITE_MPI=ON)
+MPI_PKGS=(openmpi-bin libopenmpi-dev) # run-graph --parallel heads|context (-DGGMLITE_MPI=ON)
 JOBS=$(nproc)
 
 install_missing() {
@@ -55,12 +55,13 @@ memcheck() {
 }
 
 # mpi: one more Release build, with -DGGMLITE_MPI=ON, of what the MPI tests run
-# (run-graph, mpi_check, loading_files), and those tests (label mpi: mpirun at P = 1..4).
+# (run-graph, mpi_check, loading_files and the in-process tests test_tp, test_shard,
+# test_ring), and those tests (label mpi: mpirun at P = 1..4; test_install_mpi).
 mpi() {
     echo "== mpi (gcc, Open MPI)"
     cmake -S . -B build-mpi -G Ninja -DGGMLITE_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_MPI=ON >/dev/null
-    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp test_shard
+    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp test_shard test_ring
     ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
 }
 

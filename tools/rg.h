@@ -10,8 +10,9 @@
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
- *   rg_mpi.c     --parallel heads: mha, gqa, llama split over MPI ranks (GGMLITE_MPI)
+ *   rg_mpi.c     --parallel: the dispatch, and heads (mha, gqa, llama split by heads; GGMLITE_MPI)
  *   rg_mpi_decode.c  --parallel context --decode: the KV cache sharded by position (GGMLITE_MPI)
+ *   rg_mpi_ring.c --parallel context: the prompt split by rows, ring attention (rg_mpi.h)
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,

@@ -12,10 +12,9 @@
  * rank is followed by a status exchange, so every rank stops with "rank R:
  * <cause>" instead of waiting for a partner that will not come.
  *
- * --parallel context is the issue's second part (it needs flash_attn's
- * partial results and their merge): a "not implemented yet" error for now.
- * With --decode it is rg_mpi_decode.c's: decoding with the KV cache sharded by
- * position (rg_parallel_main hands it argv).
+ * --parallel context is rg_mpi_ring.c's (the prompt split by rows, ring
+ * attention) and, with --decode, rg_mpi_decode.c's (decoding with the KV
+ * cache sharded by position): rg_parallel_main hands them argv.
  * Built without -DGGMLITE_MPI=ON, --parallel says how to build it. main hands
  * argv here when --parallel is among the arguments (rg_parallel_index). */
 #define _POSIX_C_SOURCE 200809L
@@ -25,8 +24,7 @@
 #include <string.h>
 
 #ifdef GGMLITE_HAVE_MPI
-#include <ggmlite/layers.h>
-#include <ggmlite/mpi.h>
+#include "rg_mpi.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,32 +55,21 @@ int rg_parallel_main(int argc, char **argv) {
     const char *eq = strchr(argv[at], '=');
     const char *mode = eq ? eq + 1 : at + 1 < argc ? argv[at + 1] : NULL;
     rg_err e = {0};
-    if (mode && strcmp(mode, "context") == 0 && rg_decode_index(argc, argv)) { /* rg_mpi_decode.c */
-#ifdef GGMLITE_HAVE_MPI
-        return rg_mpi_decode_main(argc, argv, at, eq ? 1 : 2);
-#else
-        fprintf(stderr, "run-graph: --parallel context --decode: this run-graph was built without MPI. "
-                "Build one with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . "
-                "-B build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph\n");
-        return RG_USAGE;
-#endif
-    }
     if (!mode || !mode[0])
         rg_fail(&e, RG_USAGE, "--parallel: missing its value, heads or context");
-    else if (strcmp(mode, "context") == 0)
-        rg_fail(&e, RG_USAGE, "--parallel context: not implemented yet. Context-parallel attention "
-                "(ring attention over the prompt, a KV cache sharded by position for decoding) is "
-                "the second part of issue 15 and builds on flash_attn's partial results and their "
-                "merge; --parallel heads works now");
-    else if (strcmp(mode, "heads") != 0)
+    else if (strcmp(mode, "heads") != 0 && strcmp(mode, "context") != 0)
         rg_fail(&e, RG_USAGE, "--parallel: '%s' is not heads or context", mode);
 #ifndef GGMLITE_HAVE_MPI
     else
-        rg_fail(&e, RG_USAGE, "--parallel heads: this run-graph was built without MPI. Build one "
+        rg_fail(&e, RG_USAGE, "--parallel %s: this run-graph was built without MPI. Build one "
                 "with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . -B "
                 "build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph, then "
-                "mpirun -np P build-mpi/tools/run-graph MODEL ... --parallel heads");
+                "mpirun -np P build-mpi/tools/run-graph MODEL ... --parallel %s", mode, mode);
 #else
+    else if (strcmp(mode, "context") == 0 && rg_decode_index(argc, argv))
+        return rg_mpi_decode_main(argc, argv, at, eq ? 1 : 2); /* the KV cache sharded */
+    else if (strcmp(mode, "context") == 0)
+        return rg_mpi_ring_main(argc, argv, at, eq ? 1 : 2); /* the prompt, ring attention */
     else
         return run_heads(argc, argv, at, eq ? 1 : 2);
 #endif
@@ -92,18 +79,8 @@ int rg_parallel_main(int argc, char **argv) {
 
 #ifdef GGMLITE_HAVE_MPI
 
-enum { K_MHA, K_GQA, K_LLAMA };
-static const char *const KIND[] = {"mha", "gqa", "llama"};
-
-typedef struct popts {
-    int kind;
-    const char *weights, *input, *output, *isa;
-    int64_t B, T, D, F, window;
-    int H, G, threads, repeat;
-    bool causal, rope, done;
-    float rope_theta, rms_eps, softcap;
-    uint64_t seed;
-} popts;
+const char *const RG_MPI_KIND[3] = {"mha", "gqa", "llama"};
+#define KIND RG_MPI_KIND
 
 static void help(void) {
     printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
@@ -125,7 +102,8 @@ static void help(void) {
            "                     --rms-eps as run-graph llama's)\n"
            "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
            "  --repeat N         one warm-up, then N timed runs; --isa NAME\n"
-           "  --parallel heads   (context: not implemented yet)\n");
+           "  --parallel heads   (--parallel context: the sequence split instead, see\n"
+           "                     mpirun ... --parallel context --help)\n");
 }
 
 static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
@@ -151,7 +129,9 @@ static bool real(const char *flag, const char *s, float *out, rg_err *e) {
 
 /* argv without --parallel's n_at entries at `at`. */
 static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) {
-    *o = (popts){.kind = -1, .repeat = 1};
+    const bool context = o->context;
+    const char *mode = context ? "context" : "heads";
+    *o = (popts){.kind = -1, .repeat = 1, .context = context};
     for (int i = 1; i < argc; i++) {
         if (i >= at && i < at + n_at) continue;
         const char *f = argv[i];
@@ -164,7 +144,7 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
             for (int k = 0; k < 3; k++)
                 if (!strcmp(f, KIND[k])) o->kind = k;
             if (o->kind < 0)
-                return rg_fail(e, RG_USAGE, "--parallel heads runs mha, gqa or llama, not '%s'", f);
+                return rg_fail(e, RG_USAGE, "--parallel %s runs mha, gqa or llama, not '%s'", mode, f);
             continue;
         }
         if (!strcmp(f, "--causal")) {
@@ -173,6 +153,14 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
         }
         if (!strcmp(f, "--rope")) {
             o->rope = true;
+            continue;
+        }
+        if (context && (!strcmp(f, "--sinks") || !strcmp(f, "--alibi"))) { /* all heads on every rank */
+            *(f[2] == 's' ? &o->sinks : &o->alibi) = true;
+            continue;
+        }
+        if (context && !strcmp(f, "--zigzag")) {
+            o->zigzag = true;
             continue;
         }
         static const char *const VALUE[] = {"--weights", "--input", "--output", "--isa", "--batch",
@@ -189,8 +177,8 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
         bool known = false;
         for (size_t k = 0; k < sizeof VALUE / sizeof *VALUE; k++) known = known || !strcmp(f, VALUE[k]);
         if (!known)
-            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel heads (see run-graph --parallel "
-                           "heads --help)", f);
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (see run-graph --parallel "
+                           "%s --help)", f, mode, mode);
         if (eq && f == flag) {
             v = eq + 1;
         } else if (i + 1 < argc && !(i + 1 >= at && i + 1 < at + n_at)) {
@@ -235,11 +223,14 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
         else if (!strcmp(f, "--rms-eps")) ok = real(f, v, &o->rms_eps, e);
         else if (!strcmp(f, "--softcap")) ok = real(f, v, &o->softcap, e);
         else
-            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel heads (see run-graph --parallel "
-                           "heads --help)", f);
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (see run-graph --parallel "
+                           "%s --help)", f, mode, mode);
         if (!ok) return false;
     }
-    if (o->kind < 0) return rg_fail(e, RG_USAGE, "--parallel heads: give the MODEL: mha, gqa or llama");
+    if (o->kind < 0) return rg_fail(e, RG_USAGE, "--parallel %s: give the MODEL: mha, gqa or llama", mode);
+    if (o->kind == K_LLAMA && (o->sinks || o->alibi))
+        return rg_fail(e, RG_USAGE, "%s is for mha and gqa (llama's sinks come from its weights, "
+                       "self_attn.sinks)", o->sinks ? "--sinks" : "--alibi");
     if (o->kind == K_LLAMA && (o->causal || o->rope))
         return rg_fail(e, RG_USAGE, "%s: llama is always causal with rope", o->causal ? "--causal" : "--rope");
     if (o->kind != K_LLAMA && (o->F || o->rms_eps))
@@ -251,22 +242,6 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
 
 /* ---- one rank's state ------------------------------------------------------------ */
 
-typedef struct prun {
-    popts o;
-    int rank, P;
-    const char *weights; /* the file this rank reads (the fault hook may change it) */
-    gml_safetensors *st;
-    gml_context *wctx, *dctx, *gctx;
-    gml_attn_weights aw;
-    gml_llama_weights lw;
-    char prefix[32];
-    int64_t B, T, D, F;
-    int H, G;
-    bool random_weights, random_input;
-    gml_tp_share s;
-    gml_tensor *x, *att, *part, *h, *mlp, *out; /* out: rank 0's result */
-    gml_graph *g1, *g2;
-} prun;
 
 /* Strict, as the single-process run-graph (load_state_dict(strict=True)):
  * every tensor of the file is one the block binds. */
@@ -390,6 +365,7 @@ static bool random_weights(prun *r, char *msg, size_t size) {
         sp[n++] = (__typeof__(sp[0])){"w_v.bias", kv, 0};
         sp[n++] = (__typeof__(sp[0])){"w_o.weight", D, D};
         sp[n++] = (__typeof__(sp[0])){"w_o.bias", D, 0};
+        if (r->o.sinks) sp[n++] = (__typeof__(sp[0])){"sinks", r->H, 0};
     }
     size_t bytes = 4096;
     for (int i = 0; i < n; i++) bytes += gml_tensor_overhead() + 64 + 4 * (size_t)sp[i].a * (size_t)(sp[i].b ? sp[i].b : 1);
@@ -680,4 +656,14 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     MPI_Finalize();
     return ok ? 0 : e.status ? e.status : RG_RUNTIME;
 }
+/* For the other --parallel modes (rg_mpi.h). */
+bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e) {
+    o->context = context;
+    return parse(argc, argv, at, n_at, o, e);
+}
+bool rg_mpi_map_weights(prun *r, char *msg, size_t size) { return map_weights(r, msg, size); }
+bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size) { return settle(r, xdim, msg, size); }
+bool rg_mpi_random_weights(prun *r, char *msg, size_t size) { return random_weights(r, msg, size); }
+double rg_mpi_now_ms(void) { return now_ms(); }
+int rg_mpi_cmp_double(const void *a, const void *b) { return cmp_double(a, b); }
 #endif

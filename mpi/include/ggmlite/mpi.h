@@ -308,6 +308,90 @@ gml_status gml_kv_shard_step_compute(gml_kv_shard_step *step, gml_graph *g, int6
  * the MPI error in err; GML_ERR_INVALID when n exceeds MPI's int count. */
 gml_status gml_mpi_gather_f32(MPI_Comm comm, const float *send, size_t n, float *recv, int root,
                               char *err, size_t err_size);
+/* ---- context-parallel prefill (ring attention), mpi/ring.c ----------------- */
+
+/* Self-attention over a sequence split by rows across the ranks of comm
+ * (every head on every rank; weights replicated, e.g. mapped):
+ *
+ *     gml_cp *cp = gml_cp_attn_create(MPI_COMM_WORLD, &cfg, &w, GML_CP_CONTIGUOUS, B, T, D,
+ *                                     err, sizeof err);
+ *     int64_t t0[2], n[2];
+ *     gml_cp_rows(cp, t0, n);                   // this rank's rows [t0, t0 + n) (1 range)
+ *     ... fill gml_cp_input(cp): x[:, t0:t0+n, :] as [B, n, D] f32
+ *     gml_cp_run(cp, n_threads, &stats, err, sizeof err);
+ *     ... gml_cp_output(cp): the block's output rows [B, n, D]
+ *     gml_cp_free(cp);
+ *
+ * Layout (GML_CP_CONTIGUOUS): rank r of P holds rows gml_tp_range(T, P, r)
+ * (T/P each when P divides T, else sizes differing by one); T >= P. Or
+ * GML_CP_ZIGZAG (below): two segments per rank. It projects q, k, v of
+ * its rows (the LLaMA layer: after RMSNorm), rope at the absolute
+ * positions t0.., and keeps its own K/V as chunk r. The ring: at step s
+ * (0 .. P-1) the rank holds chunk (r - s) mod P; it first posts the next
+ * exchange (MPI_Isend of that chunk to rank r+1, MPI_Irecv of the next from
+ * r-1, two buffers in turn), then computes gml_flash_attn_partial of its
+ * queries over the chunk in hand (key0 = the chunk's first row; causal,
+ * window and ALiBi from the absolute positions), kept in one buffer per
+ * chunk. Causal (and window): a chunk no query of the rank can see is not
+ * computed (it still travels). With two segments per rank each pair
+ * (query segment, key segment) is a partial of its own, skipped alike.
+ * After the last step the kept partials merge in key order, chunk (key
+ * segment) 0, 1, ... (gml_attn_partial_merge, left to right; zigzag: per
+ * query segment, the two then concatenated by rows), then
+ * gml_attn_partial_finish with the sinks, W_o (+ b_o); the
+ * LLaMA layer adds the residual and its MLP on the rank's rows.
+ *
+ * Numerics. The order of every sum is fixed by (T, P) and the shapes, not
+ * by arrival order or threads: results are bitwise the same from run to
+ * run and at any thread count. P = 1 builds the single-process graph
+ * (gml_mha / gml_gqa fused, gml_llama_layer): bitwise the single process.
+ * P > 1 differs from it by rounding (the partial/merge path rounds its own
+ * way): within 1e-6 of the largest output in the tests.
+ *
+ * cfg, w as gml_mha / gml_gqa take them (mha, gqa, rope, causal either
+ * alignment, window, softcap, scale, ALiBi, sinks, in_proj and Conv1D
+ * weights); refused: add_zero_attn, bias_k/bias_v, want_weights. The graph
+ * impl is ignored for P > 1 (always the partial ops). Both creates are
+ * collective and check everything first, with the single-process block's
+ * own messages ("gqa: w_k.weight is ..."): a failure on any rank returns
+ * NULL on every rank with err "rank R: <cause>". The weights and config must
+ * stay valid while the runner lives. */
+typedef struct gml_cp gml_cp;
+
+/* How the rows are laid out over the ranks. CONTIGUOUS: rank r holds
+ * gml_tp_range(T, P, r). ZIGZAG (load balance for causal attention): the
+ * sequence is cut in 2P segments (gml_tp_range(T, 2P, i)); rank r holds
+ * segments r and 2P-1-r (T >= 2P), so every rank's queries see about as
+ * many keys: each rank computes 2P + 1 segment pairs instead of rank r's
+ * 2r + 1 (in chunk units: rank P-1 doing P times rank 0's work). */
+typedef enum gml_cp_layout { GML_CP_CONTIGUOUS = 0, GML_CP_ZIGZAG = 1 } gml_cp_layout;
+
+typedef struct gml_cp_stats {
+    double compute_ms; /* in graph computes */
+    double wait_ms;    /* in MPI_Waitall for the ring's exchanges (not hidden by compute) */
+    double bytes_sent; /* K/V bytes this rank sent */
+    int chunks;        /* partials computed (causal: rank r computes r + 1) */
+} gml_cp_stats;
+
+gml_cp *gml_cp_attn_create(MPI_Comm comm, const gml_attn_config *cfg, const gml_attn_weights *w,
+                           gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
+                           size_t err_size);
+gml_cp *gml_cp_llama_create(MPI_Comm comm, const gml_llama_config *cfg, const gml_llama_weights *w,
+                            gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
+                            size_t err_size);
+/* Rank r's rows under a layout: ranges [t0[i], t0[i] + n[i]), ascending;
+ * returns their count (1 contiguous, 2 zigzag). gml_cp_rows: this rank's. */
+int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2], int64_t n[2]);
+int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]);
+/* The rank's input rows [B, n, D] (contiguous f32; n = the ranges' rows, in
+ * their order), to fill before a run. */
+float *gml_cp_input(gml_cp *cp);
+/* Collective: one forward pass. A compute that fails on one rank lets the
+ * ring finish its exchanges and fails on every rank ("rank R: ..."). */
+gml_status gml_cp_run(gml_cp *cp, int n_threads, gml_cp_stats *stats, char *err, size_t err_size);
+/* The rank's output rows [B, n, D] after a run (valid until the next run or free). */
+const float *gml_cp_output(const gml_cp *cp);
+void gml_cp_free(gml_cp *cp);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,62 @@
+/* run-graph --parallel: the pieces of rg_mpi.c (heads) that the other
+ * --parallel modes reuse (rg_mpi_ring.c: context, the prompt), with MPI
+ * (GGMLITE_HAVE_MPI) only. */
+#ifndef RUN_GRAPH_RG_MPI_H
+#define RUN_GRAPH_RG_MPI_H
+
+#include "rg.h"
+
+#include <ggmlite/layers.h>
+#include <ggmlite/mpi.h>
+
+enum { K_MHA, K_GQA, K_LLAMA };
+extern const char *const RG_MPI_KIND[3]; /* "mha", "gqa", "llama" */
+
+typedef struct popts {
+    int kind;
+    const char *weights, *input, *output, *isa;
+    int64_t B, T, D, F, window;
+    int H, G, threads, repeat;
+    bool causal, rope, done;
+    float rope_theta, rms_eps, softcap;
+    uint64_t seed;
+    bool context;      /* --parallel context (set before parsing) */
+    bool sinks, alibi; /* --sinks, --alibi (mha, gqa; context only) */
+    bool zigzag;       /* --zigzag (context only): the load-balanced layout */
+} popts;
+
+/* One rank's state (the heads mode's graphs at the end). */
+typedef struct prun {
+    popts o;
+    int rank, P;
+    const char *weights; /* the file this rank reads (the fault hook may change it) */
+    gml_safetensors *st;
+    gml_context *wctx, *dctx, *gctx;
+    gml_attn_weights aw;
+    gml_llama_weights lw;
+    char prefix[32];
+    int64_t B, T, D, F;
+    int H, G;
+    bool random_weights, random_input;
+    gml_tp_share s;
+    gml_tensor *x, *att, *part, *h, *mlp, *out; /* out: rank 0's result */
+    gml_graph *g1, *g2;
+} prun;
+
+/* argv without --parallel's n_at entries at `at` -> o (context: the mode's flags). */
+bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e);
+/* The weights file mapped, bound and checked strictly. */
+bool rg_mpi_map_weights(prun *r, char *msg, size_t size);
+/* The sizes from the input's dims (rank 0's, broadcast), weights, flags, defaults. */
+bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size);
+/* Random weights named and filled as the single-process run-graph's. */
+bool rg_mpi_random_weights(prun *r, char *msg, size_t size);
+double rg_mpi_now_ms(void);
+int rg_mpi_cmp_double(const void *a, const void *b);
+/* The number of threads per rank by default: the machine's cores over the ranks on it. */
+int rg_mpi_default_threads(void);
+
+/* rg_mpi_ring.c: --parallel context without --decode. */
+int rg_mpi_ring_main(int argc, char **argv, int at, int n_at);
+
+#endif
