@@ -27,15 +27,38 @@
 #define ALWAYS_INLINE inline
 #endif
 
+/* vexp16_nosub of x <= 0, -inf or NaN (s - max and m - max of the online
+ * softmax), bitwise: no such lane reaches its upper clamp, a lane under its
+ * lower one has n <= -126 and is +0 either way (-inf: n = -inf), and the
+ * flush to +0 is the scaling's zero mask; 3 vector operations fewer of 17
+ * an exp, one exp a score. */
+static ALWAYS_INLINE __m512 vexp16_nonpos(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GML_VEXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(GML_VEXP_C6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ), p, n);
+}
+
 /* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
- * row last (their scores are masked afterwards). True if a score is NaN or
+ * row last (their scores are masked afterwards); bmax[v] the max of the
+ * scores of keys j < nk (max_ps's order: a NaN passed over). True if a score is NaN or
  * at least 2^102 in magnitude (inf included): then adding a finite mask
  * may overflow, and a -inf score must not pass for a masked key. */
-static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nkp, size_t last,
-                                 float *s, const int NV, const int MR) {
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nk,
+                                 size_t nkp, size_t last, float *s, __m512 *bmax, const int NV,
+                                 const int MR) {
     const size_t tile = 16 * (size_t)NV, dk = a->dk;
     const __m512 big = _mm512_set1_ps(0x1p102f);
     __mmask16 rare = 0;
+    for (int v = 0; v < NV; v++) bmax[v] = _mm512_set1_ps(-INFINITY);
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[16];
 #pragma GCC unroll 16
@@ -62,16 +85,18 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
             for (int v = 0; v < NV; v++) {
                 rare |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc[r][v]), big, _CMP_NLT_UQ);
                 _mm512_store_ps(s + (jt + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+                if (jt + (size_t)r < nk) bmax[v] = _mm512_max_ps(acc[r][v], bmax[v]);
             }
     }
     return rare != 0;
 }
 
-/* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
- * columns past dv read column dv - 1 (their rows of ot are padding). */
+/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
+ * p[j][.] for c < dvp (a multiple of MR); columns past dv read column dv - 1
+ * (their rows of ot are padding). */
 static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR,
-                                 const uint8_t *skip) {
+                                 const float *p, float *ot, const __m512 *alpha, const int NV,
+                                 const int MR, const uint8_t *skip) {
     const size_t tile = 16 * (size_t)NV, dv = a->dv;
     for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
         size_t off[16];
@@ -81,8 +106,10 @@ static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
+            for (int v = 0; v < NV; v++) {
                 acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
+                if (alpha) acc[r][v] = _mm512_mul_ps(acc[r][v], alpha[v]);
+            }
         const float *vr = vb;
         for (size_t j = 0; j < nk; j++, vr += a->ldv) {
             if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
@@ -177,7 +204,11 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
         gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
-        const bool rare = scores(a, kb, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        __m512 smax[2];
+        const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK);
+        /* smax holds the block's max unless something below changes scores */
+        const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
+                           j0 + nk <= (size_t)nmin;
         if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys: a key the lane
@@ -225,40 +256,39 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
         /* online softmax. NaN scores are passed over by the max (max_ps
          * returns its second operand) and make their lane NaN through exp.
-         * exp without subnormals (vexp16_nosub): terms below 2^-125.5 are
-         * +0, else the scores of a real model (spread over more than 87)
-         * make millions of subnormals, each a microcode assist on Intel. */
+         * exp without subnormals (vexp16_nonpos, as vexp16_nosub): terms
+         * below 2^-125.5 are +0, else the scores of a real model (spread
+         * over more than 87) make millions of subnormals, each a microcode
+         * assist on Intel. Without masks or options the block's max comes
+         * from the score registers (no pass over s). */
         __m512 base[2], alpha[2];
         __mmask16 moved = 0;
         for (int v = 0; v < NV; v++) {
-            __m512 bmax = neg_inf;
-            for (size_t j = 0; j < nk; j++)
-                bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
+            __m512 bmax = plain ? smax[v] : neg_inf;
+            if (!plain)
+                for (size_t j = 0; j < nk; j++)
+                    bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
             const __m512 mnew = _mm512_max_ps(bmax, m[v]);
             /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
             const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm512_mask_blend_ps(none, mnew, zero);
-            alpha[v] = vexp16_nosub(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp16_nonpos(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm512_cmp_ps_mask(alpha[v], _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
             m[v] = mnew;
         }
-        if (moved) /* the max grew in some lane: rescale what it weighted */
-            for (size_t c = 0; c < dv; c++)
-                for (int v = 0; v < NV; v++) {
-                    float *o = ot + c * tile + 16 * (size_t)v;
-                    _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), alpha[v]));
-                }
         for (int v = 0; v < NV; v++) {
             __m512 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 16 * (size_t)v;
-                const __m512 e = vexp16_nosub(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
+                const __m512 e = vexp16_nonpos(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
                 _mm512_store_ps(sj, e);
                 acc = _mm512_add_ps(acc, e);
             }
             l[v] = _mm512_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, vb, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
+        /* where the max grew in some lane, what it weighted is rescaled as
+         * the value loop loads it */
+        values(a, vb, nk, dvp, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
