@@ -1,6 +1,7 @@
 /* AVX2+FMA variants of the flash attention micro-kernel (ops/flash_attn.inc):
  * the algorithm of ops/flash_attn_avx512.c (read its comment) on ymm
- * registers, query rows along the lanes of NV of them (16 or 8 rows). */
+ * registers, query rows along the lanes of NV of them (16 rows; the 8-row
+ * variant went with the decode kernels, which take up to 8 rows). */
 #include "ukernels.h"
 #include "vexp_x86.h"
 #include "vunary_x86.h"
@@ -356,8 +357,6 @@ static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int
 }
 
 void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
-
-void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }
 
 /* ---- decoding (ops/flash_dec.h): lanes over d ------------------------------
  * The AVX-512 variant's loops (ops/flash_attn_avx512.c) on 8 lanes; o_l
