@@ -21,6 +21,29 @@
 #define ALWAYS_INLINE inline
 #endif
 
+/* vexp8_nosub of x <= 0, -inf or NaN (s - max and m - max of the online
+ * softmax), bitwise: no such lane reaches its upper clamp; a lane with n <=
+ * -126 (below the lower clamp, -inf included) is +0 either way; and for n in
+ * [-125, 0] the scaling by 2^n is one exact product, not two (n clamped at
+ * -127 first, where 2^n's bits are +0: a flushed lane multiplies 0 by 0, a
+ * NaN lane stays NaN). 16 vector operations an exp instead of 24. */
+static ALWAYS_INLINE __m256 vexp8_nonpos(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GML_VEXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(GML_VEXP_C6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)));
+    return _mm256_mul_ps(p, pow2i(ni));
+}
+
 /* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last;
  * bmax[8 v ..] the max of the scores of keys j < nk (as the AVX-512
  * variant's). True if a score is NaN or at least 2^102 in magnitude (as the AVX-512
@@ -319,7 +342,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             const __m256 mnew = _mm256_max_ps(bmax, m[v]);
             const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm256_blendv_ps(mnew, zero, none);
-            alpha[v] = vexp8_nosub(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp8_nonpos(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm256_movemask_ps(_mm256_cmp_ps(alpha[v], one, _CMP_NEQ_UQ));
             _mm256_store_ps(alpha_f + 8 * v, alpha[v]);
             m[v] = mnew;
@@ -328,7 +351,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
             __m256 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 8 * (size_t)v;
-                const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
+                const __m256 e = vexp8_nonpos(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
                 _mm256_store_ps(sj, e);
                 acc = _mm256_add_ps(acc, e);
             }
