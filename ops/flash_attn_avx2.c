@@ -65,6 +65,7 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+#pragma GCC unroll 4
         for (size_t d = 0; d < dk; d++) {
             __m256 b[2];
 #pragma GCC unroll 2
