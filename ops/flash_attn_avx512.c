@@ -93,43 +93,56 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
 }
 
 /* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
- * p[j][.] for c < dvp (a multiple of MR); columns past dv read column dv - 1
- * (their rows of ot are padding). */
-static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk, size_t dvp,
+ * p[j][.] for c in [ct, ct + MR); columns past dv read column dv - 1 (their
+ * rows of ot are padding). */
+static ALWAYS_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t nk,
+                                       size_t ct, const float *p, float *ot, const __m512 *alpha,
+                                       const int NV, const int MR, const uint8_t *skip) {
+    const size_t tile = 16 * (size_t)NV, dv = a->dv;
+    size_t off[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+    __m512 acc[16][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
+            if (alpha) acc[r][v] = _mm512_mul_ps(acc[r][v], alpha[v]);
+        }
+    const float *vr = vb;
+    for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
+        __m512 w[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            const __m512 x = _mm512_set1_ps(vr[off[r]]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            _mm512_store_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+}
+
+/* Every column c < dv: groups of MR, then the last few in a group of 4, 8
+ * (or MR). */
+static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk,
                                  const float *p, float *ot, const __m512 *alpha, const int NV,
                                  const int MR, const uint8_t *skip) {
-    const size_t tile = 16 * (size_t)NV, dv = a->dv;
-    for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
-        size_t off[16];
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
-        __m512 acc[16][2];
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) {
-                acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
-                if (alpha) acc[r][v] = _mm512_mul_ps(acc[r][v], alpha[v]);
-            }
-        const float *vr = vb;
-        for (size_t j = 0; j < nk; j++, vr += a->ldv) {
-            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
-            __m512 w[2];
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; r++) {
-                const __m512 x = _mm512_set1_ps(vr[off[r]]);
-#pragma GCC unroll 2
-                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                _mm512_store_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
-    }
+    const size_t dv = a->dv;
+    size_t ct = 0;
+    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
+        values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+    if (ct == dv) return;
+    if (dv - ct <= 4) values_group(a, vb, nk, ct, p, ot, alpha, NV, 4, skip);
+    else if (dv - ct <= 8 && MR > 8) values_group(a, vb, nk, ct, p, ot, alpha, NV, 8, skip);
+    else values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
 }
 
 /* The options on a block of scores s[j][.], j < nk (gml_flash_score's
@@ -362,7 +375,7 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         }
         /* where the max grew in some lane, what it weighted is rescaled as
          * the value loop loads it */
-        values(a, vb, nk, dvp, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
+        values(a, vb, nk, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
