@@ -498,8 +498,9 @@ void gml_flash_partial_finish(size_t dv, const float *o, size_t so, float m, flo
  * each) and 4 KiB pages (two rows a page): each block's K and V were read
  * from L2 again on every pass of the variants' loops, and the value loop
  * stalled on them (perf: 15% of the AVX-512 kernel's samples at its V load).
- * Packed, C3's flash_attn (B=1 T=2048 H=8 d=64) ran 1.2x to 1.5x faster on
- * AVX-512 and AVX2, 1 and 2 threads, the copy included (interleaved runs). */
+ * Packed, C3's flash_attn (B=1 T=2048 H=8 d=64) ran 1.4x to 1.5x faster on
+ * AVX-512 and AVX2, 1 and 2 threads, C5's (H=16 G=4, 1 KiB apart) 1.1x, the
+ * copy included (best of interleaved runs on the shared machine). */
 #define PACK_MAX_BYTES ((size_t)8 << 20) /* per tensor and thread: Tk d <= 2M floats */
 
 static bool elems_dense(const gml_tensor *t) {
