@@ -951,7 +951,12 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     gml_x32_transpose_ukernel *const q_transpose =
         GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
-    for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
+    /* The next task is taken before a block's kernel runs, not after: the
+     * atomic waits for the store buffer to drain, which after a kernel holds
+     * its output rows, mostly cache misses (perf: gml_chunk_next's share of
+     * flash_attn, B=4 T=256 H=8, was 3.3%). Each task is still computed whole
+     * by one thread: the same results. */
+    for (int64_t task = gml_chunk_next(p), next; task < B * G * blocks; task = next) {
         const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
         if ((pack_k || pack_v) && packed_bg != b * G + g) {
@@ -992,8 +997,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                     if (n == 1) stride = st;
                 }
                 q_transpose((size_t)n, (size_t)dk, (const uint32_t *)(const void *)p0,
-                            (size_t)(stride / (int64_t)sizeof(float)), (uint32_t *)(void *)(qt + l0),
-                            (size_t)tile);
+                            (size_t)(stride / (int64_t)sizeof(float)),
+                            (uint32_t *)(void *)(qt + l0), (size_t)tile);
                 l0 += n;
             }
             for (int64_t d = 0; d < dk; d++)
@@ -1026,6 +1031,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
         }
         a.key0 = par.window > 0 ? (size_t)key0 : 0;
+        next = gml_chunk_next(p);
         var.fn(&a);
     }
 }

@@ -44,7 +44,8 @@ static ALWAYS_INLINE __m512 vexp16_nonpos(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ), p, n);
+    const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 /* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
