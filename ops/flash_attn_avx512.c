@@ -111,19 +111,28 @@ static ALWAYS_INLINE void values_group(const gml_flash_args *a, const float *vb,
             acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
             if (alpha) acc[r][v] = _mm512_mul_ps(acc[r][v], alpha[v]);
         }
-    const float *vr = vb;
-    for (size_t j = 0; j < nk; j++, vr += a->ldv) {
-        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
-        __m512 w[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) {
-            const __m512 x = _mm512_set1_ps(vr[off[r]]);
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
-        }
+    /* columns ct + r of the rows (constant offsets from vr + ct), or the
+     * clamped ones of a group past dv */
+#define VALUE_LOOP(COL)                                                                  \
+    for (size_t j = 0; j < nk; j++, vr += a->ldv) {                                      \
+        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */          \
+        __m512 w[2];                                                                     \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) w[v] =                      \
+            _mm512_load_ps(p + j * tile + 16 * (size_t)v);                               \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                          \
+            const __m512 x = _mm512_set1_ps(COL);                                        \
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[r][v] =             \
+                _mm512_fmadd_ps(x, w[v], acc[r][v]);                                     \
+        }                                                                                \
     }
+    if (ct + (size_t)MR <= dv) {
+        const float *vr = vb + ct;
+        VALUE_LOOP(vr[r])
+    } else {
+        const float *vr = vb;
+        VALUE_LOOP(vr[off[r]])
+    }
+#undef VALUE_LOOP
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
