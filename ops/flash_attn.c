@@ -488,11 +488,31 @@ void gml_flash_partial_finish(size_t dv, const float *o, size_t so, float m, flo
  * row stride). When a tensor's rows are not (a permuted view whose last dim
  * is strided), each thread packs the [Tk, d] block of the (b, g) it works on
  * into its scratch, once per (b, g) it meets: the same floats in the same
- * order, so the result is bitwise the contiguous one. */
-static bool rows_dense(const gml_tensor *t) {
-    if (t->type != GML_F32) return true; /* typed: converted per key block, never packed */
+ * order, so the result is bitwise the contiguous one.
+ *
+ * Rows of contiguous floats that are not adjacent are packed too, when the
+ * block fits PACK_MAX_BYTES: the heads of a [B, T, G, d] projection viewed
+ * as [B, G, T, d] (every attention block's K and V) are a row stride of G d
+ * floats apart, 2 KiB for G d = 512, so the rows of a key block fall into a
+ * few L1 sets (64 keys of 64 floats: 256 lines in 8 of the 64 sets, 12 ways
+ * each) and 4 KiB pages (two rows a page): each block's K and V were read
+ * from L2 again on every pass of the variants' loops, and the value loop
+ * stalled on them (perf: 15% of the AVX-512 kernel's samples at its V load).
+ * Packed, C3's flash_attn (B=1 T=2048 H=8 d=64) ran 1.4x to 1.5x faster on
+ * AVX-512 and AVX2, 1 and 2 threads, C5's (H=16 G=4, 1 KiB apart) 1.1x, the
+ * copy included (best of interleaved runs on the shared machine). */
+#define PACK_MAX_BYTES ((size_t)8 << 20) /* per tensor and thread: Tk d <= 2M floats */
+
+static bool elems_dense(const gml_tensor *t) {
     return (t->ne[3] == 1 || t->nb[3] == sizeof(float)) && t->nb[2] % sizeof(float) == 0 &&
            (uintptr_t)t->data % sizeof(float) == 0;
+}
+
+static bool rows_dense(const gml_tensor *t) {
+    if (t->type != GML_F32) return true; /* typed: converted per key block, never packed */
+    if (!elems_dense(t)) return false;
+    const size_t row = (size_t)t->ne[3] * sizeof(float);
+    return t->ne[2] == 1 || t->nb[2] == row || (size_t)t->ne[2] * row > PACK_MAX_BYTES;
 }
 
 /* Floats of t's packed [Tk, d] block (0 when t is read in place). */
@@ -503,8 +523,13 @@ static size_t packed_floats(const gml_tensor *t) {
 /* t[b, g, :, :] -> dst [Tk, d], contiguous. */
 static void pack_rows(const gml_tensor *t, int64_t b, int64_t g, float *dst) {
     const int64_t n = t->ne[2], d = t->ne[3];
+    const bool runs = elems_dense(t); /* each row one run of d floats */
     for (int64_t j = 0; j < n; j++) {
         const char *row = gml_ptr(t, b, g, j, 0);
+        if (runs) {
+            memcpy(dst + j * d, row, (size_t)d * sizeof(float));
+            continue;
+        }
         for (int64_t c = 0; c < d; c++)
             memcpy(dst + j * d + c, row + c * (int64_t)t->nb[3], sizeof(float));
     }
@@ -918,8 +943,20 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         .first_key = par.window > 0 ? first_key : NULL, .softcap = par.softcap,
                         .slope = par.alibi > 0 ? slope : NULL, .qpos = qpos,
                         .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL};
+    /* q rows of contiguous floats, 4-byte aligned: transposed in runs */
+    const bool q_runs = (q->ne[3] == 1 || q->nb[3] == sizeof(float)) &&
+                        (uintptr_t)q->data % sizeof(float) == 0 &&
+                        q->nb[0] % sizeof(float) == 0 && q->nb[1] % sizeof(float) == 0 &&
+                        q->nb[2] % sizeof(float) == 0;
+    gml_x32_transpose_ukernel *const q_transpose =
+        GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
-    for (int64_t task; (task = gml_chunk_next(p)) < B * G * blocks;) {
+    /* The next task is taken before a block's kernel runs, not after: the
+     * atomic waits for the store buffer to drain, which after a kernel holds
+     * its output rows, mostly cache misses (perf: gml_chunk_next's share of
+     * flash_attn, B=4 T=256 H=8, was 3.3%). Each task is still computed whole
+     * by one thread: the same results. */
+    for (int64_t task = gml_chunk_next(p), next; task < B * G * blocks; task = next) {
         const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
         if ((pack_k || pack_v) && packed_bg != b * G + g) {
@@ -935,6 +972,38 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             a.v = pack_v ? v_packed : (const float *)(const void *)gml_ptr(v, b, g, 0, 0);
         }
         int64_t key0 = Tk;
+        /* the block's q rows (a row stride apart in a projection's layout,
+         * rarely in cache) requested all at once before they are read: one
+         * memory latency a block instead of one a row (perf: 4% of C3's
+         * flash_attn time was the loop below waiting on them) */
+        if (q_runs) {
+            for (int64_t l = 0; l < (int64_t)a.nq; l++) {
+                const char *qi = gml_ptr(q, b, g * r + (row0 + l) % r, (row0 + l) / r, 0);
+                for (int64_t off = 0; off < dk * (int64_t)sizeof(float); off += 64)
+                    __builtin_prefetch(qi + off);
+            }
+            /* then transposed by the ISA's transpose micro-kernel, a run of
+             * rows an equal stride apart at a time (the whole block for
+             * MHA, the r heads of a position for GQA), and scaled: the same
+             * floats as the loop below (perf: that loop was 5% of
+             * flash_attn at T=512, one thread) */
+            for (int64_t l0 = 0; l0 < (int64_t)a.nq;) {
+                const char *p0 = gml_ptr(q, b, g * r + (row0 + l0) % r, (row0 + l0) / r, 0);
+                int64_t n = 1, stride = 0;
+                for (; l0 + n < (int64_t)a.nq; n++) {
+                    const int64_t R = row0 + l0 + n;
+                    const int64_t st = gml_ptr(q, b, g * r + R % r, R / r, 0) - p0;
+                    if (st < 0 || (n > 1 && st != n * stride)) break;
+                    if (n == 1) stride = st;
+                }
+                q_transpose((size_t)n, (size_t)dk, (const uint32_t *)(const void *)p0,
+                            (size_t)(stride / (int64_t)sizeof(float)),
+                            (uint32_t *)(void *)(qt + l0), (size_t)tile);
+                l0 += n;
+            }
+            for (int64_t d = 0; d < dk; d++)
+                for (int64_t l = 0; l < (int64_t)a.nq; l++) qt[d * tile + l] *= scale;
+        }
         for (int64_t l = 0; l < tile; l++) {
             if (l >= (int64_t)a.nq) { /* idle lane */
                 n_keys[l] = first_key[l] = 0;
@@ -943,9 +1012,11 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                 continue;
             }
             const int64_t i = (row0 + l) / r, h = g * r + (row0 + l) % r;
-            const char *qi = gml_ptr(q, b, h, i, 0);
-            for (int64_t d = 0; d < dk; d++)
-                qt[d * tile + l] = *(const float *)(qi + d * (int64_t)q->nb[3]) * scale;
+            if (!q_runs) {
+                const char *qi = gml_ptr(q, b, h, i, 0);
+                for (int64_t d = 0; d < dk; d++)
+                    qt[d * tile + l] = *(const float *)(qi + d * (int64_t)q->nb[3]) * scale;
+            }
             int64_t lo, hi;
             key_range(dst, &par, b, i, &lo, &hi);
             n_keys[l] = (int32_t)hi;
@@ -960,6 +1031,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
         }
         a.key0 = par.window > 0 ? (size_t)key0 : 0;
+        next = gml_chunk_next(p);
         var.fn(&a);
     }
 }

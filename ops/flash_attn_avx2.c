@@ -1,6 +1,7 @@
 /* AVX2+FMA variants of the flash attention micro-kernel (ops/flash_attn.inc):
  * the algorithm of ops/flash_attn_avx512.c (read its comment) on ymm
- * registers, query rows along the lanes of NV of them (16 or 8 rows). */
+ * registers, query rows along the lanes of NV of them (16 rows; the 8-row
+ * variant went with the decode kernels, which take up to 8 rows). */
 #include "ukernels.h"
 #include "vexp_x86.h"
 #include "vunary_x86.h"
@@ -9,7 +10,10 @@
 #include <limits.h>
 #include <math.h>
 
-#define KEY_BLOCK 64
+/* Keys a block: a multiple of the 6 keys the x16 scores loop takes at a
+ * time (64 computed 66, 3% for nothing), and K, V, the scores, q^T and o
+ * of a block (40 KiB at d = 64) fit a 48 KiB L1. */
+#define KEY_BLOCK 48
 
 #if defined(__GNUC__)
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -17,15 +21,41 @@
 #define ALWAYS_INLINE inline
 #endif
 
-/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last.
- * True if a score is NaN or at least 2^102 in magnitude (as the AVX-512
+/* vexp8_nosub of x <= 0, -inf or NaN (s - max and m - max of the online
+ * softmax), bitwise: no such lane reaches its upper clamp; a lane with n <=
+ * -126 (below the lower clamp, -inf included) is +0 either way; and for n in
+ * [-125, 0] the scaling by 2^n is one exact product, not two (n clamped at
+ * -127 first, where 2^n's bits are +0: a flushed lane multiplies 0 by 0, a
+ * NaN lane stays NaN). 16 vector operations an exp instead of 24. */
+static ALWAYS_INLINE __m256 vexp8_nonpos(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GML_VEXP_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(GML_VEXP_C6);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)));
+    return _mm256_mul_ps(p, pow2i(ni));
+}
+
+/* s[j][.] for j < nkp (a multiple of MR); key rows past last read as last;
+ * bmax[8 v ..] the max of the scores of keys j < nk (as the AVX-512
+ * variant's). True if a score is NaN or at least 2^102 in magnitude (as the AVX-512
  * variant's). */
-static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nkp, size_t last,
-                                 float *s, const int NV, const int MR) {
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nk,
+                                 size_t nkp, size_t last, float *s, float *bmax, const int NV,
+                                 const int MR) {
     const size_t tile = 8 * (size_t)NV, dk = a->dk;
     const __m256 big = _mm256_set1_ps(0x1p102f);
     const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 rare = _mm256_setzero_ps();
+    for (int v = 0; v < NV; v++) _mm256_store_ps(bmax + 8 * v, _mm256_set1_ps(-INFINITY));
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[12];
 #pragma GCC unroll 12
@@ -35,6 +65,7 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+#pragma GCC unroll 4
         for (size_t d = 0; d < dk; d++) {
             __m256 b[2];
 #pragma GCC unroll 2
@@ -53,46 +84,65 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
                 rare = _mm256_or_ps(rare, _mm256_cmp_ps(_mm256_and_ps(acc[r][v], abs_bits), big,
                                                         _CMP_NLT_UQ));
                 _mm256_store_ps(s + (jt + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+                if (jt + (size_t)r < nk)
+                    _mm256_store_ps(bmax + 8 * v,
+                                    _mm256_max_ps(acc[r][v], _mm256_load_ps(bmax + 8 * v)));
             }
     }
     return _mm256_movemask_ps(rare) != 0;
 }
 
-/* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
- * columns past dv read column dv - 1 (their rows of ot are padding). */
-static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR,
-                                 const uint8_t *skip) {
+/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
+ * p[j][.] for c in [ct, ct + MR); columns past dv read column dv - 1 (their
+ * rows of ot are padding). */
+static ALWAYS_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t nk,
+                                       size_t ct, const float *p, float *ot, const float *alpha,
+                                       const int NV, const int MR, const uint8_t *skip) {
     const size_t tile = 8 * (size_t)NV, dv = a->dv;
-    for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
-        size_t off[12];
+    size_t off[12];
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
-        __m256 acc[12][2];
+    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+    __m256 acc[12][2];
 #pragma GCC unroll 12
-        for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_load_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v);
-        const float *vr = vb;
-        for (size_t j = 0; j < nk; j++, vr += a->ldv) {
-            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
-            __m256 w[2];
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(p + j * tile + 8 * (size_t)v);
-#pragma GCC unroll 12
-            for (int r = 0; r < MR; r++) {
-                const __m256 x = _mm256_broadcast_ss(vr + off[r]);
-#pragma GCC unroll 2
-                for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
-            }
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = _mm256_load_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v);
+            if (alpha) acc[r][v] = _mm256_mul_ps(acc[r][v], _mm256_load_ps(alpha + 8 * v));
         }
-#pragma GCC unroll 12
-        for (int r = 0; r < MR; r++)
+    const float *vr = vb;
+    for (size_t j = 0; j < nk; j++, vr += a->ldv) {
+        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
+        __m256 w[2];
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                _mm256_store_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+        for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(p + j * tile + 8 * (size_t)v);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m256 x = _mm256_broadcast_ss(vr + off[r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
+        }
     }
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            _mm256_store_ps(ot + (ct + (size_t)r) * tile + 8 * (size_t)v, acc[r][v]);
+}
+
+/* Every column c < dv: groups of MR, then the last few columns in a group
+ * of 2, 4 (or MR) (d_v = 64 in groups of 6 computed 66: 3% for nothing). */
+static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk,
+                                 const float *p, float *ot, const float *alpha, const int NV,
+                                 const int MR, const uint8_t *skip) {
+    const size_t dv = a->dv;
+    size_t ct = 0;
+    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
+        values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+    if (ct == dv) return;
+    if (dv - ct <= 2) values_group(a, vb, nk, ct, p, ot, alpha, NV, 2, skip);
+    else if (dv - ct <= 4) values_group(a, vb, nk, ct, p, ot, alpha, NV, 4, skip);
+    else values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
 }
 
 /* The options on a block of scores, as the AVX-512 variant's: softcap on
@@ -138,6 +188,74 @@ static ALWAYS_INLINE void alibi_window_block(const gml_flash_args *a, size_t j0,
     }
 }
 
+/* r[i] = column i of the 8 x 8 block whose rows r[0..7] are. */
+static ALWAYS_INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* u[i + c] lane L: column 4L + c of rows i .. i + 3 */
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* gml_flash_finish's common case in vectors, as the AVX-512 variant's: no
+ * sink, every lane < nq with a positive finite sum and finite outputs;
+ * out[l][c] = ot[c][l] * (1 / sum[l]), 8 x 8 blocks transposed in
+ * registers, the last dv % 8 columns one by one (the same products). False,
+ * nothing decided, when a lane needs gml_flash_finish. */
+static ALWAYS_INLINE bool finish_vec(const gml_flash_args *a, const __m256 *l, const float *ot,
+                                    const int NV) {
+    const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
+    if (a->sink) return false;
+    const __m256 abs_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    float inv[16] __attribute__((aligned(32)));
+    __m256 iv[2];
+    int live[2];
+    for (int v = 0; v < NV; v++) {
+        const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(l[v], _mm256_setzero_ps(), _CMP_GT_OQ),
+                                        _mm256_cmp_ps(l[v], inf, _CMP_LT_OQ));
+        const size_t n = nq > 8 * (size_t)v ? GML_MIN((size_t)8, nq - 8 * (size_t)v) : 0;
+        live[v] = (1 << n) - 1;
+        if ((_mm256_movemask_ps(ok) & live[v]) != live[v]) return false;
+        iv[v] = _mm256_div_ps(_mm256_set1_ps(1.0f), l[v]);
+        _mm256_store_ps(inv + 8 * v, iv[v]);
+    }
+    /* every output finite first: nothing is written otherwise (lanes >= nq
+     * may hold anything) */
+    __m256 bad[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t c = 0; c < dv; c++)
+        for (int v = 0; v < NV; v++) {
+            const __m256 x = _mm256_mul_ps(_mm256_load_ps(ot + c * tile + 8 * (size_t)v), iv[v]);
+            bad[v] = _mm256_or_ps(bad[v], _mm256_cmp_ps(_mm256_and_ps(x, abs_bits), inf,
+                                                        _CMP_NLT_UQ));
+        }
+    for (int v = 0; v < NV; v++)
+        if (_mm256_movemask_ps(bad[v]) & live[v]) return false;
+    const size_t dv8 = dv / 8 * 8;
+    for (int v = 0; v < NV; v++)
+        for (size_t c0 = 0; c0 < dv8; c0 += 8) {
+            __m256 r[8];
+            for (size_t i = 0; i < 8; i++)
+                r[i] = _mm256_mul_ps(_mm256_load_ps(ot + (c0 + i) * tile + 8 * (size_t)v), iv[v]);
+            transpose8(r);
+            for (size_t i = 0; i < 8 && 8 * (size_t)v + i < nq; i++)
+                _mm256_storeu_ps(a->out[8 * (size_t)v + i] + c0, r[i]);
+        }
+    for (size_t q = 0; q < nq; q++)
+        for (size_t c = dv8; c < dv; c++) a->out[q][c] = ot[c * tile + q] * inv[q];
+    return true;
+}
+
 static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MR,
                                       const bool SAFE) {
     const size_t tile = 8 * (size_t)NV, nq = a->nq, dv = a->dv;
@@ -166,7 +284,11 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
         gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
-        const bool rare = scores(a, kb, j0, nkp, (size_t)nmax - 1, s, NV, MR);
+        float smax[16] __attribute__((aligned(32)));
+        const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MR);
+        /* smax holds the block's max unless something below changes scores */
+        const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
+                           j0 + nk <= (size_t)nmin;
         if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys (as the AVX-512
@@ -211,39 +333,39 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
         /* online softmax, as the AVX-512 variant */
         __m256 base[2], alpha[2];
+        float alpha_f[16] __attribute__((aligned(32)));
         int moved = 0;
         for (int v = 0; v < NV; v++) {
-            __m256 bmax = neg_inf;
-            for (size_t j = 0; j < nk; j++)
-                bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
+            __m256 bmax = plain ? _mm256_load_ps(smax + 8 * v) : neg_inf;
+            if (!plain)
+                for (size_t j = 0; j < nk; j++)
+                    bmax = _mm256_max_ps(_mm256_load_ps(s + j * tile + 8 * (size_t)v), bmax);
             const __m256 mnew = _mm256_max_ps(bmax, m[v]);
             const __m256 none = _mm256_cmp_ps(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm256_blendv_ps(mnew, zero, none);
-            alpha[v] = vexp8_nosub(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp8_nonpos(_mm256_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm256_movemask_ps(_mm256_cmp_ps(alpha[v], one, _CMP_NEQ_UQ));
+            _mm256_store_ps(alpha_f + 8 * v, alpha[v]);
             m[v] = mnew;
         }
-        if (moved)
-            for (size_t c = 0; c < dv; c++)
-                for (int v = 0; v < NV; v++) {
-                    float *o = ot + c * tile + 8 * (size_t)v;
-                    _mm256_store_ps(o, _mm256_mul_ps(_mm256_load_ps(o), alpha[v]));
-                }
         for (int v = 0; v < NV; v++) {
             __m256 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 8 * (size_t)v;
-                const __m256 e = vexp8_nosub(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
+                const __m256 e = vexp8_nonpos(_mm256_sub_ps(_mm256_load_ps(sj), base[v]));
                 _mm256_store_ps(sj, e);
                 acc = _mm256_add_ps(acc, e);
             }
             l[v] = _mm256_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, vb, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
+        /* where the max grew in some lane, what it weighted is rescaled as
+         * the value loop loads it */
+        values(a, vb, nk, s, ot, moved ? alpha_f : NULL, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    if (!SAFE && finish_vec(a, l, ot, NV)) return true;
     float sum[16], mx[16];
     for (int v = 0; v < NV; v++) {
         _mm256_storeu_ps(sum + 8 * v, _mm256_blendv_ps(l[v], _mm256_set1_ps(NAN), poison[v]));
@@ -259,8 +381,6 @@ static ALWAYS_INLINE void flash(const gml_flash_args *a, const int NV, const int
 }
 
 void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6); }
-
-void gml_f32_flash_ukernel__avx2_x8(const gml_flash_args *a) { flash(a, 1, 12); }
 
 /* ---- decoding (ops/flash_dec.h): lanes over d ------------------------------
  * The AVX-512 variant's loops (ops/flash_attn_avx512.c) on 8 lanes; o_l

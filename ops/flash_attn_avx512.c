@@ -27,15 +27,39 @@
 #define ALWAYS_INLINE inline
 #endif
 
+/* vexp16_nosub of x <= 0, -inf or NaN (s - max and m - max of the online
+ * softmax), bitwise: no such lane reaches its upper clamp, a lane under its
+ * lower one has n <= -126 and is +0 either way (-inf: n = -inf), and the
+ * flush to +0 is the scaling's zero mask; 3 vector operations fewer of 17
+ * an exp, one exp a score. */
+static ALWAYS_INLINE __m512 vexp16_nonpos(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GML_VEXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(GML_VEXP_C6);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
 /* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
- * row last (their scores are masked afterwards). True if a score is NaN or
+ * row last (their scores are masked afterwards); bmax[v] the max of the
+ * scores of keys j < nk (max_ps's order: a NaN passed over). True if a score is NaN or
  * at least 2^102 in magnitude (inf included): then adding a finite mask
  * may overflow, and a -inf score must not pass for a masked key. */
-static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nkp, size_t last,
-                                 float *s, const int NV, const int MR) {
+static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nk,
+                                 size_t nkp, size_t last, float *s, __m512 *bmax, const int NV,
+                                 const int MR) {
     const size_t tile = 16 * (size_t)NV, dk = a->dk;
     const __m512 big = _mm512_set1_ps(0x1p102f);
     __mmask16 rare = 0;
+    for (int v = 0; v < NV; v++) bmax[v] = _mm512_set1_ps(-INFINITY);
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[16];
 #pragma GCC unroll 16
@@ -45,6 +69,7 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
+#pragma GCC unroll 4
         for (size_t d = 0; d < dk; d++) {
             __m512 b[2];
 #pragma GCC unroll 2
@@ -62,46 +87,72 @@ static ALWAYS_INLINE bool scores(const gml_flash_args *a, const float *kb, size_
             for (int v = 0; v < NV; v++) {
                 rare |= _mm512_cmp_ps_mask(_mm512_abs_ps(acc[r][v]), big, _CMP_NLT_UQ);
                 _mm512_store_ps(s + (jt + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+                if (jt + (size_t)r < nk) bmax[v] = _mm512_max_ps(acc[r][v], bmax[v]);
             }
     }
     return rare != 0;
 }
 
-/* ot[c][.] += sum_{j < nk} v[j][c] p[j][.] for c < dvp (a multiple of MR);
- * columns past dv read column dv - 1 (their rows of ot are padding). */
-static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk, size_t dvp,
-                                 const float *p, float *ot, const int NV, const int MR,
-                                 const uint8_t *skip) {
+/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
+ * p[j][.] for c in [ct, ct + MR); columns past dv read column dv - 1 (their
+ * rows of ot are padding). */
+static ALWAYS_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t nk,
+                                       size_t ct, const float *p, float *ot, const __m512 *alpha,
+                                       const int NV, const int MR, const uint8_t *skip) {
     const size_t tile = 16 * (size_t)NV, dv = a->dv;
-    for (size_t ct = 0; ct < dvp; ct += (size_t)MR) {
-        size_t off[16];
+    size_t off[16];
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
-        __m512 acc[16][2];
+    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+    __m512 acc[16][2];
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
+    for (int r = 0; r < MR; r++)
 #pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
-        const float *vr = vb;
-        for (size_t j = 0; j < nk; j++, vr += a->ldv) {
-            if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */
-            __m512 w[2];
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) w[v] = _mm512_load_ps(p + j * tile + 16 * (size_t)v);
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; r++) {
-                const __m512 x = _mm512_set1_ps(vr[off[r]]);
-#pragma GCC unroll 2
-                for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(x, w[v], acc[r][v]);
-            }
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = _mm512_load_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v);
+            if (alpha) acc[r][v] = _mm512_mul_ps(acc[r][v], alpha[v]);
         }
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                _mm512_store_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+    /* columns ct + r of the rows (constant offsets from vr + ct), or the
+     * clamped ones of a group past dv */
+#define VALUE_LOOP(COL)                                                                  \
+    for (size_t j = 0; j < nk; j++, vr += a->ldv) {                                      \
+        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */          \
+        __m512 w[2];                                                                     \
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) w[v] =                      \
+            _mm512_load_ps(p + j * tile + 16 * (size_t)v);                               \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                          \
+            const __m512 x = _mm512_set1_ps(COL);                                        \
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[r][v] =             \
+                _mm512_fmadd_ps(x, w[v], acc[r][v]);                                     \
+        }                                                                                \
     }
+    if (ct + (size_t)MR <= dv) {
+        const float *vr = vb + ct;
+        VALUE_LOOP(vr[r])
+    } else {
+        const float *vr = vb;
+        VALUE_LOOP(vr[off[r]])
+    }
+#undef VALUE_LOOP
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            _mm512_store_ps(ot + (ct + (size_t)r) * tile + 16 * (size_t)v, acc[r][v]);
+}
+
+/* Every column c < dv: groups of MR, then the last few in a group of 4, 8
+ * (or MR). */
+static ALWAYS_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk,
+                                 const float *p, float *ot, const __m512 *alpha, const int NV,
+                                 const int MR, const uint8_t *skip) {
+    const size_t dv = a->dv;
+    size_t ct = 0;
+    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
+        values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+    if (ct == dv) return;
+    if (dv - ct <= 4) values_group(a, vb, nk, ct, p, ot, alpha, NV, 4, skip);
+    else if (dv - ct <= 8 && MR > 8) values_group(a, vb, nk, ct, p, ot, alpha, NV, 8, skip);
+    else values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
 }
 
 /* The options on a block of scores s[j][.], j < nk (gml_flash_score's
@@ -148,6 +199,79 @@ static ALWAYS_INLINE void alibi_window_block(const gml_flash_args *a, size_t j0,
     }
 }
 
+/* r[i] = column i of the 16 x 16 block whose rows r[0..15] are: three
+ * rounds of shuffles (unpack ps, unpack pd, 128-bit lane shuffles). */
+static ALWAYS_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + k], 128-bit lane q: rows 4i .. 4i+3 at column 4q + k */
+#define PD(x) _mm512_castps_pd(x)
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[4 * i]), PD(t[4 * i + 2])));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[4 * i]), PD(t[4 * i + 2])));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(t[4 * i + 1]), PD(t[4 * i + 3])));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(t[4 * i + 1]), PD(t[4 * i + 3])));
+#undef PD
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512 w0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        const __m512 w2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        const __m512 w3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_f32x4(w0, w2, 0x88);      /* q = 0 */
+        r[8 + k] = _mm512_shuffle_f32x4(w0, w2, 0xdd);  /* q = 2 */
+        r[4 + k] = _mm512_shuffle_f32x4(w1, w3, 0x88);  /* q = 1 */
+        r[12 + k] = _mm512_shuffle_f32x4(w1, w3, 0xdd); /* q = 3 */
+    }
+}
+
+/* gml_flash_finish's common case in vectors: no sink, every lane < nq with
+ * a positive finite sum (no poison) and finite outputs. out[l][c] = ot[c][l]
+ * * (1 / sum[l]), the same operations, 16 x 16 blocks transposed in
+ * registers (the scalar loop cost 1.7% of C3's flash_attn, 5.6% at T=512).
+ * False, nothing decided, when a lane needs gml_flash_finish (which then
+ * writes every row again). */
+static ALWAYS_INLINE bool finish_vec(const gml_flash_args *a, const __m512 *l, const float *ot,
+                                    const int NV) {
+    const size_t tile = 16 * (size_t)NV, nq = a->nq, dv = a->dv;
+    if (a->sink) return false;
+    __m512 inv[2];
+    __mmask16 live[2];
+    for (int v = 0; v < NV; v++) {
+        const size_t n = nq > 16 * (size_t)v ? GML_MIN((size_t)16, nq - 16 * (size_t)v) : 0;
+        live[v] = (__mmask16)((1u << n) - 1);
+        const __mmask16 ok = _mm512_cmp_ps_mask(l[v], _mm512_setzero_ps(), _CMP_GT_OQ) &
+                             _mm512_cmp_ps_mask(l[v], _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+        if ((ok & live[v]) != live[v]) return false;
+        inv[v] = _mm512_div_ps(_mm512_set1_ps(1.0f), l[v]);
+    }
+    /* every output finite first: nothing is written otherwise */
+    __mmask16 bad = 0;
+    for (size_t c = 0; c < dv; c++)
+        for (int v = 0; v < NV; v++) {
+            const __m512 x = _mm512_mul_ps(_mm512_load_ps(ot + c * tile + 16 * (size_t)v), inv[v]);
+            bad |= _mm512_mask_cmp_ps_mask(live[v], _mm512_abs_ps(x), _mm512_set1_ps(INFINITY),
+                                           _CMP_NLT_UQ);
+        }
+    if (bad) return false;
+    for (int v = 0; v < NV; v++)
+        for (size_t c0 = 0; c0 < dv; c0 += 16) {
+            const size_t nc = GML_MIN((size_t)16, dv - c0);
+            __m512 r[16];
+            for (size_t i = 0; i < 16; i++)
+                r[i] = i < nc ? _mm512_mul_ps(_mm512_load_ps(ot + (c0 + i) * tile + 16 * (size_t)v),
+                                              inv[v])
+                              : _mm512_setzero_ps();
+            transpose16(r);
+            const __mmask16 cols = (__mmask16)((1u << nc) - 1);
+            for (size_t i = 0; i < 16 && 16 * (size_t)v + i < nq; i++)
+                _mm512_mask_storeu_ps(a->out[16 * (size_t)v + i] + c0, cols, r[i]);
+        }
+    return true;
+}
+
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
  * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
 static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
@@ -177,7 +301,11 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
         const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
         gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
-        const bool rare = scores(a, kb, j0, nkp, (size_t)nmax - 1, s, NV, MRK);
+        __m512 smax[2];
+        const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK);
+        /* smax holds the block's max unless something below changes scores */
+        const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
+                           j0 + nk <= (size_t)nmin;
         if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
 
         /* the mask first, then -inf past each lane's keys: a key the lane
@@ -225,44 +353,44 @@ static ALWAYS_INLINE bool flash_block(const gml_flash_args *a, const int NV, con
 
         /* online softmax. NaN scores are passed over by the max (max_ps
          * returns its second operand) and make their lane NaN through exp.
-         * exp without subnormals (vexp16_nosub): terms below 2^-125.5 are
-         * +0, else the scores of a real model (spread over more than 87)
-         * make millions of subnormals, each a microcode assist on Intel. */
+         * exp without subnormals (vexp16_nonpos, as vexp16_nosub): terms
+         * below 2^-125.5 are +0, else the scores of a real model (spread
+         * over more than 87) make millions of subnormals, each a microcode
+         * assist on Intel. Without masks or options the block's max comes
+         * from the score registers (no pass over s). */
         __m512 base[2], alpha[2];
         __mmask16 moved = 0;
         for (int v = 0; v < NV; v++) {
-            __m512 bmax = neg_inf;
-            for (size_t j = 0; j < nk; j++)
-                bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
+            __m512 bmax = plain ? smax[v] : neg_inf;
+            if (!plain)
+                for (size_t j = 0; j < nk; j++)
+                    bmax = _mm512_max_ps(_mm512_load_ps(s + j * tile + 16 * (size_t)v), bmax);
             const __m512 mnew = _mm512_max_ps(bmax, m[v]);
             /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
             const __mmask16 none = _mm512_cmp_ps_mask(mnew, neg_inf, _CMP_EQ_OQ);
             base[v] = _mm512_mask_blend_ps(none, mnew, zero);
-            alpha[v] = vexp16_nosub(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
+            alpha[v] = vexp16_nonpos(_mm512_sub_ps(m[v], base[v])); /* 0 while m is -inf */
             moved |= _mm512_cmp_ps_mask(alpha[v], _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
             m[v] = mnew;
         }
-        if (moved) /* the max grew in some lane: rescale what it weighted */
-            for (size_t c = 0; c < dv; c++)
-                for (int v = 0; v < NV; v++) {
-                    float *o = ot + c * tile + 16 * (size_t)v;
-                    _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), alpha[v]));
-                }
         for (int v = 0; v < NV; v++) {
             __m512 acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + 16 * (size_t)v;
-                const __m512 e = vexp16_nosub(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
+                const __m512 e = vexp16_nonpos(_mm512_sub_ps(_mm512_load_ps(sj), base[v]));
                 _mm512_store_ps(sj, e);
                 acc = _mm512_add_ps(acc, e);
             }
             l[v] = _mm512_fmadd_ps(l[v], alpha[v], acc);
         }
-        values(a, vb, nk, dvp, s, ot, NV, MR, SAFE ? skip : NULL);
+        /* where the max grew in some lane, what it weighted is rescaled as
+         * the value loop loads it */
+        values(a, vb, nk, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    if (!SAFE && finish_vec(a, l, ot, NV)) return true;
     float sum[32], mx[32];
     for (int v = 0; v < NV; v++) {
         _mm512_storeu_ps(sum + 16 * v, _mm512_mask_mov_ps(l[v], poison[v], _mm512_set1_ps(NAN)));

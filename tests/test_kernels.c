@@ -177,8 +177,19 @@ static void test_flash_attn(int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t
     gml_tensor *dense = gml_set_name(gml_flash_attn(ctx, q, kc, vc, NULL, lens, scale, causal), "dense");
     /* only V strided */
     gml_tensor *v_only = gml_set_name(gml_flash_attn(ctx, q, kc, v, NULL, lens, scale, causal), "v_only");
-    gml_tensor *outs[] = {strided, dense, v_only};
-    gml_graph *g = gml_build_graph(ctx, outs, 3);
+    /* K and V heads of [B, Tk, G, d] projections viewed as [B, G, Tk, d]: rows
+     * of contiguous floats a row stride apart (packed too, but for decoding) */
+    const int perm[4] = {0, 2, 1, 3};
+    gml_tensor *kh = gml_permute(ctx, chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, Tk, G, dk},
+                                                    CHK_CONTIGUOUS, "kh", &r, -1, 1), perm);
+    gml_tensor *vh = gml_permute(ctx, chk_new_input(ctx, GML_F32, 4, (int64_t[]){B, Tk, G, dk + 2},
+                                                    CHK_CONTIGUOUS, "vh", &r, -1, 1), perm);
+    gml_tensor *heads = gml_set_name(gml_flash_attn(ctx, q, kh, vh, NULL, lens, scale, causal), "heads");
+    gml_tensor *heads_c = gml_set_name(
+        gml_flash_attn(ctx, q, gml_cont(ctx, kh), gml_cont(ctx, vh), NULL, lens, scale, causal),
+        "heads_c");
+    gml_tensor *outs[] = {strided, dense, v_only, heads, heads_c};
+    gml_graph *g = gml_build_graph(ctx, outs, 5);
     /* up to 8 rows per kv head: the decode kernels (keys in chunks from 512) */
     const bool dec = H / G * Tq <= 8, split = dec && Tk >= 512 && B * G < 16;
     const char *pre = dec ? "gml_f32_flash_dec_ukernel__" : "gml_f32_flash_ukernel__";
@@ -186,12 +197,15 @@ static void test_flash_attn(int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t
         {strided, pre, split ? "(K/V rows packed; keys in chunks, merged in order)" : "(K/V rows packed)", false},
         {dense, pre, split ? "(keys in chunks, merged in order)" : NULL, false},
         {v_only, pre, split ? "(K/V rows packed; keys in chunks, merged in order)" : "(K/V rows packed)", false},
+        {heads, pre, dec ? (split ? "(keys in chunks, merged in order)" : NULL) : "(K/V rows packed)", false},
+        {heads_c, pre, split ? "(keys in chunks, merged in order)" : NULL, false},
     };
-    const same pairs[] = {{strided, dense}, {v_only, dense}};
-    chk_case("flash_attn: B %lld H %lld G %lld Tq %lld Tk %lld d_k %lld%s, K and V strided",
+    const same pairs[] = {{strided, dense}, {v_only, dense}, {heads, heads_c}};
+    chk_case("flash_attn: B %lld H %lld G %lld Tq %lld Tk %lld d_k %lld%s, K and V strided, "
+             "K and V heads of [B, Tk, G, d]",
              (long long)B, (long long)H, (long long)G, (long long)Tq, (long long)Tk, (long long)dk,
              causal ? " causal" : "");
-    run_case(g, ex, 3, outs, 3, 1e-5, pairs, 2);
+    run_case(g, ex, 5, outs, 5, 1e-5, pairs, 3);
     gml_graph_free(g);
     gml_free(ctx);
 }

@@ -192,8 +192,10 @@ static double check_block(const variant *var, size_t nq, int32_t nk_max, size_t 
 }
 
 static void check_variants(void) {
-    static const int32_t keys[] = {0, 1, 5, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200};
-    static const size_t dks[] = {1, 7, 64, 33}, dvs[] = {1, 9, 64, 24};
+    /* around the key blocks: 48 (AVX2), 64 (AVX-512), 32 (scalar) */
+    static const int32_t keys[] = {0,  1,  5,  15, 16, 17,  31,  47,  48,  49,
+                                   63, 64, 65, 95, 96, 97, 127, 128, 129, 200};
+    static const size_t dks[] = {1, 7, 64, 33}, dvs[] = {1, 5, 9, 64, 62, 24};
     for (size_t k = 0; k < sizeof VARIANTS / sizeof *VARIANTS; k++) {
         const variant *v = &VARIANTS[k];
         if (!cpu_runs(v->isa, v->name)) continue;
