@@ -74,8 +74,9 @@ void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, co
 }
 
 const gml_gemm_variant gml_gemm_variants[] = {
-#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max) \
-    {isa, fn, mr, nr, l1, l2, l3, nc_max, #fn, {#fn " (large)", #fn " (rows)", #fn " (rows_t)"}},
+#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max)                                       \
+    {isa, fn, mr, nr, l1, l2, l3, nc_max, #fn,                                                  \
+     {#fn " (large)", #fn " (rows)", #fn " (rows_t)", #fn " (large, shared B)"}},
 #include "gemm.inc"
 #undef GML_UKERNEL
 };
@@ -424,6 +425,7 @@ enum {
     GEMM_GEMV_M = 4,        /* PATH_GEMV up to here (every gemv.inc variant's MR) */
     GEMM_GEMV_NR = 16,      /* the widest gemv.inc tile */
     GEMM_GEMV_CHUNK_N = 64, /* PATH_GEMV chunks: at least this many columns */
+    GEMM_SHARED_MIN_PANELS = 4, /* run_large_shared: MR-row panels per thread, NR-column panels */
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
@@ -443,6 +445,11 @@ typedef struct gemm_plan {
     int64_t mt, nt;         /* tiles per batch along M and N */
     int64_t n_chunks;
     size_t a_floats, b_floats; /* per-thread panels */
+    /* PATH_LARGE, one product on several threads: the threads split M and
+     * share each packed B block (run_large_shared); shared_floats is the
+     * two B blocks they take turns on, ahead of the threads' slices */
+    bool shared;
+    size_t shared_floats;
 } gemm_plan;
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -513,6 +520,17 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     case PATH_LARGE: {
         const gml_gemm_blocks bl = gml_gemm_blocking(v);
         pl.KC = GML_MIN(K, bl.kc);
+        pl.shared = nth > 1 && d->nb0 * d->nb1 == 1 && pl.n_chunks >= nth &&
+                    d->M >= (int64_t)nth * GEMM_SHARED_MIN_PANELS * mr &&
+                    d->N > GEMM_SHARED_MIN_PANELS * (int64_t)nr;
+        if (pl.shared) { /* each thread's rows in MR units, the whole N */
+            pl.MC = GML_MIN(round_up(cdiv(d->M, (int64_t)nth), mr), bl.mc);
+            pl.NC = GML_MIN(round_up(d->N, nr), bl.nc);
+            pl.a_floats = (size_t)(pl.MC * pl.KC);
+            if (d->b_type != GML_F32) pl.a_floats += (size_t)pl.KC; /* pack_b_typed's row */
+            pl.shared_floats = 2 * gml_align_up((size_t)(pl.KC * pl.NC), GML_ALIGN / sizeof(float));
+            break;
+        }
         pl.MC = GML_MIN(round_up(pl.tm, mr), bl.mc);
         pl.NC = GML_MIN(round_up(pl.tn, nr), bl.nc);
         pl.a_floats = (size_t)(pl.MC * pl.KC);
@@ -544,9 +562,10 @@ size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_gemm_n_variants; i++) {
         gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth);
-        most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
+        most = GML_MAX(most, (pl.shared_floats + (pl.a_floats + pl.b_floats) * (size_t)nth) *
+                                 sizeof(float));
     }
-    return most * (size_t)nth;
+    return most;
 }
 
 /* ---- one chunk ---------------------------------------------------------- */
@@ -557,6 +576,24 @@ typedef struct gemm_tile {
     float *c;
     int64_t tm, tn;
 } gemm_tile;
+
+/* The macro-kernel: C[mc x nc] (row stride ldc) (+)= the A block (packed
+ * MR-row panels, or rows in place lda floats apart) times the packed B
+ * block (NR-column panels), kc deep. */
+static void macro_kernel(const gml_gemm_variant *v, int64_t mc, int64_t nc, int64_t kc,
+                         const float *a, size_t lda, const float *bp, float *c, size_t ldc,
+                         bool acc) {
+    const int mr = v->mr, nr = v->nr;
+    const int64_t a_step = lda ? (int64_t)lda : kc; /* floats between MR-row panels, / mr */
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+        const int n = (int)GML_MIN((int64_t)nr, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int m = (int)GML_MIN((int64_t)mr, mc - ir);
+            v->fn((size_t)kc, a + ir * a_step, lda, bp + jr * kc, (size_t)nr,
+                  c + ir * (int64_t)ldc + jr, ldc, m, n, acc);
+        }
+    }
+}
 
 static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
                       const gemm_tile *t, float *ap, float *bp) {
@@ -587,15 +624,55 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                     pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
                     a = ap;
                 }
-                for (int64_t jr = 0; jr < nc; jr += nr) {
-                    const int n = (int)GML_MIN((int64_t)nr, nc - jr);
-                    float *c = t->c + ic * (int64_t)ldc + jc + jr;
-                    for (int64_t ir = 0; ir < mc; ir += mr) {
-                        const int m = (int)GML_MIN((int64_t)mr, mc - ir);
-                        v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
-                              bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
-                    }
-                }
+                macro_kernel(v, mc, nc, kc, a, lda, bp, t->c + ic * (int64_t)ldc + jc, ldc,
+                             pc > 0);
+            }
+        }
+    }
+}
+
+/* PATH_LARGE for one product on nth > 1 threads, as BLIS and OpenBLAS
+ * split it: per B block (kc x nc), the threads each pack a share of its
+ * NR-column panels into one buffer, meet at a barrier, then each runs the
+ * macro-kernel over its own rows of C (MR-row panels split evenly),
+ * packing its own A blocks. B is packed once in all instead of once per
+ * M tile, and both threads read the same block from the shared cache.
+ * Two B buffers taken in turn need one barrier per block: a thread packing
+ * block t + 1 has passed block t's barrier, which every thread reached only
+ * after it was done with block t - 1, the other buffer. The K loop and each
+ * element's fma chain are those of run_large: no bit changes. */
+static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d,
+                             const gemm_plan *pl, const gml_gemm_variant *v, float *bshared,
+                             float *ap) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    const size_t bstride = pl->shared_floats / 2;
+    float *tmp = ap + pl->MC * pl->KC; /* pack_b_typed's row */
+    int64_t r0, r1;
+    gml_split(cdiv(d->M, mr), p->ith, p->nth, &r0, &r1);
+    const int64_t m0 = r0 * mr, m1 = GML_MIN(r1 * mr, d->M);
+    int buf = 0;
+    for (int64_t jc = 0; jc < d->N; jc += pl->NC) {
+        const int64_t nc = GML_MIN(pl->NC, d->N - jc);
+        int64_t q0, q1; /* this thread's B panels */
+        gml_split(cdiv(nc, nr), p->ith, p->nth, &q0, &q1);
+        const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, nc) - j0;
+        for (int64_t pc = 0; pc < d->K; pc += pl->KC, buf ^= 1) {
+            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+            float *bp = bshared + (size_t)buf * bstride;
+            if (ncols > 0) {
+                const char *b = d->b + b_koff(d, pc) + (jc + j0) * d->b_cs;
+                if (d->b_type != GML_F32)
+                    pack_b_typed(d->b_type, b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc, tmp);
+                else
+                    pack_b(b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc);
+            }
+            gml_barrier(p);
+            for (int64_t ic = m0; ic < m1; ic += pl->MC) {
+                const int64_t mc = GML_MIN(pl->MC, m1 - ic);
+                pack_a(d->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                macro_kernel(v, mc, nc, kc, ap, 0, bp, (float *)d->c + ic * (int64_t)ldc + jc,
+                             ldc, pc > 0);
             }
         }
     }
@@ -703,15 +780,20 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     const gemm_plan pl = make_plan(d, v, p->nth);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
-    assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
-    float *ap = (float *)p->wdata + (size_t)p->ith * slice;
+    assert((pl.shared_floats + (size_t)(p->ith + 1) * slice) * sizeof(float) <= p->wsize);
+    float *ap = (float *)p->wdata + pl.shared_floats + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
     gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
                            ? gml_xw_gemv_pick(d->b_type)->name
                        : pl.path == PATH_GEMV   ? gml_gemv_pick()->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]
+                       : pl.shared              ? v->path_names[3]
                                                 : v->path_names[0]);
+    if (pl.shared && d->K > 0) {
+        run_large_shared(p, d, &pl, v, (float *)p->wdata, ap);
+        return;
+    }
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
         const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
         const int64_t i1 = bi % d->nb1, i0 = bi / d->nb1;
