@@ -540,7 +540,10 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     case PATH_LARGE: {
         const gml_gemm_blocks bl = gml_gemm_blocking(v);
         pl.KC = GML_MIN(K, bl.kc);
-        pl.shared = nth > 1 && d->nb0 * d->nb1 == 1 && pl.n_chunks >= nth &&
+        /* only where the tiles split M (mt > 1: each M tile packed B again);
+         * tiles split along N alone pack B once already, and each thread
+         * reads only its columns of B */
+        pl.shared = nth > 1 && d->nb0 * d->nb1 == 1 && pl.n_chunks >= nth && pl.mt > 1 &&
                     d->M >= (int64_t)nth * GEMM_SHARED_MIN_PANELS * mr &&
                     d->N > GEMM_SHARED_MIN_PANELS * (int64_t)nr;
         if (pl.shared) { /* each thread's rows in MR units, the whole N */

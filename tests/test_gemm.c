@@ -346,7 +346,7 @@ static void shared_b(void) {
         int64_t caches[3]; /* 0: the machine's */
     } cases[] = {
         {301, 517, 200, false, {0}},
-        {150, 290, 130, true, {0}},
+        {300, 150, 130, true, {0}},
         {200, 333, 150, false, {1024, 1024, 1024}},
         {130, 200, 400, true, {1024, 1024, 1024}},
     };
@@ -376,6 +376,22 @@ static void shared_b(void) {
         gml_free(ctx);
     }
     gml_gemm_set_caches(NULL);
+    /* few rows for many columns: the tiles split N alone (B packed once
+     * anyway), each thread packing only its columns: not shared */
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
+    gml_tensor *a = T2(ctx, 120, 64), *b = T2(ctx, 64, 1500);
+    const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
+    for (size_t ii = 0; ii < 2; ii++) {
+        if (!gml_cpu_has(isas[ii])) continue;
+        const char *name = path_run(ctx, gml_matmul(ctx, a, b), isas[ii], 2);
+        checks++;
+        if (!strstr(name, "(large)")) {
+            fprintf(stderr, "FAIL [120,64] @ [64,1500] at %s, 2 threads: ran '%s', want "
+                    "(large)\n", gml_isa_name(isas[ii]), name);
+            failures++;
+        }
+    }
+    gml_free(ctx);
 }
 
 int main(void) {
