@@ -475,6 +475,13 @@ typedef struct gemm_plan {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
+/* The block size that cuts n into as few blocks of at most `block` as
+ * `block` does, as evenly as multiples of unit allow (block a multiple of
+ * unit): at most block, and round_up(n, unit) when n <= block. */
+static int64_t even_block(int64_t n, int64_t block, int64_t unit) {
+    return round_up(cdiv(n, cdiv(n, block)), unit);
+}
+
 static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
 
 static gemm_path choose_path(const gml_gemm_desc *d) {
@@ -539,7 +546,12 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     switch (pl.path) {
     case PATH_LARGE: {
         const gml_gemm_blocks bl = gml_gemm_blocking(v);
-        pl.KC = GML_MIN(K, bl.kc);
+        /* KC, MC, NC as even as the same number of blocks allow (1024 =
+         * 5 x 176 + 144, not 5 x 192 + 64): no thin last block, whose
+         * B micro-panels pass through L1 for a few calls each */
+        const int64_t k_unit = d->b_type == GML_Q8_0 ? GML_QK8_0 : 8;
+        pl.KC = bl.kc % k_unit == 0 ? even_block(K, bl.kc, k_unit) : bl.kc;
+        pl.KC = GML_MIN(K, pl.KC);
         /* only where the tiles split M (mt > 1: each M tile packed B again);
          * tiles split along N alone pack B once already, and each thread
          * reads only its columns of B */
@@ -547,15 +559,15 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
                     d->M >= (int64_t)nth * GEMM_SHARED_MIN_PANELS * mr &&
                     d->N > GEMM_SHARED_MIN_PANELS * (int64_t)nr;
         if (pl.shared) { /* each thread's rows in MR units, the whole N */
-            pl.MC = GML_MIN(round_up(cdiv(d->M, (int64_t)nth), mr), bl.mc);
-            pl.NC = GML_MIN(round_up(d->N, nr), bl.nc);
+            pl.MC = even_block(cdiv(cdiv(d->M, mr), (int64_t)nth) * mr, bl.mc, mr);
+            pl.NC = even_block(d->N, bl.nc, nr);
             pl.a_floats = (size_t)(pl.MC * pl.KC);
             if (d->b_type != GML_F32) pl.a_floats += (size_t)pl.KC; /* pack_b_typed's row */
             pl.shared_floats = 2 * gml_align_up((size_t)(pl.KC * pl.NC), GML_ALIGN / sizeof(float));
             break;
         }
-        pl.MC = GML_MIN(round_up(pl.tm, mr), bl.mc);
-        pl.NC = GML_MIN(round_up(pl.tn, nr), bl.nc);
+        pl.MC = even_block(pl.tm, bl.mc, mr);
+        pl.NC = even_block(pl.tn, bl.nc, nr);
         pl.a_floats = (size_t)(pl.MC * pl.KC);
         pl.b_floats = (size_t)(pl.KC * pl.NC);
         if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
