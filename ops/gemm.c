@@ -620,10 +620,18 @@ static void macro_kernel(const gml_gemm_variant *v, int64_t mc, int64_t nc, int6
                          bool acc) {
     const int mr = v->mr, nr = v->nr;
     const int64_t a_step = lda ? (int64_t)lda : kc; /* floats between MR-row panels, / mr */
+    const int64_t panel = kc * nr, lines = panel / 16; /* a B micro-panel's cache lines */
+    const int64_t calls = cdiv(mc, mr), per_call = cdiv(lines, calls);
     for (int64_t jr = 0; jr < nc; jr += nr) {
         const int n = (int)GML_MIN((int64_t)nr, nc - jr);
+        /* the next B micro-panel, a share of its lines before each call,
+         * towards L2: it comes from L3 when the B block outgrows L2 */
+        const char *next = (const char *)(bp + (jr + nr < nc ? jr + nr : jr) * kc);
+        int64_t line = 0;
         for (int64_t ir = 0; ir < mc; ir += mr) {
             const int m = (int)GML_MIN((int64_t)mr, mc - ir);
+            for (int64_t e = GML_MIN(line + per_call, lines); line < e; line++)
+                __builtin_prefetch(next + line * 64, 0, 2);
             v->fn((size_t)kc, a + ir * a_step, lda, bp + jr * kc, (size_t)nr,
                   c + ir * (int64_t)ldc + jr, ldc, m, n, acc);
         }
