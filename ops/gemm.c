@@ -39,9 +39,13 @@
  *
  * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
  * gml_chunk_next and pack what they need into their own slice of the
- * scratch buffer, so no thread waits for another. The K loop is the same
- * for every chunk, and each element is a single fma chain (gemm.h), so the
- * split changes no bit of the result. */
+ * scratch buffer, so no thread waits for another. One large product (one
+ * batch, Goto's loops, tiles that split M) is split as BLIS splits it
+ * instead: the threads take even shares of M's rows and pack each B block
+ * together into a buffer they share, a barrier per block
+ * (run_large_shared); the tiles would pack B once per M tile. The K loop
+ * is the same for every chunk and share, and each element is a single fma
+ * chain (gemm.h), so the split changes no bit of the result. */
 #include "gemm.h"
 #include "ukernels.h"
 
