@@ -327,7 +327,8 @@ static void small_caches(void) {
 static const char *path_run(gml_context *ctx, gml_tensor *out, gml_isa isa, int nth) {
     gml_graph *g = gml_build_graph(ctx, &out, 1);
     gml_set_isa(isa);
-    const char *name = g && gml_graph_compute(g, nth) == GML_OK ? gml_graph_node_kernel(g, -1) : NULL;
+    const char *name =
+        g && gml_graph_compute(g, nth) == GML_OK ? gml_graph_node_kernel(g, -1) : NULL;
     gml_set_isa(GML_ISA_AUTO);
     gml_graph_free(g);
     return name ? name : "(none)";
