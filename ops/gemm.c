@@ -42,9 +42,13 @@
  *
  * Threads: a chunk is (batch, M tile, N tile); threads take chunks with
  * gml_chunk_next and pack what they need into their own slice of the
- * scratch buffer, so no thread waits for another. The K loop is the same
- * for every chunk, and each element is a single fma chain (gemm.h), so the
- * split changes no bit of the result. */
+ * scratch buffer, so no thread waits for another. One large product (one
+ * batch, Goto's loops, tiles that split M) is split as BLIS splits it
+ * instead: the threads take even shares of M's rows and pack each B block
+ * together into a buffer they share, a barrier per block
+ * (run_large_shared); the tiles would pack B once per M tile. The K loop
+ * is the same for every chunk and share, and each element is a single fma
+ * chain (gemm.h), so the split changes no bit of the result. */
 #include "gemm.h"
 #include "ukernels.h"
 
@@ -77,8 +81,9 @@ void gml_f32_gemm_ukernel__scalar_4x16(size_t kc, const float *a, size_t lda, co
 }
 
 const gml_gemm_variant gml_gemm_variants[] = {
-#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max) \
-    {isa, fn, mr, nr, l1, l2, l3, nc_max, #fn, {#fn " (large)", #fn " (rows)", #fn " (rows_t)"}},
+#define GML_UKERNEL(isa, fn, mr, nr, l1, l2, l3, nc_max)                                       \
+    {isa, fn, mr, nr, l1, l2, l3, nc_max, #fn,                                                  \
+     {#fn " (large)", #fn " (rows)", #fn " (rows_t)", #fn " (large, shared B)"}},
 #include "gemm.inc"
 #undef GML_UKERNEL
 };
@@ -213,7 +218,8 @@ static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t 
 /* dst[k * ld + i] = row i's element k, for i < rows, k < kc: rows that are
  * contiguous along k (row stride rs bytes) turned k-major, as packing needs
  * for a row-major A and for B = W^T. 4x4 blocks go through SSE registers
- * (baseline x86-64), 2.4x faster than element by element. */
+ * (baseline x86-64), 2.4x faster than element by element; two rows left
+ * over go as 2x4 blocks. */
 static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst) {
     int i = 0;
 #ifdef __SSE2__
@@ -237,6 +243,25 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
             dst[k * ld + i + 1] = r1[k];
             dst[k * ld + i + 2] = r2[k];
             dst[k * ld + i + 3] = r3[k];
+        }
+    }
+    /* two rows left (MR 6 and 14: a third and a seventh of A): 4 x 2
+     * blocks, pairs (r0[k], r1[k]) stored as 8 bytes each */
+    for (; i + 2 <= rows; i += 2) {
+        const float *r0 = (const float *)(src + i * rs);
+        const float *r1 = (const float *)(src + (i + 1) * rs);
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            const __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
+            const __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);
+            _mm_storel_pi((__m64 *)(void *)(dst + (k + 0) * ld + i), lo);
+            _mm_storeh_pi((__m64 *)(void *)(dst + (k + 1) * ld + i), lo);
+            _mm_storel_pi((__m64 *)(void *)(dst + (k + 2) * ld + i), hi);
+            _mm_storeh_pi((__m64 *)(void *)(dst + (k + 3) * ld + i), hi);
+        }
+        for (; k < kc; k++) {
+            dst[k * ld + i] = r0[k];
+            dst[k * ld + i + 1] = r1[k];
         }
     }
 #endif
@@ -495,6 +520,7 @@ enum {
     GEMM_GEMV_M = 4,        /* PATH_GEMV up to here (every gemv.inc variant's MR) */
     GEMM_GEMV_NR = 16,      /* the widest gemv.inc tile */
     GEMM_GEMV_CHUNK_N = 64, /* PATH_GEMV chunks: at least this many columns */
+    GEMM_SHARED_MIN_PANELS = 4, /* run_large_shared: MR-row panels per thread, NR-column panels */
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
@@ -514,10 +540,22 @@ typedef struct gemm_plan {
     int64_t mt, nt;         /* tiles per batch along M and N */
     int64_t n_chunks;
     size_t a_floats, b_floats; /* per-thread panels */
+    /* PATH_LARGE, one product on several threads: the threads split M and
+     * share each packed B block (run_large_shared); shared_floats is the
+     * two B blocks they take turns on, ahead of the threads' slices */
+    bool shared;
+    size_t shared_floats;
 } gemm_plan;
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+/* The block size that cuts n into as few blocks of at most `block` as
+ * `block` does, as evenly as multiples of unit allow (block a multiple of
+ * unit): at most block, and round_up(n, unit) when n <= block. */
+static int64_t even_block(int64_t n, int64_t block, int64_t unit) {
+    return round_up(cdiv(n, cdiv(n, block)), unit);
+}
 
 static bool is_float_stride(int64_t s) { return s > 0 && s % (int64_t)sizeof(float) == 0; }
 
@@ -596,9 +634,28 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
     switch (pl.path) {
     case PATH_LARGE: {
         const gml_gemm_blocks bl = gml_gemm_blocking(v);
-        pl.KC = GML_MIN(K, bl.kc);
-        pl.MC = GML_MIN(round_up(pl.tm, mr), bl.mc);
-        pl.NC = GML_MIN(round_up(pl.tn, nr), bl.nc);
+        /* KC, MC, NC as even as the same number of blocks allow (1024 =
+         * 5 x 176 + 144, not 5 x 192 + 64): no thin last block, whose
+         * B micro-panels pass through L1 for a few calls each */
+        const int64_t k_unit = d->b_type == GML_Q8_0 ? GML_QK8_0 : 8;
+        pl.KC = bl.kc % k_unit == 0 ? even_block(K, bl.kc, k_unit) : bl.kc;
+        pl.KC = GML_MIN(K, pl.KC);
+        /* only where the tiles split M (mt > 1: each M tile packed B again);
+         * tiles split along N alone pack B once already, and each thread
+         * reads only its columns of B */
+        pl.shared = nth > 1 && d->nb0 * d->nb1 == 1 && pl.n_chunks >= nth && pl.mt > 1 &&
+                    d->M >= (int64_t)nth * GEMM_SHARED_MIN_PANELS * mr &&
+                    d->N > GEMM_SHARED_MIN_PANELS * (int64_t)nr;
+        if (pl.shared) { /* each thread's rows in MR units, the whole N */
+            pl.MC = even_block(cdiv(cdiv(d->M, mr), (int64_t)nth) * mr, bl.mc, mr);
+            pl.NC = even_block(d->N, bl.nc, nr);
+            pl.a_floats = (size_t)(pl.MC * pl.KC);
+            if (d->b_type != GML_F32) pl.a_floats += (size_t)pl.KC; /* pack_b_typed's row */
+            pl.shared_floats = 2 * gml_align_up((size_t)(pl.KC * pl.NC), GML_ALIGN / sizeof(float));
+            break;
+        }
+        pl.MC = even_block(pl.tm, bl.mc, mr);
+        pl.NC = even_block(pl.tn, bl.nc, nr);
         pl.a_floats = (size_t)(pl.MC * pl.KC);
         pl.b_floats = (size_t)(pl.KC * pl.NC);
         if (d->b_type != GML_F32) pl.b_floats += (size_t)pl.KC; /* pack_b_typed's row */
@@ -628,9 +685,10 @@ size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_gemm_n_variants; i++) {
         gemm_plan pl = make_plan(d, &gml_gemm_variants[i], nth, 0);
-        most = GML_MAX(most, (pl.a_floats + pl.b_floats) * sizeof(float));
+        most = GML_MAX(most, (pl.shared_floats + (pl.a_floats + pl.b_floats) * (size_t)nth) *
+                                 sizeof(float));
     }
-    return most * (size_t)nth;
+    return most;
 }
 
 /* ---- one chunk ---------------------------------------------------------- */
@@ -641,6 +699,32 @@ typedef struct gemm_tile {
     float *c;
     int64_t tm, tn;
 } gemm_tile;
+
+/* The macro-kernel: C[mc x nc] (row stride ldc) (+)= the A block (packed
+ * MR-row panels, or rows in place lda floats apart) times the packed B
+ * block (NR-column panels), kc deep. */
+static void macro_kernel(const gml_gemm_variant *v, int64_t mc, int64_t nc, int64_t kc,
+                         const float *a, size_t lda, const float *bp, float *c, size_t ldc,
+                         bool acc) {
+    const int mr = v->mr, nr = v->nr;
+    const int64_t a_step = lda ? (int64_t)lda : kc; /* floats between MR-row panels, / mr */
+    const int64_t panel = kc * nr, lines = panel / 16; /* a B micro-panel's cache lines */
+    const int64_t calls = cdiv(mc, mr), per_call = cdiv(lines, calls);
+    for (int64_t jr = 0; jr < nc; jr += nr) {
+        const int n = (int)GML_MIN((int64_t)nr, nc - jr);
+        /* the next B micro-panel, a share of its lines before each call,
+         * towards L2: it comes from L3 when the B block outgrows L2 */
+        const char *next = (const char *)(bp + (jr + nr < nc ? jr + nr : jr) * kc);
+        int64_t line = 0;
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int m = (int)GML_MIN((int64_t)mr, mc - ir);
+            for (int64_t e = GML_MIN(line + per_call, lines); line < e; line++)
+                __builtin_prefetch(next + line * 64, 0, 2);
+            v->fn((size_t)kc, a + ir * a_step, lda, bp + jr * kc, (size_t)nr,
+                  c + ir * (int64_t)ldc + jr, ldc, m, n, acc);
+        }
+    }
+}
 
 static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm_variant *v,
                       const gemm_tile *t, float *ap, float *bp) {
@@ -671,15 +755,55 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
                     pack_a(t->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
                     a = ap;
                 }
-                for (int64_t jr = 0; jr < nc; jr += nr) {
-                    const int n = (int)GML_MIN((int64_t)nr, nc - jr);
-                    float *c = t->c + ic * (int64_t)ldc + jc + jr;
-                    for (int64_t ir = 0; ir < mc; ir += mr) {
-                        const int m = (int)GML_MIN((int64_t)mr, mc - ir);
-                        v->fn((size_t)kc, a + ir * (a_in_place ? (int64_t)lda : kc), lda,
-                              bp + jr * kc, (size_t)nr, c + ir * (int64_t)ldc, ldc, m, n, pc > 0);
-                    }
-                }
+                macro_kernel(v, mc, nc, kc, a, lda, bp, t->c + ic * (int64_t)ldc + jc, ldc,
+                             pc > 0);
+            }
+        }
+    }
+}
+
+/* PATH_LARGE for one product on nth > 1 threads, as BLIS and OpenBLAS
+ * split it: per B block (kc x nc), the threads each pack a share of its
+ * NR-column panels into one buffer, meet at a barrier, then each runs the
+ * macro-kernel over its own rows of C (MR-row panels split evenly),
+ * packing its own A blocks. B is packed once in all instead of once per
+ * M tile, and both threads read the same block from the shared cache.
+ * Two B buffers taken in turn need one barrier per block: a thread packing
+ * block t + 1 has passed block t's barrier, which every thread reached only
+ * after it was done with block t - 1, the other buffer. The K loop and each
+ * element's fma chain are those of run_large: no bit changes. */
+static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d,
+                             const gemm_plan *pl, const gml_gemm_variant *v, float *bshared,
+                             float *ap) {
+    const int mr = v->mr, nr = v->nr;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float);
+    const size_t bstride = pl->shared_floats / 2;
+    float *tmp = ap + pl->MC * pl->KC; /* pack_b_typed's row */
+    int64_t r0, r1;
+    gml_split(cdiv(d->M, mr), p->ith, p->nth, &r0, &r1);
+    const int64_t m0 = r0 * mr, m1 = GML_MIN(r1 * mr, d->M);
+    int buf = 0;
+    for (int64_t jc = 0; jc < d->N; jc += pl->NC) {
+        const int64_t nc = GML_MIN(pl->NC, d->N - jc);
+        int64_t q0, q1; /* this thread's B panels */
+        gml_split(cdiv(nc, nr), p->ith, p->nth, &q0, &q1);
+        const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, nc) - j0;
+        for (int64_t pc = 0; pc < d->K; pc += pl->KC, buf ^= 1) {
+            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
+            float *bp = bshared + (size_t)buf * bstride;
+            if (ncols > 0) {
+                const char *b = d->b + b_koff(d, pc) + (jc + j0) * d->b_cs;
+                if (d->b_type != GML_F32)
+                    pack_b_typed(d->b_type, b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc, tmp);
+                else
+                    pack_b(b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc);
+            }
+            gml_barrier(p);
+            for (int64_t ic = m0; ic < m1; ic += pl->MC) {
+                const int64_t mc = GML_MIN(pl->MC, m1 - ic);
+                pack_a(d->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
+                macro_kernel(v, mc, nc, kc, ap, 0, bp, (float *)d->c + ic * (int64_t)ldc + jc,
+                             ldc, pc > 0);
             }
         }
     }
@@ -830,8 +954,8 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     const gemm_plan pl = make_plan(d, v, p->nth, rv ? rv->mr : 0);
     const size_t slice = pl.a_floats + pl.b_floats; /* floats per thread */
     assert(v->mr * v->nr <= GEMM_MAX_TILE);
-    assert((size_t)(p->ith + 1) * slice * sizeof(float) <= p->wsize);
-    float *ap = (float *)p->wdata + (size_t)p->ith * slice;
+    assert((pl.shared_floats + (size_t)(p->ith + 1) * slice) * sizeof(float) <= p->wsize);
+    float *ap = (float *)p->wdata + pl.shared_floats + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
     gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
                            ? gml_xw_gemv_pick(d->b_type)->name
@@ -839,7 +963,12 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
                        : rv                     ? rv->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]
+                       : pl.shared              ? v->path_names[3]
                                                 : v->path_names[0]);
+    if (pl.shared && d->K > 0) {
+        run_large_shared(p, d, &pl, v, (float *)p->wdata, ap);
+        return;
+    }
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < pl.n_chunks;) {
         const int64_t tj = chunk % pl.nt, ti = chunk / pl.nt % pl.mt, bi = chunk / (pl.nt * pl.mt);
         const int64_t i1 = bi % d->nb1, i0 = bi / d->nb1;

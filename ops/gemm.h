@@ -49,8 +49,9 @@ typedef struct gml_gemm_variant {
      * block, and the largest NC (gemm.inc; "Cache blocks" below) */
     int l1_pct, l2_pct, l3_pct, nc_max;
     const char *name;
-    /* name with each path of gml_gemm: "(large)", "(rows)", "(rows_t)" (gemm.c) */
-    const char *path_names[3];
+    /* name with each path of gml_gemm: "(large)", "(rows)", "(rows_t)",
+     * "(large, shared B)" (gemm.c) */
+    const char *path_names[4];
 } gml_gemm_variant;
 
 extern const gml_gemm_variant gml_gemm_variants[];
@@ -228,7 +229,10 @@ typedef struct gml_gemm_desc {
 size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth);
 /* Thread p->ith's share of the product with micro-kernel v; call from every
  * thread of the node. Shares are chunks taken with gml_chunk_next, each
- * packing its own panels into the thread's slice of p->wdata: no barrier. */
+ * packing its own panels into the thread's slice of p->wdata, no barrier;
+ * except one large product (one batch, Goto's loops) on several threads:
+ * there the threads split M and pack each B block together into a buffer
+ * they share, meeting at a gml_barrier per block (gemm.c). */
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v);
 
 #endif /* GGMLITE_OPS_GEMM_H */

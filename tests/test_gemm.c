@@ -358,9 +358,82 @@ static void few_rows_kernels(void) {
     }
 }
 
+/* Which path the last node of out's graph ran at this ISA and thread count. */
+static const char *path_run(gml_context *ctx, gml_tensor *out, gml_isa isa, int nth) {
+    gml_graph *g = gml_build_graph(ctx, &out, 1);
+    gml_set_isa(isa);
+    const char *name =
+        g && gml_graph_compute(g, nth) == GML_OK ? gml_graph_node_kernel(g, -1) : NULL;
+    gml_set_isa(GML_ISA_AUTO);
+    gml_graph_free(g);
+    return name ? name : "(none)";
+}
+
+/* One large product on several threads: the threads split M and pack each
+ * B block together (gemm.c, run_large_shared), one barrier per block, two
+ * buffers in turn. Checked like every product above (bitwise, 1-7
+ * threads), and the path asserted at 2 threads on each vector ISA: B row-
+ * major, B = W^T (transposing packs), and tiny caches (blocks of K, N and
+ * M cut many times: several B blocks through both buffers). */
+static void shared_b(void) {
+    static const struct {
+        int64_t M, N, K;
+        bool linear;
+        int64_t caches[3]; /* 0: the machine's */
+    } cases[] = {
+        {301, 517, 200, false, {0}},
+        {300, 150, 130, true, {0}},
+        {200, 333, 150, false, {1024, 1024, 1024}},
+        {130, 200, 400, true, {1024, 1024, 1024}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int64_t M = cases[i].M, N = cases[i].N, K = cases[i].K;
+        gml_gemm_set_caches(cases[i].caches[0] ? cases[i].caches : NULL);
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
+        gml_tensor *a = T2(ctx, M, K), *b = cases[i].linear ? T2(ctx, N, K) : T2(ctx, K, N);
+        char what[128];
+        snprintf(what, sizeof what, "%s [%lld,%lld], %s [%lld,%lld] (shared B%s)",
+                 cases[i].linear ? "linear x" : "", (long long)M, (long long)K,
+                 cases[i].linear ? "w" : "@", (long long)b->ne[2], (long long)b->ne[3],
+                 cases[i].caches[0] ? ", tiny caches" : "");
+        check(what, ctx, a, b, cases[i].linear, true);
+        const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
+        for (size_t ii = 0; ii < 2; ii++) {
+            if (!gml_cpu_has(isas[ii])) continue;
+            gml_tensor *out = cases[i].linear ? gml_linear(ctx, a, b, NULL) : gml_matmul(ctx, a, b);
+            const char *name = path_run(ctx, out, isas[ii], 2);
+            checks++;
+            if (!strstr(name, "(large, shared B)")) {
+                fprintf(stderr, "FAIL %s at %s, 2 threads: ran '%s', want the shared-B path\n",
+                        what, gml_isa_name(isas[ii]), name);
+                failures++;
+            }
+        }
+        gml_free(ctx);
+    }
+    gml_gemm_set_caches(NULL);
+    /* few rows for many columns: the tiles split N alone (B packed once
+     * anyway), each thread packing only its columns: not shared */
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
+    gml_tensor *a = T2(ctx, 120, 64), *b = T2(ctx, 64, 1500);
+    const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
+    for (size_t ii = 0; ii < 2; ii++) {
+        if (!gml_cpu_has(isas[ii])) continue;
+        const char *name = path_run(ctx, gml_matmul(ctx, a, b), isas[ii], 2);
+        checks++;
+        if (!strstr(name, "(large)")) {
+            fprintf(stderr, "FAIL [120,64] @ [64,1500] at %s, 2 threads: ran '%s', want "
+                    "(large)\n", gml_isa_name(isas[ii]), name);
+            failures++;
+        }
+    }
+    gml_free(ctx);
+}
+
 int main(void) {
     few_rows_kernels();
     small_caches();
+    shared_b();
     shapes_2d();
     many_chunks();
     batches();

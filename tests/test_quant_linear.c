@@ -269,6 +269,7 @@ int main(void) {
         check_linear(t, 1, 5, 33, K2, &r);   /* few rows: packed panels, K > KC */
         check_linear(t, 3, 37, 70, K1, &r);  /* batch folded, few rows */
         check_linear(t, 1, 150, 45, K2, &r); /* Goto's loops */
+        check_linear(t, 1, 130, 140, K2, &r); /* Goto's loops, B shared from 2 threads */
         if (t != GML_Q8_0) {
             check_plain_b(t, 3, 45, 29, &r);
             check_plain_b(t, 90, 45, 29, &r);
