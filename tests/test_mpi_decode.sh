@@ -23,17 +23,8 @@
 # a time limit, so a hang fails instead of waiting.
 set -uo pipefail
 group=$1 rg=$2 check=$3 mpiexec=$4 fx=$5
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 checks=0
-mpi=("$mpiexec" --oversubscribe)
-[[ $(id -u) == 0 ]] && mpi+=(--allow-run-as-root)
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 # a waiting rank gives its core away
-
-fail() {
-    echo "FAIL: $*"
-    fails=$((fails + 1))
-}
+# shellcheck source=mpi_lib.sh
+source "$(dirname "$0")/mpi_lib.sh"
 
 # same NAME TOL P ARGS...: mpirun -np P run-graph ARGS --parallel context --output,
 # then mpi_check against the single-process $tmp/NAME.ref.npy.
@@ -72,27 +63,6 @@ at() {
     }
     local np
     for np in $nps; do same "$name" "$tol" "$np" "$@" "${per_rank[@]}"; done
-}
-
-# refuse NAME STATUS PATTERN CMD...: CMD exits with STATUS (any non-zero: "nz") in time and
-# its output holds PATTERN (a grep -E pattern).
-refuse() {
-    local name=$1 status=$2 pattern=$3
-    shift 3
-    checks=$((checks + 1))
-    timeout 30 "$@" >"$tmp/log" 2>&1
-    local rc=$?
-    if [[ $rc == 124 ]]; then
-        fail "$name: still running after 30 s (a hang)"
-    elif [[ $status == nz && $rc == 0 ]] || [[ $status != nz && $rc != "$status" ]]; then
-        fail "$name: exit status $rc, expected $status"
-        tail -n 5 "$tmp/log"
-    elif ! grep -Eq -- "$pattern" "$tmp/log"; then
-        fail "$name: the output lacks /$pattern/:"
-        tail -n 5 "$tmp/log"
-    else
-        echo "ok $name: $(grep -E -m1 -- "$pattern" "$tmp/log")"
-    fi
 }
 
 # every NAME N PATTERN: the last refuse's output holds PATTERN on N lines (one per rank).
@@ -177,5 +147,4 @@ off)
     exit 2
     ;;
 esac
-echo "$group: $checks checks, $fails failed"
-((fails == 0))
+finish

@@ -1,6 +1,6 @@
 /* run-graph --parallel: the pieces of rg_mpi.c (heads) that the other
- * --parallel modes reuse (rg_mpi_ring.c: context, the prompt), with MPI
- * (GGMLITE_HAVE_MPI) only. */
+ * --parallel modes reuse (rg_mpi_ring.c: context, the prompt;
+ * rg_mpi_decode.c: context with --decode), with MPI (GGMLITE_HAVE_MPI) only. */
 #ifndef RUN_GRAPH_RG_MPI_H
 #define RUN_GRAPH_RG_MPI_H
 
@@ -53,8 +53,16 @@ bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size);
 bool rg_mpi_random_weights(prun *r, char *msg, size_t size);
 double rg_mpi_now_ms(void);
 int rg_mpi_cmp_double(const void *a, const void *b);
-/* The number of threads per rank by default: the machine's cores over the ranks on it. */
+/* The steps every --parallel mode takes (rg_mpi.c, also rg_mpi_decode.c's):
+ * the number of threads per rank by default, the machine's cores over the
+ * ranks on it; --isa (false, with the message, when the CPU lacks it); the
+ * weights file rank `rank` reads (GGMLITE_MPI_TEST_FAULT="R:PATH" makes
+ * rank R read PATH instead, for the tests); rank 0's input x, f32 [B, T, D]
+ * (its dims into xdim; false with the message otherwise). */
 int rg_mpi_default_threads(void);
+bool rg_mpi_set_isa(const char *name, char *msg, size_t size);
+const char *rg_mpi_weights_of(const char *weights, int rank);
+bool rg_mpi_read_x(const char *path, gml_context **xctx, int64_t xdim[3], char *msg, size_t size);
 
 /* rg_mpi_ring.c: --parallel context without --decode. */
 int rg_mpi_ring_main(int argc, char **argv, int at, int n_at);

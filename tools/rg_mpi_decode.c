@@ -23,7 +23,7 @@
  * hang. rg_parallel_main (rg_mpi.c) hands argv here for --parallel context
  * with --decode. */
 #define _POSIX_C_SOURCE 200809L
-#include "rg.h"
+#include "rg_mpi.h"
 
 #include <ggmlite/mpi.h>
 
@@ -131,9 +131,7 @@ static bool load(drun *r, char *msg, size_t size) {
         ok = rg_data_load(&r->o, &r->d, &e);
     } else {
         rg_opts o = r->o;
-        const char *fault = getenv("GGMLITE_MPI_TEST_FAULT"); /* tests: "R:PATH", rank R reads PATH */
-        const char *colon = fault ? strchr(fault, ':') : NULL;
-        if (o.weights && colon && atoi(fault) == r->rank) o.weights = colon + 1;
+        o.weights = rg_mpi_weights_of(o.weights, r->rank);
         o.input = NULL; /* rank 0's rows come by message; a one-row random x here */
         const int64_t dims[5] = {r->B, 1, r->D, r->H, r->G};
         const int syms[5] = {RG_B, RG_T, RG_D, RG_H, RG_G};
@@ -463,23 +461,10 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
                      "--cache-per-rank C (positions per rank)");
     if (ok && r.o.json) ok = rg_fail(&e, RG_USAGE, "--json: not reported by --parallel context yet");
     char msg[1536] = "", why[1600] = "";
-    if (ok && !r.o.threads) { /* the machine's cores over the ranks on it */
-        MPI_Comm local;
-        int n_local = 1;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-            MPI_Comm_size(local, &n_local);
-            MPI_Comm_free(&local);
-        }
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        r.o.threads = cores / n_local < 1 ? 1 : cores / n_local > 512 ? 512 : (int)(cores / n_local);
-    }
+    if (ok && !r.o.threads) r.o.threads = rg_mpi_default_threads();
     /* 1. the ISA (machines may differ); rank 0 reads the prompt and weights; sizes to all */
     bool step = true;
-    gml_isa isa;
-    if (ok && r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK) {
-        snprintf(msg, sizeof msg, "--isa %s: this CPU does not have it", r.o.isa);
-        step = false;
-    }
+    if (ok) step = rg_mpi_set_isa(r.o.isa, msg, sizeof msg);
     if (ok && step && r.rank == 0) step = load(&r, msg, sizeof msg);
     if (ok && !gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     if (ok) {

@@ -47,17 +47,6 @@ static void help(void) {
            "  --repeat N         one warm-up, then N timed runs; --isa NAME\n");
 }
 
-int rg_mpi_default_threads(void) {
-    MPI_Comm local;
-    int n_local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-        MPI_Comm_size(local, &n_local);
-        MPI_Comm_free(&local);
-    }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores / n_local < 1 ? 1 : cores / n_local > 512 ? 512 : (int)(cores / n_local);
-}
-
 static gml_cp_layout layout_of(const prun *r) { return r->o.zigzag ? GML_CP_ZIGZAG : GML_CP_CONTIGUOUS; }
 
 /* The runner for the block the options ask for. */
@@ -185,30 +174,13 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
     gml_context *xctx = NULL;
     int64_t xdim[3] = {0, 0, 0};
     bool step = true;
-    gml_isa isa;
-    if (ok && r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK) {
-        snprintf(msg, sizeof msg, "--isa %s: this CPU does not have it", r.o.isa);
-        step = false;
-    }
-    if (ok && step && r.rank == 0 && r.o.input) {
-        xctx = gml_load_npy(r.o.input, "x", msg, sizeof msg);
-        const gml_tensor *x = xctx ? gml_get_first_tensor(xctx) : NULL;
-        char s[64];
-        if (x && (x->type != GML_F32 || x->n_dims != 3))
-            snprintf(msg, sizeof msg, "%s: x is %s %s, expected f32 [B, T, D]", r.o.input,
-                     gml_type_name(x->type), gml_format_shape(x, s, sizeof s));
-        else if (x)
-            for (int i = 0; i < 3; i++) xdim[i] = x->ne[i + 1];
-        step = x && xdim[0];
-    }
+    if (ok) step = rg_mpi_set_isa(r.o.isa, msg, sizeof msg);
+    if (ok && step && r.rank == 0 && r.o.input) step = rg_mpi_read_x(r.o.input, &xctx, xdim, msg, sizeof msg);
     if (ok && !gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     if (ok) MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
     /* 2. every rank: the weights (mapped, or random), sizes */
     if (ok) {
-        r.weights = r.o.weights;
-        const char *fault = getenv("GGMLITE_MPI_TEST_FAULT"); /* tests: "R:PATH", rank R reads PATH */
-        char *colon = fault ? strchr(fault, ':') : NULL;
-        if (r.weights && colon && atoi(fault) == r.rank) r.weights = colon + 1;
+        r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
         step = (!r.weights || rg_mpi_map_weights(&r, msg, sizeof msg)) && rg_mpi_settle(&r, xdim, msg, sizeof msg) &&
                (r.wctx || rg_mpi_random_weights(&r, msg, sizeof msg));
         if (step && r.o.kind != K_LLAMA) { /* sinks: used only when asked for, as the single process */
