@@ -28,17 +28,8 @@
  * -127 first, where 2^n's bits are +0: a flushed lane multiplies 0 by 0, a
  * NaN lane stays NaN). 16 vector operations an exp instead of 24. */
 static ALWAYS_INLINE __m256 vexp8_nonpos(__m256 x) {
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GML_VEXP_LOG2E)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_HI), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(GML_VEXP_C6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(GML_VEXP_C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 n;
+    __m256 p = vexp8_reduce(x, &n);
     p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
     const __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)));
     return _mm256_mul_ps(p, pow2i(ni));

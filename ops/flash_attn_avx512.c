@@ -33,17 +33,8 @@
  * flush to +0 is the scaling's zero mask; 3 vector operations fewer of 17
  * an exp, one exp a score. */
 static ALWAYS_INLINE __m512 vexp16_nonpos(__m512 x) {
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GML_VEXP_LOG2E)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_HI), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(GML_VEXP_C6);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C5));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(GML_VEXP_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 n;
+    const __m512 p = vexp16_reduce(x, &n);
     const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
     return _mm512_maskz_scalef_ps(keep, p, n);
 }

@@ -9,6 +9,14 @@
 
 #include <immintrin.h>
 
+/* The reductions below sit in the innermost loops (flash_attn's online
+ * softmax): inlined always, as the kernels' own helpers are. */
+#if defined(__GNUC__)
+#define GML_VEXP_INLINE inline __attribute__((always_inline))
+#else
+#define GML_VEXP_INLINE inline
+#endif
+
 #if defined(__AVX2__) && defined(__FMA__)
 /* 2^n for integer n in [-75, 64]: the exponent bits. */
 static inline __m256 pow2i(__m256i n) {
@@ -17,10 +25,17 @@ static inline __m256 pow2i(__m256i n) {
 
 /* exp(x) = p * 2^n for 8 floats: the clamp, the reduction and the
  * polynomial of ops/vexp.h, the scaling left to the caller. */
+static inline __m256 vexp8_reduce(__m256 x, __m256 *n_out);
 static inline __m256 vexp8_poly(__m256 x, __m256 *n_out) {
     /* max/min return their second operand when either is NaN: NaN stays */
     x = _mm256_max_ps(_mm256_set1_ps(GML_VEXP_LO), x);
     x = _mm256_min_ps(_mm256_set1_ps(GML_VEXP_HI), x);
+    return vexp8_reduce(x, n_out);
+}
+
+/* vexp8_poly without the clamps, for arguments that need none (flash_attn's
+ * x <= 0): n = round(x log2 e), r = x - n ln 2, p(r) as ops/vexp.h. */
+static GML_VEXP_INLINE __m256 vexp8_reduce(__m256 x, __m256 *n_out) {
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(GML_VEXP_LOG2E)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(GML_VEXP_LN2_HI), x); /* exact */
@@ -72,10 +87,16 @@ static inline __m256 vexp8_nosub(__m256 x) {
 
 #if defined(__AVX512F__)
 /* exp(x) = p * 2^n for 16 floats (vexp8_poly). */
+static inline __m512 vexp16_reduce(__m512 x, __m512 *n_out);
 static inline __m512 vexp16_poly(__m512 x, __m512 *n_out) {
     /* max/min return their second operand when either is NaN: NaN stays */
     x = _mm512_max_ps(_mm512_set1_ps(GML_VEXP_LO), x);
     x = _mm512_min_ps(_mm512_set1_ps(GML_VEXP_HI), x);
+    return vexp16_reduce(x, n_out);
+}
+
+/* vexp16_poly without the clamps (vexp8_reduce). */
+static GML_VEXP_INLINE __m512 vexp16_reduce(__m512 x, __m512 *n_out) {
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(GML_VEXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(GML_VEXP_LN2_HI), x); /* exact */

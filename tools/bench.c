@@ -457,6 +457,48 @@ static void bench_window(const opts *o) {
 #define CONTEXT 2048
 #define DECODE_TOKENS 32
 
+/* An attention block's weights w_q, w_k, w_v [D, D], [kv, D], [kv, D] and w_o
+ * [D, D] in wctx, filled from seed (seed, seed + 1, ...) and scaled. */
+static gml_attn_weights decode_weights(gml_context *wctx, int64_t D, int64_t kv, uint32_t seed,
+                                       float scale) {
+    const gml_attn_weights w = {
+        .w_q = gml_new_tensor_2d(wctx, GML_F32, D, D),
+        .w_k = gml_new_tensor_2d(wctx, GML_F32, kv, D),
+        .w_v = gml_new_tensor_2d(wctx, GML_F32, kv, D),
+        .w_o = gml_new_tensor_2d(wctx, GML_F32, D, D),
+    };
+    gml_tensor *const ws[] = {w.w_q, w.w_k, w.w_v, w.w_o};
+    for (int i = 0; i < 4; i++) {
+        float *d = ws[i]->data;
+        fill(d, gml_nelements(ws[i]), seed + (uint32_t)i);
+        for (int64_t k = 0; scale != 1.0f && k < gml_nelements(ws[i]); k++) d[k] *= scale;
+    }
+    return w;
+}
+
+/* A planned decode step of n tokens [B, n, D] through layers 0 .. n_layers - 1
+ * of cache (w[l] layer l's weights, one's output the next one's input), in its
+ * own no_alloc context *ctx; the input filled from seed. Exits with what and
+ * the message on failure. */
+static gml_graph *decode_graph(gml_context **ctx, const gml_attn_config *cfg, const gml_attn_weights *w,
+                               int n_layers, gml_kv_cache *cache, int64_t B, int64_t n, int64_t D,
+                               gml_kv_step *step, uint32_t seed, const char *what) {
+    const size_t mem = (size_t)(64 + 64 * n_layers) << 10;
+    *ctx = gml_init((gml_init_params){.mem_size = mem > (1 << 20) ? mem : 1 << 20, .no_alloc = true});
+    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, B, n, D);
+    gml_set_flags(x, GML_FLAG_INPUT);
+    *step = gml_kv_step_new(*ctx, cache, n);
+    gml_tensor *y = x;
+    for (int l = 0; y && l < n_layers; l++) y = gml_attn_decode(*ctx, *cfg, &w[l], y, step, l);
+    gml_graph *g = y ? gml_build_graph(*ctx, &y, 1) : NULL;
+    if (!g || gml_graph_plan(g, NULL) != GML_OK) {
+        fprintf(stderr, "bench: %s: %s\n", what, g ? gml_graph_error(g) : gml_last_error(*ctx));
+        exit(1);
+    }
+    fill(gml_graph_data(g, x), gml_nelements(x), seed); /* planned */
+    return g;
+}
+
 static void bench_decode(const opts *o) {
     const int64_t B = 1, D = 1024, dk = 64;
     const int H = 16, G = 4;
@@ -471,32 +513,14 @@ static void bench_decode(const opts *o) {
         fprintf(stderr, "bench: decode: %s\n", cache ? "out of memory" : err);
         exit(1);
     }
-    const gml_attn_weights w = {
-        .w_q = gml_new_tensor_2d(wctx, GML_F32, D, D),
-        .w_k = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
-        .w_v = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
-        .w_o = gml_new_tensor_2d(wctx, GML_F32, D, D),
-    };
-    gml_tensor *const ws[] = {w.w_q, w.w_k, w.w_v, w.w_o};
-    for (int i = 0; i < 4; i++) fill(ws[i]->data, gml_nelements(ws[i]), 21 + (uint32_t)i);
+    const gml_attn_weights w = decode_weights(wctx, D, G * dk, 21, 1.0f);
     const gml_attn_config cfg = {.dims = {.n_heads = H, .n_kv_heads = G}, .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     gml_graph *g[2]; /* the prompt step, the one-token step; each planned */
     gml_kv_step step[2];
     gml_context *ctx[2];
-    for (int k = 0; k < 2; k++) {
-        ctx[k] = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-        gml_tensor *x = gml_new_tensor_3d(ctx[k], GML_F32, B, k ? 1 : CONTEXT, D);
-        gml_set_flags(x, GML_FLAG_INPUT);
-        step[k] = gml_kv_step_new(ctx[k], cache, x->ne[2]);
-        gml_tensor *y = gml_attn_decode(ctx[k], cfg, &w, x, &step[k], 0);
-        g[k] = y ? gml_build_graph(ctx[k], &y, 1) : NULL;
-        if (!g[k] || gml_graph_plan(g[k], NULL) != GML_OK) {
-            fprintf(stderr, "bench: decode: %s\n",
-                    g[k] ? gml_graph_error(g[k]) : gml_last_error(ctx[k]));
-            exit(1);
-        }
-        fill(gml_graph_data(g[k], x), gml_nelements(x), 25 + (uint32_t)k); /* planned */
-    }
+    for (int k = 0; k < 2; k++)
+        g[k] = decode_graph(&ctx[k], &cfg, &w, 1, cache, B, k ? 1 : CONTEXT, D, &step[k],
+                            25 + (uint32_t)k, "decode");
     printf("\ndecoding f32, C5's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
            "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",
            (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
@@ -584,41 +608,16 @@ static void bench_decode_layers(const opts *o) {
         exit(1);
     }
     gml_attn_weights w[LAYERS_MAX];
-    for (int l = 0; l < L; l++) {
-        w[l] = (gml_attn_weights){
-            .w_q = gml_new_tensor_2d(wctx, GML_F32, D, D),
-            .w_k = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
-            .w_v = gml_new_tensor_2d(wctx, GML_F32, G * dk, D),
-            .w_o = gml_new_tensor_2d(wctx, GML_F32, D, D),
-        };
-        gml_tensor *const ws[] = {w[l].w_q, w[l].w_k, w[l].w_v, w[l].w_o};
-        /* scaled by 1/sqrt(D): the stack's activations stay of order 1 */
-        for (int i = 0; i < 4; i++) {
-            float *d = ws[i]->data;
-            fill(d, gml_nelements(ws[i]), 31 + 7 * (uint32_t)l + (uint32_t)i);
-            for (int64_t k = 0; k < gml_nelements(ws[i]); k++) d[k] *= 1.0f / 32;
-        }
-    }
+    for (int l = 0; l < L; l++) /* scaled by 1/sqrt(D): the stack's activations stay of order 1 */
+        w[l] = decode_weights(wctx, D, G * dk, 31 + 7 * (uint32_t)l, 1.0f / 32);
     const gml_attn_config cfg = {.dims = {.n_heads = H, .n_kv_heads = G},
                                  .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     gml_graph *g[2]; /* the prompt (layer 0), the one-token step through every layer */
     gml_kv_step step[2];
     gml_context *ctx[2];
-    for (int k = 0; k < 2; k++) {
-        ctx[k] = gml_init((gml_init_params){.mem_size = (size_t)(64 + 64 * L) << 10, .no_alloc = true});
-        gml_tensor *x = gml_new_tensor_3d(ctx[k], GML_F32, B, k ? 1 : CONTEXT, D);
-        gml_set_flags(x, GML_FLAG_INPUT);
-        step[k] = gml_kv_step_new(ctx[k], cache, x->ne[2]);
-        gml_tensor *y = x;
-        for (int l = 0; y && l < (k ? L : 1); l++) y = gml_attn_decode(ctx[k], cfg, &w[l], y, &step[k], l);
-        g[k] = y ? gml_build_graph(ctx[k], &y, 1) : NULL;
-        if (!g[k] || gml_graph_plan(g[k], NULL) != GML_OK) {
-            fprintf(stderr, "bench: decode layers: %s\n",
-                    g[k] ? gml_graph_error(g[k]) : gml_last_error(ctx[k]));
-            exit(1);
-        }
-        fill(gml_graph_data(g[k], x), gml_nelements(x), 35 + (uint32_t)k); /* planned */
-    }
+    for (int k = 0; k < 2; k++)
+        g[k] = decode_graph(&ctx[k], &cfg, w, k ? L : 1, cache, B, k ? 1 : CONTEXT, D, &step[k],
+                            35 + (uint32_t)k, "decode layers");
     if (gml_kv_step_compute(&step[0], g[0], o->threads[0], err, sizeof err) != GML_OK) {
         fprintf(stderr, "bench: decode layers: the prompt: %s\n", err);
         exit(1);

@@ -122,6 +122,28 @@ bool rg_mpi_read_x(const char *path, gml_context **xctx, int64_t xdim[3], char *
     return x && xdim[0];
 }
 
+bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xctx,
+                  int64_t xdim[3], rg_err *e) {
+    char msg[1536] = "", why[1600] = "";
+    bool step = rg_mpi_set_isa(isa, msg, sizeof msg);
+    if (step && rank == 0 && input) step = rg_mpi_read_x(input, xctx, xdim, msg, sizeof msg);
+    if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) return rg_fail(e, RG_RUNTIME, "%s", why);
+    MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    return true;
+}
+
+int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e) {
+    /* Every rank knows the cause and says it (usage errors, the same everywhere, once) before
+     * MPI_Finalize, which waits for all: mpirun ends the job at the first non-zero exit. */
+    if (!ok && rank == 0)
+        fprintf(stderr, "run-graph: %s\n", e->msg);
+    else if (!ok && e->status == RG_RUNTIME)
+        fprintf(stderr, "run-graph (rank %d of %d): %s\n", rank, n_ranks, e->msg);
+    fflush(stderr);
+    MPI_Finalize();
+    return ok ? 0 : e->status ? e->status : RG_RUNTIME;
+}
+
 static void help(void) {
     printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
            "\n"
@@ -471,13 +493,13 @@ static bool build(prun *r, char *msg, size_t size) {
     return true;
 }
 
-static double now_ms(void) {
+double rg_mpi_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int cmp_double(const void *a, const void *b) {
+int rg_mpi_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
@@ -485,9 +507,9 @@ static int cmp_double(const void *a, const void *b) {
 /* A barrier before each sum splits rank 0's time there: waiting for the
  * slowest rank (*wait_ms) and moving and adding the partials (*comm_ms). */
 static double wait_all(double *wait_ms) {
-    const double t0 = now_ms();
+    const double t0 = rg_mpi_now_ms();
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t1 = now_ms();
+    const double t1 = rg_mpi_now_ms();
     *wait_ms += t1 - t0;
     return t1;
 }
@@ -503,20 +525,20 @@ static bool forward(prun *r, double *comm_ms, double *wait_ms, char *out, size_t
     double t0 = wait_all(wait_ms);
     if (r->o.kind != K_LLAMA) {
         if (gml_mpi_sum_ordered(MPI_COMM_WORLD, p, n, false, out, size) != GML_OK) return false;
-        *comm_ms = now_ms() - t0;
+        *comm_ms = rg_mpi_now_ms() - t0;
         if (r->rank == 0) memcpy(r->out->data, p, n * sizeof *p);
         return true;
     }
     memcpy(r->att->data, p, n * sizeof *p);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, r->att->data, n, true, out, size) != GML_OK) return false;
-    *comm_ms = now_ms() - t0;
+    *comm_ms = rg_mpi_now_ms() - t0;
     st = gml_graph_compute(r->g2, r->o.threads);
     if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g2));
     if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
     float *m = gml_graph_data(r->g2, r->mlp);
     t0 = wait_all(wait_ms);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, m, n, false, out, size) != GML_OK) return false;
-    *comm_ms += now_ms() - t0;
+    *comm_ms += rg_mpi_now_ms() - t0;
     if (r->rank == 0) { /* out = h + m, as the layer's last add */
         const float *h = gml_graph_data(r->g2, r->h);
         float *o = r->out->data;
@@ -611,10 +633,7 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     gml_context *xctx = NULL;
     int64_t xdim[3] = {0, 0, 0};
     bool step = true;
-    if (ok) step = rg_mpi_set_isa(r.o.isa, msg, sizeof msg);
-    if (ok && step && r.rank == 0 && r.o.input) step = rg_mpi_read_x(r.o.input, &xctx, xdim, msg, sizeof msg);
-    if (ok && !gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    if (ok) MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
     /* 2. every rank: its weights (mapped, or random), sizes, share, graphs */
     if (ok) {
         r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
@@ -642,33 +661,25 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     if (ok && (!ms || !comm || !wait)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
     for (int i = r.o.repeat > 1 ? -1 : 0; ok && i < r.o.repeat; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = now_ms(), c = 0, w = 0;
+        double t0 = rg_mpi_now_ms(), c = 0, w = 0;
         if (!forward(&r, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
         if (ok && i >= 0) {
-            ms[i] = now_ms() - t0;
+            ms[i] = rg_mpi_now_ms() - t0;
             comm[i] = c;
             wait[i] = w;
         }
     }
     if (ok && r.rank == 0) {
-        qsort(ms, (size_t)r.o.repeat, sizeof *ms, cmp_double);
-        qsort(comm, (size_t)r.o.repeat, sizeof *comm, cmp_double);
-        qsort(wait, (size_t)r.o.repeat, sizeof *wait, cmp_double);
+        qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_mpi_cmp_double);
+        qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_mpi_cmp_double);
+        qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_mpi_cmp_double);
         ok = finish(&r, ms, comm, wait, &e);
     }
     free(ms);
     free(comm);
     free(wait);
     free_run(&r);
-    /* Every rank knows the cause and says it (usage errors, the same everywhere, once) before
-     * MPI_Finalize, which waits for all: mpirun ends the job at the first non-zero exit. */
-    if (!ok && r.rank == 0)
-        fprintf(stderr, "run-graph: %s\n", e.msg);
-    else if (!ok && e.status == RG_RUNTIME)
-        fprintf(stderr, "run-graph (rank %d of %d): %s\n", r.rank, r.P, e.msg);
-    fflush(stderr);
-    MPI_Finalize();
-    return ok ? 0 : e.status ? e.status : RG_RUNTIME;
+    return rg_mpi_finish(ok, r.rank, r.P, &e);
 }
 /* For the other --parallel modes (rg_mpi.h). */
 bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e) {
@@ -678,6 +689,4 @@ bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *
 bool rg_mpi_map_weights(prun *r, char *msg, size_t size) { return map_weights(r, msg, size); }
 bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size) { return settle(r, xdim, msg, size); }
 bool rg_mpi_random_weights(prun *r, char *msg, size_t size) { return random_weights(r, msg, size); }
-double rg_mpi_now_ms(void) { return now_ms(); }
-int rg_mpi_cmp_double(const void *a, const void *b) { return cmp_double(a, b); }
 #endif

@@ -63,6 +63,14 @@ int rg_mpi_default_threads(void);
 bool rg_mpi_set_isa(const char *name, char *msg, size_t size);
 const char *rg_mpi_weights_of(const char *weights, int rank);
 bool rg_mpi_read_x(const char *path, gml_context **xctx, int64_t xdim[3], char *msg, size_t size);
+/* The first collective step of the prompt modes: --isa, then rank 0's input
+ * (rg_mpi_read_x, when given); the ranks agree (a failure is rank R's
+ * message on every rank, in e) and rank 0's dims are broadcast to xdim. */
+bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xctx,
+                  int64_t xdim[3], rg_err *e);
+/* The end of every mode: the cause said (rank 0 for all; a runtime cause by
+ * each rank with it), MPI_Finalize, run-graph's exit status. */
+int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e);
 
 /* rg_mpi_ring.c: --parallel context without --decode. */
 int rg_mpi_ring_main(int argc, char **argv, int at, int n_at);

@@ -32,23 +32,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, rg_mpi_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -297,11 +285,11 @@ static bool send_prompt(drun *r, char *out, size_t size) {
 /* The partials to rank 0 and, there, merged: y [B, 1, D]. comm_ms += the gather's time. */
 static bool gather_merge(drun *r, gml_graph *g, gml_tensor *part, double *comm_ms, char *msg, size_t size) {
     const size_t n = (size_t)(r->B * r->H * (r->D / r->H + 2));
-    const double t0 = now_ms();
+    const double t0 = rg_mpi_now_ms();
     if (gml_mpi_gather_f32(MPI_COMM_WORLD, gml_graph_data(g, part), n, r->rank == 0 ? r->parts->data : NULL,
                            0, msg, size) != GML_OK)
         return false;
-    *comm_ms += now_ms() - t0;
+    *comm_ms += rg_mpi_now_ms() - t0;
     if (r->rank != 0) return true;
     if (gml_graph_compute(r->gy, r->o.threads) != GML_OK)
         return snprintf(msg, size, "merging the partials: %s", gml_graph_error(r->gy)), false;
@@ -322,7 +310,7 @@ static void take_output(drun *r, int64_t i) {
  * merged output is the first token's input (kept in r->first). */
 static bool prompt(drun *r, char *out, size_t size) {
     char msg[1024] = "";
-    double comm = 0, t0 = now_ms();
+    double comm = 0, t0 = rg_mpi_now_ms();
     bool ok = gml_kv_shard_step_compute(&r->sp, r->gp, r->T, r->o.threads, msg, sizeof msg) == GML_OK;
     if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
     ok = gather_merge(r, r->gp, r->pp, &comm, msg, sizeof msg);
@@ -331,7 +319,7 @@ static bool prompt(drun *r, char *out, size_t size) {
         take_output(r, -1);
         memcpy(r->first, r->x1->data, (size_t)(r->B * r->D) * sizeof *r->first);
     }
-    r->prompt_ms = now_ms() - t0;
+    r->prompt_ms = rg_mpi_now_ms() - t0;
     return true;
 }
 
@@ -346,27 +334,27 @@ static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *
     double comm = 0, wait = 0;
     bool mine = true; /* rank 0's merge of the step before */
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = now_ms();
+    const double t0 = rg_mpi_now_ms();
     for (int64_t i = 0; i < r->N; i++) {
-        double c0 = now_ms();
+        double c0 = rg_mpi_now_ms();
         int rc = MPI_Bcast(r->x1->data, (int)(r->B * r->D), MPI_FLOAT, 0, MPI_COMM_WORLD);
-        comm += now_ms() - c0;
+        comm += rg_mpi_now_ms() - c0;
         bool ok = mine && rc == MPI_SUCCESS;
         if (rc != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI_Bcast: MPI error %d", rc);
         const bool own = gml_kv_shard_owned(r->shard, 1) == 1; /* this rank writes the token's K, V */
         if (ok)
             ok = gml_kv_shard_step_compute(own ? &r->so : &r->sr, own ? r->go : r->gr, 1, r->o.threads, msg,
                                            sizeof msg) == GML_OK;
-        c0 = now_ms();
+        c0 = rg_mpi_now_ms();
         if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
-        wait += now_ms() - c0;
+        wait += rg_mpi_now_ms() - c0;
         mine = gather_merge(r, own ? r->go : r->gr, own ? r->po : r->pr, &comm, msg, sizeof msg);
         if (mine && r->rank == 0) take_output(r, i);
     }
-    const double c0 = now_ms();
+    const double c0 = rg_mpi_now_ms();
     if (!gml_mpi_agree(MPI_COMM_WORLD, mine, msg, out, size)) return false;
-    wait += now_ms() - c0;
-    *ms = (now_ms() - t0) / (double)r->N;
+    wait += rg_mpi_now_ms() - c0;
+    *ms = (rg_mpi_now_ms() - t0) / (double)r->N;
     *comm_ms = comm / (double)r->N;
     *wait_ms = wait / (double)r->N;
     return true;
@@ -504,12 +492,5 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
     free(ms);
     free_run(&r);
     free(args);
-    /* as rg_mpi.c: every rank says a runtime cause, usage errors once, before MPI_Finalize */
-    if (!ok && r.rank == 0)
-        fprintf(stderr, "run-graph: %s\n", e.msg);
-    else if (!ok && e.status == RG_RUNTIME)
-        fprintf(stderr, "run-graph (rank %d of %d): %s\n", r.rank, r.P, e.msg);
-    fflush(stderr);
-    MPI_Finalize();
-    return ok ? 0 : e.status ? e.status : RG_RUNTIME;
+    return rg_mpi_finish(ok, r.rank, r.P, &e);
 }

@@ -174,10 +174,7 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
     gml_context *xctx = NULL;
     int64_t xdim[3] = {0, 0, 0};
     bool step = true;
-    if (ok) step = rg_mpi_set_isa(r.o.isa, msg, sizeof msg);
-    if (ok && step && r.rank == 0 && r.o.input) step = rg_mpi_read_x(r.o.input, &xctx, xdim, msg, sizeof msg);
-    if (ok && !gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    if (ok) MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
     /* 2. every rank: the weights (mapped, or random), sizes */
     if (ok) {
         r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
@@ -277,12 +274,5 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
     gml_free(octx);
     gml_free(r.wctx);
     gml_safetensors_close(r.st);
-    /* Every rank knows the cause and says it (usage errors once) before MPI_Finalize. */
-    if (!ok && r.rank == 0)
-        fprintf(stderr, "run-graph: %s\n", e.msg);
-    else if (!ok && e.status == RG_RUNTIME)
-        fprintf(stderr, "run-graph (rank %d of %d): %s\n", r.rank, r.P, e.msg);
-    fflush(stderr);
-    MPI_Finalize();
-    return ok ? 0 : e.status ? e.status : RG_RUNTIME;
+    return rg_mpi_finish(ok, r.rank, r.P, &e);
 }
