@@ -502,6 +502,7 @@ void gml_flash_partial_finish(size_t dv, const float *o, size_t so, float m, flo
  * AVX-512 and AVX2, 1 and 2 threads, C5's (H=16 G=4, 1 KiB apart) 1.1x, the
  * copy included (best of interleaved runs on the shared machine). */
 #define PACK_MAX_BYTES ((size_t)8 << 20) /* per tensor and thread: Tk d <= 2M floats */
+#define UNIT_TASKS 8 /* (b, g) per thread from which a task is a whole (b, g) (below) */
 
 static bool elems_dense(const gml_tensor *t) {
     return (t->ne[3] == 1 || t->nb[3] == sizeof(float)) && t->nb[2] % sizeof(float) == 0 &&
@@ -951,13 +952,21 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     gml_x32_transpose_ukernel *const q_transpose =
         GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
-    /* The next task is taken before a block's kernel runs, not after: the
-     * atomic waits for the store buffer to drain, which after a kernel holds
-     * its output rows, mostly cache misses (perf: gml_chunk_next's share of
-     * flash_attn, B=4 T=256 H=8, was 3.3%). Each task is still computed whole
-     * by one thread: the same results. */
-    for (int64_t task = gml_chunk_next(p), next; task < B * G * blocks; task = next) {
-        const int64_t b = task / (G * blocks), g = task / blocks % G, row0 = task % blocks * tile;
+    /* A task is one block, or every block of a (b, g) when K or V is packed
+     * and there are (b, g) enough to share evenly (UNIT_TASKS per thread):
+     * threads taking blocks in turn each met every (b, g) and packed its K
+     * and V again (B=4 T=256 H=8 at 2 threads: both threads copied all 32
+     * heads, about a tenth of the op). Blocks are computed whole by one
+     * thread either way: the same results.
+     * The next task is taken before a task's last kernel runs, not after:
+     * the atomic waits for the store buffer to drain, which after a kernel
+     * holds its output rows, mostly cache misses (perf: gml_chunk_next's
+     * share of flash_attn, B=4 T=256 H=8, was 3.3%). */
+    const int64_t per_task =
+        (pack_k || pack_v) && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
+    for (int64_t task = gml_chunk_next(p), next = 0, blk = task * per_task; blk < B * G * blocks;
+         blk = (blk + 1) % per_task ? blk + 1 : (task = next) * per_task) {
+        const int64_t b = blk / (G * blocks), g = blk / blocks % G, row0 = blk % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
         if ((pack_k || pack_v) && packed_bg != b * G + g) {
             if (pack_k) pack_rows(k, b, g, k_packed);
@@ -1031,7 +1040,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
         }
         a.key0 = par.window > 0 ? (size_t)key0 : 0;
-        next = gml_chunk_next(p);
+        if ((blk + 1) % per_task == 0) next = gml_chunk_next(p); /* its task's last block */
         var.fn(&a);
     }
 }

@@ -394,6 +394,28 @@ static inline bool chk_close(const char *file, int line, const gml_tensor *t, co
     return false;
 }
 
+/* Two arrays of n floats: bitwise equal (bitwise), else max |got - want| <=
+ * tol max |want| (a NaN never passes). Returns max |got - want| / max |want|
+ * (0 when want is all zeros), for a test's worst-case summary. */
+static inline double chk_rel_close(const char *file, int line, const float *got, const float *want,
+                                   int64_t n, bool bitwise, double tol, const char *what) {
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        err = d > err || isnan(d) ? d : err;
+        scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+    }
+    if (bitwise)
+        chk_check(memcmp(got, want, (size_t)n * sizeof *got) == 0, file, line,
+                  "%s: not bitwise equal (max err %.3g)", what, err);
+    else
+        chk_check(err <= tol * scale, file, line, "%s: max |got - want| %.3g > %g of max |want| %.4g",
+                  what, err, tol, scale);
+    return scale > 0 ? err / scale : 0;
+}
+#define CHECK_REL_CLOSE(got, want, n, bitwise, tol, what) \
+    chk_rel_close(__FILE__, __LINE__, (got), (want), (n), (bitwise), (tol), (what))
+
 #define CHECK_EQUAL(t, want, ...) chk_equal(__FILE__, __LINE__, (t), (want), __VA_ARGS__)
 #define CHECK_CLOSE(t, want, atol, rtol, ...) \
     chk_close(__FILE__, __LINE__, (t), (want), NULL, (atol), (rtol), __VA_ARGS__)

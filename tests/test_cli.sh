@@ -681,6 +681,16 @@ expect_error 2 "--sinks does not apply to matmul" "matmul --sinks" matmul --sink
 expect_error 1 "weights.safetensors: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; present: w_q.weight" \
     "--sinks without a sinks weight" mha --heads 8 --weights "$FIX/mha_seed/weights.safetensors" \
     --input "$FIX/mha_seed/x.npy" --sinks
+expect_error 1 "weights.safetensors: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; present: w_q.weight" \
+    "--decode --sinks without a sinks weight" mha --heads 8 --weights "$FIX/mha_seed/weights.safetensors" \
+    --input "$FIX/mha_seed/x.npy" --sinks --decode 2
+# a file's sinks without --sinks: unused (strict), in a prompt and in --decode alike
+run mha --seq 5 --d-model 16 --heads 4 --causal --sinks --save-inputs "$T/sk"
+for dec in "" "--decode 2"; do
+    # shellcheck disable=SC2086 # $dec: no flag, or two words
+    expect_error 1 "1 tensor under the prefix '' is not used by mha: 'sinks'" "a file's sinks without --sinks $dec" \
+        mha --heads 4 --causal --weights "$T/sk/weights.safetensors" --input "$T/sk/x.npy" $dec
+done
 
 # ---- whole layers: llama, gpt2, bert (tests/fixtures/layers, gen_layers.py) -----------------
 

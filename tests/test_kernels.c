@@ -582,6 +582,7 @@ int main(void) {
     test_matmul();
     test_flash_attn(2, 6, 3, 7, 41, 9, true);   /* 14 rows per kv head: the few-rows variant */
     test_flash_attn(1, 4, 2, 37, 70, 5, false); /* 74 rows: the wide one, tails everywhere */
+    test_flash_attn(4, 8, 4, 37, 45, 8, true);  /* 16 (b, g) of 3 blocks: a (b, g) a task at 2 threads */
     test_flash_attn(3, 2, 1, 1, 33, 12, false); /* decoding: one query */
     test_flash_attn(1, 8, 2, 1, 1100, 12, false); /* decoding, keys split in 4 chunks */
     test_flash_attn(1, 4, 2, 3, 700, 7, true);    /* 6 rows, causal, 2 chunks */

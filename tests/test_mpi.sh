@@ -5,7 +5,8 @@
 #   test_mpi.sh GROUP RUN_GRAPH MPI_CHECK MPIEXEC FIXTURES
 #
 #   mha     random weights, and a fixture's mapped weights and input: P = 1 bitwise,
-#           P = 2, 3, 4 within 1e-6 of the largest output (mpi_check.c)
+#           P = 2, 3, 4 within 1e-6 of the largest output (mpi_check.c); sinks (--sinks,
+#           random or a file's; a file's without it refused as unused)
 #   gqa     kv heads split (P divides G) and replicated (groups spanning ranks),
 #           rope, window, softcap; a PyTorch fixture
 #   llama   the LLaMA layer on PyTorch fixtures (tests/fixtures/layers): GQA, biases,
@@ -72,6 +73,15 @@ mha)
           --input "$fx/mha_bias_causal/x.npy")
     at mha_file 1e-6 3 "${file[@]}"
     same mha_file_vs_torch "$fx/mha_bias_causal/out.npy" 1e-5 4 "${file[@]}"
+    # sinks: random, and from a file (the single process's --save-inputs); a file's
+    # sinks without --sinks are an unused tensor, as in the single process
+    at mha_sinks 1e-6 "1 3" mha --seq 9 --d-model 64 --heads 4 --causal --sinks
+    "$rg" mha --seq 6 --d-model 32 --heads 4 --causal --sinks --save-inputs "$tmp/sk" >/dev/null ||
+        fail "mha --sinks --save-inputs failed"
+    sk=(mha --heads 4 --causal --weights "$tmp/sk/weights.safetensors" --input "$tmp/sk/x.npy")
+    at mha_file_sinks 1e-6 "1 2" "${sk[@]}" --sinks
+    refuse "a file's sinks without --sinks (strict)" nz "rank 0 .*: .*1 tensor not used by mha: 'sinks'" \
+        "${mpi[@]}" -np 2 "$rg" "${sk[@]}" --threads 1 --parallel heads
     ;;
 gqa)
     # G = 2: split at P = 2, replicated at P = 3 (rank 1's heads 2..4 read kv heads 0 and 1), 4

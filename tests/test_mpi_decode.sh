@@ -118,6 +118,11 @@ long)
     grep -q "holding 22+22+20 of the 64 positions" "$tmp/log" || fail "long_c22: not the shards 22+22+20"
     ;;
 faults)
+    "$rg" mha --seq 5 --d-model 16 --heads 4 --causal --sinks --save-inputs "$tmp/sk" >/dev/null ||
+        fail "mha --sinks --save-inputs failed"
+    refuse "a file's sinks without --sinks (strict, as the single process)" nz \
+        "1 tensor under the prefix '' is not used by mha: 'sinks'" "${mpi[@]}" -np 2 "$rg" mha --heads 4 \
+        --weights "$tmp/sk/weights.safetensors" --input "$tmp/sk/x.npy" --decode 2 --threads 1 --parallel context
     refuse "an over-full context (64 positions > 4 x 15)" nz \
         "needs 64 cache positions, but the sharded cache holds 4 ranks x 15 .* = 60" \
         "${mpi[@]}" -np 4 "$rg" gqa --seq 40 --d-model 64 --heads 4 --kv-heads 2 --decode 24 \

@@ -180,6 +180,11 @@ faults)
         "${mpi[@]}" -np 2 "$rg" llama --seq 8 --d-model 36 --heads 4 --threads 1 --parallel context
     refuse "--sinks without the weight" nz "--sinks needs the weight 'sinks'" "${mpi[@]}" -np 2 "$rg" mha \
         --heads 4 --causal --sinks --weights "$fx/mha_bias_causal/weights.safetensors" --threads 1 --parallel context
+    "$rg" mha --seq 6 --d-model 32 --heads 4 --causal --sinks --save-inputs "$tmp/sk" >/dev/null ||
+        fail "mha --sinks --save-inputs failed"
+    refuse "a file's sinks without --sinks (strict, as the single process)" nz \
+        "rank 0 .*: .*1 tensor not used by mha: 'sinks'" "${mpi[@]}" -np 2 "$rg" mha --heads 4 --causal \
+        --weights "$tmp/sk/weights.safetensors" --input "$tmp/sk/x.npy" --threads 1 --parallel context
     refuse "a missing input file (rank 0)" 1 "rank 0: .*no-such.npy" "$rg" mha \
         --input "$tmp/no-such.npy" --threads 1 --parallel context
     refuse "--alibi for llama" 2 "--alibi is for mha and gqa" "$rg" llama --alibi --parallel context

@@ -78,17 +78,8 @@ typedef struct rank_s {
 /* got (n floats) against want: bitwise, or within TOL of max |want|; worst error kept. */
 static double worst;
 static void compare(const float *got, const float *want, int64_t n, bool bitwise, const char *what) {
-    double err = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = fabs((double)got[i] - want[i]);
-        err = d > err || isnan(d) ? d : err;
-        scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
-    }
-    if (bitwise)
-        CHECK(memcmp(got, want, (size_t)n * sizeof *got) == 0, "%s: not bitwise equal (max err %.3g)", what, err);
-    else
-        CHECK(err <= TOL * scale, "%s: max |got - want| %.3g > %g of max |want| %.4g", what, err, TOL, scale);
-    if (scale > 0 && err / scale > worst) worst = err / scale;
+    const double rel = CHECK_REL_CLOSE(got, want, n, bitwise, TOL, what);
+    if (rel > worst) worst = rel;
 }
 
 /* The sharded decode at P ranks: the prompt's last output, then N tokens each fed

@@ -27,18 +27,8 @@ static gml_tensor *rnd(gml_context *ctx, chk_rng *r, int n, const int64_t *ne, f
 
 /* got against want: bitwise, or within TOL of max |want|. */
 static void compare(const float *got, const gml_tensor *want_t, bool bitwise, const char *what) {
-    const int64_t n = gml_nelements(want_t);
     float *want = chk_dense(want_t);
-    double err = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = fabs((double)got[i] - want[i]);
-        err = d > err || isnan(d) ? d : err;
-        scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
-    }
-    if (bitwise)
-        CHECK(memcmp(got, want, (size_t)n * sizeof *got) == 0, "%s: not bitwise equal (max err %.3g)", what, err);
-    else
-        CHECK(err <= TOL * scale, "%s: max |got - want| %.3g > %g of max |want| %.4g", what, err, TOL, scale);
+    CHECK_REL_CLOSE(got, want, gml_nelements(want_t), bitwise, TOL, what);
     free(want);
 }
 

@@ -325,6 +325,18 @@ bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t) {
     return false;
 }
 
+bool rg_attn_sinks_asked(const rg_opts *o, gml_attn_weights *w, gml_context *wctx, const char *file,
+                         rg_err *e) {
+    if (o->sinks && !w->sinks) {
+        char present[1024];
+        rg_list_weights(wctx, present, sizeof present);
+        return rg_fail(e, RG_RUNTIME, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; %s",
+                       file, present);
+    }
+    if (!o->sinks) w->sinks = NULL;
+    return true;
+}
+
 void rg_names_add(char *list, size_t size, int n, const char *name) {
     const size_t k = strlen(list);
     if (n < 5 && k < size) snprintf(list + k, size - k, "%s'%.120s'", n ? ", " : "", name);

@@ -87,7 +87,8 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     char err[1024];
     if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
         return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
-    if (!rg_check_unused_weights(o, d, NULL, &w, e)) return false;
+    if (!rg_attn_sinks_asked(o, &w, d->wctx, o->weights, e) || !rg_check_unused_weights(o, d, NULL, &w, e))
+        return false;
     const int64_t B = d->x->ne[1], D = d->dim[RG_D], H = d->dim[RG_H];
     const int64_t G = d->dim[RG_G] ? d->dim[RG_G] : H;
     if (H < 1 || D % H)
@@ -107,10 +108,6 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
         err, sizeof err);
     if (!cache) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
     r->cache_bytes = gml_kv_cache_bytes(cache);
-    if (o->sinks && !w.sinks)
-        return rg_fail(e, RG_RUNTIME, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') "
-                       "[H]", o->weights);
-    if (!o->sinks) w.sinks = NULL; /* used only when asked for */
     gml_attn_config cfg = rg_attn_config(o); /* causal bottom-right: rg_parse_args set it */
     cfg.dims = (gml_attn_dims){.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G};
     cfg.graph.impl = GML_ATTN_FUSED;

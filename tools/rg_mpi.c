@@ -162,6 +162,8 @@ static void help(void) {
            "  --causal --window W --softcap C --rope --rope-theta F  (mha, gqa: as run-graph's;\n"
            "                     llama is causal with rope; --window --softcap --rope-theta\n"
            "                     --rms-eps as run-graph llama's)\n"
+           "  --sinks            mha, gqa: the weight 'sinks' [H] (random without --weights),\n"
+           "                     as run-graph's; without it a file's 'sinks' is unused, an error\n"
            "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
            "  --repeat N         one warm-up, then N timed runs; --isa NAME\n"
            "  --parallel heads   (--parallel context: the sequence split instead, see\n"
@@ -217,8 +219,12 @@ static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) 
             o->rope = true;
             continue;
         }
-        if (context && (!strcmp(f, "--sinks") || !strcmp(f, "--alibi"))) { /* all heads on every rank */
-            *(f[2] == 's' ? &o->sinks : &o->alibi) = true;
+        if (!strcmp(f, "--sinks")) { /* heads: each rank its heads' sinks */
+            o->sinks = true;
+            continue;
+        }
+        if (context && !strcmp(f, "--alibi")) { /* all heads on every rank */
+            o->alibi = true;
             continue;
         }
         if (context && !strcmp(f, "--zigzag")) {
@@ -358,6 +364,12 @@ static bool map_weights(prun *r, char *msg, size_t size) {
         char err[1024];
         if (gml_attn_weights_find(r->wctx, &r->aw, err, sizeof err) != GML_OK)
             return snprintf(msg, size, "%s: %s", r->weights, err), false;
+        /* sinks only with --sinks, as the single process: without it a file's
+         * 'sinks' is a tensor nobody uses (strict), not silently added */
+        if (r->o.sinks && !r->aw.sinks)
+            return snprintf(msg, size, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]",
+                            r->weights), false;
+        if (!r->o.sinks) r->aw.sinks = NULL;
     }
     return check_all_used(r, msg, size);
 }

@@ -142,11 +142,8 @@ static bool setup(drun *r, char *msg, size_t size) {
     const char *file = o->weights ? o->weights : "the random weights";
     if (gml_attn_weights_find(r->d.wctx, &r->w, err, sizeof err) != GML_OK)
         return snprintf(msg, size, "%s: %s", file, err), false;
-    if (!rg_check_unused_weights(o, &r->d, NULL, &r->w, &e)) return snprintf(msg, size, "%s", e.msg), false;
-    if (o->sinks && !r->w.sinks)
-        return snprintf(msg, size, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]",
-                        file), false;
-    if (!o->sinks) r->w.sinks = NULL; /* used only when asked for, as the single process */
+    if (!rg_attn_sinks_asked(o, &r->w, r->d.wctx, file, &e) || !rg_check_unused_weights(o, &r->d, NULL, &r->w, &e))
+        return snprintf(msg, size, "%s", e.msg), false;
     if (r->H < 1 || r->D % r->H)
         return snprintf(msg, size, "--heads %" PRId64 " does not divide D = %" PRId64, r->H, r->D), false;
     r->cfg = rg_attn_config(o); /* causal bottom-right: rg_parse_args set it for --decode */

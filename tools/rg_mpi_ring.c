@@ -180,14 +180,6 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
         r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
         step = (!r.weights || rg_mpi_map_weights(&r, msg, sizeof msg)) && rg_mpi_settle(&r, xdim, msg, sizeof msg) &&
                (r.wctx || rg_mpi_random_weights(&r, msg, sizeof msg));
-        if (step && r.o.kind != K_LLAMA) { /* sinks: used only when asked for, as the single process */
-            if (r.o.sinks && !r.aw.sinks) {
-                snprintf(msg, sizeof msg, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]",
-                         r.weights);
-                step = false;
-            }
-            if (!r.o.sinks) r.aw.sinks = NULL;
-        }
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the runner (collective: its failure on any rank is everyone's) */
