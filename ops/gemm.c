@@ -44,9 +44,9 @@
  * gml_chunk_next and pack what they need into their own slice of the
  * scratch buffer, so no thread waits for another. One large product (one
  * batch, Goto's loops, tiles that split M) is split as BLIS splits it
- * instead: the threads take even shares of M's rows and pack each B block
- * together into a buffer they share, a barrier per block
- * (run_large_shared); the tiles would pack B once per M tile. The K loop
+ * instead: the threads pack each B block together into a buffer they
+ * share, a barrier per block, and take chunks of M's rows against it
+ * dynamically (run_large_shared); the tiles would pack B once per M tile. The K loop
  * is the same for every chunk and share, and each element is a single fma
  * chain (gemm.h), so the split changes no bit of the result. */
 #include "gemm.h"
@@ -520,7 +520,10 @@ enum {
     GEMM_GEMV_M = 4,        /* PATH_GEMV up to here (every gemv.inc variant's MR) */
     GEMM_GEMV_NR = 16,      /* the widest gemv.inc tile */
     GEMM_GEMV_CHUNK_N = 64, /* PATH_GEMV chunks: at least this many columns */
-    GEMM_SHARED_MIN_PANELS = 4, /* run_large_shared: MR-row panels per thread, NR-column panels */
+    /* run_large_shared: MR-row panels per thread and per row chunk at
+     * least, NR-column panels; NR-column panels per packing item */
+    GEMM_SHARED_MIN_PANELS = 4,
+    GEMM_SHARED_PACK_PANELS = 4,
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
@@ -763,15 +766,76 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
 }
 
 /* PATH_LARGE for one product on nth > 1 threads, as BLIS and OpenBLAS
- * split it: per B block (kc x nc), the threads each pack a share of its
- * NR-column panels into one buffer, meet at a barrier, then each runs the
- * macro-kernel over its own rows of C (MR-row panels split evenly),
- * packing its own A blocks. B is packed once in all instead of once per
- * M tile, and both threads read the same block from the shared cache.
+ * split it: the threads pack each B block (kc x nc) together into one
+ * buffer, meet at a barrier, then run the macro-kernel over chunks of C's
+ * rows, each chunk packing its own A block. B is packed once in all
+ * instead of once per M tile, and every thread reads the same block from
+ * the shared cache.
+ *
+ * Nothing is split statically: with even shares of M, a vCPU that the
+ * host delays holds the other thread at every block's barrier. Between two
+ * barriers the threads take work items with gml_chunk_next, in this order:
+ * the row chunks of block t, then the groups of GEMM_SHARED_PACK_PANELS
+ * NR-column panels of block t + 1 to pack; a thread done early takes more
+ * rows, then packs the next block while the other one computes. Row chunks
+ * are guided: each 1/nth of the MR-row panels left, at most MC rows, at
+ * least GEMM_SHARED_MIN_PANELS panels (the last ones short, so the threads
+ * end a block together; the first is an even share, so that a quiet
+ * machine runs as with static shares: long chunks reuse each B micro-panel
+ * from L1 over more calls).
  * Two B buffers taken in turn need one barrier per block: a thread packing
  * block t + 1 has passed block t's barrier, which every thread reached only
- * after it was done with block t - 1, the other buffer. The K loop and each
- * element's fma chain are those of run_large: no bit changes. */
+ * after it was done with block t - 1, the other buffer. Each C element's
+ * K blocks still run in order (block t's chunk of its rows after the
+ * barrier that ends block t - 1) and are each one fma chain as in
+ * run_large: which thread takes which chunk changes no bit. */
+
+/* Block t of run_large_shared: K blocks innermost, as run_large. */
+typedef struct shared_block {
+    int64_t jc, nc, pc, kc;
+} shared_block;
+
+static shared_block shared_block_at(const gml_gemm_desc *d, const gemm_plan *pl, int64_t t) {
+    const int64_t nbk = cdiv(d->K, pl->KC), jc = t / nbk * pl->NC, pc = t % nbk * pl->KC;
+    return (shared_block){jc, GML_MIN(pl->NC, d->N - jc), pc, GML_MIN(pl->KC, d->K - pc)};
+}
+
+/* The guided row chunks: chunk i's first MR-row panel and panel count,
+ * walked forward from a cursor (each thread's chunk indices only grow
+ * between two barriers). */
+typedef struct row_cursor {
+    int64_t index, first; /* chunk index, its first panel */
+} row_cursor;
+
+static int64_t row_chunk_panels(const gemm_plan *pl, int64_t panels, int64_t first, int nth,
+                                int mr) {
+    const int64_t left = panels - first;
+    const int64_t least = GEMM_SHARED_MIN_PANELS;
+    const int64_t want = GML_MAX(cdiv(left, (int64_t)nth), least);
+    const int64_t most = pl->MC / mr, n = GML_MIN(want, most);
+    /* no chunk shorter than the minimum after this one, where MC allows */
+    return left - n < least && left <= most ? left : GML_MIN(n, left);
+}
+
+/* Advances c to chunk i (< the chunk count): its first panel and count. */
+static void row_chunk(row_cursor *c, const gemm_plan *pl, int64_t panels, int nth, int mr,
+                      int64_t i, int64_t *first, int64_t *count) {
+    for (; c->index < i; c->index++) c->first += row_chunk_panels(pl, panels, c->first, nth, mr);
+    *first = c->first;
+    *count = row_chunk_panels(pl, panels, c->first, nth, mr);
+}
+
+/* B panels [q0, q1) of block b into buffer bp. */
+static void shared_pack_b(const gml_gemm_desc *d, const shared_block *b, int nr, int64_t q0,
+                          int64_t q1, float *bp, float *tmp) {
+    const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, b->nc) - j0;
+    const char *src = d->b + b_koff(d, b->pc) + (b->jc + j0) * d->b_cs;
+    if (d->b_type != GML_F32)
+        pack_b_typed(d->b_type, src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc, tmp);
+    else
+        pack_b(src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc);
+}
+
 static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d,
                              const gemm_plan *pl, const gml_gemm_variant *v, float *bshared,
                              float *ap) {
@@ -779,33 +843,39 @@ static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
     const size_t bstride = pl->shared_floats / 2;
     float *tmp = ap + pl->MC * pl->KC; /* pack_b_typed's row */
-    int64_t r0, r1;
-    gml_split(cdiv(d->M, mr), p->ith, p->nth, &r0, &r1);
-    const int64_t m0 = r0 * mr, m1 = GML_MIN(r1 * mr, d->M);
-    int buf = 0;
-    for (int64_t jc = 0; jc < d->N; jc += pl->NC) {
-        const int64_t nc = GML_MIN(pl->NC, d->N - jc);
-        int64_t q0, q1; /* this thread's B panels */
-        gml_split(cdiv(nc, nr), p->ith, p->nth, &q0, &q1);
-        const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, nc) - j0;
-        for (int64_t pc = 0; pc < d->K; pc += pl->KC, buf ^= 1) {
-            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
-            float *bp = bshared + (size_t)buf * bstride;
-            if (ncols > 0) {
-                const char *b = d->b + b_koff(d, pc) + (jc + j0) * d->b_cs;
-                if (d->b_type != GML_F32)
-                    pack_b_typed(d->b_type, b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc, tmp);
-                else
-                    pack_b(b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc);
-            }
-            gml_barrier(p);
-            for (int64_t ic = m0; ic < m1; ic += pl->MC) {
-                const int64_t mc = GML_MIN(pl->MC, m1 - ic);
-                pack_a(d->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
-                macro_kernel(v, mc, nc, kc, ap, 0, bp, (float *)d->c + ic * (int64_t)ldc + jc,
-                             ldc, pc > 0);
+    const int64_t panels = cdiv(d->M, mr), n_blocks = cdiv(d->N, pl->NC) * cdiv(d->K, pl->KC);
+    const int64_t G = GEMM_SHARED_PACK_PANELS;
+    int64_t n_rows = 0; /* row chunks per block */
+    for (int64_t first = 0; first < panels; n_rows++)
+        first += row_chunk_panels(pl, panels, first, p->nth, mr);
+    /* block 0's panel groups, then per block t its row chunks and block
+     * t + 1's panel groups */
+    shared_block next = shared_block_at(d, pl, 0);
+    for (int64_t g; (g = gml_chunk_next(p)) < cdiv(next.nc, G * nr);)
+        shared_pack_b(d, &next, nr, g * G, GML_MIN(g * G + G, cdiv(next.nc, nr)), bshared, tmp);
+    gml_barrier(p);
+    for (int64_t t = 0; t < n_blocks; t++) {
+        const shared_block b = next;
+        const float *bp = bshared + (size_t)(t % 2) * bstride;
+        float *bnext = bshared + (size_t)((t + 1) % 2) * bstride;
+        const bool more = t + 1 < n_blocks;
+        if (more) next = shared_block_at(d, pl, t + 1);
+        const int64_t groups = more ? cdiv(next.nc, G * nr) : 0;
+        row_cursor cur = {0, 0};
+        for (int64_t i; (i = gml_chunk_next(p)) < n_rows + groups;) {
+            if (i < n_rows) {
+                int64_t first, count;
+                row_chunk(&cur, pl, panels, p->nth, mr, i, &first, &count);
+                const int64_t ic = first * mr, mc = GML_MIN(count * mr, d->M - ic);
+                pack_a(d->a + ic * d->a_rs + b.pc * d->a_cs, d->a_rs, d->a_cs, mc, b.kc, mr, ap);
+                macro_kernel(v, mc, b.nc, b.kc, ap, 0, bp,
+                             (float *)d->c + ic * (int64_t)ldc + b.jc, ldc, b.pc > 0);
+            } else {
+                const int64_t g = (i - n_rows) * G;
+                shared_pack_b(d, &next, nr, g, GML_MIN(g + G, cdiv(next.nc, nr)), bnext, tmp);
             }
         }
+        gml_barrier(p);
     }
 }
 
