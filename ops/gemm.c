@@ -219,8 +219,16 @@ static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t 
  * contiguous along k (row stride rs bytes) turned k-major, as packing needs
  * for a row-major A and for B = W^T. 4x4 blocks go through SSE registers
  * (baseline x86-64), 2.4x faster than element by element; two rows left
- * over go as 2x4 blocks. */
-static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst) {
+ * over go as 2x4 blocks. ahead (bytes, 0 for none): the rows that many
+ * bytes further are the next call's (the next MR-row panel), prefetched a
+ * line per row every 16 k: the rows are usually pages apart, each read
+ * for only kc floats, too short a run for the hardware prefetchers
+ * (transpose_rows 3.6-4.2% -> 3.0-3.1% of 1024^3's samples on one thread,
+ * perf, cpu-clock). */
+static inline void prefetch_line(uintptr_t p) { __builtin_prefetch((const void *)p, 0, 3); }
+
+static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst,
+                           int64_t ahead) {
     int i = 0;
 #ifdef __SSE2__
     for (; i + 4 <= rows; i += 4) {
@@ -230,6 +238,9 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
         const float *r3 = (const float *)(src + (i + 3) * rs);
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
+            if (ahead && k % 16 == 0) /* a line of each of the next 4 rows */
+                for (int r = 0; r < 4; r++)
+                    prefetch_line((uintptr_t)(r0 + k) + (uintptr_t)ahead + (uintptr_t)(r * rs));
             __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
             __m128 x2 = _mm_loadu_ps(r2 + k), x3 = _mm_loadu_ps(r3 + k);
             _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
@@ -252,6 +263,9 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
         const float *r1 = (const float *)(src + (i + 1) * rs);
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
+            if (ahead && k % 16 == 0)
+                for (int r = 0; r < 2; r++)
+                    prefetch_line((uintptr_t)(r0 + k) + (uintptr_t)ahead + (uintptr_t)(r * rs));
             const __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
             const __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);
             _mm_storel_pi((__m64 *)(void *)(dst + (k + 0) * ld + i), lo);
@@ -278,7 +292,7 @@ static void pack_a(const char *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         const int rows = (int)GML_MIN((int64_t)mr, mc - i0);
         if (cs == sizeof(float)) { /* rows contiguous along k */
-            transpose_rows(a + i0 * rs, rs, rows, kc, mr, dst);
+            transpose_rows(a + i0 * rs, rs, rows, kc, mr, dst, i0 + mr < mc ? mr * rs : 0);
         } else {
             for (int64_t k = 0; k < kc; k++)
                 for (int i = 0; i < rows; i++) dst[k * mr + i] = at(a, i0 + i, rs, k, cs);
@@ -321,7 +335,7 @@ static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc
             for (int64_t k = 0; k < kc; k++)
                 memcpy(dst + k * nr, src + k * rs, (size_t)cols * sizeof(float));
         } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
-            transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst);
+            transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst, j0 + nr < nc ? nr * cs : 0);
         } else {
             for (int64_t k = 0; k < kc; k++)
                 for (int j = 0; j < cols; j++) dst[k * nr + j] = at(b, k, rs, j0 + j, cs);
@@ -388,11 +402,11 @@ void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, i
     float tmp[CHUNK * 4];
     for (int64_t k0 = 0; k0 < K; k0 += CHUNK) {
         const int64_t kc = GML_MIN((int64_t)CHUNK, K - k0);
-        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld);
+        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld, 0);
         for (int64_t k = k0; k < k0 + kc && n_main < main; k++)
             for (int j = n_main; j < main; j++) at[k * ld + j] = 0.0f;
         memset(tmp, 0, sizeof tmp);
-        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp);
+        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp, 0);
         for (int64_t k = 0; k < kc; k++) {
             float *dst = at + (k0 + k) * ld + main;
 #ifdef __SSE2__
