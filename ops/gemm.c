@@ -44,9 +44,9 @@
  * gml_chunk_next and pack what they need into their own slice of the
  * scratch buffer, so no thread waits for another. One large product (one
  * batch, Goto's loops, tiles that split M) is split as BLIS splits it
- * instead: the threads take even shares of M's rows and pack each B block
- * together into a buffer they share, a barrier per block
- * (run_large_shared); the tiles would pack B once per M tile. The K loop
+ * instead: the threads pack each B block together into a buffer they
+ * share, a barrier per block, and take chunks of M's rows against it
+ * dynamically (run_large_shared); the tiles would pack B once per M tile. The K loop
  * is the same for every chunk and share, and each element is a single fma
  * chain (gemm.h), so the split changes no bit of the result. */
 #include "gemm.h"
@@ -219,8 +219,16 @@ static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t 
  * contiguous along k (row stride rs bytes) turned k-major, as packing needs
  * for a row-major A and for B = W^T. 4x4 blocks go through SSE registers
  * (baseline x86-64), 2.4x faster than element by element; two rows left
- * over go as 2x4 blocks. */
-static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst) {
+ * over go as 2x4 blocks. ahead (bytes, 0 for none): the rows that many
+ * bytes further are the next call's (the next MR-row panel), prefetched a
+ * line per row every 16 k: the rows are usually pages apart, each read
+ * for only kc floats, too short a run for the hardware prefetchers
+ * (transpose_rows 3.6-4.2% -> 3.0-3.1% of 1024^3's samples on one thread,
+ * perf, cpu-clock). */
+static inline void prefetch_line(uintptr_t p) { __builtin_prefetch((const void *)p, 0, 3); }
+
+static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst,
+                           int64_t ahead) {
     int i = 0;
 #ifdef __SSE2__
     for (; i + 4 <= rows; i += 4) {
@@ -230,6 +238,9 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
         const float *r3 = (const float *)(src + (i + 3) * rs);
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
+            if (ahead && k % 16 == 0) /* a line of each of the next 4 rows */
+                for (int r = 0; r < 4; r++)
+                    prefetch_line((uintptr_t)(r0 + k) + (uintptr_t)ahead + (uintptr_t)(r * rs));
             __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
             __m128 x2 = _mm_loadu_ps(r2 + k), x3 = _mm_loadu_ps(r3 + k);
             _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
@@ -252,6 +263,9 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
         const float *r1 = (const float *)(src + (i + 1) * rs);
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
+            if (ahead && k % 16 == 0)
+                for (int r = 0; r < 2; r++)
+                    prefetch_line((uintptr_t)(r0 + k) + (uintptr_t)ahead + (uintptr_t)(r * rs));
             const __m128 x0 = _mm_loadu_ps(r0 + k), x1 = _mm_loadu_ps(r1 + k);
             const __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);
             _mm_storel_pi((__m64 *)(void *)(dst + (k + 0) * ld + i), lo);
@@ -278,7 +292,7 @@ static void pack_a(const char *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         const int rows = (int)GML_MIN((int64_t)mr, mc - i0);
         if (cs == sizeof(float)) { /* rows contiguous along k */
-            transpose_rows(a + i0 * rs, rs, rows, kc, mr, dst);
+            transpose_rows(a + i0 * rs, rs, rows, kc, mr, dst, i0 + mr < mc ? mr * rs : 0);
         } else {
             for (int64_t k = 0; k < kc; k++)
                 for (int i = 0; i < rows; i++) dst[k * mr + i] = at(a, i0 + i, rs, k, cs);
@@ -292,24 +306,36 @@ static void pack_a(const char *a, int64_t rs, int64_t cs, int64_t mc, int64_t kc
  * panels (gemm.h), columns past nc zero. */
 static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc, int nr,
                    float *dst) {
+    if (cs == sizeof(float) && (nr == 16 || nr == 24 || nr == 32)) {
+        /* rows contiguous along n, the full panels of the tiles in gemm.inc:
+         * row by row across the panels, so that B is read along its rows
+         * (a panel at a time read 128 bytes per row, rows a page apart:
+         * pack_b 3.7 -> 3.1% of 1024^3 on one thread, perf), in fixed-size
+         * copies the compiler inlines as vector moves (a memcpy call per k
+         * row cost as much as the copy) */
+        const int64_t full = nc / nr, step = kc * nr;
+        for (int64_t k = 0; k < kc; k++) {
+            const char *src = b + k * rs;
+            float *out = dst + k * nr;
+            if (nr == 16)
+                for (int64_t q = 0; q < full; q++) memcpy(out + q * step, src + q * 16 * 4, 16 * 4);
+            else if (nr == 24)
+                for (int64_t q = 0; q < full; q++) memcpy(out + q * step, src + q * 24 * 4, 24 * 4);
+            else
+                for (int64_t q = 0; q < full; q++) memcpy(out + q * step, src + q * 32 * 4, 32 * 4);
+        }
+        b += full * nr * cs;
+        dst += full * step;
+        nc -= full * nr;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
         if (cs == sizeof(float)) { /* rows contiguous along n */
             const char *src = b + j0 * cs;
-            /* full panels of the tiles in gemm.inc: fixed-size copies the
-             * compiler inlines as vector moves (a memcpy call per k row cost
-             * as much as the copy) */
-            if (cols == 16 && nr == 16)
-                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 16, src + k * rs, 16 * 4);
-            else if (cols == 24 && nr == 24)
-                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 24, src + k * rs, 24 * 4);
-            else if (cols == 32 && nr == 32)
-                for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 32, src + k * rs, 32 * 4);
-            else
-                for (int64_t k = 0; k < kc; k++)
-                    memcpy(dst + k * nr, src + k * rs, (size_t)cols * sizeof(float));
+            for (int64_t k = 0; k < kc; k++)
+                memcpy(dst + k * nr, src + k * rs, (size_t)cols * sizeof(float));
         } else if (rs == sizeof(float)) { /* columns contiguous along k: b = w^T */
-            transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst);
+            transpose_rows(b + j0 * cs, cs, cols, kc, nr, dst, j0 + nr < nc ? nr * cs : 0);
         } else {
             for (int64_t k = 0; k < kc; k++)
                 for (int j = 0; j < cols; j++) dst[k * nr + j] = at(b, k, rs, j0 + j, cs);
@@ -376,11 +402,11 @@ void gml_gemm_rt_pack(const gml_gemm_rt_variant *v, const char *a, int64_t rs, i
     float tmp[CHUNK * 4];
     for (int64_t k0 = 0; k0 < K; k0 += CHUNK) {
         const int64_t kc = GML_MIN((int64_t)CHUNK, K - k0);
-        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld);
+        transpose_rows(a + k0 * cs, rs, n_main, kc, ld, at + k0 * ld, 0);
         for (int64_t k = k0; k < k0 + kc && n_main < main; k++)
             for (int j = n_main; j < main; j++) at[k * ld + j] = 0.0f;
         memset(tmp, 0, sizeof tmp);
-        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp);
+        if (n_tail > 0) transpose_rows(a + main * rs + k0 * cs, rs, n_tail, kc, 4, tmp, 0);
         for (int64_t k = 0; k < kc; k++) {
             float *dst = at + (k0 + k) * ld + main;
 #ifdef __SSE2__
@@ -520,7 +546,10 @@ enum {
     GEMM_GEMV_M = 4,        /* PATH_GEMV up to here (every gemv.inc variant's MR) */
     GEMM_GEMV_NR = 16,      /* the widest gemv.inc tile */
     GEMM_GEMV_CHUNK_N = 64, /* PATH_GEMV chunks: at least this many columns */
-    GEMM_SHARED_MIN_PANELS = 4, /* run_large_shared: MR-row panels per thread, NR-column panels */
+    /* run_large_shared: MR-row panels per thread and per row chunk at
+     * least, NR-column panels; NR-column panels per packing item */
+    GEMM_SHARED_MIN_PANELS = 4,
+    GEMM_SHARED_PACK_PANELS = 4,
 };
 
 /* How a product runs: Goto's loops, or one of the few-rows loops. */
@@ -763,15 +792,76 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
 }
 
 /* PATH_LARGE for one product on nth > 1 threads, as BLIS and OpenBLAS
- * split it: per B block (kc x nc), the threads each pack a share of its
- * NR-column panels into one buffer, meet at a barrier, then each runs the
- * macro-kernel over its own rows of C (MR-row panels split evenly),
- * packing its own A blocks. B is packed once in all instead of once per
- * M tile, and both threads read the same block from the shared cache.
+ * split it: the threads pack each B block (kc x nc) together into one
+ * buffer, meet at a barrier, then run the macro-kernel over chunks of C's
+ * rows, each chunk packing its own A block. B is packed once in all
+ * instead of once per M tile, and every thread reads the same block from
+ * the shared cache.
+ *
+ * Nothing is split statically: with even shares of M, a vCPU that the
+ * host delays holds the other thread at every block's barrier. Between two
+ * barriers the threads take work items with gml_chunk_next, in this order:
+ * the row chunks of block t, then the groups of GEMM_SHARED_PACK_PANELS
+ * NR-column panels of block t + 1 to pack; a thread done early takes more
+ * rows, then packs the next block while the other one computes. Row chunks
+ * are guided: each 1/nth of the MR-row panels left, at most MC rows, at
+ * least GEMM_SHARED_MIN_PANELS panels (the last ones short, so the threads
+ * end a block together; the first is an even share, so that a quiet
+ * machine runs as with static shares: long chunks reuse each B micro-panel
+ * from L1 over more calls).
  * Two B buffers taken in turn need one barrier per block: a thread packing
  * block t + 1 has passed block t's barrier, which every thread reached only
- * after it was done with block t - 1, the other buffer. The K loop and each
- * element's fma chain are those of run_large: no bit changes. */
+ * after it was done with block t - 1, the other buffer. Each C element's
+ * K blocks still run in order (block t's chunk of its rows after the
+ * barrier that ends block t - 1) and are each one fma chain as in
+ * run_large: which thread takes which chunk changes no bit. */
+
+/* Block t of run_large_shared: K blocks innermost, as run_large. */
+typedef struct shared_block {
+    int64_t jc, nc, pc, kc;
+} shared_block;
+
+static shared_block shared_block_at(const gml_gemm_desc *d, const gemm_plan *pl, int64_t t) {
+    const int64_t nbk = cdiv(d->K, pl->KC), jc = t / nbk * pl->NC, pc = t % nbk * pl->KC;
+    return (shared_block){jc, GML_MIN(pl->NC, d->N - jc), pc, GML_MIN(pl->KC, d->K - pc)};
+}
+
+/* The guided row chunks: chunk i's first MR-row panel and panel count,
+ * walked forward from a cursor (each thread's chunk indices only grow
+ * between two barriers). */
+typedef struct row_cursor {
+    int64_t index, first; /* chunk index, its first panel */
+} row_cursor;
+
+static int64_t row_chunk_panels(const gemm_plan *pl, int64_t panels, int64_t first, int nth,
+                                int mr) {
+    const int64_t left = panels - first;
+    const int64_t least = GEMM_SHARED_MIN_PANELS;
+    const int64_t want = GML_MAX(cdiv(left, (int64_t)nth), least);
+    const int64_t most = pl->MC / mr, n = GML_MIN(want, most);
+    /* no chunk shorter than the minimum after this one, where MC allows */
+    return left - n < least && left <= most ? left : GML_MIN(n, left);
+}
+
+/* Advances c to chunk i (< the chunk count): its first panel and count. */
+static void row_chunk(row_cursor *c, const gemm_plan *pl, int64_t panels, int nth, int mr,
+                      int64_t i, int64_t *first, int64_t *count) {
+    for (; c->index < i; c->index++) c->first += row_chunk_panels(pl, panels, c->first, nth, mr);
+    *first = c->first;
+    *count = row_chunk_panels(pl, panels, c->first, nth, mr);
+}
+
+/* B panels [q0, q1) of block b into buffer bp. */
+static void shared_pack_b(const gml_gemm_desc *d, const shared_block *b, int nr, int64_t q0,
+                          int64_t q1, float *bp, float *tmp) {
+    const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, b->nc) - j0;
+    const char *src = d->b + b_koff(d, b->pc) + (b->jc + j0) * d->b_cs;
+    if (d->b_type != GML_F32)
+        pack_b_typed(d->b_type, src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc, tmp);
+    else
+        pack_b(src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc);
+}
+
 static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d,
                              const gemm_plan *pl, const gml_gemm_variant *v, float *bshared,
                              float *ap) {
@@ -779,33 +869,39 @@ static void run_large_shared(const gml_compute_params *p, const gml_gemm_desc *d
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
     const size_t bstride = pl->shared_floats / 2;
     float *tmp = ap + pl->MC * pl->KC; /* pack_b_typed's row */
-    int64_t r0, r1;
-    gml_split(cdiv(d->M, mr), p->ith, p->nth, &r0, &r1);
-    const int64_t m0 = r0 * mr, m1 = GML_MIN(r1 * mr, d->M);
-    int buf = 0;
-    for (int64_t jc = 0; jc < d->N; jc += pl->NC) {
-        const int64_t nc = GML_MIN(pl->NC, d->N - jc);
-        int64_t q0, q1; /* this thread's B panels */
-        gml_split(cdiv(nc, nr), p->ith, p->nth, &q0, &q1);
-        const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, nc) - j0;
-        for (int64_t pc = 0; pc < d->K; pc += pl->KC, buf ^= 1) {
-            const int64_t kc = GML_MIN(pl->KC, d->K - pc);
-            float *bp = bshared + (size_t)buf * bstride;
-            if (ncols > 0) {
-                const char *b = d->b + b_koff(d, pc) + (jc + j0) * d->b_cs;
-                if (d->b_type != GML_F32)
-                    pack_b_typed(d->b_type, b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc, tmp);
-                else
-                    pack_b(b, d->b_rs, d->b_cs, kc, ncols, nr, bp + j0 * kc);
-            }
-            gml_barrier(p);
-            for (int64_t ic = m0; ic < m1; ic += pl->MC) {
-                const int64_t mc = GML_MIN(pl->MC, m1 - ic);
-                pack_a(d->a + ic * d->a_rs + pc * d->a_cs, d->a_rs, d->a_cs, mc, kc, mr, ap);
-                macro_kernel(v, mc, nc, kc, ap, 0, bp, (float *)d->c + ic * (int64_t)ldc + jc,
-                             ldc, pc > 0);
+    const int64_t panels = cdiv(d->M, mr), n_blocks = cdiv(d->N, pl->NC) * cdiv(d->K, pl->KC);
+    const int64_t G = GEMM_SHARED_PACK_PANELS;
+    int64_t n_rows = 0; /* row chunks per block */
+    for (int64_t first = 0; first < panels; n_rows++)
+        first += row_chunk_panels(pl, panels, first, p->nth, mr);
+    /* block 0's panel groups, then per block t its row chunks and block
+     * t + 1's panel groups */
+    shared_block next = shared_block_at(d, pl, 0);
+    for (int64_t g; (g = gml_chunk_next(p)) < cdiv(next.nc, G * nr);)
+        shared_pack_b(d, &next, nr, g * G, GML_MIN(g * G + G, cdiv(next.nc, nr)), bshared, tmp);
+    gml_barrier(p);
+    for (int64_t t = 0; t < n_blocks; t++) {
+        const shared_block b = next;
+        const float *bp = bshared + (size_t)(t % 2) * bstride;
+        float *bnext = bshared + (size_t)((t + 1) % 2) * bstride;
+        const bool more = t + 1 < n_blocks;
+        if (more) next = shared_block_at(d, pl, t + 1);
+        const int64_t groups = more ? cdiv(next.nc, G * nr) : 0;
+        row_cursor cur = {0, 0};
+        for (int64_t i; (i = gml_chunk_next(p)) < n_rows + groups;) {
+            if (i < n_rows) {
+                int64_t first, count;
+                row_chunk(&cur, pl, panels, p->nth, mr, i, &first, &count);
+                const int64_t ic = first * mr, mc = GML_MIN(count * mr, d->M - ic);
+                pack_a(d->a + ic * d->a_rs + b.pc * d->a_cs, d->a_rs, d->a_cs, mc, b.kc, mr, ap);
+                macro_kernel(v, mc, b.nc, b.kc, ap, 0, bp,
+                             (float *)d->c + ic * (int64_t)ldc + b.jc, ldc, b.pc > 0);
+            } else {
+                const int64_t g = (i - n_rows) * G;
+                shared_pack_b(d, &next, nr, g, GML_MIN(g + G, cdiv(next.nc, nr)), bnext, tmp);
             }
         }
+        gml_barrier(p);
     }
 }
 

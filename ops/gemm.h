@@ -231,8 +231,9 @@ size_t gml_gemm_work_size(const gml_gemm_desc *d, int nth);
  * thread of the node. Shares are chunks taken with gml_chunk_next, each
  * packing its own panels into the thread's slice of p->wdata, no barrier;
  * except one large product (one batch, Goto's loops) on several threads:
- * there the threads split M and pack each B block together into a buffer
- * they share, meeting at a gml_barrier per block (gemm.c). */
+ * there the threads pack each B block together into a buffer they share,
+ * meet at a gml_barrier per block, and take chunks of M's rows against it
+ * with gml_chunk_next (gemm.c, run_large_shared). */
 void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gemm_variant *v);
 
 #endif /* GGMLITE_OPS_GEMM_H */

@@ -369,12 +369,17 @@ static const char *path_run(gml_context *ctx, gml_tensor *out, gml_isa isa, int 
     return name ? name : "(none)";
 }
 
-/* One large product on several threads: the threads split M and pack each
- * B block together (gemm.c, run_large_shared), one barrier per block, two
- * buffers in turn. Checked like every product above (bitwise, 1-7
- * threads), and the path asserted at 2 threads on each vector ISA: B row-
- * major, B = W^T (transposing packs), and tiny caches (blocks of K, N and
- * M cut many times: several B blocks through both buffers). */
+/* One large product on several threads: the threads pack each B block
+ * together (gemm.c, run_large_shared), one barrier per block, two buffers
+ * in turn, and take chunks of rows dynamically (guided, at most MC rows).
+ * Checked like every product above (bitwise, 1-7 threads), and the path
+ * asserted at 2 threads on each vector ISA: B row-major, B = W^T
+ * (transposing packs), tiny caches (blocks of K, N and M cut many times:
+ * several B blocks through both buffers, one-panel row chunks), and small
+ * caches where MC holds 8 MR-row panels at 2 threads (AVX-512; 9 on AVX2):
+ * guided row chunks of 3 to 9 panels, the last panel 9 rows short
+ * (AVX-512: 401 = 28 x 14 + 9), B blocks of 128, 128 and 77 columns and
+ * K blocks of 56, 56 and 38 (AVX-512). */
 static void shared_b(void) {
     static const struct {
         int64_t M, N, K;
@@ -385,6 +390,8 @@ static void shared_b(void) {
         {300, 150, 130, true, {0}},
         {200, 333, 150, false, {1024, 1024, 1024}},
         {130, 200, 400, true, {1024, 1024, 1024}},
+        {401, 333, 150, false, {16 << 10, 128 << 10, 64 << 10}},
+        {401, 333, 150, true, {16 << 10, 128 << 10, 64 << 10}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int64_t M = cases[i].M, N = cases[i].N, K = cases[i].K;
@@ -395,7 +402,9 @@ static void shared_b(void) {
         snprintf(what, sizeof what, "%s [%lld,%lld], %s [%lld,%lld] (shared B%s)",
                  cases[i].linear ? "linear x" : "", (long long)M, (long long)K,
                  cases[i].linear ? "w" : "@", (long long)b->ne[2], (long long)b->ne[3],
-                 cases[i].caches[0] ? ", tiny caches" : "");
+                 !cases[i].caches[0]               ? ""
+                 : cases[i].caches[0] == 1024      ? ", tiny caches"
+                                                   : ", small caches");
         check(what, ctx, a, b, cases[i].linear, true);
         const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
         for (size_t ii = 0; ii < 2; ii++) {
