@@ -11,9 +11,10 @@
 #endif
 
 /* On the 2-core Xeon (a KVM guest, THP "madvise"), decoding C5's dimensions
- * through 38 layers (558 MB a token) on 1 thread went from about 50 to 42
- * ms a token with its weights and KV cache on huge pages: both the
- * matrix-vector products and the attention over the cache read faster. */
+ * through 38 layers (558 MB a token) on 1 thread went from about 51 to 45
+ * ms a token (medians of 6 alternated runs) with its weights and KV cache
+ * on huge pages: both the matrix-vector products and the attention over
+ * the cache read faster. */
 void *gml_alloc_arena(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const char *off = getenv("GGMLITE_HUGEPAGES");
