@@ -1,10 +1,32 @@
 /* The context: one arena holding tensor headers and data, and the error
  * message of the last failed builder call. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "internal.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+/* On the 2-core Xeon (a KVM guest, THP "madvise"), decoding C5's dimensions
+ * through 38 layers (558 MB a token) on 1 thread went from about 51 to 45
+ * ms a token (medians of 6 alternated runs) with its weights and KV cache
+ * on huge pages: both the matrix-vector products and the attention over
+ * the cache read faster. */
+void *gml_alloc_arena(size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const char *off = getenv("GGMLITE_HUGEPAGES");
+    if (bytes >= GML_HUGE_MIN && !(off && strcmp(off, "0") == 0)) {
+        const size_t page = (size_t)2 << 20, n = gml_align_up(bytes, page);
+        void *p = aligned_alloc(page, n);
+        if (p) madvise(p, n, MADV_HUGEPAGE); /* advice: a refusal changes nothing */
+        return p;
+    }
+#endif
+    return aligned_alloc(GML_ALIGN, gml_align_up(bytes, GML_ALIGN));
+}
 
 /* Each tensor lives in the arena as an object: the header, then (unless
  * no_alloc or a view) its data at the next GML_ALIGN boundary. */
@@ -25,7 +47,7 @@ gml_context *gml_init(gml_init_params params) {
     if (params.mem_buffer) {
         ctx->mem = params.mem_buffer;
     } else if (params.mem_size > 0) {
-        ctx->mem = aligned_alloc(GML_ALIGN, gml_align_up(params.mem_size, GML_ALIGN));
+        ctx->mem = gml_alloc_arena(params.mem_size);
         if (!ctx->mem) {
             free(ctx);
             return NULL;

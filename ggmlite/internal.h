@@ -19,6 +19,15 @@
 
 static inline size_t gml_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* Memory for a context's arena or a plan's buffer, freed with free():
+ * GML_ALIGN-aligned; from GML_HUGE_MIN bytes on, 2 MiB-aligned and advised
+ * to be backed by transparent huge pages (madvise MADV_HUGEPAGE, Linux;
+ * GGMLITE_HUGEPAGES=0 turns it off). Decoding streams every weight and
+ * cache row once a token: on 4 KiB pages each page costs a page walk
+ * (nested under a hypervisor), on 2 MiB pages almost none (context.c). */
+#define GML_HUGE_MIN ((size_t)4 << 20)
+void *gml_alloc_arena(size_t bytes);
+
 /* ---- context ------------------------------------------------------------ */
 
 struct gml_context {

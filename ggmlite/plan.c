@@ -248,7 +248,7 @@ static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
     } else if (base && opt->buffer_size < peak) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: the graph needs a %zu-byte buffer, the one given "
                        "has %zu bytes", peak, opt->buffer_size);
-    } else if (!base && peak > 0 && !(base = g->plan_buffer = aligned_alloc(GML_ALIGN, peak))) {
+    } else if (!base && peak > 0 && !(base = g->plan_buffer = gml_alloc_arena(peak))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: cannot allocate a %zu-byte buffer", peak);
     } else if (!(g->plan_offs = malloc((size_t)GML_MAX(g->n_entries, 1) * sizeof *g->plan_offs))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: out of memory");

@@ -185,6 +185,31 @@ static inline void transpose8(__m256 r[8]) {
     for (int i = 0; i < 8; i++) r[i] = t[i];
 }
 
+/* The whole blocks of 8 k (k0 < kf) of 8 rows of W for M rows of A, M
+ * known, as gemm_avx512.c's gemv_full16: the loop below without its tests,
+ * block and accumulators in registers, and W prefetched 64 floats ahead
+ * (the loop below had no prefetch). The same fmas in the same order. With
+ * W in L2 (a 1 MiB weight), m = 1: 19.6 -> 24.1 GB/s; with W in memory, 38
+ * layers of C5's weights on huge pages, 1 thread: 12.8 -> 14.2 GB/s. */
+static inline __attribute__((always_inline)) void gemv_full8(size_t k, size_t kf, const float *a,
+                                                             size_t lda, const float *w, size_t ldw,
+                                                             __m256 acc[4], const int M) {
+    for (size_t k0 = 0; k0 < kf; k0 += 8) {
+        __m256 r[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            if (k0 + 64 < k) prefetch(w + j * ldw, k0 + 64);
+            r[j] = _mm256_loadu_ps(w + j * ldw + k0);
+        }
+        transpose8(r);
+#pragma GCC unroll 8
+        for (int kk = 0; kk < 8; kk++)
+#pragma GCC unroll 4
+            for (int i = 0; i < M; i++)
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(a[i * lda + k0 + kk]), r[kk], acc[i]);
+    }
+}
+
 /* As the AVX-512 variant, 8 rows of W per call, 8 k at a time. */
 void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m, const float *w,
                                     size_t ldw, int n, float *c, size_t ldc) {
@@ -192,7 +217,17 @@ void gml_f32_gemv_ukernel__avx2_4x8(size_t k, const float *a, size_t lda, int m,
     for (int j = 0; j < 8; j++) row[j] = w + (j < n ? (size_t)j : 0) * ldw;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
-    for (size_t k0 = 0; k0 < k; k0 += 8) {
+    size_t k0 = 0;
+    if (n == 8) {
+        k0 = k / 8 * 8;
+        switch (m) {
+        case 1: gemv_full8(k, k0, a, lda, w, ldw, acc, 1); break;
+        case 2: gemv_full8(k, k0, a, lda, w, ldw, acc, 2); break;
+        case 3: gemv_full8(k, k0, a, lda, w, ldw, acc, 3); break;
+        default: gemv_full8(k, k0, a, lda, w, ldw, acc, 4); break;
+        }
+    }
+    for (; k0 < k; k0 += 8) {
         const int nk = (int)GML_MIN((size_t)8, k - k0);
         const __m256i km = lanes(nk);
         __m256 r[8];

@@ -21,6 +21,7 @@ typedef struct bench_limits {
     double fma_gflops[BENCH_MAX_THREADS];   /* GFLOP/s, an FMA counts 2 */
     double read_gbs[BENCH_MAX_THREADS];     /* GB/s (1e9 bytes) */
     size_t read_bytes;                      /* the buffer read */
+    bool read_huge;                         /* on 2 MiB pages (madvise), as ggmlite's arenas */
     size_t llc_bytes;                       /* the last-level cache, from sysfs (0: unknown) */
     const char *fma_what;                   /* the loop, e.g. "AVX-512 FMA, 16 zmm chains" */
 } bench_limits;

@@ -4,12 +4,14 @@
  * bench_limits_avx512.c, compiled for their ISA and run only when the CPU
  * has it (gml_cpu_has). */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "bench.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* A limit is the fastest of many short runs: a neighbour's load on a
@@ -163,12 +165,21 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
     l->llc_bytes = llc_bytes();
     size_t bytes = (size_t)1 << 30;
     if (4 * l->llc_bytes > bytes) bytes = 4 * l->llc_bytes;
-    bytes = bytes / 4096 * 4096;
+    bytes = bytes / ((size_t)2 << 20) * ((size_t)2 << 20);
     float *buf = NULL;
     while (!buf && bytes >= ((size_t)256 << 20)) {
-        buf = aligned_alloc(4096, bytes);
+        buf = aligned_alloc((size_t)2 << 20, bytes);
         if (!buf) bytes /= 2;
     }
+    /* on the pages ggmlite's arenas get (ggmlite/context.c: 2 MiB pages
+     * unless GGMLITE_HUGEPAGES=0), so that the rows compare like with like */
+    const char *off = getenv("GGMLITE_HUGEPAGES");
+    l->read_huge = !(off && strcmp(off, "0") == 0);
+#ifdef MADV_HUGEPAGE
+    if (buf && l->read_huge) madvise(buf, bytes, MADV_HUGEPAGE);
+#else
+    l->read_huge = false;
+#endif
     if (!buf) {
         fprintf(stderr, "bench: limits: cannot allocate the read buffer (256 MiB)\n");
         exit(1);
@@ -220,11 +231,11 @@ void bench_print_limits(const bench_limits *l) {
                l->fma_what, FMA_REPS, FMA_RUN_S * 1e3);
     else
         printf("  FMA peak: %s\n", l->fma_what);
-    printf("  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB), "
-           "each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
+    printf("  read bandwidth: %d passes over a %.0f MiB buffer (last-level cache %.0f MiB) on %s "
+           "pages, each thread\n  summing its own %.0f MiB chunks side by side, each step timed; "
            "aggregate GB/s\n",
-           READ_PASSES,
-           (double)l->read_bytes / mib, (double)l->llc_bytes / mib, (double)READ_CHUNK / mib);
+           READ_PASSES, (double)l->read_bytes / mib, (double)l->llc_bytes / mib,
+           l->read_huge ? "2 MiB (advised)" : "4 KiB", (double)READ_CHUNK / mib);
     printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
     for (int k = 0; k < l->n; k++) {
         char f[32];
