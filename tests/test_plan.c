@@ -7,7 +7,9 @@
  * config C2 plans into at most 60% of its intermediates; 10,000 computes at
  * 1, 2, 3 threads in turn do not grow resident memory (the diamond, planned
  * MHA fused and unfused with masks, a KV-cache decode step); the options, a
- * caller's buffer and GGMLITE_PLAN_NOREUSE work.
+ * caller's buffer and GGMLITE_PLAN_NOREUSE work; arenas and plan buffers
+ * of 4 MiB or more start on a 2 MiB (huge page) boundary, and
+ * GGMLITE_HUGEPAGES=0 still computes.
  *
  * A plan is its graph's own: it writes no tensor header; graphs over shared
  * tensors (the issue's reproducer: a second graph over the tensors of a freed
@@ -21,6 +23,7 @@
 #include <ggmlite/kv_cache.h>
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -819,6 +822,50 @@ static void test_rss(void) {
     decode_free(&d);
 }
 
+/* ---- huge pages ------------------------------------------------------------ */
+
+/* Arenas and plan buffers of 4 MiB or more start on a 2 MiB boundary, as
+ * the transparent huge pages they are advised onto; GGMLITE_HUGEPAGES=0
+ * turns that off, and a plan into ordinary memory computes the same. */
+static void test_huge_pages(void) {
+    chk_case("huge pages");
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = (size_t)8 << 20});
+    gml_tensor *t = gml_new_tensor_1d(ctx, GML_F32, 1024);
+    CHECK(((uintptr_t)t->data & (huge - 1)) < 4096,
+          "8 MiB arena: its first tensor's data at %p, not within 4 KiB after a 2 MiB boundary",
+          t->data);
+    gml_free(ctx);
+
+    /* x [2^21] -> y = 2 x: 16 MiB planned */
+    const int64_t n = (int64_t)1 << 21;
+    ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+    gml_tensor *x = gml_new_tensor_1d(ctx, GML_F32, n);
+    gml_set_flags(x, GML_FLAG_INPUT);
+    gml_tensor *y = gml_scale(ctx, x, 2.0f);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) setenv("GGMLITE_HUGEPAGES", "0", 1);
+        const char *mode = pass ? "GGMLITE_HUGEPAGES=0" : "huge pages";
+        if (!CHECK(gml_graph_plan(g, NULL) == GML_OK, "%s: plan: %s", mode, gml_graph_error(g)))
+            break;
+        float *xd = gml_graph_data(g, x), *yd = gml_graph_data(g, y);
+        uintptr_t lo = (uintptr_t)(xd < yd ? xd : yd);
+        if (pass == 0)
+            CHECK((lo & (huge - 1)) == 0, "a 16 MiB plan buffer at %p, not on a 2 MiB boundary",
+                  (void *)lo);
+        for (int64_t i = 0; i < n; i++) xd[i] = (float)(i % 1000) - 499.5f;
+        CHECK(gml_graph_compute(g, 2) == GML_OK, "%s: compute: %s", mode, gml_graph_error(g));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += yd[i] != 2.0f * ((float)(i % 1000) - 499.5f);
+        CHECK(bad == 0, "%s: %lld of %lld elements of 2 x wrong", mode, (long long)bad,
+              (long long)n);
+    }
+    unsetenv("GGMLITE_HUGEPAGES");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     test_graphs();
@@ -830,6 +877,7 @@ int main(int argc, char **argv) {
     test_free_order();
     test_c2_peak();
     test_unfused_weights_reused();
+    test_huge_pages();
     if (!quick) test_rss();
     return chk_summary();
 }
