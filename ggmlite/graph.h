@@ -61,6 +61,7 @@ struct gml_graph {
     /* memory plan (plan.c): where the plan put each entry. The headers are
      * never written: a placed tensor's header keeps data == NULL. */
     void *plan_buffer;  /* owned, or NULL */
+    size_t plan_mapped; /* gml_alloc_arena's: 0 unless mapped */
     char *plan_base;    /* the buffer placed into (owned or the caller's); NULL: no plan */
     size_t *plan_offs;  /* [n_entries]: offset in plan_base, or GML_UNPLACED */
     size_t plan_peak, plan_naive;

@@ -19,14 +19,17 @@
 
 static inline size_t gml_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Memory for a context's arena or a plan's buffer, freed with free():
- * GML_ALIGN-aligned; from GML_HUGE_MIN bytes on, 2 MiB-aligned and advised
- * to be backed by transparent huge pages (madvise MADV_HUGEPAGE, Linux;
- * GGMLITE_HUGEPAGES=0 turns it off). Decoding streams every weight and
+/* Memory for a context's data arena (not no_alloc) or a plan's buffer:
+ * GML_ALIGN-aligned; from GML_HUGE_MIN bytes on, mapped 2 MiB-aligned and
+ * advised to be backed by transparent huge pages (madvise MADV_HUGEPAGE,
+ * Linux; GGMLITE_HUGEPAGES=0 turns it off). Decoding streams every weight and
  * cache row once a token: on 4 KiB pages each page costs a page walk
  * (nested under a hypervisor), on 2 MiB pages almost none (context.c). */
 #define GML_HUGE_MIN ((size_t)4 << 20)
-void *gml_alloc_arena(size_t bytes);
+/* *mapped: the bytes mapped (huge pages), 0 when from aligned_alloc; NULL
+ * when out of memory. Freed with gml_free_arena(p, *mapped). */
+void *gml_alloc_arena(size_t bytes, size_t *mapped);
+void gml_free_arena(void *p, size_t mapped);
 
 /* ---- context ------------------------------------------------------------ */
 
@@ -36,6 +39,7 @@ struct gml_context {
     size_t used;        /* arena bytes handed out */
     size_t required;    /* bytes an allocating arena would need */
     bool mem_owned;
+    size_t mem_mapped;  /* gml_alloc_arena's: 0 unless mapped */
     bool no_alloc;
     int n_tensors;
     struct gml_object *first, *last;

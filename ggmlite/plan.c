@@ -84,8 +84,9 @@ static void give_back(struct freelist *f, size_t offs, size_t size) {
 }
 
 void gml_graph_release_plan(gml_graph *g) {
-    free(g->plan_buffer);
+    gml_free_arena(g->plan_buffer, g->plan_mapped);
     g->plan_buffer = NULL;
+    g->plan_mapped = 0;
     g->plan_base = NULL;
     free(g->plan_offs);
     g->plan_offs = NULL;
@@ -248,7 +249,7 @@ static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
     } else if (base && opt->buffer_size < peak) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: the graph needs a %zu-byte buffer, the one given "
                        "has %zu bytes", peak, opt->buffer_size);
-    } else if (!base && peak > 0 && !(base = g->plan_buffer = gml_alloc_arena(peak))) {
+    } else if (!base && peak > 0 && !(base = g->plan_buffer = gml_alloc_arena(peak, &g->plan_mapped))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: cannot allocate a %zu-byte buffer", peak);
     } else if (!(g->plan_offs = malloc((size_t)GML_MAX(g->n_entries, 1) * sizeof *g->plan_offs))) {
         st = gml_graph_fail(g, GML_ERR_NOMEM, "plan: out of memory");

@@ -7,7 +7,7 @@
  * config C2 plans into at most 60% of its intermediates; 10,000 computes at
  * 1, 2, 3 threads in turn do not grow resident memory (the diamond, planned
  * MHA fused and unfused with masks, a KV-cache decode step); the options, a
- * caller's buffer and GGMLITE_PLAN_NOREUSE work; arenas and plan buffers
+ * caller's buffer and GGMLITE_PLAN_NOREUSE work; data arenas and plan buffers
  * of 4 MiB or more start on a 2 MiB (huge page) boundary, and
  * GGMLITE_HUGEPAGES=0 still computes.
  *
@@ -824,7 +824,7 @@ static void test_rss(void) {
 
 /* ---- huge pages ------------------------------------------------------------ */
 
-/* Arenas and plan buffers of 4 MiB or more start on a 2 MiB boundary, as
+/* Data arenas and plan buffers of 4 MiB or more start on a 2 MiB boundary, as
  * the transparent huge pages they are advised onto; GGMLITE_HUGEPAGES=0
  * turns that off, and a plan into ordinary memory computes the same. */
 static void test_huge_pages(void) {

@@ -274,11 +274,13 @@ const char *gml_version(void);
 
 typedef struct gml_init_params {
     size_t mem_size;   /* arena size in bytes */
-    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one (from 4 MiB
-                          on: 2 MiB-aligned, advised onto transparent huge
-                          pages on Linux, as a plan's own buffer; environment
-                          GGMLITE_HUGEPAGES=0: not); if it is not 64-byte
-                          aligned, give 63 bytes more than needed */
+    void *mem_buffer;  /* caller-owned arena, or NULL to malloc one (with data,
+                          from 4 MiB on: 2 MiB-aligned, advised onto
+                          transparent huge pages on Linux, as a plan's own
+                          buffer, so its resident memory counts in 2 MiB
+                          pages; environment GGMLITE_HUGEPAGES=0: not); if it
+                          is not 64-byte aligned, give 63 bytes more than
+                          needed */
     bool no_alloc;     /* headers only: tensors get data == NULL */
 } gml_init_params;
 
