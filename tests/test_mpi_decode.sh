@@ -16,7 +16,7 @@
 #           (22+22+20), against the single process's one cache of 64
 #   faults  an over-full context (T + N > P C): every rank exits non-zero saying
 #           so; a truncated weights file on rank 1; a missing input on rank 0;
-#           usage errors (--max-len, a bad --cache-per-rank, llama)
+#           usage errors (--max-len, --print-graph, a bad --cache-per-rank, llama)
 #   off     (a build without MPI) --parallel context --decode says how to build it
 #
 # Every mpirun is oversubscribed and, as root, allowed to run as root; each has
@@ -138,6 +138,8 @@ faults)
         --input "$tmp/no-such.npy" --decode 4 --threads 1 --parallel context
     refuse "--max-len" 2 "--max-len: with --parallel context the cache is sharded: give --cache-per-rank" \
         "$rg" mha --decode 4 --max-len 100 --parallel context
+    refuse "--print-graph (was ignored)" 2 "--print-graph: not printed by --parallel context yet" \
+        "$rg" mha --decode 4 --print-graph --parallel context
     refuse "--cache-per-rank 0" 2 "--cache-per-rank: '0' is not a whole number" "$rg" mha --decode 4 \
         --cache-per-rank 0 --parallel context
     refuse "llama" 2 "--parallel context --decode runs mha or gqa, not 'llama'" "$rg" llama --decode 4 \

@@ -58,7 +58,7 @@ static void help(void) {
            "  --input, --output, --seed, sizes, --causal --rope --rope-theta --window --softcap\n"
            "  --alibi --sinks, --cache-dtype, --weights-dtype, --seq-first, --repeat, --isa,\n"
            "  --threads (per rank; default the cores over the ranks on the machine).\n"
-           "  Not: --max-len (use --cache-per-rank), --json.\n");
+           "  Not: --max-len (use --cache-per-rank), --json, --print-graph.\n");
 }
 
 /* ---- one rank's state ------------------------------------------------------------ */
@@ -445,6 +445,8 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
                      "--cache-per-rank C (positions per rank)");
     if (ok && r.o.json) ok = rg_fail(&e, RG_USAGE, "--json: not reported by --parallel context yet");
+    if (ok && r.o.print_graph)
+        ok = rg_fail(&e, RG_USAGE, "--print-graph: not printed by --parallel context yet");
     char msg[1536] = "", why[1600] = "";
     if (ok && !r.o.threads) r.o.threads = rg_mpi_default_threads();
     /* 1. the ISA (machines may differ); rank 0 reads the prompt and weights; sizes to all */
