@@ -161,10 +161,11 @@ bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                              const gml_attn_weights *w, rg_err *e);
 /* Whether t is one of the tensors an attention block's weights w bind. */
 bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t);
-/* --sinks: the weight 'sinks' [H] is used only when asked for (else it is
- * dropped from w, and strict loading names it as unused); asked for without
- * it, an error naming `file` and the tensors wctx holds. */
-bool rg_attn_sinks_asked(const rg_opts *o, gml_attn_weights *w, gml_context *wctx, const char *file,
+/* --sinks (`sinks`): the weight 'sinks' [H] is used only when asked for
+ * (else it is dropped from w, and strict loading names it as unused); asked
+ * for without it, an error naming `file` and the tensors wctx holds. Every
+ * mode's loader calls it, the --parallel ones too. */
+bool rg_attn_sinks_asked(bool sinks, gml_attn_weights *w, gml_context *wctx, const char *file,
                          rg_err *e);
 /* A list of names for an error: rg_names_add appends the n-th (from 0) as
  * "'name'" while n < 5; rg_names_end adds " and N more" past 5. */

@@ -325,15 +325,15 @@ bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t) {
     return false;
 }
 
-bool rg_attn_sinks_asked(const rg_opts *o, gml_attn_weights *w, gml_context *wctx, const char *file,
+bool rg_attn_sinks_asked(bool sinks, gml_attn_weights *w, gml_context *wctx, const char *file,
                          rg_err *e) {
-    if (o->sinks && !w->sinks) {
+    if (sinks && !w->sinks) {
         char present[1024];
         rg_list_weights(wctx, present, sizeof present);
         return rg_fail(e, RG_RUNTIME, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]; %s",
                        file, present);
     }
-    if (!o->sinks) w->sinks = NULL;
+    if (!sinks) w->sinks = NULL;
     return true;
 }
 

@@ -87,7 +87,7 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     char err[1024];
     if (gml_attn_weights_find(d->wctx, &w, err, sizeof err) != GML_OK)
         return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, err);
-    if (!rg_attn_sinks_asked(o, &w, d->wctx, o->weights, e) || !rg_check_unused_weights(o, d, NULL, &w, e))
+    if (!rg_attn_sinks_asked(o->sinks, &w, d->wctx, o->weights, e) || !rg_check_unused_weights(o, d, NULL, &w, e))
         return false;
     const int64_t B = d->x->ne[1], D = d->dim[RG_D], H = d->dim[RG_H];
     const int64_t G = d->dim[RG_G] ? d->dim[RG_G] : H;

@@ -31,7 +31,7 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
         return rg_fail(e, RG_RUNTIME, "%s: relpos needs rel_k.weight [2P+1, d_k] (rel_v.weight is "
                        "optional); %s", o->weights, present);
     }
-    if (!rg_attn_sinks_asked(o, &w, d->wctx, o->weights, e)) return false;
+    if (!rg_attn_sinks_asked(o->sinks, &w, d->wctx, o->weights, e)) return false;
     gml_attn_config cfg = rg_attn_config(o);
     cfg.dims = (gml_attn_dims){.d_model = d->dim[RG_D], .n_heads = (int)d->dim[RG_H],
                                .n_kv_heads = (int)d->dim[RG_G]};

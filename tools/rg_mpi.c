@@ -364,12 +364,10 @@ static bool map_weights(prun *r, char *msg, size_t size) {
         char err[1024];
         if (gml_attn_weights_find(r->wctx, &r->aw, err, sizeof err) != GML_OK)
             return snprintf(msg, size, "%s: %s", r->weights, err), false;
-        /* sinks only with --sinks, as the single process: without it a file's
-         * 'sinks' is a tensor nobody uses (strict), not silently added */
-        if (r->o.sinks && !r->aw.sinks)
-            return snprintf(msg, size, "%s: --sinks needs the weight 'sinks' (or 'self_attn.sinks') [H]",
-                            r->weights), false;
-        if (!r->o.sinks) r->aw.sinks = NULL;
+        /* sinks only with --sinks, as the single process */
+        rg_err e = {0};
+        if (!rg_attn_sinks_asked(r->o.sinks, &r->aw, r->wctx, r->weights, &e))
+            return snprintf(msg, size, "%s", e.msg), false;
     }
     return check_all_used(r, msg, size);
 }

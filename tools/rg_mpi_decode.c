@@ -142,7 +142,7 @@ static bool setup(drun *r, char *msg, size_t size) {
     const char *file = o->weights ? o->weights : "the random weights";
     if (gml_attn_weights_find(r->d.wctx, &r->w, err, sizeof err) != GML_OK)
         return snprintf(msg, size, "%s: %s", file, err), false;
-    if (!rg_attn_sinks_asked(o, &r->w, r->d.wctx, file, &e) || !rg_check_unused_weights(o, &r->d, NULL, &r->w, &e))
+    if (!rg_attn_sinks_asked(o->sinks, &r->w, r->d.wctx, file, &e) || !rg_check_unused_weights(o, &r->d, NULL, &r->w, &e))
         return snprintf(msg, size, "%s", e.msg), false;
     if (r->H < 1 || r->D % r->H)
         return snprintf(msg, size, "--heads %" PRId64 " does not divide D = %" PRId64, r->H, r->D), false;
