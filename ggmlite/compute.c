@@ -43,6 +43,7 @@ struct gml_compute_shared {
     size_t err_size;
     gml_graph *g; /* for the callback and the NaN trap; NULL in gml_run_kernels */
     bool checks;  /* the callback or the trap is on: thread 0 looks after each node */
+    gml_isa isa;  /* the ISA the steps were planned for: kernels pick their variants by it */
 };
 
 /* Run by the last thread to reach a barrier between steps, all others
@@ -498,7 +499,7 @@ static void run_steps(void *arg, int ith, int nth) {
                                 .wdata = sh->wdata ? (char *)sh->wdata + st->work_off : NULL,
                                 .wsize = st->work,
                                 .shared = sh, .note = &sh->steps[s].kernel,
-                                .chunk = &sh->chunks[s].next, .step = s};
+                                .chunk = &sh->chunks[s].next, .step = s, .isa = sh->isa};
         st->fn(&p, st->t);
     }
 }
@@ -526,6 +527,7 @@ static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threa
 
     struct gml_compute_shared sh = {
         .steps = g->steps, .chunks = g->chunks, .n_steps = g->n_steps, .wdata = g->work,
+        .isa = g->prep_isa,
         .err = g->err, .err_size = sizeof g->err, .g = g, .checks = checks};
     /* Views before the first node that computes: only their callbacks. */
     if (sh.checks) {
@@ -572,6 +574,7 @@ gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, in
         steps[k] = (struct gml_step){.fn = fns[k], .t = dsts[k], .node = k, .sync = true, .work = wsize};
     if (err_size) err[0] = '\0';
     struct gml_compute_shared sh = {.steps = steps, .chunks = chunks, .n_steps = n, .wdata = wdata,
+                                    .isa = gml_get_isa(),
                                     .err = err, .err_size = err_size};
     gml_status st = n > 0 ? run(&sh, NULL, n_threads) : GML_OK;
     free(steps);

@@ -194,6 +194,7 @@ typedef struct gml_compute_params {
     const char **note;   /* where gml_kernel_note writes for this node, or NULL */
     atomic_llong *chunk; /* gml_chunk_next's count for this node */
     int step;            /* the node's place in the compute (which failure wins) */
+    gml_isa isa;         /* the ISA the plan chose kernels for (never AUTO): pick variants by it */
 } gml_compute_params;
 
 typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
@@ -339,13 +340,13 @@ int gml_graph_node_schedule(const gml_graph *g, int i);
  * A family with several kinds of micro-kernel (binary: vadd, vaddc, vmul,
  * vmulc) writes each kind's list as a macro in its .inc,
  *     #define GML_F32_VADD_UKERNELS(X) X(GML_ISA_SCALAR, fn, 1) X(...) ...
- * ops/ukernels.h declares every listed function and GML_PICK_UKERNEL(list,
- * type) gives the one gml_pick_variant chooses. */
+ * ops/ukernels.h declares every listed function and GML_PICK_UKERNEL(isa,
+ * list, type) gives the one gml_pick_variant chooses for the plan's ISA. */
 
 /* Index of the variant to run among n with ISAs isas[0..n-1] (ascending):
- * the last one the ISA in effect covers. REFERENCE covers SCALAR. */
-static inline int gml_pick_variant(const gml_isa *isas, int n) {
-    gml_isa cur = gml_get_isa();
+ * the last one ISA cur covers (a kernel passes its plan's, p->isa).
+ * REFERENCE covers SCALAR. */
+static inline int gml_pick_variant(gml_isa cur, const gml_isa *isas, int n) {
     if (cur == GML_ISA_REFERENCE) cur = GML_ISA_SCALAR;
     int pick = 0;
     for (int i = 0; i < n; i++)

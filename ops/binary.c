@@ -112,7 +112,7 @@ static float apply(binop op, float x, float y) {
     }
 }
 
-/* An op's micro-kernels for the ISA in effect, and their names: v (dense,
+/* An op's micro-kernels for ISA isa, and their names: v (dense,
  * dense), vc (dense a, constant b), rvc (constant a, dense b: c (op) b[i],
  * given b as its first operand; for add and mul vc itself, as a + b = b + a
  * bitwise); g*: the names with the gathered path. */
@@ -123,16 +123,16 @@ typedef struct binop_kernels {
 
 #define BINOP_KERNELS(V, VC, RVC)                                                      \
     (binop_kernels) {                                                                  \
-        GML_PICK_UKERNEL(V, gml_f32_vbinary_ukernel),                                  \
-            GML_PICK_UKERNEL(VC, gml_f32_vbinary_ukernel),                             \
-            GML_PICK_UKERNEL(RVC, gml_f32_vbinary_ukernel), GML_PICK_UKERNEL_NAME(V),   \
-            GML_PICK_UKERNEL_NAME(VC), GML_PICK_UKERNEL_NAME(RVC),                     \
-            GML_PICK_UKERNEL_NAME_AS(V, GML_UKERNEL_NAME_GATHERED),                    \
-            GML_PICK_UKERNEL_NAME_AS(VC, GML_UKERNEL_NAME_GATHERED),                   \
-            GML_PICK_UKERNEL_NAME_AS(RVC, GML_UKERNEL_NAME_GATHERED)                   \
+        GML_PICK_UKERNEL(isa, V, gml_f32_vbinary_ukernel),                                  \
+            GML_PICK_UKERNEL(isa, VC, gml_f32_vbinary_ukernel),                             \
+            GML_PICK_UKERNEL(isa, RVC, gml_f32_vbinary_ukernel), GML_PICK_UKERNEL_NAME(isa, V),   \
+            GML_PICK_UKERNEL_NAME(isa, VC), GML_PICK_UKERNEL_NAME(isa, RVC),                     \
+            GML_PICK_UKERNEL_NAME_AS(isa, V, GML_UKERNEL_NAME_GATHERED),                    \
+            GML_PICK_UKERNEL_NAME_AS(isa, VC, GML_UKERNEL_NAME_GATHERED),                   \
+            GML_PICK_UKERNEL_NAME_AS(isa, RVC, GML_UKERNEL_NAME_GATHERED)                   \
     }
 
-static binop_kernels kernels_of(binop op) {
+static binop_kernels kernels_of(gml_isa isa, binop op) {
     switch (op) {
     case OP_ADD:
         return BINOP_KERNELS(GML_F32_VADD_UKERNELS, GML_F32_VADDC_UKERNELS, GML_F32_VADDC_UKERNELS);
@@ -149,7 +149,7 @@ static binop_kernels kernels_of(binop op) {
  * this thread's share of dst's elements. */
 static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
                         const gml_run_operand *a, const gml_run_operand *b, int k) {
-    const binop_kernels kn = kernels_of(op);
+    const binop_kernels kn = kernels_of(p->isa, op);
     gml_kernel_note(p, a->dense && b->dense ? kn.nv
                        : a->dense           ? kn.nvc
                        : b->dense           ? kn.nrvc
@@ -189,7 +189,7 @@ static void binary_runs(const gml_compute_params *p, gml_tensor *dst, binop op,
  * reads a[i] (same row) before it. */
 static void binary_gather(const gml_compute_params *p, gml_tensor *dst, binop op,
                           const gml_tensor *a, const gml_tensor *b, const float *bc) {
-    const binop_kernels kn = kernels_of(op);
+    const binop_kernels kn = kernels_of(p->isa, op);
     const int64_t n = dst->ne[3];
     /* byte strides along the row; 0: one value for the whole row */
     const int64_t sa = a->ne[3] == 1 ? 0 : (int64_t)a->nb[3];

@@ -32,11 +32,11 @@ void gml_q8_0_f32_cvt_ukernel__scalar_u32(size_t n, const void *x, void *y) {
 
 #define PICK(list, name)                                                             \
     do {                                                                             \
-        if (name) *(name) = GML_PICK_UKERNEL_NAME(list);                             \
-        return GML_PICK_UKERNEL(list, gml_cvt_ukernel);                              \
+        if (name) *(name) = GML_PICK_UKERNEL_NAME(isa, list);                                \
+        return GML_PICK_UKERNEL(isa, list, gml_cvt_ukernel);                                 \
     } while (0)
 
-gml_cvt_ukernel *gml_cvt_to_f32(gml_type type, const char **name) {
+gml_cvt_ukernel *gml_cvt_to_f32(gml_isa isa, gml_type type, const char **name) {
     switch (type) {
     case GML_F16: PICK(GML_F16_F32_CVT_UKERNELS, name);
     case GML_BF16: PICK(GML_BF16_F32_CVT_UKERNELS, name);
@@ -45,7 +45,7 @@ gml_cvt_ukernel *gml_cvt_to_f32(gml_type type, const char **name) {
     }
 }
 
-gml_cvt_ukernel *gml_cvt_from_f32(gml_type type, const char **name) {
+gml_cvt_ukernel *gml_cvt_from_f32(gml_isa isa, gml_type type, const char **name) {
     switch (type) {
     case GML_F16: PICK(GML_F32_F16_CVT_UKERNELS, name);
     case GML_BF16: PICK(GML_F32_BF16_CVT_UKERNELS, name);

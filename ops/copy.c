@@ -73,8 +73,8 @@ static void convert_rows(const gml_compute_params *p, gml_tensor *dst, bool fast
                            (size_t)p->ith * gml_align_up((size_t)n * sizeof(float), GML_ALIGN));
     const bool s_rows = ts == GML_Q8_0 || src->nb[3] == es;
     const bool d_rows = td == GML_Q8_0 || dst->nb[3] == ed;
-    gml_cvt_ukernel *to = fast && s_rows ? gml_cvt_to_f32(ts, NULL) : NULL;
-    gml_cvt_ukernel *from = fast && d_rows ? gml_cvt_from_f32(td, NULL) : NULL;
+    gml_cvt_ukernel *to = fast && s_rows ? gml_cvt_to_f32(p->isa, ts, NULL) : NULL;
+    gml_cvt_ukernel *from = fast && d_rows ? gml_cvt_from_f32(p->isa, td, NULL) : NULL;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -134,7 +134,7 @@ void gml_x32_transpose_ukernel__scalar_8x8(size_t rows, size_t cols, const uint3
 static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_run_operand *d,
                       const gml_run_operand *s, int k) {
     gml_x32_copy_ukernel *const copy =
-        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -156,7 +156,7 @@ static void copy_runs(const gml_compute_params *p, gml_tensor *dst, const gml_ru
 static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *src,
                             int t) {
     gml_x32_transpose_ukernel *const transpose =
-        GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int o[2], n_o = 0; /* the other two dims */
     for (int d = 0; d < 3; d++)
         if (d != t) o[n_o++] = d;
@@ -178,9 +178,9 @@ static void copy_transposed(const gml_compute_params *p, gml_tensor *dst, const 
 /* The paths of copy_fast, slowest last. */
 enum { COPY_RUNS, COPY_TRANSPOSED, COPY_NONE };
 
-static const char *copy_path_name(int path) {
-    return path == COPY_RUNS ? GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS)
-                             : GML_PICK_UKERNEL_NAME(GML_X32_TRANSPOSE_UKERNELS);
+static const char *copy_path_name(gml_isa isa, int path) {
+    return path == COPY_RUNS ? GML_PICK_UKERNEL_NAME(isa, GML_X32_COPY_UKERNELS)
+                             : GML_PICK_UKERNEL_NAME(isa, GML_X32_TRANSPOSE_UKERNELS);
 }
 
 /* dst[i] = src[i] (equal shapes) by the fast paths: dense runs -> memcpy; a
@@ -210,8 +210,8 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
     if (!is_x32(td) || !is_x32(ts)) {
         const char *name = "moves of 2-byte elements";
         if (ts != td) {
-            if (ts != GML_F32) gml_cvt_to_f32(ts, &name);
-            else gml_cvt_from_f32(td, &name);
+            if (ts != GML_F32) gml_cvt_to_f32(p->isa, ts, &name);
+            else gml_cvt_from_f32(p->isa, td, &name);
         }
         gml_kernel_note(p, name);
         convert_rows(p, dst, true);
@@ -219,7 +219,7 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
     }
     const int path = copy_fast(p, dst->src[0], dst);
     if (path != COPY_NONE) {
-        gml_kernel_note(p, copy_path_name(path));
+        gml_kernel_note(p, copy_path_name(p->isa, path));
         return;
     }
     gml_kernel_note(p, "reference (the last dims of both sides are strided)");
@@ -350,7 +350,7 @@ static void gml_x32_concat(const gml_compute_params *p, gml_tensor *dst) {
         slowest = GML_MAX(slowest, path);
     }
     gml_kernel_note(p, slowest == COPY_NONE ? "strided loop (an input strided on every dim)"
-                                            : copy_path_name(slowest));
+                                            : copy_path_name(p->isa, slowest));
 }
 
 /* a [.., n_a, ..], b [.., n_b, ..] -> out [.., n_a + n_b, ..] contiguous */

@@ -576,10 +576,10 @@ void gml_flash_kv_load(const gml_flash_args *a, size_t j0, size_t n) {
 }
 
 /* The conversion micro-kernel for rows of t, or NULL (element by element). */
-static gml_cvt_ukernel *kv_cvt(const gml_tensor *t) {
+static gml_cvt_ukernel *kv_cvt(gml_isa isa, const gml_tensor *t) {
     const char *name;
     if (t->type == GML_F32 || (t->ne[3] > 1 && t->nb[3] != gml_type_size(t->type))) return NULL;
-    return gml_cvt_to_f32(t->type, &name);
+    return gml_cvt_to_f32(isa, t->type, &name);
 }
 
 /* Floats of the typed K and V block buffers. */
@@ -625,14 +625,14 @@ typedef struct flash_variant {
 
 #define FLASH_ENTRY(isa, fn, tile) \
     {fn, tile, #fn, #fn " (K/V rows packed)", #fn " (f16/bf16 K/V converted per key block)"},
-static flash_variant pick_variant(bool few) {
+static flash_variant pick_variant(gml_isa isa, bool few) {
     static const flash_variant wide[] = {GML_F32_FLASH_UKERNELS(FLASH_ENTRY)};
     static const flash_variant narrow[] = {GML_F32_FLASH_FEW_UKERNELS(FLASH_ENTRY)};
     static const gml_isa wide_isa[] = {GML_F32_FLASH_UKERNELS(GML_UKERNEL_ISA)};
     static const gml_isa narrow_isa[] = {GML_F32_FLASH_FEW_UKERNELS(GML_UKERNEL_ISA)};
     if (few)
-        return narrow[gml_pick_variant(narrow_isa, (int)(sizeof narrow_isa / sizeof(gml_isa)))];
-    return wide[gml_pick_variant(wide_isa, (int)(sizeof wide_isa / sizeof(gml_isa)))];
+        return narrow[gml_pick_variant(isa, narrow_isa, (int)(sizeof narrow_isa / sizeof(gml_isa)))];
+    return wide[gml_pick_variant(isa, wide_isa, (int)(sizeof wide_isa / sizeof(gml_isa)))];
 }
 #undef FLASH_ENTRY
 
@@ -734,11 +734,11 @@ static size_t dec_shared_bytes(const gml_tensor *dst) {
      #fn " (K/V rows packed; keys in chunks, merged in order)",                             \
      #fn " (f16/bf16 K/V converted in registers; keys in chunks, merged in order)",         \
      #fn " (f16/bf16 K/V converted, rows packed; keys in chunks, merged in order)"},
-static gml_f32_flash_dec_ukernel *dec_pick(int path, const char **name) {
+static gml_f32_flash_dec_ukernel *dec_pick(gml_isa isa, int path, const char **name) {
     static const char *const names[][8] = {GML_F32_FLASH_DEC_UKERNELS(DEC_NAMES)};
     static const gml_isa isas[] = {GML_F32_FLASH_DEC_UKERNELS(GML_UKERNEL_ISA)};
     static gml_f32_flash_dec_ukernel *const fns[] = {GML_F32_FLASH_DEC_UKERNELS(GML_UKERNEL_FN)};
-    const int v = gml_pick_variant(isas, (int)(sizeof isas / sizeof *isas));
+    const int v = gml_pick_variant(isa, isas, (int)(sizeof isas / sizeof *isas));
     *name = names[v][path];
     return fns[v];
 }
@@ -781,7 +781,7 @@ static void dec_forward(const gml_compute_params *p, gml_tensor *dst) {
     const bool pk = !dec_contig(k), pv = !dec_contig(v), typed = kv_typed(dst);
     const char *name;
     gml_f32_flash_dec_ukernel *fn =
-        dec_pick((typed ? 2 : 0) + (pk || pv ? 1 : 0) + (nchunks > 1 ? 4 : 0), &name);
+        dec_pick(p->isa, (typed ? 2 : 0) + (pk || pv ? 1 : 0) + (nchunks > 1 ? 4 : 0), &name);
     gml_kernel_note(p, name);
 
     const size_t ldq = dec_ldq(dst), ldo = dec_ldo(dst), rec = dec_record_floats(dst);
@@ -912,7 +912,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const float scale = par.scale;
     const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3], Tk = k->ne[2];
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
-    const flash_variant var = pick_variant(rows <= (int64_t)pick_variant(true).tile);
+    const flash_variant var = pick_variant(p->isa, rows <= (int64_t)pick_variant(p->isa, true).tile);
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
     const bool pack_k = !rows_dense(k), pack_v = !rows_dense(v), typed = kv_typed(dst);
     gml_kernel_note(p, typed ? var.typed_name : pack_k || pack_v ? var.packed_name : var.name);
@@ -930,8 +930,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     float *k_packed = (float *)w, *v_packed = k_packed + packed_floats(k);
     float *k_block = v_packed + packed_floats(v);
     gml_flash_kv kv = {.k_row = k->nb[2], .v_row = v->nb[2], .k_el = k->nb[3], .v_el = v->nb[3],
-                       .k_type = k->type, .v_type = v->type, .cvt_k = kv_cvt(k),
-                       .cvt_v = kv_cvt(v), .kbuf = k_block,
+                       .k_type = k->type, .v_type = v->type, .cvt_k = kv_cvt(p->isa, k),
+                       .cvt_v = kv_cvt(p->isa, v), .kbuf = k_block,
                        .vbuf = k_block + gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dk,
                                                       GML_ALIGN / sizeof(float))};
 
@@ -950,7 +950,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         q->nb[0] % sizeof(float) == 0 && q->nb[1] % sizeof(float) == 0 &&
                         q->nb[2] % sizeof(float) == 0;
     gml_x32_transpose_ukernel *const q_transpose =
-        GML_PICK_UKERNEL(GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
     /* A task is one block, or every block of a (b, g) when K or V is packed
      * and there are (b, g) enough to share evenly (UNIT_TASKS per thread):

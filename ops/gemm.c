@@ -189,24 +189,24 @@ const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n) {
     return t == GML_F16 ? f16_gemv : t == GML_BF16 ? bf16_gemv : t == GML_Q8_0 ? q8_0_gemv : NULL;
 }
 
-const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_type t) {
+const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_isa isa, gml_type t) {
     int n;
     const gml_xw_gemv_variant *v = gml_xw_gemv_variants(t, &n);
     gml_isa isas[3];
     for (int i = 0; i < n; i++) isas[i] = v[i].isa;
-    return &v[gml_pick_variant(isas, n)];
+    return &v[gml_pick_variant(isa, isas, n)];
 }
 
-const gml_gemv_variant *gml_gemv_pick(void) {
+const gml_gemv_variant *gml_gemv_pick(gml_isa isa) {
     gml_isa isas[sizeof gml_gemv_variants / sizeof gml_gemv_variants[0]];
     for (int i = 0; i < gml_gemv_n_variants; i++) isas[i] = gml_gemv_variants[i].isa;
-    return &gml_gemv_variants[gml_pick_variant(isas, gml_gemv_n_variants)];
+    return &gml_gemv_variants[gml_pick_variant(isa, isas, gml_gemv_n_variants)];
 }
 
-const gml_gemm_variant *gml_gemm_pick(void) {
+const gml_gemm_variant *gml_gemm_pick(gml_isa isa) {
     gml_isa isas[sizeof gml_gemm_variants / sizeof gml_gemm_variants[0]];
     for (int i = 0; i < gml_gemm_n_variants; i++) isas[i] = gml_gemm_variants[i].isa;
-    return &gml_gemm_variants[gml_pick_variant(isas, gml_gemm_n_variants)];
+    return &gml_gemm_variants[gml_pick_variant(isa, isas, gml_gemm_n_variants)];
 }
 
 /* ---- packing ------------------------------------------------------------ */
@@ -352,10 +352,10 @@ static void pack_b(const char *b, int64_t rs, int64_t cs, int64_t kc, int64_t nc
  * strides element by element. b points at element (k0, 0) of the block
  * (for q8_0, k0 a multiple of 32). The values, so the products, are those
  * of an f32 B holding the converted weight. */
-static void pack_b_typed(gml_type type, const char *b, int64_t rs, int64_t cs, int64_t kc,
+static void pack_b_typed(gml_isa isa, gml_type type, const char *b, int64_t rs, int64_t cs, int64_t kc,
                          int64_t nc, int nr, float *dst, float *tmp) {
     const bool rows = type == GML_Q8_0 || rs == 2;
-    gml_cvt_ukernel *cvt = gml_cvt_to_f32(type, NULL);
+    gml_cvt_ukernel *cvt = gml_cvt_to_f32(isa, type, NULL);
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         const int cols = (int)GML_MIN((int64_t)nr, nc - j0);
         for (int j = 0; j < cols; j++) {
@@ -773,7 +773,7 @@ static void run_large(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gem
         for (int64_t pc = 0; pc < d->K; pc += pl->KC) {
             const int64_t kc = GML_MIN(pl->KC, d->K - pc);
             if (d->b_type != GML_F32)
-                pack_b_typed(d->b_type, t->b + b_koff(d, pc) + jc * d->b_cs, d->b_rs, d->b_cs, kc,
+                pack_b_typed(d->isa, d->b_type, t->b + b_koff(d, pc) + jc * d->b_cs, d->b_rs, d->b_cs, kc,
                              nc, nr, bp, bp + kc * round_up(nc, nr));
             else
                 pack_b(t->b + pc * d->b_rs + jc * d->b_cs, d->b_rs, d->b_cs, kc, nc, nr, bp);
@@ -857,7 +857,7 @@ static void shared_pack_b(const gml_gemm_desc *d, const shared_block *b, int nr,
     const int64_t j0 = q0 * nr, ncols = GML_MIN(q1 * nr, b->nc) - j0;
     const char *src = d->b + b_koff(d, b->pc) + (b->jc + j0) * d->b_cs;
     if (d->b_type != GML_F32)
-        pack_b_typed(d->b_type, src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc, tmp);
+        pack_b_typed(d->isa, d->b_type, src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc, tmp);
     else
         pack_b(src, d->b_rs, d->b_cs, b->kc, ncols, nr, bp + j0 * b->kc);
 }
@@ -925,7 +925,7 @@ static void run_rows(const gml_gemm_desc *d, const gemm_plan *pl, const gml_gemm
                 panel = (const float *)bsrc;
                 ldb = (size_t)d->b_rs / sizeof(float);
             } else if (d->b_type != GML_F32) {
-                pack_b_typed(d->b_type, bsrc, d->b_rs, d->b_cs, kc, n, nr, bp, bp + kc * nr);
+                pack_b_typed(d->isa, d->b_type, bsrc, d->b_rs, d->b_cs, kc, n, nr, bp, bp + kc * nr);
             } else {
                 pack_b(bsrc, d->b_rs, d->b_cs, kc, n, nr, bp);
             }
@@ -1003,8 +1003,8 @@ static int64_t tile_cost4(int nr, int lanes, int64_t M) { return cdiv(M, nr) * 4
 /* One to four rows against W's rows in place: A's rows packed contiguous,
  * then the matrix-vector kernel over the tile's columns, NR at a time. */
 static void run_gemv(const gml_gemm_desc *d, const gemm_tile *t, float *ap) {
-    const gml_gemv_variant *gv = gml_gemv_pick();
-    const gml_xw_gemv_variant *xv = d->b_type != GML_F32 ? gml_xw_gemv_pick(d->b_type) : NULL;
+    const gml_gemv_variant *gv = gml_gemv_pick(d->isa);
+    const gml_xw_gemv_variant *xv = d->b_type != GML_F32 ? gml_xw_gemv_pick(d->isa, d->b_type) : NULL;
     const int64_t K = d->K;
     const size_t ldw = (size_t)d->b_cs / sizeof(float), ldc = (size_t)d->c_rs / sizeof(float);
     for (int64_t i = 0; i < t->tm; i++) {
@@ -1054,8 +1054,8 @@ void gml_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_gem
     float *ap = (float *)p->wdata + pl.shared_floats + (size_t)p->ith * slice;
     float *bp = ap + pl.a_floats;
     gml_kernel_note(p, pl.path == PATH_GEMV && d->b_type != GML_F32
-                           ? gml_xw_gemv_pick(d->b_type)->name
-                       : pl.path == PATH_GEMV   ? gml_gemv_pick()->name
+                           ? gml_xw_gemv_pick(p->isa, d->b_type)->name
+                       : pl.path == PATH_GEMV   ? gml_gemv_pick(p->isa)->name
                        : rv                     ? rv->name
                        : pl.path == PATH_ROWS_T ? v->path_names[2]
                        : pl.path == PATH_ROWS   ? v->path_names[1]

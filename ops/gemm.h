@@ -57,8 +57,8 @@ typedef struct gml_gemm_variant {
 extern const gml_gemm_variant gml_gemm_variants[];
 extern const int gml_gemm_n_variants;
 
-/* The variant the ISA in effect selects. */
-const gml_gemm_variant *gml_gemm_pick(void);
+/* The variant ISA isa (the plan's) selects. */
+const gml_gemm_variant *gml_gemm_pick(gml_isa isa);
 
 /* ---- Few rows against W, C^T = W A^T, lanes over A's rows with no padding ----
  * PATH_ROWS_T (gemm.c) computes a product of few rows against an nn.Linear
@@ -160,8 +160,8 @@ typedef struct gml_gemv_variant {
 extern const gml_gemv_variant gml_gemv_variants[];
 extern const int gml_gemv_n_variants;
 
-/* The variant the ISA in effect selects. */
-const gml_gemv_variant *gml_gemv_pick(void);
+/* The variant ISA isa (the plan's) selects. */
+const gml_gemv_variant *gml_gemv_pick(gml_isa isa);
 
 /* ---- Matrix-vector against a converted weight --------------------------------
  * The same product with W's rows f16, bf16 or q8_0 (ldw bytes apart):
@@ -197,9 +197,9 @@ typedef struct gml_xw_gemv_variant {
 } gml_xw_gemv_variant;
 
 /* The variants for weights of type t (f16, bf16, q8_0; *n their count),
- * NULL for another type; and the one the ISA in effect selects. */
+ * NULL for another type; and the one ISA isa selects. */
 const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n);
-const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_type t);
+const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_isa isa, gml_type t);
 
 /* One batched product C[b] = A[b] @ B[b], every operand through byte strides
  * (any layout: transposed, permuted, sliced, broadcast with a 0 stride).
@@ -223,6 +223,9 @@ typedef struct gml_gemm_desc {
      * block k / 32 of row n; K a multiple of 32. B is converted to f32 in
      * registers (matrix-vector) or while packing its panels. */
     gml_type b_type;
+    /* The plan's ISA (p->isa): B's conversion and the matrix-vector kernels
+     * are its variants. */
+    gml_isa isa;
 } gml_gemm_desc;
 
 /* Scratch bytes gml_gemm needs for nth threads (any variant). */

@@ -56,9 +56,9 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
         return;
     }
     gml_x32_copy_ukernel *const copy =
-        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
     const char *cvt_name = NULL;
-    gml_cvt_ukernel *const cvt = typed ? gml_cvt_to_f32(table->type, &cvt_name) : NULL;
+    gml_cvt_ukernel *const cvt = typed ? gml_cvt_to_f32(p->isa, table->type, &cvt_name) : NULL;
     if (typed) gml_kernel_note(p, cvt_name);
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
@@ -135,10 +135,10 @@ static void set_rows(const gml_compute_params *p, gml_tensor *dst, bool fast) {
     const size_t esize = gml_type_size(dst->type);
     const bool dense = d == 1 || (dst->nb[3] == esize && src->nb[3] == 4);
     gml_x32_copy_ukernel *const copy =
-        fast && dense && !convert ? GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel)
+        fast && dense && !convert ? GML_PICK_UKERNEL(p->isa, GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel)
                                   : NULL;
     const char *cvt_name = NULL;
-    gml_cvt_ukernel *const cvt = fast && dense && convert ? gml_cvt_from_f32(dst->type, &cvt_name)
+    gml_cvt_ukernel *const cvt = fast && dense && convert ? gml_cvt_from_f32(p->isa, dst->type, &cvt_name)
                                                           : NULL;
     if (cvt && p->ith == 0) gml_kernel_note(p, cvt_name);
     int64_t s0, s1;

@@ -48,14 +48,14 @@ static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
  * batch (a weight) and A's rows follow each other uniformly across batches
  * ([B, T, K] contiguous or row-sliced), the batches fold into M, so the
  * weight is read once for all B*T rows. */
-static gml_gemm_desc matmul_desc(const gml_tensor *dst) {
+static gml_gemm_desc matmul_desc(const gml_tensor *dst, gml_isa isa) {
     const gml_tensor *a = dst->src[0], *b = dst->src[1];
     gml_gemm_desc d = {
         .M = dst->ne[2], .N = dst->ne[3], .K = a->ne[3], .nb0 = dst->ne[0], .nb1 = dst->ne[1],
         .a = a->data, .a_rs = (int64_t)a->nb[2], .a_cs = (int64_t)a->nb[3],
         .b = b->data, .b_rs = (int64_t)b->nb[2], .b_cs = (int64_t)b->nb[3],
         .c = dst->data, .c_rs = (int64_t)dst->nb[2],
-        .b_type = b->type,
+        .b_type = b->type, .isa = isa,
     };
     for (int i = 0; i < 2; i++) {
         d.a_bs[i] = a->ne[i] == 1 ? 0 : (int64_t)a->nb[i];
@@ -75,15 +75,15 @@ static gml_gemm_desc matmul_desc(const gml_tensor *dst) {
     return d;
 }
 
-/* Fast path: the packed GEMM of ops/gemm.c with the micro-kernel of the ISA
- * in effect. */
+/* Fast path: the packed GEMM of ops/gemm.c with the micro-kernel of the
+ * plan's ISA. */
 static void gml_f32_matmul(const gml_compute_params *p, gml_tensor *dst) {
-    const gml_gemm_desc d = matmul_desc(dst);
-    gml_gemm(p, &d, gml_gemm_pick());
+    const gml_gemm_desc d = matmul_desc(dst, p->isa);
+    gml_gemm(p, &d, gml_gemm_pick(p->isa));
 }
 
 static size_t matmul_work_size(const gml_tensor *dst, int nth) {
-    const gml_gemm_desc d = matmul_desc(dst);
+    const gml_gemm_desc d = matmul_desc(dst, GML_ISA_REFERENCE); /* any variant's size */
     return gml_gemm_work_size(&d, nth);
 }
 

@@ -110,12 +110,12 @@ static void norm_forward(const gml_compute_params *p, gml_tensor *dst, bool laye
     const float eps = eps_of(dst);
     const int64_t d = x->ne[3], sx = (int64_t)x->nb[3];
     const bool gather = d > 1 && sx != (int64_t)sizeof(float);
-    gml_f32_rsum_ukernel *const rsum = GML_PICK_UKERNEL(GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel);
+    gml_f32_rsum_ukernel *const rsum = GML_PICK_UKERNEL(p->isa, GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel);
     gml_f32_rsumsq_ukernel *const rsumsq =
-        GML_PICK_UKERNEL(GML_F32_RSUMSQ_UKERNELS, gml_f32_rsumsq_ukernel);
-    gml_f32_vnorm_ukernel *const vnorm = GML_PICK_UKERNEL(GML_F32_VNORM_UKERNELS, gml_f32_vnorm_ukernel);
-    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_VNORM_UKERNELS, GML_UKERNEL_NAME_GATHERED)
-                              : GML_PICK_UKERNEL_NAME(GML_F32_VNORM_UKERNELS));
+        GML_PICK_UKERNEL(p->isa, GML_F32_RSUMSQ_UKERNELS, gml_f32_rsumsq_ukernel);
+    gml_f32_vnorm_ukernel *const vnorm = GML_PICK_UKERNEL(p->isa, GML_F32_VNORM_UKERNELS, gml_f32_vnorm_ukernel);
+    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_VNORM_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                              : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_VNORM_UKERNELS));
     const float *wd = w ? (const float *)w->data : NULL, *bd = b ? (const float *)b->data : NULL;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);

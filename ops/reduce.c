@@ -101,14 +101,14 @@ static void reduce_forward(const gml_compute_params *p, gml_tensor *dst, reduce_
     const gml_tensor *x = dst->src[0];
     const int64_t n = x->ne[3], sx = (int64_t)x->nb[3];
     const bool gather = n > 1 && sx != (int64_t)sizeof(float);
-    gml_f32_rsum_ukernel *const rsum = GML_PICK_UKERNEL(GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel);
-    gml_f32_rmax_ukernel *const rmax = GML_PICK_UKERNEL(GML_F32_RMAX_UKERNELS, gml_f32_rmax_ukernel);
+    gml_f32_rsum_ukernel *const rsum = GML_PICK_UKERNEL(p->isa, GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel);
+    gml_f32_rmax_ukernel *const rmax = GML_PICK_UKERNEL(p->isa, GML_F32_RMAX_UKERNELS, gml_f32_rmax_ukernel);
     if (kind == R_MAX)
-        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_RMAX_UKERNELS, GML_UKERNEL_NAME_GATHERED)
-                                  : GML_PICK_UKERNEL_NAME(GML_F32_RMAX_UKERNELS));
+        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_RMAX_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                                  : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_RMAX_UKERNELS));
     else
-        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_RSUM_UKERNELS, GML_UKERNEL_NAME_GATHERED)
-                                  : GML_PICK_UKERNEL_NAME(GML_F32_RSUM_UKERNELS));
+        gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_RSUM_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                                  : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_RSUM_UKERNELS));
     float *buf = gather ? (float *)(void *)((char *)p->wdata + (size_t)p->ith * row_bytes(dst)) : NULL;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);

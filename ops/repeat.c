@@ -43,8 +43,8 @@ static void gml_x32_repeat_interleave__ref(const gml_compute_params *p, gml_tens
 static void repeat_runs(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
                         int axis, int reps, int k) {
     gml_x32_copy_ukernel *const copy =
-        GML_PICK_UKERNEL(GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
-    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(GML_X32_COPY_UKERNELS));
+        GML_PICK_UKERNEL(p->isa, GML_X32_COPY_UKERNELS, gml_x32_copy_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(p->isa, GML_X32_COPY_UKERNELS));
     const int64_t run = gml_run_length(dst->ne, k);
     int64_t e, end;
     gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
@@ -75,9 +75,9 @@ void gml_x32_repeat_ukernel__scalar_u1(size_t n, size_t reps, const uint32_t *x,
 static void repeat_last_dim(const gml_compute_params *p, gml_tensor *dst, const gml_tensor *x,
                             int reps) {
     gml_x32_repeat_ukernel *const repeat =
-        GML_PICK_UKERNEL(GML_X32_REPEAT_UKERNELS, gml_x32_repeat_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_X32_REPEAT_UKERNELS, gml_x32_repeat_ukernel);
     const int64_t n = x->ne[3], sx = (int64_t)x->nb[3] / 4;
-    gml_kernel_note(p, sx == 1 || n == 1 ? GML_PICK_UKERNEL_NAME(GML_X32_REPEAT_UKERNELS)
+    gml_kernel_note(p, sx == 1 || n == 1 ? GML_PICK_UKERNEL_NAME(p->isa, GML_X32_REPEAT_UKERNELS)
                                          : "strided loop (x's last dim is strided)");
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);

@@ -132,12 +132,12 @@ static void gml_f32_rope(const gml_compute_params *p, gml_tensor *dst) {
     for (int64_t i = 0; i < half; i++) inv[i] = rope_inv_freq(par.theta, i, r);
     const int64_t sx = (int64_t)x->nb[3];
     const bool dense = sx == (int64_t)sizeof(float);
-    gml_f32_rope_ukernel *const rot = GML_PICK_UKERNEL(GML_F32_ROPE_UKERNELS, gml_f32_rope_ukernel);
+    gml_f32_rope_ukernel *const rot = GML_PICK_UKERNEL(p->isa, GML_F32_ROPE_UKERNELS, gml_f32_rope_ukernel);
     gml_f32_ropei_ukernel *const roti =
-        GML_PICK_UKERNEL(GML_F32_ROPEI_UKERNELS, gml_f32_ropei_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_F32_ROPEI_UKERNELS, gml_f32_ropei_ukernel);
     gml_kernel_note(p, !dense ? "strided loop (x's last dim is strided)"
-                       : ilv  ? GML_PICK_UKERNEL_NAME(GML_F32_ROPEI_UKERNELS)
-                              : GML_PICK_UKERNEL_NAME(GML_F32_ROPE_UKERNELS));
+                       : ilv  ? GML_PICK_UKERNEL_NAME(p->isa, GML_F32_ROPEI_UKERNELS)
+                              : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_ROPE_UKERNELS));
     /* rows in (b, t, h) order, so that a thread's rows of one position
      * follow one another; the table is made again only when the position
      * changes */

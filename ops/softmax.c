@@ -154,7 +154,7 @@ static void softmax_opts_rows(const gml_compute_params *p, gml_tensor *dst,
     const int64_t tk = dst->ne[3];
     if (!gml_attn_lens_ok(p, "softmax", dst->src[SRC_LENS], tk)) return;
     gml_f32_vunary_ukernel *const vtanh =
-        GML_PICK_UKERNEL(GML_F32_VTANH_UKERNELS, gml_f32_vunary_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_F32_VTANH_UKERNELS, gml_f32_vunary_ukernel);
     float *buf = (float *)p->wdata + (size_t)p->ith * gml_align_up((size_t)tk + 1, 16);
     const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
     const float scale = par.scale, cap = par.softcap;
@@ -222,17 +222,17 @@ static void gml_f32_softmax(const gml_compute_params *p, gml_tensor *dst) {
     const bool mask_rows = !mask || tk == 1 || (mask->ne[3] == tk && mask->nb[3] == sizeof(float));
     const bool gather = !(x_rows && mask_rows);
     gml_f32_softmax_ukernel *const ukernel =
-        GML_PICK_UKERNEL(GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
+        GML_PICK_UKERNEL(p->isa, GML_F32_SOFTMAX_UKERNELS, gml_f32_softmax_ukernel);
     if (has_opts(dst, &par)) {
 #define OPTS_NAME(isa, fn, tile) #fn " (options: scores formed in scratch)",
-        gml_kernel_note(p, GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS, OPTS_NAME));
+        gml_kernel_note(p, GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_SOFTMAX_UKERNELS, OPTS_NAME));
 #undef OPTS_NAME
         softmax_opts_rows(p, dst, ukernel);
         return;
     }
-    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(GML_F32_SOFTMAX_UKERNELS,
+    gml_kernel_note(p, gather ? GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_SOFTMAX_UKERNELS,
                                                          GML_UKERNEL_NAME_GATHERED)
-                              : GML_PICK_UKERNEL_NAME(GML_F32_SOFTMAX_UKERNELS));
+                              : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_SOFTMAX_UKERNELS));
     const int64_t sx = (int64_t)x->nb[3], sm = mask && mask->ne[3] > 1 ? (int64_t)mask->nb[3] : 0;
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);

@@ -26,19 +26,19 @@
 #define GML_UKERNEL_FN(isa, fn, tile) fn,
 #define GML_UKERNEL_NAME(isa, fn, tile) #fn,
 
-/* The variant of `list` (functions of type `type`) for the ISA in effect,
- * as gml_pick_variant chooses it. Kernels take it once per call. */
-#define GML_PICK_UKERNEL(list, type)                                                 \
-    ((type *const[]){list(GML_UKERNEL_FN)}[gml_pick_variant(                         \
+/* The variant of `list` (functions of type `type`) for ISA isa (a kernel's
+ * p->isa), as gml_pick_variant chooses it. Kernels take it once per call. */
+#define GML_PICK_UKERNEL(isa, list, type)                                            \
+    ((type *const[]){list(GML_UKERNEL_FN)}[gml_pick_variant(isa,                     \
         (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
         (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
 /* Its name, "gml_f32_vadd_ukernel__avx512_u32" (a literal: gml_kernel_note);
  * _AS: as the X-macro X(isa, fn, tile) spells it, e.g. with a path appended. */
-#define GML_PICK_UKERNEL_NAME_AS(list, X)                                            \
-    ((const char *const[]){list(X)}[gml_pick_variant(                                \
+#define GML_PICK_UKERNEL_NAME_AS(isa, list, X)                                       \
+    ((const char *const[]){list(X)}[gml_pick_variant(isa,                            \
         (const gml_isa[]){list(GML_UKERNEL_ISA)},                                    \
         (int)(sizeof((gml_isa[]){list(GML_UKERNEL_ISA)}) / sizeof(gml_isa)))])
-#define GML_PICK_UKERNEL_NAME(list) GML_PICK_UKERNEL_NAME_AS(list, GML_UKERNEL_NAME)
+#define GML_PICK_UKERNEL_NAME(isa, list) GML_PICK_UKERNEL_NAME_AS(isa, list, GML_UKERNEL_NAME)
 #define GML_UKERNEL_NAME_GATHERED(isa, fn, tile) #fn " (strided rows gathered)",
 
 /* ---- masked keys and non-finite scores (ggmlite.h, MASKS) -----------------
@@ -372,7 +372,7 @@ GML_Q8_0_F32_CVT_UKERNELS(GML_DECLARE_CVT)
 /* The picked variant converting a run of `type` to f32 (to_f32) or f32 to
  * `type` (from_f32), for f16, bf16, q8_0; NULL for other types. With its
  * name for gml_kernel_note. */
-gml_cvt_ukernel *gml_cvt_to_f32(gml_type type, const char **name);
-gml_cvt_ukernel *gml_cvt_from_f32(gml_type type, const char **name);
+gml_cvt_ukernel *gml_cvt_to_f32(gml_isa isa, gml_type type, const char **name);
+gml_cvt_ukernel *gml_cvt_from_f32(gml_isa isa, gml_type type, const char **name);
 
 #endif /* GGMLITE_UKERNELS_H */

@@ -87,7 +87,7 @@ void gml_f32_vgelu_tanh_ukernel__scalar_u1(size_t n, const float *x, float *y) {
 
 /* ---- the fast driver ------------------------------------------------------ */
 
-/* The op's micro-kernel for the ISA in effect, and its names. */
+/* The op's micro-kernel for ISA isa, and its names. */
 typedef struct unop_kernel {
     gml_f32_vunary_ukernel *fn;
     const char *name, *gathered;
@@ -95,11 +95,11 @@ typedef struct unop_kernel {
 
 #define UNOP_KERNEL(L)                                                                 \
     (unop_kernel) {                                                                    \
-        GML_PICK_UKERNEL(L, gml_f32_vunary_ukernel), GML_PICK_UKERNEL_NAME(L),          \
-            GML_PICK_UKERNEL_NAME_AS(L, GML_UKERNEL_NAME_GATHERED)                     \
+        GML_PICK_UKERNEL(isa, L, gml_f32_vunary_ukernel), GML_PICK_UKERNEL_NAME(isa, L),          \
+            GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED)                     \
     }
 
-static unop_kernel kernel_of(unop op) {
+static unop_kernel kernel_of(gml_isa isa, unop op) {
     switch (op) {
     case U_NEG: return UNOP_KERNEL(GML_F32_VNEG_UKERNELS);
     case U_EXP: return UNOP_KERNEL(GML_F32_VEXP_UKERNELS);
@@ -125,7 +125,7 @@ static unop_kernel kernel_of(unop op) {
  * stores that vector of y. */
 static void unary_forward(const gml_compute_params *p, gml_tensor *dst, unop op) {
     const gml_tensor *x = dst->src[0];
-    const unop_kernel kn = kernel_of(op);
+    const unop_kernel kn = kernel_of(p->isa, op);
     gml_run_operand ops[1] = {gml_run_operand_of(x)};
     const int k = gml_find_runs(dst->ne, ops, 1, false);
     float *out = dst->data;
