@@ -9,15 +9,16 @@
 
 static const char *const ISA_NAMES[] = {
     [GML_ISA_AUTO] = "auto",     [GML_ISA_REFERENCE] = "reference", [GML_ISA_SCALAR] = "scalar",
-    [GML_ISA_AVX2] = "avx2",     [GML_ISA_AVX512] = "avx512",
+    [GML_ISA_AVX2] = "avx2",     [GML_ISA_AVX512] = "avx512",       [GML_ISA_NEON] = "neon",
 };
+#define LAST_ISA GML_ISA_NEON
 
 const char *gml_isa_name(gml_isa isa) {
-    return (unsigned)isa <= GML_ISA_AVX512 ? ISA_NAMES[isa] : "?";
+    return (unsigned)isa <= LAST_ISA ? ISA_NAMES[isa] : "?";
 }
 
 bool gml_isa_from_name(const char *name, gml_isa *out) {
-    for (int i = 0; i <= GML_ISA_AVX512; i++)
+    for (int i = 0; i <= LAST_ISA; i++)
         if (strcmp(name, ISA_NAMES[i]) == 0) {
             *out = (gml_isa)i;
             return true;
@@ -66,12 +67,18 @@ bool gml_cpu_has(gml_isa isa) {
         return gml_cpu_has(GML_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                os_saves(0xe6);
 #endif
+#if defined(__aarch64__)
+    /* Advanced SIMD (with FMA and the f16 conversions) is part of AArch64. */
+    case GML_ISA_NEON:
+        return true;
+#endif
     default:
         return false;
     }
 }
 
 static gml_isa best_isa(void) {
+    if (gml_cpu_has(GML_ISA_NEON)) return GML_ISA_NEON;
     if (gml_cpu_has(GML_ISA_AVX512)) return GML_ISA_AVX512;
     if (gml_cpu_has(GML_ISA_AVX2)) return GML_ISA_AVX2;
     return GML_ISA_SCALAR;
@@ -81,7 +88,7 @@ static gml_isa best_isa(void) {
 static _Atomic int current_isa;
 
 gml_status gml_set_isa(gml_isa isa) {
-    if ((unsigned)isa > GML_ISA_AVX512 || !gml_cpu_has(isa)) return GML_ERR_INVALID;
+    if ((unsigned)isa > LAST_ISA || !gml_cpu_has(isa)) return GML_ERR_INVALID;
     atomic_store(&current_isa, (int)(isa == GML_ISA_AUTO ? best_isa() : isa));
     return GML_OK;
 }
@@ -92,7 +99,7 @@ gml_isa gml_get_isa(void) {
     gml_isa want = GML_ISA_AUTO;
     const char *env = getenv("GGMLITE_ISA");
     if (env && *env && (!gml_isa_from_name(env, &want) || !gml_cpu_has(want))) {
-        fprintf(stderr, "ggmlite: GGMLITE_ISA=%s is not one of reference, scalar, avx2, avx512 "
+        fprintf(stderr, "ggmlite: GGMLITE_ISA=%s is not one of reference, scalar, avx2, avx512, neon "
                 "that this CPU has; using the best available\n", env);
         want = GML_ISA_AUTO;
     }

@@ -832,16 +832,18 @@ int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, cons
 
 /* ---- compute ------------------------------------------------------------ */
 
-/* Which kernels compute runs. AUTO picks the best the CPU has (AVX-512F,
- * else AVX2+FMA, else scalar); REFERENCE runs every op's plain reference
- * kernel. The environment variable GGMLITE_ISA=reference|scalar|avx2|avx512
- * sets the initial choice. Process-wide; set it between computes. */
+/* Which kernels compute runs. AUTO picks the best the CPU has (x86-64:
+ * AVX-512F, else AVX2+FMA, else scalar; AArch64: NEON); REFERENCE runs every
+ * op's plain reference kernel. The environment variable
+ * GGMLITE_ISA=reference|scalar|avx2|avx512|neon sets the initial choice.
+ * Process-wide; set it between computes. */
 typedef enum gml_isa {
     GML_ISA_AUTO = 0,
     GML_ISA_REFERENCE,
     GML_ISA_SCALAR,
     GML_ISA_AVX2,
     GML_ISA_AVX512,
+    GML_ISA_NEON,
 } gml_isa;
 /* GML_ERR_INVALID (and nothing changes) if the CPU lacks isa. */
 gml_status gml_set_isa(gml_isa isa);
