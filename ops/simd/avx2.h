@@ -1,0 +1,135 @@
+/* The SIMD layer on AVX2 + FMA + F16C: 8 float lanes in a ymm register.
+ * Included through ops/simd/simd.h only; the operations and their exact
+ * semantics are listed there. */
+#ifndef GGMLITE_SIMD_AVX2_H
+#define GGMLITE_SIMD_AVX2_H
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GML_SIMD_ISA GML_ISA_AVX2
+#define GML_SIMD_TAG avx2
+#define GML_VL 8
+#define GML_SIMD_U1 8
+#define GML_SIMD_U2 16
+#define GML_SIMD_U4 32
+
+typedef __m256 gml_vf;   /* GML_VL floats */
+typedef __m256 gml_vm;   /* a predicate per float lane: all ones or zero */
+typedef __m256i gml_vi;  /* GML_VL int32 */
+typedef __m256d gml_vd;  /* GML_VL / 2 doubles */
+typedef __m256d gml_vdm; /* a predicate per double lane */
+
+/* ---- floats: memory ---- */
+static inline gml_vf gml_vf_zero(void) { return _mm256_setzero_ps(); }
+static inline gml_vf gml_vf_set1(float x) { return _mm256_set1_ps(x); }
+static inline gml_vf gml_vf_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline gml_vf gml_vf_loada(const float *p) { return _mm256_load_ps(p); }
+static inline void gml_vf_store(float *p, gml_vf v) { _mm256_storeu_ps(p, v); }
+static inline void gml_vf_storea(float *p, gml_vf v) { _mm256_store_ps(p, v); }
+static inline gml_vm gml_vm_first(size_t k) {
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)k),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+static inline gml_vf gml_vf_load_m(const float *p, gml_vm m) {
+    return _mm256_maskload_ps(p, _mm256_castps_si256(m));
+}
+static inline void gml_vf_store_m(float *p, gml_vm m, gml_vf v) {
+    _mm256_maskstore_ps(p, _mm256_castps_si256(m), v);
+}
+
+/* ---- floats: arithmetic ---- */
+static inline gml_vf gml_vf_add(gml_vf a, gml_vf b) { return _mm256_add_ps(a, b); }
+static inline gml_vf gml_vf_sub(gml_vf a, gml_vf b) { return _mm256_sub_ps(a, b); }
+static inline gml_vf gml_vf_mul(gml_vf a, gml_vf b) { return _mm256_mul_ps(a, b); }
+static inline gml_vf gml_vf_div(gml_vf a, gml_vf b) { return _mm256_div_ps(a, b); }
+static inline gml_vf gml_vf_fma(gml_vf a, gml_vf b, gml_vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline gml_vf gml_vf_fnma(gml_vf a, gml_vf b, gml_vf c) { return _mm256_fnmadd_ps(a, b, c); }
+static inline gml_vf gml_vf_max(gml_vf a, gml_vf b) { return _mm256_max_ps(a, b); }
+static inline gml_vf gml_vf_min(gml_vf a, gml_vf b) { return _mm256_min_ps(a, b); }
+static inline gml_vf gml_vf_abs(gml_vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+static inline gml_vf gml_vf_round(gml_vf a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline gml_vf gml_vf_and(gml_vf a, gml_vf b) { return _mm256_and_ps(a, b); }
+static inline gml_vf gml_vf_or(gml_vf a, gml_vf b) { return _mm256_or_ps(a, b); }
+
+/* ---- floats: predicates ---- */
+static inline gml_vm gml_vf_eq(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+static inline gml_vm gml_vf_lt(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+static inline gml_vm gml_vf_le(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+static inline gml_vm gml_vf_gt(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+static inline gml_vm gml_vf_ge(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+static inline gml_vm gml_vf_unord(gml_vf a, gml_vf b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
+static inline gml_vm gml_vm_and(gml_vm a, gml_vm b) { return _mm256_and_ps(a, b); }
+static inline gml_vm gml_vm_or(gml_vm a, gml_vm b) { return _mm256_or_ps(a, b); }
+static inline gml_vm gml_vm_not(gml_vm a) {
+    return _mm256_xor_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
+}
+static inline bool gml_vm_any(gml_vm a) { return _mm256_movemask_ps(a) != 0; }
+static inline gml_vf gml_vf_select(gml_vm m, gml_vf a, gml_vf b) { return _mm256_blendv_ps(b, a, m); }
+static inline gml_vf gml_vf_zero_unless(gml_vm m, gml_vf a) { return _mm256_and_ps(a, m); }
+
+/* ---- floats: horizontal (this ISA's order) ---- */
+static inline float gml_vf_hsum(gml_vf v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline float gml_vf_hmax(gml_vf v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* ---- floats: p * 2^n for integral n in [-150, 128] (NaN n: NaN) ---- */
+static inline __m256 gml_avx2_pow2i(__m256i n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+}
+static inline gml_vf gml_vf_ldexp(gml_vf p, gml_vf n) {
+    /* (p * 2^n1) * 2^n2, n1 = floor(n/2): the first product is exact, the
+     * second rounds once (subnormals, inf) */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1);
+    return _mm256_mul_ps(_mm256_mul_ps(p, gml_avx2_pow2i(n1)),
+                         gml_avx2_pow2i(_mm256_sub_epi32(ni, n1)));
+}
+
+/* ---- doubles: GML_VL / 2 lanes, for the float lanes' low and high halves ---- */
+static inline gml_vd gml_vd_lo(gml_vf v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+static inline gml_vd gml_vd_hi(gml_vf v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+static inline gml_vf gml_vf_from_vd(gml_vd lo, gml_vd hi) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
+}
+static inline gml_vd gml_vd_zero(void) { return _mm256_setzero_pd(); }
+static inline gml_vd gml_vd_set1(double x) { return _mm256_set1_pd(x); }
+static inline gml_vd gml_vd_add(gml_vd a, gml_vd b) { return _mm256_add_pd(a, b); }
+static inline gml_vd gml_vd_sub(gml_vd a, gml_vd b) { return _mm256_sub_pd(a, b); }
+static inline gml_vd gml_vd_mul(gml_vd a, gml_vd b) { return _mm256_mul_pd(a, b); }
+static inline gml_vd gml_vd_div(gml_vd a, gml_vd b) { return _mm256_div_pd(a, b); }
+static inline gml_vd gml_vd_fma(gml_vd a, gml_vd b, gml_vd c) { return _mm256_fmadd_pd(a, b, c); }
+static inline gml_vd gml_vd_fnma(gml_vd a, gml_vd b, gml_vd c) { return _mm256_fnmadd_pd(a, b, c); }
+static inline gml_vd gml_vd_fms(gml_vd a, gml_vd b, gml_vd c) { return _mm256_fmsub_pd(a, b, c); }
+static inline gml_vd gml_vd_min(gml_vd a, gml_vd b) { return _mm256_min_pd(a, b); }
+static inline gml_vd gml_vd_abs(gml_vd a) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), a); }
+static inline gml_vd gml_vd_round(gml_vd a) {
+    return _mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline gml_vdm gml_vd_gt(gml_vd a, gml_vd b) { return _mm256_cmp_pd(a, b, _CMP_GT_OQ); }
+static inline gml_vd gml_vd_select(gml_vdm m, gml_vd a, gml_vd b) { return _mm256_blendv_pd(b, a, m); }
+static inline gml_vd gml_vd_zero_unless(gml_vdm m, gml_vd a) { return _mm256_and_pd(a, m); }
+static inline gml_vdm gml_vdm_not(gml_vdm a) {
+    return _mm256_xor_pd(a, _mm256_castsi256_pd(_mm256_set1_epi32(-1)));
+}
+/* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
+static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
+    const __m256i ni = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n));
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(_mm256_slli_epi64(
+                                _mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52)));
+}
+
+#endif /* GGMLITE_SIMD_AVX2_H */

@@ -1,0 +1,148 @@
+/* The SIMD layer on AArch64 NEON (Advanced SIMD, with its FMA and f16
+ * conversions): 4 float lanes in a q register. Included through
+ * ops/simd/simd.h only; the operations and their exact semantics are listed
+ * there. NEON has no masked loads or stores: the _m forms go through a
+ * small buffer, lane by lane (tails only). max and min are x86's (the
+ * second operand where either is NaN), not vmaxq_f32's, so that a kernel
+ * written over this layer computes what it computes on x86. */
+#ifndef GGMLITE_SIMD_NEON_H
+#define GGMLITE_SIMD_NEON_H
+
+#include <arm_neon.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GML_SIMD_ISA GML_ISA_NEON
+#define GML_SIMD_TAG neon
+#define GML_VL 4
+#define GML_SIMD_U1 4
+#define GML_SIMD_U2 8
+#define GML_SIMD_U4 16
+
+typedef float32x4_t gml_vf;
+typedef uint32x4_t gml_vm;
+typedef int32x4_t gml_vi;
+typedef float64x2_t gml_vd;
+typedef uint64x2_t gml_vdm;
+
+/* ---- floats: memory ---- */
+static inline gml_vf gml_vf_zero(void) { return vdupq_n_f32(0.0f); }
+static inline gml_vf gml_vf_set1(float x) { return vdupq_n_f32(x); }
+static inline gml_vf gml_vf_load(const float *p) { return vld1q_f32(p); }
+static inline gml_vf gml_vf_loada(const float *p) { return vld1q_f32(p); }
+static inline void gml_vf_store(float *p, gml_vf v) { vst1q_f32(p, v); }
+static inline void gml_vf_storea(float *p, gml_vf v) { vst1q_f32(p, v); }
+static inline gml_vm gml_vm_first(size_t k) {
+    static const uint32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_u32(vld1q_u32(idx), vdupq_n_u32((uint32_t)k));
+}
+static inline gml_vf gml_vf_load_m(const float *p, gml_vm m) {
+    uint32_t mb[4];
+    float b[4];
+    vst1q_u32(mb, m);
+    for (int i = 0; i < 4; i++) b[i] = mb[i] ? p[i] : 0.0f;
+    return vld1q_f32(b);
+}
+static inline void gml_vf_store_m(float *p, gml_vm m, gml_vf v) {
+    uint32_t mb[4];
+    float b[4];
+    vst1q_u32(mb, m);
+    vst1q_f32(b, v);
+    for (int i = 0; i < 4; i++)
+        if (mb[i]) p[i] = b[i];
+}
+
+/* ---- floats: arithmetic ---- */
+static inline gml_vf gml_vf_add(gml_vf a, gml_vf b) { return vaddq_f32(a, b); }
+static inline gml_vf gml_vf_sub(gml_vf a, gml_vf b) { return vsubq_f32(a, b); }
+static inline gml_vf gml_vf_mul(gml_vf a, gml_vf b) { return vmulq_f32(a, b); }
+static inline gml_vf gml_vf_div(gml_vf a, gml_vf b) { return vdivq_f32(a, b); }
+static inline gml_vf gml_vf_fma(gml_vf a, gml_vf b, gml_vf c) { return vfmaq_f32(c, a, b); }
+static inline gml_vf gml_vf_fnma(gml_vf a, gml_vf b, gml_vf c) { return vfmsq_f32(c, a, b); }
+static inline gml_vf gml_vf_max(gml_vf a, gml_vf b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+static inline gml_vf gml_vf_min(gml_vf a, gml_vf b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
+static inline gml_vf gml_vf_abs(gml_vf a) { return vabsq_f32(a); }
+static inline gml_vf gml_vf_round(gml_vf a) { return vrndnq_f32(a); }
+static inline gml_vf gml_vf_and(gml_vf a, gml_vf b) {
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+}
+static inline gml_vf gml_vf_or(gml_vf a, gml_vf b) {
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+}
+
+/* ---- floats: predicates ---- */
+static inline gml_vm gml_vf_eq(gml_vf a, gml_vf b) { return vceqq_f32(a, b); }
+static inline gml_vm gml_vf_lt(gml_vf a, gml_vf b) { return vcltq_f32(a, b); }
+static inline gml_vm gml_vf_le(gml_vf a, gml_vf b) { return vcleq_f32(a, b); }
+static inline gml_vm gml_vf_gt(gml_vf a, gml_vf b) { return vcgtq_f32(a, b); }
+static inline gml_vm gml_vf_ge(gml_vf a, gml_vf b) { return vcgeq_f32(a, b); }
+static inline gml_vm gml_vf_unord(gml_vf a, gml_vf b) {
+    return vmvnq_u32(vandq_u32(vceqq_f32(a, a), vceqq_f32(b, b)));
+}
+static inline gml_vm gml_vm_and(gml_vm a, gml_vm b) { return vandq_u32(a, b); }
+static inline gml_vm gml_vm_or(gml_vm a, gml_vm b) { return vorrq_u32(a, b); }
+static inline gml_vm gml_vm_not(gml_vm a) { return vmvnq_u32(a); }
+static inline bool gml_vm_any(gml_vm a) { return vmaxvq_u32(a) != 0; }
+static inline gml_vf gml_vf_select(gml_vm m, gml_vf a, gml_vf b) { return vbslq_f32(m, a, b); }
+static inline gml_vf gml_vf_zero_unless(gml_vm m, gml_vf a) {
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(a), m));
+}
+
+/* ---- floats: horizontal (this ISA's order: (0 + 2) + (1 + 3)) ---- */
+static inline float gml_vf_hsum(gml_vf v) {
+    const float32x2_t s = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+    return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
+}
+static inline float gml_vf_hmax(gml_vf v) {
+    const gml_vf m = gml_vf_max(v, vextq_f32(v, v, 2));
+    const float a = vgetq_lane_f32(m, 0), b = vgetq_lane_f32(m, 1);
+    return a > b ? a : b;
+}
+
+/* ---- floats: p * 2^n for integral n in [-150, 128] (NaN n: NaN) ---- */
+static inline float32x4_t gml_neon_pow2i(int32x4_t n) {
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n, vdupq_n_s32(127)), 23));
+}
+static inline gml_vf gml_vf_ldexp(gml_vf p, gml_vf n) {
+    /* (p * 2^n1) * 2^n2, n1 = floor(n/2), as the AVX2 layer */
+    const int32x4_t ni = vcvtnq_s32_f32(n);
+    const int32x4_t n1 = vshrq_n_s32(ni, 1);
+    return vmulq_f32(vmulq_f32(p, gml_neon_pow2i(n1)), gml_neon_pow2i(vsubq_s32(ni, n1)));
+}
+
+/* ---- doubles: GML_VL / 2 lanes, for the float lanes' low and high halves ---- */
+static inline gml_vd gml_vd_lo(gml_vf v) { return vcvt_f64_f32(vget_low_f32(v)); }
+static inline gml_vd gml_vd_hi(gml_vf v) { return vcvt_high_f64_f32(v); }
+static inline gml_vf gml_vf_from_vd(gml_vd lo, gml_vd hi) {
+    return vcvt_high_f32_f64(vcvt_f32_f64(lo), hi);
+}
+static inline gml_vd gml_vd_zero(void) { return vdupq_n_f64(0.0); }
+static inline gml_vd gml_vd_set1(double x) { return vdupq_n_f64(x); }
+static inline gml_vd gml_vd_add(gml_vd a, gml_vd b) { return vaddq_f64(a, b); }
+static inline gml_vd gml_vd_sub(gml_vd a, gml_vd b) { return vsubq_f64(a, b); }
+static inline gml_vd gml_vd_mul(gml_vd a, gml_vd b) { return vmulq_f64(a, b); }
+static inline gml_vd gml_vd_div(gml_vd a, gml_vd b) { return vdivq_f64(a, b); }
+static inline gml_vd gml_vd_fma(gml_vd a, gml_vd b, gml_vd c) { return vfmaq_f64(c, a, b); }
+static inline gml_vd gml_vd_fnma(gml_vd a, gml_vd b, gml_vd c) { return vfmsq_f64(c, a, b); }
+static inline gml_vd gml_vd_fms(gml_vd a, gml_vd b, gml_vd c) {
+    return vnegq_f64(vfmsq_f64(c, a, b)); /* -(c - a b) = a b - c, one rounding */
+}
+static inline gml_vd gml_vd_min(gml_vd a, gml_vd b) { return vbslq_f64(vcltq_f64(a, b), a, b); }
+static inline gml_vd gml_vd_abs(gml_vd a) { return vabsq_f64(a); }
+static inline gml_vd gml_vd_round(gml_vd a) { return vrndnq_f64(a); }
+static inline gml_vdm gml_vd_gt(gml_vd a, gml_vd b) { return vcgtq_f64(a, b); }
+static inline gml_vd gml_vd_select(gml_vdm m, gml_vd a, gml_vd b) { return vbslq_f64(m, a, b); }
+static inline gml_vd gml_vd_zero_unless(gml_vdm m, gml_vd a) {
+    return vreinterpretq_f64_u64(vandq_u64(vreinterpretq_u64_f64(a), m));
+}
+static inline gml_vdm gml_vdm_not(gml_vdm a) {
+    return vreinterpretq_u64_u32(vmvnq_u32(vreinterpretq_u32_u64(a)));
+}
+/* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
+static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
+    const int64x2_t ni = vcvtnq_s64_f64(n);
+    return vmulq_f64(p, vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(ni, vdupq_n_s64(1023)), 52)));
+}
+
+#endif /* GGMLITE_SIMD_NEON_H */
