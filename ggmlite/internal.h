@@ -328,20 +328,36 @@ int gml_graph_node_schedule(const gml_graph *g, int i);
  * Fast kernels come in one variant per ISA, named as XNNPACK names them:
  * gml_<dtype>_<what>_ukernel__<isa>_<tile>, e.g. gml_f32_vadd_ukernel__avx512_u32.
  * Each op family lists its variants once, in ops/<family>.inc, as lines
- *     GML_UKERNEL(GML_ISA_AVX512, gml_f32_vadd_ukernel__avx512_u32, 32)
- * in ascending ISA order, scalar first. The same list drives selection (the
- * family's forward kernel takes the entry gml_pick_variant names) and the
- * family's test tests/test_ukernels_<family>.c, which runs every variant
- * against the reference on sizes shorter than, equal to and longer than its
- * tile, and skips, with a message, variants whose ISA the CPU lacks.
- * Sources of an ISA's variants are compiled with that ISA's flags only (the
- * CMake lists GGMLITE_AVX2_SOURCES, GGMLITE_AVX512_SOURCES), so the library
- * still runs on any x86-64.
+ *     X(GML_ISA_AVX512, gml_f32_vadd_ukernel__avx512_u32, 32)
+ * in ascending ISA order, scalar first, the rows of one architecture inside
+ * GML_IF_X86(...) or GML_IF_ARM(...). The same list drives selection (the
+ * family's forward kernel takes the entry gml_pick_variant names for its
+ * plan's ISA, p->isa) and the family's test tests/test_ukernels_<family>.c,
+ * which runs every variant against the reference on sizes shorter than,
+ * equal to and longer than its tile, and skips, with a message, variants
+ * whose ISA the CPU lacks.
+ * The vector variants of a family are written once, in ops/<family>_simd.c,
+ * over the SIMD layer (ops/simd/simd.h), and compiled once per ISA of the
+ * architecture with that ISA's flags only (CMake: GGMLITE_SIMD_SOURCES,
+ * GGMLITE_SIMD_ISAS), so the library still runs on any CPU of it.
  * A family with several kinds of micro-kernel (binary: vadd, vaddc, vmul,
  * vmulc) writes each kind's list as a macro in its .inc,
  *     #define GML_F32_VADD_UKERNELS(X) X(GML_ISA_SCALAR, fn, 1) X(...) ...
  * ops/ukernels.h declares every listed function and GML_PICK_UKERNEL(isa,
- * list, type) gives the one gml_pick_variant chooses for the plan's ISA. */
+ * list, type) gives the one gml_pick_variant chooses. */
+
+/* A variant list's rows for one architecture only: GML_IF_X86(rows) are
+ * there on x86-64 only, GML_IF_ARM(rows) on AArch64 only. */
+#if defined(__x86_64__) || defined(__i386__)
+#define GML_IF_X86(...) __VA_ARGS__
+#else
+#define GML_IF_X86(...)
+#endif
+#if defined(__aarch64__)
+#define GML_IF_ARM(...) __VA_ARGS__
+#else
+#define GML_IF_ARM(...)
+#endif
 
 /* Index of the variant to run among n with ISAs isas[0..n-1] (ascending):
  * the last one ISA cur covers (a kernel passes its plan's, p->isa).
