@@ -1,8 +1,9 @@
 /* bench's limits: the FMA peak of the ISA and the read bandwidth, measured
  * by the machine itself before the table (each row is quoted as a share of
  * them). The ISA's loops are in bench_limits_avx2.c and
- * bench_limits_avx512.c, compiled for their ISA and run only when the CPU
- * has it (gml_cpu_has). */
+ * bench_limits_avx512.c, compiled for their ISA on x86 only and run only
+ * when the CPU has it (gml_cpu_has); other CPUs get the plain read loop and
+ * no FMA peak. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "bench.h"
@@ -66,6 +67,7 @@ static void *run_job(void *arg) {
     j->t0 = now_s();
     j->best = 1e9;
     switch (j->kind) {
+#if defined(__x86_64__) || defined(__i386__)
     case JOB_FMA_AVX2:
     case JOB_FMA_AVX512:
         for (int r = 0; r < j->reps; r++) {
@@ -75,6 +77,11 @@ static void *run_job(void *arg) {
         }
         break;
     case JOB_READ_AVX2: j->sink = bench_read_avx2(j->p, j->n); break;
+#else /* the x86 loops are not built here, and gml_cpu_has never asks for them */
+    case JOB_FMA_AVX2:
+    case JOB_FMA_AVX512:
+    case JOB_READ_AVX2: break;
+#endif
     case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
     }
     j->t1 = now_s();
