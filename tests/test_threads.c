@@ -583,19 +583,25 @@ static void test_pools(void) {
     free_small(&t1);
     free_small(&t2);
 
-    /* A forked child has no workers: it makes its own pool. */
-    CHECK(gml_graph_compute(s.g, 4) == GML_OK, "before fork");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        memset(s.out->data, 0, sizeof s.ref);
-        bool ok = small_ok(&s, gml_graph_compute(s.g, 4));
-        gml_threadpool_shutdown(); /* _exit skips atexit: join the child's pool */
-        _exit(ok ? 0 : 1);
+    /* A forked child has no workers: it makes its own pool. Not under
+     * qemu-user (GGMLITE_TEST_EMULATED, set by CTest in a cross build):
+     * qemu 7.2 itself aborts in the child of a threaded process. */
+    if (getenv("GGMLITE_TEST_EMULATED")) {
+        printf("skipped: the forked child (qemu-user aborts in the child of a threaded process)\n");
+    } else {
+        CHECK(gml_graph_compute(s.g, 4) == GML_OK, "before fork");
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            memset(s.out->data, 0, sizeof s.ref);
+            bool ok = small_ok(&s, gml_graph_compute(s.g, 4));
+            gml_threadpool_shutdown(); /* _exit skips atexit: join the child's pool */
+            _exit(ok ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0, "forked child's compute (status %d)", status);
     }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-              WEXITSTATUS(status) == 0, "forked child's compute (status %d)", status);
 
     /* Idle workers sleep: 16 threads (more than cores), then 0.3 s of nothing. */
     if (!quick) {
