@@ -1,5 +1,6 @@
 /* The attention test harness (see attn_check.h). */
 #include "attn_check.h"
+#include "isas.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -449,8 +450,8 @@ int attn_check(const char *block, attn_block_fn fn, const attn_case *c0, uint64_
         attn_graph_free(&plan);
     }
     /* every kernel set this CPU runs (one it lacks is skipped) */
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
-    for (int ii = 0; ii < 4 && !fails; ii++) {
+    const gml_isa isas[] = {GML_TEST_ISAS};
+    for (size_t ii = 0; ii < sizeof isas / sizeof *isas && !fails; ii++) {
         if (gml_set_isa(isas[ii]) != GML_OK) continue;
         for (int nth = 1; nth <= 3 && !fails; nth++) {
             if (!attn_graph_run(&ag, isas[ii], nth)) {

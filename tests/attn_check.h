@@ -96,7 +96,7 @@ double attn_max_err(const float *got, const float *want, size_t n, double atol, 
                     size_t *n_bad);
 
 /* The full check of one case: reference vs the block under every ISA the
- * CPU runs (reference, scalar, avx2, avx512), 1, 2 and 3 threads (results must not depend on the thread
+ * CPU runs (reference, scalar, avx2, avx512, neon), 1, 2 and 3 threads (results must not depend on the thread
  * count); the same graph built no_alloc must have the same digest. A fused
  * case (impl FUSED) has no weights to compare; its output must also match
  * the unfused graph's within ATTN_FUSED_RTOL. Prints a line; returns the

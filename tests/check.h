@@ -28,6 +28,8 @@
 
 #include <ggmlite/ggmlite.h>
 
+#include "isas.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>

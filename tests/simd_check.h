@@ -6,6 +6,8 @@
 
 #include <ggmlite/ggmlite.h>
 
+#include "isas.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -135,8 +137,8 @@ typedef struct {
     double rel, abs;
 } tolerance;
 
-/* Runs out's graph under REFERENCE (the truth), then under SCALAR, AVX2 and
- * AVX512 (skipping, with a message, those the CPU lacks) at 1, 2 and 3
+/* Runs out's graph under REFERENCE (the truth), then under SCALAR, AVX2,
+ * AVX512 and NEON (skipping, with a message, those the CPU lacks) at 1, 2 and 3
  * threads: each within tol of the reference, and bitwise equal across
  * thread counts. `what` names the case in messages. */
 static inline double check_isas(gml_context *ctx, gml_tensor *out, tolerance tol,
@@ -148,7 +150,7 @@ static inline double check_isas(gml_context *ctx, gml_tensor *out, tolerance tol
     const size_t n = (size_t)gml_nelements(out);
     uint32_t *ref = malloc(n * 4), *first = malloc(n * 4), *got = malloc(n * 4);
     compute_with(g, out, GML_ISA_REFERENCE, 1, ref);
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_ISAS};
     for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
         if (!gml_cpu_has(isas[k])) {
             printf("skip %s under %s: this CPU lacks it\n", what, gml_isa_name(isas[k]));

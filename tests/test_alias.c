@@ -296,7 +296,7 @@ static void verify_slices(void *user) {
 }
 
 static void run_every_isa(gml_graph *g, gml_tensor *const *outs, int n_outs, struct slices_case *c) {
-    static const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa isas[] = {GML_TEST_FAST_ISAS};
     for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
         if (!gml_cpu_has(isas[i])) {
             printf("  (%s: not on this CPU, skipped)\n", gml_isa_name(isas[i]));
@@ -437,7 +437,7 @@ static void test_set_rows_repeated(void) {
     enum { A = 3, B = 5, N = 10, D = 6, n = 7 };
     static const int32_t shared[n] = {2, 7, 2, 2, 9, 7, 0};
     static const int32_t per[A][n] = {{1, 1, 1, 1, 1, 1, 1}, {9, 0, 9, 4, 0, 9, 3}, {5, 6, 5, 6, 5, 6, 8}};
-    static const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa isas[] = {GML_TEST_FAST_ISAS};
     for (int per_slice = 0; per_slice < 2; per_slice++) {
         chk_case("set_rows, repeated indices, idx %s", per_slice ? "[A, n]" : "[n]");
         chk_rng r = chk_seed(7 + (uint64_t)per_slice);

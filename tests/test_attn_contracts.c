@@ -20,7 +20,7 @@
  * The issue's exact cases are among them (named "issue"). */
 #include "simd_check.h"
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 static const char *const ISA_TAGS[] = {"reference", "__scalar", "__avx2", "__avx512"};
 
 #define X NAN /* a NaN expected (any payload) */

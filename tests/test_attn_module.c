@@ -148,9 +148,8 @@ static void run_case(const char *root, const char *name) {
         if (CHECK(g != NULL, "%s: %s", name, gml_last_error(ctx)) &&
             CHECK(gml_same_shape(r.out, out_want) && (fused || gml_same_shape(r.weights, attn_want)),
                   "%s: shapes", name)) {
-            const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2,
-                                    GML_ISA_AVX512};
-            for (int ii = 0; ii < 4; ii++) {
+            const gml_isa isas[] = {GML_TEST_ISAS};
+            for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
                 if (gml_set_isa(isas[ii]) != GML_OK) continue;
                 for (int nth = 1; nth <= 3; nth++) {
                     if (!CHECK(gml_graph_compute(g, nth) == GML_OK, "%s: %s", name,

@@ -109,8 +109,8 @@ static void verify(void *user) {
     CHECK_CLOSE(d->out, d->want, d->atol, d->rtol, "against the naive reference");
 }
 
-static const gml_isa ISAS[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
-static const gml_isa ALL_ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_FAST_ISAS};
+static const gml_isa ALL_ISAS[] = {GML_TEST_ISAS};
 
 /* Runs g's out under the reference and every ISA variant the CPU has, at
  * every thread count of CHECK_RUN, against want. */

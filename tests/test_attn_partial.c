@@ -13,7 +13,7 @@
 
 #include <inttypes.h>
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 #define TOL 1e-6
 
 static double worst;

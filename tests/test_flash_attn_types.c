@@ -1,6 +1,6 @@
 /* flash_attn with f16 / bf16 K and V, and set_rows converting f32 rows into
  * an f16 / bf16 destination (a half-precision KV cache):
- * - under every kernel set (reference, scalar, avx2, avx512) and 1-4
+ * - under every kernel set (reference, scalar, avx2, avx512, neon) and 1-4
  *   threads, flash_attn on typed K/V is bitwise flash_attn on f32 K/V
  *   holding the converted values (the key blocks are converted into the
  *   same floats), and within 1e-5 relative (of the output's largest
@@ -20,7 +20,7 @@
 
 #include <inttypes.h>
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 static double worst_ref; /* max |typed fast - reference| / max |reference| */
 
 static float rounded(gml_type t, float x) {
@@ -107,9 +107,8 @@ static void one_case(gml_type t, int64_t B, int64_t H, int64_t G, int64_t Tq, in
             if (mx > 0) worst_ref = fmax(worst_ref, d / mx);
             if (th == 1 && i > 0) {
                 const char *note = gml_graph_node_kernel(g, -1);
-                const char *want = ISAS[i] == GML_ISA_SCALAR ? "__scalar"
-                                   : ISAS[i] == GML_ISA_AVX2 ? "__avx2"
-                                                             : "__avx512";
+                char want[32];
+                snprintf(want, sizeof want, "__%s", gml_isa_name(ISAS[i]));
                 bool typed_node = false;
                 for (int nd = -2; nd < 0; nd++) { /* the two flash_attn nodes */
                     const char *kn = gml_graph_node_kernel(g, nd);

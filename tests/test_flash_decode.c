@@ -13,7 +13,7 @@
 
 #include <inttypes.h>
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 
 /* Relative to the largest |reference| output: room for the float dot
  * products (d_k up to 128) and sums over 2048 keys. */
@@ -130,7 +130,8 @@ static void one_case(int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk, in
                 continue;
             }
             const char *kn = gml_graph_node_kernel(g, gml_graph_find(g, yt));
-            const char *tag = ISAS[i] == GML_ISA_SCALAR ? "__scalar" : ISAS[i] == GML_ISA_AVX2 ? "__avx2" : "__avx512";
+            char tag[32];
+            snprintf(tag, sizeof tag, "__%s", gml_isa_name(ISAS[i]));
             CHECK(kn && strstr(kn, tag) && (strstr(kn, "gml_f32_flash_dec_ukernel__") != NULL) == dec &&
                       (strstr(kn, "keys in chunks, merged in order") != NULL) == split,
                   "ran '%s' (want the %s kernel of %s%s)", kn ? kn : "?", dec ? "decode" : "wide",

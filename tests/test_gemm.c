@@ -14,6 +14,7 @@
 #include <ggmlite/ggmlite.h>
 
 #include "../ops/gemm.h"
+#include "isas.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -85,7 +86,7 @@ static void check(const char *what, gml_context *ctx, gml_tensor *a, gml_tensor 
     double *mag = malloc(sizeof(double) * (size_t)n);
     naive(ma, mb, out, want, mag);
     gml_graph *g = gml_build_graph(ctx, &out, 1);
-    const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_FAST_ISAS};
     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
         if (!gml_cpu_has(isas[ii])) continue;
         gml_set_isa(isas[ii]);
@@ -406,8 +407,8 @@ static void shared_b(void) {
                  : cases[i].caches[0] == 1024      ? ", tiny caches"
                                                    : ", small caches");
         check(what, ctx, a, b, cases[i].linear, true);
-        const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
-        for (size_t ii = 0; ii < 2; ii++) {
+        const gml_isa isas[] = {GML_TEST_SIMD_ISAS};
+        for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
             if (!gml_cpu_has(isas[ii])) continue;
             gml_tensor *out = cases[i].linear ? gml_linear(ctx, a, b, NULL) : gml_matmul(ctx, a, b);
             const char *name = path_run(ctx, out, isas[ii], 2);
@@ -425,8 +426,8 @@ static void shared_b(void) {
      * anyway), each thread packing only its columns: not shared */
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     gml_tensor *a = T2(ctx, 120, 64), *b = T2(ctx, 64, 1500);
-    const gml_isa isas[] = {GML_ISA_AVX2, GML_ISA_AVX512};
-    for (size_t ii = 0; ii < 2; ii++) {
+    const gml_isa isas[] = {GML_TEST_SIMD_ISAS};
+    for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (!gml_cpu_has(isas[ii])) continue;
         const char *name = path_run(ctx, gml_matmul(ctx, a, b), isas[ii], 2);
         checks++;

@@ -51,7 +51,7 @@ static void check_bad_index(gml_context *ctx) {
     gml_tensor *out = gml_get_rows(ctx, table(ctx, 50, 8), idx);
     gml_graph *g = gml_build_graph(ctx, &out, 1);
     char want[512] = "";
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_ISAS};
     for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
         if (gml_set_isa(isas[k]) != GML_OK) continue;
         for (int nth = 1; nth <= 3; nth++) {

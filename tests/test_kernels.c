@@ -5,7 +5,7 @@
  * flash_attn, softmax, add/mul/sub/div/scale, the unary ops, sum/mean/max,
  * rms_norm/layer_norm, rope, cont, repeat_interleave, concat) a graph on
  * strided, permuted, sliced, broadcast and odd-sized inputs is computed
- * under every ISA the CPU has (scalar, AVX2, AVX-512: gml_cpu_has decides;
+ * under every ISA the CPU has (scalar, AVX2, AVX-512, NEON: gml_cpu_has decides;
  * those it lacks are skipped with a message) and under the reference
  * kernels, at 1, 2, 3, 4 and 7 threads. Each node must name the micro-kernel of
  * that ISA (gml_<type>_<what>_ukernel__<isa>_<tile>) and its path; under
@@ -60,7 +60,7 @@ static bool names_ok(const char *name, const expect *e, gml_isa isa, char *want,
 static void run_case(gml_graph *g, const expect *ex, int n_ex, gml_tensor *const *outs, int n_outs,
                      double tol, const same *pairs, int n_pairs) {
     if (!CHECK(g != NULL, "no graph")) return;
-    static const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa isas[] = {GML_TEST_ISAS};
     const gml_isa saved = gml_get_isa();
     enum { MAX_OUTS = 32 };
     double *ref[MAX_OUTS] = {0};
@@ -574,9 +574,10 @@ static void test_types(void) {
 }
 
 int main(void) {
-    const gml_isa best = gml_cpu_has(GML_ISA_AVX512) ? GML_ISA_AVX512
-                         : gml_cpu_has(GML_ISA_AVX2) ? GML_ISA_AVX2
-                                                     : GML_ISA_SCALAR;
+    static const gml_isa isas[] = {GML_TEST_FAST_ISAS};
+    gml_isa best = GML_ISA_SCALAR;
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++)
+        if (gml_cpu_has(isas[i])) best = isas[i];
     printf("this CPU's best kernels: %s\n", gml_isa_name(best));
     test_query();
     test_matmul();

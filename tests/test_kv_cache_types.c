@@ -14,7 +14,7 @@
 
 #include <ggmlite/kv_cache.h>
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 enum { B = 2, T = 11, D = 32, H = 4, G = 2 };
 
 /* grid: multiples of `step` in [-lim, lim] */

@@ -150,7 +150,7 @@ static void run_case(const char *root, const char *name) {
     for (int l = 0; l < a.layers; l++)
         if (!bind(wctx, a.kind, l, &w[l])) goto done;
     const int64_t B = x0->ne[1], T = x0->ne[2], D = x0->ne[3];
-    gml_isa isas[4] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_ISAS};
     for (chk_layout lay = CHK_CONTIGUOUS; lay <= CHK_SLICED; lay++) {
         gml_context *ctx = chk_ctx(16 << 20);
         gml_tensor *x = chk_new_layout(ctx, GML_F32, 3, (int64_t[]){B, T, D}, lay, "x");
@@ -165,7 +165,7 @@ static void run_case(const char *root, const char *name) {
         for (int l = 0; l < a.layers; l++) y = build_layer(ctx, &a, &w[l], y, pos, lens);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
         if (CHECK(g, "%s: %s", name, gml_last_error(ctx))) {
-            for (int i = 0; i < 4; i++) {
+            for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
                 if (!gml_cpu_has(isas[i])) continue;
                 verify_data v = {.out = y, .want = want->data, .n = gml_nelements(want), .isa = isas[i]};
                 CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify, .user = &v, .isa = isas[i]);

@@ -10,7 +10,7 @@
 #include "check.h"
 
 static const gml_type TYPES[] = {GML_F16, GML_BF16, GML_Q8_0};
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 
 /* w [N, K] of type t from random values; wf: the f32 values it holds. */
 static void make_weight(gml_tensor *w, float *wf, chk_rng *r) {

@@ -183,7 +183,7 @@ static void run_case(gml_context *ctx, gml_tensor *x) {
     }
     reference(&c);
     gml_graph *g = gml_build_graph(ctx, c.y, 3);
-    static const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa isas[] = {GML_TEST_FAST_ISAS};
     void *first[3] = {0};
     for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
         if (!gml_cpu_has(isas[i])) continue;

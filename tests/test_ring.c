@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     gml_tensor *want = gml_gqa(ctx, c, &w, (gml_attn_inputs){.query = x}).out;
     gml_graph *g = gml_build_graph(ctx, &want, 1);
     CHECK(g && gml_graph_plan(g, NULL) == GML_OK, "the reference graph: %s", gml_last_error(ctx));
-    static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa ISAS[] = {GML_TEST_ISAS};
     for (size_t i = 0; g && i < sizeof ISAS / sizeof *ISAS; i++) {
         if (gml_set_isa(ISAS[i]) != GML_OK) continue;
         for (int layout = 0; layout < 2; layout++) {

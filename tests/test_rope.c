@@ -157,7 +157,11 @@ static const char *layout_name(int seq_dim) { return seq_dim == -2 ? "[B,H,T,d]"
 
 static void test_sweep(void) {
     static const int64_t ds[] = {2, 6, 64, 130};
-    static const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa fast[] = {GML_TEST_FAST_ISAS};
+    gml_isa isas[sizeof fast / sizeof *fast]; /* those the CPU has, in turn */
+    int n_isas = 0;
+    for (size_t i = 0; i < sizeof fast / sizeof *fast; i++)
+        if (gml_cpu_has(fast[i])) isas[n_isas++] = fast[i];
     int k = 0;
     for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
         for (int seq = -3; seq <= -2; seq++)
@@ -178,8 +182,7 @@ static void test_sweep(void) {
                             .head_split = k % 5 == 4,
                             .pos_lo = -40, .pos_hi = 5000,
                         };
-                        const gml_isa isa = isas[k % 3];
-                        if (!gml_cpu_has(isa)) continue;
+                        const gml_isa isa = isas[k % n_isas];
                         chk_case("rope %s B=%" PRId64 " H=%" PRId64 " T=%" PRId64 " d=%" PRId64
                                  " r=%d theta=%g pos_scale=%g %s pos %s (%s) x %s under %s",
                                  layout_name(seq), c.B, c.H, c.T, d, c.rotary_dim, (double)c.theta,

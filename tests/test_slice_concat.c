@@ -19,7 +19,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-static const gml_isa ISAS[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_FAST_ISAS};
 
 /* Index e (logical order) of shape ne (right-aligned, 4 entries) -> i. */
 static void unflat(const int64_t *ne, int64_t e, int64_t *i) {

@@ -253,8 +253,10 @@ static void test_nan_not_masked(void) {
         for (int64_t j = 0; j < tk; j++) ((float *)mask->data)[2 * tk + j] = 0.0f; /* row 2 all visible */
         gml_tensor *y = gml_softmax(ctx, x, mask, 0.5f, false);
         gml_graph *g = gml_build_graph(ctx, &y, 1);
-        for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_AVX512; isa++) {
-            if (gml_set_isa((gml_isa)isa) != GML_OK) continue;
+        static const gml_isa isas[] = {GML_TEST_ISAS};
+        for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+            const gml_isa isa = isas[k];
+            if (gml_set_isa(isa) != GML_OK) continue;
             for (int nth = 1; nth <= 3; nth += 2) {
                 CHECK(gml_graph_compute(g, nth) == GML_OK, "compute: %s", gml_graph_error(g));
                 const float *o = y->data;
@@ -345,8 +347,10 @@ static void test_no_subnormal_terms(void) {
         {"top-left causal", {.causal = GML_CAUSAL_TOP_LEFT}, false, false},
     };
     const gml_isa saved = gml_get_isa();
-    for (int isa = GML_ISA_AVX2; isa <= GML_ISA_AVX512; isa++) {
-        if (!gml_cpu_has((gml_isa)isa)) {
+    static const gml_isa isas[] = {GML_TEST_SIMD_ISAS};
+    for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
+        const gml_isa isa = isas[ii];
+        if (!gml_cpu_has(isa)) {
             printf("skipped: no subnormal terms on %s (not this CPU)\n", gml_isa_name((gml_isa)isa));
             continue;
         }

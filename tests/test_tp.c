@@ -15,7 +15,7 @@
 
 #define TOL 1e-6
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 
 static gml_tensor *rnd(gml_context *ctx, chk_rng *r, int n, const int64_t *ne, float a) {
     gml_tensor *t = gml_new_tensor(ctx, GML_F32, n, ne);

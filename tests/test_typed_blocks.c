@@ -12,7 +12,7 @@
 #include <ggmlite/kv_cache.h>
 #include <ggmlite/layers.h>
 
-static const gml_isa ISAS[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+static const gml_isa ISAS[] = {GML_TEST_ISAS};
 static double worst[3]; /* per type: max |typed - f32| / max |f32| seen */
 
 static int type_index(gml_type t) { return t == GML_F16 ? 0 : t == GML_BF16 ? 1 : 2; }

@@ -325,7 +325,7 @@ static bool same_value(float a, float b) {
  * bytes equal the reference kernel's, and its values the scalar
  * conversion of the source's values. */
 static void test_cpy_pairs(void) {
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_ISAS};
     chk_rng r = chk_seed(99);
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 4; b++)

@@ -454,7 +454,7 @@ static void check_layouts(void) {
         int64_t ne[4];
     } shapes[] = {{1, {1}}, {1, {67}}, {2, {3, 37}}, {3, {2, 5, 33}}, {4, {2, 3, 5, 19}},
                   {3, {3, 1, 301}}, {2, {7, 1}}};
-    const gml_isa isas[] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_FAST_ISAS};
     uint64_t seed = 300;
     for (int op = 0; op < N_OPS; op++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -514,7 +514,7 @@ static gml_tensor *chain(gml_context *ctx, gml_tensor *x) {
 
 static void check_inplace(void) {
     const int64_t ne[] = {5, 3, 41};
-    const gml_isa isas[] = {GML_ISA_REFERENCE, GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    const gml_isa isas[] = {GML_TEST_ISAS};
     chk_rng r = chk_seed(77);
     /* the chain with its own memory everywhere */
     gml_context *ctx = chk_ctx(1 << 20);

@@ -22,7 +22,7 @@
  * no_alloc one that gml_graph_plan places, and computed
  * (LLVMFuzzerTestOneInput):
  *   - reference ISA at 1 and 3 threads (bitwise equal);
- *   - each fast ISA the CPU has (scalar, avx2, avx512) at 1 thread and at
+ *   - each fast ISA the CPU has (scalar, avx2, avx512, neon) at 1 thread and at
  *     one of 2, 3, 4 (chosen by the input; all three with the environment
  *     variable GGMLITE_FUZZ_DIFF_ALL_THREADS=1, as CTest's replay runs):
  *     bitwise equal across thread counts; bitwise equal across the ISAs
@@ -57,6 +57,8 @@
  * (skip check_contracts). The same file, built without libFuzzer with fuzz_replay.c,
  * replays saved inputs as a CTest test (tests/CMakeLists.txt). */
 #include <ggmlite/ggmlite.h>
+
+#include "../isas.h"
 
 #include <float.h>
 #include <stdarg.h>
@@ -1539,7 +1541,7 @@ static int specials_enabled(void) {
     return on;
 }
 
-enum { N_FAST = 3, MAX_RUNS = 2 + N_FAST * 4 };
+enum { N_FAST = GML_TEST_N_ISAS - 1, MAX_RUNS = 2 + N_FAST * 4 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 8) return 0;
@@ -1571,7 +1573,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const gml_isa saved = gml_get_isa();
     static int all_threads = -1;
     if (all_threads < 0) all_threads = getenv("GGMLITE_FUZZ_DIFF_ALL_THREADS") != NULL;
-    static const gml_isa FAST[N_FAST] = {GML_ISA_SCALAR, GML_ISA_AVX2, GML_ISA_AVX512};
+    static const gml_isa FAST[N_FAST] = {GML_TEST_FAST_ISAS};
     static run runs[MAX_RUNS], planned;
     int nr = 0;
     compute(&pa, ga, GML_ISA_REFERENCE, 1, &runs[nr++]);
