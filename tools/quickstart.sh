@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's quick start. On a fresh Debian 12 machine, as root:
 #   tools/quickstart.sh demo   build, and run multi-head attention with run-graph
-#   tools/quickstart.sh test   build and run every test (what CI runs)
+#   tools/quickstart.sh test   build and run every test (what CI runs), also for AArch64 under qemu
 #   tools/quickstart.sh bench  build and run the benchmark table (tools/bench.c)
 # Each installs what it lacks with apt-get first.
 set -euo pipefail
@@ -13,6 +13,9 @@ BUILD_PKGS=(gcc libc6-dev cmake ninja-build libxxhash-dev libcjson-dev)
 TEST_PKGS=(clang libclang-rt-14-dev libomp-dev valgrind libxml2-utils pkg-config g++)
 BENCH_PKGS=(libopenblas-dev) # the reference the benchmark measures against
 MPI_PKGS=(openmpi-bin libopenmpi-dev) # run-graph --parallel heads|context (-DGGMLITE_MPI=ON)
+# The AArch64 cross build and qemu-user to run its tests; the libraries it
+# links are Debian's arm64 packages (multiarch: see add_arm64).
+ARM64_PKGS=(gcc-aarch64-linux-gnu qemu-user libxxhash-dev:arm64 libcjson-dev:arm64)
 JOBS=$(nproc)
 
 install_missing() {
@@ -25,6 +28,12 @@ install_missing() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
+}
+
+# add_arm64: lets dpkg install arm64 packages beside the machine's own
+# (install_missing then updates the package lists, arm64's included).
+add_arm64() {
+    dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
 }
 
 # build DIR [cmake options...]: configure and build into DIR.
@@ -65,6 +74,14 @@ mpi() {
     ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
 }
 
+# arm64: the Release build cross-compiled for AArch64 (cmake/aarch64-linux-gnu.cmake:
+# NEON kernels, scalar and reference ones beside them) into build-arm64, and
+# its tests run under qemu-aarch64 (speed is not measured: qemu emulates).
+arm64() {
+    check "aarch64 release (cross gcc, tests under qemu-user)" build-arm64 -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
+}
+
 # fuzz: builds the libFuzzer targets (tests/fuzz) into build-fuzz and runs
 # each for FUZZ_SECONDS on a copy of its seed corpus, so the repository's
 # corpus stays as it is. Any crash, leak, timeout or out-of-memory fails.
@@ -99,7 +116,8 @@ demo)
     ./build/tools/run-graph mha --seq 10 --d-model 512 --heads 8 --causal
     ;;
 test)
-    install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MPI_PKGS[@]}"
+    add_arm64
+    install_missing "${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${MPI_PKGS[@]}" "${ARM64_PKGS[@]}"
     check "release (gcc)" build -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc
     check "asan+ubsan (clang)" build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
         -DGGMLITE_SANITIZE=ON
@@ -108,6 +126,7 @@ test)
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_OPENMP=ON
     memcheck test_plan test_threads test_concurrency
     mpi
+    arm64
     fuzz
     echo "== all tests passed"
     ;;
