@@ -225,7 +225,9 @@ static inline float at(const char *p, int64_t i, int64_t si, int64_t j, int64_t 
  * for only kc floats, too short a run for the hardware prefetchers
  * (transpose_rows 3.6-4.2% -> 3.0-3.1% of 1024^3's samples on one thread,
  * perf, cpu-clock). */
+#ifdef __SSE2__
 static inline void prefetch_line(uintptr_t p) { __builtin_prefetch((const void *)p, 0, 3); }
+#endif
 
 static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, int ld, float *dst,
                            int64_t ahead) {
