@@ -13,7 +13,7 @@
 #define GML_TEST_SIMD_ISAS GML_ISA_AVX2, GML_ISA_AVX512, GML_ISA_NEON
 #define GML_TEST_FAST_ISAS GML_ISA_SCALAR, GML_TEST_SIMD_ISAS
 #define GML_TEST_ISAS GML_ISA_REFERENCE, GML_TEST_FAST_ISAS
-/* How many GML_TEST_ISAS holds. */
-#define GML_TEST_N_ISAS 5
+/* How many GML_TEST_ISAS holds (an integer constant expression). */
+#define GML_TEST_N_ISAS ((int)(sizeof((gml_isa[]){GML_TEST_ISAS}) / sizeof(gml_isa)))
 
 #endif
