@@ -96,13 +96,10 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
 
 /* ---- one compute of a graph at a time ------------------------------------- */
 
-/* The graphs this thread is computing, innermost first: a node callback that
- * starts a compute runs inside its caller's. On the computing thread's stack. */
-struct computing {
-    const gml_graph *g;
-    const struct computing *up;
-};
-static _Thread_local const struct computing *computing;
+/* The graphs whose lock this thread holds, innermost first, linked through
+ * their held_up: a node callback that computes or plans a graph does so
+ * inside its caller's compute. */
+static _Thread_local const gml_graph *held;
 
 /* A compute or plan refused because the graph was busy: its message belongs
  * to the refused thread (g->err belongs to the running compute), so it is
@@ -115,13 +112,13 @@ static _Thread_local struct {
 } refused;
 
 gml_status gml_graph_lock(gml_graph *g, const char *what) {
-    if (!computing) {
+    if (!held) {
         pthread_mutex_lock(&g->mu); /* takes turns; this thread holds no graph */
     } else if (pthread_mutex_trylock(&g->mu) != 0) {
         /* Inside a compute (a node callback): waiting could deadlock, on this
          * very graph or on the pool this thread holds. */
         bool mine = false;
-        for (const struct computing *c = computing; c && !mine; c = c->up) mine = c->g == g;
+        for (const gml_graph *h = held; h && !mine; h = h->held_up) mine = h == g;
         snprintf(refused.msg, sizeof refused.msg, "%s: %s", what,
                  mine ? "the graph is being computed by this thread already (a node callback "
                         "cannot compute or plan its own graph)"
@@ -130,11 +127,16 @@ gml_status gml_graph_lock(gml_graph *g, const char *what) {
         refused.id = g->id;
         return GML_ERR_INVALID;
     }
+    g->held_up = held;
+    held = g;
     if (refused.id == g->id) refused.id = 0;
     return GML_OK;
 }
 
-void gml_graph_unlock(gml_graph *g) { pthread_mutex_unlock(&g->mu); }
+void gml_graph_unlock(gml_graph *g) {
+    held = g->held_up;
+    pthread_mutex_unlock(&g->mu);
+}
 
 const char *gml_graph_error(const gml_graph *g) {
     return refused.id == g->id ? refused.msg : g->err;
@@ -544,11 +546,8 @@ static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threa
 static gml_status compute(gml_graph *g, gml_threadpool *pool, bool pooled, int n_threads) {
     gml_status st = gml_graph_lock(g, "compute");
     if (st != GML_OK) return st;
-    const struct computing frame = {g, computing};
-    computing = &frame;
     if (pooled && !pool) st = gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
     else st = compute_locked(g, pool, n_threads);
-    computing = frame.up;
     gml_graph_unlock(g);
     return st;
 }

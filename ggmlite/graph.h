@@ -18,6 +18,8 @@ struct gml_graph {
     uint64_t id;      /* unique in the process, never 0 (compute.c's thread-local messages) */
     /* Held by a compute or a plan of this graph: one at a time (compute.c). */
     pthread_mutex_t mu;
+    /* While a thread holds mu: the graph it held before (gml_graph_lock). */
+    const struct gml_graph *held_up;
 
     gml_tensor **nodes; /* topological order */
     int n_nodes, nodes_cap;
