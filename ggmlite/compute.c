@@ -145,6 +145,7 @@ const char *gml_graph_error(const gml_graph *g) {
 /* ---- binding ------------------------------------------------------------- */
 
 void gml_graph_bind(gml_graph *g) {
+    bool changed = false;
     for (int e = 0; e < g->n_entries; e++) {
         gml_tensor c;
         memcpy(&c, g->entries[e].t, sizeof c);
@@ -159,9 +160,10 @@ void gml_graph_bind(gml_graph *g) {
          * never see a store they did not expect. */
         if (memcmp(&g->bound[e], &c, sizeof c) != 0) {
             memcpy(&g->bound[e], &c, sizeof c);
-            g->prepared = false; /* data or strides moved: plan the steps again */
+            changed = true;
         }
     }
+    if (changed) g->binds++; /* data or strides moved: the steps are planned again */
 }
 
 const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t) {
@@ -289,7 +291,8 @@ static bool conflict(const struct gml_touch *a, const struct gml_touch *b) {
  * strides and addresses only, never on values or timing. */
 static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
     const gml_isa isa = gml_get_isa();
-    if (g->prepared && g->prep_nth == nth && g->prep_isa == isa && g->prep_checks == checks)
+    if (g->prepared && g->prep_binds == g->binds && g->prep_nth == nth && g->prep_isa == isa &&
+        g->prep_checks == checks)
         return GML_OK;
     if (!g->steps && g->n_nodes > 0) {
         g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
@@ -359,6 +362,7 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
                                   need);
     }
     g->prepared = true;
+    g->prep_binds = g->binds;
     g->prep_nth = nth;
     g->prep_isa = isa;
     g->prep_checks = checks;

@@ -39,6 +39,7 @@ struct gml_graph {
      * Kernels, the NaN trap and the callback see these, never the headers,
      * which other graphs may share. */
     gml_tensor *bound;
+    uint64_t binds; /* how often a bind changed them */
 
     /* compute */
     gml_node_callback callback;
@@ -51,9 +52,10 @@ struct gml_graph {
     struct gml_chunk *chunks; /* [n_nodes]: gml_chunk_next's count, one per step */
     struct gml_touch *touch;  /* [n_nodes]: what each step touches, while planning them */
     /* What steps (their barriers, solo nodes, scratch places) and work were
-     * prepared for; any change of the bound copies (gml_graph_bind) clears
-     * prepared, and so do a new thread count, ISA or checks setting. */
+     * prepared for: the bound copies as of binds, a thread count, an ISA and
+     * a checks setting; any change of these plans the steps afresh. */
     bool prepared;
+    uint64_t prep_binds;
     int prep_nth;
     gml_isa prep_isa;
     bool prep_checks;
