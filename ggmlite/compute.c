@@ -14,7 +14,8 @@
  *
  * Kernels run on the graph's own copies of the tensor headers (g->bound),
  * rebound at each compute: the headers, which other graphs may share, are
- * only read. A graph computes (or plans) once at a time: its lock. */
+ * only read. A graph computes (or plans) once at a time: its lock
+ * (gml_graph_lock, graph.c). */
 #include "graph.h"
 #include "threadpool.h"
 

@@ -1,5 +1,8 @@
 /* Graphs: DFS from the outputs into topologically ordered nodes and leafs,
- * use counts, a printed table, Graphviz DOT and a structural digest. */
+ * use counts; the graph's own state (one compute or plan at a time, its
+ * error message, the bound copies of its tensors and their data, freeing
+ * what plan.c and compute.c keep in it); a printed table, Graphviz DOT and a
+ * structural digest. */
 #include "graph.h"
 
 #include <stdlib.h>

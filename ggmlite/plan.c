@@ -10,8 +10,8 @@
  *
  * The plan is the graph's own: an offset per entry (plan_offs), never a
  * write to a tensor header, so graphs that share tensors each have their own
- * places for them. Compute binds them into the graph's copies of the headers
- * (gml_graph_bind); users read them with gml_graph_data. */
+ * places for them. gml_graph_bind (graph.c) binds them into the graph's
+ * copies of the headers; users read them with gml_graph_data. */
 #include "graph.h"
 
 #include <stdlib.h>
