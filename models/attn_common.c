@@ -399,7 +399,7 @@ gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_a
 
 /* The options of the attention ops: the config's scoring, the inputs'
  * masks and positions, the sinks. */
-static gml_attn_opts attn_opts(const gml_attn_plan *p, const gml_attn_inputs *in,
+gml_attn_opts gml_attn_opts_of(const gml_attn_plan *p, const gml_attn_inputs *in,
                                gml_tensor *sinks) {
     const gml_attn_scoring *s = &p->cfg.score;
     return (gml_attn_opts){.mask = in->mask,
@@ -415,7 +415,7 @@ static gml_attn_opts attn_opts(const gml_attn_plan *p, const gml_attn_inputs *in
 /* scores [B, H, Tq, Tk] -> attn [B, H, Tq, Tk] */
 gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
                              const gml_attn_inputs *in, gml_tensor *sinks) {
-    const gml_attn_opts o = attn_opts(p, in, sinks);
+    const gml_attn_opts o = gml_attn_opts_of(p, in, sinks);
     return gml_set_name(gml_softmax_ext(ctx, scores, p->scale, &o), "attn");
 }
 
@@ -423,7 +423,7 @@ gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_a
                                  const gml_attn_inputs *in, gml_tensor *sinks) {
     if (!qkv.q || !qkv.k || !qkv.v) return (gml_attn_heads){0};
     if (p->fused) { /* flash [B, H, Tq, d_k], stored [B, Tq, H, d_k] */
-        const gml_attn_opts o = attn_opts(p, in, sinks);
+        const gml_attn_opts o = gml_attn_opts_of(p, in, sinks);
         gml_tensor *f = gml_flash_attn_ext(ctx, qkv.q, qkv.k, qkv.v, p->scale, &o);
         return (gml_attn_heads){.heads = gml_set_name(f, "flash")};
     }
@@ -496,8 +496,8 @@ static gml_tensor *add_mask(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
 /* k, v [B, G, Tk, d_k] -> [B, G, Tk + n, d_k] (bias_k/bias_v, then a zero row);
  * *p and *in become the plan and inputs of attending over them: Tk + n keys,
  * one additive mask of the valid lengths, causal and in.mask, padded. */
-static bool attn_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_weights *w,
-                        gml_attn_qkv *qkv, gml_attn_inputs *in) {
+bool gml_attn_append_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_weights *w,
+                            gml_attn_qkv *qkv, gml_attn_inputs *in) {
     const bool zero = p->cfg.score.add_zero_attn;
     const int64_t n = (w->bias_k ? 1 : 0) + (zero ? 1 : 0);
     if (!n || !qkv->q) return true;
@@ -570,7 +570,7 @@ gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_at
     gml_attn_qkv qkv = gml_attn_project_p(ctx, &p, w, in);
     qkv = gml_attn_position_p(ctx, &p, qkv, in->positions, NULL);
     gml_attn_inputs ain = *in;
-    if (!attn_extras(ctx, &p, w, &qkv, &ain)) return (gml_attn_result){0};
+    if (!gml_attn_append_extras(ctx, &p, w, &qkv, &ain)) return (gml_attn_result){0};
     gml_attn_heads h = gml_attn_attend_p(ctx, &p, qkv, &ain, w->sinks);
     gml_tensor *out = gml_attn_merge_p(ctx, &p, w, h.heads);
     if (!out) return (gml_attn_result){0};
@@ -589,8 +589,8 @@ gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
 }
 
 /* Sizes from q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_k]. */
-static bool plan_qkv(gml_context *ctx, const char *block, const gml_attn_config *cfg,
-                     gml_attn_qkv qkv, gml_attn_plan *p) {
+bool gml_attn_plan_qkv(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                       gml_attn_qkv qkv, gml_attn_plan *p) {
     if (!ctx) return false;
     *p = (gml_attn_plan){.block = block};
     if (!cfg) return gml_attn_fail(ctx, "%s: no config (NULL)", block);
@@ -624,7 +624,7 @@ static bool plan_qkv(gml_context *ctx, const char *block, const gml_attn_config 
 gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in) {
     gml_attn_plan p;
-    if (!plan_qkv(ctx, "attn_position", cfg, qkv, &p) ||
+    if (!gml_attn_plan_qkv(ctx, "attn_position", cfg, qkv, &p) ||
         !gml_attn_check_config(ctx, &p, cfg, true) ||
         !gml_attn_check_masks(ctx, &p, &(gml_attn_inputs){.positions = in.positions}, NULL))
         return (gml_attn_qkv){0};
@@ -642,7 +642,7 @@ gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml
 gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in, gml_tensor *sinks) {
     gml_attn_plan p;
-    if (!plan_qkv(ctx, "attn_attend", cfg, qkv, &p) ||
+    if (!gml_attn_plan_qkv(ctx, "attn_attend", cfg, qkv, &p) ||
         !gml_attn_check_config(ctx, &p, cfg, true) || !gml_attn_check_masks(ctx, &p, &in, sinks) ||
         !gml_attn_no_extras(ctx, &p, NULL, "the stages"))
         return (gml_attn_heads){0};

@@ -65,6 +65,15 @@ bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_
 /* valid_lens, mask, positions of in and sinks against p. */
 bool gml_attn_check_masks(gml_context *ctx, const gml_attn_plan *p, const gml_attn_inputs *in,
                           const gml_tensor *sinks);
+/* Fills p's sizes from q [B, H, Tq, d_k], k and v [B, G, Tk, d_k] (the
+ * public stages after the projections); false, with the reason on ctx, if
+ * they do not fit. The config is checked apart (gml_attn_check_config). */
+bool gml_attn_plan_qkv(gml_context *ctx, const char *block, const gml_attn_config *cfg,
+                       gml_attn_qkv qkv, gml_attn_plan *p);
+/* The options of the attention ops (softmax_ext, flash_attn_ext): the
+ * config's scoring, the inputs' masks and positions, the sinks. */
+gml_attn_opts gml_attn_opts_of(const gml_attn_plan *p, const gml_attn_inputs *in,
+                               gml_tensor *sinks);
 
 /* The stages on a checked plan (attn_common.c). */
 gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
@@ -92,6 +101,12 @@ gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tenso
  * for what does not append the extra key rows (`which`: "relpos", ...). */
 bool gml_attn_no_extras(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
                         const char *which);
+/* k, v [B, G, Tk, d_k] -> [B, G, Tk + n, d_k] (bias_k/bias_v, then a zero
+ * row); *p and *in become the plan and inputs of attending over them: Tk + n
+ * keys, one additive mask of the valid lengths, causal and in.mask, padded.
+ * Nothing to append (or no q: an earlier failure): true, all unchanged. */
+bool gml_attn_append_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_weights *w,
+                            gml_attn_qkv *qkv, gml_attn_inputs *in);
 
 /* w, or (w->conv1d: GPT-2's Conv1D [in, out] weights) a copy in *tmp with
  * transposed views of them made in ctx. (attn_common.c) */
