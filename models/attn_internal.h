@@ -41,15 +41,6 @@ typedef struct gml_attn_plan {
 
 /* gml_set_error for functions returning bool: records the message, returns false. */
 bool gml_attn_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
-/* The types a projection matrix may have: f32, f16, bf16, q8_0. */
-bool gml_attn_weight_type(gml_type t);
-/* A weight t must be [rows, cols] of f32, f16, bf16 or q8_0 (a matrix), or
- * f32 [rows] (cols < 0: biases, sinks); else false,
- * with a message naming the block, the role ("w_k.weight"), t's shape and
- * what the shape means (`what`, e.g. "[d_model, d_model]"). */
-bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
-                          const char *role, int64_t rows, int64_t cols, const char *what);
-
 /* Fills p from the config and the inputs (query, key, value: shapes,
  * types) and checks the config: dims, scoring, position encoding, graph
  * choice (can_fuse false: the block has only the unfused graph). False, with
@@ -59,9 +50,6 @@ bool gml_attn_plan_inputs(gml_context *ctx, const char *block, const gml_attn_co
 /* The config's checks alone, with B, Tq, Tk, D, H, G, d_k already in p. */
 bool gml_attn_check_config(gml_context *ctx, gml_attn_plan *p, const gml_attn_config *cfg,
                            bool can_fuse);
-/* The projection weights (out_proj: W_o and b_o too) against p. */
-bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
-                            bool out_proj);
 /* valid_lens, mask, positions of in and sinks against p. */
 bool gml_attn_check_masks(gml_context *ctx, const gml_attn_plan *p, const gml_attn_inputs *in,
                           const gml_tensor *sinks);
@@ -75,27 +63,21 @@ bool gml_attn_plan_qkv(gml_context *ctx, const char *block, const gml_attn_confi
 gml_attn_opts gml_attn_opts_of(const gml_attn_plan *p, const gml_attn_inputs *in,
                                gml_tensor *sinks);
 
-/* The stages on a checked plan (attn_common.c). */
-gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
-                                const gml_attn_weights *w, const gml_attn_inputs *in);
-/* q_pos, k_pos: i32 [Tq] or [B, Tq], [Tk] or [B, Tk]; NULL: the defaults of
- * gml_attn_inputs (in.positions for q given or not). */
-gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
-                                 gml_tensor *q_pos, gml_tensor *k_pos);
-gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
-                                 const gml_attn_inputs *in, gml_tensor *sinks);
-gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
-                             gml_tensor *heads);
-
-/* Raw scores q k^T [B, H, Tq, Tk], unscaled. (gqa.c: both GQA forms) */
-gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p, gml_tensor *q,
-                            gml_tensor *k);
-/* softmax(scores * scale + masks, causal) -> attn [B, H, Tq, Tk], named "attn". */
-gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
-                             const gml_attn_inputs *in, gml_tensor *sinks);
-/* attn [B, H, Tq, Tk] @ v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k]. (gqa.c) */
-gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
-                             gml_tensor *v);
+/* The types a projection matrix may have: f32, f16, bf16, q8_0. */
+bool gml_attn_weight_type(gml_type t);
+/* A weight t must be [rows, cols] of f32, f16, bf16 or q8_0 (a matrix), or
+ * f32 [rows] (cols < 0: biases, sinks); else false,
+ * with a message naming the block, the role ("w_k.weight"), t's shape and
+ * what the shape means (`what`, e.g. "[d_model, d_model]"). */
+bool gml_attn_check_param(gml_context *ctx, const gml_attn_plan *p, const gml_tensor *t,
+                          const char *role, int64_t rows, int64_t cols, const char *what);
+/* The projection weights (out_proj: W_o and b_o too) against p. */
+bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                            bool out_proj);
+/* w, or (w->conv1d: GPT-2's Conv1D [in, out] weights) a copy in *tmp with
+ * transposed views of them made in ctx. (attn_common.c) */
+const gml_attn_weights *gml_attn_linear_weights(gml_context *ctx, const gml_attn_weights *w,
+                                                gml_attn_weights *tmp);
 
 /* False, with a message, if w has bias_k/bias_v or the config add_zero_attn:
  * for what does not append the extra key rows (`which`: "relpos", ...). */
@@ -108,10 +90,27 @@ bool gml_attn_no_extras(gml_context *ctx, const gml_attn_plan *p, const gml_attn
 bool gml_attn_append_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_weights *w,
                             gml_attn_qkv *qkv, gml_attn_inputs *in);
 
-/* w, or (w->conv1d: GPT-2's Conv1D [in, out] weights) a copy in *tmp with
- * transposed views of them made in ctx. (attn_common.c) */
-const gml_attn_weights *gml_attn_linear_weights(gml_context *ctx, const gml_attn_weights *w,
-                                                gml_attn_weights *tmp);
+/* Raw scores q k^T [B, H, Tq, Tk], unscaled. (gqa.c: both GQA forms) */
+gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p, gml_tensor *q,
+                            gml_tensor *k);
+/* softmax(scores * scale + masks, causal) -> attn [B, H, Tq, Tk], named "attn". */
+gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
+                             const gml_attn_inputs *in, gml_tensor *sinks);
+/* attn [B, H, Tq, Tk] @ v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k]. (gqa.c) */
+gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
+                             gml_tensor *v);
+
+/* The stages on a checked plan (attn_common.c). */
+gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
+                                const gml_attn_weights *w, const gml_attn_inputs *in);
+/* q_pos, k_pos: i32 [Tq] or [B, Tq], [Tk] or [B, Tk]; NULL: the defaults of
+ * gml_attn_inputs (in.positions for q given or not). */
+gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 gml_tensor *q_pos, gml_tensor *k_pos);
+gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
+                                 const gml_attn_inputs *in, gml_tensor *sinks);
+gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml_attn_weights *w,
+                             gml_tensor *heads);
 
 /* Runs a whole block: plan, weights, the four stages. (attn_common.c) */
 gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,
