@@ -25,6 +25,7 @@
  * with those weights and an f16 KV cache (decode_types). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
+#include "rg_time.h"
 
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
@@ -48,21 +49,8 @@ char *openblas_get_corename(void);
 #define MAX_RUNS 1000
 #define MAX_THREADS 8
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+/* Seconds on run-graph's clock (rg_time.h). */
+static double now_s(void) { return rg_now_ms() * 1e-3; }
 
 /* Deterministic values in [-1, 1). */
 static void fill(float *x, int64_t n, uint32_t seed) {
@@ -245,9 +233,9 @@ static void bench_matmul(const opts *o) {
 #endif
                 done += n;
             }
-            rate_g[j] = 1.0 / median(tg, runs);
+            rate_g[j] = 1.0 / rg_median(tg, runs);
 #ifdef GML_BENCH_OPENBLAS
-            rate_b[j] = 1.0 / median(tb, runs);
+            rate_b[j] = 1.0 / rg_median(tb, runs);
 #else
             (void)tb;
             rate_b[j] = 0;
@@ -343,7 +331,7 @@ static void bench_attention(const opts *o) {
                 const int runs = row_runs(o->runs, first);
                 for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
                 for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-                rate[j] = 1.0 / median(t, runs);
+                rate[j] = 1.0 / rg_median(t, runs);
             }
             for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
                 const double sec = 1.0 / rate[j], gf = flop / sec * 1e-9;
@@ -426,7 +414,7 @@ static void bench_window(const opts *o) {
             const int runs = row_runs(o->runs, first);
             for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
             for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double ms = median(t, runs) * 1e3, gf = flop / ms * 1e-6;
+            const double ms = rg_median(t, runs) * 1e3, gf = flop / ms * 1e-6;
             char pf[16];
             char what[64];
             snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
@@ -553,7 +541,7 @@ static void bench_decode(const opts *o) {
                 }
             if (r >= 0) t[r] = (now_s() - t0) / DECODE_TOKENS;
         }
-        rate[j] = 1.0 / median(t, o->runs);
+        rate[j] = 1.0 / rg_median(t, o->runs);
     }
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
@@ -649,7 +637,7 @@ static void bench_decode_layers(const opts *o) {
                 }
             if (r >= 0) t[r] = (now_s() - t0) / LAYERS_TOKENS;
         }
-        rate[j] = 1.0 / median(t, runs);
+        rate[j] = 1.0 / rg_median(t, runs);
     }
     char what[32];
     snprintf(what, sizeof what, "decode C5 x%d layers", L);
@@ -730,7 +718,7 @@ static void bench_weights(const opts *o) {
             for (int tt = 0; tt < NT; tt++) t[tt][r] = time_graph(g[tt], nth);
         double f32_sec = 0;
         for (int tt = 0; tt < NT; tt++) {
-            const double sec = median(t[tt], o->runs);
+            const double sec = rg_median(t[tt], o->runs);
             if (tt == 0) f32_sec = sec;
             char pb[16]; /* a step reads its weights once */
             printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f %7.1f %6s\n", gml_type_name(types[tt]), nth,
@@ -872,7 +860,7 @@ static void bench_decode_types(const opts *o) {
                 if (run >= 0) t[r][run] = (now_s() - t0) / DECODE_TYPES_TOKENS;
             }
         double sec[NR];
-        for (int r = 0; r < NR; r++) sec[r] = median(t[r], o->runs);
+        for (int r = 0; r < NR; r++) sec[r] = rg_median(t[r], o->runs);
         char pb[16];
         for (int r = 0; r < NR; r++)
             printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f %7.1f %6s\n", gml_type_name(wtype[r]),

@@ -15,6 +15,7 @@
  * untouched; run-graph.c hands it argv when the first argument names a layer. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
+#include "rg_time.h"
 
 #include <ggmlite/layers.h>
 
@@ -23,7 +24,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -277,6 +277,7 @@ typedef struct run {
     int64_t B, T, D, F;
     int H, G;
     bool random_weights, random_input;
+    rg_err *e; /* the running step's errors */
 } run;
 
 static void prefix_of(const run *r, int layer, char *buf, size_t size) {
@@ -549,15 +550,12 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
     return true;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+/* One compute of the layers' graph (rg_timed_run). */
+static bool compute(void *user, int i, double *ms) {
+    (void)i, (void)ms; /* timed as a whole */
+    run *r = user;
+    if (gml_graph_compute(r->g, r->o.threads) == GML_OK) return true;
+    return rg_fail(r->e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
 }
 
 static bool execute(run *r, rg_err *e) {
@@ -578,12 +576,8 @@ static bool execute(run *r, rg_err *e) {
     if (ok && st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(r->g));
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
-    for (int i = o->repeat > 1 ? -1 : 0; ok && i < o->repeat; i++) {
-        double t0 = now_ms();
-        st = gml_graph_compute(r->g, o->threads);
-        if (st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
-        if (i >= 0) ms[i] = now_ms() - t0;
-    }
+    r->e = e;
+    ok = ok && rg_time_runs(o->repeat, compute, r, ms);
     const gml_tensor *out = ok ? gml_graph_tensor(r->g, r->out) : NULL;
     size_t n_bytes = 0;
     float *dense = ok ? rg_dense(out, &n_bytes) : NULL;
@@ -596,7 +590,7 @@ static bool execute(run *r, rg_err *e) {
     if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
     if (ok) {
-        qsort(ms, (size_t)o->repeat, sizeof *ms, cmp_double);
+        const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
         char shape[64], pfx[64] = "none";
         if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
             const char *d = strstr(r->prefix_fmt, "%d");
@@ -615,7 +609,6 @@ static bool execute(run *r, rg_err *e) {
             printf(", layer prefix %s", pfx);
         printf("\noutput  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(out, shape, sizeof shape),
                (uint64_t)XXH3_64bits(dense, n_bytes));
-        const double med = ms[o->repeat / 2], flops = gml_graph_flops(r->g);
         printf("time    %.3f ms", med);
         if (o->repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], o->repeat);
         printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));

@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #endif
@@ -503,23 +502,12 @@ static bool build(prun *r, char *msg, size_t size) {
     return true;
 }
 
-double rg_mpi_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-int rg_mpi_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* A barrier before each sum splits rank 0's time there: waiting for the
  * slowest rank (*wait_ms) and moving and adding the partials (*comm_ms). */
 static double wait_all(double *wait_ms) {
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t1 = rg_mpi_now_ms();
+    const double t1 = rg_now_ms();
     *wait_ms += t1 - t0;
     return t1;
 }
@@ -535,20 +523,20 @@ static bool forward(prun *r, double *comm_ms, double *wait_ms, char *out, size_t
     double t0 = wait_all(wait_ms);
     if (r->o.kind != K_LLAMA) {
         if (gml_mpi_sum_ordered(MPI_COMM_WORLD, p, n, false, out, size) != GML_OK) return false;
-        *comm_ms = rg_mpi_now_ms() - t0;
+        *comm_ms = rg_now_ms() - t0;
         if (r->rank == 0) memcpy(r->out->data, p, n * sizeof *p);
         return true;
     }
     memcpy(r->att->data, p, n * sizeof *p);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, r->att->data, n, true, out, size) != GML_OK) return false;
-    *comm_ms = rg_mpi_now_ms() - t0;
+    *comm_ms = rg_now_ms() - t0;
     st = gml_graph_compute(r->g2, r->o.threads);
     if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g2));
     if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
     float *m = gml_graph_data(r->g2, r->mlp);
     t0 = wait_all(wait_ms);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, m, n, false, out, size) != GML_OK) return false;
-    *comm_ms += rg_mpi_now_ms() - t0;
+    *comm_ms += rg_now_ms() - t0;
     if (r->rank == 0) { /* out = h + m, as the layer's last add */
         const float *h = gml_graph_data(r->g2, r->h);
         float *o = r->out->data;
@@ -671,18 +659,18 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     if (ok && (!ms || !comm || !wait)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
     for (int i = r.o.repeat > 1 ? -1 : 0; ok && i < r.o.repeat; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = rg_mpi_now_ms(), c = 0, w = 0;
+        double t0 = rg_now_ms(), c = 0, w = 0;
         if (!forward(&r, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
         if (ok && i >= 0) {
-            ms[i] = rg_mpi_now_ms() - t0;
+            ms[i] = rg_now_ms() - t0;
             comm[i] = c;
             wait[i] = w;
         }
     }
     if (ok && r.rank == 0) {
-        qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_mpi_cmp_double);
-        qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_mpi_cmp_double);
-        qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_mpi_cmp_double);
+        qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_cmp_double);
+        qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_cmp_double);
+        qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_cmp_double);
         ok = finish(&r, ms, comm, wait, &e);
     }
     free(ms);

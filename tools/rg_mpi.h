@@ -5,6 +5,7 @@
 #define RUN_GRAPH_RG_MPI_H
 
 #include "rg.h"
+#include "rg_time.h"
 
 #include <ggmlite/layers.h>
 #include <ggmlite/mpi.h>
@@ -51,8 +52,6 @@ bool rg_mpi_map_weights(prun *r, char *msg, size_t size);
 bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size);
 /* Random weights named and filled as the single-process run-graph's. */
 bool rg_mpi_random_weights(prun *r, char *msg, size_t size);
-double rg_mpi_now_ms(void);
-int rg_mpi_cmp_double(const void *a, const void *b);
 /* The steps every --parallel mode takes (rg_mpi.c, also rg_mpi_decode.c's):
  * the number of threads per rank by default, the machine's cores over the
  * ranks on it; --isa (false, with the message, when the CPU lacks it); the

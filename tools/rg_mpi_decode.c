@@ -35,11 +35,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, rg_mpi_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void help(void) {
     printf("usage: mpirun -np P run-graph mha|gqa [options] --decode N --parallel context "
            "[--cache-per-rank C]\n"
@@ -282,11 +277,11 @@ static bool send_prompt(drun *r, char *out, size_t size) {
 /* The partials to rank 0 and, there, merged: y [B, 1, D]. comm_ms += the gather's time. */
 static bool gather_merge(drun *r, gml_graph *g, gml_tensor *part, double *comm_ms, char *msg, size_t size) {
     const size_t n = (size_t)(r->B * r->H * (r->D / r->H + 2));
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     if (gml_mpi_gather_f32(MPI_COMM_WORLD, gml_graph_data(g, part), n, r->rank == 0 ? r->parts->data : NULL,
                            0, msg, size) != GML_OK)
         return false;
-    *comm_ms += rg_mpi_now_ms() - t0;
+    *comm_ms += rg_now_ms() - t0;
     if (r->rank != 0) return true;
     if (gml_graph_compute(r->gy, r->o.threads) != GML_OK)
         return snprintf(msg, size, "merging the partials: %s", gml_graph_error(r->gy)), false;
@@ -307,7 +302,7 @@ static void take_output(drun *r, int64_t i) {
  * merged output is the first token's input (kept in r->first). */
 static bool prompt(drun *r, char *out, size_t size) {
     char msg[1024] = "";
-    double comm = 0, t0 = rg_mpi_now_ms();
+    double comm = 0, t0 = rg_now_ms();
     bool ok = gml_kv_shard_step_compute(&r->sp, r->gp, r->T, r->o.threads, msg, sizeof msg) == GML_OK;
     if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
     ok = gather_merge(r, r->gp, r->pp, &comm, msg, sizeof msg);
@@ -316,7 +311,7 @@ static bool prompt(drun *r, char *out, size_t size) {
         take_output(r, -1);
         memcpy(r->first, r->x1->data, (size_t)(r->B * r->D) * sizeof *r->first);
     }
-    r->prompt_ms = rg_mpi_now_ms() - t0;
+    r->prompt_ms = rg_now_ms() - t0;
     return true;
 }
 
@@ -331,27 +326,27 @@ static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *
     double comm = 0, wait = 0;
     bool mine = true; /* rank 0's merge of the step before */
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     for (int64_t i = 0; i < r->N; i++) {
-        double c0 = rg_mpi_now_ms();
+        double c0 = rg_now_ms();
         int rc = MPI_Bcast(r->x1->data, (int)(r->B * r->D), MPI_FLOAT, 0, MPI_COMM_WORLD);
-        comm += rg_mpi_now_ms() - c0;
+        comm += rg_now_ms() - c0;
         bool ok = mine && rc == MPI_SUCCESS;
         if (rc != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI_Bcast: MPI error %d", rc);
         const bool own = gml_kv_shard_owned(r->shard, 1) == 1; /* this rank writes the token's K, V */
         if (ok)
             ok = gml_kv_shard_step_compute(own ? &r->so : &r->sr, own ? r->go : r->gr, 1, r->o.threads, msg,
                                            sizeof msg) == GML_OK;
-        c0 = rg_mpi_now_ms();
+        c0 = rg_now_ms();
         if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
-        wait += rg_mpi_now_ms() - c0;
+        wait += rg_now_ms() - c0;
         mine = gather_merge(r, own ? r->go : r->gr, own ? r->po : r->pr, &comm, msg, sizeof msg);
         if (mine && r->rank == 0) take_output(r, i);
     }
-    const double c0 = rg_mpi_now_ms();
+    const double c0 = rg_now_ms();
     if (!gml_mpi_agree(MPI_COMM_WORLD, mine, msg, out, size)) return false;
-    wait += rg_mpi_now_ms() - c0;
-    *ms = (rg_mpi_now_ms() - t0) / (double)r->N;
+    wait += rg_now_ms() - c0;
+    *ms = (rg_now_ms() - t0) / (double)r->N;
     *comm_ms = comm / (double)r->N;
     *wait_ms = wait / (double)r->N;
     return true;
@@ -485,8 +480,8 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
         if (ok && i >= 0) ms[i] = t, comm[i] = c, wait[i] = w, comp[i] = t - c - w; /* the rest: computing */
     }
     if (ok && r.rank == 0) {
-        const double med = median(ms, R), min = ms[0], cm = median(comm, R), wm = median(wait, R);
-        ok = finish(&r, med, min, median(comp, R), cm, wm, &e);
+        const double med = rg_median(ms, R), min = ms[0], cm = rg_median(comm, R), wm = rg_median(wait, R);
+        ok = finish(&r, med, min, rg_median(comp, R), cm, wm, &e);
     }
     free(ms);
     free_run(&r);

@@ -228,13 +228,13 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
     double mib = 0;
     for (int i = R > 1 ? -1 : 0; ok && i < R; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = rg_mpi_now_ms();
+        const double t0 = rg_now_ms();
         gml_cp_stats st;
         if (gml_cp_run(cp, r.o.threads, &st, why, sizeof why) != GML_OK) {
             ok = rg_fail(&e, RG_RUNTIME, "%s", why);
             break;
         }
-        const double t = rg_mpi_now_ms() - t0;
+        const double t = rg_now_ms() - t0;
         double w = 0;
         MPI_Reduce(&st.wait_ms, &w, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (i >= 0) {
@@ -251,10 +251,10 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     if (ok && r.rank == 0) {
-        qsort(ms, (size_t)R, sizeof *ms, rg_mpi_cmp_double);
-        qsort(cmp, (size_t)R, sizeof *cmp, rg_mpi_cmp_double);
-        qsort(wait, (size_t)R, sizeof *wait, rg_mpi_cmp_double);
-        qsort(wmax, (size_t)R, sizeof *wmax, rg_mpi_cmp_double);
+        qsort(ms, (size_t)R, sizeof *ms, rg_cmp_double);
+        qsort(cmp, (size_t)R, sizeof *cmp, rg_cmp_double);
+        qsort(wait, (size_t)R, sizeof *wait, rg_cmp_double);
+        qsort(wmax, (size_t)R, sizeof *wmax, rg_cmp_double);
         gml_set_name(whole, "out");
         ok = report(&r, whole, ms, cmp, wait, wmax, mib, &e);
     }
