@@ -11,15 +11,14 @@
  * encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a single layer may
  * have none. Loading is strict: a required tensor missing, or a tensor of the
  * file that none of the N layers uses, is an error naming them.
- * Self-contained (its own flags) so that run-graph's other models are
- * untouched; run-graph.c hands it argv when the first argument names a layer. */
+ * run-graph.c hands it the parsed options (rg_parse_args) when MODEL names a
+ * layer. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
 #include "rg_time.h"
 
 #include <ggmlite/layers.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -37,8 +36,6 @@ static const char *const PREFIX[3][2] = {{"model.layers.%d.", "layers.%d."},
 static const char *const KEY_NAME[] = {"input_layernorm.weight", "ln_1.weight",
                                        "attention.self.query.weight"};
 
-#define MAX_LAYERS 1024
-
 typedef struct lopts {
     lkind kind;
     const char *weights, *input, *output, *isa;
@@ -47,32 +44,11 @@ typedef struct lopts {
     uint64_t seed;
     float rope_theta, rms_eps, softcap;
     int64_t window;
-    int32_t *lens;
+    const int32_t *lens; /* --valid-lens */
     int n_lens;
     bool has_dtype;
     gml_type dtype;
 } lopts;
-
-/* The index of MODEL in argv when it names a layer, else 0: the first
- * argument that is neither a flag nor a flag's value (run-graph's flags
- * without a value are listed; --flag=value carries its own). */
-int rg_layer_model_index(int argc, char **argv) {
-    static const char *const NO_VALUE[] = {"--causal", "--profile", "--nan-trap", "--print-graph",
-                                           "--json", "--help", "-h", "--list-ops", "--version", "--"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-' || !a[1]) {
-            for (int k = 0; k < 3; k++)
-                if (strcmp(a, KIND_NAME[k]) == 0) return i;
-            return 0;
-        }
-        bool takes_value = strchr(a, '=') == NULL;
-        for (size_t k = 0; takes_value && k < sizeof NO_VALUE / sizeof *NO_VALUE; k++)
-            if (strcmp(a, NO_VALUE[k]) == 0) takes_value = false;
-        if (takes_value) i++;
-    }
-    return 0;
-}
 
 static void help(void) {
     printf("usage: run-graph llama|gpt2|bert [options]\n"
@@ -119,144 +95,16 @@ static void help(void) {
            "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n");
 }
 
-/* ---- flags ------------------------------------------------------------------ */
-
-static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
-                       (long long)lo, (long long)hi);
-    *out = v;
-    return true;
-}
-
-/* A finite float > 0. */
-static bool real(const char *flag, const char *s, float *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v <= 0)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
-    *out = v;
-    return true;
-}
-
-static bool parse_lens(const char *s, lopts *o, rg_err *e) {
-    int cap = 1;
-    for (const char *c = s; *c; c++) cap += *c == ',';
-    free(o->lens);
-    o->n_lens = 0;
-    o->lens = malloc((size_t)cap * sizeof *o->lens);
-    if (!o->lens) return rg_fail(e, RG_RUNTIME, "out of memory");
-    for (const char *p = s;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        if (n == 0 || n >= sizeof item)
-            return rg_fail(e, RG_USAGE, "--valid-lens: '%s' is not a list of lengths like 9,5", s);
-        memcpy(item, p, n);
-        item[n] = '\0';
-        int64_t v = 0;
-        if (!whole("--valid-lens", item, 0, INT32_MAX, &v, e)) return false;
-        o->lens[o->n_lens++] = (int32_t)v;
-        if (!p[n]) return true;
-        p += n + 1;
-    }
-}
-
-/* false: an error; --help sets done. */
-static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err *e) {
-    *o = (lopts){.layers = 1, .repeat = 1};
-    const char *name = argv[model];
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, KIND_NAME[i]) == 0) o->kind = (lkind)i;
-    for (int i = 1; i < argc; i++) {
-        if (i == model) continue;
-        char flag[64];
-        const char *f = argv[i], *v, *eq = strchr(f, '=');
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            help();
-            *done = true;
-            return true;
-        }
-        if (f[0] != '-') return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", f, name);
-        if (eq && f[1] == '-' && (size_t)(eq - f) < sizeof flag) {
-            memcpy(flag, f, (size_t)(eq - f));
-            flag[eq - f] = '\0';
-            f = flag;
-            v = eq + 1;
-        } else if (i + 1 < argc && i + 1 != model) {
-            v = argv[++i];
-        } else {
-            return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", f, name);
-        }
-        int64_t n = 0;
-        bool llama_only = false, bert_only = false, ok = true;
-        if (!strcmp(f, "--weights")) o->weights = v;
-        else if (!strcmp(f, "--weights-dtype")) {
-            if (!gml_type_from_name(v, &o->dtype) || o->dtype == GML_I32)
-                return rg_fail(e, RG_USAGE, "--weights-dtype: '%s' is not f32, f16, bf16 or q8_0", v);
-            o->has_dtype = true;
-        }
-        else if (!strcmp(f, "--input")) o->input = v;
-        else if (!strcmp(f, "--output")) o->output = v;
-        else if (!strcmp(f, "--isa")) {
-            gml_isa isa;
-            if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
-                return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
-            o->isa = v;
-        } else if (!strcmp(f, "--layers")) {
-            ok = whole(f, v, 1, MAX_LAYERS, &n, e);
-            o->layers = (int)n;
-        } else if (!strcmp(f, "--heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->heads = (int)n;
-        } else if (!strcmp(f, "--kv-heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->kv_heads = (int)n;
-            llama_only = true;
-        } else if (!strcmp(f, "--batch")) ok = whole(f, v, 1, 1 << 20, &o->batch, e);
-        else if (!strcmp(f, "--seq")) ok = whole(f, v, 1, 1 << 24, &o->seq, e);
-        else if (!strcmp(f, "--d-model")) ok = whole(f, v, 1, 1 << 20, &o->d_model, e);
-        else if (!strcmp(f, "--ffn")) ok = whole(f, v, 1, 1 << 22, &o->ffn, e);
-        else if (!strcmp(f, "--threads")) {
-            ok = whole(f, v, 1, 512, &n, e);
-            o->threads = (int)n;
-        } else if (!strcmp(f, "--repeat")) {
-            ok = whole(f, v, 1, 1000000, &n, e);
-            o->repeat = (int)n;
-        } else if (!strcmp(f, "--seed")) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-')
-                return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
-        } else if (!strcmp(f, "--rope-theta")) {
-            ok = real(f, v, &o->rope_theta, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--rms-eps")) {
-            ok = real(f, v, &o->rms_eps, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--softcap")) {
-            ok = real(f, v, &o->softcap, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--window")) {
-            ok = whole(f, v, 1, INT32_MAX, &o->window, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--valid-lens")) {
-            ok = parse_lens(v, o, e);
-            bert_only = true;
-        } else {
-            return rg_fail(e, RG_USAGE, "%s: unknown flag for %s; see run-graph %s --help", f,
-                           name, name);
-        }
-        if (!ok) return false;
-        if ((llama_only && o->kind != L_LLAMA) || (bert_only && o->kind != L_BERT))
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", f, name,
-                           llama_only ? "llama" : "bert");
-    }
-    return true;
+/* The options of the layers from the parse (rg_parse_args). */
+static lopts options(const rg_opts *g) {
+    return (lopts){.kind = (lkind)g->layer, .weights = g->weights, .input = g->input,
+                   .output = g->output, .isa = g->isa, .batch = g->dim[RG_B], .seq = g->dim[RG_T],
+                   .d_model = g->dim[RG_D], .ffn = g->ffn, .heads = (int)g->dim[RG_H],
+                   .kv_heads = (int)g->dim[RG_G], .layers = g->layers, .threads = g->threads,
+                   .repeat = g->repeat, .seed = g->seed, .rope_theta = g->rope_theta,
+                   .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
+                   .lens = g->valid_lens, .n_lens = g->n_valid_lens,
+                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -626,12 +474,12 @@ static bool execute(run *r, rg_err *e) {
     return ok;
 }
 
-int rg_layers_main(int argc, char **argv, int model) {
-    run r = {0};
+int rg_layers_main(const rg_opts *g) {
+    run r = {.o = options(g)};
     rg_err e = {0};
-    bool done = false;
-    bool ok = parse(argc, argv, model, &r.o, &done, &e);
-    if (ok && !done) {
+    bool ok = true;
+    if (g->help) help();
+    if (!g->done) {
         if (!r.o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
             r.o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
@@ -644,7 +492,6 @@ int rg_layers_main(int argc, char **argv, int model) {
         ok = ok && load(&r, &e) && execute(&r, &e);
     }
     free(r.w);
-    free(r.o.lens);
     gml_free(r.ctx);
     gml_free(r.wctx);
     gml_free(r.xctx);

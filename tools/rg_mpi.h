@@ -44,8 +44,9 @@ typedef struct prun {
     gml_graph *g1, *g2;
 } prun;
 
-/* argv without --parallel's n_at entries at `at` -> o (context: the mode's flags). */
-bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e);
+/* The options of --parallel heads or context (context true) from the
+ * parse, and the checks that depend on the model. */
+bool rg_mpi_options(const rg_opts *g, bool context, popts *o, rg_err *e);
 /* The weights file mapped, bound and checked strictly. */
 bool rg_mpi_map_weights(prun *r, char *msg, size_t size);
 /* The sizes from the input's dims (rank 0's, broadcast), weights, flags, defaults. */
@@ -71,7 +72,9 @@ bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xc
  * each rank with it), MPI_Finalize, run-graph's exit status. */
 int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e);
 
-/* rg_mpi_ring.c: --parallel context without --decode. */
-int rg_mpi_ring_main(int argc, char **argv, int at, int n_at);
+/* rg_mpi_ring.c: --parallel context without --decode; rg_mpi_decode.c: with
+ * --decode. As rg_parallel_main. */
+int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe);
+int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe);
 
 #endif

@@ -5,7 +5,7 @@
  *   mpirun -np 4 run-graph gqa --heads 16 --kv-heads 4 --weights w.safetensors \
  *       --input prompt.npy --decode 64 --output y.npy --parallel context
  *
- * The flags are the single-process run-graph's (rg_parse_args), plus
+ * The flags are the single-process run-graph's (rg_parse_args checks them as for mha and gqa), plus
  * --cache-per-rank C; the output is the single-process --decode's: the N
  * decoded tokens' outputs [B, N, D]. Rank r's shard holds positions
  * [r C, (r+1) C) (default C = ceil((T + N) / P): every shard full at the end).
@@ -20,14 +20,13 @@
  * partials are gathered to rank 0 (rank order), which merges them, applies
  * W_o and has the output. After each step that can fail on one rank, a
  * status exchange (gml_mpi_agree): a fault is an error on every rank, not a
- * hang. rg_parallel_main (rg_mpi.c) hands argv here for --parallel context
- * with --decode. */
+ * hang. rg_parallel_main (rg_mpi.c) hands the options here for --parallel
+ * context with --decode. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg_mpi.h"
 
 #include <ggmlite/mpi.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -78,33 +77,6 @@ typedef struct drun {
     gml_graph *gp, *go, *gr, *gy;
     double prompt_ms;
 } drun;
-
-/* argv without --parallel's entries and --cache-per-rank (its value into *C). */
-static bool strip(int argc, char **argv, int at, int n_at, char **out, int *n_out, int64_t *C,
-                  bool *help_asked, rg_err *e) {
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (i >= at && i < at + n_at) continue;
-        const char *a = argv[i];
-        if (i > 0 && (!strcmp(a, "--help") || !strcmp(a, "-h"))) *help_asked = true;
-        if (!strcmp(a, "--cache-per-rank") || !strncmp(a, "--cache-per-rank=", 17)) {
-            const char *v = a[16] == '=' ? a + 17 : i + 1 < argc ? argv[++i] : NULL;
-            char *end;
-            errno = 0;
-            long long c = v ? strtoll(v, &end, 10) : 0;
-            if (!v) return rg_fail(e, RG_USAGE, "--cache-per-rank: missing its value");
-            if (!*v || *end || errno || c < 1 || c > INT32_MAX)
-                return rg_fail(e, RG_USAGE, "--cache-per-rank: '%s' is not a whole number in [1, %d]",
-                               v, INT32_MAX);
-            *C = c;
-            continue;
-        }
-        out[n++] = argv[i];
-    }
-    out[n] = NULL;
-    *n_out = n;
-    return true;
-}
 
 /* Rank 0 loads the input and weights; the others the weights at rank 0's sizes. */
 static bool load(drun *r, char *msg, size_t size) {
@@ -408,33 +380,21 @@ static void free_run(drun *r) {
     gml_kv_shard_free(r->shard);
     free(r->first);
     rg_data_free(&r->d);
-    rg_opts_free(&r->o);
 }
 
-int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
+int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    drun r = {0};
-    rg_err e = {0};
+    drun r = {.o = *g, .C = g->cache_per_rank}; /* the options stay the caller's to free */
+    rg_err e = parsed ? (rg_err){0} : *pe;
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
-    char **args = calloc((size_t)argc + 1, sizeof *args);
-    int n_args = 0;
-    bool asked = false;
-    bool ok = args || rg_fail(&e, RG_RUNTIME, "out of memory");
-    ok = ok && strip(argc, argv, at, n_at, args, &n_args, &r.C, &asked, &e);
-    if (ok && asked) {
+    bool ok = parsed; /* the same on every rank: the single process's flags and checks */
+    if (ok && r.o.help) {
         if (r.rank == 0) help();
-        free(args);
         MPI_Finalize();
         return 0;
     }
-    /* the same on every rank: the single process's flags and checks */
-    const int layer = ok ? rg_layer_model_index(n_args, args) : 0;
-    if (layer) ok = rg_fail(&e, RG_USAGE, "--parallel context --decode runs mha or gqa, not '%s'", args[layer]);
-    ok = ok && rg_parse_args(n_args, args, &r.o, &e);
-    if (ok && r.o.kind != RG_MHA && r.o.kind != RG_GQA)
-        ok = rg_fail(&e, RG_USAGE, "--parallel context --decode runs mha or gqa, not '%s'", r.o.model);
     if (ok && !r.o.decode) ok = rg_fail(&e, RG_USAGE, "--parallel context: give --decode N");
     if (ok && r.o.max_len)
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
@@ -485,6 +445,5 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
     }
     free(ms);
     free_run(&r);
-    free(args);
     return rg_mpi_finish(ok, r.rank, r.P, &e);
 }

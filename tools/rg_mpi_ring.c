@@ -155,14 +155,14 @@ static bool report(const prun *r, const gml_tensor *out, const double *ms, const
     return true;
 }
 
-int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
+int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     prun r = {0};
-    rg_err e = {0};
+    rg_err e = parsed ? (rg_err){0} : *pe;
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
-    bool ok = rg_mpi_parse(argc, argv, at, n_at, true, &r.o, &e); /* the same on every rank */
+    bool ok = parsed && rg_mpi_options(g, true, &r.o, &e); /* the same on every rank */
     if (ok && r.o.done) {
         if (r.rank == 0) help();
         MPI_Finalize();

@@ -248,10 +248,18 @@ int main(int argc, char **argv) {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, NULL);
     gml_cleanup_on_signals();
-    if (rg_parallel_index(argc, argv)) return rg_parallel_main(argc, argv); /* rg_mpi.c */
-    const int layer_model = rg_layer_model_index(argc, argv);
-    if (layer_model) return rg_layers_main(argc, argv, layer_model);
-    bool ok = rg_parse_args(argc, argv, &o, &e);
+    bool ok = rg_parse_args(argc, argv, &o, &e); /* every mode's flags */
+    if (o.mode == RG_MODE_HEADS || o.mode == RG_MODE_CONTEXT || o.mode == RG_MODE_CONTEXT_DECODE) {
+        const int status = rg_parallel_main(argc, argv, &o, ok, &e); /* rg_mpi.c */
+        rg_opts_free(&o);
+        return status;
+    }
+    if (ok && o.mode == RG_MODE_LAYER) {
+        const int status = rg_layers_main(&o); /* rg_layers.c */
+        rg_opts_free(&o);
+        return status;
+    }
+    if (ok && o.help) rg_print_help(stdout);
     if (ok && !o.done) {
         if (!o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
