@@ -144,8 +144,9 @@ bool rg_size_applies(rg_kind kind, int sym);
  * --version print and set o->done. */
 bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e);
 void rg_opts_free(rg_opts *o);
-/* The single process's --help. */
-void rg_print_help(FILE *f);
+/* The --help of a mode, made from the table: its flags, each with the
+ * models (or layers) it applies to when not all of the page's. */
+void rg_print_help(FILE *f, rg_mode mode);
 
 /* ---- data (rg_data.c) ------------------------------------------------------- */
 

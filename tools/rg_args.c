@@ -64,24 +64,25 @@ typedef struct flag {
     const char *arg; /* NULL: takes no value */
     unsigned models; /* M_* */
     const char *help;
-    const char *group; /* starts a group in --help */
+    const char *group; /* starts a group in the single process's --help */
+    const char *help2; /* the help in the layers' and --parallel's pages when it differs */
 } flag;
 
 /* Indexed by flag_id (the sizes first, in RG_SYM order); --help prints them in
  * this order. */
 static const flag FLAGS[] = {
-    [RG_B] = {"--batch", "B", M_ATTN | M_LAYER | M_PAR | M_CDEC, "batch size", "Sizes (inferred from the input and weight files when given)"},
-    [RG_T] = {"--seq", "T", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query length", NULL},
+    [RG_B] = {"--batch", "B", M_ATTN | M_LAYER | M_PAR | M_CDEC, "batch size", "Sizes (inferred from the input and weight files when given)", "batch size (default 2)"},
+    [RG_T] = {"--seq", "T", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query length", NULL, "query length (default 10)"},
     [RG_S] = {"--kv-seq", "S", M_ATTN, "key/value length (default T; S != T makes random inputs cross-attention)", NULL},
-    [RG_D] = {"--d-model", "D", M_ATTN | M_LAYER | M_PAR | M_CDEC, "model width d_model", NULL},
-    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL},
-    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC, "key/value heads, dividing H (gqa default H/4)", NULL},
+    [RG_D] = {"--d-model", "D", M_ATTN | M_LAYER | M_PAR | M_CDEC, "model width d_model", NULL, "model width d_model (default: the weights'; random: 256, --parallel mha and gqa 512)"},
+    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL, "query heads (required with --weights unless llama's self_attn.sinks tells; default 8)"},
+    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC, "key/value heads, dividing H (gqa default H/4)", NULL, "key/value heads (default: from the weights' k_proj rows, else H/4)"},
     [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P] (P = 0 allowed)", NULL},
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL},
     [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL},
     [F_CAUSAL] = {"--causal", NULL, M_ATTN | M_PAR | M_CDEC, "query i sees key j iff j <= i + (S - T)", "Masks"},
-    [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN | M_BERT, "one length per batch: keys j >= L are masked", NULL},
+    [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN | M_BERT, "one length per batch: keys j >= L are masked", NULL, "one length per batch row; keys j >= L are padding"},
     [F_ATTN] = {"--attn", "fused|unfused", M_MHA | M_GQA | M_REL,
      "fused: one flash_attn op, memory independent of S, no attention weights; unfused: scores, "
      "softmax and context as ops (default: fused, unless --attn-weights or --attn-svg asks for the "
@@ -100,12 +101,12 @@ static const flag FLAGS[] = {
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC,
      "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
-     "Data (without files: deterministic random data from --seed)"},
+     "Data (without files: deterministic random data from --seed)", "f32 safetensors (default: deterministic random weights, the single process's); --parallel heads: each rank reads only its share; context: mapped by every rank"},
     [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN | M_LAYER | M_CDEC,
      "converts the f32 weight matrices (2-D) to this type at load (biases and "
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
-     "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL},
-    [F_INPUT] = {"--input", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC, "self-attention input .npy [B, T, D]", NULL},
+     "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL, "converts the f32 weight matrices (2-D) to this type at load (norm weights and biases stay f32; a file's F16/BF16 matrices are used as they are; gpt2 takes no q8_0)"},
+    [F_INPUT] = {"--input", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC, "self-attention input .npy [B, T, D]", NULL, "x .npy f32 [B, T, D] (default: random); --parallel: read by rank 0"},
     [F_QUERY] = {"--query", "FILE", M_ATTN, "cross-attention query .npy [B, T, D]", NULL},
     [F_KEY] = {"--key", "FILE", M_ATTN, "cross-attention key .npy [B, S, D] (default: the query)", NULL},
     [F_VALUE] = {"--value", "FILE", M_ATTN, "cross-attention value .npy [B, S, D] (default: the key)", NULL},
@@ -125,7 +126,7 @@ static const flag FLAGS[] = {
     [F_KEY_PADDING_MASK] = {"--key-padding-mask", "FILE", M_ATTN,
      ".npy [B, S]: bool (True: a padding key, ignored) or float (added), any pattern; both masks "
      "combine with --causal and --valid-lens, and a query left with no key gets zeros", NULL},
-    [F_OUTPUT] = {"--output", "FILE", M_ALL | M_LAYER | M_PAR | M_CDEC, "writes the output .npy", "Outputs (written only when the whole run succeeds)"},
+    [F_OUTPUT] = {"--output", "FILE", M_ALL | M_LAYER | M_PAR | M_CDEC, "writes the output .npy", "Outputs (written only when the whole run succeeds)", "writes the output .npy [B, T, D]; --parallel: rank 0 writes it"},
     [F_ATTN_WEIGHTS] = {"--attn-weights", "FILE", M_ATTN, "writes the attention weights .npy [B, H, T, S]", NULL},
     [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head", NULL},
     [F_TOKENS] = {"--tokens", "A,B,..", M_ATTN, "--attn-svg labels of the S keys (and of the queries when T = S)", NULL},
@@ -134,7 +135,7 @@ static const flag FLAGS[] = {
     [F_DOT] = {"--dot", "FILE", M_ALL, "writes the graph as Graphviz DOT", NULL},
     [F_SAVE_GRAPH] = {"--save-graph", "FILE", M_ALL, "writes the graph as a graph file (tools/graphs/README.md)", NULL},
     [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy", NULL},
-    [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "compute threads (default: all cores)", "Running"},
+    [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "compute threads (default: all cores)", "Running", "compute threads (default: all cores); --parallel: per rank, default the cores over the ranks on the machine"},
     [F_REPEAT] = {"--repeat", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "one warm-up, then N timed runs: median and min ms, GFLOP/s", NULL},
     [F_ISA] = {"--isa", "NAME", M_ALL | M_LAYER | M_PAR | M_CDEC, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL},
     [F_PROFILE] = {"--profile", NULL, M_ALL, "per-node times (op, shape, ms, share) and per-op totals", NULL},
@@ -148,19 +149,19 @@ static const flag FLAGS[] = {
      "causal aligned top-left: query i sees key j iff j <= i (--causal is bottom-right)",
      "Attention scoring and positions (mha, gqa; no dense mask is made)"},
     [F_WINDOW] = {"--window", "W", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC,
-     "sliding window: query at position i sees key j iff 0 <= i - j < W (implies --causal)", NULL},
+     "sliding window: query at position i sees key j iff 0 <= i - j < W (implies --causal)", NULL, "sliding window: each query sees its last W keys"},
     [F_ALIBI] = {"--alibi", NULL, M_MHA | M_GQA | M_CONTEXT | M_CDEC, "ALiBi linear biases, max bias 8 (the paper's slopes)", NULL},
     [F_ADD_ZERO_ATTN] = {"--add-zero-attn", NULL, M_MHA | M_GQA,
      "nn.MultiheadAttention(add_zero_attn=True): a zero key and value row appended (after "
      "bias_k/bias_v, which are used whenever --weights holds them), seen by every query", NULL},
-    [F_SOFTCAP] = {"--softcap", "C", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC, "logit soft-capping: scaled score s -> C tanh(s / C)", NULL},
+    [F_SOFTCAP] = {"--softcap", "C", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC, "logit soft-capping: scaled score s -> C tanh(s / C)", NULL, "attention logits capped as C tanh(s / C)"},
     [F_SINKS] = {"--sinks", NULL, M_MHA | M_GQA | M_PAR | M_CDEC,
      "attention sinks: a logit per head in the softmax's denominator, the weight 'sinks' "
      "(or 'self_attn.sinks') [H] from --weights (random with random weights)", NULL},
     [F_ROPE] = {"--rope", NULL, M_MHA | M_GQA | M_PAR | M_CDEC,
      "rotary position embeddings on q and k (Hugging Face's rotate_half), queries and keys at "
      "0 .. T-1 (cross-attention: queries at S - T + i, or i with --causal-top-left)", NULL},
-    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC, "--rope's base (default 10000)", NULL},
+    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC, "--rope's base (default 10000)", NULL, "rope base (default 10000)"},
     [F_LAYERS] = {"--layers", "N", M_LAYER, "layers stacked (default 1)", NULL},
     [F_FFN] = {"--ffn", "F", M_LAYER | M_PAR,
      "the MLP's width for random weights (default 4D; llama 8D/3 rounded up to 16)", NULL},
@@ -181,64 +182,165 @@ _Static_assert(sizeof FLAGS / sizeof *FLAGS == F_PARALLEL + 1, "FLAGS follows fl
 
 bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
 
-void rg_print_help(FILE *f) {
-    fprintf(f,
-            "usage: run-graph MODEL [options]\n"
-            "\n"
-            "Runs an attention block (or a matmul, or a graph file) with ggmlite: binds weights\n"
-            "and inputs from files (or makes deterministic random ones), computes, and writes,\n"
-            "prints, times, profiles and draws the result.\n"
-            "\n"
-            "MODEL: mha | gqa | relpos | matmul | a graph file (see tools/graphs/README.md)\n"
-            "  mha     multi-head attention           out [B, T, D], weights [B, H, T, S]\n"
-            "  gqa     grouped-query attention        (G key/value heads)\n"
-            "  relpos  Shaw et al. relative-position attention (rel_k, rel_v tables [2P+1, D/H])\n"
-            "  matmul  a [M, K] @ b [K, N]            out [M, N]\n"
-            "  llama | gpt2 | bert   whole layers on Hugging Face weights (first argument; their\n"
-            "          own flags: run-graph llama --help)\n"
-            "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
-            "inputs x, query, key, value, valid_lens bind to the flags of those names, attn_mask\n"
-            "to --attn-mask and --key-padding-mask, its params to --weights by name, anything else\n"
-            "to --bind (random data only when no file is given). Its first output is the result,\n"
-            "a second one the attention weights.\n"
-            "Weights are read as PyTorch's load_state_dict(strict=True): the module's tensors\n"
-            "(--prefix, or detected), each used, none missing. .npy inputs in float64, float16\n"
-            "or bool are converted to f32, with a note.\n");
+/* ---- --help, made from the table -------------------------------------------- */
+
+/* A page of --help: the text before and after the flags, and the modes
+ * whose flags it lists (a flag that applies to some of them only is
+ * followed by their names). */
+typedef struct page {
+    unsigned modes;
+    const char *const *names; /* of the mode bits, from bit 0 */
+    bool groups, help2;       /* the table's groups; the help2 texts */
+    const char *head, *tail;
+} page;
+
+static const char *const MODE_NAMES[] = {"mha", "gqa", "relpos", "matmul", "graph files",
+                                         "llama", "gpt2", "bert"};
+
+static const page PAGES[] = {
+    [RG_MODE_SINGLE] = {M_ALL, MODE_NAMES, true, false,
+     "usage: run-graph MODEL [options]\n"
+     "\n"
+     "Runs an attention block (or a matmul, or a graph file) with ggmlite: binds weights\n"
+     "and inputs from files (or makes deterministic random ones), computes, and writes,\n"
+     "prints, times, profiles and draws the result.\n"
+     "\n"
+     "MODEL: mha | gqa | relpos | matmul | a graph file (see tools/graphs/README.md)\n"
+     "  mha     multi-head attention           out [B, T, D], weights [B, H, T, S]\n"
+     "  gqa     grouped-query attention        (G key/value heads)\n"
+     "  relpos  Shaw et al. relative-position attention (rel_k, rel_v tables [2P+1, D/H])\n"
+     "  matmul  a [M, K] @ b [K, N]            out [M, N]\n"
+     "  llama | gpt2 | bert   whole layers on Hugging Face weights (first argument; their\n"
+     "          own flags: run-graph llama --help)\n"
+     "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
+     "inputs x, query, key, value, valid_lens bind to the flags of those names, attn_mask\n"
+     "to --attn-mask and --key-padding-mask, its params to --weights by name, anything else\n"
+     "to --bind (random data only when no file is given). Its first output is the result,\n"
+     "a second one the attention weights.\n"
+     "Weights are read as PyTorch's load_state_dict(strict=True): the module's tensors\n"
+     "(--prefix, or detected), each used, none missing. .npy inputs in float64, float16\n"
+     "or bool are converted to f32, with a note.\n"
+     "A flag that applies to some models only is followed by their names in brackets.\n",
+     "\n"
+     "Without --json: a short summary (output shape, XXH3 digest of the output bytes, time).\n"
+     "With --json: model, output_shape, xxh3, threads, runs, median_ms, min_ms, flops,\n"
+     "peak_bytes and more.\n"
+     "Exit status: 0 ok, 1 a run-time problem (a bad file, sizes that do not fit, a\n"
+     "failed compute), 2 a usage error. Errors are one line: run-graph: <file>: <what>.\n"
+     "\n"
+     "Example:\n"
+     "  run-graph mha --seq 6 --d-model 64 --heads 4 --causal \\\n"
+     "      --tokens \"The,cat,sat,on,the,mat\" --attn-svg attn.svg\n"},
+    [RG_MODE_LAYER] = {M_LAYER, MODE_NAMES, false, true,
+     "usage: run-graph llama|gpt2|bert [options]\n"
+     "\n"
+     "Runs one transformer layer, or --layers N stacked, as Hugging Face computes it:\n"
+     "  llama  RMSNorm, grouped-query attention with rope (causal), residual, RMSNorm,\n"
+     "         SwiGLU MLP, residual. Tensors: input_layernorm.weight,\n"
+     "         self_attn.{q,k,v,o}_proj.weight (.bias optional), self_attn.sinks [H]\n"
+     "         (optional), post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight\n"
+     "  gpt2   pre-LayerNorm, causal multi-head attention with biases, GELU-tanh MLP (eps\n"
+     "         1e-5). Tensors: ln_1.*, attn.c_attn.* (Conv1D [D, 3D]), attn.c_proj.*, ln_2.*,\n"
+     "         mlp.c_fc.*, mlp.c_proj.* (weight and bias each)\n"
+     "  bert   attention with a padding mask, post-LayerNorm, GELU MLP (eps 1e-12). Tensors:\n"
+     "         attention.self.{query,key,value}.*, attention.output.dense.*,\n"
+     "         attention.output.LayerNorm.*, intermediate.dense.*, output.dense.*,\n"
+     "         output.LayerNorm.*\n"
+     "Layer i's tensors carry the prefix model.layers.<i>. or layers.<i>. (llama), h.<i>. or\n"
+     "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a\n"
+     "single layer's may have none. Every tensor of the file must be used.\n"
+     "A flag that applies to some layers only is followed by their names in brackets.\n",
+     "\n"
+     "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
+     "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n"},
+    [RG_MODE_HEADS] = {M_HEADS, NULL, false, true,
+     "usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
+     "\n"
+     "Head-parallel (tensor-parallel) block over P MPI ranks: rank r takes a contiguous\n"
+     "range of the query heads (H/P each when P divides H, else sizes differing by one),\n"
+     "the kv heads they read (split when P divides G, else a straddled kv head is\n"
+     "projected on both ranks), those rows of W_q/W_k/W_v and columns of W_o (llama:\n"
+     "also rows of gate/up_proj and columns of down_proj). Rank 0 reads the input and\n"
+     "writes the output; the partial outputs are summed in rank order.\n"
+     "mha and gqa take --causal, --window, --softcap, --rope, --rope-theta and --sinks as\n"
+     "run-graph's single process; llama is causal with rope, and takes --ffn, --rms-eps,\n"
+     "--window, --softcap and --rope-theta as run-graph llama.\n",
+     "(--parallel context: the sequence split instead, see mpirun ... --parallel context --help)\n"},
+    [RG_MODE_CONTEXT] = {M_CONTEXT, NULL, false, true,
+     "usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel context\n"
+     "\n"
+     "Context-parallel prompt (ring attention) over P MPI ranks: rank r holds rows\n"
+     "[floor(r T / P), floor((r+1) T / P)) of the sequence and all the weights; its K/V\n"
+     "chunk travels the ring of ranks (non-blocking, posted before each step's compute),\n"
+     "each rank keeps the partial attention of its queries over every chunk it can see\n"
+     "(causal: the chunks up to its own) and merges them in key order (chunk 0, 1, ...),\n"
+     "then W_o (llama: residual and MLP) on its rows. Rank 0 reads the input and writes\n"
+     "the output (rows gathered in rank order). With --decode N (mha, gqa) it decodes\n"
+     "instead, the KV cache sharded by position (--cache-per-rank C).\n"
+     "mha and gqa take --causal, --window, --softcap, --rope, --rope-theta, --sinks and\n"
+     "--alibi as run-graph's single process; llama is causal with rope (sinks from its\n"
+     "weights), and takes --ffn, --rms-eps, --window, --softcap and --rope-theta as\n"
+     "run-graph llama.\n",
+     ""},
+    [RG_MODE_CONTEXT_DECODE] = {M_CDEC, NULL, false, false,
+     "usage: mpirun -np P run-graph mha|gqa [options] --decode N --parallel context "
+     "[--cache-per-rank C]\n"
+     "\n"
+     "Context-parallel decoding: the KV cache is sharded by position over the P ranks.\n"
+     "Rank r's shard [B, G, C, d_k] holds positions [r C, (r+1) C): the context fills\n"
+     "rank 0's shard, then rank 1's, ... The prompt (the input's T tokens) is written\n"
+     "into the shards by the ranks holding its rows; then each token's input (the\n"
+     "previous output) is broadcast, every rank attends its shard, and rank 0 merges\n"
+     "the partials in rank order (= key order) and applies W_o. Rank 0 reads the input\n"
+     "and writes the output [B, N, D], as run-graph ... --decode N in one process.\n"
+     "The flags are the single process's (run-graph --help) for mha and gqa; --threads is\n"
+     "per rank (default the cores over the ranks on the machine).\n",
+     "Not: --max-len (use --cache-per-rank), --json, --print-graph.\n"},
+};
+
+/* text at column 25, wrapped at 100 columns */
+static void wrap(FILE *f, const char *text) {
+    int col = 25;
+    for (const char *w = text; *w;) {
+        int len = (int)strcspn(w, " ");
+        if (col > 25 && col + 1 + len > 100) {
+            fprintf(f, "\n%25s", "");
+            col = 25;
+        } else if (col > 25) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", len, w);
+        col += len;
+        w += len;
+        while (*w == ' ') w++;
+    }
+}
+
+void rg_print_help(FILE *f, rg_mode mode) {
+    const page *p = &PAGES[mode];
+    fputs(p->head, f);
+    if (!p->groups) fputc('\n', f);
     for (int i = 0; i < N_FLAGS; i++) {
         const flag *fl = &FLAGS[i];
-        if (fl->group) fprintf(f, "\n%s:\n", fl->group);
-        char left[48];
+        if (!(fl->models & p->modes)) continue;
+        if (fl->group && p->groups) fprintf(f, "\n%s:\n", fl->group);
+        char left[48], text[1024];
         snprintf(left, sizeof left, "%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
         fprintf(f, "  %-22s ", left);
-        /* the help text, wrapped at 100 columns under its first line */
-        int col = 25;
-        for (const char *w = fl->help; *w;) {
-            int len = (int)strcspn(w, " ");
-            if (col > 25 && col + 1 + len > 100) {
-                fprintf(f, "\n%25s", "");
-                col = 25;
-            } else if (col > 25) {
-                fputc(' ', f);
-                col++;
+        /* the help, then the page's modes it applies to when not all */
+        size_t k = (size_t)snprintf(text, sizeof text, "%s", p->help2 && fl->help2 ? fl->help2 : fl->help);
+        const char *sep = " [";
+        for (int b = 0; p->names && (fl->models & p->modes) != p->modes && b < 8 && k < sizeof text; b++)
+            if (fl->models & p->modes & (1u << b)) {
+                k += (size_t)snprintf(text + k, sizeof text - k, "%s%s", sep, p->names[b]);
+                sep = ", ";
             }
-            fprintf(f, "%.*s", len, w);
-            col += len;
-            w += len;
-            while (*w == ' ') w++;
-        }
+        if (*sep == ',' && k < sizeof text) snprintf(text + k, sizeof text - k, "]");
+        wrap(f, text);
         fputc('\n', f);
     }
-    fprintf(f,
-            "\n"
-            "Without --json: a short summary (output shape, XXH3 digest of the output bytes, time).\n"
-            "With --json: model, output_shape, xxh3, threads, runs, median_ms, min_ms, flops,\n"
-            "peak_bytes and more.\n"
-            "Exit status: 0 ok, 1 a run-time problem (a bad file, sizes that do not fit, a\n"
-            "failed compute), 2 a usage error. Errors are one line: run-graph: <file>: <what>.\n"
-            "\n"
-            "Example:\n"
-            "  run-graph mha --seq 6 --d-model 64 --heads 4 --causal \\\n"
-            "      --tokens \"The,cat,sat,on,the,mat\" --attn-svg attn.svg\n");
+    fputs(p->tail, f);
 }
 
 /* ---- values ---------------------------------------------------------------- */

@@ -50,51 +50,6 @@ typedef struct lopts {
     gml_type dtype;
 } lopts;
 
-static void help(void) {
-    printf("usage: run-graph llama|gpt2|bert [options]\n"
-           "\n"
-           "Runs one transformer layer, or --layers N stacked, as Hugging Face computes it:\n"
-           "  llama  RMSNorm, grouped-query attention with rope (causal), residual, RMSNorm,\n"
-           "         SwiGLU MLP, residual. Tensors: input_layernorm.weight,\n"
-           "         self_attn.{q,k,v,o}_proj.weight (.bias optional), self_attn.sinks [H]\n"
-           "         (optional), post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight\n"
-           "  gpt2   pre-LayerNorm, causal multi-head attention with biases, GELU-tanh MLP (eps\n"
-           "         1e-5). Tensors: ln_1.*, attn.c_attn.* (Conv1D [D, 3D]), attn.c_proj.*, ln_2.*,\n"
-           "         mlp.c_fc.*, mlp.c_proj.* (weight and bias each)\n"
-           "  bert   attention with a padding mask, post-LayerNorm, GELU MLP (eps 1e-12). Tensors:\n"
-           "         attention.self.{query,key,value}.*, attention.output.dense.*,\n"
-           "         attention.output.LayerNorm.*, intermediate.dense.*, output.dense.*,\n"
-           "         output.LayerNorm.*\n"
-           "Layer i's tensors carry the prefix model.layers.<i>. or layers.<i>. (llama), h.<i>. or\n"
-           "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a\n"
-           "single layer's may have none. Every tensor of the file must be used.\n"
-           "\n"
-           "  --weights FILE       f32 safetensors (default: deterministic random weights)\n"
-           "  --weights-dtype T    f32, f16, bf16 or q8_0: the f32 weight matrices converted at\n"
-           "                       load (norm weights and biases stay f32; a file's F16/BF16\n"
-           "                       matrices are used as they are; gpt2 takes no q8_0)\n"
-           "  --input FILE         x .npy [B, T, D] (default: random)\n"
-           "  --output FILE        writes the output .npy [B, T, D]\n"
-           "  --layers N           layers stacked (default 1)\n"
-           "  --heads H            query heads (required with --weights, unless self_attn.sinks\n"
-           "                       tells); default 8\n"
-           "  --kv-heads G         llama: key/value heads (default: from k_proj's rows, else H/4)\n"
-           "  --rope-theta F       llama: rope base (default 10000)\n"
-           "  --rms-eps F          llama: RMSNorm eps (default 1e-6)\n"
-           "  --window N           llama: sliding window, each query sees its last N keys\n"
-           "  --softcap F          llama: attention logits capped as F tanh(s / F)\n"
-           "  --valid-lens L1,..   bert: one length per batch row; keys j >= L are padding\n"
-           "  --batch B --seq T --d-model D --ffn F   sizes of random inputs and weights\n"
-           "                       (default B=2 T=10 D=256, F = 4D; llama 8D/3 rounded up to 16)\n"
-           "  --seed N             seed of the random data (default 0)\n"
-           "  --threads N          compute threads (default: all cores)\n"
-           "  --repeat N           one warm-up, then N timed runs\n"
-           "  --isa NAME           reference, scalar, avx2 or avx512\n"
-           "\n"
-           "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
-           "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n");
-}
-
 /* The options of the layers from the parse (rg_parse_args). */
 static lopts options(const rg_opts *g) {
     return (lopts){.kind = (lkind)g->layer, .weights = g->weights, .input = g->input,
@@ -478,7 +433,7 @@ int rg_layers_main(const rg_opts *g) {
     run r = {.o = options(g)};
     rg_err e = {0};
     bool ok = true;
-    if (g->help) help();
+    if (g->help) rg_print_help(stdout, RG_MODE_LAYER);
     if (!g->done) {
         if (!r.o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -129,32 +129,6 @@ int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e) {
     return ok ? 0 : e->status ? e->status : RG_RUNTIME;
 }
 
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
-           "\n"
-           "Head-parallel (tensor-parallel) block over P MPI ranks: rank r takes a contiguous\n"
-           "range of the query heads (H/P each when P divides H, else sizes differing by one),\n"
-           "the kv heads they read (split when P divides G, else a straddled kv head is\n"
-           "projected on both ranks), those rows of W_q/W_k/W_v and columns of W_o (llama:\n"
-           "also rows of gate/up_proj and columns of down_proj). Rank 0 reads the input and\n"
-           "writes the output; the partial outputs are summed in rank order.\n"
-           "\n"
-           "  --weights FILE     safetensors, each rank reads only its share (default: random,\n"
-           "                     the same as run-graph's single-process random weights)\n"
-           "  --input FILE       x .npy f32 [B, T, D], read by rank 0 (default: random)\n"
-           "  --output FILE      the output .npy [B, T, D], written by rank 0\n"
-           "  --batch B --seq T --d-model D --heads H --kv-heads G   sizes (llama: --ffn F)\n"
-           "  --causal --window W --softcap C --rope --rope-theta F  (mha, gqa: as run-graph's;\n"
-           "                     llama is causal with rope; --window --softcap --rope-theta\n"
-           "                     --rms-eps as run-graph llama's)\n"
-           "  --sinks            mha, gqa: the weight 'sinks' [H] (random without --weights),\n"
-           "                     as run-graph's; without it a file's 'sinks' is unused, an error\n"
-           "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
-           "  --repeat N         one warm-up, then N timed runs; --isa NAME\n"
-           "  --parallel heads   (--parallel context: the sequence split instead, see\n"
-           "                     mpirun ... --parallel context --help)\n");
-}
-
 /* The mode's options from the parse (rg_parse_args), and the checks that
  * depend on the model. */
 static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
@@ -493,7 +467,7 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
     bool ok = parsed && options(g, false, &r.o, &e); /* the same on every rank */
     if (ok && r.o.done) {
-        if (r.rank == 0) help();
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_HEADS);
         MPI_Finalize();
         return 0;
     }

@@ -34,27 +34,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa [options] --decode N --parallel context "
-           "[--cache-per-rank C]\n"
-           "\n"
-           "Context-parallel decoding: the KV cache is sharded by position over the P ranks.\n"
-           "Rank r's shard [B, G, C, d_k] holds positions [r C, (r+1) C): the context fills\n"
-           "rank 0's shard, then rank 1's, ... The prompt (the input's T tokens) is written\n"
-           "into the shards by the ranks holding its rows; then each token's input (the\n"
-           "previous output) is broadcast, every rank attends its shard, and rank 0 merges\n"
-           "the partials in rank order (= key order) and applies W_o. Rank 0 reads the input\n"
-           "and writes the output [B, N, D], as run-graph ... --decode N in one process.\n"
-           "\n"
-           "  --cache-per-rank C  positions each rank's shard holds (default ceil((T + N) / P));\n"
-           "                      T + N must fit in P x C\n"
-           "  the single-process run-graph's flags otherwise (run-graph --help): --weights,\n"
-           "  --input, --output, --seed, sizes, --causal --rope --rope-theta --window --softcap\n"
-           "  --alibi --sinks, --cache-dtype, --weights-dtype, --seq-first, --repeat, --isa,\n"
-           "  --threads (per rank; default the cores over the ranks on the machine).\n"
-           "  Not: --max-len (use --cache-per-rank), --json, --print-graph.\n");
-}
-
 /* ---- one rank's state ------------------------------------------------------------ */
 
 typedef struct drun {
@@ -391,7 +370,7 @@ int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, con
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
     bool ok = parsed; /* the same on every rank: the single process's flags and checks */
     if (ok && r.o.help) {
-        if (r.rank == 0) help();
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_CONTEXT_DECODE);
         MPI_Finalize();
         return 0;
     }

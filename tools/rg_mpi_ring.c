@@ -21,32 +21,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel context\n"
-           "\n"
-           "Context-parallel prompt (ring attention) over P MPI ranks: rank r holds rows\n"
-           "[floor(r T / P), floor((r+1) T / P)) of the sequence and all the weights; its K/V\n"
-           "chunk travels the ring of ranks (non-blocking, posted before each step's compute),\n"
-           "each rank keeps the partial attention of its queries over every chunk it can see\n"
-           "(causal: the chunks up to its own) and merges them in key order (chunk 0, 1, ...),\n"
-           "then W_o (llama: residual and MLP) on its rows. Rank 0 reads the input and writes\n"
-           "the output (rows gathered in rank order). With --decode N (mha, gqa) it decodes\n"
-           "instead, the KV cache sharded by position (--cache-per-rank C).\n"
-           "\n"
-           "  --weights FILE     safetensors, mapped by every rank (default: random, the same as\n"
-           "                     run-graph's single-process random weights)\n"
-           "  --input FILE       x .npy f32 [B, T, D], read by rank 0 (default: random)\n"
-           "  --output FILE      the output .npy [B, T, D], written by rank 0\n"
-           "  --batch B --seq T --d-model D --heads H --kv-heads G   sizes (llama: --ffn F)\n"
-           "  --causal --window W --softcap C --rope --rope-theta F --sinks --alibi\n"
-           "                     (mha, gqa: as run-graph's; llama is causal with rope, sinks\n"
-           "                     from its weights; --window --softcap --rope-theta --rms-eps)\n"
-           "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
-           "  --zigzag           the load-balanced layout for causal attention: 2P segments,\n"
-           "                     rank r holds segments r and 2P-1-r (T >= 2P)\n"
-           "  --repeat N         one warm-up, then N timed runs; --isa NAME\n");
-}
-
 static gml_cp_layout layout_of(const prun *r) { return r->o.zigzag ? GML_CP_ZIGZAG : GML_CP_CONTIGUOUS; }
 
 /* The runner for the block the options ask for. */
@@ -164,7 +138,7 @@ int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
     bool ok = parsed && rg_mpi_options(g, true, &r.o, &e); /* the same on every rank */
     if (ok && r.o.done) {
-        if (r.rank == 0) help();
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_CONTEXT);
         MPI_Finalize();
         return 0;
     }

@@ -259,7 +259,7 @@ int main(int argc, char **argv) {
         rg_opts_free(&o);
         return status;
     }
-    if (ok && o.help) rg_print_help(stdout);
+    if (ok && o.help) rg_print_help(stdout, RG_MODE_SINGLE);
     if (ok && !o.done) {
         if (!o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
