@@ -125,6 +125,70 @@ static const char *speedup(char *buf, const opts *o, const double *rate, int j) 
     return buf;
 }
 
+/* ---- the harness: how every row is timed ---------------------------------- */
+
+/* What a row times: run does it once at nth threads and returns its seconds
+ * (of the row's unit: a product, a graph, a token). */
+typedef struct timed {
+    double (*run)(void *user, int nth);
+    void *user;
+} timed;
+
+typedef enum policy {
+    /* A pause, a first run setting the runs (row_runs), warm-up runs until
+     * WARM_S (the first counted), the runs: one graph a row. */
+    WARM_SECONDS,
+    /* A first run of t[0] setting the runs (row_runs) and the warm-up (none
+     * past LONG_S); then TURNS rounds, in each t[0..n) in turn: a pause,
+     * warm-up runs for WARM_S, its share of the runs (ggmlite and the
+     * reference). */
+    TURNS_WITH_REFERENCE,
+    /* A pause, one warm-up round, then `runs` rounds, each running every
+     * t[0..n) once: rows taking turns run by run. */
+    ROUNDS,
+} policy;
+
+enum { MAX_TIMED = 4 };
+
+static double timed_run(const timed *t, int nth) { return t->run(t->user, nth); }
+
+/* The median seconds of each of t[0..n) at nth threads into sec[], timed as
+ * p says; runs: ROUNDS' rounds (the others take o->runs, fewer for long
+ * runs). */
+static void measure(const opts *o, policy p, const timed *t, int n, int nth, int runs, double *sec) {
+    static double ts[MAX_TIMED][MAX_RUNS];
+    if (p == ROUNDS) {
+        pause_s(0.25);
+        for (int r = -1; r < runs; r++) /* round -1 warms up */
+            for (int k = 0; k < n; k++) {
+                const double s = timed_run(&t[k], nth);
+                if (r >= 0) ts[k][r] = s;
+            }
+    } else if (p == WARM_SECONDS) {
+        pause_s(0.25);
+        const double first = timed_run(&t[0], nth);
+        runs = row_runs(o->runs, first);
+        for (double warm = first; warm < WARM_S;) warm += timed_run(&t[0], nth);
+        for (int r = 0; r < runs; r++) ts[0][r] = timed_run(&t[0], nth);
+    } else {
+        const double first = timed_run(&t[0], nth), warm_s = first > LONG_S ? 0 : WARM_S;
+        runs = row_runs(o->runs, first);
+        for (int round = 0, done = 0; round < TURNS; round++) {
+            const int m = (runs - done) / (TURNS - round);
+            for (int k = 0; k < n; k++) {
+                pause_s(0.25);
+                for (double warm = 0; warm < warm_s;) warm += timed_run(&t[k], nth);
+                for (int r = 0; r < m; r++) ts[k][done + r] = timed_run(&t[k], nth);
+            }
+            done += m;
+        }
+    }
+    for (int k = 0; k < n; k++) sec[k] = rg_median(ts[k], runs);
+}
+
+/* A graph's compute (timed). */
+static double run_graph(void *g, int nth) { return time_graph(g, nth); }
+
 /* ---- matmul ------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -180,10 +244,16 @@ static void mm_setup_free(mm_setup *s) {
     free(s->y);
 }
 
-static double time_ggml(const mm_setup *s, int nth) { return time_graph(s->g, nth); }
-
 #ifdef GML_BENCH_OPENBLAS
-static double time_blas(const mm_setup *s, const mm_case *c) {
+typedef struct blas_run {
+    const mm_setup *s;
+    const mm_case *c;
+} blas_run;
+
+static double time_blas(void *user, int nth) {
+    (void)nth; /* openblas_set_num_threads */
+    const mm_setup *s = ((blas_run *)user)->s;
+    const mm_case *c = ((blas_run *)user)->c;
     const double t0 = now_s();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, c->linear ? CblasTrans : CblasNoTrans, (int)c->M,
                 (int)c->N, (int)c->K, 1.0f, s->a, (int)c->K, s->b,
@@ -213,33 +283,23 @@ static void bench_matmul(const opts *o) {
         const double bytes = 4.0 * (double)(c->M * c->K + c->K * c->N + c->M * c->N);
         double rate_g[MAX_THREADS], rate_b[MAX_THREADS];
         mm_setup s = mm_setup_new(c);
+#ifdef GML_BENCH_OPENBLAS
+        blas_run br = {&s, c};
+        const timed t[2] = {{run_graph, s.g}, {time_blas, &br}};
+        const int n_timed = 2;
+#else
+        const timed t[1] = {{run_graph, s.g}};
+        const int n_timed = 1;
+#endif
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
-            double tg[MAX_RUNS], tb[MAX_RUNS] = {0};
+            double sec[2] = {0, 0};
 #ifdef GML_BENCH_OPENBLAS
             openblas_set_num_threads(nth);
 #endif
-            const double first = time_ggml(&s, nth), warm_s = first > LONG_S ? 0 : WARM_S;
-            const int runs = row_runs(o->runs, first);
-            for (int round = 0, done = 0; round < TURNS; round++) {
-                const int n = (runs - done) / (TURNS - round);
-                pause_s(0.25);
-                for (double warm = 0; warm < warm_s;) warm += time_ggml(&s, nth);
-                for (int r = 0; r < n; r++) tg[done + r] = time_ggml(&s, nth);
-#ifdef GML_BENCH_OPENBLAS
-                pause_s(0.25);
-                for (double warm = 0; warm < warm_s;) warm += time_blas(&s, c);
-                for (int r = 0; r < n; r++) tb[done + r] = time_blas(&s, c);
-#endif
-                done += n;
-            }
-            rate_g[j] = 1.0 / rg_median(tg, runs);
-#ifdef GML_BENCH_OPENBLAS
-            rate_b[j] = 1.0 / rg_median(tb, runs);
-#else
-            (void)tb;
-            rate_b[j] = 0;
-#endif
+            measure(o, TURNS_WITH_REFERENCE, t, n_timed, nth, 0, sec);
+            rate_g[j] = 1.0 / sec[0];
+            rate_b[j] = sec[1] > 0 ? 1.0 / sec[1] : 0;
         }
         for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
             const int nth = o->threads[j];
@@ -325,13 +385,9 @@ static void bench_attention(const opts *o) {
             const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
             double rate[MAX_THREADS];
             for (int j = 0; j < o->n_threads; j++) {
-                double t[MAX_RUNS];
-                pause_s(0.25);
-                const double first = time_graph(g, o->threads[j]);
-                const int runs = row_runs(o->runs, first);
-                for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-                for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-                rate[j] = 1.0 / rg_median(t, runs);
+                double sec;
+                measure(o, WARM_SECONDS, &(timed){run_graph, g}, 1, o->threads[j], 0, &sec);
+                rate[j] = 1.0 / sec;
             }
             for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
                 const double sec = 1.0 / rate[j], gf = flop / sec * 1e-9;
@@ -408,13 +464,9 @@ static void bench_window(const opts *o) {
         for (int64_t i = 0; i < T; i++) pairs += (double)(win && i + 1 > W ? W : i + 1);
         const double flop = 4.0 * (double)d * (double)H * pairs;
         for (int j = 0; j < o->n_threads; j++) {
-            double t[MAX_RUNS];
-            pause_s(0.25);
-            const double first = time_graph(g, o->threads[j]);
-            const int runs = row_runs(o->runs, first);
-            for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-            for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double ms = rg_median(t, runs) * 1e3, gf = flop / ms * 1e-6;
+            double sec;
+            measure(o, WARM_SECONDS, &(timed){run_graph, g}, 1, o->threads[j], 0, &sec);
+            const double ms = sec * 1e3, gf = flop / ms * 1e-6;
             char pf[16];
             char what[64];
             snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
@@ -487,6 +539,31 @@ static gml_graph *decode_graph(gml_context **ctx, const gml_attn_config *cfg, co
     return g;
 }
 
+/* A run of decoding: the cache rewound to the context, then `tokens` steps
+ * of one token; the seconds per token. Exits with what and the message on
+ * failure. */
+typedef struct tokens_run {
+    gml_kv_cache *cache;
+    gml_kv_step *step;
+    gml_graph *g;
+    int64_t context;
+    int tokens;
+    const char *what;
+} tokens_run;
+
+static double run_tokens(void *user, int nth) {
+    const tokens_run *t = user;
+    char err[512];
+    gml_kv_cache_truncate(t->cache, t->context);
+    const double t0 = now_s();
+    for (int i = 0; i < t->tokens; i++)
+        if (gml_kv_step_compute(t->step, t->g, nth, err, sizeof err) != GML_OK) {
+            fprintf(stderr, "bench: %s: %s\n", t->what, err);
+            exit(1);
+        }
+    return (now_s() - t0) / t->tokens;
+}
+
 static void bench_decode(const opts *o) {
     const int64_t B = 1, D = 1024, dk = 64;
     const int H = 16, G = 4;
@@ -529,19 +606,10 @@ static void bench_decode(const opts *o) {
             fprintf(stderr, "bench: decode: the prompt: %s\n", err);
             exit(1);
         }
-        double t[MAX_RUNS];
-        pause_s(0.25);
-        for (int r = -1; r < o->runs; r++) { /* run -1 warms up */
-            gml_kv_cache_truncate(cache, CONTEXT);
-            const double t0 = now_s();
-            for (int i = 0; i < DECODE_TOKENS; i++)
-                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
-                    fprintf(stderr, "bench: decode: %s\n", err);
-                    exit(1);
-                }
-            if (r >= 0) t[r] = (now_s() - t0) / DECODE_TOKENS;
-        }
-        rate[j] = 1.0 / rg_median(t, o->runs);
+        tokens_run tr = {cache, &step[1], g[1], CONTEXT, DECODE_TOKENS, "decode"};
+        double sec;
+        measure(o, ROUNDS, &(timed){run_tokens, &tr}, 1, nth, o->runs, &sec);
+        rate[j] = 1.0 / sec;
     }
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
@@ -624,20 +692,11 @@ static void bench_decode_layers(const opts *o) {
     double rate[MAX_THREADS];
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[MAX_RUNS];
-        pause_s(0.25);
         const int runs = o->runs < 5 ? o->runs : 5; /* a run reads 8 x L layers */
-        for (int r = -1; r < runs; r++) { /* run -1 warms up */
-            gml_kv_cache_truncate(cache, CONTEXT);
-            const double t0 = now_s();
-            for (int i = 0; i < LAYERS_TOKENS; i++)
-                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
-                    fprintf(stderr, "bench: decode layers: %s\n", err);
-                    exit(1);
-                }
-            if (r >= 0) t[r] = (now_s() - t0) / LAYERS_TOKENS;
-        }
-        rate[j] = 1.0 / rg_median(t, runs);
+        tokens_run tr = {cache, &step[1], g[1], CONTEXT, LAYERS_TOKENS, "decode layers"};
+        double sec;
+        measure(o, ROUNDS, &(timed){run_tokens, &tr}, 1, nth, runs, &sec);
+        rate[j] = 1.0 / sec;
     }
     char what[32];
     snprintf(what, sizeof what, "decode C5 x%d layers", L);
@@ -711,14 +770,12 @@ static void bench_weights(const opts *o) {
            "vs f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[NT][MAX_RUNS];
-        pause_s(0.25);
-        for (int tt = 0; tt < NT; tt++) time_graph(g[tt], nth); /* warm-up */
-        for (int r = 0; r < o->runs; r++)
-            for (int tt = 0; tt < NT; tt++) t[tt][r] = time_graph(g[tt], nth);
+        const timed t[NT] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
+        double secs[NT];
+        measure(o, ROUNDS, t, NT, nth, o->runs, secs);
         double f32_sec = 0;
         for (int tt = 0; tt < NT; tt++) {
-            const double sec = rg_median(t[tt], o->runs);
+            const double sec = secs[tt];
             if (tt == 0) f32_sec = sec;
             char pb[16]; /* a step reads its weights once */
             printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f %7.1f %6s\n", gml_type_name(types[tt]), nth,
@@ -846,21 +903,14 @@ static void bench_decode_types(const opts *o) {
            "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[NR][MAX_RUNS];
-        pause_s(0.25);
-        for (int run = -1; run < o->runs; run++) /* run -1 warms up */
-            for (int r = 0; r < NR; r++) {
-                gml_kv_cache_truncate(step[r].cache, CONTEXT);
-                const double t0 = now_s();
-                for (int i = 0; i < DECODE_TYPES_TOKENS; i++)
-                    if (gml_kv_step_compute(&step[r], g[r], nth, err, sizeof err) != GML_OK) {
-                        fprintf(stderr, "bench: decode types: %s\n", err);
-                        exit(1);
-                    }
-                if (run >= 0) t[r][run] = (now_s() - t0) / DECODE_TYPES_TOKENS;
-            }
+        tokens_run tr[NR];
+        timed t[NR];
+        for (int r = 0; r < NR; r++) {
+            tr[r] = (tokens_run){step[r].cache, &step[r], g[r], CONTEXT, DECODE_TYPES_TOKENS, "decode types"};
+            t[r] = (timed){run_tokens, &tr[r]};
+        }
         double sec[NR];
-        for (int r = 0; r < NR; r++) sec[r] = rg_median(t[r], o->runs);
+        measure(o, ROUNDS, t, NR, nth, o->runs, sec);
         char pb[16];
         for (int r = 0; r < NR; r++)
             printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f %7.1f %6s\n", gml_type_name(wtype[r]),
