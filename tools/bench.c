@@ -22,7 +22,11 @@
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
  * q8_0 weights; a whole attention block's decoding step at C4's dimensions
- * with those weights and an f16 KV cache (decode_types). */
+ * with those weights and an f16 KV cache (decode_types).
+ *
+ * The sections are a table (SECTIONS, what --only picks from), the
+ * attention cases too (CASES: the README's C1..C5, whose dimensions the
+ * decoding sections take), and one harness (measure) times every row. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 #include "rg_time.h"
@@ -328,10 +332,36 @@ static void bench_matmul(const opts *o) {
  * intermediates, reusing dead ones' memory), "unplanned" the same tensors
  * each with memory of its own. */
 typedef struct attn_case {
-    const char *what;
+    const char *id; /* the README's name of the case: C1 .. C5 */
     int64_t B, T, D;
     int H, G; /* G == H: MHA */
 } attn_case;
+
+/* The cases: the attention rows, and the dimensions the decoding rows take
+ * (C5's, C4's). */
+static const attn_case CASES[] = {
+    {"C1", 2, 10, 512, 8, 8},
+    {"C2", 4, 256, 512, 8, 8},
+    {"C3", 1, 2048, 512, 8, 8},
+    {"C4", 2, 10, 4096, 32, 8},
+    {"C5", 1, 1024, 1024, 16, 4},
+};
+#define N_CASES (int)(sizeof CASES / sizeof *CASES)
+
+static const attn_case *case_of(const char *id) {
+    for (int i = 0; i < N_CASES; i++)
+        if (strcmp(CASES[i].id, id) == 0) return &CASES[i];
+    fprintf(stderr, "bench: no case %s\n", id);
+    exit(1);
+}
+
+/* "C1 MHA B=2 T=10", "C4 GQA B=2 T=10 G=8" (no id: without it). */
+static const char *case_name(const attn_case *c, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s%s B=%lld T=%lld", c->id ? c->id : "", c->id ? " " : "",
+             c->G == c->H ? "MHA" : "GQA", (long long)c->B, (long long)c->T);
+    if (c->G != c->H) snprintf(buf + strlen(buf), size - strlen(buf), " G=%d", c->G);
+    return buf;
+}
 
 /* The case's graph in ctx (no_alloc), fused (one gml_flash_attn) or
  * unfused (scores, softmax, context); NULL (message printed) on failure. */
@@ -347,35 +377,31 @@ static gml_graph *attn_graph(gml_context *ctx, const attn_case *c, gml_attn_impl
     const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G}, .graph.impl = impl};
     gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
-    if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
+    char name[64];
+    if (!g) fprintf(stderr, "bench: %s: %s\n", case_name(c, name, sizeof name), gml_last_error(ctx));
     return g;
 }
 
 static void bench_window(const opts *o);
 
 static void bench_attention(const opts *o) {
-    static const attn_case cases[] = {
-        {"C1 MHA B=2 T=10", 2, 10, 512, 8, 8},
-        {"C2 MHA B=4 T=256", 4, 256, 512, 8, 8},
-        {"C3 MHA B=1 T=2048", 1, 2048, 512, 8, 8},
-        {"C4 GQA B=2 T=10 G=8", 2, 10, 4096, 32, 8},
-        {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
-    };
     printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case;\n"
            "graph: unfused = scores, softmax, context; fused = one flash_attn;\n"
            "%%FMA: of the FMA peak at the threads; t/peak: the time over the FLOPs' time at "
            "that peak;\nvs 1: speed-up over 1 thread)\n");
     printf("%-22s %5s %3s %-8s %7s %10s %10s %6s %7s %6s %12s %10s\n", "case", "D", "H", "graph",
            "threads", "ms", "GFLOP/s", "%FMA", "t/peak", "vs 1", "planned MiB", "unplanned");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int i = 0; i < N_CASES; i++)
         for (int fused = 0; fused < 2; fused++) {
-            const attn_case *c = &cases[i];
+            const attn_case *c = &CASES[i];
+            char name[64];
+            case_name(c, name, sizeof name);
             gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
             gml_graph *g =
                 ctx ? attn_graph(ctx, c, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED) : NULL;
             if (!g) exit(1);
             if (gml_graph_plan(g, NULL) != GML_OK) {
-                fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+                fprintf(stderr, "bench: %s: %s\n", name, gml_graph_error(g));
                 exit(1);
             }
             for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
@@ -395,7 +421,7 @@ static void bench_attention(const opts *o) {
                 char p[2][16], tp[16] = "-";
                 if (peak > 0) snprintf(tp, sizeof tp, "%.2fx", peak / gf);
                 printf("%-22s %5lld %3d %-8s %7d %10.3f %10.1f %6s %7s %6s %12.1f %10.1f\n",
-                       c->what, (long long)c->D, c->H, fused ? "fused" : "unfused",
+                       name, (long long)c->D, c->H, fused ? "fused" : "unfused",
                        o->threads[j], sec * 1e3, gf, pct_fma(p[0], o, gf, o->threads[j]), tp,
                        speedup(p[1], o, rate, j), (double)gml_graph_plan_peak(g) / mib,
                        (double)gml_graph_plan_naive(g) / mib);
@@ -407,14 +433,16 @@ static void bench_attention(const opts *o) {
 
     /* A long sequence: the planner's peak for both graphs, planned only (the
      * unfused one would hold [B, H, T, T] scores: 2 GiB). */
-    const attn_case lc = {"MHA B=1 T=8192", 1, 8192, 512, 8, 8};
+    const attn_case lc = {NULL, 1, 8192, 512, 8, 8};
+    char lname[64];
+    case_name(&lc, lname, sizeof lname);
     size_t peak[2];
     for (int fused = 0; fused < 2; fused++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
         gml_graph *g = ctx ? attn_graph(ctx, &lc, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED)
                            : NULL;
         if (!g || gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) != GML_OK) {
-            fprintf(stderr, "bench: %s: %s\n", lc.what, g ? gml_graph_error(g) : "no graph");
+            fprintf(stderr, "bench: %s: %s\n", lname, g ? gml_graph_error(g) : "no graph");
             exit(1);
         }
         peak[fused] = gml_graph_plan_peak(g);
@@ -422,7 +450,7 @@ static void bench_attention(const opts *o) {
         gml_free(ctx);
     }
     printf("\nplanned peak memory, %s D=%lld H=%d: unfused %.1f MiB, fused %.1f MiB (1/%.1f)\n",
-           lc.what, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
+           lname, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
            (double)peak[1] / (1 << 20), (double)peak[0] / (double)peak[1]);
     bench_window(o);
 }
@@ -433,7 +461,8 @@ static void bench_attention(const opts *o) {
  * row block's windows are skipped, so the cost should be about W / (T / 2)
  * = 1/8 of the causal run's or less. */
 static void bench_window(const opts *o) {
-    const int64_t T = 8192, H = 16, G = 4, d = 64, W = 512;
+    const attn_case *c5 = case_of("C5");
+    const int64_t T = 8192, H = c5->H, G = c5->G, d = c5->D / c5->H, W = 512;
     printf("\nsliding window, one flash_attn op: GQA B=1 H=%lld G=%lld d=%lld T=%lld "
            "(f32, fused)\n", (long long)H, (long long)G, (long long)d, (long long)T);
     printf("GFLOP/s: of the visible (query, key) pairs' 4 d FLOPs; %%FMA: of the FMA peak at the "
@@ -565,8 +594,9 @@ static double run_tokens(void *user, int nth) {
 }
 
 static void bench_decode(const opts *o) {
-    const int64_t B = 1, D = 1024, dk = 64;
-    const int H = 16, G = 4;
+    const attn_case *c = case_of("C5");
+    const int64_t B = 1, D = c->D, dk = c->D / c->H;
+    const int H = c->H, G = c->G;
     char err[512];
     gml_kv_cache *cache = gml_kv_cache_new(
         (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = G,
@@ -586,9 +616,9 @@ static void bench_decode(const opts *o) {
     for (int k = 0; k < 2; k++)
         g[k] = decode_graph(&ctx[k], &cfg, &w, 1, cache, B, k ? 1 : CONTEXT, D, &step[k],
                             25 + (uint32_t)k, "decode");
-    printf("\ndecoding f32, C5's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
+    printf("\ndecoding f32, %s's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
            "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",
-           (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
+           c->id, (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
            DECODE_TOKENS);
     /* Bytes a token reads: the weights and the cache's K and V up to its
      * position (CONTEXT + i + 1 for the i-th token), averaged over the run. */
@@ -611,10 +641,12 @@ static void bench_decode(const opts *o) {
         measure(o, ROUNDS, &(timed){run_tokens, &tr}, 1, nth, o->runs, &sec);
         rate[j] = 1.0 / sec;
     }
+    char what[32];
+    snprintf(what, sizeof what, "decode %s ctx %d", c->id, CONTEXT);
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
         char p[2][16];
-        printf("%-22s %7d %12.0f %12.3f %9.2f %7.1f %6s %6s\n", "decode C5 ctx 2048",
+        printf("%-22s %7d %12.0f %12.3f %9.2f %7.1f %6s %6s\n", what,
                o->threads[j], rate[j], 1e3 / rate[j], tok_bytes * 1e-6, gbs,
                pct_bw(p[0], o, gbs, o->threads[j]), speedup(p[1], o, rate, j));
     }
@@ -643,8 +675,9 @@ static void bench_decode(const opts *o) {
 #define LAYERS_MAX 64
 
 static void bench_decode_layers(const opts *o) {
-    const int64_t B = 1, D = 1024, dk = 64;
-    const int H = 16, G = 4;
+    const attn_case *c = case_of("C5");
+    const int64_t B = 1, D = c->D, dk = c->D / c->H;
+    const int H = c->H, G = c->G;
     const int64_t T_max = CONTEXT + LAYERS_TOKENS;
     const size_t wbytes = (size_t)(2 * D * D + 2 * G * dk * D) * sizeof(float);
     const size_t cbytes = (size_t)(2 * B * G * T_max * dk) * sizeof(float); /* one layer's K and V */
@@ -683,10 +716,10 @@ static void bench_decode_layers(const opts *o) {
         fill(gml_kv_cache_v(cache, l)->data, gml_nelements(gml_kv_cache_v(cache, l)), 43 + (uint32_t)l);
     }
     const double tok_bytes = per_layer * L;
-    printf("\ndecoding f32 through %d layers of C5's dimensions (context %d, B=1; %.0f MB a token, "
+    printf("\ndecoding f32 through %d layers of %s's dimensions (context %d, B=1; %.0f MB a token, "
            "2x the %.0f MiB last-level cache or more):\n%d tokens one at a time per run, one step "
            "graph through every layer\n",
-           L, CONTEXT, tok_bytes * 1e-6, (double)llc / (1 << 20), LAYERS_TOKENS);
+           L, c->id, CONTEXT, tok_bytes * 1e-6, (double)llc / (1 << 20), LAYERS_TOKENS);
     printf("%-22s %7s %12s %12s %9s %7s %6s %6s\n", "case", "threads", "tokens/s", "ms/token",
            "MB/token", "GB/s", "%BW", "vs 1");
     double rate[MAX_THREADS];
@@ -699,7 +732,7 @@ static void bench_decode_layers(const opts *o) {
         rate[j] = 1.0 / sec;
     }
     char what[32];
-    snprintf(what, sizeof what, "decode C5 x%d layers", L);
+    snprintf(what, sizeof what, "decode %s x%d layers", c->id, L);
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
         char p[2][16];
@@ -726,7 +759,8 @@ static void bench_decode_layers(const opts *o) {
  * tokens/s from the median step, and the bytes a step holds: the weights
  * plus the planned buffer. */
 static void bench_weights(const opts *o) {
-    const int64_t D = 4096, KV = 8 * 128;
+    const attn_case *c = case_of("C4");
+    const int64_t D = c->D, KV = c->G * (c->D / c->H);
     const gml_type types[] = {GML_F32, GML_BF16, GML_Q8_0};
     enum { NT = 3 };
     gml_context *wctx[NT], *ctx[NT];
@@ -763,9 +797,10 @@ static void bench_weights(const opts *o) {
         fill(gml_graph_data(g[t], x), D, 77);
     }
     free(row);
-    printf("\ndecoding weights by type, C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1: the step's "
+    printf("\ndecoding weights by type, %s's dimensions (D=%lld H=%d G=%d d_k=%lld), B=1: the step's "
            "q, k, v, o products\n(attention over the cache not included), types taking turns; GB/s: "
-           "the weights' bytes\n(read once a step), %%BW: of the read bandwidth\n");
+           "the weights' bytes\n(read once a step), %%BW: of the read bandwidth\n",
+           c->id, (long long)D, c->H, c->G, (long long)(D / c->H));
     printf("%-10s %7s %12s %10s %9s %14s %7s %6s\n", "weights", "threads", "tokens/s", "ms/token",
            "vs f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
@@ -805,7 +840,8 @@ static void bench_weights(const opts *o) {
 #define DECODE_TYPES_TOKENS 8
 
 static gml_context *c4_weights(gml_type type, gml_attn_weights *w, size_t *bytes) {
-    const int64_t D = 4096, KV = 8 * 128, rows[4] = {D, KV, KV, D};
+    const attn_case *c = case_of("C4");
+    const int64_t D = c->D, KV = c->G * (c->D / c->H), rows[4] = {D, KV, KV, D};
     gml_context *wctx = gml_init((gml_init_params){.mem_size = (size_t)(2 * D * D + 2 * KV * D) * 4 + (1 << 20)});
     float *row = malloc((size_t)D * sizeof *row);
     if (!wctx || !row) {
@@ -834,10 +870,11 @@ static gml_context *c4_weights(gml_type type, gml_attn_weights *w, size_t *bytes
 /* A planned decode step of n tokens over cache with weights w. */
 static gml_graph *c4_step(gml_context **ctx, gml_kv_cache *cache, const gml_attn_weights *w,
                           int64_t n, gml_kv_step *step) {
-    const gml_attn_config cfg = {.dims = {.n_heads = 32, .n_kv_heads = 8},
+    const attn_case *c = case_of("C4");
+    const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G},
                                  .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, 1, n, 4096);
+    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, 1, n, c->D);
     gml_set_flags(x, GML_FLAG_INPUT);
     *step = gml_kv_step_new(*ctx, cache, n);
     gml_tensor *y = gml_attn_decode(*ctx, cfg, w, x, step, 0);
@@ -854,12 +891,13 @@ static void bench_decode_types(const opts *o) {
     enum { NR = 4 };
     const gml_type wtype[NR] = {GML_F32, GML_F32, GML_BF16, GML_Q8_0};
     const gml_type ctype[NR] = {GML_F32, GML_F16, GML_F16, GML_F16};
+    const attn_case *c4 = case_of("C4");
     char err[512];
     gml_kv_cache *cache[2]; /* f32, f16 */
     for (int c = 0; c < 2; c++) {
-        cache[c] = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 8,
+        cache[c] = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = c4->G,
                                                           .max_len = CONTEXT + DECODE_TYPES_TOKENS,
-                                                          .d_k = 128, .type = c ? GML_F16 : GML_F32},
+                                                          .d_k = c4->D / c4->H, .type = c ? GML_F16 : GML_F32},
                                     err, sizeof err);
         if (!cache[c]) {
             fprintf(stderr, "bench: decode types: %s\n", err);
@@ -894,11 +932,11 @@ static void bench_decode_types(const opts *o) {
         rd[r] = (double)wbytes[wt] + (double)gml_kv_cache_bytes(cache[c]) /
                 (CONTEXT + DECODE_TYPES_TOKENS) * (CONTEXT + (DECODE_TYPES_TOKENS + 1) / 2.0);
     }
-    printf("\ndecoding at C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1, context %d: one attention "
+    printf("\ndecoding at %s's dimensions (D=%lld H=%d G=%d d_k=%lld), B=1, context %d: one attention "
            "block's step\n(projections, cache append, flash_attn over the cache), %d tokens per run, "
            "rows taking turns;\nmemory: weights + KV cache + the step's planned buffer; GB/s: the "
            "weights and the K, V rows\na token reads, %%BW: of the read bandwidth\n",
-           CONTEXT, DECODE_TYPES_TOKENS);
+           c4->id, (long long)c4->D, c4->H, c4->G, (long long)(c4->D / c4->H), CONTEXT, DECODE_TYPES_TOKENS);
     printf("%-8s %-6s %7s %10s %10s %9s %9s %11s %7s %6s\n", "weights", "cache", "threads", "tokens/s",
            "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
@@ -970,6 +1008,23 @@ static void print_machine(const opts *o) {
 #endif
 }
 
+/* The sections of the table, in order; --only NAME runs those of that name
+ * (the window section alone is also the end of attention's). */
+static const struct section {
+    const char *name;
+    void (*run)(const opts *o);
+    bool in_table; /* run without --only */
+} SECTIONS[] = {
+    {"matmul", bench_matmul, true},
+    {"attention", bench_attention, true},
+    {"window", bench_window, false},
+    {"decode", bench_decode, true},
+    {"decode", bench_decode_layers, true},
+    {"weights", bench_weights, true},
+    {"decode_types", bench_decode_types, true},
+};
+#define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
+
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
                     "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types] "
@@ -989,13 +1044,8 @@ static void run_isa(opts *o, gml_isa isa, const char *only) {
     bench_measure_limits(&lim, isa, o->threads, o->n_threads);
     o->lim = &lim;
     bench_print_limits(&lim);
-    if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(o);
-    if (!only[0] || strcmp(only, "attention") == 0) bench_attention(o);
-    if (strcmp(only, "window") == 0) bench_window(o); /* also at the end of attention */
-    if (!only[0] || strcmp(only, "decode") == 0) bench_decode(o);
-    if (!only[0] || strcmp(only, "decode") == 0) bench_decode_layers(o);
-    if (!only[0] || strcmp(only, "weights") == 0) bench_weights(o);
-    if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(o);
+    for (int i = 0; i < N_SECTIONS; i++)
+        if (only[0] ? strcmp(only, SECTIONS[i].name) == 0 : SECTIONS[i].in_table) SECTIONS[i].run(o);
     o->lim = NULL;
 }
 
@@ -1063,10 +1113,9 @@ int main(int argc, char **argv) {
             if (o.n_threads == 0) usage();
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
-            if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
-                strcmp(only, "window") != 0 && strcmp(only, "decode") != 0 &&
-                strcmp(only, "weights") != 0 && strcmp(only, "decode_types") != 0)
-                usage();
+            bool known = false;
+            for (int k = 0; k < N_SECTIONS; k++) known = known || strcmp(only, SECTIONS[k].name) == 0;
+            if (!known) usage();
         } else if (strcmp(argv[i], "--isa") == 0 || strcmp(argv[i], "--isa-run") == 0) {
             child = strcmp(argv[i], "--isa-run") == 0; /* the last one: see run_child */
             const char *name = argv[++i];
