@@ -260,6 +260,10 @@ typedef struct rg_timing {
     double *node_ms; /* --profile: mean ms per node over the timed runs, or NULL */
 } rg_timing;
 
+/* Places g's tensors with the memory planner: measured first and refused
+ * (naming `what`) when its peak plus `own` bytes (the data its leafs hold)
+ * exceed the machine's memory, then planned. Every mode's graphs. */
+bool rg_place(gml_graph *g, const char *what, size_t own, rg_err *e);
 /* One warm-up when repeat > 1, then `repeat` timed runs. */
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e);
 /* The per-node table and the per-op totals. */

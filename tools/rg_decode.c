@@ -35,13 +35,7 @@ static bool step_build(step *s, const rg_opts *o, gml_kv_cache *cache, gml_attn_
         if (o->weights) return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, gml_last_error(s->ctx));
         return rg_fail(e, RG_RUNTIME, "--decode: %s", gml_last_error(s->ctx));
     }
-    gml_status st = gml_graph_plan(s->g, &(gml_plan_options){.measure_only = true});
-    if (st == GML_OK &&
-        !rg_check_memory((uint64_t)gml_graph_plan_peak(s->g), "the decode graph", e))
-        return false;
-    if (st == GML_OK) st = gml_graph_plan(s->g, NULL);
-    if (st != GML_OK)
-        return rg_fail(e, RG_RUNTIME, "placing the decode graph: %s", gml_graph_error(s->g));
+    if (!rg_place(s->g, "the decode graph", 0, e)) return false;
     gml_graph_set_nan_trap(s->g, o->nan_trap);
     return true;
 }

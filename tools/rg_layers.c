@@ -371,12 +371,7 @@ static bool execute(run *r, rg_err *e) {
         r->g = gml_build_graph(gctx, &r->out, 1);
         if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
     }
-    gml_status st = GML_OK;
-    if (ok) st = gml_graph_plan(r->g, &(gml_plan_options){.measure_only = true});
-    if (ok && st == GML_OK)
-        ok = rg_check_memory((uint64_t)gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g), "the graph's tensors", e);
-    if (ok && st == GML_OK) st = gml_graph_plan(r->g, NULL);
-    if (ok && st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(r->g));
+    ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
     r->e = e;

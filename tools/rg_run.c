@@ -8,6 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool rg_place(gml_graph *g, const char *what, size_t own, rg_err *e) {
+    gml_status st = gml_graph_plan(g, &(gml_plan_options){.measure_only = true});
+    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(g) + own, what, e)) return false;
+    if (st == GML_OK) st = gml_graph_plan(g, NULL);
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing %s: %s", what, gml_graph_error(g));
+    return true;
+}
+
 typedef struct profile {
     double last;
     double *ms; /* per node, summed over runs */
