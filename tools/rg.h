@@ -339,8 +339,8 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
 
 /* ---- whole layers (rg_layers.c) ----------------------------------------------------- */
 
-/* run-graph llama | gpt2 | bert (RG_MODE_LAYER), on the parsed options.
- * Returns the exit status. */
+/* run-graph llama | gpt2 | bert (RG_MODE_LAYER), on the parsed options
+ * (threads and ISA set by main). Returns the exit status. */
 int rg_layers_main(const rg_opts *o);
 
 /* ---- over MPI (rg_mpi.c) ------------------------------------------------------------ */

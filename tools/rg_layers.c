@@ -23,7 +23,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 typedef enum lkind { L_LLAMA, L_GPT2, L_BERT } lkind;
@@ -38,7 +37,7 @@ static const char *const KEY_NAME[] = {"input_layernorm.weight", "ln_1.weight",
 
 typedef struct lopts {
     lkind kind;
-    const char *weights, *input, *output, *isa;
+    const char *weights, *input, *output;
     int64_t batch, seq, d_model, ffn;
     int heads, kv_heads, layers, threads, repeat;
     uint64_t seed;
@@ -53,7 +52,7 @@ typedef struct lopts {
 /* The options of the layers from the parse (rg_parse_args). */
 static lopts options(const rg_opts *g) {
     return (lopts){.kind = (lkind)g->layer, .weights = g->weights, .input = g->input,
-                   .output = g->output, .isa = g->isa, .batch = g->dim[RG_B], .seq = g->dim[RG_T],
+                   .output = g->output, .batch = g->dim[RG_B], .seq = g->dim[RG_T],
                    .d_model = g->dim[RG_D], .ffn = g->ffn, .heads = (int)g->dim[RG_H],
                    .kv_heads = (int)g->dim[RG_G], .layers = g->layers, .threads = g->threads,
                    .repeat = g->repeat, .seed = g->seed, .rope_theta = g->rope_theta,
@@ -427,20 +426,9 @@ static bool execute(run *r, rg_err *e) {
 int rg_layers_main(const rg_opts *g) {
     run r = {.o = options(g)};
     rg_err e = {0};
-    bool ok = true;
-    if (g->help) rg_print_help(stdout, RG_MODE_LAYER);
-    if (!g->done) {
-        if (!r.o.threads) {
-            long n = sysconf(_SC_NPROCESSORS_ONLN);
-            r.o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
-        }
-        gml_isa isa;
-        if (r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK)
-            ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", r.o.isa);
-        r.w = calloc((size_t)r.o.layers, sizeof *r.w);
-        if (ok && !r.w) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
-        ok = ok && load(&r, &e) && execute(&r, &e);
-    }
+    r.w = calloc((size_t)r.o.layers, sizeof *r.w);
+    bool ok = r.w || rg_fail(&e, RG_RUNTIME, "out of memory");
+    ok = ok && load(&r, &e) && execute(&r, &e);
     free(r.w);
     gml_free(r.ctx);
     gml_free(r.wctx);

@@ -254,13 +254,8 @@ int main(int argc, char **argv) {
         rg_opts_free(&o);
         return status;
     }
-    if (ok && o.mode == RG_MODE_LAYER) {
-        const int status = rg_layers_main(&o); /* rg_layers.c */
-        rg_opts_free(&o);
-        return status;
-    }
-    if (ok && o.help) rg_print_help(stdout, RG_MODE_SINGLE);
-    if (ok && !o.done) {
+    if (ok && o.help) rg_print_help(stdout, o.mode);
+    if (ok && !o.done) { /* the threads (default: all cores) and the ISA, for one process */
         if (!o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
             o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
@@ -268,7 +263,14 @@ int main(int argc, char **argv) {
         gml_isa isa;
         if (o.isa && gml_isa_from_name(o.isa, &isa) && gml_set_isa(isa) != GML_OK)
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
-        ok = ok && rg_data_load(&o, &d, &e);
+    }
+    if (ok && !o.done && o.mode == RG_MODE_LAYER) {
+        const int status = rg_layers_main(&o); /* rg_layers.c */
+        rg_opts_free(&o);
+        return status;
+    }
+    if (ok && !o.done) {
+        ok = rg_data_load(&o, &d, &e);
         if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
             gml_tensor view;
             ok = rg_decode_run(&o, &d, &dec, &e) &&
