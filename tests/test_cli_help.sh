@@ -5,7 +5,9 @@
 #   - run-graph --help: mha, gqa, relpos, matmul, a graph file;
 #   - run-graph llama --help: llama, gpt2, bert;
 #   - with MPIEXEC (an MPI build): --parallel heads, context and context
-#     --decode, each run under mpirun with one rank.
+#     --decode, under mpirun with one rank: all of a page's flags in one run
+#     (the parse reads them in order and refuses the first it does not take),
+#     ended by --help for heads and context (nothing computed).
 # Accepted: not refused as an unknown flag, as a flag that does not apply to
 # the mode, or as not a flag of the --parallel mode; the run may still fail
 # for another reason (its file does not exist, --max-len without --decode).
@@ -114,14 +116,39 @@ run_layer() { "$RG" "$1" "${SMALL[@]}" "${@:2}"; }
 check_page single "mha,gqa,relpos,matmul,graph_files" "$RG" --help
 check_page layer "llama,gpt2,bert" "$RG" llama --help
 
+# check_parallel PAGE ARGS...: every flag of the page's --help (`run-graph gqa
+# ARGS --help`) in one run of `run-graph gqa FLAGS... ARGS` under mpirun; gqa
+# takes every flag mha takes (--kv-heads too).
+check_parallel() {
+    local page=$1
+    shift
+    if ! timeout 60 "${mpi[@]}" "$RG" gqa "$@" --help >"$T/help" 2>"$T/help.err"; then
+        fail "$page: its --help failed: $(head -c 300 "$T/help.err")"
+        return
+    fi
+    local args=() n=0 flag takes modes
+    while read -r flag takes modes; do
+        case $flag in --parallel | --help) continue ;; esac
+        n=$((n + 1))
+        args+=("$flag")
+        [ "$takes" = 1 ] && args+=("$(value "$flag")")
+    done < <(entries <"$T/help")
+    n_checks=$((n_checks + n))
+    # heads and context stop at --help once the flags before it are read
+    local end=(--help)
+    [ "$page" = decode ] && end=() # its --help is read before any flag
+    timeout 60 "${mpi[@]}" "$RG" gqa "${SMALL[@]}" "${args[@]}" "${end[@]}" "$@" >"$T/out" 2>"$T/err" </dev/null
+    if grep -qE 'unknown flag|does not apply|not a flag of' "$T/err"; then
+        fail "$page: a flag its --help lists is refused: $(grep -m1 -E 'unknown flag|does not apply|not a flag of' "$T/err")"
+    fi
+    [ "$n" -ge 3 ] || fail "$page: only $n flags found in its --help"
+    echo "$page: $n flags"
+}
+
 if [ -n "$MPIEXEC" ]; then
-    # gqa takes every flag mha takes (--kv-heads too)
-    run_heads() { timeout 60 "${mpi[@]}" "$RG" gqa "${SMALL[@]}" "${@:2}" --parallel heads; }
-    run_context() { timeout 60 "${mpi[@]}" "$RG" gqa "${SMALL[@]}" "${@:2}" --parallel context; }
-    run_decode() { timeout 60 "${mpi[@]}" "$RG" gqa "${SMALL[@]}" --decode 1 "${@:2}" --parallel context; }
-    check_page heads "heads" "${mpi[@]}" "$RG" gqa --parallel heads --help
-    check_page context "context" "${mpi[@]}" "$RG" gqa --parallel context --help
-    check_page decode "decode" "${mpi[@]}" "$RG" gqa --decode 1 --parallel context --help
+    check_parallel heads --parallel heads
+    check_parallel context --parallel context
+    check_parallel decode --decode 1 --parallel context
 fi
 
 echo "test_cli_help: $n_checks checks, $n_failed failed"
