@@ -5,7 +5,7 @@
  *                deterministic random data
  *   rg_model.c   the graph: a built-in block or a graph file, bound to the data,
  *                its tensors placed by the memory planner
- *   rg_run.c     compute: timing, per-node profile
+ *   rg_run.c     placing a graph (every mode), compute: timing, per-node profile
  *   rg_time.c    the clock, the median and the timed runs of every mode and of bench
  *                (rg_time.h)
  *   rg_decode.c  --decode: a prompt, then tokens one at a time through a KV cache
