@@ -5,7 +5,7 @@
  * writer writes each node as gml_format_node does. */
 #include "file.h"
 #include "graph.h"
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 
 #include <ctype.h>
 #include <errno.h>
