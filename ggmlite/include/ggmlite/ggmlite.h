@@ -180,6 +180,11 @@ extern "C" {
 #define GML_MAX_NAME 64
 #define GML_MAX_OP_PARAMS 16 /* int32 slots */
 #define GML_SHAPE_MAX 64 /* room for any shape gml_format_shape writes */
+#define GML_ERR_MAX 512  /* room for any message ggmlite keeps: 511 bytes and the NUL */
+/* Tensor data in an allocating arena starts at a multiple of GML_ALIGN
+ * bytes: a tensor of n data bytes takes gml_tensor_overhead() + n rounded
+ * up to GML_ALIGN of the arena. */
+#define GML_ALIGN 64
 
 /* printf-style format checking (GCC, Clang) of the functions taking one. */
 #if defined(__GNUC__)
@@ -742,6 +747,15 @@ gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
 int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
 /* Index of t among nodes, or -1. */
 int gml_graph_find(const gml_graph *g, const gml_tensor *t);
+/* Every tensor of g (its leafs and its nodes, n_leafs + n_nodes of them)
+ * in the order gml_build_graph first reached each: the outputs in the order
+ * given, each followed depth-first by the sources it reached first.
+ * gml_graph_tensor_at: the i-th (0 <= i < gml_graph_n_tensors), else NULL.
+ * gml_graph_tensor_index: t's index in that order, or -1 if t is not in g;
+ * expected O(1) (a hash index). */
+int gml_graph_n_tensors(const gml_graph *g);
+gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i);
+int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t);
 
 /* A table: node, name, op, shape, strides, uses, and the call that made it
  * (gml_format_node). */
@@ -797,6 +811,10 @@ typedef struct gml_arg {
 } gml_arg;
 
 #define GML_MAX_ARGS 16
+
+/* The index of word (len bytes, no NUL needed) among an ENUM spec's names,
+ * aliases after '|' included, or -1. */
+int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len);
 
 typedef struct gml_op_form gml_op_form;
 /* The forms: the ops of ops.inc in order (GML_OP_NONE has none), then the

@@ -3,7 +3,8 @@
  * The index keeps no keys: the caller keeps them in its own array (tensors
  * of a graph, names of a file) and says how to compare one through an
  * equality callback, so one table serves pointer keys and string keys.
- * Internal (graph.c, graphfile.c); not in the public header.
+ * Part of libggmlite (graphs index their tensors with it, the graph-file
+ * reader and writer of ggmlite_io their names); ggmlite.h does not include it.
  *
  *     gml_hashindex ix = {0};                      // empty, owns nothing
  *     if (!gml_hashindex_add(&ix, gml_hash_str(s), i)) ... out of memory ...
@@ -18,6 +19,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct gml_hashindex {
     uint64_t *hashes; /* [cap] the hash of each slot's key */
@@ -50,5 +55,9 @@ void gml_hashindex_clear(gml_hashindex *ix);
 
 /* Frees the index's memory; it is then empty and can be used again. */
 void gml_hashindex_free(gml_hashindex *ix);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
