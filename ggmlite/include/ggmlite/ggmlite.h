@@ -156,6 +156,8 @@
 #ifndef GGMLITE_H
 #define GGMLITE_H
 
+#include <ggmlite/export.h>
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -273,7 +275,7 @@ typedef struct gml_graph gml_graph;
 /* The version of the library linked in: GML_VERSION as it was when the
  * library was built, e.g. "0.1.0". It differs from GML_VERSION when a
  * program was compiled against other headers than the library it runs with. */
-const char *gml_version(void);
+GML_API const char *gml_version(void);
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -290,11 +292,11 @@ typedef struct gml_init_params {
 } gml_init_params;
 
 /* Returns NULL only if malloc fails or mem_size is too small to be useful. */
-gml_context *gml_init(gml_init_params params);
-void gml_free(gml_context *ctx);
+GML_API gml_context *gml_init(gml_init_params params);
+GML_API void gml_free(gml_context *ctx);
 
-const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
-void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
+GML_API const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
+GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
 /* For builders of your own (as the attention blocks of <ggmlite/attention.h>
  * are): records a message on ctx as ggmlite's builders do, replacing any
  * earlier one, and returns NULL, so a builder can report a mistake with
@@ -304,48 +306,48 @@ void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
  * and gml_build_graph then refuses the context, as for any builder error.
  * The message is cut at 511 bytes. ctx NULL: does nothing. gml_set_error_v
  * takes a va_list, for wrappers of your own. */
-gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
-gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) GML_PRINTF(2, 0);
+GML_API gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+GML_API gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) GML_PRINTF(2, 0);
 
-size_t gml_used_mem(const gml_context *ctx);     /* arena bytes in use */
+GML_API size_t gml_used_mem(const gml_context *ctx);     /* arena bytes in use */
 /* Bytes an allocating arena needs for every tensor created so far (headers
  * and data), whether or not this context allocates data. Build once with
  * no_alloc, ask, then make an arena of that size. */
-size_t gml_mem_required(const gml_context *ctx);
-size_t gml_tensor_overhead(void);                /* arena bytes per header */
-bool gml_get_no_alloc(const gml_context *ctx);
+GML_API size_t gml_mem_required(const gml_context *ctx);
+GML_API size_t gml_tensor_overhead(void);                /* arena bytes per header */
+GML_API bool gml_get_no_alloc(const gml_context *ctx);
 
 /* ---- tensors ---------------------------------------------------------- */
 
 /* New leaf tensor, contiguous, shape ne[0..n_dims-1] outermost first.
  * Data is uninitialized (NULL in a no_alloc context). */
-gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne);
-gml_tensor *gml_new_tensor_1d(gml_context *ctx, gml_type type, int64_t n0);
-gml_tensor *gml_new_tensor_2d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1);
-gml_tensor *gml_new_tensor_3d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1, int64_t n2);
-gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1,
+GML_API gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne);
+GML_API gml_tensor *gml_new_tensor_1d(gml_context *ctx, gml_type type, int64_t n0);
+GML_API gml_tensor *gml_new_tensor_2d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1);
+GML_API gml_tensor *gml_new_tensor_3d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1, int64_t n2);
+GML_API gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1,
                               int64_t n2, int64_t n3);
 
-gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t */
-const char *gml_get_name(const gml_tensor *t);
-gml_tensor *gml_get_tensor(gml_context *ctx, const char *name); /* first with name */
+GML_API gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t */
+GML_API const char *gml_get_name(const gml_tensor *t);
+GML_API gml_tensor *gml_get_tensor(gml_context *ctx, const char *name); /* first with name */
 /* Every tensor of a context in creation order:
  *     for (gml_tensor *t = gml_get_first_tensor(ctx); t; t = gml_get_next_tensor(ctx, t)) */
-gml_tensor *gml_get_first_tensor(const gml_context *ctx);
-gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t);
-void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
+GML_API gml_tensor *gml_get_first_tensor(const gml_context *ctx);
+GML_API gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t);
+GML_API void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
 
 /* Bytes of one element, or of one block for a blocked type (q8_0: 34). */
-size_t gml_type_size(gml_type type);
+GML_API size_t gml_type_size(gml_type type);
 /* Elements per block: 32 for q8_0, 1 for the others. */
-int64_t gml_type_block_size(gml_type type);
+GML_API int64_t gml_type_block_size(gml_type type);
 /* Bytes of a contiguous row of n elements (n a multiple of the block size). */
-size_t gml_row_size(gml_type type, int64_t n);
+GML_API size_t gml_row_size(gml_type type, int64_t n);
 /* "f32", "i32", "f16", "bf16", "q8_0" (graph files and printing use these);
  * "?" for an unknown value. gml_type_from_name is the reverse (false if
  * name is none of them). */
-const char *gml_type_name(gml_type type);
-bool gml_type_from_name(const char *name, gml_type *out);
+GML_API const char *gml_type_name(gml_type type);
+GML_API bool gml_type_from_name(const char *name, gml_type *out);
 
 /* ---- conversions -------------------------------------------------------------
  * f32 -> f16 and f32 -> bf16 round to nearest, ties to even; values past
@@ -355,38 +357,38 @@ bool gml_type_from_name(const char *name, gml_type *out);
  * quiet, its top payload bits kept (as the F16C and AVX-512 instructions
  * do). f16 -> f32 and bf16 -> f32 are exact (an f16 NaN comes out quiet,
  * its payload kept, as vcvtph2ps gives it; a bf16 NaN keeps its bits). */
-uint16_t gml_fp32_to_fp16(float x);
-float gml_fp16_to_fp32(uint16_t h);
-uint16_t gml_fp32_to_bf16(float x);
-float gml_bf16_to_fp32(uint16_t h);
+GML_API uint16_t gml_fp32_to_fp16(float x);
+GML_API float gml_fp16_to_fp32(uint16_t h);
+GML_API uint16_t gml_fp32_to_bf16(float x);
+GML_API float gml_bf16_to_fp32(uint16_t h);
 /* n values (a multiple of 32) into n / 32 q8_0 blocks, as ggml's reference
  * quantize_row_q8_0: per block amax = max |x|, d = amax / 127, q =
  * roundf(x * (1 / d)) (ties away from zero; q = 0 when d is 0), the scale
  * stored as f16(d). A block holding a NaN or an infinity gets a NaN scale
  * (all its values dequantize to NaN: never silently finite). Blocks whose
  * amax / 127 passes 65504 (|x| > ~8.3e6) get an infinite scale. */
-void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n);
+GML_API void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n);
 /* n values (a multiple of 32) out of n / 32 blocks: y = f32(d) * q, exact. */
-void gml_dequantize_row_q8_0(const gml_block_q8_0 *x, float *y, int64_t n);
-const char *gml_op_name(gml_op op);
-int64_t gml_nelements(const gml_tensor *t);
-size_t gml_nbytes(const gml_tensor *t);   /* bytes spanned, from first to last element */
-int64_t gml_dim(const gml_tensor *t, int d); /* size of dim d (negative from the end) */
-bool gml_is_contiguous(const gml_tensor *t);
-bool gml_is_view(const gml_tensor *t);
-bool gml_same_shape(const gml_tensor *a, const gml_tensor *b);
+GML_API void gml_dequantize_row_q8_0(const gml_block_q8_0 *x, float *y, int64_t n);
+GML_API const char *gml_op_name(gml_op op);
+GML_API int64_t gml_nelements(const gml_tensor *t);
+GML_API size_t gml_nbytes(const gml_tensor *t);   /* bytes spanned, from first to last element */
+GML_API int64_t gml_dim(const gml_tensor *t, int d); /* size of dim d (negative from the end) */
+GML_API bool gml_is_contiguous(const gml_tensor *t);
+GML_API bool gml_is_view(const gml_tensor *t);
+GML_API bool gml_same_shape(const gml_tensor *a, const gml_tensor *b);
 /* Writes "[2,8,10,64]" into buf; returns buf. */
-char *gml_format_shape(const gml_tensor *t, char *buf, size_t size);
+GML_API char *gml_format_shape(const gml_tensor *t, char *buf, size_t size);
 
 /* Element access by outermost-first index (n_dims entries, each in
  * [0, size)). Every call is checked, in every build: a NULL tensor or index,
  * an index out of range, the other type (get_f32 of an i32 tensor) or a
  * tensor without data (no_alloc) reads and writes nothing; the getters then
  * return NAN (f32) or INT32_MIN (i32), the setters false. */
-float gml_get_f32(const gml_tensor *t, const int64_t *idx);
-bool gml_set_f32(gml_tensor *t, const int64_t *idx, float v);  /* false: nothing written */
-int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx);
-bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothing written */
+GML_API float gml_get_f32(const gml_tensor *t, const int64_t *idx);
+GML_API bool gml_set_f32(gml_tensor *t, const int64_t *idx, float v);  /* false: nothing written */
+GML_API int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx);
+GML_API bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothing written */
 
 /* ---- views (no copy) ---------------------------------------------------- */
 
@@ -394,32 +396,32 @@ bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothin
  * bytes into a's data. Every element must lie inside a's storage. Elements
  * may repeat (a stride 0) for reading; gml_cpy and gml_set_rows refuse such
  * a view as their destination. */
-gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne,
+GML_API gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne,
                      const size_t *nb, size_t offset);
 /* a contiguous, same element count -> out [ne...]. One entry may be -1. */
-gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne);
+GML_API gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne);
 /* a [d0..dn-1] -> out [d_perm[0], ..., d_perm[n-1]] (PyTorch's permute). */
-gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm);
+GML_API gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm);
 /* a -> a with dims d0 and d1 swapped (negative dims count from the end). */
-gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1);
+GML_API gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1);
 /* x [.., n, ..] -> out [.., len, ..]: elements start .. start+len-1 along
  * dim, as torch.narrow(x, dim, start, len) (x[.., start:start+len, ..]).
  * A view with x's strides (no copy; writable through gml_cpy/gml_set_rows).
  * dim and start may be negative, counting from the end (start -2: the last
  * two); then 0 <= start, len >= 1, start + len <= n. */
-gml_tensor *gml_slice(gml_context *ctx, gml_tensor *x, int dim, int64_t start, int64_t len);
+GML_API gml_tensor *gml_slice(gml_context *ctx, gml_tensor *x, int dim, int64_t start, int64_t len);
 
 /* t -> t (a view, nothing computed) that runs after dep: whoever reads the
  * result is ordered after dep. For writes a graph cannot see from the data
  * flow, e.g. a cpy into a slot of a cache that a later node reads whole:
  *     gml_tensor *slot = gml_cpy(ctx, k_new, gml_view(ctx, cache, ...));
  *     gml_tensor *all = gml_after(ctx, cache, slot);  // the cache, slot written */
-gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep);
+GML_API gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep);
 
 /* ---- copies ------------------------------------------------------------- */
 
 /* any strides -> contiguous copy, same shape and type (f32, i32, f16, bf16). */
-gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
+GML_API gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
 /* Writes a into dst (same shape; dst typically a view into a cache) and
  * returns a view of dst that depends on the copy. Types: the same type, or
  * any pair of f32, f16, bf16 and q8_0, converted as the conversions above
@@ -433,11 +435,11 @@ gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
  * in place). One exception: a with exactly dst's elements (the same storage,
  * offset, shape and strides) is allowed, a copy that moves nothing. See
  * WRITES THAT ALIAS above. */
-gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
+GML_API gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
 /* a [.., n_a, ..], b [.., n_b, ..] (the other sizes equal, one type, f32
  * or i32, any strides) -> out [.., n_a + n_b, ..] contiguous: a then b along
  * dim (negative from the end), as torch.cat([a, b], dim). No broadcasting. */
-gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim);
+GML_API gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim);
 
 /* ---- arithmetic --------------------------------------------------------- */
 
@@ -452,20 +454,20 @@ gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim);
  * every ISA and thread count, within a few ulp of sum_k |a b| of the f32
  * result (measured: <= 1.4e-7 of sum_k |a b| from it, <= 4.2e-8 from the
  * exact product on the converted values). */
-gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* x [..., in] (1-D to 4-D), w [out, in] (nn.Linear layout), bias [out] or NULL
  * -> [..., out]. w may be f32, f16, bf16 or q8_0 (see gml_matmul); x and
  * bias are f32. */
-gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
+GML_API gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias);
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */
-gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
-gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* a - b, a / b: broadcast as add and mul; IEEE float division (x / 0 is
  * +-inf, 0 / 0 NaN), as torch.sub and torch.div. */
-gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b);
-gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* a * s, same shape */
-gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
+GML_API gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
 
 /* ---- elementwise functions (ops/unary.c) -----------------------------------
  * x [...] (any strides) -> [...] contiguous, f applied to each element; may
@@ -478,16 +480,16 @@ gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
  * * 0), of +inf +inf; sigmoid(+-inf) = 1, 0; tanh(+-inf) = +-1. Where
  * PyTorch's float flushes a tiny negative result to -0 (silu, sigmoid of x
  * < -88.7; gelu of x < -5.9) these keep its value. */
-gml_tensor *gml_neg(gml_context *ctx, gml_tensor *x);       /* -x */
-gml_tensor *gml_exp(gml_context *ctx, gml_tensor *x);       /* torch.exp */
-gml_tensor *gml_tanh(gml_context *ctx, gml_tensor *x);      /* torch.tanh */
-gml_tensor *gml_sigmoid(gml_context *ctx, gml_tensor *x);   /* torch.sigmoid */
+GML_API gml_tensor *gml_neg(gml_context *ctx, gml_tensor *x);       /* -x */
+GML_API gml_tensor *gml_exp(gml_context *ctx, gml_tensor *x);       /* torch.exp */
+GML_API gml_tensor *gml_tanh(gml_context *ctx, gml_tensor *x);      /* torch.tanh */
+GML_API gml_tensor *gml_sigmoid(gml_context *ctx, gml_tensor *x);   /* torch.sigmoid */
 /* x * sigmoid(x): F.silu; silu(-inf) is NaN (-inf * 0) as in PyTorch */
-gml_tensor *gml_silu(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_silu(gml_context *ctx, gml_tensor *x);
 /* 0.5 x (1 + erf(x / sqrt 2)): F.gelu (exact); gelu(-inf) is NaN */
-gml_tensor *gml_gelu(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_gelu(gml_context *ctx, gml_tensor *x);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): F.gelu(approximate='tanh') */
-gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
 
 /* softmax over the last dim of x*scale + mask, with an optional causal mask.
  * x [..., Tq, Tk]; mask NULL or f32 broadcastable to x (0 keep, -inf drop).
@@ -497,7 +499,7 @@ gml_tensor *gml_gelu_tanh(gml_context *ctx, gml_tensor *x);
  * A visible key whose x * scale (+ mask) is NaN or +-inf (a float overflow
  * included), or a +inf or NaN mask value at a visible key, makes its row
  * NaN (MASKS). */
-gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
+GML_API gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal);
 
 /* Where the causal diagonal lies when Tq != Tk. */
@@ -531,13 +533,13 @@ typedef struct gml_attn_opts {
  * / n): h < n: m0^(h + 1); else m1^(2 (h - n) + 1). For max_bias 8 that is
  * the paper's 2^(-8 (h + 1) / H) when H is a power of two, and BLOOM's
  * interleaving otherwise. */
-float gml_alibi_slope(float max_bias, int64_t h, int64_t H);
+GML_API float gml_alibi_slope(float max_bias, int64_t h, int64_t H);
 
 /* softmax with options over x [..., Tq, Tk]; valid_lens, positions, sinks and alibi need
  * x 4-D [B, H, Tq, Tk] (head = dim 1). opts may be NULL. Fails (NULL, message) on window < 0,
  * softcap or alibi_max_bias < 0 or not finite, a causal value outside the enum, sinks not
  * f32 [H], positions not i32 [B, Tq]. A valid length outside [0, Tk] fails compute. */
-gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const gml_attn_opts *opts);
+GML_API gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const gml_attn_opts *opts);
 
 /* Reductions over the last dim, keeping it as size 1 (keepdim=True; a
  * reshape drops it): x [..., n] -> [..., 1], any strides.
@@ -548,9 +550,9 @@ gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const 
  * sum and mean add in float within blocks of 256 and in double across them,
  * in one order on every ISA and thread count (bitwise the same result); the
  * reference kernels add in order in double (a few ulp apart). */
-gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x);
-gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x);
-gml_tensor *gml_max(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x);
+GML_API gml_tensor *gml_max(gml_context *ctx, gml_tensor *x);
 
 /* Normalizations over the last dim d: x [..., d] (any strides), w and b [d]
  * f32 or NULL (none) -> [..., d] contiguous; eps finite, >= 0.
@@ -568,18 +570,18 @@ gml_tensor *gml_max(gml_context *ctx, gml_tensor *x);
  * PyTorch, with the same effect. Graph files:
  * rms_norm(x, w, eps=1e-6), layer_norm(x, w, b, eps=1e-5), w and b may be
  * none. */
-gml_tensor *gml_rms_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, float eps);
-gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b,
+GML_API gml_tensor *gml_rms_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, float eps);
+GML_API gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b,
                            float eps);
 
 /* PyTorch's repeat_interleave(x, repeats, dim): each slice along dim is
  * repeated `repeats` times in place. [.., n, ..] -> [.., n*repeats, ..] */
-gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);
+GML_API gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim);
 
 /* table [N, d] f32, f16, bf16 or q8_0 (rows converted to f32), idx i32 of
  * any shape [...] (up to 3-D) -> [..., d] f32:
  * out[..., :] = table[idx[...], :]. An index outside [0, N) fails compute. */
-gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
+GML_API gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
 
 /* Scatter, the inverse of get_rows: writes the rows of src into dst at the
  * row indices idx and returns a view of all of dst that stands for "dst after
@@ -597,7 +599,7 @@ gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx);
  * Refused (NULL, message) if two elements of dst share memory (a 0-stride
  * or overlapping-rows view) or dst shares memory with src or idx; see WRITES
  * THAT ALIAS above. */
-gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx);
+GML_API gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx);
 
 /* ---- attention helpers -------------------------------------------------- */
 
@@ -634,7 +636,7 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
  * the thread count. That decode path reads K and V rows in place (f16 and
  * bf16 converted in registers), lanes along d, the rows of a kv head sharing
  * each K and V load. */
-gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+GML_API gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
 /* flash_attn with options: q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
  * -> [B, H, Tq, d_v] (layout as gml_flash_attn). opts may be NULL (checks as
@@ -648,7 +650,7 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
  * the decode path; never a whole f32 copy), so the result is bitwise that of
  * f32 k and v holding the converted values, on every ISA; q8_0 k or v is
  * refused. */
-gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+GML_API gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
 
 /* Partial attention, to split the keys across threads or machines and
@@ -678,22 +680,22 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
  * the keys in key order and finishing gives flash_attn's result within
  * rounding (not its bits: the merge rounds its own way; flash_attn's layout
  * is head-interleaved, gml_attn_partial_finish's contiguous). */
-gml_tensor *gml_flash_attn_partial(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+GML_API gml_tensor *gml_flash_attn_partial(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                    float scale, const gml_attn_opts *opts, int64_t key0);
-gml_tensor *gml_attn_partial_merge(gml_context *ctx, gml_tensor *a, gml_tensor *b);
-gml_tensor *gml_attn_partial_finish(gml_context *ctx, gml_tensor *p, gml_tensor *sinks);
+GML_API gml_tensor *gml_attn_partial_merge(gml_context *ctx, gml_tensor *a, gml_tensor *b);
+GML_API gml_tensor *gml_attn_partial_finish(gml_context *ctx, gml_tensor *p, gml_tensor *sinks);
 
 
 /* Additive key mask from valid lengths: lens i32 [B] or [B, Tq] ->
  * f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk], 0 where key j < len, -inf elsewhere.
  * A length outside [0, Tk] fails compute. */
-gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk);
+GML_API gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk);
 /* Shaw et al. relative positions: i32 [Tq, Tk], clip(j - i, -P, P) + P. */
-gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel);
+GML_API gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel);
 /* i32 [n]: start, start + 1, ..., start + n - 1 (torch.arange(start, start +
  * n)); default positions for rope and attention. n in [1, 2^31 - 1], every
  * value must fit in i32. */
-gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
+GML_API gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
 
 /* Rotary position embeddings (RoPE) on the heads of q or k, as Hugging Face's
  * apply_rotary_pos_emb with its rotate_half (GPT-NeoX, LLaMA, Mistral, Qwen)
@@ -723,7 +725,7 @@ gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
  * our inv_freq (glibc powf) equals torch's float pow, which differs by an ulp
  * on about 1.4% of (theta, r, i); the angle then differs by pos * that ulp
  * (measured 2.6e-5 at positions near 2^20). */
-gml_tensor *gml_rope(gml_context *ctx, gml_tensor *x, gml_tensor *pos, int seq_dim, int rotary_dim,
+GML_API gml_tensor *gml_rope(gml_context *ctx, gml_tensor *x, gml_tensor *pos, int seq_dim, int rotary_dim,
                      float theta, float pos_scale, bool interleaved);
 
 /* ---- graphs ------------------------------------------------------------- */
@@ -735,38 +737,38 @@ gml_tensor *gml_rope(gml_context *ctx, gml_tensor *x, gml_tensor *pos, int seq_d
  * graph is malloc'd: free it with gml_graph_free, before or after gml_free
  * of its context (it touches no tensor: its plan and its copies of the
  * headers are its own). Several graphs may share the tensors of a context. */
-gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
-void gml_graph_free(gml_graph *g);
+GML_API gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
+GML_API void gml_graph_free(gml_graph *g);
 
-int gml_graph_n_nodes(const gml_graph *g);
-gml_tensor *gml_graph_node(const gml_graph *g, int i);   /* negative i from the end */
-int gml_graph_n_leafs(const gml_graph *g);
-gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
+GML_API int gml_graph_n_nodes(const gml_graph *g);
+GML_API gml_tensor *gml_graph_node(const gml_graph *g, int i);   /* negative i from the end */
+GML_API int gml_graph_n_leafs(const gml_graph *g);
+GML_API gml_tensor *gml_graph_leaf(const gml_graph *g, int i);
 /* How many source edges of g's nodes point at t (add(t, t) counts two);
  * an output counts one more. */
-int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
+GML_API int gml_graph_use_count(const gml_graph *g, const gml_tensor *t);
 /* Index of t among nodes, or -1. */
-int gml_graph_find(const gml_graph *g, const gml_tensor *t);
+GML_API int gml_graph_find(const gml_graph *g, const gml_tensor *t);
 /* Every tensor of g (its leafs and its nodes, n_leafs + n_nodes of them)
  * in the order gml_build_graph first reached each: the outputs in the order
  * given, each followed depth-first by the sources it reached first.
  * gml_graph_tensor_at: the i-th (0 <= i < gml_graph_n_tensors), else NULL.
  * gml_graph_tensor_index: t's index in that order, or -1 if t is not in g;
  * expected O(1) (a hash index). */
-int gml_graph_n_tensors(const gml_graph *g);
-gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i);
-int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t);
+GML_API int gml_graph_n_tensors(const gml_graph *g);
+GML_API gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i);
+GML_API int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t);
 
 /* A table: node, name, op, shape, strides, uses, and the call that made it
  * (gml_format_node). */
-void gml_graph_print(const gml_graph *g, FILE *f);
+GML_API void gml_graph_print(const gml_graph *g, FILE *f);
 /* Graphviz DOT. Returns GML_OK or GML_ERR_IO. */
-gml_status gml_graph_dump_dot(const gml_graph *g, const char *path);
+GML_API gml_status gml_graph_dump_dot(const gml_graph *g, const char *path);
 /* XXH3-64 over ops, types, shapes, strides, op params and edges (not names,
  * not data): equal for equal graphs. */
-uint64_t gml_graph_digest(const gml_graph *g);
+GML_API uint64_t gml_graph_digest(const gml_graph *g);
 /* Estimated floating-point operations of one compute (matmul 2*M*N*K, ...). */
-double gml_graph_flops(const gml_graph *g);
+GML_API double gml_graph_flops(const gml_graph *g);
 
 /* ---- ops as calls: the registry ---------------------------------------------
  * Every op of ops.inc, and the builder-only forms (linear: a matmul and an
@@ -814,38 +816,38 @@ typedef struct gml_arg {
 
 /* The index of word (len bytes, no NUL needed) among an ENUM spec's names,
  * aliases after '|' included, or -1. */
-int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len);
+GML_API int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len);
 
 typedef struct gml_op_form gml_op_form;
 /* The forms: the ops of ops.inc in order (GML_OP_NONE has none), then the
  * builder-only ones. */
-int gml_form_count(void);
-const gml_op_form *gml_form_at(int i);                /* NULL outside [0, count) */
-const gml_op_form *gml_form_find(const char *name);   /* NULL if unknown */
-const gml_op_form *gml_form_of_op(gml_op op);         /* NULL for GML_OP_NONE */
-const char *gml_form_name(const gml_op_form *f);
+GML_API int gml_form_count(void);
+GML_API const gml_op_form *gml_form_at(int i);                /* NULL outside [0, count) */
+GML_API const gml_op_form *gml_form_find(const char *name);   /* NULL if unknown */
+GML_API const gml_op_form *gml_form_of_op(gml_op op);         /* NULL for GML_OP_NONE */
+GML_API const char *gml_form_name(const gml_op_form *f);
 /* The op whose nodes the form writes; GML_OP_NONE for a builder-only form. */
-gml_op gml_form_op(const gml_op_form *f);
-int gml_form_n_args(const gml_op_form *f);
-const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i);
+GML_API gml_op gml_form_op(const gml_op_form *f);
+GML_API int gml_form_n_args(const gml_op_form *f);
+GML_API const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i);
 /* What the arguments are and what the result is, one phrase each (Markdown). */
-const char *gml_form_doc_args(const gml_op_form *f);
-const char *gml_form_doc_result(const gml_op_form *f);
+GML_API const char *gml_form_doc_args(const gml_op_form *f);
+GML_API const char *gml_form_doc_result(const gml_op_form *f);
 /* Calls the builder with args[0..n_args-1] (an optional one not `given`
  * takes its default); it checks what the C types cannot (an axis of 2^32 is
  * out of range as written, not cut to an int). NULL with the message on ctx,
  * as any builder; a NULL tensor argument that is not optional gives NULL and
  * keeps the first message, as builders do. */
-gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg *args);
+GML_API gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg *args);
 /* The argument values that build node again from its sources: false if node
  * has no form (a leaf). */
-bool gml_form_get_args(const gml_tensor *node, gml_arg args[GML_MAX_ARGS]);
+GML_API bool gml_form_get_args(const gml_tensor *node, gml_arg args[GML_MAX_ARGS]);
 /* Writes node's call, "softmax(s, mask=m, scale=0.125, causal=false)", into
  * buf (always terminated): required arguments positional, optional ones as
  * name=value, none left out; floats with 9 digits, so they read back exactly.
  * name(user, t) gives each tensor argument's text (NULL: t's name). Returns
  * the length of the whole text, as snprintf does, or -1 if node has no form. */
-int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, const gml_tensor *t),
+GML_API int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, const gml_tensor *t),
                     void *user, char *buf, size_t size);
 
 /* ---- compute ------------------------------------------------------------ */
@@ -864,12 +866,12 @@ typedef enum gml_isa {
     GML_ISA_NEON,
 } gml_isa;
 /* GML_ERR_INVALID (and nothing changes) if the CPU lacks isa. */
-gml_status gml_set_isa(gml_isa isa);
-gml_isa gml_get_isa(void);           /* in effect; never AUTO */
-bool gml_cpu_has(gml_isa isa);
-const char *gml_isa_name(gml_isa isa);
+GML_API gml_status gml_set_isa(gml_isa isa);
+GML_API gml_isa gml_get_isa(void);           /* in effect; never AUTO */
+GML_API bool gml_cpu_has(gml_isa isa);
+GML_API const char *gml_isa_name(gml_isa isa);
 /* "avx2" -> GML_ISA_AVX2; false if unknown. */
-bool gml_isa_from_name(const char *name, gml_isa *out);
+GML_API bool gml_isa_from_name(const char *name, gml_isa *out);
 /* Which code node i (negative: from the end) ran in the last compute of g:
  * the micro-kernel, XNNPACK-style, with its path when the op has several,
  * e.g. "gml_f32_flash_ukernel__avx512_x32", "gml_f32_gemm_ukernel__avx2_6x16
@@ -877,7 +879,7 @@ bool gml_isa_from_name(const char *name, gml_isa *out);
  * fast kernel could not take the node; the op's name for an op with one
  * kernel. NULL for a node that computes nothing (a view), an index out of
  * range, or before the first compute. The string lives forever. */
-const char *gml_graph_node_kernel(const gml_graph *g, int i);
+GML_API const char *gml_graph_node_kernel(const gml_graph *g, int i);
 
 /* Called after each node, on the thread that called compute; return false
  * to stop (compute returns GML_ERR_ABORTED). node is the graph's bound copy
@@ -889,13 +891,13 @@ const char *gml_graph_node_kernel(const gml_graph *g, int i);
  * graph is being computed (by this thread, or by another: a callback cannot
  * wait), it returns GML_ERR_INVALID. */
 typedef bool (*gml_node_callback)(const gml_tensor *node, int index, void *user);
-void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
+GML_API void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user);
 /* Check each node's output for NaN/Inf after computing it; stop with
  * GML_ERR_NONFINITE naming the first bad node and element. NaN and +inf
  * always stop it; -inf only where it is not by design: masks hold it, and so
  * may nodes that only move or add values of masks or inputs (views, cont,
  * cpy, repeat_interleave, get_rows, add: a mask added to scores). */
-void gml_graph_set_nan_trap(gml_graph *g, bool on);
+GML_API void gml_graph_set_nan_trap(gml_graph *g, bool on);
 
 /* Runs every node in order on n_threads threads (1 to GML_MAX_THREADS) of
  * the process-wide pool below. Results are bitwise the same for any count.
@@ -916,12 +918,12 @@ void gml_graph_set_nan_trap(gml_graph *g, bool on);
  * the one kept.
  * A graph computes once at a time: a compute (or plan) of a graph that
  * another thread is computing waits for it to finish. */
-gml_status gml_graph_compute(gml_graph *g, int n_threads);
+GML_API gml_status gml_graph_compute(gml_graph *g, int n_threads);
 /* The message of the last failed compute or plan of g ("" when none). A
  * compute refused because g was busy (from a node callback) keeps its
  * message for the refused thread alone, never overwriting the running
  * compute's. Read it on the thread that computed. */
-const char *gml_graph_error(const gml_graph *g);
+GML_API const char *gml_graph_error(const gml_graph *g);
 
 /* The data t has in g's computes: the header's data if it has some, else
  * its place in g's plan (for a view, its source's plus its offset), NULL if
@@ -929,7 +931,7 @@ const char *gml_graph_error(const gml_graph *g);
  * tensor this is where g's compute writes it (outputs) and reads it (inputs:
  * fill them here, after planning); valid until g is planned again or freed.
  * Two graphs sharing t may give two different addresses. */
-void *gml_graph_data(const gml_graph *g, const gml_tensor *t);
+GML_API void *gml_graph_data(const gml_graph *g, const gml_tensor *t);
 /* g's own copy of t's header (NULL if t is not in g): the same shape,
  * strides, name and op, its data the one g computes with, its src[] and
  * view_src g's copies too. Read results through it with gml_get_f32,
@@ -937,7 +939,7 @@ void *gml_graph_data(const gml_graph *g, const gml_tensor *t);
  * The copy is refreshed by gml_graph_plan and at the start of each compute
  * (so after changing a header, plan or compute before reading it); it lives
  * as long as g. Do not read it while another thread computes g. */
-const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t);
+GML_API const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t);
 
 /* ---- threads ---------------------------------------------------------------
  * gml_graph_compute runs on a process-wide pool of worker threads, made by
@@ -962,15 +964,15 @@ typedef struct gml_threadpool gml_threadpool;
 /* A pool of n_threads threads: the caller of each compute and n_threads - 1
  * workers. NULL if n_threads is outside [1, GML_MAX_THREADS] or threads
  * cannot be created. */
-gml_threadpool *gml_threadpool_new(int n_threads);
+GML_API gml_threadpool *gml_threadpool_new(int n_threads);
 /* Waits for a compute that uses the pool, then joins its workers. */
-void gml_threadpool_free(gml_threadpool *pool);
-int gml_threadpool_n_threads(const gml_threadpool *pool);
+GML_API void gml_threadpool_free(gml_threadpool *pool);
+GML_API int gml_threadpool_n_threads(const gml_threadpool *pool);
 /* gml_graph_compute on all of pool's threads. */
-gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool);
+GML_API gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool);
 /* Joins the default pool's workers now (after a compute that uses it); the
  * next compute with more than one thread makes a new pool. */
-void gml_threadpool_shutdown(void);
+GML_API void gml_threadpool_shutdown(void);
 
 /* ---- memory planning -------------------------------------------------------
  * For a graph built in a no_alloc context: gives every tensor of the graph
@@ -1009,11 +1011,11 @@ typedef struct gml_plan_options {
  * nothing is placed then. Planning again first drops the previous plan.
  * Waits for a compute of g on another thread; from a node callback of a
  * compute of g, GML_ERR_INVALID. */
-gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
+GML_API gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt);
 /* Bytes of the planned buffer (0 before planning). */
-size_t gml_graph_plan_peak(const gml_graph *g);
+GML_API size_t gml_graph_plan_peak(const gml_graph *g);
 /* Bytes the same tensors take without reuse (each 64-byte aligned). */
-size_t gml_graph_plan_naive(const gml_graph *g);
+GML_API size_t gml_graph_plan_naive(const gml_graph *g);
 
 #ifdef __cplusplus
 }

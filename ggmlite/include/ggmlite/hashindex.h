@@ -16,6 +16,8 @@
 #ifndef GGMLITE_HASHINDEX_H
 #define GGMLITE_HASHINDEX_H
 
+#include <ggmlite/export.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,24 +39,24 @@ typedef bool (*gml_hashindex_eq)(const void *user, int val, const void *key);
 
 /* The hashes to key the index with: of a pointer's value, and of a string's
  * bytes up to its NUL. */
-uint64_t gml_hash_ptr(const void *p);
-uint64_t gml_hash_str(const char *s);
+GML_API uint64_t gml_hash_ptr(const void *p);
+GML_API uint64_t gml_hash_str(const char *s);
 
 /* The value of a slot whose hash is hash and whose key eq says equals key,
  * or -1. If several were added for equal keys, one of them. */
-int gml_hashindex_find(const gml_hashindex *ix, uint64_t hash, gml_hashindex_eq eq,
+GML_API int gml_hashindex_find(const gml_hashindex *ix, uint64_t hash, gml_hashindex_eq eq,
                        const void *user, const void *key);
 
 /* Adds val (which must be >= 0) under hash; it does not look for an equal
  * key first (the caller knows whether there is one). Returns false, leaving
  * the index as it was, if malloc fails. */
-bool gml_hashindex_add(gml_hashindex *ix, uint64_t hash, int val);
+GML_API bool gml_hashindex_add(gml_hashindex *ix, uint64_t hash, int val);
 
 /* Empties the index, keeping its memory. */
-void gml_hashindex_clear(gml_hashindex *ix);
+GML_API void gml_hashindex_clear(gml_hashindex *ix);
 
 /* Frees the index's memory; it is then empty and can be used again. */
-void gml_hashindex_free(gml_hashindex *ix);
+GML_API void gml_hashindex_free(gml_hashindex *ix);
 
 #ifdef __cplusplus
 }
