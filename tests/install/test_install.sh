@@ -75,7 +75,8 @@ major=${version%%.*}
 for kind in static shared; do
     prefix=$work/prefix-$kind
     step "$kind: installed files"
-    for h in export.h ggmlite.h hashindex.h ops.inc attention.h kv_cache.h layers.h io.h; do
+    for h in export.h ggmlite.h types.h tensor.h registry.h compute.h hashindex.h ops.inc attention.h \
+        kv_cache.h layers.h io.h; do
         [[ -f $prefix/include/ggmlite/$h ]] || fail "$kind: no include/ggmlite/$h"
     done
     pcdir=$(dirname "$(find "$prefix" -name ggmlite.pc)")
