@@ -133,7 +133,7 @@ GML_API gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a);
  * (gml_cpy(ctx, gml_cont(ctx, gml_transpose(ctx, x, 0, 1)), x) transposes x
  * in place). One exception: a with exactly dst's elements (the same storage,
  * offset, shape and strides) is allowed, a copy that moves nothing. See
- * WRITES THAT ALIAS above. */
+ * WRITES THAT ALIAS (docs/contracts.md). */
 GML_API gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst);
 /* a [.., n_a, ..], b [.., n_b, ..] (the other sizes equal, one type, f32
  * or i32, any strides) -> out [.., n_a + n_b, ..] contiguous: a then b along

@@ -100,7 +100,7 @@ typedef struct gml_attn_dims {
 } gml_attn_dims;
 
 /* Which keys a query sees and how scores become weights: the options of
- * gml_flash_attn_ext / gml_softmax_ext (ggmlite.h, MASKS "Options": the
+ * gml_flash_attn_ext / gml_softmax_ext (docs/contracts.md, MASKS, "Options": the
  * order a score is formed in, what each masks). Every option works in both
  * graphs (fused, unfused) and in the decode step, with no dense [Tq, Tk]
  * mask. Query i sits at position i' = in.positions[b, i] when given, else
