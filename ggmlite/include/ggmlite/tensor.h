@@ -146,13 +146,11 @@ GML_API gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, i
  * a is f32; b is f32, f16 or bf16 (any strides), or q8_0 as the transpose of
  * a q8_0 weight [N, K] (transpose(w), what gml_linear makes), K then a
  * multiple of 32. f32 accumulation on b's values converted to f32 (q8_0:
- * d * q), in registers or while packing panels, never a whole f32 copy of
- * b. More than 4 rows (M, batches folded): bitwise what an f32 b holding
- * the converted values gives. Up to 4 rows against a weight (decoding):
- * dot products along k in a fixed order (ops/gemm.h), the same bits on
- * every ISA and thread count, within a few ulp of sum_k |a b| of the f32
- * result (measured: <= 1.4e-7 of sum_k |a b| from it, <= 4.2e-8 from the
- * exact product on the converted values). */
+ * d * q), never a whole f32 copy of b. More than 4 rows (M, batches
+ * folded): bitwise what an f32 b holding the converted values gives. Up to
+ * 4 rows against a weight (decoding): the same bits on every ISA and thread
+ * count, within a few ulp of sum_k |a b| of the f32 result
+ * (docs/contracts.md, "gml_matmul"). */
 GML_API gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b);
 /* x [..., in] (1-D to 4-D), w [out, in] (nn.Linear layout), bias [out] or NULL
  * -> [..., out]. w may be f32, f16, bf16 or q8_0 (see gml_matmul); x and
@@ -172,9 +170,7 @@ GML_API gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s);
  * x [...] (any strides) -> [...] contiguous, f applied to each element; may
  * run in place (the planner may give the result x's memory). The reference
  * kernels compute each element in double, rounded once; the fast ones are
- * within 3 ulp of that (exp 0.9, tanh 2, sigmoid 2.2, silu 3, gelu 0.5,
- * gelu_tanh 3; AVX2 and AVX-512 bitwise equal, scalar within the same
- * bounds), measured in ops/vunary.h and tests/test_unary.c. Special values
+ * within 3 ulp of that (docs/contracts.md, "Elementwise functions"). Special values
  * as PyTorch: NaN in, NaN out; silu, gelu, gelu_tanh of -inf are NaN (-inf
  * * 0), of +inf +inf; sigmoid(+-inf) = 1, 0; tanh(+-inf) = +-1. Where
  * PyTorch's float flushes a tiny negative result to -0 (silu, sigmoid of x
@@ -322,33 +318,23 @@ GML_API gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *
  * row NaN. The fast kernels compute in float: an overflow of their partial
  * dot products, of q * scale or of their value sums gives NaN where the
  * exact result fits in float; the reference kernel (double) gives the
- * finite answer there (MASKS). The fast kernels compute a block of rows
- * twice when a NaN or inf in a V row its masks hide reached it.
+ * finite answer there (MASKS).
  * The output is stored head-interleaved, as [B, Tq, H, d_v] memory seen as
  * [B, H, Tq, d_v] (it is not contiguous): permuting it to [B, Tq, H, d_v]
- * gives a contiguous tensor, so merging the heads costs no copy.
- * Threads split over batch, head and query rows; when a kv head has at
- * most 8 query rows (r = H / G heads times Tq: decoding) the keys are split
- * too, in chunks whose length depends only on B G and Tk (at least 256 keys,
- * up to 16 chunks over all kv heads), each chunk's partial softmax (o, m, l)
- * merged in chunk order by one log-sum-exp merge: results do not depend on
- * the thread count. That decode path reads K and V rows in place (f16 and
- * bf16 converted in registers), lanes along d, the rows of a kv head sharing
- * each K and V load. */
+ * gives a contiguous tensor, so merging the heads costs no copy. Results
+ * do not depend on the thread count (how the work is split:
+ * docs/contracts.md, "gml_flash_attn"). */
 GML_API gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal);
 /* flash_attn with options: q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_v]
  * -> [B, H, Tq, d_v] (layout as gml_flash_attn). opts may be NULL (checks as
  * gml_softmax_ext's). A window skips the key blocks outside [i' - W + 1, i']
  * of a block of rows: the cost grows with W, not Tk. Sinks enter the final
- * normalisation of the online softmax. softcap uses a vector tanh (ops/vunary.h)
- * in the AVX2 / AVX-512 variants, tanhf in the scalar one. k and v (both
- * gml_flash_attn and _ext) may be f16 or bf16 as well as f32, each
- * independently (q is f32): each key block's rows are converted to f32 as
- * the micro-kernels load them (a block buffer per thread, or registers on
- * the decode path; never a whole f32 copy), so the result is bitwise that of
- * f32 k and v holding the converted values, on every ISA; q8_0 k or v is
- * refused. */
+ * normalisation of the online softmax. k and v (both gml_flash_attn and
+ * _ext) may be f16 or bf16 as well as f32, each independently (q is f32):
+ * their rows are converted to f32 as they are read (never a whole f32
+ * copy), so the result is bitwise that of f32 k and v holding the converted
+ * values, on every ISA; q8_0 k or v is refused. */
 GML_API gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
 
@@ -367,8 +353,7 @@ GML_API gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tens
  * need positions (the whole Tk is not known here; top-left causal needs
  * none); sinks are refused (give them to gml_attn_partial_finish: they join once).
  * k and v may be f16 or bf16 (q f32), read as flash_attn reads them.
- * Runs the decode micro-kernels (rows in groups of 8 per kv head, keys in
- * chunks merged in order: bitwise the same at every thread count).
+ * Bitwise the same at every thread count.
  * gml_attn_partial_merge(a, b): two partials of the same rows, b's keys after a's
  * -> their partial: m = max(ma, mb), o = oa e^(ma - m) + ob e^(mb - m), l
  * likewise (expf in float; an empty side, l = 0, leaves the other bit for
@@ -414,16 +399,9 @@ GML_API gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start);
  * it instead, which rounds differently: the angles agree within an ulp). Any
  * int32 position is accepted (negative ones rotate backwards, so rope with
  * -pos undoes rope with pos); positions beyond 2^24 are rounded to float as
- * HF's position_ids.float() does. cos and sin are computed in the kernel
- * (double, from the float angle); the fast kernel rounds them to float, once
- * per position, shared by the heads, and rotates in float (multiplies and
- * adds, no FMA: the same bits on every ISA and thread count): measured
- * within 2 units of 2^-24 (|x0| + |x1|) of a double rotation (the
- * reference: 1).
- * Against HF in float32 on the same data: within 1.2e-7 (x in [-1, 1]) where
- * our inv_freq (glibc powf) equals torch's float pow, which differs by an ulp
- * on about 1.4% of (theta, r, i); the angle then differs by pos * that ulp
- * (measured 2.6e-5 at positions near 2^20). */
+ * HF's position_ids.float() does. The same bits on every ISA and thread
+ * count; how close to a double rotation and to HF: docs/contracts.md,
+ * "gml_rope". */
 GML_API gml_tensor *gml_rope(gml_context *ctx, gml_tensor *x, gml_tensor *pos, int seq_dim, int rotary_dim,
                      float theta, float pos_scale, bool interleaved);
 

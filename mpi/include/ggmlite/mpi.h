@@ -188,8 +188,8 @@ GML_API bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, s
  * matrix-vector kernels instead of the GEMM: within rounding). The attention
  * is flash_attn's split into the ranks' pieces, merged by the log-sum-exp
  * merge in key order: within rounding of the single-process decode
- * (tests/test_shard.c: within 1e-6 of the largest output, measured 2.9e-7,
- * every ISA), the same bits on every run, thread count and timing (the
+ * (tests/test_shard.c: within 1e-6 of the largest output, every ISA), the
+ * same bits on every run, thread count and timing (the
  * order is fixed). One shard holding the whole context (P = 1, C = the
  * single-process cache's length) gives the single-process decode step's
  * bits on the fast ISAs: the same flash_attn decode kernels over the same
