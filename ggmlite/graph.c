@@ -182,6 +182,14 @@ int gml_graph_find(const gml_graph *g, const gml_tensor *t) {
     return idx < 0 || g->entries[idx].pos < 0 ? -1 : g->entries[idx].pos;
 }
 
+int gml_graph_n_tensors(const gml_graph *g) { return g->n_entries; }
+
+gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i) {
+    return i >= 0 && i < g->n_entries ? g->entries[i].t : NULL;
+}
+
+int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+
 /* ---- one compute of a graph at a time ------------------------------------- */
 
 /* The graphs whose lock this thread holds, innermost first, linked through

@@ -9,7 +9,7 @@
 #ifndef GGMLITE_GRAPH_H
 #define GGMLITE_GRAPH_H
 
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 #include "internal.h"
 
 #include <pthread.h>
