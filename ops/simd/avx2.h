@@ -132,4 +132,12 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
                                 _mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52)));
 }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 4
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) { return _mm256_xor_ps(a, b); }
+static inline gml_vf gml_vf_dup2(gml_vf v) {
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm256_permute_ps(v, 0xB1); }
+
 #endif /* GGMLITE_SIMD_AVX2_H */

@@ -105,4 +105,14 @@ static inline gml_vdm gml_vdm_not(gml_vdm a) { return (gml_vdm)~a; }
 /* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
 static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) { return _mm512_scalef_pd(p, n); }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 8
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+static inline gml_vf gml_vf_dup2(gml_vf v) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), v);
+}
+static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm512_permute_ps(v, 0xB1); }
+
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -145,4 +145,12 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
     return vmulq_f64(p, vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(ni, vdupq_n_s64(1023)), 52)));
 }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 2
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) {
+    return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+}
+static inline gml_vf gml_vf_dup2(gml_vf v) { return vzip1q_f32(v, v); }
+static inline gml_vf gml_vf_swap2(gml_vf v) { return vrev64q_f32(v); }
+
 #endif /* GGMLITE_SIMD_NEON_H */
