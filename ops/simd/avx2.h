@@ -140,4 +140,11 @@ static inline gml_vf gml_vf_dup2(gml_vf v) {
 }
 static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm256_permute_ps(v, 0xB1); }
 
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { _mm256_storeu_pd(p, v); }
+/* a + b in the lanes of m, a + -0 (a itself) in the others */
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
+    return _mm256_add_ps(a, _mm256_blendv_ps(_mm256_set1_ps(-0.0f), b, m));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

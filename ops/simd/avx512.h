@@ -115,4 +115,8 @@ static inline gml_vf gml_vf_dup2(gml_vf v) {
 }
 static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm512_permute_ps(v, 0xB1); }
 
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { _mm512_storeu_pd(p, v); }
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) { return _mm512_mask_add_ps(a, m, a, b); }
+
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -153,4 +153,11 @@ static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) {
 static inline gml_vf gml_vf_dup2(gml_vf v) { return vzip1q_f32(v, v); }
 static inline gml_vf gml_vf_swap2(gml_vf v) { return vrev64q_f32(v); }
 
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { vst1q_f64(p, v); }
+/* a + b in the lanes of m, a + -0 (a itself) in the others */
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
+    return vaddq_f32(a, vbslq_f32(m, b, vdupq_n_f32(-0.0f)));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */

@@ -35,6 +35,7 @@
  *                        - c), min, abs, round, gt, select, zero_unless,
  *                        gml_vdm_not, ldexp (exact powers of two only)
  *   rope: xor (bits), dup2 (lanes 0,0,1,1,..), swap2 (1,0,3,2,..), GML_SIMD_UHALF (GML_VL/2)
+ *   reduce: gml_vd_store (GML_VL / 2 doubles); add_m(a, m, b): a + b in m, a elsewhere
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is
