@@ -147,4 +147,10 @@ static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
     return _mm256_add_ps(a, _mm256_blendv_ps(_mm256_set1_ps(-0.0f), b, m));
 }
 
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) {
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

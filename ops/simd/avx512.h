@@ -119,4 +119,7 @@ static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm512_permute_ps(v, 0xB1);
 static inline void gml_vd_store(double *p, gml_vd v) { _mm512_storeu_pd(p, v); }
 static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) { return _mm512_mask_add_ps(a, m, a, b); }
 
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) { return _mm512_reduce_add_pd(v); }
+
 #endif /* GGMLITE_SIMD_AVX512_H */

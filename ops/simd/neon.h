@@ -160,4 +160,7 @@ static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
     return vaddq_f32(a, vbslq_f32(m, b, vdupq_n_f32(-0.0f)));
 }
 
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) { return vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1); }
+
 #endif /* GGMLITE_SIMD_NEON_H */
