@@ -153,4 +153,8 @@ static inline double gml_vd_hsum(gml_vd v) {
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm256_permutevar8x32_ps(v, idx); }
+
 #endif /* GGMLITE_SIMD_AVX2_H */

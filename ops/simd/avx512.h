@@ -122,4 +122,8 @@ static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) { return _mm512_
 /* ---- for softmax ---- */
 static inline double gml_vd_hsum(gml_vd v) { return _mm512_reduce_add_pd(v); }
 
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm512_permutexvar_ps(idx, v); }
+
 #endif /* GGMLITE_SIMD_AVX512_H */

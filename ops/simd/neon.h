@@ -163,4 +163,13 @@ static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
 /* ---- for softmax ---- */
 static inline double gml_vd_hsum(gml_vd v) { return vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1); }
 
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return vld1q_s32(p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) {
+    /* the bytes 4 idx + 0..3 of each lane */
+    const uint32x4_t b = vaddq_u32(vmulq_n_u32(vreinterpretq_u32_s32(idx), 0x04040404u),
+                                   vdupq_n_u32(0x03020100u));
+    return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(v), vreinterpretq_u8_u32(b)));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */
