@@ -157,4 +157,26 @@ static inline double gml_vd_hsum(gml_vd v) {
 static inline gml_vi gml_vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm256_permutevar8x32_ps(v, idx); }
 
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    __m256 t[8], u[8];
+    /* pairs of rows interleaved, then quads, within 128-bit lanes */
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[c] lane L holds column 4L + c of rows 0-3, u[4 + c] of rows 4-7 */
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

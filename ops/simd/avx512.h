@@ -126,4 +126,33 @@ static inline double gml_vd_hsum(gml_vd v) { return _mm512_reduce_add_pd(v); }
 static inline gml_vi gml_vi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
 static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm512_permutexvar_ps(idx, v); }
 
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    __m512 t[16], u[16];
+    /* pairs of rows interleaved, then quads, within 128-bit lanes */
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[4m + c] lane L holds column 4L + c of rows 4m..4m+3; gather the four
+     * lanes L of u[c], u[4 + c], u[8 + c], u[12 + c] into row 4L + c */
+    for (int c = 0; c < 4; c++) {
+        const __m512 lo01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44); /* lanes 0,1 | 0,1 */
+        const __m512 lo23 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee); /* lanes 2,3 | 2,3 */
+        const __m512 hi01 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 hi23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+        r[c] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);      /* lane 0 of each */
+        r[4 + c] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);  /* lane 1 */
+        r[8 + c] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);  /* lane 2 */
+        r[12 + c] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd); /* lane 3 */
+    }
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

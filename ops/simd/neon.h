@@ -172,4 +172,14 @@ static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) {
     return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(v), vreinterpretq_u8_u32(b)));
 }
 
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */
