@@ -179,4 +179,35 @@ static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
     }
 }
 
+/* ---- for convert ---- */
+static inline gml_vf gml_vf_trunc(gml_vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void gml_vf_store_f16(uint16_t *p, gml_vf v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i b = _mm256_blendv_epi8(r, q, nan);
+    const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
+}
+static inline gml_vf gml_vf_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
+    const __m256i q = _mm256_cvttps_epi32(v);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

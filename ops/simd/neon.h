@@ -182,4 +182,40 @@ static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
     r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
 }
 
+/* ---- for convert ---- */
+static inline gml_vf gml_vf_trunc(gml_vf a) { return vrndq_f32(a); }
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline void gml_vf_store_f16(uint16_t *p, gml_vf v) {
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v)));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb), 16);
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+    const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
+    vst1_u16(p, vmovn_u32(vbslq_u32(nan, q, r)));
+}
+static inline gml_vf gml_vf_load_i8(const int8_t *p) {
+    int8x8_t b = vdup_n_s8(0);
+    b = vld1_lane_s8(p, b, 0);
+    b = vld1_lane_s8(p + 1, b, 1);
+    b = vld1_lane_s8(p + 2, b, 2);
+    b = vld1_lane_s8(p + 3, b, 3);
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(b))));
+}
+static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
+    const int16x4_t h = vmovn_s32(vcvtq_s32_f32(v));
+    const int8x8_t b = vmovn_s16(vcombine_s16(h, h));
+    vst1_lane_s8(p, b, 0);
+    vst1_lane_s8(p + 1, b, 1);
+    vst1_lane_s8(p + 2, b, 2);
+    vst1_lane_s8(p + 3, b, 3);
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */

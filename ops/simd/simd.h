@@ -39,6 +39,7 @@
  *   softmax: gml_vd_hsum (one double from the lanes, in THIS ISA's order, as hsum)
  *   repeat: gml_vi_load; gml_vf_permute(v, idx): lane l is v's lane idx[l] (0 <= idx < GML_VL)
  *   copy: gml_vf_transpose(r[GML_VL]): r[i] lane j becomes r[j] lane i (bits kept)
+ *   convert: trunc; load/store_f16 (RNE), _bf16 (as gml_fp32_to_bf16), _i8 (integral floats)
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is
