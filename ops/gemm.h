@@ -1,6 +1,6 @@
 /* f32 GEMM, BLIS-style: a portable framework (ops/gemm.c: the loops around
  * the micro-kernel, packing, cache blocking, the thread split) and one small
- * register-tile micro-kernel per ISA (ops/gemm_<isa>.c, listed in
+ * register-tile micro-kernel per ISA (ops/gemm_tile_<isa>.c, listed in
  * ops/gemm.inc).
  *
  * Operand layouts. An A micro-panel holds MR rows of an mc x kc block:
