@@ -132,4 +132,10 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
                                 _mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52)));
 }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

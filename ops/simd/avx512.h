@@ -105,4 +105,9 @@ static inline gml_vdm gml_vdm_not(gml_vdm a) { return (gml_vdm)~a; }
 /* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
 static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) { return _mm512_scalef_pd(p, n); }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -145,4 +145,10 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
     return vmulq_f64(p, vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(ni, vdupq_n_s64(1023)), 52)));
 }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    static const int32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_s32(vld1q_s32(idx), vdupq_n_s32(n));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */
