@@ -21,3 +21,13 @@
 #define GML_TILE_PF_C 0
 #define GML_TILE_PF_A_PACKED 0
 #include "gemm_tile.h"
+
+/* The few-rows kernel (ops/gemm_rt.h): 4 rows of W x 20 of A, 10
+ * accumulators (2 x 4 + 2 tail vectors of 2 rows of W), 3 vectors of A,
+ * one broadcast: 14 of the 16 ymm; W's rows prefetched into L1 128 floats
+ * ahead. */
+#define GML_RT_FN gml_f32_gemm_ukernel__avx2_rt4x20
+#define GML_RT_MR 4
+#define GML_RT_PF 128
+#define GML_RT_PF_LOCALITY 3
+#include "gemm_rt.h"

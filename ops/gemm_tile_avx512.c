@@ -16,3 +16,13 @@
 #define GML_TILE_PF_C 1
 #define GML_TILE_PF_A_PACKED 1
 #include "gemm_tile.h"
+
+/* The few-rows kernel (ops/gemm_rt.h): 16 rows of W x 20 of A, 20
+ * accumulators (16 + 4 tail vectors of 4 rows of W), 2 vectors of A; W's
+ * rows prefetched into L2 256 floats ahead (16 rows 4 KiB apart would
+ * share L1's sets). */
+#define GML_RT_FN gml_f32_gemm_ukernel__avx512_rt16x20
+#define GML_RT_MR 16
+#define GML_RT_PF 256
+#define GML_RT_PF_LOCALITY 2
+#include "gemm_rt.h"

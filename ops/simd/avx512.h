@@ -165,5 +165,32 @@ static inline float gml_vf_sum16(const gml_vf s[1]) {
     const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
+/* x[r]: row r's values at k = 0..15 (r < 4) -> the 4 rows at k side by
+ * side at group gml_interleave_pos(k) of x[0..3] laid end to end (two
+ * rounds of unpacks, within 128-bit lanes) */
+static inline void gml_vf_interleave(gml_vf x[4]) {
+    const __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(x[0], x[1]));
+    const __m512d t1 = _mm512_castps_pd(_mm512_unpackhi_ps(x[0], x[1]));
+    const __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(x[2], x[3]));
+    const __m512d t3 = _mm512_castps_pd(_mm512_unpackhi_ps(x[2], x[3]));
+    x[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    x[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    x[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    x[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+}
+static inline int gml_interleave_pos(int k) { return 4 * (k & 3) + (k >> 2); }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) {
+    return _mm512_broadcast_f32x4(_mm_load_ps(p));
+}
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
+    const __m512 u0 = _mm512_shuffle_f32x4(q[0], q[1], 0x44);
+    const __m512 u1 = _mm512_shuffle_f32x4(q[0], q[1], 0xee);
+    const __m512 u2 = _mm512_shuffle_f32x4(q[2], q[3], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(q[2], q[3], 0xee);
+    q[0] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    q[1] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+    q[2] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    q[3] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+}
 
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -184,5 +184,11 @@ static inline float gml_vf_sum16(const gml_vf s[4]) {
     const float32x2_t v = vadd_f32(vget_low_f32(u), vget_high_f32(u));
     return vget_lane_f32(v, 0) + vget_lane_f32(v, 1);
 }
+/* x[0]: one row's values at k = 0..3 (GML_VL / 4 = 1 row): already one
+ * value per k, at gml_interleave_pos(k) = k */
+static inline void gml_vf_interleave(gml_vf x[1]) { (void)x; }
+static inline int gml_interleave_pos(int k) { return k; }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) { return vld1q_dup_f32(p); }
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) { gml_vf_transpose(q); }
 
 #endif /* GGMLITE_SIMD_NEON_H */
