@@ -34,10 +34,12 @@ static inline void gml_tile_prefetch(const float *p, size_t floats) {
     __builtin_prefetch((const void *)((uintptr_t)p + floats * sizeof(float)), 0, 3);
 }
 
-/* The lines of a row of the tile (NV GML_VL floats, 16 to a line) from p. */
+/* The lines of a row of the tile (NV GML_VL floats, 16 to a line, the
+ * first line only if the row is shorter) from p. */
 static GML_SIMD_INLINE void gml_tile_prefetch_row(const float *p, size_t floats, int NV) {
+    const int lines = NV * GML_VL < 16 ? 1 : NV * GML_VL / 16;
 #pragma GCC unroll 4
-    for (int l = 0; l < NV * GML_VL / 16; l++) gml_tile_prefetch(p, floats + 16 * (size_t)l);
+    for (int l = 0; l < lines; l++) gml_tile_prefetch(p, floats + 16 * (size_t)l);
 }
 
 /* One k step: c[i][v] += a_i * b[k, v GML_VL : (v + 1) GML_VL] for the MR
