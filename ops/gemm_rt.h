@@ -64,9 +64,10 @@ static GML_SIMD_INLINE void rt_pack(const bool full, const float *const *row, co
             const size_t kh = k0 + (size_t)(GML_VL * h);
             gml_vf x[RT_L4];
 #pragma GCC unroll 4
-            for (int r = 0; r < RT_L4; r++)
-                x[r] = full ? gml_vf_load(row[RT_L4 * g + r] + kh)
-                            : gml_vf_load_m(row[RT_L4 * g + r] + kh, gml_vm_first_i((int)k - (int)kh));
+            for (int r = 0; r < RT_L4; r++) {
+                const float *p = row[RT_L4 * g + r] + kh;
+                x[r] = full ? gml_vf_load(p) : gml_vf_load_m(p, gml_vm_first_i((int)k - (int)kh));
+            }
             gml_vf_interleave(x);
 #pragma GCC unroll 4
             for (int q = 0; q < RT_L4; q++)
@@ -159,7 +160,8 @@ RT_KERNEL(rt_kernel_main, false)
 void GML_RT_FN(size_t k, const float *w, size_t ldw, int m, const float *at, int n, float *c,
                size_t ldc) {
     const float *row[RT_MR];
-    for (int i = 0; i < RT_MR; i++) row[i] = w + (i < m ? (size_t)i : 0) * ldw; /* rows past m reread row 0 */
+    for (int i = 0; i < RT_MR; i++) /* rows past m reread row 0 */
+        row[i] = w + (i < m ? (size_t)i : 0) * ldw;
     if (n > RT_MAIN) rt_kernel_tail(k, row, w, ldw, at, m, n, c, ldc);
     else rt_kernel_main(k, row, w, ldw, at, m, n, c, ldc);
 }

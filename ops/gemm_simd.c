@@ -274,6 +274,7 @@ XW16_GEMV_1XR(bf16_gemv_1xr, load32_bf16)
         return;                                                                                 \
     }
 XW_GEMV(GEMM_UKERNEL(f16_gemv, TILE_4xVL), load32_f16, 0, 64, XW16_ROW1(f16_gemv_1xr, load32_f16))
-XW_GEMV(GEMM_UKERNEL(bf16_gemv, TILE_4xVL), load32_bf16, 0, 64, XW16_ROW1(bf16_gemv_1xr, load32_bf16))
+XW_GEMV(GEMM_UKERNEL(bf16_gemv, TILE_4xVL), load32_bf16, 0, 64,
+        XW16_ROW1(bf16_gemv_1xr, load32_bf16))
 XW_GEMV(GEMM_UKERNEL(q8_0_gemv, TILE_4xVL), load32_q8_0, 1, 34,
         if (m == 1) { q8_0_gemv_1xr(k, a, w, ldw, n, c); return; })

@@ -68,7 +68,8 @@ static GML_SIMD_INLINE void gml_tile_prefetch_row(const float *p, size_t floats,
  * (masked stores cost ~16 cycles each on Zen 3). */
 void GML_TILE_FN(size_t kc, const float *a, size_t lda, const float *b, size_t ldb, float *c,
                  size_t ldc, int m, int n, bool acc) {
-    enum { MR = GML_TILE_MR, NV = GML_TILE_NV, PF_C = GML_TILE_PF_C, PF_A_PACKED = GML_TILE_PF_A_PACKED };
+    enum { MR = GML_TILE_MR, NV = GML_TILE_NV };
+    enum { PF_C = GML_TILE_PF_C, PF_A_PACKED = GML_TILE_PF_A_PACKED };
     const int NR = NV * GML_VL;
     const bool full = n == NR;
     gml_vm mv[GML_TILE_NV_MAX];

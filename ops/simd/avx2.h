@@ -160,10 +160,12 @@ static inline gml_vf gml_vf_load_f16(const void *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 static inline gml_vf gml_vf_load_bf16(const void *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
 static inline gml_vf gml_vf_load_i8(const int8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+    const __m128i q = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
 }
 static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
 static inline __m128i gml_avx2_f16x8(const char *const p[8], size_t off) {

@@ -142,10 +142,12 @@ static inline gml_vf gml_vf_load_f16(const void *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 static inline gml_vf gml_vf_load_bf16(const void *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
 }
 static inline gml_vf gml_vf_load_i8(const int8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
 }
 static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
 static inline __m128i gml_avx512_f16x8(const char *const p[8], size_t off) {
@@ -159,8 +161,8 @@ static inline gml_vf gml_vf_gather_f16(const char *const p[16], size_t off) {
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
 }
 static inline float gml_vf_sum16(const gml_vf s[1]) {
-    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(s[0]),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1)));
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1));
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(s[0]), hi);
     const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
     const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
