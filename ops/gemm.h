@@ -1,7 +1,10 @@
 /* f32 GEMM, BLIS-style: a portable framework (ops/gemm.c: the loops around
- * the micro-kernel, packing, cache blocking, the thread split) and one small
- * register-tile micro-kernel per ISA (ops/gemm_tile_<isa>.c, listed in
- * ops/gemm.inc).
+ * the micro-kernel, packing, cache blocking, the thread split) and a
+ * register-tile micro-kernel written once over the SIMD layer
+ * (ops/gemm_tile.h), whose MR x NR shape each ISA gives in a small file
+ * (ops/gemm_tile_<isa>.c; the tiles are listed in ops/gemm.inc). The
+ * few-rows kernels (ops/gemm_rt.h, shaped there too) and the matrix-vector
+ * ones (ops/gemm_simd.c) are written once over the layer as well.
  *
  * Operand layouts. An A micro-panel holds MR rows of an mc x kc block:
  * packed (lda == 0), k-major with element (i, k) at a[k * MR + i] and rows
