@@ -99,11 +99,13 @@ void GEMM_UKERNEL(f32_gemv, TILE_4xVL)(size_t k, const float *a, size_t lda, int
  * for q8_0 the int8 values, *d its block's scale. */
 static inline void load32_f16(const char *row, size_t k0, gml_vf w[2 * S], gml_vf *d) {
     (void)d;
-    for (int h = 0; h < 2 * S; h++) w[h] = gml_vf_load_f16(row + 2 * k0 + 2 * GML_VL * h);
+    const uint16_t *p = (const uint16_t *)(const void *)row + k0;
+    for (int h = 0; h < 2 * S; h++) w[h] = gml_vf_load_f16(p + GML_VL * h);
 }
 static inline void load32_bf16(const char *row, size_t k0, gml_vf w[2 * S], gml_vf *d) {
     (void)d;
-    for (int h = 0; h < 2 * S; h++) w[h] = gml_vf_load_bf16(row + 2 * k0 + 2 * GML_VL * h);
+    const uint16_t *p = (const uint16_t *)(const void *)row + k0;
+    for (int h = 0; h < 2 * S; h++) w[h] = gml_vf_load_bf16(p + GML_VL * h);
 }
 static inline void load32_q8_0(const char *row, size_t k0, gml_vf w[2 * S], gml_vf *d) {
     const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)row + k0 / GML_QK8_0;
