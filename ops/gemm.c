@@ -185,14 +185,14 @@ static const gml_xw_gemv_variant q8_0_gemv[] = {GML_Q8_0_GEMV_UKERNELS(GML_XW_GE
 #undef GML_XW_GEMV_ENTRY
 
 const gml_xw_gemv_variant *gml_xw_gemv_variants(gml_type t, int *n) {
-    *n = 3; /* each list: scalar, AVX2, AVX-512 */
+    *n = (int)(sizeof f16_gemv / sizeof f16_gemv[0]); /* each list: one entry per ISA */
     return t == GML_F16 ? f16_gemv : t == GML_BF16 ? bf16_gemv : t == GML_Q8_0 ? q8_0_gemv : NULL;
 }
 
 const gml_xw_gemv_variant *gml_xw_gemv_pick(gml_isa isa, gml_type t) {
     int n;
     const gml_xw_gemv_variant *v = gml_xw_gemv_variants(t, &n);
-    gml_isa isas[3];
+    gml_isa isas[sizeof f16_gemv / sizeof f16_gemv[0]];
     for (int i = 0; i < n; i++) isas[i] = v[i].isa;
     return &v[gml_pick_variant(isa, isas, n)];
 }
@@ -278,6 +278,8 @@ static void transpose_rows(const char *src, int64_t rs, int rows, int64_t kc, in
             dst[k * ld + i + 1] = r1[k];
         }
     }
+#else
+    (void)ahead; /* prefetched with the SSE blocks only */
 #endif
     for (; i < rows; i++) {
         const float *r = (const float *)(src + i * rs);

@@ -210,4 +210,47 @@ static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
     _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
 }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
+static inline __m128i gml_avx2_f16x8(const char *const p[8], size_t off) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[8], size_t off) {
+    return _mm256_cvtph_ps(gml_avx2_f16x8(p, off));
+}
+static inline float gml_vf_sum16(const gml_vf s[2]) {
+    const __m256 t = _mm256_add_ps(s[0], s[1]);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+/* x[r]: row r's values at k = 0..7 (r < 2) -> the pair (row 0, row 1) at k
+ * side by side at pair gml_interleave_pos(k) of x[0], x[1] laid end to end */
+static inline void gml_vf_interleave(gml_vf x[2]) {
+    const __m256 lo = _mm256_unpacklo_ps(x[0], x[1]), hi = _mm256_unpackhi_ps(x[0], x[1]);
+    x[0] = lo;
+    x[1] = hi;
+}
+static inline int gml_interleave_pos(int k) { return 4 * ((k & 3) >> 1) + 2 * (k >> 2) + (k & 1); }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) {
+    return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)p));
+}
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
+    const __m256d d0 = _mm256_castps_pd(q[0]), d1 = _mm256_castps_pd(q[1]);
+    const __m256d d2 = _mm256_castps_pd(q[2]), d3 = _mm256_castps_pd(q[3]);
+    const __m256d t0 = _mm256_unpacklo_pd(d0, d1), t1 = _mm256_unpackhi_pd(d0, d1);
+    const __m256d t2 = _mm256_unpacklo_pd(d2, d3), t3 = _mm256_unpackhi_pd(d2, d3);
+    q[0] = _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x20));
+    q[1] = _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x20));
+    q[2] = _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x31));
+    q[3] = _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

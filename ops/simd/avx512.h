@@ -184,4 +184,56 @@ static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
     _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
 }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+/* r[j] = row j of a GML_VL x GML_VL block -> r[k] = column k (four rounds
+ * of shuffles: pairs of floats, of doubles, then 128-bit lanes twice) */
+static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
+static inline __m128i gml_avx512_f16x8(const char *const p[8], size_t off) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[16], size_t off) {
+    const __m128i h0 = gml_avx512_f16x8(p, off), h1 = gml_avx512_f16x8(p + 8, off);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+}
+static inline float gml_vf_sum16(const gml_vf s[1]) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1));
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(s[0]), hi);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+/* x[r]: row r's values at k = 0..15 (r < 4) -> the 4 rows at k side by
+ * side at group gml_interleave_pos(k) of x[0..3] laid end to end (two
+ * rounds of unpacks, within 128-bit lanes) */
+static inline void gml_vf_interleave(gml_vf x[4]) {
+    const __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(x[0], x[1]));
+    const __m512d t1 = _mm512_castps_pd(_mm512_unpackhi_ps(x[0], x[1]));
+    const __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(x[2], x[3]));
+    const __m512d t3 = _mm512_castps_pd(_mm512_unpackhi_ps(x[2], x[3]));
+    x[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    x[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    x[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    x[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+}
+static inline int gml_interleave_pos(int k) { return 4 * (k & 3) + (k >> 2); }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) {
+    return _mm512_broadcast_f32x4(_mm_load_ps(p));
+}
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
+    const __m512 u0 = _mm512_shuffle_f32x4(q[0], q[1], 0x44);
+    const __m512 u1 = _mm512_shuffle_f32x4(q[0], q[1], 0xee);
+    const __m512 u2 = _mm512_shuffle_f32x4(q[2], q[3], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(q[2], q[3], 0xee);
+    q[0] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    q[1] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+    q[2] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    q[3] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -218,4 +218,38 @@ static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
     vst1_lane_s8(p + 3, b, 3);
 }
 
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    static const int32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_s32(vld1q_s32(idx), vdupq_n_s32(n));
+}
+/* 4 x 4 transpose, for gml_vf_transpose and gml_vf_transpose_quarters */
+static inline void gml_neon_tr4(float32x4_t r[4]) {
+    const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+    const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+    r[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[1] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    r[2] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+}
+static inline gml_vf gml_vf_set1_f16(uint16_t h) {
+    return vdupq_laneq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[4], size_t off) {
+    uint16_t x[4];
+    for (int j = 0; j < 4; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x)));
+}
+static inline float gml_vf_sum16(const gml_vf s[4]) {
+    const float32x4_t u = vaddq_f32(vaddq_f32(s[0], s[2]), vaddq_f32(s[1], s[3]));
+    const float32x2_t v = vadd_f32(vget_low_f32(u), vget_high_f32(u));
+    return vget_lane_f32(v, 0) + vget_lane_f32(v, 1);
+}
+/* x[0]: one row's values at k = 0..3 (GML_VL / 4 = 1 row): already one
+ * value per k, at gml_interleave_pos(k) = k */
+static inline void gml_vf_interleave(gml_vf x[1]) { (void)x; }
+static inline int gml_interleave_pos(int k) { return k; }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) { return vld1q_dup_f32(p); }
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) { gml_neon_tr4(q); }
+
 #endif /* GGMLITE_SIMD_NEON_H */
