@@ -1,5 +1,7 @@
 # What `cmake --install` puts under the prefix (included when GGMLITE_INSTALL):
-#   include/ggmlite/         ggmlite.h, ops.inc, attention.h, kv_cache.h, io.h
+#   include/ggmlite/         ggmlite.h (including types.h, tensor.h, registry.h,
+#                            compute.h), export.h, hashindex.h, ops.inc,
+#                            attention.h, kv_cache.h, layers.h, io.h
 #   include/ggmlite/mpi.h    with -DGGMLITE_MPI=ON
 #   lib/                     libggmlite, libggmlite_models, libggmlite_io (.a, or
 #                            .so with BUILD_SHARED_LIBS); libggmlite_mpi with

@@ -14,7 +14,8 @@
  *
  * Kernels run on the graph's own copies of the tensor headers (g->bound),
  * rebound at each compute: the headers, which other graphs may share, are
- * only read. A graph computes (or plans) once at a time: its lock. */
+ * only read. A graph computes (or plans) once at a time: its lock
+ * (gml_graph_lock, graph.c). */
 #include "graph.h"
 #include "threadpool.h"
 
@@ -93,104 +94,6 @@ void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user) {
 }
 
 void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
-
-/* ---- one compute of a graph at a time ------------------------------------- */
-
-/* The graphs this thread is computing, innermost first: a node callback that
- * starts a compute runs inside its caller's. On the computing thread's stack. */
-struct computing {
-    const gml_graph *g;
-    const struct computing *up;
-};
-static _Thread_local const struct computing *computing;
-
-/* A compute or plan refused because the graph was busy: its message belongs
- * to the refused thread (g->err belongs to the running compute), so it is
- * kept here and gml_graph_error shows it to this thread only, until this
- * thread next computes or plans that graph. Graphs are told apart by id, not
- * by address: a freed graph's address comes back. */
-static _Thread_local struct {
-    uint64_t id;
-    char msg[GML_ERR_MAX];
-} refused;
-
-gml_status gml_graph_lock(gml_graph *g, const char *what) {
-    if (!computing) {
-        pthread_mutex_lock(&g->mu); /* takes turns; this thread holds no graph */
-    } else if (pthread_mutex_trylock(&g->mu) != 0) {
-        /* Inside a compute (a node callback): waiting could deadlock, on this
-         * very graph or on the pool this thread holds. */
-        bool mine = false;
-        for (const struct computing *c = computing; c && !mine; c = c->up) mine = c->g == g;
-        snprintf(refused.msg, sizeof refused.msg, "%s: %s", what,
-                 mine ? "the graph is being computed by this thread already (a node callback "
-                        "cannot compute or plan its own graph)"
-                      : "graph is being computed by another thread (a node callback cannot "
-                        "wait for it)");
-        refused.id = g->id;
-        return GML_ERR_INVALID;
-    }
-    if (refused.id == g->id) refused.id = 0;
-    return GML_OK;
-}
-
-void gml_graph_unlock(gml_graph *g) { pthread_mutex_unlock(&g->mu); }
-
-const char *gml_graph_error(const gml_graph *g) {
-    return refused.id == g->id ? refused.msg : g->err;
-}
-
-/* ---- binding ------------------------------------------------------------- */
-
-void gml_graph_bind(gml_graph *g) {
-    for (int e = 0; e < g->n_entries; e++) {
-        gml_tensor c;
-        memcpy(&c, g->entries[e].t, sizeof c);
-        for (int s = 0; s < GML_MAX_SRC; s++)
-            if (c.src[s]) c.src[s] = &g->bound[gml_graph_entry(g, c.src[s])]; /* always in g */
-        if (c.view_src) {
-            const int r = gml_graph_entry(g, c.view_src);
-            if (r >= 0) c.view_src = &g->bound[r];
-        }
-        c.data = gml_entry_data(g, e);
-        /* No write when nothing changed: readers of a result (gml_graph_tensor)
-         * never see a store they did not expect. */
-        if (memcmp(&g->bound[e], &c, sizeof c) != 0) {
-            memcpy(&g->bound[e], &c, sizeof c);
-            g->prepared = false; /* data or strides moved: plan the steps again */
-        }
-    }
-}
-
-const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t) {
-    if (!g || !t) return NULL;
-    const int e = gml_graph_entry(g, t);
-    return e < 0 ? NULL : &g->bound[e];
-}
-
-void gml_graph_release_compute(gml_graph *g) {
-    free(g->work);
-    g->work = NULL;
-    g->work_size = 0;
-    free(g->steps);
-    g->steps = NULL;
-    free(g->chunks);
-    g->chunks = NULL;
-    free(g->touch);
-    g->touch = NULL;
-    g->prepared = false;
-    free(g->neg_inf_ok);
-    g->neg_inf_ok = NULL;
-    g->n_steps = 0;
-}
-
-gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->err, sizeof g->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
 
 /* Every tensor must have data before anything runs: binds the graph's
  * copies afresh (the user may have placed an input, or re-pointed one, since
@@ -287,7 +190,8 @@ static bool conflict(const struct gml_touch *a, const struct gml_touch *b) {
  * strides and addresses only, never on values or timing. */
 static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
     const gml_isa isa = gml_get_isa();
-    if (g->prepared && g->prep_nth == nth && g->prep_isa == isa && g->prep_checks == checks)
+    if (g->prepared && g->prep_binds == g->binds && g->prep_nth == nth && g->prep_isa == isa &&
+        g->prep_checks == checks)
         return GML_OK;
     if (!g->steps && g->n_nodes > 0) {
         g->steps = malloc((size_t)g->n_nodes * sizeof *g->steps);
@@ -357,6 +261,7 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
                                   need);
     }
     g->prepared = true;
+    g->prep_binds = g->binds;
     g->prep_nth = nth;
     g->prep_isa = isa;
     g->prep_checks = checks;
@@ -544,11 +449,8 @@ static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threa
 static gml_status compute(gml_graph *g, gml_threadpool *pool, bool pooled, int n_threads) {
     gml_status st = gml_graph_lock(g, "compute");
     if (st != GML_OK) return st;
-    const struct computing frame = {g, computing};
-    computing = &frame;
     if (pooled && !pool) st = gml_graph_fail(g, GML_ERR_INVALID, "compute: the thread pool is NULL");
     else st = compute_locked(g, pool, n_threads);
-    computing = frame.up;
     gml_graph_unlock(g);
     return st;
 }

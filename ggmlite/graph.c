@@ -1,5 +1,8 @@
 /* Graphs: DFS from the outputs into topologically ordered nodes and leafs,
- * use counts, a printed table, Graphviz DOT and a structural digest. */
+ * use counts; the graph's own state (one compute or plan at a time, its
+ * error message, the bound copies of its tensors and their data, freeing
+ * what plan.c and compute.c keep in it); a printed table, Graphviz DOT and a
+ * structural digest. */
 #include "graph.h"
 
 #include <stdlib.h>
@@ -177,6 +180,142 @@ int gml_graph_use_count(const gml_graph *g, const gml_tensor *t) {
 int gml_graph_find(const gml_graph *g, const gml_tensor *t) {
     int idx = lookup(g, t);
     return idx < 0 || g->entries[idx].pos < 0 ? -1 : g->entries[idx].pos;
+}
+
+int gml_graph_n_tensors(const gml_graph *g) { return g->n_entries; }
+
+gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i) {
+    return i >= 0 && i < g->n_entries ? g->entries[i].t : NULL;
+}
+
+int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+
+/* ---- one compute of a graph at a time ------------------------------------- */
+
+/* The graphs whose lock this thread holds, innermost first, linked through
+ * their held_up: a node callback that computes or plans a graph does so
+ * inside its caller's compute. */
+static _Thread_local const gml_graph *held;
+
+/* A compute or plan refused because the graph was busy: its message belongs
+ * to the refused thread (g->err belongs to the running compute), so it is
+ * kept here and gml_graph_error shows it to this thread only, until this
+ * thread next computes or plans that graph. Graphs are told apart by id, not
+ * by address: a freed graph's address comes back. */
+static _Thread_local struct {
+    uint64_t id;
+    char msg[GML_ERR_MAX];
+} refused;
+
+gml_status gml_graph_lock(gml_graph *g, const char *what) {
+    if (!held) {
+        pthread_mutex_lock(&g->mu); /* takes turns; this thread holds no graph */
+    } else if (pthread_mutex_trylock(&g->mu) != 0) {
+        /* Inside a compute (a node callback): waiting could deadlock, on this
+         * very graph or on the pool this thread holds. */
+        bool mine = false;
+        for (const gml_graph *h = held; h && !mine; h = h->held_up) mine = h == g;
+        snprintf(refused.msg, sizeof refused.msg, "%s: %s", what,
+                 mine ? "the graph is being computed by this thread already (a node callback "
+                        "cannot compute or plan its own graph)"
+                      : "graph is being computed by another thread (a node callback cannot "
+                        "wait for it)");
+        refused.id = g->id;
+        return GML_ERR_INVALID;
+    }
+    g->held_up = held;
+    held = g;
+    if (refused.id == g->id) refused.id = 0;
+    return GML_OK;
+}
+
+void gml_graph_unlock(gml_graph *g) {
+    held = g->held_up;
+    pthread_mutex_unlock(&g->mu);
+}
+
+const char *gml_graph_error(const gml_graph *g) {
+    return refused.id == g->id ? refused.msg : g->err;
+}
+
+gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->err, sizeof g->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* ---- binding ------------------------------------------------------------- */
+
+/* A root's data: its header's, else its place in the plan. */
+static void *root_data(const gml_graph *g, int e) {
+    const gml_tensor *t = g->entries[e].t;
+    if (t->data) return t->data;
+    if (g->plan_offs && g->plan_offs[e] != GML_UNPLACED) return g->plan_base + g->plan_offs[e];
+    return NULL;
+}
+
+void *gml_entry_data(const gml_graph *g, int e) {
+    const gml_tensor *t = g->entries[e].t;
+    if (!t->view_src) return root_data(g, e);
+    const int r = gml_graph_entry(g, t->view_src);
+    char *base = r >= 0 ? root_data(g, r) : t->view_src->data;
+    return base ? base + t->view_offs : t->data;
+}
+
+void gml_graph_bind(gml_graph *g) {
+    bool changed = false;
+    for (int e = 0; e < g->n_entries; e++) {
+        gml_tensor c;
+        memcpy(&c, g->entries[e].t, sizeof c);
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            if (c.src[s]) c.src[s] = &g->bound[gml_graph_entry(g, c.src[s])]; /* always in g */
+        if (c.view_src) {
+            const int r = gml_graph_entry(g, c.view_src);
+            if (r >= 0) c.view_src = &g->bound[r];
+        }
+        c.data = gml_entry_data(g, e);
+        /* No write when nothing changed: readers of a result (gml_graph_tensor)
+         * never see a store they did not expect. */
+        if (memcmp(&g->bound[e], &c, sizeof c) != 0) {
+            memcpy(&g->bound[e], &c, sizeof c);
+            changed = true;
+        }
+    }
+    if (changed) g->binds++; /* data or strides moved: the steps are planned again */
+}
+
+const gml_tensor *gml_graph_tensor(const gml_graph *g, const gml_tensor *t) {
+    if (!g || !t) return NULL;
+    const int e = gml_graph_entry(g, t);
+    return e < 0 ? NULL : &g->bound[e];
+}
+
+void gml_graph_release_compute(gml_graph *g) {
+    free(g->work);
+    g->work = NULL;
+    g->work_size = 0;
+    free(g->steps);
+    g->steps = NULL;
+    free(g->chunks);
+    g->chunks = NULL;
+    free(g->touch);
+    g->touch = NULL;
+    g->prepared = false;
+    free(g->neg_inf_ok);
+    g->neg_inf_ok = NULL;
+    g->n_steps = 0;
+}
+
+void gml_graph_release_plan(gml_graph *g) {
+    gml_free_arena(g->plan_buffer, g->plan_mapped);
+    g->plan_buffer = NULL;
+    g->plan_mapped = 0;
+    g->plan_base = NULL;
+    free(g->plan_offs);
+    g->plan_offs = NULL;
+    g->plan_peak = g->plan_naive = 0;
 }
 
 /* ---- printing ------------------------------------------------------------ */

@@ -1,8 +1,15 @@
-/* The graph object, shared by graph.c (building, printing) and compute.c. */
+/* The graph object, inside the engine. Its files depend one way:
+ *
+ *   graph.c    the object: building, lookups, the lock, the error message,
+ *              the bound copies and the data each entry has, freeing,
+ *              printing and the digest; it calls neither of the others
+ *   plan.c     the memory planner: fills the plan fields; calls graph.c
+ *   compute.c  the steps and running them: fills the compute fields;
+ *              calls graph.c and threadpool.c */
 #ifndef GGMLITE_GRAPH_H
 #define GGMLITE_GRAPH_H
 
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 #include "internal.h"
 
 #include <pthread.h>
@@ -15,9 +22,11 @@ struct gml_graph_entry {
 
 struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
-    uint64_t id;      /* unique in the process, never 0 (compute.c's thread-local messages) */
-    /* Held by a compute or a plan of this graph: one at a time (compute.c). */
+    uint64_t id;      /* unique in the process, never 0 (graph.c's thread-local messages) */
+    /* Held by a compute or a plan of this graph: one at a time (gml_graph_lock). */
     pthread_mutex_t mu;
+    /* While a thread holds mu: the graph it held before (gml_graph_lock). */
+    const struct gml_graph *held_up;
 
     gml_tensor **nodes; /* topological order */
     int n_nodes, nodes_cap;
@@ -37,6 +46,7 @@ struct gml_graph {
      * Kernels, the NaN trap and the callback see these, never the headers,
      * which other graphs may share. */
     gml_tensor *bound;
+    uint64_t binds; /* how often a bind changed them */
 
     /* compute */
     gml_node_callback callback;
@@ -49,9 +59,10 @@ struct gml_graph {
     struct gml_chunk *chunks; /* [n_nodes]: gml_chunk_next's count, one per step */
     struct gml_touch *touch;  /* [n_nodes]: what each step touches, while planning them */
     /* What steps (their barriers, solo nodes, scratch places) and work were
-     * prepared for; any change of the bound copies (gml_graph_bind) clears
-     * prepared, and so do a new thread count, ISA or checks setting. */
+     * prepared for: the bound copies as of binds, a thread count, an ISA and
+     * a checks setting; any change of these plans the steps afresh. */
     bool prepared;
+    uint64_t prep_binds;
     int prep_nth;
     gml_isa prep_isa;
     bool prep_checks;
@@ -90,31 +101,32 @@ struct gml_chunk {
     _Alignas(GML_ALIGN) atomic_llong next;
 };
 
+/* All in graph.c. */
+
 /* Index of t in g->entries, or -1. */
 int gml_graph_entry(const gml_graph *g, const gml_tensor *t);
-/* Writes the graph's error message (gml_graph_error) and returns st
- * (compute.c). */
+/* Writes the graph's error message (gml_graph_error) and returns st. */
 gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
-/* Frees what compute keeps between runs (compute.c). */
+/* Frees what compute keeps between runs. */
 void gml_graph_release_compute(gml_graph *g);
 /* Frees the memory plan's buffer and lists, touching no tensor: the context
- * may be gone already (plan.c). */
+ * may be gone already. */
 void gml_graph_release_plan(gml_graph *g);
 /* The data entry e has in g's computes: for a root, its header's data if it
  * has some (the user's or an allocating context's; it wins over the plan),
  * else its planned address, else NULL; for a view, its root's (bound the same
  * way, inside the graph or not) plus view_offs, or the view's own header data
- * when the root has none (plan.c). */
+ * when the root has none. */
 void *gml_entry_data(const gml_graph *g, int e);
 /* Refreshes every bound copy from its header (writing only what changed, so
  * that a steady state writes nothing; a change makes the next compute plan
- * its steps afresh) and binds its data (compute.c). */
+ * its steps afresh) and binds its data. */
 void gml_graph_bind(gml_graph *g);
 /* Takes g's compute lock for a compute or a plan (what: "compute", "plan"):
  * waits for another thread's compute or plan of g to finish, unless this
  * thread is inside a compute itself (a node callback), which cannot wait:
  * GML_ERR_INVALID then, with the message kept for this thread's
- * gml_graph_error (compute.c). */
+ * gml_graph_error. */
 gml_status gml_graph_lock(gml_graph *g, const char *what);
 void gml_graph_unlock(gml_graph *g);
 

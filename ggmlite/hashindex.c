@@ -1,6 +1,6 @@
 /* The hash index (hashindex.h): linear probing over parallel arrays of
  * hashes and values; a value of -1 marks an empty slot. */
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 
 #include <assert.h>
 #include <stdlib.h>

@@ -10,8 +10,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define GML_ALIGN 64          /* data alignment: one cache line, one zmm */
-#define GML_ERR_MAX 512
 
 #define GML_UNUSED(x) (void)(x)
 #define GML_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -251,8 +249,6 @@ typedef struct gml_op_def {
 #define GML_OPT_Z(n, kind) {n, GML_ARG_##kind, true, "0", NULL, true}
 /* optional ENUM, names a NULL-terminated list (value i is names[i]) */
 #define GML_OPT_ENUM(n, def, names) {n, GML_ARG_ENUM, true, def, names, false}
-/* The index of word among an ENUM spec's names (aliases after '|'), or -1. */
-int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len);
 
 #define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
 #define GML_FORM(name) extern const gml_op_def gml_form_##name;

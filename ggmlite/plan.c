@@ -10,8 +10,8 @@
  *
  * The plan is the graph's own: an offset per entry (plan_offs), never a
  * write to a tensor header, so graphs that share tensors each have their own
- * places for them. Compute binds them into the graph's copies of the headers
- * (gml_graph_bind); users read them with gml_graph_data. */
+ * places for them. gml_graph_bind (graph.c) binds them into the graph's
+ * copies of the headers; users read them with gml_graph_data. */
 #include "graph.h"
 
 #include <stdlib.h>
@@ -81,32 +81,6 @@ static void give_back(struct freelist *f, size_t offs, size_t size) {
         f->r[i].size = size;
         f->n++;
     }
-}
-
-void gml_graph_release_plan(gml_graph *g) {
-    gml_free_arena(g->plan_buffer, g->plan_mapped);
-    g->plan_buffer = NULL;
-    g->plan_mapped = 0;
-    g->plan_base = NULL;
-    free(g->plan_offs);
-    g->plan_offs = NULL;
-    g->plan_peak = g->plan_naive = 0;
-}
-
-/* A root's data: its header's, else its place in the plan. */
-static void *root_data(const gml_graph *g, int e) {
-    const gml_tensor *t = g->entries[e].t;
-    if (t->data) return t->data;
-    if (g->plan_offs && g->plan_offs[e] != GML_UNPLACED) return g->plan_base + g->plan_offs[e];
-    return NULL;
-}
-
-void *gml_entry_data(const gml_graph *g, int e) {
-    const gml_tensor *t = g->entries[e].t;
-    if (!t->view_src) return root_data(g, e);
-    const int r = gml_graph_entry(g, t->view_src);
-    char *base = r >= 0 ? root_data(g, r) : t->view_src->data;
-    return base ? base + t->view_offs : t->data;
 }
 
 void *gml_graph_data(const gml_graph *g, const gml_tensor *t) {

@@ -1,7 +1,10 @@
 /* f32 GEMM, BLIS-style: a portable framework (ops/gemm.c: the loops around
- * the micro-kernel, packing, cache blocking, the thread split) and one small
- * register-tile micro-kernel per ISA (ops/gemm_<isa>.c, listed in
- * ops/gemm.inc).
+ * the micro-kernel, packing, cache blocking, the thread split) and a
+ * register-tile micro-kernel written once over the SIMD layer
+ * (ops/gemm_tile.h), whose MR x NR shape each ISA gives in a small file
+ * (ops/gemm_tile_<isa>.c; the tiles are listed in ops/gemm.inc). The
+ * few-rows kernels (ops/gemm_rt.h, shaped there too) and the matrix-vector
+ * ones (ops/gemm_simd.c) are written once over the layer as well.
  *
  * Operand layouts. An A micro-panel holds MR rows of an mc x kc block:
  * packed (lda == 0), k-major with element (i, k) at a[k * MR + i] and rows
@@ -137,9 +140,9 @@ void gml_gemm_set_caches(const int64_t bytes[3]);
  *     c[i * ldc + j] = sum_k a[i * lda + k] * w[j * ldw + k],  i < m, j < n
  * with 1 <= m <= MR, 1 <= n <= NR, each element one fma chain in k order from
  * +0 as above (so bitwise what the other paths give). The lanes run over
- * W's rows (C's columns): 16 x 16 (AVX-512) or 8 x 8 (AVX2) blocks of W are
- * transposed in registers, W is read once, in place, and nothing is wasted on
- * padding a single row of A to a register tile. Variants: ops/gemv.inc. */
+ * W's rows (C's columns): 16 x 16 (AVX-512), 8 x 8 (AVX2) or 4 x 4 (NEON)
+ * blocks of W are transposed in registers, W is read once, in place, and
+ * nothing is wasted on padding a single row of A to a register tile. Variants: ops/gemv.inc. */
 typedef void (*gml_f32_gemv_ukernel_fn)(size_t k, const float *a, size_t lda, int m,
                                         const float *w, size_t ldw, int n, float *c, size_t ldc);
 

@@ -1,5 +1,6 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
 #include "gemm.h"
+#include "view.h"
 
 /* Element (k, n) of b's matrix bmat as f32: f32, f16, bf16 through b's
  * strides; q8_0 (the transpose of a q8_0 leaf: nb[2] the block size, nb[3]
@@ -93,20 +94,13 @@ static double matmul_flops(const gml_tensor *dst) {
 
 /* A q8_0 b is usable when its dim -2 (K) is its leaf's last dim (the one
  * blocked): b is a transpose or permute of a q8_0 leaf (context.c allows
- * no other view of one) that moves the leaf's last dim to -2. Told from the
- * view's params (ops/view.c's transpose_params {d0, d1} and permute_params
- * {axes[4]}: out dim i is input dim axes[i]), as strides alone cannot tell
- * a [32, 32] w^T from w. */
+ * no other view of one) that moves the leaf's last dim to -2. Told from
+ * which of the leaf's dims the view put there (ops/view.h), as strides alone
+ * cannot tell a [32, 32] w^T from w. */
 static bool q8_0_is_w_t(const gml_tensor *b) {
     const int n = b->n_dims;
     if (!b->view_src || b->src[0] != b->view_src) return false;
-    int from = -1; /* the leaf's dim that b's dim n - 2 is */
-    if (b->op == GML_OP_TRANSPOSE) {
-        const int d0 = b->op_params[0], d1 = b->op_params[1];
-        from = n - 2 == d0 ? d1 : n - 2 == d1 ? d0 : n - 2;
-    } else if (b->op == GML_OP_PERMUTE) {
-        from = b->op_params[n - 2];
-    }
+    const int from = gml_view_source_dim(b, n - 2); /* the leaf's dim that b's dim n - 2 is */
     return from == n - 1 && b->nb[GML_MAX_DIMS - 2] == gml_type_size(GML_Q8_0);
 }
 

@@ -1,5 +1,5 @@
-/* Constants of the vector exp shared by ops/softmax_avx2.c and
- * ops/softmax_avx512.c, which compute it identically (same operations, same
+/* Constants of the vector exp shared by ops/simd/vmath.h (gml_vexp) and
+ * ops/vexp_x86.h, which compute it identically (same operations, same
  * roundings: their results are bitwise equal).
  *
  *   exp(x) = 2^n * exp(r),  n = round(x / ln2),  r = x - n ln2, |r| <= ln2/2

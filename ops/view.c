@@ -1,7 +1,7 @@
 /* Views: view, reshape, permute, transpose, and after (a dependency edge).
  * Each makes a new header over the same data (sizes and byte strides
  * rearranged); nothing is copied and no kernel runs. */
-#include "internal.h"
+#include "view.h"
 
 #include <string.h>
 
@@ -18,6 +18,20 @@ typedef struct transpose_params {
     int32_t d0, d1; /* the swapped dims, 0..n-1 */
 } transpose_params;
 GML_PARAMS_FIT(transpose_params);
+
+int gml_view_source_dim(const gml_tensor *t, int d) {
+    if (t->op == GML_OP_TRANSPOSE) {
+        transpose_params p;
+        gml_get_params(t, &p, sizeof p);
+        return d == p.d0 ? p.d1 : d == p.d1 ? p.d0 : d;
+    }
+    if (t->op == GML_OP_PERMUTE) {
+        permute_params p;
+        gml_get_params(t, &p, sizeof p);
+        return p.axes[d];
+    }
+    return -1;
+}
 
 static void format_list(char *buf, size_t size, int n, const int64_t *v) {
     size_t k = (size_t)snprintf(buf, size, "[");

@@ -3,8 +3,8 @@
  * reference of attn_ref.c under every ISA and 1-3 threads, fused and
  * unfused (which must agree):
  *   - a block built from the stages with Qwen3-style per-head RMS norms of q
- *     and k between projection and rope: README.md's example, included as
- *     it stands there;
+ *     and k between projection and rope: docs/attention.md's example,
+ *     included as it stands there;
  *   - the stages without a transform give gml_mha's and gml_gqa's bits;
  *   - rope (rotate_half and interleaved, partial rotary_dim, theta,
  *     pos_scale) at default positions (self-attention, cross-attention with
@@ -24,11 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* README.md's stages example, as it stands there (tests/CMakeLists.txt
- * extracts it): qk_norm_attention. */
-#include "readme_stages.inc"
+/* docs/attention.md's stages example, as it stands there
+ * (tests/CMakeLists.txt extracts it): qk_norm_attention. */
+#include "docs_stages.inc"
 
-/* The README's block as an attn_block_fn: the case's norms, or (none) the
+/* The doc's block as an attn_block_fn: the case's norms, or (none) the
  * four stages back to back. */
 static gml_attn_result attn_stages(gml_context *ctx, gml_attn_config cfg,
                                    const gml_attn_weights *w, gml_attn_inputs in) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/export_safetensors.py, the round trip the README shows: an
+# tools/export_safetensors.py, the round trip docs/formats.md shows: an
 # nn.MultiheadAttention's state_dict exported (also through a torch.save
 # file, under a prefix), run by run-graph, its output against PyTorch's.
 # Needs /usr/bin/python3 with torch and numpy; without them the test is

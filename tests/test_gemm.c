@@ -268,24 +268,27 @@ static void small_caches(void) {
     static const char *const names[] = {"gml_f32_gemm_ukernel__scalar_4x16",
                                         "gml_f32_gemm_ukernel__avx2_4x24",
                                         "gml_f32_gemm_ukernel__avx2_6x16",
-                                        "gml_f32_gemm_ukernel__avx512_14x32"};
+                                        "gml_f32_gemm_ukernel__avx512_14x32",
+                                        "gml_f32_gemm_ukernel__neon_8x12"};
     static const struct {
         int64_t caches[3];
-        int64_t want[4][3]; /* per variant in names[]: KC, MC, NC */
+        int64_t want[5][3]; /* per variant in names[]: KC, MC, NC */
     } rules[] = {
         {{48 << 10, 2 << 20, 130 << 20},
-         {{384, 340, 4096}, {256, 512, 4080}, {384, 336, 4096}, {192, 672, 4096}}},
+         {{384, 340, 4096}, {256, 512, 4080}, {384, 336, 4096}, {192, 672, 4096},
+          {512, 256, 4092}}},
         {{32 << 10, 512 << 10, 4 << 20},
-         {{256, 128, 2048}, {168, 192, 3120}, {256, 126, 2048}, {128, 252, 4096}}},
-        {{1024, 1024, 1024}, {{64, 4, 64}, {64, 4, 96}, {64, 6, 64}, {64, 14, 128}}},
+         {{256, 128, 2048}, {168, 192, 3120}, {256, 126, 2048}, {128, 252, 4096}, {336, 96, 1560}}},
+        {{1024, 1024, 1024},
+         {{64, 4, 64}, {64, 4, 96}, {64, 6, 64}, {64, 14, 128}, {64, 8, 48}}},
     };
     int found = 0;
     for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
         gml_gemm_set_caches(rules[r].caches);
         for (int v = 0; v < gml_gemm_n_variants; v++) {
             int x = 0;
-            while (x < 4 && strcmp(names[x], gml_gemm_variants[v].name) != 0) x++;
-            if (x == 4) continue;
+            while (x < 5 && strcmp(names[x], gml_gemm_variants[v].name) != 0) x++;
+            if (x == 5) continue;
             found += r == 0;
             const gml_gemm_blocks b = gml_gemm_blocking(&gml_gemm_variants[v]);
             checks++;

@@ -1,8 +1,8 @@
-/* Grouped-query attention (models/gqa.c), both graph forms, against the
- * naive reference on many shapes (MQA, T = 1, d_k = 5, 7, Tq != Tk) and every
- * mask combination; the two forms against each other; G = H against MHA;
- * GQA against MHA with its K/V weights expanded head by head; the memory
- * each form needs; errors and parameter counts. */
+/* Grouped-query attention (models/attn_block.c, attn_unfused.c), both graph
+ * forms, against the naive reference on many shapes (MQA, T = 1, d_k = 5,
+ * 7, Tq != Tk) and every mask combination; the two forms against each
+ * other; G = H against MHA; GQA against MHA with its K/V weights expanded
+ * head by head; the memory each form needs; errors and parameter counts. */
 #include "attn_check.h"
 #include "attn_expect.h"
 

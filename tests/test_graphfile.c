@@ -5,7 +5,7 @@
  * error says file:line:col and what was wrong; large files parse and save in
  * time linear in their size (names are found through the hash index). */
 #include "check.h"
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 
 #include <ggmlite/io.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-/* Multi-head attention (models/mha.c) against the naive reference on many
+/* Multi-head attention (models/attn_block.c) against the naive reference on many
  * shapes (T = 1, d_k = 1, 5, 7, Tq != Tk) and every mask combination, with
  * and without bias, separate and packed (nn.MultiheadAttention) weights,
  * contiguous and strided inputs; plus its invariants, its graph (names,

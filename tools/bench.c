@@ -22,9 +22,14 @@
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
  * q8_0 weights; a whole attention block's decoding step at C4's dimensions
- * with those weights and an f16 KV cache (decode_types). */
+ * with those weights and an f16 KV cache (decode_types).
+ *
+ * The sections are a table (SECTIONS, what --only picks from), the
+ * attention cases too (CASES: the README's C1..C5, whose dimensions the
+ * decoding sections take), and one harness (measure) times every row. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
+#include "rg_time.h"
 
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
@@ -48,21 +53,8 @@ char *openblas_get_corename(void);
 #define MAX_RUNS 1000
 #define MAX_THREADS 8
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+/* Seconds on run-graph's clock (rg_time.h). */
+static double now_s(void) { return rg_now_ms() * 1e-3; }
 
 /* Deterministic values in [-1, 1). */
 static void fill(float *x, int64_t n, uint32_t seed) {
@@ -137,6 +129,70 @@ static const char *speedup(char *buf, const opts *o, const double *rate, int j) 
     return buf;
 }
 
+/* ---- the harness: how every row is timed ---------------------------------- */
+
+/* What a row times: run does it once at nth threads and returns its seconds
+ * (of the row's unit: a product, a graph, a token). */
+typedef struct timed {
+    double (*run)(void *user, int nth);
+    void *user;
+} timed;
+
+typedef enum policy {
+    /* A pause, a first run setting the runs (row_runs), warm-up runs until
+     * WARM_S (the first counted), the runs: one graph a row. */
+    WARM_SECONDS,
+    /* A first run of t[0] setting the runs (row_runs) and the warm-up (none
+     * past LONG_S); then TURNS rounds, in each t[0..n) in turn: a pause,
+     * warm-up runs for WARM_S, its share of the runs (ggmlite and the
+     * reference). */
+    TURNS_WITH_REFERENCE,
+    /* A pause, one warm-up round, then `runs` rounds, each running every
+     * t[0..n) once: rows taking turns run by run. */
+    ROUNDS,
+} policy;
+
+enum { MAX_TIMED = 4 };
+
+static double timed_run(const timed *t, int nth) { return t->run(t->user, nth); }
+
+/* The median seconds of each of t[0..n) at nth threads into sec[], timed as
+ * p says; runs: ROUNDS' rounds (the others take o->runs, fewer for long
+ * runs). */
+static void measure(const opts *o, policy p, const timed *t, int n, int nth, int runs, double *sec) {
+    static double ts[MAX_TIMED][MAX_RUNS];
+    if (p == ROUNDS) {
+        pause_s(0.25);
+        for (int r = -1; r < runs; r++) /* round -1 warms up */
+            for (int k = 0; k < n; k++) {
+                const double s = timed_run(&t[k], nth);
+                if (r >= 0) ts[k][r] = s;
+            }
+    } else if (p == WARM_SECONDS) {
+        pause_s(0.25);
+        const double first = timed_run(&t[0], nth);
+        runs = row_runs(o->runs, first);
+        for (double warm = first; warm < WARM_S;) warm += timed_run(&t[0], nth);
+        for (int r = 0; r < runs; r++) ts[0][r] = timed_run(&t[0], nth);
+    } else {
+        const double first = timed_run(&t[0], nth), warm_s = first > LONG_S ? 0 : WARM_S;
+        runs = row_runs(o->runs, first);
+        for (int round = 0, done = 0; round < TURNS; round++) {
+            const int m = (runs - done) / (TURNS - round);
+            for (int k = 0; k < n; k++) {
+                pause_s(0.25);
+                for (double warm = 0; warm < warm_s;) warm += timed_run(&t[k], nth);
+                for (int r = 0; r < m; r++) ts[k][done + r] = timed_run(&t[k], nth);
+            }
+            done += m;
+        }
+    }
+    for (int k = 0; k < n; k++) sec[k] = rg_median(ts[k], runs);
+}
+
+/* A graph's compute (timed). */
+static double run_graph(void *g, int nth) { return time_graph(g, nth); }
+
 /* ---- matmul ------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -192,10 +248,16 @@ static void mm_setup_free(mm_setup *s) {
     free(s->y);
 }
 
-static double time_ggml(const mm_setup *s, int nth) { return time_graph(s->g, nth); }
-
 #ifdef GML_BENCH_OPENBLAS
-static double time_blas(const mm_setup *s, const mm_case *c) {
+typedef struct blas_run {
+    const mm_setup *s;
+    const mm_case *c;
+} blas_run;
+
+static double time_blas(void *user, int nth) {
+    (void)nth; /* openblas_set_num_threads */
+    const mm_setup *s = ((blas_run *)user)->s;
+    const mm_case *c = ((blas_run *)user)->c;
     const double t0 = now_s();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, c->linear ? CblasTrans : CblasNoTrans, (int)c->M,
                 (int)c->N, (int)c->K, 1.0f, s->a, (int)c->K, s->b,
@@ -225,33 +287,23 @@ static void bench_matmul(const opts *o) {
         const double bytes = 4.0 * (double)(c->M * c->K + c->K * c->N + c->M * c->N);
         double rate_g[MAX_THREADS], rate_b[MAX_THREADS];
         mm_setup s = mm_setup_new(c);
+#ifdef GML_BENCH_OPENBLAS
+        blas_run br = {&s, c};
+        const timed t[2] = {{run_graph, s.g}, {time_blas, &br}};
+        const int n_timed = 2;
+#else
+        const timed t[1] = {{run_graph, s.g}};
+        const int n_timed = 1;
+#endif
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
-            double tg[MAX_RUNS], tb[MAX_RUNS] = {0};
+            double sec[2] = {0, 0};
 #ifdef GML_BENCH_OPENBLAS
             openblas_set_num_threads(nth);
 #endif
-            const double first = time_ggml(&s, nth), warm_s = first > LONG_S ? 0 : WARM_S;
-            const int runs = row_runs(o->runs, first);
-            for (int round = 0, done = 0; round < TURNS; round++) {
-                const int n = (runs - done) / (TURNS - round);
-                pause_s(0.25);
-                for (double warm = 0; warm < warm_s;) warm += time_ggml(&s, nth);
-                for (int r = 0; r < n; r++) tg[done + r] = time_ggml(&s, nth);
-#ifdef GML_BENCH_OPENBLAS
-                pause_s(0.25);
-                for (double warm = 0; warm < warm_s;) warm += time_blas(&s, c);
-                for (int r = 0; r < n; r++) tb[done + r] = time_blas(&s, c);
-#endif
-                done += n;
-            }
-            rate_g[j] = 1.0 / median(tg, runs);
-#ifdef GML_BENCH_OPENBLAS
-            rate_b[j] = 1.0 / median(tb, runs);
-#else
-            (void)tb;
-            rate_b[j] = 0;
-#endif
+            measure(o, TURNS_WITH_REFERENCE, t, n_timed, nth, 0, sec);
+            rate_g[j] = 1.0 / sec[0];
+            rate_b[j] = sec[1] > 0 ? 1.0 / sec[1] : 0;
         }
         for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
             const int nth = o->threads[j];
@@ -280,10 +332,36 @@ static void bench_matmul(const opts *o) {
  * intermediates, reusing dead ones' memory), "unplanned" the same tensors
  * each with memory of its own. */
 typedef struct attn_case {
-    const char *what;
+    const char *id; /* the README's name of the case: C1 .. C5 */
     int64_t B, T, D;
     int H, G; /* G == H: MHA */
 } attn_case;
+
+/* The cases: the attention rows, and the dimensions the decoding rows take
+ * (C5's, C4's). */
+static const attn_case CASES[] = {
+    {"C1", 2, 10, 512, 8, 8},
+    {"C2", 4, 256, 512, 8, 8},
+    {"C3", 1, 2048, 512, 8, 8},
+    {"C4", 2, 10, 4096, 32, 8},
+    {"C5", 1, 1024, 1024, 16, 4},
+};
+#define N_CASES (int)(sizeof CASES / sizeof *CASES)
+
+static const attn_case *case_of(const char *id) {
+    for (int i = 0; i < N_CASES; i++)
+        if (strcmp(CASES[i].id, id) == 0) return &CASES[i];
+    fprintf(stderr, "bench: no case %s\n", id);
+    exit(1);
+}
+
+/* "C1 MHA B=2 T=10", "C4 GQA B=2 T=10 G=8" (no id: without it). */
+static const char *case_name(const attn_case *c, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s%s B=%lld T=%lld", c->id ? c->id : "", c->id ? " " : "",
+             c->G == c->H ? "MHA" : "GQA", (long long)c->B, (long long)c->T);
+    if (c->G != c->H) snprintf(buf + strlen(buf), size - strlen(buf), " G=%d", c->G);
+    return buf;
+}
 
 /* The case's graph in ctx (no_alloc), fused (one gml_flash_attn) or
  * unfused (scores, softmax, context); NULL (message printed) on failure. */
@@ -299,35 +377,31 @@ static gml_graph *attn_graph(gml_context *ctx, const attn_case *c, gml_attn_impl
     const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G}, .graph.impl = impl};
     gml_attn_result r = c->G == c->H ? gml_mha(ctx, cfg, &w, in) : gml_gqa(ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(ctx, &r.out, 1) : NULL;
-    if (!g) fprintf(stderr, "bench: %s: %s\n", c->what, gml_last_error(ctx));
+    char name[64];
+    if (!g) fprintf(stderr, "bench: %s: %s\n", case_name(c, name, sizeof name), gml_last_error(ctx));
     return g;
 }
 
 static void bench_window(const opts *o);
 
 static void bench_attention(const opts *o) {
-    static const attn_case cases[] = {
-        {"C1 MHA B=2 T=10", 2, 10, 512, 8, 8},
-        {"C2 MHA B=4 T=256", 4, 256, 512, 8, 8},
-        {"C3 MHA B=1 T=2048", 1, 2048, 512, 8, 8},
-        {"C4 GQA B=2 T=10 G=8", 2, 10, 4096, 32, 8},
-        {"C5 GQA B=1 T=1024 G=4", 1, 1024, 1024, 16, 4},
-    };
     printf("\nattention forward f32 (self-attention, no bias, no mask; D, H as in the case;\n"
            "graph: unfused = scores, softmax, context; fused = one flash_attn;\n"
            "%%FMA: of the FMA peak at the threads; t/peak: the time over the FLOPs' time at "
            "that peak;\nvs 1: speed-up over 1 thread)\n");
     printf("%-22s %5s %3s %-8s %7s %10s %10s %6s %7s %6s %12s %10s\n", "case", "D", "H", "graph",
            "threads", "ms", "GFLOP/s", "%FMA", "t/peak", "vs 1", "planned MiB", "unplanned");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int i = 0; i < N_CASES; i++)
         for (int fused = 0; fused < 2; fused++) {
-            const attn_case *c = &cases[i];
+            const attn_case *c = &CASES[i];
+            char name[64];
+            case_name(c, name, sizeof name);
             gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
             gml_graph *g =
                 ctx ? attn_graph(ctx, c, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED) : NULL;
             if (!g) exit(1);
             if (gml_graph_plan(g, NULL) != GML_OK) {
-                fprintf(stderr, "bench: %s: %s\n", c->what, gml_graph_error(g));
+                fprintf(stderr, "bench: %s: %s\n", name, gml_graph_error(g));
                 exit(1);
             }
             for (int l = 0; l < gml_graph_n_leafs(g); l++) { /* weights and input */
@@ -337,13 +411,9 @@ static void bench_attention(const opts *o) {
             const double flop = gml_graph_flops(g), mib = 1024.0 * 1024.0;
             double rate[MAX_THREADS];
             for (int j = 0; j < o->n_threads; j++) {
-                double t[MAX_RUNS];
-                pause_s(0.25);
-                const double first = time_graph(g, o->threads[j]);
-                const int runs = row_runs(o->runs, first);
-                for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-                for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-                rate[j] = 1.0 / median(t, runs);
+                double sec;
+                measure(o, WARM_SECONDS, &(timed){run_graph, g}, 1, o->threads[j], 0, &sec);
+                rate[j] = 1.0 / sec;
             }
             for (int j = 0; j < o->n_threads; j++) { /* printed once all ran: vs 1 known */
                 const double sec = 1.0 / rate[j], gf = flop / sec * 1e-9;
@@ -351,7 +421,7 @@ static void bench_attention(const opts *o) {
                 char p[2][16], tp[16] = "-";
                 if (peak > 0) snprintf(tp, sizeof tp, "%.2fx", peak / gf);
                 printf("%-22s %5lld %3d %-8s %7d %10.3f %10.1f %6s %7s %6s %12.1f %10.1f\n",
-                       c->what, (long long)c->D, c->H, fused ? "fused" : "unfused",
+                       name, (long long)c->D, c->H, fused ? "fused" : "unfused",
                        o->threads[j], sec * 1e3, gf, pct_fma(p[0], o, gf, o->threads[j]), tp,
                        speedup(p[1], o, rate, j), (double)gml_graph_plan_peak(g) / mib,
                        (double)gml_graph_plan_naive(g) / mib);
@@ -363,14 +433,16 @@ static void bench_attention(const opts *o) {
 
     /* A long sequence: the planner's peak for both graphs, planned only (the
      * unfused one would hold [B, H, T, T] scores: 2 GiB). */
-    const attn_case lc = {"MHA B=1 T=8192", 1, 8192, 512, 8, 8};
+    const attn_case lc = {NULL, 1, 8192, 512, 8, 8};
+    char lname[64];
+    case_name(&lc, lname, sizeof lname);
     size_t peak[2];
     for (int fused = 0; fused < 2; fused++) {
         gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
         gml_graph *g = ctx ? attn_graph(ctx, &lc, fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED)
                            : NULL;
         if (!g || gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) != GML_OK) {
-            fprintf(stderr, "bench: %s: %s\n", lc.what, g ? gml_graph_error(g) : "no graph");
+            fprintf(stderr, "bench: %s: %s\n", lname, g ? gml_graph_error(g) : "no graph");
             exit(1);
         }
         peak[fused] = gml_graph_plan_peak(g);
@@ -378,7 +450,7 @@ static void bench_attention(const opts *o) {
         gml_free(ctx);
     }
     printf("\nplanned peak memory, %s D=%lld H=%d: unfused %.1f MiB, fused %.1f MiB (1/%.1f)\n",
-           lc.what, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
+           lname, (long long)lc.D, lc.H, (double)peak[0] / (1 << 20),
            (double)peak[1] / (1 << 20), (double)peak[0] / (double)peak[1]);
     bench_window(o);
 }
@@ -389,7 +461,8 @@ static void bench_attention(const opts *o) {
  * row block's windows are skipped, so the cost should be about W / (T / 2)
  * = 1/8 of the causal run's or less. */
 static void bench_window(const opts *o) {
-    const int64_t T = 8192, H = 16, G = 4, d = 64, W = 512;
+    const attn_case *c5 = case_of("C5");
+    const int64_t T = 8192, H = c5->H, G = c5->G, d = c5->D / c5->H, W = 512;
     printf("\nsliding window, one flash_attn op: GQA B=1 H=%lld G=%lld d=%lld T=%lld "
            "(f32, fused)\n", (long long)H, (long long)G, (long long)d, (long long)T);
     printf("GFLOP/s: of the visible (query, key) pairs' 4 d FLOPs; %%FMA: of the FMA peak at the "
@@ -420,13 +493,9 @@ static void bench_window(const opts *o) {
         for (int64_t i = 0; i < T; i++) pairs += (double)(win && i + 1 > W ? W : i + 1);
         const double flop = 4.0 * (double)d * (double)H * pairs;
         for (int j = 0; j < o->n_threads; j++) {
-            double t[MAX_RUNS];
-            pause_s(0.25);
-            const double first = time_graph(g, o->threads[j]);
-            const int runs = row_runs(o->runs, first);
-            for (double warm = first; warm < WARM_S;) warm += time_graph(g, o->threads[j]);
-            for (int r = 0; r < runs; r++) t[r] = time_graph(g, o->threads[j]);
-            const double ms = median(t, runs) * 1e3, gf = flop / ms * 1e-6;
+            double sec;
+            measure(o, WARM_SECONDS, &(timed){run_graph, g}, 1, o->threads[j], 0, &sec);
+            const double ms = sec * 1e3, gf = flop / ms * 1e-6;
             char pf[16];
             char what[64];
             snprintf(what, sizeof what, win ? "GQA T=%lld W=%lld (window)" : "GQA T=%lld causal",
@@ -499,9 +568,35 @@ static gml_graph *decode_graph(gml_context **ctx, const gml_attn_config *cfg, co
     return g;
 }
 
+/* A run of decoding: the cache rewound to the context, then `tokens` steps
+ * of one token; the seconds per token. Exits with what and the message on
+ * failure. */
+typedef struct tokens_run {
+    gml_kv_cache *cache;
+    gml_kv_step *step;
+    gml_graph *g;
+    int64_t context;
+    int tokens;
+    const char *what;
+} tokens_run;
+
+static double run_tokens(void *user, int nth) {
+    const tokens_run *t = user;
+    char err[512];
+    gml_kv_cache_truncate(t->cache, t->context);
+    const double t0 = now_s();
+    for (int i = 0; i < t->tokens; i++)
+        if (gml_kv_step_compute(t->step, t->g, nth, err, sizeof err) != GML_OK) {
+            fprintf(stderr, "bench: %s: %s\n", t->what, err);
+            exit(1);
+        }
+    return (now_s() - t0) / t->tokens;
+}
+
 static void bench_decode(const opts *o) {
-    const int64_t B = 1, D = 1024, dk = 64;
-    const int H = 16, G = 4;
+    const attn_case *c = case_of("C5");
+    const int64_t B = 1, D = c->D, dk = c->D / c->H;
+    const int H = c->H, G = c->G;
     char err[512];
     gml_kv_cache *cache = gml_kv_cache_new(
         (gml_kv_cache_params){.n_layers = 1, .batch = B, .n_kv_heads = G,
@@ -521,9 +616,9 @@ static void bench_decode(const opts *o) {
     for (int k = 0; k < 2; k++)
         g[k] = decode_graph(&ctx[k], &cfg, &w, 1, cache, B, k ? 1 : CONTEXT, D, &step[k],
                             25 + (uint32_t)k, "decode");
-    printf("\ndecoding f32, C5's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
+    printf("\ndecoding f32, %s's dimensions (D=%lld H=%d G=%d), B=%lld, context %d (KV cache "
            "%.1f MiB):\n%d tokens one at a time per run, the step graph built once\n",
-           (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
+           c->id, (long long)D, H, G, (long long)B, CONTEXT, (double)gml_kv_cache_bytes(cache) / (1 << 20),
            DECODE_TOKENS);
     /* Bytes a token reads: the weights and the cache's K and V up to its
      * position (CONTEXT + i + 1 for the i-th token), averaged over the run. */
@@ -541,24 +636,17 @@ static void bench_decode(const opts *o) {
             fprintf(stderr, "bench: decode: the prompt: %s\n", err);
             exit(1);
         }
-        double t[MAX_RUNS];
-        pause_s(0.25);
-        for (int r = -1; r < o->runs; r++) { /* run -1 warms up */
-            gml_kv_cache_truncate(cache, CONTEXT);
-            const double t0 = now_s();
-            for (int i = 0; i < DECODE_TOKENS; i++)
-                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
-                    fprintf(stderr, "bench: decode: %s\n", err);
-                    exit(1);
-                }
-            if (r >= 0) t[r] = (now_s() - t0) / DECODE_TOKENS;
-        }
-        rate[j] = 1.0 / median(t, o->runs);
+        tokens_run tr = {cache, &step[1], g[1], CONTEXT, DECODE_TOKENS, "decode"};
+        double sec;
+        measure(o, ROUNDS, &(timed){run_tokens, &tr}, 1, nth, o->runs, &sec);
+        rate[j] = 1.0 / sec;
     }
+    char what[32];
+    snprintf(what, sizeof what, "decode %s ctx %d", c->id, CONTEXT);
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
         char p[2][16];
-        printf("%-22s %7d %12.0f %12.3f %9.2f %7.1f %6s %6s\n", "decode C5 ctx 2048",
+        printf("%-22s %7d %12.0f %12.3f %9.2f %7.1f %6s %6s\n", what,
                o->threads[j], rate[j], 1e3 / rate[j], tok_bytes * 1e-6, gbs,
                pct_bw(p[0], o, gbs, o->threads[j]), speedup(p[1], o, rate, j));
     }
@@ -587,8 +675,9 @@ static void bench_decode(const opts *o) {
 #define LAYERS_MAX 64
 
 static void bench_decode_layers(const opts *o) {
-    const int64_t B = 1, D = 1024, dk = 64;
-    const int H = 16, G = 4;
+    const attn_case *c = case_of("C5");
+    const int64_t B = 1, D = c->D, dk = c->D / c->H;
+    const int H = c->H, G = c->G;
     const int64_t T_max = CONTEXT + LAYERS_TOKENS;
     const size_t wbytes = (size_t)(2 * D * D + 2 * G * dk * D) * sizeof(float);
     const size_t cbytes = (size_t)(2 * B * G * T_max * dk) * sizeof(float); /* one layer's K and V */
@@ -627,32 +716,23 @@ static void bench_decode_layers(const opts *o) {
         fill(gml_kv_cache_v(cache, l)->data, gml_nelements(gml_kv_cache_v(cache, l)), 43 + (uint32_t)l);
     }
     const double tok_bytes = per_layer * L;
-    printf("\ndecoding f32 through %d layers of C5's dimensions (context %d, B=1; %.0f MB a token, "
+    printf("\ndecoding f32 through %d layers of %s's dimensions (context %d, B=1; %.0f MB a token, "
            "2x the %.0f MiB last-level cache or more):\n%d tokens one at a time per run, one step "
            "graph through every layer\n",
-           L, CONTEXT, tok_bytes * 1e-6, (double)llc / (1 << 20), LAYERS_TOKENS);
+           L, c->id, CONTEXT, tok_bytes * 1e-6, (double)llc / (1 << 20), LAYERS_TOKENS);
     printf("%-22s %7s %12s %12s %9s %7s %6s %6s\n", "case", "threads", "tokens/s", "ms/token",
            "MB/token", "GB/s", "%BW", "vs 1");
     double rate[MAX_THREADS];
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[MAX_RUNS];
-        pause_s(0.25);
         const int runs = o->runs < 5 ? o->runs : 5; /* a run reads 8 x L layers */
-        for (int r = -1; r < runs; r++) { /* run -1 warms up */
-            gml_kv_cache_truncate(cache, CONTEXT);
-            const double t0 = now_s();
-            for (int i = 0; i < LAYERS_TOKENS; i++)
-                if (gml_kv_step_compute(&step[1], g[1], nth, err, sizeof err) != GML_OK) {
-                    fprintf(stderr, "bench: decode layers: %s\n", err);
-                    exit(1);
-                }
-            if (r >= 0) t[r] = (now_s() - t0) / LAYERS_TOKENS;
-        }
-        rate[j] = 1.0 / median(t, runs);
+        tokens_run tr = {cache, &step[1], g[1], CONTEXT, LAYERS_TOKENS, "decode layers"};
+        double sec;
+        measure(o, ROUNDS, &(timed){run_tokens, &tr}, 1, nth, runs, &sec);
+        rate[j] = 1.0 / sec;
     }
     char what[32];
-    snprintf(what, sizeof what, "decode C5 x%d layers", L);
+    snprintf(what, sizeof what, "decode %s x%d layers", c->id, L);
     for (int j = 0; j < o->n_threads; j++) {
         const double gbs = tok_bytes * rate[j] * 1e-9;
         char p[2][16];
@@ -679,7 +759,8 @@ static void bench_decode_layers(const opts *o) {
  * tokens/s from the median step, and the bytes a step holds: the weights
  * plus the planned buffer. */
 static void bench_weights(const opts *o) {
-    const int64_t D = 4096, KV = 8 * 128;
+    const attn_case *c = case_of("C4");
+    const int64_t D = c->D, KV = c->G * (c->D / c->H);
     const gml_type types[] = {GML_F32, GML_BF16, GML_Q8_0};
     enum { NT = 3 };
     gml_context *wctx[NT], *ctx[NT];
@@ -716,21 +797,20 @@ static void bench_weights(const opts *o) {
         fill(gml_graph_data(g[t], x), D, 77);
     }
     free(row);
-    printf("\ndecoding weights by type, C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1: the step's "
+    printf("\ndecoding weights by type, %s's dimensions (D=%lld H=%d G=%d d_k=%lld), B=1: the step's "
            "q, k, v, o products\n(attention over the cache not included), types taking turns; GB/s: "
-           "the weights' bytes\n(read once a step), %%BW: of the read bandwidth\n");
+           "the weights' bytes\n(read once a step), %%BW: of the read bandwidth\n",
+           c->id, (long long)D, c->H, c->G, (long long)(D / c->H));
     printf("%-10s %7s %12s %10s %9s %14s %7s %6s\n", "weights", "threads", "tokens/s", "ms/token",
            "vs f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[NT][MAX_RUNS];
-        pause_s(0.25);
-        for (int tt = 0; tt < NT; tt++) time_graph(g[tt], nth); /* warm-up */
-        for (int r = 0; r < o->runs; r++)
-            for (int tt = 0; tt < NT; tt++) t[tt][r] = time_graph(g[tt], nth);
+        const timed t[NT] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
+        double secs[NT];
+        measure(o, ROUNDS, t, NT, nth, o->runs, secs);
         double f32_sec = 0;
         for (int tt = 0; tt < NT; tt++) {
-            const double sec = median(t[tt], o->runs);
+            const double sec = secs[tt];
             if (tt == 0) f32_sec = sec;
             char pb[16]; /* a step reads its weights once */
             printf("%-10s %7d %12.1f %10.3f %8.2fx %14.1f %7.1f %6s\n", gml_type_name(types[tt]), nth,
@@ -760,7 +840,8 @@ static void bench_weights(const opts *o) {
 #define DECODE_TYPES_TOKENS 8
 
 static gml_context *c4_weights(gml_type type, gml_attn_weights *w, size_t *bytes) {
-    const int64_t D = 4096, KV = 8 * 128, rows[4] = {D, KV, KV, D};
+    const attn_case *c = case_of("C4");
+    const int64_t D = c->D, KV = c->G * (c->D / c->H), rows[4] = {D, KV, KV, D};
     gml_context *wctx = gml_init((gml_init_params){.mem_size = (size_t)(2 * D * D + 2 * KV * D) * 4 + (1 << 20)});
     float *row = malloc((size_t)D * sizeof *row);
     if (!wctx || !row) {
@@ -789,10 +870,11 @@ static gml_context *c4_weights(gml_type type, gml_attn_weights *w, size_t *bytes
 /* A planned decode step of n tokens over cache with weights w. */
 static gml_graph *c4_step(gml_context **ctx, gml_kv_cache *cache, const gml_attn_weights *w,
                           int64_t n, gml_kv_step *step) {
-    const gml_attn_config cfg = {.dims = {.n_heads = 32, .n_kv_heads = 8},
+    const attn_case *c = case_of("C4");
+    const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G},
                                  .score.causal = GML_CAUSAL_BOTTOM_RIGHT};
     *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
-    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, 1, n, 4096);
+    gml_tensor *x = gml_new_tensor_3d(*ctx, GML_F32, 1, n, c->D);
     gml_set_flags(x, GML_FLAG_INPUT);
     *step = gml_kv_step_new(*ctx, cache, n);
     gml_tensor *y = gml_attn_decode(*ctx, cfg, w, x, step, 0);
@@ -809,12 +891,13 @@ static void bench_decode_types(const opts *o) {
     enum { NR = 4 };
     const gml_type wtype[NR] = {GML_F32, GML_F32, GML_BF16, GML_Q8_0};
     const gml_type ctype[NR] = {GML_F32, GML_F16, GML_F16, GML_F16};
+    const attn_case *c4 = case_of("C4");
     char err[512];
     gml_kv_cache *cache[2]; /* f32, f16 */
     for (int c = 0; c < 2; c++) {
-        cache[c] = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 8,
+        cache[c] = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = c4->G,
                                                           .max_len = CONTEXT + DECODE_TYPES_TOKENS,
-                                                          .d_k = 128, .type = c ? GML_F16 : GML_F32},
+                                                          .d_k = c4->D / c4->H, .type = c ? GML_F16 : GML_F32},
                                     err, sizeof err);
         if (!cache[c]) {
             fprintf(stderr, "bench: decode types: %s\n", err);
@@ -849,30 +932,23 @@ static void bench_decode_types(const opts *o) {
         rd[r] = (double)wbytes[wt] + (double)gml_kv_cache_bytes(cache[c]) /
                 (CONTEXT + DECODE_TYPES_TOKENS) * (CONTEXT + (DECODE_TYPES_TOKENS + 1) / 2.0);
     }
-    printf("\ndecoding at C4's dimensions (D=4096 H=32 G=8 d_k=128), B=1, context %d: one attention "
+    printf("\ndecoding at %s's dimensions (D=%lld H=%d G=%d d_k=%lld), B=1, context %d: one attention "
            "block's step\n(projections, cache append, flash_attn over the cache), %d tokens per run, "
            "rows taking turns;\nmemory: weights + KV cache + the step's planned buffer; GB/s: the "
            "weights and the K, V rows\na token reads, %%BW: of the read bandwidth\n",
-           CONTEXT, DECODE_TYPES_TOKENS);
+           c4->id, (long long)c4->D, c4->H, c4->G, (long long)(c4->D / c4->H), CONTEXT, DECODE_TYPES_TOKENS);
     printf("%-8s %-6s %7s %10s %10s %9s %9s %11s %7s %6s\n", "weights", "cache", "threads", "tokens/s",
            "ms/token", "vs f32/f16", "vs f32/f32", "memory MiB", "GB/s", "%BW");
     for (int j = 0; j < o->n_threads; j++) {
         const int nth = o->threads[j];
-        double t[NR][MAX_RUNS];
-        pause_s(0.25);
-        for (int run = -1; run < o->runs; run++) /* run -1 warms up */
-            for (int r = 0; r < NR; r++) {
-                gml_kv_cache_truncate(step[r].cache, CONTEXT);
-                const double t0 = now_s();
-                for (int i = 0; i < DECODE_TYPES_TOKENS; i++)
-                    if (gml_kv_step_compute(&step[r], g[r], nth, err, sizeof err) != GML_OK) {
-                        fprintf(stderr, "bench: decode types: %s\n", err);
-                        exit(1);
-                    }
-                if (run >= 0) t[r][run] = (now_s() - t0) / DECODE_TYPES_TOKENS;
-            }
+        tokens_run tr[NR];
+        timed t[NR];
+        for (int r = 0; r < NR; r++) {
+            tr[r] = (tokens_run){step[r].cache, &step[r], g[r], CONTEXT, DECODE_TYPES_TOKENS, "decode types"};
+            t[r] = (timed){run_tokens, &tr[r]};
+        }
         double sec[NR];
-        for (int r = 0; r < NR; r++) sec[r] = median(t[r], o->runs);
+        measure(o, ROUNDS, t, NR, nth, o->runs, sec);
         char pb[16];
         for (int r = 0; r < NR; r++)
             printf("%-8s %-6s %7d %10.1f %10.3f %9.2fx %9.2fx %11.1f %7.1f %6s\n", gml_type_name(wtype[r]),
@@ -932,6 +1008,23 @@ static void print_machine(const opts *o) {
 #endif
 }
 
+/* The sections of the table, in order; --only NAME runs those of that name
+ * (the window section alone is also the end of attention's). */
+static const struct section {
+    const char *name;
+    void (*run)(const opts *o);
+    bool in_table; /* run without --only */
+} SECTIONS[] = {
+    {"matmul", bench_matmul, true},
+    {"attention", bench_attention, true},
+    {"window", bench_window, false},
+    {"decode", bench_decode, true},
+    {"decode", bench_decode_layers, true},
+    {"weights", bench_weights, true},
+    {"decode_types", bench_decode_types, true},
+};
+#define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
+
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
                     "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types] "
@@ -951,13 +1044,8 @@ static void run_isa(opts *o, gml_isa isa, const char *only) {
     bench_measure_limits(&lim, isa, o->threads, o->n_threads);
     o->lim = &lim;
     bench_print_limits(&lim);
-    if (!only[0] || strcmp(only, "matmul") == 0) bench_matmul(o);
-    if (!only[0] || strcmp(only, "attention") == 0) bench_attention(o);
-    if (strcmp(only, "window") == 0) bench_window(o); /* also at the end of attention */
-    if (!only[0] || strcmp(only, "decode") == 0) bench_decode(o);
-    if (!only[0] || strcmp(only, "decode") == 0) bench_decode_layers(o);
-    if (!only[0] || strcmp(only, "weights") == 0) bench_weights(o);
-    if (!only[0] || strcmp(only, "decode_types") == 0) bench_decode_types(o);
+    for (int i = 0; i < N_SECTIONS; i++)
+        if (only[0] ? strcmp(only, SECTIONS[i].name) == 0 : SECTIONS[i].in_table) SECTIONS[i].run(o);
     o->lim = NULL;
 }
 
@@ -1025,10 +1113,9 @@ int main(int argc, char **argv) {
             if (o.n_threads == 0) usage();
         } else if (strcmp(argv[i], "--only") == 0) {
             only = argv[++i];
-            if (strcmp(only, "matmul") != 0 && strcmp(only, "attention") != 0 &&
-                strcmp(only, "window") != 0 && strcmp(only, "decode") != 0 &&
-                strcmp(only, "weights") != 0 && strcmp(only, "decode_types") != 0)
-                usage();
+            bool known = false;
+            for (int k = 0; k < N_SECTIONS; k++) known = known || strcmp(only, SECTIONS[k].name) == 0;
+            if (!known) usage();
         } else if (strcmp(argv[i], "--isa") == 0 || strcmp(argv[i], "--isa-run") == 0) {
             child = strcmp(argv[i], "--isa-run") == 0; /* the last one: see run_child */
             const char *name = argv[++i];

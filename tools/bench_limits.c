@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "bench.h"
+#include "rg_time.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -33,11 +34,7 @@ enum { FMA_REPS = 200, READ_PASSES = 2 };
 #define FMA_RUN_S 0.001
 #define READ_CHUNK ((size_t)16 << 20)
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double now_s(void) { return rg_now_ms() * 1e-3; }
 
 typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's scaling table (README "Beyond one machine: MPI"): run-graph
+# The scaling tables of docs/mpi.md ("Scaling, measured on one machine"): run-graph
 # --parallel heads (and, the last four rows, --parallel context: the prompt split
 # by rows, ring attention, the last also --zigzag) at P = 1 and P = 2 ranks of 1
 # thread each against one process of 2 threads, on C5 (GQA B=1 T=1024 D=1024 H=16 G=4) and the

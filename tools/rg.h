@@ -1,15 +1,17 @@
 /* run-graph's pieces, shared by its files:
  *
- *   rg_args.c    the command line: flags -> rg_opts, --help text
+ *   rg_args.c    the command line of every mode: one table of flags -> rg_opts, --help
  *   rg_data.c    input and weight files, shapes (from files, flags, defaults),
  *                deterministic random data
  *   rg_model.c   the graph: a built-in block or a graph file, bound to the data,
  *                its tensors placed by the memory planner
- *   rg_run.c     compute: timing, per-node profile
+ *   rg_run.c     placing a graph (every mode), compute: timing, per-node profile
+ *   rg_time.c    the clock, the median and the timed runs of every mode and of bench
+ *                (rg_time.h)
  *   rg_decode.c  --decode: a prompt, then tokens one at a time through a KV cache
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
- *   rg_layers.c  llama | gpt2 | bert: whole transformer layers, their own flags
+ *   rg_layers.c  llama | gpt2 | bert: whole transformer layers
  *   rg_mpi.c     --parallel: the dispatch, and heads (mha, gqa, llama split by heads; GGMLITE_MPI)
  *   rg_mpi_decode.c  --parallel context --decode: the KV cache sharded by position (GGMLITE_MPI)
  *   rg_mpi_ring.c --parallel context: the prompt split by rows, ring attention (rg_mpi.h)
@@ -56,13 +58,29 @@ extern const char *const RG_FLAG[RG_NSYM]; /* "--batch", "--seq", ... */
 
 typedef enum rg_kind { RG_MHA, RG_GQA, RG_RELPOS, RG_MATMUL, RG_GRAPH } rg_kind;
 
+/* run-graph's entrances: the one parse (rg_parse_args) says which the
+ * command line asks for, and main hands the options to it. */
+typedef enum rg_mode {
+    RG_MODE_SINGLE,         /* mha | gqa | relpos | matmul | a graph file, one process (run-graph.c) */
+    RG_MODE_LAYER,          /* llama | gpt2 | bert: whole layers (rg_layers.c) */
+    RG_MODE_HEADS,          /* --parallel heads (rg_mpi.c) */
+    RG_MODE_CONTEXT,        /* --parallel context (rg_mpi_ring.c) */
+    RG_MODE_CONTEXT_DECODE, /* --parallel context with --decode (rg_mpi_decode.c) */
+} rg_mode;
+
+typedef enum rg_layer { RG_LLAMA, RG_GPT2, RG_BERT } rg_layer;
+
+#define RG_MAX_LAYERS 1024 /* --layers */
+
 /* ---- the command line (rg_args.c) ------------------------------------------ */
 
 #define RG_MAX_BINDS 16
 
 typedef struct rg_opts {
-    const char *model; /* as given: "mha" or a path */
-    rg_kind kind;
+    rg_mode mode;
+    const char *model; /* as given: "mha", "llama" or a path */
+    rg_kind kind;      /* the single process's model (--parallel: mha or gqa; llama by its name) */
+    rg_layer layer;    /* RG_MODE_LAYER: which */
     int64_t dim[RG_NSYM]; /* sizes given by flags, 0 = not given */
     bool causal;
     int32_t *valid_lens; /* --valid-lens, malloc'd; n_valid_lens of them */
@@ -90,14 +108,21 @@ typedef struct rg_opts {
     int threads, repeat;
     const char *isa;
     bool profile, print_graph, json, nan_trap;
-    bool done; /* --help or --version was handled: exit 0 */
+    bool done; /* --help, --list-ops or --version was handled: exit 0 */
+    bool help; /* --help: the mode's help to print (rg_print_help) */
     /* attention scoring and position encoding (mha, gqa) */
     bool causal_top_left; /* --causal-top-left: causal, query i sees key j iff j <= i */
     int64_t window;       /* --window W; 0 none */
     float softcap;        /* --softcap C; 0 none */
     bool alibi, sinks, rope;
     bool add_zero_attn; /* --add-zero-attn */
-    float rope_theta;     /* --rope-theta (default 10000) */
+    float rope_theta;     /* --rope-theta (default 10000; the layers and --parallel: 0, their default) */
+    /* whole layers and --parallel */
+    int layers;             /* --layers (default 1) */
+    int64_t ffn;            /* --ffn: the MLP's width, 0: the default */
+    float rms_eps;          /* --rms-eps, 0: the default */
+    bool zigzag;            /* --zigzag (--parallel context) */
+    int64_t cache_per_rank; /* --cache-per-rank (--parallel context --decode), 0: the default */
 } rg_opts;
 
 /* The attention config the flags ask for (dims from d->dim, by the caller). */
@@ -111,10 +136,17 @@ const char *rg_attn_options(const rg_opts *o, bool flags, char *buf, size_t size
  * and relpos G too, relpos P; matmul M N K; graph files all. */
 bool rg_size_applies(rg_kind kind, int sym);
 
-/* Fills o from argv; false with a usage error (status 2) in e. --help and
+/* Fills o from argv, for every mode: one pass over the arguments (each
+ * flag with its value), then the mode's flags checked in argv order with
+ * its messages. False with a usage error (status 2) in e; o->mode is set
+ * once --parallel's value is known, so that the --parallel modes say the
+ * error on rank 0 only. --help sets o->help and o->done; --list-ops and
  * --version print and set o->done. */
 bool rg_parse_args(int argc, char **argv, rg_opts *o, rg_err *e);
 void rg_opts_free(rg_opts *o);
+/* The --help of a mode, made from the table: its flags, each with the
+ * models (or layers) it applies to when not all of the page's. */
+void rg_print_help(FILE *f, rg_mode mode);
 
 /* ---- data (rg_data.c) ------------------------------------------------------- */
 
@@ -228,6 +260,10 @@ typedef struct rg_timing {
     double *node_ms; /* --profile: mean ms per node over the timed runs, or NULL */
 } rg_timing;
 
+/* Places g's tensors with the memory planner: measured first and refused
+ * (naming `what`) when its peak plus `own` bytes (the data its leafs hold)
+ * exceed the machine's memory, then planned. Every mode's graphs. */
+bool rg_place(gml_graph *g, const char *what, size_t own, rg_err *e);
 /* One warm-up when repeat > 1, then `repeat` timed runs. */
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e);
 /* The per-node table and the per-op totals. */
@@ -303,24 +339,18 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
 
 /* ---- whole layers (rg_layers.c) ----------------------------------------------------- */
 
-/* run-graph llama | gpt2 | bert: its own flags. main hands it argv when
- * rg_layer_model_index finds MODEL naming a layer (its index, else 0).
- * Returns the exit status. */
-int rg_layer_model_index(int argc, char **argv);
-int rg_layers_main(int argc, char **argv, int model);
+/* run-graph llama | gpt2 | bert (RG_MODE_LAYER), on the parsed options
+ * (threads and ISA set by main). Returns the exit status. */
+int rg_layers_main(const rg_opts *o);
 
 /* ---- over MPI (rg_mpi.c) ------------------------------------------------------------ */
 
-/* --parallel heads|context: main hands argv to rg_parallel_main when
- * rg_parallel_index finds --parallel (its index, else 0). Without
- * -DGGMLITE_MPI=ON it says how to build it. Returns the exit status. */
-int rg_parallel_index(int argc, char **argv);
-int rg_parallel_main(int argc, char **argv);
-/* --parallel context with --decode (rg_mpi_decode.c, GGMLITE_MPI only; without, it says
- * how to build it): the KV cache sharded by position. rg_decode_index (rg_mpi.c): the
- * index of --decode in argv, else 0; at, n_at: --parallel's entries in argv. Returns the
- * exit status. */
-int rg_decode_index(int argc, char **argv);
-int rg_mpi_decode_main(int argc, char **argv, int at, int n_at);
+/* --parallel MODE: true in a run-graph built with MPI; without
+ * (-DGGMLITE_MPI=OFF), false with a message saying how to build it. */
+bool rg_parallel_built(const char *mode, rg_err *e);
+/* The --parallel modes (o->mode RG_MODE_HEADS, CONTEXT, CONTEXT_DECODE):
+ * starts MPI and runs the mode; parsed false: the parse's usage error in e,
+ * said by rank 0. Returns the exit status. */
+int rg_parallel_main(int argc, char **argv, rg_opts *o, bool parsed, const rg_err *e);
 
 #endif

@@ -197,7 +197,7 @@ static bool kv_heads_fact(const rg_opts *o, rg_data *d, rg_err *e) {
 
 /* ---- weights: mapped, under a prefix ---------------------------------------------- */
 
-/* The names of a block's projections (models/attn_common.c binds them), for
+/* The names of a block's projections (models/attn_weights.c binds them), for
  * finding the prefix of a file that holds one block. Only the projections:
  * a whole layer's self_attn.sinks or rel_k beside its other tensors (a graph
  * file's params) does not make self_attn. the block's prefix. */

@@ -11,21 +11,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ggmlite/kv_cache.h>
 #include "rg.h"
+#include "rg_time.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* A step graph of n tokens in its own no_alloc context, placed. */
 typedef struct step {
@@ -46,13 +35,7 @@ static bool step_build(step *s, const rg_opts *o, gml_kv_cache *cache, gml_attn_
         if (o->weights) return rg_fail(e, RG_RUNTIME, "%s: %s", o->weights, gml_last_error(s->ctx));
         return rg_fail(e, RG_RUNTIME, "--decode: %s", gml_last_error(s->ctx));
     }
-    gml_status st = gml_graph_plan(s->g, &(gml_plan_options){.measure_only = true});
-    if (st == GML_OK &&
-        !rg_check_memory((uint64_t)gml_graph_plan_peak(s->g), "the decode graph", e))
-        return false;
-    if (st == GML_OK) st = gml_graph_plan(s->g, NULL);
-    if (st != GML_OK)
-        return rg_fail(e, RG_RUNTIME, "placing the decode graph: %s", gml_graph_error(s->g));
+    if (!rg_place(s->g, "the decode graph", 0, e)) return false;
     gml_graph_set_nan_trap(s->g, o->nan_trap);
     return true;
 }
@@ -64,9 +47,9 @@ static void step_free(step *s) {
 
 static bool step_compute(step *s, int threads, double *ms, rg_err *e) {
     char err[1024];
-    const double t0 = now_ms();
+    const double t0 = rg_now_ms();
     gml_status st = gml_kv_step_compute(&s->kv, s->g, threads, err, sizeof err);
-    if (ms) *ms = now_ms() - t0;
+    if (ms) *ms = rg_now_ms() - t0;
     if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "--decode: %s", err);
     return true;
 }
@@ -79,6 +62,36 @@ static void copy_rows(const gml_tensor *y, int64_t i, gml_tensor *out, int64_t j
             const int64_t src[3] = {b, i, c}, dst[3] = {b, j, c};
             gml_set_f32(out, dst, gml_get_f32(y, src));
         }
+}
+
+/* One decoding of the N tokens after the prompt (rg_timed_run): the cache
+ * rewound to the prompt, each token fed the output of the one before; *ms
+ * the mean compute time of a token. */
+typedef struct tokens_run {
+    const rg_opts *o;
+    rg_decode *r;
+    gml_kv_cache *cache;
+    step *prompt, *one;
+    gml_tensor *x1;
+    rg_err *e;
+} tokens_run;
+
+static bool decode_tokens(void *user, int i, double *ms_out) {
+    (void)i;
+    tokens_run *s = user;
+    rg_decode *r = s->r;
+    gml_kv_cache_truncate(s->cache, r->prompt);
+    copy_rows(gml_graph_tensor(s->prompt->g, s->prompt->y), r->prompt - 1, s->x1, 0);
+    double total = 0, ms;
+    for (int64_t t = 0; t < r->tokens; t++) {
+        if (!step_compute(s->one, s->o->threads, &ms, s->e)) return false;
+        total += ms;
+        /* y is planned: its data is the graph's */
+        copy_rows(gml_graph_tensor(s->one->g, s->one->y), 0, r->out, t);
+        copy_rows(gml_graph_tensor(s->one->g, s->one->y), 0, s->x1, 0);
+    }
+    *ms_out = total / (double)r->tokens;
+    return true;
 }
 
 bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
@@ -135,25 +148,11 @@ bool rg_decode_run(const rg_opts *o, rg_data *d, rg_decode *r, rg_err *e) {
     /* the N tokens, R times (one warm-up first when R > 1) */
     double *times = ok ? malloc((size_t)o->repeat * sizeof *times) : NULL;
     if (ok && !times) ok = rg_fail(e, RG_RUNTIME, "out of memory");
-    for (int run = o->repeat > 1 ? -1 : 0; ok && run < o->repeat; run++) {
-        gml_kv_cache_truncate(cache, r->prompt);
-        copy_rows(gml_graph_tensor(prompt.g, prompt.y), r->prompt - 1, x1, 0);
-        double total = 0, ms;
-        for (int64_t i = 0; ok && i < r->tokens; i++) {
-            ok = step_compute(&one, o->threads, &ms, e);
-            total += ms;
-            if (ok) { /* y is planned: its data is the graph's */
-                copy_rows(gml_graph_tensor(one.g, one.y), 0, r->out, i);
-                copy_rows(gml_graph_tensor(one.g, one.y), 0, x1, 0);
-            }
-        }
-        if (ok && run >= 0) times[run] = total / (double)r->tokens;
-    }
+    tokens_run s = {o, r, cache, &prompt, &one, x1, e};
+    ok = ok && rg_time_runs(o->repeat, decode_tokens, &s, times);
     if (ok) {
-        qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
+        r->median_ms = rg_median(times, o->repeat);
         r->min_ms = times[0];
-        r->median_ms = o->repeat % 2 ? times[o->repeat / 2]
-                                     : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
     }
     free(times);
     step_free(&prompt);

@@ -11,20 +11,18 @@
  * encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a single layer may
  * have none. Loading is strict: a required tensor missing, or a tensor of the
  * file that none of the N layers uses, is an error naming them.
- * Self-contained (its own flags) so that run-graph's other models are
- * untouched; run-graph.c hands it argv when the first argument names a layer. */
+ * run-graph.c hands it the parsed options (rg_parse_args) when MODEL names a
+ * layer. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
+#include "rg_time.h"
 
 #include <ggmlite/layers.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 typedef enum lkind { L_LLAMA, L_GPT2, L_BERT } lkind;
@@ -37,226 +35,30 @@ static const char *const PREFIX[3][2] = {{"model.layers.%d.", "layers.%d."},
 static const char *const KEY_NAME[] = {"input_layernorm.weight", "ln_1.weight",
                                        "attention.self.query.weight"};
 
-#define MAX_LAYERS 1024
-
 typedef struct lopts {
     lkind kind;
-    const char *weights, *input, *output, *isa;
+    const char *weights, *input, *output;
     int64_t batch, seq, d_model, ffn;
     int heads, kv_heads, layers, threads, repeat;
     uint64_t seed;
     float rope_theta, rms_eps, softcap;
     int64_t window;
-    int32_t *lens;
+    const int32_t *lens; /* --valid-lens */
     int n_lens;
     bool has_dtype;
     gml_type dtype;
 } lopts;
 
-/* The index of MODEL in argv when it names a layer, else 0: the first
- * argument that is neither a flag nor a flag's value (run-graph's flags
- * without a value are listed; --flag=value carries its own). */
-int rg_layer_model_index(int argc, char **argv) {
-    static const char *const NO_VALUE[] = {"--causal", "--profile", "--nan-trap", "--print-graph",
-                                           "--json", "--help", "-h", "--list-ops", "--version", "--"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-' || !a[1]) {
-            for (int k = 0; k < 3; k++)
-                if (strcmp(a, KIND_NAME[k]) == 0) return i;
-            return 0;
-        }
-        bool takes_value = strchr(a, '=') == NULL;
-        for (size_t k = 0; takes_value && k < sizeof NO_VALUE / sizeof *NO_VALUE; k++)
-            if (strcmp(a, NO_VALUE[k]) == 0) takes_value = false;
-        if (takes_value) i++;
-    }
-    return 0;
-}
-
-static void help(void) {
-    printf("usage: run-graph llama|gpt2|bert [options]\n"
-           "\n"
-           "Runs one transformer layer, or --layers N stacked, as Hugging Face computes it:\n"
-           "  llama  RMSNorm, grouped-query attention with rope (causal), residual, RMSNorm,\n"
-           "         SwiGLU MLP, residual. Tensors: input_layernorm.weight,\n"
-           "         self_attn.{q,k,v,o}_proj.weight (.bias optional), self_attn.sinks [H]\n"
-           "         (optional), post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight\n"
-           "  gpt2   pre-LayerNorm, causal multi-head attention with biases, GELU-tanh MLP (eps\n"
-           "         1e-5). Tensors: ln_1.*, attn.c_attn.* (Conv1D [D, 3D]), attn.c_proj.*, ln_2.*,\n"
-           "         mlp.c_fc.*, mlp.c_proj.* (weight and bias each)\n"
-           "  bert   attention with a padding mask, post-LayerNorm, GELU MLP (eps 1e-12). Tensors:\n"
-           "         attention.self.{query,key,value}.*, attention.output.dense.*,\n"
-           "         attention.output.LayerNorm.*, intermediate.dense.*, output.dense.*,\n"
-           "         output.LayerNorm.*\n"
-           "Layer i's tensors carry the prefix model.layers.<i>. or layers.<i>. (llama), h.<i>. or\n"
-           "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a\n"
-           "single layer's may have none. Every tensor of the file must be used.\n"
-           "\n"
-           "  --weights FILE       f32 safetensors (default: deterministic random weights)\n"
-           "  --weights-dtype T    f32, f16, bf16 or q8_0: the f32 weight matrices converted at\n"
-           "                       load (norm weights and biases stay f32; a file's F16/BF16\n"
-           "                       matrices are used as they are; gpt2 takes no q8_0)\n"
-           "  --input FILE         x .npy [B, T, D] (default: random)\n"
-           "  --output FILE        writes the output .npy [B, T, D]\n"
-           "  --layers N           layers stacked (default 1)\n"
-           "  --heads H            query heads (required with --weights, unless self_attn.sinks\n"
-           "                       tells); default 8\n"
-           "  --kv-heads G         llama: key/value heads (default: from k_proj's rows, else H/4)\n"
-           "  --rope-theta F       llama: rope base (default 10000)\n"
-           "  --rms-eps F          llama: RMSNorm eps (default 1e-6)\n"
-           "  --window N           llama: sliding window, each query sees its last N keys\n"
-           "  --softcap F          llama: attention logits capped as F tanh(s / F)\n"
-           "  --valid-lens L1,..   bert: one length per batch row; keys j >= L are padding\n"
-           "  --batch B --seq T --d-model D --ffn F   sizes of random inputs and weights\n"
-           "                       (default B=2 T=10 D=256, F = 4D; llama 8D/3 rounded up to 16)\n"
-           "  --seed N             seed of the random data (default 0)\n"
-           "  --threads N          compute threads (default: all cores)\n"
-           "  --repeat N           one warm-up, then N timed runs\n"
-           "  --isa NAME           reference, scalar, avx2 or avx512\n"
-           "\n"
-           "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
-           "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n");
-}
-
-/* ---- flags ------------------------------------------------------------------ */
-
-static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
-                       (long long)lo, (long long)hi);
-    *out = v;
-    return true;
-}
-
-/* A finite float > 0. */
-static bool real(const char *flag, const char *s, float *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v <= 0)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
-    *out = v;
-    return true;
-}
-
-static bool parse_lens(const char *s, lopts *o, rg_err *e) {
-    int cap = 1;
-    for (const char *c = s; *c; c++) cap += *c == ',';
-    free(o->lens);
-    o->n_lens = 0;
-    o->lens = malloc((size_t)cap * sizeof *o->lens);
-    if (!o->lens) return rg_fail(e, RG_RUNTIME, "out of memory");
-    for (const char *p = s;;) {
-        size_t n = strcspn(p, ",");
-        char item[32];
-        if (n == 0 || n >= sizeof item)
-            return rg_fail(e, RG_USAGE, "--valid-lens: '%s' is not a list of lengths like 9,5", s);
-        memcpy(item, p, n);
-        item[n] = '\0';
-        int64_t v = 0;
-        if (!whole("--valid-lens", item, 0, INT32_MAX, &v, e)) return false;
-        o->lens[o->n_lens++] = (int32_t)v;
-        if (!p[n]) return true;
-        p += n + 1;
-    }
-}
-
-/* false: an error; --help sets done. */
-static bool parse(int argc, char **argv, int model, lopts *o, bool *done, rg_err *e) {
-    *o = (lopts){.layers = 1, .repeat = 1};
-    const char *name = argv[model];
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, KIND_NAME[i]) == 0) o->kind = (lkind)i;
-    for (int i = 1; i < argc; i++) {
-        if (i == model) continue;
-        char flag[64];
-        const char *f = argv[i], *v, *eq = strchr(f, '=');
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            help();
-            *done = true;
-            return true;
-        }
-        if (f[0] != '-') return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", f, name);
-        if (eq && f[1] == '-' && (size_t)(eq - f) < sizeof flag) {
-            memcpy(flag, f, (size_t)(eq - f));
-            flag[eq - f] = '\0';
-            f = flag;
-            v = eq + 1;
-        } else if (i + 1 < argc && i + 1 != model) {
-            v = argv[++i];
-        } else {
-            return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", f, name);
-        }
-        int64_t n = 0;
-        bool llama_only = false, bert_only = false, ok = true;
-        if (!strcmp(f, "--weights")) o->weights = v;
-        else if (!strcmp(f, "--weights-dtype")) {
-            if (!gml_type_from_name(v, &o->dtype) || o->dtype == GML_I32)
-                return rg_fail(e, RG_USAGE, "--weights-dtype: '%s' is not f32, f16, bf16 or q8_0", v);
-            o->has_dtype = true;
-        }
-        else if (!strcmp(f, "--input")) o->input = v;
-        else if (!strcmp(f, "--output")) o->output = v;
-        else if (!strcmp(f, "--isa")) {
-            gml_isa isa;
-            if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
-                return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
-            o->isa = v;
-        } else if (!strcmp(f, "--layers")) {
-            ok = whole(f, v, 1, MAX_LAYERS, &n, e);
-            o->layers = (int)n;
-        } else if (!strcmp(f, "--heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->heads = (int)n;
-        } else if (!strcmp(f, "--kv-heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->kv_heads = (int)n;
-            llama_only = true;
-        } else if (!strcmp(f, "--batch")) ok = whole(f, v, 1, 1 << 20, &o->batch, e);
-        else if (!strcmp(f, "--seq")) ok = whole(f, v, 1, 1 << 24, &o->seq, e);
-        else if (!strcmp(f, "--d-model")) ok = whole(f, v, 1, 1 << 20, &o->d_model, e);
-        else if (!strcmp(f, "--ffn")) ok = whole(f, v, 1, 1 << 22, &o->ffn, e);
-        else if (!strcmp(f, "--threads")) {
-            ok = whole(f, v, 1, 512, &n, e);
-            o->threads = (int)n;
-        } else if (!strcmp(f, "--repeat")) {
-            ok = whole(f, v, 1, 1000000, &n, e);
-            o->repeat = (int)n;
-        } else if (!strcmp(f, "--seed")) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-')
-                return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
-        } else if (!strcmp(f, "--rope-theta")) {
-            ok = real(f, v, &o->rope_theta, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--rms-eps")) {
-            ok = real(f, v, &o->rms_eps, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--softcap")) {
-            ok = real(f, v, &o->softcap, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--window")) {
-            ok = whole(f, v, 1, INT32_MAX, &o->window, e);
-            llama_only = true;
-        } else if (!strcmp(f, "--valid-lens")) {
-            ok = parse_lens(v, o, e);
-            bert_only = true;
-        } else {
-            return rg_fail(e, RG_USAGE, "%s: unknown flag for %s; see run-graph %s --help", f,
-                           name, name);
-        }
-        if (!ok) return false;
-        if ((llama_only && o->kind != L_LLAMA) || (bert_only && o->kind != L_BERT))
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", f, name,
-                           llama_only ? "llama" : "bert");
-    }
-    return true;
+/* The options of the layers from the parse (rg_parse_args). */
+static lopts options(const rg_opts *g) {
+    return (lopts){.kind = (lkind)g->layer, .weights = g->weights, .input = g->input,
+                   .output = g->output, .batch = g->dim[RG_B], .seq = g->dim[RG_T],
+                   .d_model = g->dim[RG_D], .ffn = g->ffn, .heads = (int)g->dim[RG_H],
+                   .kv_heads = (int)g->dim[RG_G], .layers = g->layers, .threads = g->threads,
+                   .repeat = g->repeat, .seed = g->seed, .rope_theta = g->rope_theta,
+                   .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
+                   .lens = g->valid_lens, .n_lens = g->n_valid_lens,
+                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -277,6 +79,7 @@ typedef struct run {
     int64_t B, T, D, F;
     int H, G;
     bool random_weights, random_input;
+    rg_err *e; /* the running step's errors */
 } run;
 
 static void prefix_of(const run *r, int layer, char *buf, size_t size) {
@@ -549,15 +352,12 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
     return true;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+/* One compute of the layers' graph (rg_timed_run). */
+static bool compute(void *user, int i, double *ms) {
+    (void)i, (void)ms; /* timed as a whole */
+    run *r = user;
+    if (gml_graph_compute(r->g, r->o.threads) == GML_OK) return true;
+    return rg_fail(r->e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
 }
 
 static bool execute(run *r, rg_err *e) {
@@ -570,20 +370,11 @@ static bool execute(run *r, rg_err *e) {
         r->g = gml_build_graph(gctx, &r->out, 1);
         if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
     }
-    gml_status st = GML_OK;
-    if (ok) st = gml_graph_plan(r->g, &(gml_plan_options){.measure_only = true});
-    if (ok && st == GML_OK)
-        ok = rg_check_memory((uint64_t)gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g), "the graph's tensors", e);
-    if (ok && st == GML_OK) st = gml_graph_plan(r->g, NULL);
-    if (ok && st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(r->g));
+    ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
-    for (int i = o->repeat > 1 ? -1 : 0; ok && i < o->repeat; i++) {
-        double t0 = now_ms();
-        st = gml_graph_compute(r->g, o->threads);
-        if (st != GML_OK) ok = rg_fail(e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
-        if (i >= 0) ms[i] = now_ms() - t0;
-    }
+    r->e = e;
+    ok = ok && rg_time_runs(o->repeat, compute, r, ms);
     const gml_tensor *out = ok ? gml_graph_tensor(r->g, r->out) : NULL;
     size_t n_bytes = 0;
     float *dense = ok ? rg_dense(out, &n_bytes) : NULL;
@@ -596,7 +387,7 @@ static bool execute(run *r, rg_err *e) {
     if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
     if (ok) {
-        qsort(ms, (size_t)o->repeat, sizeof *ms, cmp_double);
+        const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
         char shape[64], pfx[64] = "none";
         if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
             const char *d = strstr(r->prefix_fmt, "%d");
@@ -615,7 +406,6 @@ static bool execute(run *r, rg_err *e) {
             printf(", layer prefix %s", pfx);
         printf("\noutput  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(out, shape, sizeof shape),
                (uint64_t)XXH3_64bits(dense, n_bytes));
-        const double med = ms[o->repeat / 2], flops = gml_graph_flops(r->g);
         printf("time    %.3f ms", med);
         if (o->repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], o->repeat);
         printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
@@ -633,25 +423,13 @@ static bool execute(run *r, rg_err *e) {
     return ok;
 }
 
-int rg_layers_main(int argc, char **argv, int model) {
-    run r = {0};
+int rg_layers_main(const rg_opts *g) {
+    run r = {.o = options(g)};
     rg_err e = {0};
-    bool done = false;
-    bool ok = parse(argc, argv, model, &r.o, &done, &e);
-    if (ok && !done) {
-        if (!r.o.threads) {
-            long n = sysconf(_SC_NPROCESSORS_ONLN);
-            r.o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
-        }
-        gml_isa isa;
-        if (r.o.isa && gml_isa_from_name(r.o.isa, &isa) && gml_set_isa(isa) != GML_OK)
-            ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", r.o.isa);
-        r.w = calloc((size_t)r.o.layers, sizeof *r.w);
-        if (ok && !r.w) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
-        ok = ok && load(&r, &e) && execute(&r, &e);
-    }
+    r.w = calloc((size_t)r.o.layers, sizeof *r.w);
+    bool ok = r.w || rg_fail(&e, RG_RUNTIME, "out of memory");
+    ok = ok && load(&r, &e) && execute(&r, &e);
     free(r.w);
-    free(r.o.lens);
     gml_free(r.ctx);
     gml_free(r.wctx);
     gml_free(r.xctx);

@@ -242,11 +242,7 @@ size_t rg_leaf_bytes(const gml_graph *g) {
 
 static bool place(rg_model *m, rg_err *e) {
     const size_t own = rg_leaf_bytes(m->g); /* inputs and weights, from files or made random */
-    gml_status st = gml_graph_plan(m->g, &(gml_plan_options){.measure_only = true});
-    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(m->g) + own, "the graph's tensors", e))
-        return false;
-    if (st == GML_OK) st = gml_graph_plan(m->g, NULL);
-    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing the graph's tensors: %s", gml_graph_error(m->g));
+    if (!rg_place(m->g, "the graph's tensors", own, e)) return false;
     m->peak_bytes = own + gml_graph_plan_peak(m->g);
     m->naive_bytes = own + gml_graph_plan_naive(m->g);
     return true;

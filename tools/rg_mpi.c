@@ -14,9 +14,9 @@
  *
  * --parallel context is rg_mpi_ring.c's (the prompt split by rows, ring
  * attention) and, with --decode, rg_mpi_decode.c's (decoding with the KV
- * cache sharded by position): rg_parallel_main hands them argv.
+ * cache sharded by position): rg_parallel_main hands them the options.
  * Built without -DGGMLITE_MPI=ON, --parallel says how to build it. main hands
- * argv here when --parallel is among the arguments (rg_parallel_index). */
+ * the parsed options here for the --parallel modes (rg_parse_args). */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
 
@@ -26,55 +26,40 @@
 #ifdef GGMLITE_HAVE_MPI
 #include "rg_mpi.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #endif
 
-int rg_parallel_index(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--parallel") == 0 || strncmp(argv[i], "--parallel=", 11) == 0) return i;
-    return 0;
-}
-
-int rg_decode_index(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--decode") == 0 || strncmp(argv[i], "--decode=", 9) == 0) return i;
-    return 0;
+bool rg_parallel_built(const char *mode, rg_err *e) {
+#ifdef GGMLITE_HAVE_MPI
+    (void)mode, (void)e;
+    return true;
+#else
+    return rg_fail(e, RG_USAGE, "--parallel %s: this run-graph was built without MPI. Build one "
+                   "with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . -B "
+                   "build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph, then "
+                   "mpirun -np P build-mpi/tools/run-graph MODEL ... --parallel %s", mode, mode);
+#endif
 }
 
 #ifdef GGMLITE_HAVE_MPI
-static int run_heads(int argc, char **argv, int at, int n_at);
+static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe);
 #endif
 
-int rg_parallel_main(int argc, char **argv) {
-    const int at = rg_parallel_index(argc, argv);
-    const char *eq = strchr(argv[at], '=');
-    const char *mode = eq ? eq + 1 : at + 1 < argc ? argv[at + 1] : NULL;
-    rg_err e = {0};
-    if (!mode || !mode[0])
-        rg_fail(&e, RG_USAGE, "--parallel: missing its value, heads or context");
-    else if (strcmp(mode, "heads") != 0 && strcmp(mode, "context") != 0)
-        rg_fail(&e, RG_USAGE, "--parallel: '%s' is not heads or context", mode);
-#ifndef GGMLITE_HAVE_MPI
-    else
-        rg_fail(&e, RG_USAGE, "--parallel %s: this run-graph was built without MPI. Build one "
-                "with it (Open MPI: apt-get install openmpi-bin libopenmpi-dev): cmake -S . -B "
-                "build-mpi -DGGMLITE_MPI=ON && cmake --build build-mpi --target run-graph, then "
-                "mpirun -np P build-mpi/tools/run-graph MODEL ... --parallel %s", mode, mode);
+int rg_parallel_main(int argc, char **argv, rg_opts *o, bool parsed, const rg_err *e) {
+#ifdef GGMLITE_HAVE_MPI
+    if (o->mode == RG_MODE_CONTEXT_DECODE) /* the KV cache sharded */
+        return rg_mpi_decode_main(argc, argv, o, parsed, e);
+    if (o->mode == RG_MODE_CONTEXT) /* the prompt, ring attention */
+        return rg_mpi_ring_main(argc, argv, o, parsed, e);
+    return run_heads(argc, argv, o, parsed, e);
 #else
-    else if (strcmp(mode, "context") == 0 && rg_decode_index(argc, argv))
-        return rg_mpi_decode_main(argc, argv, at, eq ? 1 : 2); /* the KV cache sharded */
-    else if (strcmp(mode, "context") == 0)
-        return rg_mpi_ring_main(argc, argv, at, eq ? 1 : 2); /* the prompt, ring attention */
-    else
-        return run_heads(argc, argv, at, eq ? 1 : 2);
+    (void)argc, (void)argv, (void)o, (void)parsed; /* rg_parallel_built refused the mode */
+    fprintf(stderr, "run-graph: %s\n", e->msg);
+    return e->status;
 #endif
-    fprintf(stderr, "run-graph: %s\n", e.msg);
-    return e.status;
 }
 
 #ifdef GGMLITE_HAVE_MPI
@@ -144,158 +129,18 @@ int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e) {
     return ok ? 0 : e->status ? e->status : RG_RUNTIME;
 }
 
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
-           "\n"
-           "Head-parallel (tensor-parallel) block over P MPI ranks: rank r takes a contiguous\n"
-           "range of the query heads (H/P each when P divides H, else sizes differing by one),\n"
-           "the kv heads they read (split when P divides G, else a straddled kv head is\n"
-           "projected on both ranks), those rows of W_q/W_k/W_v and columns of W_o (llama:\n"
-           "also rows of gate/up_proj and columns of down_proj). Rank 0 reads the input and\n"
-           "writes the output; the partial outputs are summed in rank order.\n"
-           "\n"
-           "  --weights FILE     safetensors, each rank reads only its share (default: random,\n"
-           "                     the same as run-graph's single-process random weights)\n"
-           "  --input FILE       x .npy f32 [B, T, D], read by rank 0 (default: random)\n"
-           "  --output FILE      the output .npy [B, T, D], written by rank 0\n"
-           "  --batch B --seq T --d-model D --heads H --kv-heads G   sizes (llama: --ffn F)\n"
-           "  --causal --window W --softcap C --rope --rope-theta F  (mha, gqa: as run-graph's;\n"
-           "                     llama is causal with rope; --window --softcap --rope-theta\n"
-           "                     --rms-eps as run-graph llama's)\n"
-           "  --sinks            mha, gqa: the weight 'sinks' [H] (random without --weights),\n"
-           "                     as run-graph's; without it a file's 'sinks' is unused, an error\n"
-           "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
-           "  --repeat N         one warm-up, then N timed runs; --isa NAME\n"
-           "  --parallel heads   (--parallel context: the sequence split instead, see\n"
-           "                     mpirun ... --parallel context --help)\n");
-}
-
-static bool whole(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a whole number in [%lld, %lld]", flag, s,
-                       (long long)lo, (long long)hi);
-    *out = v;
-    return true;
-}
-
-static bool real(const char *flag, const char *s, float *out, rg_err *e) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v <= 0)
-        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
-    *out = v;
-    return true;
-}
-
-/* argv without --parallel's n_at entries at `at`. */
-static bool parse(int argc, char **argv, int at, int n_at, popts *o, rg_err *e) {
-    const bool context = o->context;
-    const char *mode = context ? "context" : "heads";
-    *o = (popts){.kind = -1, .repeat = 1, .context = context};
-    for (int i = 1; i < argc; i++) {
-        if (i >= at && i < at + n_at) continue;
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            o->done = true;
-            return true;
-        }
-        if (f[0] != '-') {
-            if (o->kind >= 0) return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", f, KIND[o->kind]);
-            for (int k = 0; k < 3; k++)
-                if (!strcmp(f, KIND[k])) o->kind = k;
-            if (o->kind < 0)
-                return rg_fail(e, RG_USAGE, "--parallel %s runs mha, gqa or llama, not '%s'", mode, f);
-            continue;
-        }
-        if (!strcmp(f, "--causal")) {
-            o->causal = true;
-            continue;
-        }
-        if (!strcmp(f, "--rope")) {
-            o->rope = true;
-            continue;
-        }
-        if (!strcmp(f, "--sinks")) { /* heads: each rank its heads' sinks */
-            o->sinks = true;
-            continue;
-        }
-        if (context && !strcmp(f, "--alibi")) { /* all heads on every rank */
-            o->alibi = true;
-            continue;
-        }
-        if (context && !strcmp(f, "--zigzag")) {
-            o->zigzag = true;
-            continue;
-        }
-        static const char *const VALUE[] = {"--weights", "--input", "--output", "--isa", "--batch",
-                                            "--seq", "--d-model", "--ffn", "--window", "--heads",
-                                            "--kv-heads", "--threads", "--repeat", "--seed",
-                                            "--rope-theta", "--rms-eps", "--softcap"};
-        char flag[64];
-        const char *v, *eq = strchr(f, '=');
-        if (eq && (size_t)(eq - f) < sizeof flag) {
-            memcpy(flag, f, (size_t)(eq - f));
-            flag[eq - f] = '\0';
-            f = flag;
-        }
-        bool known = false;
-        for (size_t k = 0; k < sizeof VALUE / sizeof *VALUE; k++) known = known || !strcmp(f, VALUE[k]);
-        if (!known)
-            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (see run-graph --parallel "
-                           "%s --help)", f, mode, mode);
-        if (eq && f == flag) {
-            v = eq + 1;
-        } else if (i + 1 < argc && !(i + 1 >= at && i + 1 < at + n_at)) {
-            v = argv[++i];
-        } else {
-            return rg_fail(e, RG_USAGE, "%s: missing its value", f);
-        }
-        int64_t n = 0;
-        bool ok = true;
-        if (!strcmp(f, "--weights")) o->weights = v;
-        else if (!strcmp(f, "--input")) o->input = v;
-        else if (!strcmp(f, "--output")) o->output = v;
-        else if (!strcmp(f, "--isa")) {
-            gml_isa isa;
-            if (!gml_isa_from_name(v, &isa) || isa == GML_ISA_AUTO)
-                return rg_fail(e, RG_USAGE, "--isa: '%s' is not reference, scalar, avx2 or avx512", v);
-            o->isa = v;
-        } else if (!strcmp(f, "--batch")) ok = whole(f, v, 1, 1 << 20, &o->B, e);
-        else if (!strcmp(f, "--seq")) ok = whole(f, v, 1, 1 << 24, &o->T, e);
-        else if (!strcmp(f, "--d-model")) ok = whole(f, v, 1, 1 << 20, &o->D, e);
-        else if (!strcmp(f, "--ffn")) ok = whole(f, v, 1, 1 << 22, &o->F, e);
-        else if (!strcmp(f, "--window")) ok = whole(f, v, 1, INT32_MAX, &o->window, e);
-        else if (!strcmp(f, "--heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->H = (int)n;
-        } else if (!strcmp(f, "--kv-heads")) {
-            ok = whole(f, v, 1, 1 << 16, &n, e);
-            o->G = (int)n;
-        } else if (!strcmp(f, "--threads")) {
-            ok = whole(f, v, 1, 512, &n, e);
-            o->threads = (int)n;
-        } else if (!strcmp(f, "--repeat")) {
-            ok = whole(f, v, 1, 1000000, &n, e);
-            o->repeat = (int)n;
-        } else if (!strcmp(f, "--seed")) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-')
-                return rg_fail(e, RG_USAGE, "--seed: '%s' is not a whole number in [0, 2^64)", v);
-        } else if (!strcmp(f, "--rope-theta")) ok = real(f, v, &o->rope_theta, e);
-        else if (!strcmp(f, "--rms-eps")) ok = real(f, v, &o->rms_eps, e);
-        else if (!strcmp(f, "--softcap")) ok = real(f, v, &o->softcap, e);
-        else
-            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (see run-graph --parallel "
-                           "%s --help)", f, mode, mode);
-        if (!ok) return false;
-    }
-    if (o->kind < 0) return rg_fail(e, RG_USAGE, "--parallel %s: give the MODEL: mha, gqa or llama", mode);
+/* The mode's options from the parse (rg_parse_args), and the checks that
+ * depend on the model. */
+static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
+    *o = (popts){.kind = strcmp(g->model, "llama") == 0 ? K_LLAMA : g->kind == RG_GQA ? K_GQA : K_MHA,
+                 .weights = g->weights, .input = g->input, .output = g->output, .isa = g->isa,
+                 .B = g->dim[RG_B], .T = g->dim[RG_T], .D = g->dim[RG_D], .F = g->ffn,
+                 .window = g->window, .H = (int)g->dim[RG_H], .G = (int)g->dim[RG_G],
+                 .threads = g->threads, .repeat = g->repeat, .causal = g->causal, .rope = g->rope,
+                 .done = g->help, .rope_theta = g->rope_theta, .rms_eps = g->rms_eps,
+                 .softcap = g->softcap, .seed = g->seed, .context = context, .sinks = g->sinks,
+                 .alibi = g->alibi, .zigzag = g->zigzag};
+    if (o->done) return true;
     if (o->kind == K_LLAMA && (o->sinks || o->alibi))
         return rg_fail(e, RG_USAGE, "%s is for mha and gqa (llama's sinks come from its weights, "
                        "self_attn.sinks)", o->sinks ? "--sinks" : "--alibi");
@@ -503,23 +348,12 @@ static bool build(prun *r, char *msg, size_t size) {
     return true;
 }
 
-double rg_mpi_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-int rg_mpi_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* A barrier before each sum splits rank 0's time there: waiting for the
  * slowest rank (*wait_ms) and moving and adding the partials (*comm_ms). */
 static double wait_all(double *wait_ms) {
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t1 = rg_mpi_now_ms();
+    const double t1 = rg_now_ms();
     *wait_ms += t1 - t0;
     return t1;
 }
@@ -535,20 +369,20 @@ static bool forward(prun *r, double *comm_ms, double *wait_ms, char *out, size_t
     double t0 = wait_all(wait_ms);
     if (r->o.kind != K_LLAMA) {
         if (gml_mpi_sum_ordered(MPI_COMM_WORLD, p, n, false, out, size) != GML_OK) return false;
-        *comm_ms = rg_mpi_now_ms() - t0;
+        *comm_ms = rg_now_ms() - t0;
         if (r->rank == 0) memcpy(r->out->data, p, n * sizeof *p);
         return true;
     }
     memcpy(r->att->data, p, n * sizeof *p);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, r->att->data, n, true, out, size) != GML_OK) return false;
-    *comm_ms = rg_mpi_now_ms() - t0;
+    *comm_ms = rg_now_ms() - t0;
     st = gml_graph_compute(r->g2, r->o.threads);
     if (st != GML_OK) snprintf(msg, sizeof msg, "compute failed: %s", gml_graph_error(r->g2));
     if (!gml_mpi_agree(MPI_COMM_WORLD, st == GML_OK, msg, out, size)) return false;
     float *m = gml_graph_data(r->g2, r->mlp);
     t0 = wait_all(wait_ms);
     if (gml_mpi_sum_ordered(MPI_COMM_WORLD, m, n, false, out, size) != GML_OK) return false;
-    *comm_ms += rg_mpi_now_ms() - t0;
+    *comm_ms += rg_now_ms() - t0;
     if (r->rank == 0) { /* out = h + m, as the layer's last add */
         const float *h = gml_graph_data(r->g2, r->h);
         float *o = r->out->data;
@@ -624,16 +458,16 @@ static void free_run(prun *r) {
     gml_safetensors_close(r->st);
 }
 
-static int run_heads(int argc, char **argv, int at, int n_at) {
+static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     prun r = {0};
-    rg_err e = {0};
+    rg_err e = parsed ? (rg_err){0} : *pe;
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
-    bool ok = parse(argc, argv, at, n_at, &r.o, &e); /* the same on every rank */
+    bool ok = parsed && options(g, false, &r.o, &e); /* the same on every rank */
     if (ok && r.o.done) {
-        if (r.rank == 0) help();
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_HEADS);
         MPI_Finalize();
         return 0;
     }
@@ -671,18 +505,18 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     if (ok && (!ms || !comm || !wait)) ok = rg_fail(&e, RG_RUNTIME, "out of memory");
     for (int i = r.o.repeat > 1 ? -1 : 0; ok && i < r.o.repeat; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = rg_mpi_now_ms(), c = 0, w = 0;
+        double t0 = rg_now_ms(), c = 0, w = 0;
         if (!forward(&r, &c, &w, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
         if (ok && i >= 0) {
-            ms[i] = rg_mpi_now_ms() - t0;
+            ms[i] = rg_now_ms() - t0;
             comm[i] = c;
             wait[i] = w;
         }
     }
     if (ok && r.rank == 0) {
-        qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_mpi_cmp_double);
-        qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_mpi_cmp_double);
-        qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_mpi_cmp_double);
+        qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_cmp_double);
+        qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_cmp_double);
+        qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_cmp_double);
         ok = finish(&r, ms, comm, wait, &e);
     }
     free(ms);
@@ -692,9 +526,8 @@ static int run_heads(int argc, char **argv, int at, int n_at) {
     return rg_mpi_finish(ok, r.rank, r.P, &e);
 }
 /* For the other --parallel modes (rg_mpi.h). */
-bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e) {
-    o->context = context;
-    return parse(argc, argv, at, n_at, o, e);
+bool rg_mpi_options(const rg_opts *g, bool context, popts *o, rg_err *e) {
+    return options(g, context, o, e);
 }
 bool rg_mpi_map_weights(prun *r, char *msg, size_t size) { return map_weights(r, msg, size); }
 bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size) { return settle(r, xdim, msg, size); }

@@ -5,6 +5,7 @@
 #define RUN_GRAPH_RG_MPI_H
 
 #include "rg.h"
+#include "rg_time.h"
 
 #include <ggmlite/layers.h>
 #include <ggmlite/mpi.h>
@@ -43,16 +44,15 @@ typedef struct prun {
     gml_graph *g1, *g2;
 } prun;
 
-/* argv without --parallel's n_at entries at `at` -> o (context: the mode's flags). */
-bool rg_mpi_parse(int argc, char **argv, int at, int n_at, bool context, popts *o, rg_err *e);
+/* The options of --parallel heads or context (context true) from the
+ * parse, and the checks that depend on the model. */
+bool rg_mpi_options(const rg_opts *g, bool context, popts *o, rg_err *e);
 /* The weights file mapped, bound and checked strictly. */
 bool rg_mpi_map_weights(prun *r, char *msg, size_t size);
 /* The sizes from the input's dims (rank 0's, broadcast), weights, flags, defaults. */
 bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size);
 /* Random weights named and filled as the single-process run-graph's. */
 bool rg_mpi_random_weights(prun *r, char *msg, size_t size);
-double rg_mpi_now_ms(void);
-int rg_mpi_cmp_double(const void *a, const void *b);
 /* The steps every --parallel mode takes (rg_mpi.c, also rg_mpi_decode.c's):
  * the number of threads per rank by default, the machine's cores over the
  * ranks on it; --isa (false, with the message, when the CPU lacks it); the
@@ -72,7 +72,9 @@ bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xc
  * each rank with it), MPI_Finalize, run-graph's exit status. */
 int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e);
 
-/* rg_mpi_ring.c: --parallel context without --decode. */
-int rg_mpi_ring_main(int argc, char **argv, int at, int n_at);
+/* rg_mpi_ring.c: --parallel context without --decode; rg_mpi_decode.c: with
+ * --decode. As rg_parallel_main. */
+int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe);
+int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe);
 
 #endif

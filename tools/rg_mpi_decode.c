@@ -5,7 +5,7 @@
  *   mpirun -np 4 run-graph gqa --heads 16 --kv-heads 4 --weights w.safetensors \
  *       --input prompt.npy --decode 64 --output y.npy --parallel context
  *
- * The flags are the single-process run-graph's (rg_parse_args), plus
+ * The flags are the single-process run-graph's (rg_parse_args checks them as for mha and gqa), plus
  * --cache-per-rank C; the output is the single-process --decode's: the N
  * decoded tokens' outputs [B, N, D]. Rank r's shard holds positions
  * [r C, (r+1) C) (default C = ceil((T + N) / P): every shard full at the end).
@@ -20,46 +20,19 @@
  * partials are gathered to rank 0 (rank order), which merges them, applies
  * W_o and has the output. After each step that can fail on one rank, a
  * status exchange (gml_mpi_agree): a fault is an error on every rank, not a
- * hang. rg_parallel_main (rg_mpi.c) hands argv here for --parallel context
- * with --decode. */
+ * hang. rg_parallel_main (rg_mpi.c) hands the options here for --parallel
+ * context with --decode. */
 #define _POSIX_C_SOURCE 200809L
 #include "rg_mpi.h"
 
 #include <ggmlite/mpi.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, rg_mpi_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa [options] --decode N --parallel context "
-           "[--cache-per-rank C]\n"
-           "\n"
-           "Context-parallel decoding: the KV cache is sharded by position over the P ranks.\n"
-           "Rank r's shard [B, G, C, d_k] holds positions [r C, (r+1) C): the context fills\n"
-           "rank 0's shard, then rank 1's, ... The prompt (the input's T tokens) is written\n"
-           "into the shards by the ranks holding its rows; then each token's input (the\n"
-           "previous output) is broadcast, every rank attends its shard, and rank 0 merges\n"
-           "the partials in rank order (= key order) and applies W_o. Rank 0 reads the input\n"
-           "and writes the output [B, N, D], as run-graph ... --decode N in one process.\n"
-           "\n"
-           "  --cache-per-rank C  positions each rank's shard holds (default ceil((T + N) / P));\n"
-           "                      T + N must fit in P x C\n"
-           "  the single-process run-graph's flags otherwise (run-graph --help): --weights,\n"
-           "  --input, --output, --seed, sizes, --causal --rope --rope-theta --window --softcap\n"
-           "  --alibi --sinks, --cache-dtype, --weights-dtype, --seq-first, --repeat, --isa,\n"
-           "  --threads (per rank; default the cores over the ranks on the machine).\n"
-           "  Not: --max-len (use --cache-per-rank), --json, --print-graph.\n");
-}
 
 /* ---- one rank's state ------------------------------------------------------------ */
 
@@ -83,33 +56,6 @@ typedef struct drun {
     gml_graph *gp, *go, *gr, *gy;
     double prompt_ms;
 } drun;
-
-/* argv without --parallel's entries and --cache-per-rank (its value into *C). */
-static bool strip(int argc, char **argv, int at, int n_at, char **out, int *n_out, int64_t *C,
-                  bool *help_asked, rg_err *e) {
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (i >= at && i < at + n_at) continue;
-        const char *a = argv[i];
-        if (i > 0 && (!strcmp(a, "--help") || !strcmp(a, "-h"))) *help_asked = true;
-        if (!strcmp(a, "--cache-per-rank") || !strncmp(a, "--cache-per-rank=", 17)) {
-            const char *v = a[16] == '=' ? a + 17 : i + 1 < argc ? argv[++i] : NULL;
-            char *end;
-            errno = 0;
-            long long c = v ? strtoll(v, &end, 10) : 0;
-            if (!v) return rg_fail(e, RG_USAGE, "--cache-per-rank: missing its value");
-            if (!*v || *end || errno || c < 1 || c > INT32_MAX)
-                return rg_fail(e, RG_USAGE, "--cache-per-rank: '%s' is not a whole number in [1, %d]",
-                               v, INT32_MAX);
-            *C = c;
-            continue;
-        }
-        out[n++] = argv[i];
-    }
-    out[n] = NULL;
-    *n_out = n;
-    return true;
-}
 
 /* Rank 0 loads the input and weights; the others the weights at rank 0's sizes. */
 static bool load(drun *r, char *msg, size_t size) {
@@ -282,11 +228,11 @@ static bool send_prompt(drun *r, char *out, size_t size) {
 /* The partials to rank 0 and, there, merged: y [B, 1, D]. comm_ms += the gather's time. */
 static bool gather_merge(drun *r, gml_graph *g, gml_tensor *part, double *comm_ms, char *msg, size_t size) {
     const size_t n = (size_t)(r->B * r->H * (r->D / r->H + 2));
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     if (gml_mpi_gather_f32(MPI_COMM_WORLD, gml_graph_data(g, part), n, r->rank == 0 ? r->parts->data : NULL,
                            0, msg, size) != GML_OK)
         return false;
-    *comm_ms += rg_mpi_now_ms() - t0;
+    *comm_ms += rg_now_ms() - t0;
     if (r->rank != 0) return true;
     if (gml_graph_compute(r->gy, r->o.threads) != GML_OK)
         return snprintf(msg, size, "merging the partials: %s", gml_graph_error(r->gy)), false;
@@ -307,7 +253,7 @@ static void take_output(drun *r, int64_t i) {
  * merged output is the first token's input (kept in r->first). */
 static bool prompt(drun *r, char *out, size_t size) {
     char msg[1024] = "";
-    double comm = 0, t0 = rg_mpi_now_ms();
+    double comm = 0, t0 = rg_now_ms();
     bool ok = gml_kv_shard_step_compute(&r->sp, r->gp, r->T, r->o.threads, msg, sizeof msg) == GML_OK;
     if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
     ok = gather_merge(r, r->gp, r->pp, &comm, msg, sizeof msg);
@@ -316,7 +262,7 @@ static bool prompt(drun *r, char *out, size_t size) {
         take_output(r, -1);
         memcpy(r->first, r->x1->data, (size_t)(r->B * r->D) * sizeof *r->first);
     }
-    r->prompt_ms = rg_mpi_now_ms() - t0;
+    r->prompt_ms = rg_now_ms() - t0;
     return true;
 }
 
@@ -331,27 +277,27 @@ static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *
     double comm = 0, wait = 0;
     bool mine = true; /* rank 0's merge of the step before */
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = rg_mpi_now_ms();
+    const double t0 = rg_now_ms();
     for (int64_t i = 0; i < r->N; i++) {
-        double c0 = rg_mpi_now_ms();
+        double c0 = rg_now_ms();
         int rc = MPI_Bcast(r->x1->data, (int)(r->B * r->D), MPI_FLOAT, 0, MPI_COMM_WORLD);
-        comm += rg_mpi_now_ms() - c0;
+        comm += rg_now_ms() - c0;
         bool ok = mine && rc == MPI_SUCCESS;
         if (rc != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI_Bcast: MPI error %d", rc);
         const bool own = gml_kv_shard_owned(r->shard, 1) == 1; /* this rank writes the token's K, V */
         if (ok)
             ok = gml_kv_shard_step_compute(own ? &r->so : &r->sr, own ? r->go : r->gr, 1, r->o.threads, msg,
                                            sizeof msg) == GML_OK;
-        c0 = rg_mpi_now_ms();
+        c0 = rg_now_ms();
         if (!gml_mpi_agree(MPI_COMM_WORLD, ok, msg, out, size)) return false;
-        wait += rg_mpi_now_ms() - c0;
+        wait += rg_now_ms() - c0;
         mine = gather_merge(r, own ? r->go : r->gr, own ? r->po : r->pr, &comm, msg, sizeof msg);
         if (mine && r->rank == 0) take_output(r, i);
     }
-    const double c0 = rg_mpi_now_ms();
+    const double c0 = rg_now_ms();
     if (!gml_mpi_agree(MPI_COMM_WORLD, mine, msg, out, size)) return false;
-    wait += rg_mpi_now_ms() - c0;
-    *ms = (rg_mpi_now_ms() - t0) / (double)r->N;
+    wait += rg_now_ms() - c0;
+    *ms = (rg_now_ms() - t0) / (double)r->N;
     *comm_ms = comm / (double)r->N;
     *wait_ms = wait / (double)r->N;
     return true;
@@ -413,33 +359,21 @@ static void free_run(drun *r) {
     gml_kv_shard_free(r->shard);
     free(r->first);
     rg_data_free(&r->d);
-    rg_opts_free(&r->o);
 }
 
-int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
+int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    drun r = {0};
-    rg_err e = {0};
+    drun r = {.o = *g, .C = g->cache_per_rank}; /* the options stay the caller's to free */
+    rg_err e = parsed ? (rg_err){0} : *pe;
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
-    char **args = calloc((size_t)argc + 1, sizeof *args);
-    int n_args = 0;
-    bool asked = false;
-    bool ok = args || rg_fail(&e, RG_RUNTIME, "out of memory");
-    ok = ok && strip(argc, argv, at, n_at, args, &n_args, &r.C, &asked, &e);
-    if (ok && asked) {
-        if (r.rank == 0) help();
-        free(args);
+    bool ok = parsed; /* the same on every rank: the single process's flags and checks */
+    if (ok && r.o.help) {
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_CONTEXT_DECODE);
         MPI_Finalize();
         return 0;
     }
-    /* the same on every rank: the single process's flags and checks */
-    const int layer = ok ? rg_layer_model_index(n_args, args) : 0;
-    if (layer) ok = rg_fail(&e, RG_USAGE, "--parallel context --decode runs mha or gqa, not '%s'", args[layer]);
-    ok = ok && rg_parse_args(n_args, args, &r.o, &e);
-    if (ok && r.o.kind != RG_MHA && r.o.kind != RG_GQA)
-        ok = rg_fail(&e, RG_USAGE, "--parallel context --decode runs mha or gqa, not '%s'", r.o.model);
     if (ok && !r.o.decode) ok = rg_fail(&e, RG_USAGE, "--parallel context: give --decode N");
     if (ok && r.o.max_len)
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
@@ -485,11 +419,10 @@ int rg_mpi_decode_main(int argc, char **argv, int at, int n_at) {
         if (ok && i >= 0) ms[i] = t, comm[i] = c, wait[i] = w, comp[i] = t - c - w; /* the rest: computing */
     }
     if (ok && r.rank == 0) {
-        const double med = median(ms, R), min = ms[0], cm = median(comm, R), wm = median(wait, R);
-        ok = finish(&r, med, min, median(comp, R), cm, wm, &e);
+        const double med = rg_median(ms, R), min = ms[0], cm = rg_median(comm, R), wm = rg_median(wait, R);
+        ok = finish(&r, med, min, rg_median(comp, R), cm, wm, &e);
     }
     free(ms);
     free_run(&r);
-    free(args);
     return rg_mpi_finish(ok, r.rank, r.P, &e);
 }

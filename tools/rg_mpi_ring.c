@@ -21,32 +21,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static void help(void) {
-    printf("usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel context\n"
-           "\n"
-           "Context-parallel prompt (ring attention) over P MPI ranks: rank r holds rows\n"
-           "[floor(r T / P), floor((r+1) T / P)) of the sequence and all the weights; its K/V\n"
-           "chunk travels the ring of ranks (non-blocking, posted before each step's compute),\n"
-           "each rank keeps the partial attention of its queries over every chunk it can see\n"
-           "(causal: the chunks up to its own) and merges them in key order (chunk 0, 1, ...),\n"
-           "then W_o (llama: residual and MLP) on its rows. Rank 0 reads the input and writes\n"
-           "the output (rows gathered in rank order). With --decode N (mha, gqa) it decodes\n"
-           "instead, the KV cache sharded by position (--cache-per-rank C).\n"
-           "\n"
-           "  --weights FILE     safetensors, mapped by every rank (default: random, the same as\n"
-           "                     run-graph's single-process random weights)\n"
-           "  --input FILE       x .npy f32 [B, T, D], read by rank 0 (default: random)\n"
-           "  --output FILE      the output .npy [B, T, D], written by rank 0\n"
-           "  --batch B --seq T --d-model D --heads H --kv-heads G   sizes (llama: --ffn F)\n"
-           "  --causal --window W --softcap C --rope --rope-theta F --sinks --alibi\n"
-           "                     (mha, gqa: as run-graph's; llama is causal with rope, sinks\n"
-           "                     from its weights; --window --softcap --rope-theta --rms-eps)\n"
-           "  --seed N --threads N (per rank; default the cores / ranks on the machine)\n"
-           "  --zigzag           the load-balanced layout for causal attention: 2P segments,\n"
-           "                     rank r holds segments r and 2P-1-r (T >= 2P)\n"
-           "  --repeat N         one warm-up, then N timed runs; --isa NAME\n");
-}
-
 static gml_cp_layout layout_of(const prun *r) { return r->o.zigzag ? GML_CP_ZIGZAG : GML_CP_CONTIGUOUS; }
 
 /* The runner for the block the options ask for. */
@@ -155,16 +129,16 @@ static bool report(const prun *r, const gml_tensor *out, const double *ms, const
     return true;
 }
 
-int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
+int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const rg_err *pe) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     prun r = {0};
-    rg_err e = {0};
+    rg_err e = parsed ? (rg_err){0} : *pe;
     MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r.P);
-    bool ok = rg_mpi_parse(argc, argv, at, n_at, true, &r.o, &e); /* the same on every rank */
+    bool ok = parsed && rg_mpi_options(g, true, &r.o, &e); /* the same on every rank */
     if (ok && r.o.done) {
-        if (r.rank == 0) help();
+        if (r.rank == 0) rg_print_help(stdout, RG_MODE_CONTEXT);
         MPI_Finalize();
         return 0;
     }
@@ -228,13 +202,13 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
     double mib = 0;
     for (int i = R > 1 ? -1 : 0; ok && i < R; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = rg_mpi_now_ms();
+        const double t0 = rg_now_ms();
         gml_cp_stats st;
         if (gml_cp_run(cp, r.o.threads, &st, why, sizeof why) != GML_OK) {
             ok = rg_fail(&e, RG_RUNTIME, "%s", why);
             break;
         }
-        const double t = rg_mpi_now_ms() - t0;
+        const double t = rg_now_ms() - t0;
         double w = 0;
         MPI_Reduce(&st.wait_ms, &w, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (i >= 0) {
@@ -251,10 +225,10 @@ int rg_mpi_ring_main(int argc, char **argv, int at, int n_at) {
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     if (ok && r.rank == 0) {
-        qsort(ms, (size_t)R, sizeof *ms, rg_mpi_cmp_double);
-        qsort(cmp, (size_t)R, sizeof *cmp, rg_mpi_cmp_double);
-        qsort(wait, (size_t)R, sizeof *wait, rg_mpi_cmp_double);
-        qsort(wmax, (size_t)R, sizeof *wmax, rg_mpi_cmp_double);
+        qsort(ms, (size_t)R, sizeof *ms, rg_cmp_double);
+        qsort(cmp, (size_t)R, sizeof *cmp, rg_cmp_double);
+        qsort(wait, (size_t)R, sizeof *wait, rg_cmp_double);
+        qsort(wmax, (size_t)R, sizeof *wmax, rg_cmp_double);
         gml_set_name(whole, "out");
         ok = report(&r, whole, ms, cmp, wait, wmax, mib, &e);
     }

@@ -3,15 +3,17 @@
  * previous callback). */
 #define _POSIX_C_SOURCE 200809L
 #include "rg.h"
+#include "rg_time.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+bool rg_place(gml_graph *g, const char *what, size_t own, rg_err *e) {
+    gml_status st = gml_graph_plan(g, &(gml_plan_options){.measure_only = true});
+    if (st == GML_OK && !rg_check_memory((uint64_t)gml_graph_plan_peak(g) + own, what, e)) return false;
+    if (st == GML_OK) st = gml_graph_plan(g, NULL);
+    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "placing %s: %s", what, gml_graph_error(g));
+    return true;
 }
 
 typedef struct profile {
@@ -22,35 +24,37 @@ typedef struct profile {
 static bool on_node(const gml_tensor *node, int index, void *user) {
     (void)node;
     profile *p = user;
-    double t = now_ms();
+    double t = rg_now_ms();
     p->ms[index] += t - p->last;
     p->last = t;
     return true;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+/* One compute of the graph (rg_timed_run); the profile's callback from the
+ * first timed run on. */
+typedef struct run_state {
+    rg_model *m;
+    int threads;
+    profile *prof; /* NULL: no profile */
+    rg_err *e;
+} run_state;
 
-static bool compute(const rg_opts *o, rg_model *m, profile *p, double *ms, rg_err *e) {
-    double t0 = now_ms();
-    if (p) p->last = t0;
-    gml_status st = gml_graph_compute(m->g, o->threads);
-    *ms = now_ms() - t0;
-    if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "compute: %s", gml_graph_error(m->g));
+static bool compute(void *user, int i, double *ms) {
+    run_state *s = user;
+    if (i == 0 && s->prof) gml_graph_set_callback(s->m->g, on_node, s->prof);
+    const double t0 = rg_now_ms();
+    if (s->prof) s->prof->last = t0;
+    gml_status st = gml_graph_compute(s->m->g, s->threads);
+    *ms = rg_now_ms() - t0;
+    if (st != GML_OK) return rg_fail(s->e, RG_RUNTIME, "compute: %s", gml_graph_error(s->m->g));
     return true;
 }
 
 bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e) {
     *t = (rg_timing){.runs = o->repeat, .flops = gml_graph_flops(m->g)};
     gml_graph_set_nan_trap(m->g, o->nan_trap);
-    double ms, *times = malloc((size_t)o->repeat * sizeof *times);
+    double *times = malloc((size_t)o->repeat * sizeof *times);
     if (!times) return rg_fail(e, RG_RUNTIME, "out of memory");
-    if (o->repeat > 1 && !compute(o, m, NULL, &ms, e)) { /* the warm-up */
-        free(times);
-        return false;
-    }
     int n_nodes = gml_graph_n_nodes(m->g);
     profile prof = {0};
     if (o->profile) {
@@ -59,16 +63,13 @@ bool rg_run(const rg_opts *o, rg_model *m, rg_timing *t, rg_err *e) {
             free(times);
             return rg_fail(e, RG_RUNTIME, "out of memory");
         }
-        gml_graph_set_callback(m->g, on_node, &prof);
     }
-    bool ok = true;
-    for (int r = 0; r < o->repeat && ok; r++) ok = compute(o, m, o->profile ? &prof : NULL, &times[r], e);
+    run_state s = {m, o->threads, o->profile ? &prof : NULL, e};
+    bool ok = rg_time_runs(o->repeat, compute, &s, times);
     gml_graph_set_callback(m->g, NULL, NULL);
     if (ok) {
-        qsort(times, (size_t)o->repeat, sizeof *times, cmp_double);
+        t->median_ms = rg_median(times, o->repeat);
         t->min_ms = times[0];
-        t->median_ms = o->repeat % 2 ? times[o->repeat / 2]
-                                     : 0.5 * (times[o->repeat / 2 - 1] + times[o->repeat / 2]);
         if (prof.ms)
             for (int i = 0; i < n_nodes; i++) prof.ms[i] /= o->repeat;
         t->node_ms = prof.ms;

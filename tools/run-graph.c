@@ -248,11 +248,14 @@ int main(int argc, char **argv) {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGXFSZ, &ign, NULL);
     gml_cleanup_on_signals();
-    if (rg_parallel_index(argc, argv)) return rg_parallel_main(argc, argv); /* rg_mpi.c */
-    const int layer_model = rg_layer_model_index(argc, argv);
-    if (layer_model) return rg_layers_main(argc, argv, layer_model);
-    bool ok = rg_parse_args(argc, argv, &o, &e);
-    if (ok && !o.done) {
+    bool ok = rg_parse_args(argc, argv, &o, &e); /* every mode's flags */
+    if (o.mode == RG_MODE_HEADS || o.mode == RG_MODE_CONTEXT || o.mode == RG_MODE_CONTEXT_DECODE) {
+        const int status = rg_parallel_main(argc, argv, &o, ok, &e); /* rg_mpi.c */
+        rg_opts_free(&o);
+        return status;
+    }
+    if (ok && o.help) rg_print_help(stdout, o.mode);
+    if (ok && !o.done) { /* the threads (default: all cores) and the ISA, for one process */
         if (!o.threads) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
             o.threads = n < 1 ? 1 : n > 512 ? 512 : (int)n;
@@ -260,7 +263,14 @@ int main(int argc, char **argv) {
         gml_isa isa;
         if (o.isa && gml_isa_from_name(o.isa, &isa) && gml_set_isa(isa) != GML_OK)
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
-        ok = ok && rg_data_load(&o, &d, &e);
+    }
+    if (ok && !o.done && o.mode == RG_MODE_LAYER) {
+        const int status = rg_layers_main(&o); /* rg_layers.c */
+        rg_opts_free(&o);
+        return status;
+    }
+    if (ok && !o.done) {
+        ok = rg_data_load(&o, &d, &e);
         if (ok && o.decode) { /* a prompt, then tokens one at a time through a KV cache */
             gml_tensor view;
             ok = rg_decode_run(&o, &d, &dec, &e) &&

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -249,6 +250,12 @@ bool gml_outfile_write(gml_outfile *out, const void *p, size_t n, char *err, siz
     return true;
 }
 
+/* The address of t's element [i0, i1, i2, i3]. */
+static const char *elem(const gml_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return (const char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] +
+           i2 * (int64_t)t->nb[2] + i3 * (int64_t)t->nb[3];
+}
+
 bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, size_t err_size) {
     if (gml_is_contiguous(t))
         return gml_outfile_write(out, t->data, (size_t)gml_nelements(t) * gml_type_size(t->type),
@@ -266,7 +273,7 @@ bool gml_outfile_write_tensor(gml_outfile *out, const gml_tensor *t, char *err, 
                 for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
                     int64_t m = GML_MIN((int64_t)CHUNK, n - j0);
                     for (int64_t j = 0; j < m; j++)
-                        memcpy(buf + (size_t)j * es, gml_ptr(t, i0, i1, i2, j0 + j), es);
+                        memcpy(buf + (size_t)j * es, elem(t, i0, i1, i2, j0 + j), es);
                     if (!gml_outfile_write(out, buf, (size_t)m * es, err, err_size)) return false;
                 }
     return true;

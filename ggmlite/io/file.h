@@ -6,12 +6,23 @@
 #ifndef GGMLITE_FILE_H
 #define GGMLITE_FILE_H
 
-#include "internal.h"
+#include <ggmlite/ggmlite.h>
 #include <ggmlite/io.h>
+
+#include <inttypes.h>
+#include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ggmlite's file formats are little-endian and are read by memcpy: little-endian hosts only"
 #endif
+
+#define GML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GML_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* "name [2,8,10,64]" pieces for messages. */
+#define GML_SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
+
+/* n rounded up to a multiple of a. */
+static inline size_t gml_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* Writes a message into err (nothing if err is NULL or err_size is 0) and
  * returns false, so readers can `return gml_errf(err, size, ...)`. */

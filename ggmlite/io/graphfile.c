@@ -4,8 +4,7 @@
  * reads a call's arguments as its form names them and calls its build; the
  * writer writes each node as gml_format_node does. */
 #include "file.h"
-#include "graph.h"
-#include "hashindex.h"
+#include <ggmlite/hashindex.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -688,7 +687,7 @@ typedef struct namer {
 
 static const char *ref_name(void *n, const gml_tensor *t) {
     const namer *nm = n;
-    int i = gml_graph_entry(nm->g, t);
+    int i = gml_graph_tensor_index(nm->g, t);
     return i < 0 ? "?" : nm->names[i];
 }
 
@@ -736,8 +735,9 @@ static void rename_apart(namer *nm, int i) {
  * has it, else t<i>; then renames apart the ones that still collide. */
 static gml_status name_entries(namer *nm, const char *path, char *err, size_t err_size) {
     const gml_graph *g = nm->g;
-    for (int i = 0; i < g->n_entries; i++) {
-        const gml_tensor *t = g->entries[i].t;
+    const int n = gml_graph_n_tensors(g);
+    for (int i = 0; i < n; i++) {
+        const gml_tensor *t = gml_graph_tensor_at(g, i);
         if (t->op == GML_OP_NONE && !valid_ident(t->name)) {
             gml_errf(err, err_size,
                      "%s: leaf '%s' has no name a graph file can use ([A-Za-z_][A-Za-z0-9_.]*)",
@@ -753,7 +753,7 @@ static gml_status name_entries(namer *nm, const char *path, char *err, size_t er
     /* A generated t<i> may collide with a later tensor's own name: walk again,
      * renaming each entry apart from the final names before it. */
     gml_hashindex_clear(&nm->taken);
-    for (int i = 0; i < g->n_entries; i++) {
+    for (int i = 0; i < n; i++) {
         rename_apart(nm, i);
         if (!give(nm, i)) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
     }
@@ -762,7 +762,7 @@ static gml_status name_entries(namer *nm, const char *path, char *err, size_t er
 
 gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
                           int n_outputs, char *err, size_t err_size) {
-    namer nm = {.g = g, .names = calloc((size_t)g->n_entries, GML_MAX_NAME)};
+    namer nm = {.g = g, .names = calloc((size_t)gml_graph_n_tensors(g), GML_MAX_NAME)};
     if (!nm.names) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
     gml_status st = name_entries(&nm, path, err, err_size);
     gml_hashindex_free(&nm.taken); /* the names are final: only ref_name reads them now */
@@ -778,9 +778,10 @@ gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *cons
     }
     FILE *f = out.f;
     char shape[GML_SHAPE_MAX], call[GML_MAX_ARGS * GML_MAX_NAME * 2];
-    fprintf(f, "# ggmlite graph 1: %d leafs, %d nodes\n", g->n_leafs, g->n_nodes);
-    for (int i = 0; i < g->n_leafs; i++) {
-        const gml_tensor *t = g->leafs[i];
+    const int n_leafs = gml_graph_n_leafs(g), n_nodes = gml_graph_n_nodes(g);
+    fprintf(f, "# ggmlite graph 1: %d leafs, %d nodes\n", n_leafs, n_nodes);
+    for (int i = 0; i < n_leafs; i++) {
+        const gml_tensor *t = gml_graph_leaf(g, i);
         fprintf(f, "%s %s %s ", t->flags & GML_FLAG_PARAM ? "param" : "input", ref_name(&nm, t),
                 gml_type_name(t->type));
         fputc('[', f);
@@ -788,8 +789,8 @@ gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *cons
             fprintf(f, "%s%" PRId64, d > GML_MAX_DIMS - t->n_dims ? ", " : "", t->ne[d]);
         fputs("]\n", f);
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        const gml_tensor *t = g->nodes[i];
+    for (int i = 0; i < n_nodes; i++) {
+        const gml_tensor *t = gml_graph_node(g, i);
         gml_format_node(t, ref_name, &nm, call, sizeof call); /* names < 64: it fits */
         fprintf(f, "%s = %s  # %s\n", ref_name(&nm, t), call, gml_format_shape(t, shape, sizeof shape));
     }

@@ -387,7 +387,7 @@ static gml_context *read_npy_as(const gml_source *s, const char *name, bool conv
         return NULL;
     }
     gml_context *ctx = gml_init((gml_init_params){
-        .mem_size = gml_tensor_overhead() + gml_align_up((size_t)need, GML_ALIGN)});
+        .mem_size = gml_tensor_overhead() + gml_round_up((size_t)need, GML_ALIGN)});
     if (!ctx) {
         gml_errf(err, es, "%s: out of memory for %" PRIu64 " bytes of data", what, need);
         return NULL;
@@ -464,10 +464,10 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
     int dlen = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
                         t->type == GML_F32 ? "<f4" : t->type == GML_F16 ? "<f2" : "<i4", shape);
     size_t pre = 10;
-    size_t total = gml_align_up(pre + (size_t)dlen + 1, 64);
+    size_t total = gml_round_up(pre + (size_t)dlen + 1, 64);
     if (total - pre > 0xffff) { /* version 2.0: a u32 header length */
         pre = 12;
-        total = gml_align_up(pre + (size_t)dlen + 1, 64);
+        total = gml_round_up(pre + (size_t)dlen + 1, 64);
     }
     unsigned char head[320];
     memcpy(head, NPY_MAGIC, 6);

@@ -669,7 +669,7 @@ static gml_context *read_safetensors(const gml_source *s, char *err, size_t es) 
     /* The arena holds exactly the tensors: a header and 64-byte aligned data each. */
     size_t mem = 0;
     for (int i = 0; i < h.n; i++)
-        mem += gml_tensor_overhead() + gml_align_up((size_t)(h.e[i].end - h.e[i].begin), GML_ALIGN);
+        mem += gml_tensor_overhead() + gml_round_up((size_t)(h.e[i].end - h.e[i].begin), GML_ALIGN);
     ctx = gml_init((gml_init_params){.mem_size = mem});
     if (!ctx) {
         gml_errf(err, es, "%s: out of memory for %zu bytes of tensors", s->what, mem);

@@ -132,4 +132,125 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
                                 _mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52)));
 }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 4
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) { return _mm256_xor_ps(a, b); }
+static inline gml_vf gml_vf_dup2(gml_vf v) {
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm256_permute_ps(v, 0xB1); }
+
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { _mm256_storeu_pd(p, v); }
+/* a + b in the lanes of m, a + -0 (a itself) in the others */
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
+    return _mm256_add_ps(a, _mm256_blendv_ps(_mm256_set1_ps(-0.0f), b, m));
+}
+
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) {
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm256_permutevar8x32_ps(v, idx); }
+
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    __m256 t[8], u[8];
+    /* pairs of rows interleaved, then quads, within 128-bit lanes */
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[c] lane L holds column 4L + c of rows 0-3, u[4 + c] of rows 4-7 */
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* ---- for convert ---- */
+static inline gml_vf gml_vf_trunc(gml_vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void gml_vf_store_f16(uint16_t *p, gml_vf v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i b = _mm256_blendv_epi8(r, q, nan);
+    const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
+}
+static inline gml_vf gml_vf_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
+    const __m256i q = _mm256_cvttps_epi32(v);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+}
+
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
+static inline __m128i gml_avx2_f16x8(const char *const p[8], size_t off) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[8], size_t off) {
+    return _mm256_cvtph_ps(gml_avx2_f16x8(p, off));
+}
+static inline float gml_vf_sum16(const gml_vf s[2]) {
+    const __m256 t = _mm256_add_ps(s[0], s[1]);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+/* x[r]: row r's values at k = 0..7 (r < 2) -> the pair (row 0, row 1) at k
+ * side by side at pair gml_interleave_pos(k) of x[0], x[1] laid end to end */
+static inline void gml_vf_interleave(gml_vf x[2]) {
+    const __m256 lo = _mm256_unpacklo_ps(x[0], x[1]), hi = _mm256_unpackhi_ps(x[0], x[1]);
+    x[0] = lo;
+    x[1] = hi;
+}
+static inline int gml_interleave_pos(int k) { return 4 * ((k & 3) >> 1) + 2 * (k >> 2) + (k & 1); }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) {
+    return _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)p));
+}
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
+    const __m256d d0 = _mm256_castps_pd(q[0]), d1 = _mm256_castps_pd(q[1]);
+    const __m256d d2 = _mm256_castps_pd(q[2]), d3 = _mm256_castps_pd(q[3]);
+    const __m256d t0 = _mm256_unpacklo_pd(d0, d1), t1 = _mm256_unpackhi_pd(d0, d1);
+    const __m256d t2 = _mm256_unpacklo_pd(d2, d3), t3 = _mm256_unpackhi_pd(d2, d3);
+    q[0] = _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x20));
+    q[1] = _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x20));
+    q[2] = _mm256_castpd_ps(_mm256_permute2f128_pd(t0, t2, 0x31));
+    q[3] = _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

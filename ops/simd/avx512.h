@@ -105,4 +105,135 @@ static inline gml_vdm gml_vdm_not(gml_vdm a) { return (gml_vdm)~a; }
 /* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
 static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) { return _mm512_scalef_pd(p, n); }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 8
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+static inline gml_vf gml_vf_dup2(gml_vf v) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), v);
+}
+static inline gml_vf gml_vf_swap2(gml_vf v) { return _mm512_permute_ps(v, 0xB1); }
+
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { _mm512_storeu_pd(p, v); }
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) { return _mm512_mask_add_ps(a, m, a, b); }
+
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) { return _mm512_reduce_add_pd(v); }
+
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) { return _mm512_permutexvar_ps(idx, v); }
+
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    __m512 t[16], u[16];
+    /* pairs of rows interleaved, then quads, within 128-bit lanes */
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[4m + c] lane L holds column 4L + c of rows 4m..4m+3; gather the four
+     * lanes L of u[c], u[4 + c], u[8 + c], u[12 + c] into row 4L + c */
+    for (int c = 0; c < 4; c++) {
+        const __m512 lo01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44); /* lanes 0,1 | 0,1 */
+        const __m512 lo23 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee); /* lanes 2,3 | 2,3 */
+        const __m512 hi01 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 hi23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+        r[c] = _mm512_shuffle_f32x4(lo01, hi01, 0x88);      /* lane 0 of each */
+        r[4 + c] = _mm512_shuffle_f32x4(lo01, hi01, 0xdd);  /* lane 1 */
+        r[8 + c] = _mm512_shuffle_f32x4(lo23, hi23, 0x88);  /* lane 2 */
+        r[12 + c] = _mm512_shuffle_f32x4(lo23, hi23, 0xdd); /* lane 3 */
+    }
+}
+
+/* ---- for convert ---- */
+static inline gml_vf gml_vf_trunc(gml_vf a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+}
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline void gml_vf_store_f16(uint16_t *p, gml_vf v) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+static inline gml_vf gml_vf_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+}
+
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+/* r[j] = row j of a GML_VL x GML_VL block -> r[k] = column k (four rounds
+ * of shuffles: pairs of floats, of doubles, then 128-bit lanes twice) */
+static inline gml_vf gml_vf_set1_f16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
+static inline __m128i gml_avx512_f16x8(const char *const p[8], size_t off) {
+    uint16_t x[8];
+    for (int j = 0; j < 8; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return _mm_setr_epi16((short)x[0], (short)x[1], (short)x[2], (short)x[3], (short)x[4],
+                          (short)x[5], (short)x[6], (short)x[7]);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[16], size_t off) {
+    const __m128i h0 = gml_avx512_f16x8(p, off), h1 = gml_avx512_f16x8(p + 8, off);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(h0), h1, 1));
+}
+static inline float gml_vf_sum16(const gml_vf s[1]) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1));
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(s[0]), hi);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+}
+/* x[r]: row r's values at k = 0..15 (r < 4) -> the 4 rows at k side by
+ * side at group gml_interleave_pos(k) of x[0..3] laid end to end (two
+ * rounds of unpacks, within 128-bit lanes) */
+static inline void gml_vf_interleave(gml_vf x[4]) {
+    const __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(x[0], x[1]));
+    const __m512d t1 = _mm512_castps_pd(_mm512_unpackhi_ps(x[0], x[1]));
+    const __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(x[2], x[3]));
+    const __m512d t3 = _mm512_castps_pd(_mm512_unpackhi_ps(x[2], x[3]));
+    x[0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    x[1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    x[2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    x[3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+}
+static inline int gml_interleave_pos(int k) { return 4 * (k & 3) + (k >> 2); }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) {
+    return _mm512_broadcast_f32x4(_mm_load_ps(p));
+}
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
+    const __m512 u0 = _mm512_shuffle_f32x4(q[0], q[1], 0x44);
+    const __m512 u1 = _mm512_shuffle_f32x4(q[0], q[1], 0xee);
+    const __m512 u2 = _mm512_shuffle_f32x4(q[2], q[3], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(q[2], q[3], 0xee);
+    q[0] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    q[1] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+    q[2] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    q[3] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

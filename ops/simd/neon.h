@@ -145,4 +145,111 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
     return vmulq_f64(p, vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(ni, vdupq_n_s64(1023)), 52)));
 }
 
+/* ---- for rope ---- */
+#define GML_SIMD_UHALF 2
+static inline gml_vf gml_vf_xor(gml_vf a, gml_vf b) {
+    return vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+}
+static inline gml_vf gml_vf_dup2(gml_vf v) { return vzip1q_f32(v, v); }
+static inline gml_vf gml_vf_swap2(gml_vf v) { return vrev64q_f32(v); }
+
+/* ---- for reduce ---- */
+static inline void gml_vd_store(double *p, gml_vd v) { vst1q_f64(p, v); }
+/* a + b in the lanes of m, a + -0 (a itself) in the others */
+static inline gml_vf gml_vf_add_m(gml_vf a, gml_vm m, gml_vf b) {
+    return vaddq_f32(a, vbslq_f32(m, b, vdupq_n_f32(-0.0f)));
+}
+
+/* ---- for softmax ---- */
+static inline double gml_vd_hsum(gml_vd v) { return vgetq_lane_f64(v, 0) + vgetq_lane_f64(v, 1); }
+
+/* ---- for repeat ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return vld1q_s32(p); }
+static inline gml_vf gml_vf_permute(gml_vf v, gml_vi idx) {
+    /* the bytes 4 idx + 0..3 of each lane */
+    const uint32x4_t b = vaddq_u32(vmulq_n_u32(vreinterpretq_u32_s32(idx), 0x04040404u),
+                                   vdupq_n_u32(0x03020100u));
+    return vreinterpretq_f32_u8(vqtbl1q_u8(vreinterpretq_u8_f32(v), vreinterpretq_u8_u32(b)));
+}
+
+/* ---- for copy ---- */
+/* r[i] lane j becomes r[j] lane i (the GML_VL x GML_VL block transposed) */
+static inline void gml_vf_transpose(gml_vf r[GML_VL]) {
+    const float32x4x2_t a = vtrnq_f32(r[0], r[1]), b = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(a.val[0]), vget_low_f32(b.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(a.val[1]), vget_low_f32(b.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(a.val[0]), vget_high_f32(b.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(a.val[1]), vget_high_f32(b.val[1]));
+}
+
+/* ---- for convert ---- */
+static inline gml_vf gml_vf_trunc(gml_vf a) { return vrndq_f32(a); }
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline void gml_vf_store_f16(uint16_t *p, gml_vf v) {
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v)));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb), 16);
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+    const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
+    vst1_u16(p, vmovn_u32(vbslq_u32(nan, q, r)));
+}
+static inline gml_vf gml_vf_load_i8(const int8_t *p) {
+    int8x8_t b = vdup_n_s8(0);
+    b = vld1_lane_s8(p, b, 0);
+    b = vld1_lane_s8(p + 1, b, 1);
+    b = vld1_lane_s8(p + 2, b, 2);
+    b = vld1_lane_s8(p + 3, b, 3);
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(b))));
+}
+static inline void gml_vf_store_i8(int8_t *p, gml_vf v) {
+    const int16x4_t h = vmovn_s32(vcvtq_s32_f32(v));
+    const int8x8_t b = vmovn_s16(vcombine_s16(h, h));
+    vst1_lane_s8(p, b, 0);
+    vst1_lane_s8(p + 1, b, 1);
+    vst1_lane_s8(p + 2, b, 2);
+    vst1_lane_s8(p + 3, b, 3);
+}
+
+/* ---- for gemm ---- */
+static inline gml_vm gml_vm_first_i(int n) {
+    static const int32_t idx[4] = {0, 1, 2, 3};
+    return vcltq_s32(vld1q_s32(idx), vdupq_n_s32(n));
+}
+/* 4 x 4 transpose, for gml_vf_transpose and gml_vf_transpose_quarters */
+static inline void gml_neon_tr4(float32x4_t r[4]) {
+    const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+    const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+    r[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[1] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    r[2] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+}
+static inline gml_vf gml_vf_set1_f16(uint16_t h) {
+    return vdupq_laneq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+static inline gml_vf gml_vf_gather_f16(const char *const p[4], size_t off) {
+    uint16_t x[4];
+    for (int j = 0; j < 4; j++) __builtin_memcpy(&x[j], p[j] + off, 2);
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x)));
+}
+static inline float gml_vf_sum16(const gml_vf s[4]) {
+    const float32x4_t u = vaddq_f32(vaddq_f32(s[0], s[2]), vaddq_f32(s[1], s[3]));
+    const float32x2_t v = vadd_f32(vget_low_f32(u), vget_high_f32(u));
+    return vget_lane_f32(v, 0) + vget_lane_f32(v, 1);
+}
+/* x[0]: one row's values at k = 0..3 (GML_VL / 4 = 1 row): already one
+ * value per k, at gml_interleave_pos(k) = k */
+static inline void gml_vf_interleave(gml_vf x[1]) { (void)x; }
+static inline int gml_interleave_pos(int k) { return k; }
+static inline gml_vf gml_vf_bcast_quarter(const float *p) { return vld1q_dup_f32(p); }
+static inline void gml_vf_transpose_quarters(gml_vf q[4]) { gml_neon_tr4(q); }
+
 #endif /* GGMLITE_SIMD_NEON_H */

@@ -34,6 +34,20 @@
  *   gml_vd_*             zero, set1, add, sub, mul, div, fma, fnma, fms (a b
  *                        - c), min, abs, round, gt, select, zero_unless,
  *                        gml_vdm_not, ldexp (exact powers of two only)
+ *   rope: xor (bits), dup2 (lanes 0,0,1,1,..), swap2 (1,0,3,2,..), GML_SIMD_UHALF (GML_VL/2)
+ *   reduce: gml_vd_store (GML_VL / 2 doubles); add_m(a, m, b): a + b in m, a elsewhere
+ *   softmax: gml_vd_hsum (one double from the lanes, in THIS ISA's order, as hsum)
+ *   repeat: gml_vi_load; gml_vf_permute(v, idx): lane l is v's lane idx[l] (0 <= idx < GML_VL)
+ *   copy: gml_vf_transpose(r[GML_VL]): r[i] lane j becomes r[j] lane i (bits kept)
+ *   convert: trunc; load/store_f16 (RNE), _bf16 (as gml_fp32_to_bf16), _i8 (integral floats)
+ *   for gemm: gml_vm_first_i(n) (lanes i < n, any int n), gml_vf_transpose
+ *     (GML_VL x GML_VL), gml_vf_load_f16 / _bf16 / _i8 (GML_VL values as floats),
+ *     gml_vf_set1_f16, gml_vf_gather_f16 (lane j from p[j] + off), gml_vf_sum16
+ *     (16 lanes in 16 / GML_VL vectors added l + 8, l + 4, l + 2, then the two:
+ *     every ISA alike), gml_vf_interleave + gml_interleave_pos (GML_VL / 4 rows
+ *     side by side per k, k in the ISA's order), gml_vf_bcast_quarter (GML_VL / 4
+ *     floats repeated 4 times), gml_vf_transpose_quarters (quarter t of q[g] ->
+ *     quarter g of q[t])
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is

@@ -20,7 +20,9 @@
 # other kind): no tests or tools of ggmlite, no warning options leaking.
 # And: every installed header compiles on its own (C11, and C++ if a C++
 # compiler is installed) with -Wall -Wextra -Wpedantic -Werror; the static
-# libraries link whole into a shared object that dlopen() loads and runs.
+# libraries link whole into a shared object that dlopen() loads and runs;
+# the shared libraries export nothing that no installed header declares
+# (check_exports.sh, nm -D).
 set -euo pipefail
 if (($# != 7)); then
     echo "usage: test_install.sh SRC BUILD GENERATOR CC SHARED OPENMP WORK" >&2
@@ -73,7 +75,8 @@ major=${version%%.*}
 for kind in static shared; do
     prefix=$work/prefix-$kind
     step "$kind: installed files"
-    for h in ggmlite.h ops.inc attention.h kv_cache.h io.h; do
+    for h in export.h ggmlite.h types.h tensor.h registry.h compute.h hashindex.h ops.inc attention.h \
+        kv_cache.h layers.h io.h; do
         [[ -f $prefix/include/ggmlite/$h ]] || fail "$kind: no include/ggmlite/$h"
     done
     pcdir=$(dirname "$(find "$prefix" -name ggmlite.pc)")
@@ -176,13 +179,18 @@ mkdir -p "$work/plugin"
 "$cc" -std=c11 -Wall -Wextra -Werror -o "$work/plugin/plugin_loader" "$here/plugin_loader.c" -ldl
 "$work/plugin/plugin_loader" "$work/plugin/plugin.so"
 
+step "shared: each exported symbol declared by an installed header (nm -D)"
+bash "$here/check_exports.sh" "$work/prefix-shared" "$cc"
+
 step "installed headers, each on its own"
 cxx=$(command -v g++ || command -v clang++ || command -v c++ || true)
-for h in ggmlite.h attention.h kv_cache.h io.h; do
-    echo "#include <ggmlite/$h>" | "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only \
+# (With a declaration after it: export.h alone declares nothing, and ISO C
+# forbids an empty file.)
+for h in $(cd "$prefix/include/ggmlite" && ls -- *.h); do
+    printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only \
         -I"$prefix/include" -x c - || fail "<ggmlite/$h> does not compile alone as C11"
     if [[ -n $cxx ]]; then
-        echo "#include <ggmlite/$h>" | "$cxx" -std=c++11 -Wall -Wextra -Wpedantic -Werror \
+        printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cxx" -std=c++11 -Wall -Wextra -Wpedantic -Werror \
             -fsyntax-only -I"$prefix/include" -x c++ - || fail "<ggmlite/$h> does not compile alone as C++"
     fi
 done

@@ -12,6 +12,8 @@
 #     runs under MPIEXEC at P = 1, 2 and 3 (it checks the head-parallel
 #     block's sum against the whole block);
 #   - <ggmlite/mpi.h> compiles on its own with MPI's flags;
+#   - a shared build's libraries, libggmlite_mpi.so with them, export
+#     nothing that no installed header declares (check_exports.sh);
 #   - a prefix without the MPI part (the same install, its MPI export
 #     removed) refuses COMPONENTS mpi, saying so.
 set -euo pipefail
@@ -76,6 +78,12 @@ step "<ggmlite/mpi.h> on its own"
 # shellcheck disable=SC2046
 echo "#include <ggmlite/mpi.h>" | "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only \
     $(pkg-config --cflags ggmlite-mpi) -x c - || fail "<ggmlite/mpi.h> does not compile alone as C11"
+
+if ls "$libdir"/libggmlite_mpi.so >/dev/null 2>&1; then
+    step "shared: each exported symbol declared by an installed header (nm -D)"
+    # shellcheck disable=SC2046
+    bash "$src/tests/install/check_exports.sh" "$prefix" "$cc" $(pkg-config --cflags ggmlite-mpi)
+fi
 unset PKG_CONFIG_PATH
 
 step "a prefix without the MPI part refuses COMPONENTS mpi"

@@ -100,7 +100,7 @@ typedef struct gml_attn_dims {
 } gml_attn_dims;
 
 /* Which keys a query sees and how scores become weights: the options of
- * gml_flash_attn_ext / gml_softmax_ext (ggmlite.h, MASKS "Options": the
+ * gml_flash_attn_ext / gml_softmax_ext (docs/contracts.md, MASKS, "Options": the
  * order a score is formed in, what each masks). Every option works in both
  * graphs (fused, unfused) and in the decode step, with no dense [Tq, Tk]
  * mask. Query i sits at position i' = in.positions[b, i] when given, else
@@ -239,13 +239,13 @@ typedef struct gml_attn_result {
 /* ---- blocks ------------------------------------------------------------- */
 
 /* Multi-head attention (G must equal H; rel_k/rel_v are ignored). */
-gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+GML_API gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in);
 
 /* Grouped-query attention: H query heads share G key/value heads; G = 1 is
  * multi-query attention, G = H is gml_mha. cfg.graph.gqa_form picks the
  * unfused graph's form. */
-gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+GML_API gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in);
 
 /* Shaw et al. (2018) relative-position attention, with P = max_rel and
@@ -254,7 +254,7 @@ gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_we
  *     z_i  = sum_j attn_ij (v_j + a^V_ij)
  * rel_k is required, rel_v optional. G < H works as in gml_gqa. Unfused
  * only; the scoring options apply to e_ij as to the other blocks' scores. */
-gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_rel,
+GML_API gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_rel,
                                 const gml_attn_weights *w, gml_attn_inputs in);
 
 /* ---- stages --------------------------------------------------------------- */
@@ -276,27 +276,27 @@ typedef struct gml_attn_heads {
 /* Stage 1: in.query, in.key, in.value -> q, k, v heads through W_q, W_k, W_v
  * (cfg.dims; the other inputs are not used). On failure all three are
  * NULL and ctx holds the message ("attn_project: ..."). */
-gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
+GML_API gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
                               const gml_attn_weights *w, gml_attn_inputs in);
 
 /* Stage 2: cfg.pos applied to q and k (rope at in.positions, or the default
  * positions; see gml_attn_inputs); v unchanged. With GML_POS_NONE, qkv as
  * given. Shapes are read from qkv; in gives positions and whether the block
  * is self-attention (in.key NULL). */
-gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
+GML_API gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in);
 
 /* Stage 3: softmax(q k^T * scale + masks) v per head, with cfg.score and
  * cfg.graph, the masks in.valid_lens, in.mask, in.positions, and sinks
  * ([H] or NULL). q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_k],
  * any strides (G divides H; query head h reads kv head h / (H/G)). */
-gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
+GML_API gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in, gml_tensor *sinks);
 
 /* Stage 4: heads [B, H, Tq, d_k] -> [B, Tq, H*d_k] -> W_o^T + b_o -> out
  * [B, Tq, D], named "out" (a copy only when the heads are not already
  * stored [B, Tq, H, d_k], as the fused graph stores them). */
-gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tensor *heads);
+GML_API gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tensor *heads);
 
 /* Binds *w to the tensors of wctx (e.g. from gml_load_safetensors) by the
  * names of one of these conventions (.weight and .bias each):
@@ -316,16 +316,16 @@ gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tens
  * listing the names present, when the projections are missing, given both
  * ways, or two conventions mix. gml_attn_weight_name_known tells a
  * name it accepts (for a loader's unused-tensor check). */
-gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
+GML_API gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
                                  size_t err_size);
 
 /* Whether gml_attn_weights_find would bind the tensor called name. */
-bool gml_attn_weight_name_known(const char *name);
+GML_API bool gml_attn_weight_name_known(const char *name);
 
 /* Parameters of the four projections: 4 D^2 (+ 4 D with bias) for MHA;
  * 2 D^2 + 2 D G d_k (+ 2 D + 2 G d_k) for GQA. -1 if D % H or H % G. */
-int64_t gml_mha_param_count(int64_t d_model, int n_heads, bool bias);
-int64_t gml_gqa_param_count(int64_t d_model, int n_heads, int n_kv_heads, bool bias);
+GML_API int64_t gml_mha_param_count(int64_t d_model, int n_heads, bool bias);
+GML_API int64_t gml_gqa_param_count(int64_t d_model, int n_heads, int n_kv_heads, bool bias);
 
 #ifdef __cplusplus
 }

@@ -60,24 +60,24 @@ typedef struct gml_kv_cache gml_kv_cache;
 
 /* A cache of zeros, length 0, in its own context. NULL, with a message in
  * err, on bad parameters or no memory. */
-gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params params, char *err, size_t err_size);
-void gml_kv_cache_free(gml_kv_cache *c);
+GML_API gml_kv_cache *gml_kv_cache_new(gml_kv_cache_params params, char *err, size_t err_size);
+GML_API void gml_kv_cache_free(gml_kv_cache *c);
 
-gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c);
+GML_API gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c);
 /* K and V of a layer, [B, G, T_max, d_k] of the cache's type (NULL for a
  * layer out of range). */
-gml_tensor *gml_kv_cache_k(const gml_kv_cache *c, int layer);
-gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer);
+GML_API gml_tensor *gml_kv_cache_k(const gml_kv_cache *c, int layer);
+GML_API gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer);
 /* Tokens cached so far: the position of the next one. */
-int64_t gml_kv_cache_len(const gml_kv_cache *c);
+GML_API int64_t gml_kv_cache_len(const gml_kv_cache *c);
 /* Bytes of K and V data: 2 n_layers B G T_max d_k (4 bytes each for f32,
  * 2 for f16 and bf16). */
-size_t gml_kv_cache_bytes(const gml_kv_cache *c);
+GML_API size_t gml_kv_cache_bytes(const gml_kv_cache *c);
 /* Keeps the first len tokens (0 <= len <= the length; else nothing
  * changes and the result is false): decoding goes on from position len, the
  * rows past it masked until rewritten. gml_kv_cache_truncate(c, 0) empties
  * the cache; truncating to a prompt's length reuses the prompt. */
-bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len);
+GML_API bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len);
 
 /* The run-time inputs of a step of n new tokens per batch row. */
 typedef struct gml_kv_step {
@@ -90,7 +90,7 @@ typedef struct gml_kv_step {
 /* Makes pos and lens in ctx, flagged as inputs (in a no_alloc context they
  * get data when the graph is planned). On failure .pos is NULL and ctx
  * holds the message. */
-gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
+GML_API gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
 
 /* Multi-head or grouped-query self-attention of the step's new tokens over
  * the cache of `layer`, appending their K and V:
@@ -104,7 +104,7 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n);
  * ALiBi, soft-capping) and w->sinks apply at the same absolute positions:
  * a step equals the full forward's rows with any of them. NULL with a
  * message on ctx otherwise. */
-gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
+GML_API gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_tensor *x, const gml_kv_step *step, int layer);
 
 /* One step: fills pos and lens (their data in g, gml_graph_data: planned or
@@ -113,7 +113,7 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
  * the length by n. GML_ERR_INVALID with a message in err, and nothing
  * computed, when the new tokens would pass T_max; compute failures pass
  * through with gml_graph_error's message. */
-gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,
+GML_API gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,
                                size_t err_size);
 
 #ifdef __cplusplus

@@ -72,7 +72,7 @@ typedef struct gml_llama_weights {
  * given to the attention stages as in.positions (attention.h: rope at them
  * for queries and keys; causality and the window compare each query's
  * position with the key indices 0..T-1). */
-gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
                             const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions);
 
 /* The same layer as a KV-cache decode step (kv_cache.h): x [B, n, D], the
@@ -82,7 +82,7 @@ gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
  * once (every layer on one step) and run it with gml_kv_step_compute.
  * The cache's kv heads and d_k must be G and hd. Its attention is
  * gml_attn_decode's. */
-gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *x, const gml_kv_step *step,
                              int layer);
 
@@ -103,7 +103,7 @@ typedef struct gml_gpt2_weights {
 } gml_gpt2_weights;
 
 /* x f32 [B, T, D] -> [B, T, D], causal. */
-gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
+GML_API gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
                            gml_tensor *x);
 
 /* ---- BERT --------------------------------------------------------------- */
@@ -126,7 +126,7 @@ typedef struct gml_bert_weights {
  * padding, as HF's attention_mask of len ones then zeros) or NULL. HF adds
  * finfo.min to padded keys, we drop them: the same weights whenever a row
  * sees a key (len >= 1); a row seeing none is zeros here. */
-gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
+GML_API gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
                            gml_tensor *x, gml_tensor *valid_lens);
 
 /* ---- weights by Hugging Face name ---------------------------------------- */
@@ -138,11 +138,11 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
  * Buffers older checkpoints hold are known and unused: LLaMA's
  * self_attn.rotary_emb.inv_freq (rope is computed from the config's theta),
  * GPT-2's attn.bias and attn.masked_bias (causal masks). */
-gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,
+GML_API gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,
                                   char *err, size_t err_size);
-gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
+GML_API gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
                                  char *err, size_t err_size);
-gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert_weights *w,
+GML_API gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert_weights *w,
                                  char *err, size_t err_size);
 
 #ifdef __cplusplus

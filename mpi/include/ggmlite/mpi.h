@@ -72,12 +72,12 @@ typedef struct gml_tp_share {
  * MLP rows (0: no MLP). GML_ERR_INVALID with a message in err when G does
  * not divide H, or H or F (when > 0) is smaller than n_ranks, e.g.
  *     heads 2 cannot be split over 3 ranks: each rank needs a query head */
-gml_status gml_tp_share_of(int n_heads, int n_kv_heads, int64_t ffn, int n_ranks, int rank,
+GML_API gml_status gml_tp_share_of(int n_heads, int n_kv_heads, int64_t ffn, int n_ranks, int rank,
                            gml_tp_share *s, char *err, size_t err_size);
 
 /* [start, start + len): the contiguous share of n items of rank r of p
  * (start floor(r n / p)). */
-void gml_tp_range(int64_t n, int p, int r, int64_t *start, int64_t *len);
+GML_API void gml_tp_range(int64_t n, int p, int r, int64_t *start, int64_t *len);
 
 /* Self-attention's partial output: x [B, T, D] -> [B, T, D], the rank's
  * heads through its columns of W_o (+ b_o when with_out_bias). cfg.dims
@@ -89,7 +89,7 @@ void gml_tp_range(int64_t n, int p, int r, int64_t *start, int64_t *len);
  * GPT-2's Conv1D weights, bias_k/bias_v and add_zero_attn. The graph is
  * cfg.graph's (fused unless UNFUSED); want_weights is refused. NULL on
  * failure, with a message on ctx naming "tp_attn", the tensor and shapes. */
-gml_tensor *gml_tp_attn(gml_context *ctx, const gml_attn_config *cfg, const gml_attn_weights *w,
+GML_API gml_tensor *gml_tp_attn(gml_context *ctx, const gml_attn_config *cfg, const gml_attn_weights *w,
                         gml_tensor *x, gml_tensor *positions, const gml_tp_share *s,
                         bool with_out_bias);
 
@@ -104,10 +104,10 @@ gml_tensor *gml_tp_attn(gml_context *ctx, const gml_attn_config *cfg, const gml_
  * rank's F rows through its columns of down_proj. w: the whole layer's
  * weights (gml_llama_weights_find). NULL on failure, the message naming
  * "tp_llama" and the HF tensor name. */
-gml_tensor *gml_tp_llama_attn(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_tp_llama_attn(gml_context *ctx, const gml_llama_config *cfg,
                               const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions,
                               const gml_tp_share *s, bool with_out_bias);
-gml_tensor *gml_tp_llama_mlp(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_tp_llama_mlp(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *h, const gml_tp_share *s,
                              bool with_out_bias);
 
@@ -121,11 +121,11 @@ gml_tensor *gml_tp_llama_mlp(gml_context *ctx, const gml_llama_config *cfg,
  * rank 0 receives the partials one by one (MPI_Recv from rank 1, 2, ...)
  * and adds each as it comes. GML_OK, or GML_ERR_IO with the MPI error in err
  * (also GML_ERR_NOMEM on rank 0). */
-gml_status gml_mpi_sum_ordered(MPI_Comm comm, float *buf, size_t n, bool all, char *err,
+GML_API gml_status gml_mpi_sum_ordered(MPI_Comm comm, float *buf, size_t n, bool all, char *err,
                                size_t err_size);
 
 /* Broadcast of n floats (any n, in chunks MPI's int counts take). */
-gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char *err,
+GML_API gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char *err,
                              size_t err_size);
 
 /* The status exchange: every rank says whether its step worked (ok) and,
@@ -135,7 +135,7 @@ gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char
  * several failed). Call it after each step that can fail on one rank only
  * (loading a slice, computing), before the next collective, so a failure is
  * an error on every rank and never a hang. msg is cut at 1023 bytes. */
-bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
+GML_API bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
 
 /* ---- context-parallel decoding: a KV cache sharded by position (shard.c) ---
  *
@@ -188,8 +188,8 @@ bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t ou
  * matrix-vector kernels instead of the GEMM: within rounding). The attention
  * is flash_attn's split into the ranks' pieces, merged by the log-sum-exp
  * merge in key order: within rounding of the single-process decode
- * (tests/test_shard.c: within 1e-6 of the largest output, measured 2.9e-7,
- * every ISA), the same bits on every run, thread count and timing (the
+ * (tests/test_shard.c: within 1e-6 of the largest output, every ISA), the
+ * same bits on every run, thread count and timing (the
  * order is fixed). One shard holding the whole context (P = 1, C = the
  * single-process cache's length) gives the single-process decode step's
  * bits on the fast ISAs: the same flash_attn decode kernels over the same
@@ -212,28 +212,28 @@ typedef struct gml_kv_shard gml_kv_shard;
 
 /* A shard of zeros, context length 0. NULL, with a message in err naming
  * "kv_shard" and the bad value, on bad parameters or no memory. */
-gml_kv_shard *gml_kv_shard_new(gml_kv_shard_params p, char *err, size_t err_size);
-void gml_kv_shard_free(gml_kv_shard *s);
-gml_kv_shard_params gml_kv_shard_get_params(const gml_kv_shard *s);
+GML_API gml_kv_shard *gml_kv_shard_new(gml_kv_shard_params p, char *err, size_t err_size);
+GML_API void gml_kv_shard_free(gml_kv_shard *s);
+GML_API gml_kv_shard_params gml_kv_shard_get_params(const gml_kv_shard *s);
 /* The shard's K and V, [B, G, C, d_k] of its type. */
-gml_tensor *gml_kv_shard_k(const gml_kv_shard *s);
-gml_tensor *gml_kv_shard_v(const gml_kv_shard *s);
+GML_API gml_tensor *gml_kv_shard_k(const gml_kv_shard *s);
+GML_API gml_tensor *gml_kv_shard_v(const gml_kv_shard *s);
 /* The whole context's length so far (all ranks: the next token's position). */
-int64_t gml_kv_shard_len(const gml_kv_shard *s);
+GML_API int64_t gml_kv_shard_len(const gml_kv_shard *s);
 /* The first position this rank holds (rank C), and how many of the context's
  * positions it holds now (0 .. C). */
-int64_t gml_kv_shard_first(const gml_kv_shard *s);
-int64_t gml_kv_shard_held(const gml_kv_shard *s);
+GML_API int64_t gml_kv_shard_first(const gml_kv_shard *s);
+GML_API int64_t gml_kv_shard_held(const gml_kv_shard *s);
 /* The rank holding position pos (pos / C), -1 past P C or below 0. */
-int gml_kv_shard_owner(const gml_kv_shard *s, int64_t pos);
+GML_API int gml_kv_shard_owner(const gml_kv_shard *s, int64_t pos);
 /* How many of the next n positions [L, L + n) this rank holds: the n_new
  * of the step graph to compute for them. */
-int64_t gml_kv_shard_owned(const gml_kv_shard *s, int64_t n);
+GML_API int64_t gml_kv_shard_owned(const gml_kv_shard *s, int64_t n);
 /* Bytes of K and V: 2 B G C d_k times the type's size. */
-size_t gml_kv_shard_bytes(const gml_kv_shard *s);
+GML_API size_t gml_kv_shard_bytes(const gml_kv_shard *s);
 /* Keeps the first len positions of the context (0 <= len <= its length;
  * else false, nothing changes); call it on every rank alike. */
-bool gml_kv_shard_truncate(gml_kv_shard *s, int64_t len);
+GML_API bool gml_kv_shard_truncate(gml_kv_shard *s, int64_t len);
 
 /* The run-time inputs of a step graph: n_new rows written by this rank, the
  * last n_query tokens of the step attended (n_query >= 1). */
@@ -250,7 +250,7 @@ typedef struct gml_kv_shard_step {
 
 /* Makes the step's inputs in ctx, flagged as inputs. On failure .q_pos is
  * NULL and ctx holds the message (n_new outside [0, C], n_query < 1). */
-gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64_t n_new,
+GML_API gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64_t n_new,
                                         int64_t n_query);
 
 /* This rank's partial of a step:
@@ -263,7 +263,7 @@ gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64
  * bottom-right, fused; window, softcap, ALiBi and rope apply at absolute
  * positions; w->sinks is left to gml_shard_attn_out. G, d_k, B must be the
  * shard's. NULL with a message on ctx naming "shard_attn" otherwise. */
-gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
+GML_API gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
                                    const gml_attn_weights *w, gml_tensor *x_new, gml_tensor *x_q,
                                    const gml_kv_shard_step *step);
 
@@ -272,7 +272,7 @@ gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
  * places them) -> merged in rank order (gml_attn_partial_merge), finished
  * with w->sinks (gml_attn_partial_finish), through W_o (+ b_o): out [B,
  * n_query, D], named "out". NULL with a message on ctx otherwise. */
-gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
+GML_API gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
                                const gml_attn_weights *w, gml_tensor *parts, int n_ranks);
 
 /* The LLaMA layer (layers.h) as a sharded decode step: the rank's partial of
@@ -283,10 +283,10 @@ gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
  *     h = x_q + W_o(merged attention)   out = h + MLP(RMSNorm(h))
  * as gml_llama_decode computes them over one cache. NULL with a message on
  * ctx ("shard_llama: ...") otherwise. */
-gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
                                     const gml_llama_weights *w, gml_tensor *x_new, gml_tensor *x_q,
                                     const gml_kv_shard_step *step);
-gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
+GML_API gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
                                 const gml_llama_weights *w, gml_tensor *parts, int n_ranks,
                                 gml_tensor *x_q);
 
@@ -299,14 +299,14 @@ gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
  * P x C = ..."), when this rank holds a number of those positions other
  * than step->n_new, or n < n_query; compute failures pass through with
  * gml_graph_error's message. */
-gml_status gml_kv_shard_step_compute(gml_kv_shard_step *step, gml_graph *g, int64_t n,
+GML_API gml_status gml_kv_shard_step_compute(gml_kv_shard_step *step, gml_graph *g, int64_t n,
                                      int n_threads, char *err, size_t err_size);
 
 /* MPI_Gather of n floats from every rank into root's recv (rank r's at
  * recv + r n; recv may be NULL on the other ranks): no arithmetic, so the
  * result does not depend on the MPI library's algorithm. GML_ERR_IO with
  * the MPI error in err; GML_ERR_INVALID when n exceeds MPI's int count. */
-gml_status gml_mpi_gather_f32(MPI_Comm comm, const float *send, size_t n, float *recv, int root,
+GML_API gml_status gml_mpi_gather_f32(MPI_Comm comm, const float *send, size_t n, float *recv, int root,
                               char *err, size_t err_size);
 /* ---- context-parallel prefill (ring attention), mpi/ring.c ----------------- */
 
@@ -373,25 +373,25 @@ typedef struct gml_cp_stats {
     int chunks;        /* partials computed (causal: rank r computes r + 1) */
 } gml_cp_stats;
 
-gml_cp *gml_cp_attn_create(MPI_Comm comm, const gml_attn_config *cfg, const gml_attn_weights *w,
+GML_API gml_cp *gml_cp_attn_create(MPI_Comm comm, const gml_attn_config *cfg, const gml_attn_weights *w,
                            gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
                            size_t err_size);
-gml_cp *gml_cp_llama_create(MPI_Comm comm, const gml_llama_config *cfg, const gml_llama_weights *w,
+GML_API gml_cp *gml_cp_llama_create(MPI_Comm comm, const gml_llama_config *cfg, const gml_llama_weights *w,
                             gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
                             size_t err_size);
 /* Rank r's rows under a layout: ranges [t0[i], t0[i] + n[i]), ascending;
  * returns their count (1 contiguous, 2 zigzag). gml_cp_rows: this rank's. */
-int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2], int64_t n[2]);
-int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]);
+GML_API int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2], int64_t n[2]);
+GML_API int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]);
 /* The rank's input rows [B, n, D] (contiguous f32; n = the ranges' rows, in
  * their order), to fill before a run. */
-float *gml_cp_input(gml_cp *cp);
+GML_API float *gml_cp_input(gml_cp *cp);
 /* Collective: one forward pass. A compute that fails on one rank lets the
  * ring finish its exchanges and fails on every rank ("rank R: ..."). */
-gml_status gml_cp_run(gml_cp *cp, int n_threads, gml_cp_stats *stats, char *err, size_t err_size);
+GML_API gml_status gml_cp_run(gml_cp *cp, int n_threads, gml_cp_stats *stats, char *err, size_t err_size);
 /* The rank's output rows [B, n, D] after a run (valid until the next run or free). */
-const float *gml_cp_output(const gml_cp *cp);
-void gml_cp_free(gml_cp *cp);
+GML_API const float *gml_cp_output(const gml_cp *cp);
+GML_API void gml_cp_free(gml_cp *cp);
 
 #ifdef __cplusplus
 }

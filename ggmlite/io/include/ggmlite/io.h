@@ -43,7 +43,7 @@ extern "C" {
  * \u0000 in a dtype or a field name. A file that is not safetensors (a
  * torch.save zip or pickle, a .npy, JSON) is named as such. The tensors are
  * read (copied) into the context; gml_safetensors_open maps instead. */
-gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
+GML_API gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
 /* ---- safetensors by mapping, any name length, sharded checkpoints ---------
  * gml_safetensors_open maps a file read-only (mmap PROT_READ, MAP_PRIVATE)
  * and checks its header as gml_load_safetensors does, except that names
@@ -63,14 +63,14 @@ gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size);
  * st's, valid until gml_safetensors_close(st); close after gml_free of the
  * contexts that use them (and after computing the graphs reading them). */
 typedef struct gml_safetensors gml_safetensors;
-gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size);
-int gml_safetensors_count(const gml_safetensors *st);
-const char *gml_safetensors_name(const gml_safetensors *st, int i); /* the full name */
-const char *gml_safetensors_file(const gml_safetensors *st, int i); /* the file holding it */
-int gml_safetensors_find(const gml_safetensors *st, const char *name); /* index, or -1 */
-gml_tensor *gml_safetensors_tensor(gml_safetensors *st, int i, gml_context *ctx, const char *name,
+GML_API gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size);
+GML_API int gml_safetensors_count(const gml_safetensors *st);
+GML_API const char *gml_safetensors_name(const gml_safetensors *st, int i); /* the full name */
+GML_API const char *gml_safetensors_file(const gml_safetensors *st, int i); /* the file holding it */
+GML_API int gml_safetensors_find(const gml_safetensors *st, const char *name); /* index, or -1 */
+GML_API gml_tensor *gml_safetensors_tensor(gml_safetensors *st, int i, gml_context *ctx, const char *name,
                                    char *err, size_t err_size);
-void gml_safetensors_close(gml_safetensors *st);
+GML_API void gml_safetensors_close(gml_safetensors *st);
 /* A sharded checkpoint's index from bytes (the parser gml_safetensors_open
  * uses): its weight_map's (name, shard file) pairs in file order; free them
  * with gml_free_safetensors_index. Refused: not one JSON object, no
@@ -79,30 +79,30 @@ void gml_safetensors_close(gml_safetensors *st);
 typedef struct gml_st_index_entry {
     char *name, *shard;
 } gml_st_index_entry;
-gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
+GML_API gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
                                        gml_st_index_entry **entries, int *n, char *err,
                                        size_t err_size);
-void gml_free_safetensors_index(gml_st_index_entry *entries, int n);
+GML_API void gml_free_safetensors_index(gml_st_index_entry *entries, int n);
 
 /* A .npy file (v1, v2, v3) as one tensor named `name` (NULL: the file's base
  * name without ".npy", e.g. "x" for "dir/x.npy"). The data must end the
  * file: bytes after it are refused (np.load would ignore them). */
-gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
+GML_API gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size);
 /* As gml_load_npy, also taking float64 ('<f8', numpy's default), float16
  * ('<f2') and bool ('|b1') data, converted to an f32 tensor: float16 exactly,
  * float64 rounded to nearest (a finite value beyond float32's range is
  * refused, naming it), bool as 0 or 1. *converted_from (if not NULL) is set
  * to NULL for f32/i32 files, else to "float64", "float16" or "bool". Other
  * dtypes are refused with a message saying how to convert them. */
-gml_context *gml_load_npy_converted(const char *path, const char *name,
+GML_API gml_context *gml_load_npy_converted(const char *path, const char *name,
                                     const char **converted_from, char *err, size_t err_size);
-gml_context *gml_parse_npy_converted(const void *buf, size_t len, const char *what,
+GML_API gml_context *gml_parse_npy_converted(const void *buf, size_t len, const char *what,
                                      const char *name, const char **converted_from, char *err,
                                      size_t err_size);
 /* The same from bytes in memory; `what` names the source in messages. */
-gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
+GML_API gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
                                    size_t err_size);
-gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
+GML_API gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
                            char *err, size_t err_size);
 /* Writes tensors under their names (which must differ, and be printable:
  * no byte below 0x20 nor 0x7f, as the loader wants) / one tensor; .npy
@@ -112,9 +112,9 @@ gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const 
  * bf16 for .npy) is refused with a message saying how to convert it.
  * GML_OK, or GML_ERR_INVALID (bad arguments: no data, duplicate names, a
  * type the format lacks) / GML_ERR_IO / GML_ERR_NOMEM with a message in err. */
-gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
+GML_API gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
                                 char *err, size_t err_size);
-gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
+GML_API gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size);
 
 /* ---- temporary files and fatal signals ------------------------------------
  * A save writes "<path>.tmp.<pid>.<n>" and renames it into place; on any
@@ -141,9 +141,9 @@ gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t
  * 4096 bytes or more: then nothing removes it on a signal). Thread-safe;
  * a slot's path must not change while a signal could be handled. */
 #define GML_CLEANUP_SLOTS 64
-bool gml_cleanup_on_signals(void);
-int gml_cleanup_register(const char *path);
-void gml_cleanup_unregister(int slot);
+GML_API bool gml_cleanup_on_signals(void);
+GML_API int gml_cleanup_register(const char *path);
+GML_API void gml_cleanup_unregister(int slot);
 
 /* ---- graph files ----------------------------------------------------------
  * A small text format for graphs, so a new attention variant needs no
@@ -199,20 +199,20 @@ typedef struct gml_graph_binder {
 
 /* Builds the graph text in ctx; writes up to max_outputs output tensors and
  * returns their number, or -1 with "file:line:col: what" in err. */
-int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
+GML_API int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
                     const gml_graph_binder *binder, gml_tensor **outputs, int max_outputs,
                     char *err, size_t err_size);
-int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
+GML_API int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
                    gml_tensor **outputs, int max_outputs, char *err, size_t err_size);
 /* Writes g's leafs and nodes as graph text (GML_FLAG_PARAM leafs as param,
  * other leafs as input), outputs listed in the given order; each node as
  * gml_format_node writes its call. */
-gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
+GML_API gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
                           int n_outputs, char *err, size_t err_size);
 /* The ops a graph file can call, as the Markdown table of tools/graphs/
  * README.md: a row per form of the registry, "| `softmax(x, mask=none,
  * scale=1, causal=false)` | arguments | result |" (run-graph --list-ops). */
-void gml_write_op_table(FILE *f);
+GML_API void gml_write_op_table(FILE *f);
 
 #ifdef __cplusplus
 }

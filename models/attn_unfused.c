@@ -1,4 +1,10 @@
-/* Grouped-query attention: H query heads share G key/value heads, query
+/* The unfused attention, three ops over the heads:
+ *
+ *   gml_attn_scores   q k^T                          [B, H, Tq, Tk]
+ *   gml_attn_softmax  scale, masks, softmax -> attn  [B, H, Tq, Tk]
+ *   gml_attn_context  attn v                         [B, H, Tq, d_k]
+ *
+ * Grouped-query attention: H query heads share G key/value heads, query
  * head i using kv head i / (H/G). MHA is the case G = H, so the two matmuls
  * of every block live here, in both of GQA's graph forms:
  *
@@ -45,6 +51,13 @@ gml_tensor *gml_attn_scores(gml_context *ctx, const gml_attn_plan *p, gml_tensor
     return gml_set_name(gml_reshape(ctx, s, 4, (int64_t[]){p->B, p->H, p->Tq, p->Tk}), "scores");
 }
 
+/* scores [B, H, Tq, Tk] -> attn [B, H, Tq, Tk] */
+gml_tensor *gml_attn_softmax(gml_context *ctx, const gml_attn_plan *p, gml_tensor *scores,
+                             const gml_attn_inputs *in, gml_tensor *sinks) {
+    const gml_attn_opts o = gml_attn_opts_of(p, in, sinks);
+    return gml_set_name(gml_softmax_ext(ctx, scores, p->scale, &o), "attn");
+}
+
 /* attn [B, H, Tq, Tk], v [B, G, Tk, d_k] -> ctx [B, H, Tq, d_k] = attn v */
 gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tensor *attn,
                              gml_tensor *v) {
@@ -53,10 +66,4 @@ gml_tensor *gml_attn_context(gml_context *ctx, const gml_attn_plan *p, gml_tenso
     gml_tensor *a = gml_reshape(ctx, attn, 4, (int64_t[]){p->B, p->G, group(p) * p->Tq, p->Tk});
     gml_tensor *c = gml_set_name(gml_matmul(ctx, a, v), "ctx_grouped"); /* [B, G, r*Tq, d_k] */
     return gml_set_name(gml_reshape(ctx, c, 4, (int64_t[]){p->B, p->H, p->Tq, p->dk}), "ctx");
-}
-
-gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
-                        gml_attn_inputs in) {
-    /* the fused graph reads kv head h / (H/G) in place */
-    return gml_attn_block(ctx, "gqa", &cfg, w, &in);
 }

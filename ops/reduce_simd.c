@@ -1,0 +1,103 @@
+/* The row reductions (ops/reduce.inc), written once over the SIMD layer and
+ * compiled once per ISA: the 16 lanes of ops/reduce.h are LV vectors of
+ * GML_VL floats, their 16 double accumulators DV vectors of GML_VL / 2, so
+ * every ISA adds the same terms in the same order (the tile is 16 on each)
+ * and gives the scalar variant's bits. */
+#include "reduce.h"
+#include "simd/simd.h"
+
+enum { LV = GML_REDUCE_LANES / GML_VL, DV = 2 * LV };
+
+/* Adds the lane vectors, converted, to the double accumulators. */
+static inline void accumulate(const gml_vf lane[LV], gml_vd acc[DV]) {
+    for (int v = 0; v < LV; v++) {
+        acc[2 * v] = gml_vd_add(acc[2 * v], gml_vd_lo(lane[v]));
+        acc[2 * v + 1] = gml_vd_add(acc[2 * v + 1], gml_vd_hi(lane[v]));
+    }
+}
+
+static inline double finish(const gml_vd acc[DV]) {
+    double d[GML_REDUCE_LANES];
+    for (int v = 0; v < DV; v++) gml_vd_store(d + v * (GML_VL / 2), acc[v]);
+    return gml_reduce_tree16(d);
+}
+
+/* Lanes of the tail vector v of r (< 16) terms left: 0 when none. */
+static inline size_t tail_lanes(size_t r, int v) {
+    const size_t done = (size_t)v * GML_VL;
+    return r > done ? GML_MIN(r - done, (size_t)GML_VL) : 0;
+}
+
+double GML_SIMD_UKERNEL(f32_rsum, 16)(size_t n, const float *x) {
+    const gml_vf neg0 = gml_vf_set1(-0.0f);
+    gml_vd acc[DV];
+    for (int v = 0; v < DV; v++) acc[v] = gml_vd_zero();
+    for (size_t b = 0; b < n; b += GML_REDUCE_BLOCK) {
+        const size_t end = GML_MIN(n, b + GML_REDUCE_BLOCK);
+        gml_vf lane[LV];
+        for (int v = 0; v < LV; v++) lane[v] = neg0;
+        size_t i = b;
+        for (; i + 16 <= end; i += 16)
+            for (int v = 0; v < LV; v++)
+                lane[v] = gml_vf_add(lane[v], gml_vf_load(x + i + v * GML_VL));
+        for (int v = 0; v < LV && i < end; v++) {
+            const size_t k = tail_lanes(end - i, v);
+            if (k == 0) break;
+            const gml_vm m = gml_vm_first(k);
+            lane[v] = gml_vf_add_m(lane[v], m, gml_vf_load_m(x + i + v * GML_VL, m));
+        }
+        accumulate(lane, acc);
+    }
+    return finish(acc);
+}
+
+double GML_SIMD_UKERNEL(f32_rsumsq, 16)(size_t n, const float *x, float c) {
+    const gml_vf vc = gml_vf_set1(c), neg0 = gml_vf_set1(-0.0f);
+    gml_vd acc[DV];
+    for (int v = 0; v < DV; v++) acc[v] = gml_vd_zero();
+    for (size_t b = 0; b < n; b += GML_REDUCE_BLOCK) {
+        const size_t end = GML_MIN(n, b + GML_REDUCE_BLOCK);
+        gml_vf lane[LV];
+        for (int v = 0; v < LV; v++) lane[v] = neg0;
+        size_t i = b;
+        for (; i + 16 <= end; i += 16)
+            for (int v = 0; v < LV; v++) {
+                const gml_vf d = gml_vf_sub(gml_vf_load(x + i + v * GML_VL), vc);
+                lane[v] = gml_vf_add(lane[v], gml_vf_mul(d, d));
+            }
+        for (int v = 0; v < LV && i < end; v++) {
+            const size_t k = tail_lanes(end - i, v);
+            if (k == 0) break;
+            const gml_vm m = gml_vm_first(k);
+            const gml_vf d = gml_vf_sub(gml_vf_load_m(x + i + v * GML_VL, m), vc);
+            lane[v] = gml_vf_add_m(lane[v], m, gml_vf_mul(d, d));
+        }
+        accumulate(lane, acc);
+    }
+    return finish(acc);
+}
+
+float GML_SIMD_UKERNEL(f32_rmax, 16)(size_t n, const float *x) {
+    const gml_vf neg_inf = gml_vf_set1(-INFINITY);
+    gml_vf m[LV];
+    for (int v = 0; v < LV; v++) m[v] = neg_inf;
+    gml_vm nan = gml_vm_first(0);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int v = 0; v < LV; v++) {
+            const gml_vf xv = gml_vf_load(x + i + v * GML_VL);
+            nan = gml_vm_or(nan, gml_vf_unord(xv, xv));
+            m[v] = gml_vf_max(xv, m[v]); /* x > m ? x : m */
+        }
+    for (int v = 0; v < LV && i < n; v++) {
+        const size_t k = tail_lanes(n - i, v);
+        if (k == 0) break;
+        const gml_vm km = gml_vm_first(k);
+        const gml_vf xv = gml_vf_select(km, gml_vf_load_m(x + i + v * GML_VL, km), neg_inf);
+        nan = gml_vm_or(nan, gml_vf_unord(xv, xv));
+        m[v] = gml_vf_max(xv, m[v]);
+    }
+    float lanes[GML_REDUCE_LANES];
+    for (int v = 0; v < LV; v++) gml_vf_store(lanes + v * GML_VL, m[v]);
+    return gml_reduce_tree16_max(lanes, gml_vm_any(nan));
+}
