@@ -1,5 +1,5 @@
 /* The decode micro-kernels' common loop (ops/ukernels.h, "flash attention,
- * decoding"): each variant (ops/flash_attn.c's scalar one, the AVX2 and
+ * decoding"): each variant (ops/flash_attn_scalar.c's scalar one, the AVX2 and
  * AVX-512 ones) supplies four vector primitives and calls gml_flash_dec_run
  * with them; the order of operations around them (scores, masks, the running
  * max, the rescale) is this file's, the same for every variant. For a key
