@@ -42,8 +42,8 @@ static inline bool kv_typed(const gml_tensor *dst) {
 }
 
 /* Why the fast kernel cannot take dst (a note naming the reference), or
- * NULL: key counts must fit int32 with room for one more (the AVX2 variant
- * compares j + 1 with them); the variants step their key blocks in size_t,
+ * NULL: key counts must fit int32 with room for one more (the SIMD variants
+ * compare j + 1 with them); the variants step their key blocks in size_t,
  * past any count. */
 static inline const char *fast_refusal(const gml_tensor *dst) {
     const gml_tensor *k = dst->src[1], *mask = dst->src[3];

@@ -16,7 +16,7 @@
 
 /* expf, but +0 below -87.33654 (about ln FLT_MIN): the terms of the online
  * softmax (summed to at least 1) are never subnormal, whose arithmetic costs
- * a microcode assist on Intel (as vexp8_nosub in ops/vexp_x86.h). */
+ * a microcode assist on Intel (as gml_vexp_nosub in ops/simd/vmath.h). */
 static inline float expf_nosub(float x) { return x < -87.33654f ? 0.0f : expf(x); }
 
 static void flash_block_scalar(const gml_flash_args *a, size_t tile) {

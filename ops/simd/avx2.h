@@ -132,4 +132,43 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
                                 _mm256_add_epi64(ni, _mm256_set1_epi64x(1023)), 52)));
 }
 
+/* ---- for flash_attn ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+static inline gml_vi gml_vi_set1(int32_t x) { return _mm256_set1_epi32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
+    return _mm256_mul_ps(p, gml_avx2_pow2i(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)))));
+}
+static inline void gml_vf_transpose(gml_vf r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* u[i + c] lane L: column 4L + c of rows i .. i + 3 */
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+/* [hsum a, hsum b, hsum c, hsum d]: hadd pairs, then the halves */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

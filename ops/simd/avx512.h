@@ -105,4 +105,55 @@ static inline gml_vdm gml_vdm_not(gml_vdm a) { return (gml_vdm)~a; }
 /* p * 2^n for integral n in [-1022, 1023] (exact: a normal power of two) */
 static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) { return _mm512_scalef_pd(p, n); }
 
+/* ---- for flash_attn ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
+static inline gml_vi gml_vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ), p, n);
+}
+/* three rounds of shuffles (unpack ps, unpack pd, 128-bit lane shuffles) */
+static inline void gml_vf_transpose(gml_vf r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + k], 128-bit lane q: rows 4i .. 4i+3 at column 4q + k */
+#define GML_PD(x) _mm512_castps_pd(x)
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(GML_PD(t[4 * i]), GML_PD(t[4 * i + 2])));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(GML_PD(t[4 * i]), GML_PD(t[4 * i + 2])));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(GML_PD(t[4 * i + 1]), GML_PD(t[4 * i + 3])));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(GML_PD(t[4 * i + 1]), GML_PD(t[4 * i + 3])));
+#undef GML_PD
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512 w0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        const __m512 w2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        const __m512 w3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_f32x4(w0, w2, 0x88);      /* q = 0 */
+        r[8 + k] = _mm512_shuffle_f32x4(w0, w2, 0xdd);  /* q = 2 */
+        r[4 + k] = _mm512_shuffle_f32x4(w1, w3, 0x88);  /* q = 1 */
+        r[12 + k] = _mm512_shuffle_f32x4(w1, w3, 0xdd); /* q = 3 */
+    }
+}
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+}
+/* [hsum a, hsum b, hsum c, hsum d]: the halves added, then pairs by hadd */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+#define GML_HALF(x) _mm256_add_ps(_mm512_castps512_ps256(x), \
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    const __m256 ab = _mm256_hadd_ps(GML_HALF(a), GML_HALF(b)), cd = _mm256_hadd_ps(GML_HALF(c), GML_HALF(d));
+#undef GML_HALF
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -145,4 +145,34 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
     return vmulq_f64(p, vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(ni, vdupq_n_s64(1023)), 52)));
 }
 
+/* ---- for flash_attn ---- */
+static inline gml_vi gml_vi_load(const int32_t *p) { return vld1q_s32(p); }
+static inline gml_vi gml_vi_set1(int32_t x) { return vdupq_n_s32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return vcgtq_s32(a, b); }
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are (as AVX2) */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    p = gml_vf_zero_unless(vmvnq_u32(vcleq_f32(n, vdupq_n_f32(-126.0f))), p);
+    return vmulq_f32(p, gml_neon_pow2i(vcvtnq_s32_f32(gml_vf_max(n, vdupq_n_f32(-127.0f)))));
+}
+static inline void gml_vf_transpose(gml_vf r[4]) {
+    const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+    const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+#define GML_PD(x) vreinterpretq_f64_f32(x)
+    r[0] = vreinterpretq_f32_f64(vtrn1q_f64(GML_PD(t0), GML_PD(t2)));
+    r[1] = vreinterpretq_f32_f64(vtrn1q_f64(GML_PD(t1), GML_PD(t3)));
+    r[2] = vreinterpretq_f32_f64(vtrn2q_f64(GML_PD(t0), GML_PD(t2)));
+    r[3] = vreinterpretq_f32_f64(vtrn2q_f64(GML_PD(t1), GML_PD(t3)));
+#undef GML_PD
+}
+static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+/* [hsum a, hsum b, hsum c, hsum d]: pairs, then pairs of pairs */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+    vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */
