@@ -158,10 +158,10 @@ static inline void gml_vf_transpose(gml_vf r[8]) {
         r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
     }
 }
-static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+static inline gml_vf gml_vf_load_f16(const void *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
-static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+static inline gml_vf gml_vf_load_bf16(const void *p) {
     const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
 }

@@ -139,10 +139,10 @@ static inline void gml_vf_transpose(gml_vf r[16]) {
         r[12 + k] = _mm512_shuffle_f32x4(w1, w3, 0xdd); /* q = 3 */
     }
 }
-static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
+static inline gml_vf gml_vf_load_f16(const void *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
 }
-static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
+static inline gml_vf gml_vf_load_bf16(const void *p) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
 }

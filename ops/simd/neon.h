@@ -164,11 +164,11 @@ static inline void gml_vf_transpose(gml_vf r[4]) {
     r[3] = vreinterpretq_f32_f64(vtrn2q_f64(GML_PD(t1), GML_PD(t3)));
 #undef GML_PD
 }
-static inline gml_vf gml_vf_load_f16(const uint16_t *p) {
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+static inline gml_vf gml_vf_load_f16(const void *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)p)));
 }
-static inline gml_vf gml_vf_load_bf16(const uint16_t *p) {
-    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+static inline gml_vf gml_vf_load_bf16(const void *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)p), 16));
 }
 /* [hsum a, hsum b, hsum c, hsum d]: pairs, then pairs of pairs */
 static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
