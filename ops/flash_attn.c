@@ -9,7 +9,17 @@
  * so the [Tq, Tk] scores never exist. Keys a query cannot see (causal,
  * valid lengths) are skipped, whole blocks at a time. Masked keys and
  * non-finite scores follow ggmlite.h's MASKS in every kernel (how the
- * variants do it: ops/ukernels.h, flash attention). */
+ * variants do it: ops/ukernels.h, flash attention).
+ *
+ * This file: the op flash_attn, its fast forward kernel (the prefill
+ * driver: blocks of query rows through the micro-kernels) and its builder.
+ * Beside it: flash_attn.h (what these files share), flash_attn_dec.c (the
+ * decoding driver, also flash_attn_partial's), flash_attn_partial.c (the
+ * partial, merge and finish ops), flash_attn_ref.c (the reference
+ * kernels), flash_common.c (what every micro-kernel calls), the micro-
+ * kernels in flash_attn_scalar.c, flash_attn_simd.c and flash_dec_simd.c
+ * (ops/flash_attn.inc lists them), and attn_opts.c (the options, shared
+ * with softmax). */
 #include "flash_attn.h"
 
 #include <math.h>
