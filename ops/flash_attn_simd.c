@@ -59,7 +59,8 @@ static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, siz
     for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
         const float *kr[MR_MAX];
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) kr[r] = kb + (GML_MIN(j0 + jt + (size_t)r, last) - j0) * a->ldk;
+        for (int r = 0; r < MR; r++)
+            kr[r] = kb + (GML_MIN(j0 + jt + (size_t)r, last) - j0) * a->ldk;
         gml_vf acc[MR_MAX][NV_MAX];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
@@ -214,7 +215,7 @@ static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l,
     gml_vf inv[NV_MAX];
     gml_vm live[NV_MAX], bad[NV_MAX];
     for (int v = 0; v < NV; v++) {
-        const size_t n = nq > GML_VL * (size_t)v ? GML_MIN((size_t)GML_VL, nq - GML_VL * (size_t)v) : 0;
+        const size_t l0 = GML_VL * (size_t)v, n = nq > l0 ? GML_MIN((size_t)GML_VL, nq - l0) : 0;
         live[v] = gml_vm_first(n);
         const gml_vm ok = gml_vm_and(gml_vf_gt(l[v], zero), gml_vf_lt(l[v], inf));
         if (gml_vm_any(gml_vm_and(live[v], gml_vm_not(ok)))) return false;
@@ -306,7 +307,8 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
                         gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
         else if (rare)
             for (size_t i = 0; i < nq; i++)
-                for (size_t j = 0; j < nk; j++) s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] = gml_visible_score(s[j * tile + i]);
         alibi_window_block(a, j0, nk, s, NV);
         if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
             for (size_t j = 0; j < nk; j++) {
@@ -325,10 +327,10 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
                 for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
                 skip[j] = z != z;
                 if (skip[j])
-                    for (int v = 0; v < NV; v++)
-                        poison[v] = gml_vm_or(
-                            poison[v], gml_vm_not(gml_vf_eq(
-                                           gml_vf_loada(s + j * tile + GML_VL * (size_t)v), neg_inf)));
+                    for (int v = 0; v < NV; v++) {
+                        const gml_vf sj = gml_vf_loada(s + j * tile + GML_VL * (size_t)v);
+                        poison[v] = gml_vm_or(poison[v], gml_vm_not(gml_vf_eq(sj, neg_inf)));
+                    }
             }
 
         /* online softmax. NaN scores are passed over by the max (max returns

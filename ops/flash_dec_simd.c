@@ -45,7 +45,8 @@ static GML_SIMD_INLINE void dec_dots_t(const gml_flash_dec_args *a, size_t jb, s
         const float *q0 = a->q + l0 * a->ldq;
         for (size_t jj = 0; jj < nk; jj += 4) {
             const char *kr[4];
-            for (size_t t = 0; t < 4; t++) kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
+            for (size_t t = 0; t < 4; t++)
+                kr[t] = a->k + (jb - a->j0 + GML_MIN(jj + t, nk - 1)) * a->k_row;
             if (l0 == 0)
                 for (size_t t = 0; t < 4; t++)
                     dec_prefetch_row(kr[0] + (GML_DEC_PREFETCH_AHEAD + t) * a->k_row, k_bytes);

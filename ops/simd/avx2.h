@@ -133,13 +133,18 @@ static inline gml_vd gml_vd_ldexp(gml_vd p, gml_vd n) {
 }
 
 /* ---- for flash_attn ---- */
-static inline gml_vi gml_vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+static inline gml_vi gml_vi_load(const int32_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
 static inline gml_vi gml_vi_set1(int32_t x) { return _mm256_set1_epi32(x); }
-static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) {
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b));
+}
 /* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
 static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
     p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
-    return _mm256_mul_ps(p, gml_avx2_pow2i(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)))));
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)));
+    return _mm256_mul_ps(p, gml_avx2_pow2i(ni));
 }
 static inline void gml_vf_transpose(gml_vf r[8]) {
     __m256 t[8], u[8];

@@ -111,7 +111,8 @@ static inline gml_vi gml_vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
 static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
 /* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
 static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
-    return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ), p, n);
+    const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    return _mm512_maskz_scalef_ps(keep, p, n);
 }
 /* three rounds of shuffles (unpack ps, unpack pd, 128-bit lane shuffles) */
 static inline void gml_vf_transpose(gml_vf r[16]) {
@@ -122,10 +123,12 @@ static inline void gml_vf_transpose(gml_vf r[16]) {
     }
     for (int i = 0; i < 4; i++) { /* u[4i + k], 128-bit lane q: rows 4i .. 4i+3 at column 4q + k */
 #define GML_PD(x) _mm512_castps_pd(x)
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(GML_PD(t[4 * i]), GML_PD(t[4 * i + 2])));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(GML_PD(t[4 * i]), GML_PD(t[4 * i + 2])));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(GML_PD(t[4 * i + 1]), GML_PD(t[4 * i + 3])));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(GML_PD(t[4 * i + 1]), GML_PD(t[4 * i + 3])));
+        const __m512d a = GML_PD(t[4 * i]), b = GML_PD(t[4 * i + 1]);
+        const __m512d c = GML_PD(t[4 * i + 2]), d = GML_PD(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
 #undef GML_PD
     }
     for (int k = 0; k < 4; k++) {
@@ -150,7 +153,8 @@ static inline gml_vf gml_vf_load_bf16(const void *p) {
 static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
 #define GML_HALF(x) _mm256_add_ps(_mm512_castps512_ps256(x), \
                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
-    const __m256 ab = _mm256_hadd_ps(GML_HALF(a), GML_HALF(b)), cd = _mm256_hadd_ps(GML_HALF(c), GML_HALF(d));
+    const __m256 ab = _mm256_hadd_ps(GML_HALF(a), GML_HALF(b));
+    const __m256 cd = _mm256_hadd_ps(GML_HALF(c), GML_HALF(d));
 #undef GML_HALF
     const __m256 abcd = _mm256_hadd_ps(ab, cd);
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));

@@ -34,7 +34,7 @@
  *   gml_vd_*             zero, set1, add, sub, mul, div, fma, fnma, fms (a b
  *                        - c), min, abs, round, gt, select, zero_unless,
  *                        gml_vdm_not, ldexp (exact powers of two only)
- * flash_attn: gml_vi_load, set1, gt (int32 lanes, a > b); gml_vf_ldexp_flush(p, n) (n <= 0: p 2^n, +0 where n <= -126); gml_vf_transpose(r[GML_VL]); gml_vf_load_f16, load_bf16 (GML_VL halves); gml_vf_hsum4(a, b, c, d, out[4]) (this ISA's order)
+ *   flash_attn: gml_vi_load/set1/gt, ldexp_flush, transpose, load_f16/bf16, hsum4 (ISA order)
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is
