@@ -92,7 +92,7 @@ typedef void gml_f32_softmax_ukernel(size_t n, const float *x, const float *mask
 GML_F32_SOFTMAX_UKERNELS(GML_DECLARE_SOFTMAX)
 
 /* y[i] = exp(x[i]), i < n. The vector variants share one algorithm; its
- * error bound is documented at gml_f32_vexp_ukernel__avx512_u16. */
+ * error bound is documented at the vexp kernel in ops/softmax_simd.c. */
 typedef void gml_f32_vexp_ukernel(size_t n, const float *x, float *y);
 #define GML_DECLARE_VEXP(isa, fn, tile) gml_f32_vexp_ukernel fn;
 GML_F32_VEXP_UKERNELS(GML_DECLARE_VEXP)
