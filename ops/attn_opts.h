@@ -1,6 +1,7 @@
 /* The options of softmax and flash_attn (gml_attn_opts, ggmlite.h MASKS,
- * "Options"), shared by ops/softmax.c and ops/flash_attn.c: the op params,
- * the checks of the builders and the key range a query row sees. */
+ * "Options"), shared by ops/softmax.c and the flash_attn files: the op
+ * params, the checks of the builders and the key range a query row sees
+ * (the functions: ops/attn_opts.c). */
 #ifndef GGMLITE_ATTN_OPTS_H
 #define GGMLITE_ATTN_OPTS_H
 

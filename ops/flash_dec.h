@@ -1,9 +1,10 @@
 /* The decode micro-kernels' common loop (ops/ukernels.h, "flash attention,
- * decoding"): each variant (ops/flash_attn.c's scalar one, the AVX2 and
- * AVX-512 ones) supplies four vector primitives and calls gml_flash_dec_run
- * with them; the order of operations around them (scores, masks, the running
- * max, the rescale) is this file's, the same for every variant. For a key
- * block of nk <= GML_FLASH_DEC_KEY_BLOCK keys from jb:
+ * decoding"): each variant (ops/flash_attn_scalar.c's scalar one, the SIMD
+ * ones of ops/flash_dec_simd.c) supplies four vector primitives and
+ * calls gml_flash_dec_run with them; the order of operations around them
+ * (scores, masks, the running max, the rescale) is this file's, the same for
+ * every variant. For a key block of nk <= GML_FLASH_DEC_KEY_BLOCK keys
+ * from jb:
  *
  *   dots(a, jb, nk, s)         s[l * KB + jj] = q_l . k_{jb + jj}      (lanes over d_k)
  *   cap(a, n, x)               x <- softcap tanh(x / softcap), NaN where x is not finite

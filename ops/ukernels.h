@@ -92,7 +92,7 @@ typedef void gml_f32_softmax_ukernel(size_t n, const float *x, const float *mask
 GML_F32_SOFTMAX_UKERNELS(GML_DECLARE_SOFTMAX)
 
 /* y[i] = exp(x[i]), i < n. The vector variants share one algorithm; its
- * error bound is documented at gml_f32_vexp_ukernel__avx512_u16. */
+ * error bound is documented at the vexp kernel in ops/softmax_simd.c. */
 typedef void gml_f32_vexp_ukernel(size_t n, const float *x, float *y);
 #define GML_DECLARE_VEXP(isa, fn, tile) gml_f32_vexp_ukernel fn;
 GML_F32_VEXP_UKERNELS(GML_DECLARE_VEXP)
@@ -221,7 +221,7 @@ typedef struct gml_flash_kv {
 } gml_flash_kv;
 
 /* Converts rows [j0, j0 + n) (n <= GML_FLASH_MAX_KEY_BLOCK) of a->kv's K and
- * V into its buffers (ops/flash_attn.c). */
+ * V into its buffers (ops/flash_common.c). */
 void gml_flash_kv_load(const gml_flash_args *a, size_t j0, size_t n);
 
 /* The variants' only access to K and V: *kb, *vb point at rows j0 of K and
@@ -263,7 +263,7 @@ typedef void gml_f32_flash_ukernel(const gml_flash_args *a);
 GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
 GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
 
-/* The end of every variant (ops/flash_attn.c): out[l] = ot[:, l] / sum[l]
+/* The end of every variant (ops/flash_common.c): out[l] = ot[:, l] / sum[l]
  * for l < nq (ot[c * tile + l], sum[tile], m[tile] the lanes' running max,
  * with which a sink is folded in: sum + e^(sink - m), or where the sink is
  * above m, ot e^(m - sink) / (sum e^(m - sink) + 1)); zeros where sum is 0 (no key

@@ -1,6 +1,6 @@
-/* Constants of the vector exp shared by ops/simd/vmath.h (gml_vexp) and
- * ops/vexp_x86.h, which compute it identically (same operations, same
- * roundings: their results are bitwise equal).
+/* Constants of the vector exp of ops/simd/vmath.h (gml_vexp), written once
+ * over the SIMD layer: every ISA computes it identically (same operations,
+ * same roundings: their results are bitwise equal).
  *
  *   exp(x) = 2^n * exp(r),  n = round(x / ln2),  r = x - n ln2, |r| <= ln2/2
  *

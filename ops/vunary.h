@@ -1,9 +1,9 @@
 /* Constants and formulas of the unary micro-kernels (ops/unary.inc), shared
  * by the scalar variants (ops/unary.c, float libm exp) and the vector ones
- * (ops/vunary_x86.h, on the vector exp of ops/vexp.h; gelu on its own
- * erfc in double lanes, below); AVX2 and AVX-512 do
- * the same operations in the same order, so their results are bitwise
- * equal. Each function is written so that no step cancels:
+ * (ops/simd/vmath.h, on the vector exp of ops/vexp.h; gelu on its own
+ * erfc in double lanes, below), written once over the SIMD layer: every
+ * ISA does the same operations in the same order, so their results are
+ * bitwise equal. Each function is written so that no step cancels:
  *
  *   sigmoid(x)   = n / (1 + e),  e = exp(-|x|),  n = 1 (x >= 0) or e (x < 0)
  *   silu(x)      = x * sigmoid(x) = n / (1 + e), n = x (x >= 0) or x * e
@@ -62,7 +62,7 @@
 #define GML_VTANH_P4 -0x1.0bc5eep-7f
 #define GML_VTANH_P5 0x1.1842f8p-9f
 
-/* gelu's erfc in double (ops/vunary_x86.h): a = |x| / sqrt 2 clamped to
+/* gelu's erfc in double (ops/simd/vmath.h, gml_vgelu_d): a = |x| / sqrt 2 clamped to
  * GML_VGELU_AMAX, t = K / (K + a) in (0.276, 1], and
  *   erfc(a) = exp(-a^2) t G(t - GML_VGELU_TC),
  * G of degree 16: a least-squares fit (relative weights, 400 Chebyshev

@@ -1,4 +1,4 @@
-/* flash_attn's decoding path (ops/flash_attn.c, "decoding path"): up to 8
+/* flash_attn's decoding path (ops/flash_attn_dec.c, "decoding path"): up to 8
  * query rows per kv head, keys in chunks merged in order. On decode shapes
  * (B = 1 or 2, Tq 1 - 2, Tk 600 - 1100: keys split in 2 - 4 chunks) with
  * every option of gml_attn_opts (causal both alignments, positions, valid

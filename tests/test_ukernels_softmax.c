@@ -148,7 +148,7 @@ static void check_variants(void) {
 /* ---- no subnormal exp ------------------------------------------------------
  * A row whose scores lie within 20 of the max or 200 and more below it: the
  * vector variants' exp gives +0 for the far ones without computing a
- * subnormal (ops/vexp_x86.h, vexp16_nosub: each subnormal result costs a
+ * subnormal (ops/simd/vmath.h, gml_vexp_nosub: each subnormal result costs a
  * microcode assist on Intel, which made attention 2-8x slower on a Xeon),
  * and the normal outputs stay subnormal-free too. The thread's MXCSR
  * underflow (0x10) and denormal operand (0x02) flags must stay clear. The

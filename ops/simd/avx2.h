@@ -253,4 +253,20 @@ static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
     q[3] = _mm256_castpd_ps(_mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
+static inline gml_vi gml_vi_set1(int32_t x) { return _mm256_set1_epi32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) {
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b));
+}
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    p = _mm256_and_ps(p, _mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_NLE_UQ));
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)));
+    return _mm256_mul_ps(p, gml_avx2_pow2i(ni));
+}
+/* [hsum a, hsum b, hsum c, hsum d]: hadd pairs, then the halves */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

@@ -236,4 +236,22 @@ static inline void gml_vf_transpose_quarters(gml_vf q[4]) {
     q[3] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
 }
 
+static inline gml_vi gml_vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.0f), _CMP_NLE_UQ);
+    return _mm512_maskz_scalef_ps(keep, p, n);
+}
+/* [hsum a, hsum b, hsum c, hsum d]: the halves added, then pairs by hadd */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+#define GML_HALF(x) _mm256_add_ps(_mm512_castps512_ps256(x), \
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+    const __m256 ab = _mm256_hadd_ps(GML_HALF(a), GML_HALF(b));
+    const __m256 cd = _mm256_hadd_ps(GML_HALF(c), GML_HALF(d));
+#undef GML_HALF
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
 #endif /* GGMLITE_SIMD_AVX512_H */

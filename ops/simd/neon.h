@@ -252,4 +252,16 @@ static inline int gml_interleave_pos(int k) { return k; }
 static inline gml_vf gml_vf_bcast_quarter(const float *p) { return vld1q_dup_f32(p); }
 static inline void gml_vf_transpose_quarters(gml_vf q[4]) { gml_neon_tr4(q); }
 
+static inline gml_vi gml_vi_set1(int32_t x) { return vdupq_n_s32(x); }
+static inline gml_vm gml_vi_gt(gml_vi a, gml_vi b) { return vcgtq_s32(a, b); }
+/* p 2^n, n integral <= 0: +0 where n <= -126 (-inf too), NaN where n and p are (as AVX2) */
+static inline gml_vf gml_vf_ldexp_flush(gml_vf p, gml_vf n) {
+    p = gml_vf_zero_unless(vmvnq_u32(vcleq_f32(n, vdupq_n_f32(-126.0f))), p);
+    return vmulq_f32(p, gml_neon_pow2i(vcvtnq_s32_f32(gml_vf_max(n, vdupq_n_f32(-127.0f)))));
+}
+/* [hsum a, hsum b, hsum c, hsum d]: pairs, then pairs of pairs */
+static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float out[4]) {
+    vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */

@@ -48,6 +48,7 @@
  *     side by side per k, k in the ISA's order), gml_vf_bcast_quarter (GML_VL / 4
  *     floats repeated 4 times), gml_vf_transpose_quarters (quarter t of q[g] ->
  *     quarter g of q[t])
+ *   flash_attn: gml_vi_load/set1/gt, ldexp_flush, transpose, load_f16/bf16, hsum4 (ISA order)
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is

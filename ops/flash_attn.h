@@ -1,0 +1,97 @@
+/* What the files of the flash attention ops share (ops/flash_attn.c and
+ * the files beside it; not the micro-kernels, which see ops/ukernels.h
+ * only): the sources, the params, and the helpers the drivers, the
+ * reference kernels and the builders use. */
+#ifndef GGMLITE_FLASH_ATTN_H
+#define GGMLITE_FLASH_ATTN_H
+
+#include "attn_opts.h"
+#include "ukernels.h"
+
+/* Sources: q, k, v, mask, valid_lens, positions, sinks. */
+#define SRC_MASK 3
+#define SRC_LENS 4
+#define SRC_POS 5
+#define SRC_SINKS 6
+
+static inline gml_attn_params params_of(const gml_tensor *t) { return gml_attn_params_of(t); }
+
+static inline bool lens_ok(const gml_compute_params *p, const gml_tensor *dst) {
+    return gml_attn_lens_ok(p, "flash_attn", dst->src[SRC_LENS], dst->src[1]->ne[2]);
+}
+
+/* Keys [*lo, *hi) query i of batch b may see (the mask may still drop some). */
+static inline void key_range(const gml_tensor *dst, const gml_attn_params *par, int64_t b, int64_t i,
+                      int64_t *lo, int64_t *hi) {
+    gml_attn_key_range(par, dst->src[SRC_LENS], dst->src[SRC_POS], b, i, dst->src[0]->ne[2],
+                       dst->src[1]->ne[2], lo, hi);
+}
+
+static inline float sink_of(const gml_tensor *dst, int64_t h) {
+    const gml_tensor *sk = dst->src[SRC_SINKS];
+    return *(const float *)(const void *)gml_ptr(sk, 0, 0, 0, h);
+}
+
+#define REF_KEY_BLOCK 32
+
+/* Per thread: the scores of one key block and the accumulator, in double. */
+static inline size_t ref_work_doubles(const gml_tensor *dst) { return REF_KEY_BLOCK + (size_t)dst->ne[3]; }
+
+static inline bool kv_typed(const gml_tensor *dst) {
+    return dst->src[1]->type != GML_F32 || dst->src[2]->type != GML_F32;
+}
+
+/* Why the fast kernel cannot take dst (a note naming the reference), or
+ * NULL: key counts must fit int32 with room for one more (the SIMD variants
+ * compare j + 1 with them); the variants step their key blocks in size_t,
+ * past any count. */
+static inline const char *fast_refusal(const gml_tensor *dst) {
+    const gml_tensor *k = dst->src[1], *mask = dst->src[3];
+    if (k->ne[2] >= INT32_MAX) return "reference (Tk >= 2^31 - 1)";
+    if (mask && mask->nb[3] % sizeof(float) != 0)
+        return "reference (mask stride not a whole number of floats)";
+    return NULL;
+}
+
+/* flash_attn_partial's params: flash_attn's, then the absolute position of
+ * its first key. */
+typedef struct gml_partial_params {
+    gml_attn_params attn;
+    int64_t key0;
+} gml_partial_params;
+GML_PARAMS_FIT(gml_partial_params);
+
+static inline bool is_partial(const gml_tensor *dst) { return dst->op == GML_OP_FLASH_ATTN_PARTIAL; }
+static inline int64_t key0_of(const gml_tensor *dst) {
+    gml_partial_params pp;
+    gml_get_params(dst, &pp, sizeof pp);
+    return is_partial(dst) ? pp.key0 : 0;
+}
+
+static inline bool dec_eligible(const gml_tensor *dst) {
+    return is_partial(dst) || (dst->ne[1] / dst->src[1]->ne[1]) * dst->ne[2] <= GML_FLASH_DEC_MAX_ROWS;
+}
+
+/* The reference kernels (ops/flash_attn_ref.c). */
+void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst);
+void gml_f32_flash_partial__ref(const gml_compute_params *p, gml_tensor *dst);
+
+/* The decoding path (ops/flash_attn_dec.c): its scratch per thread and
+ * shared, the keys a row sees, the forward kernel. */
+size_t gml_flash_dec_thread_bytes(const gml_tensor *dst);
+size_t gml_flash_dec_shared_bytes(const gml_tensor *dst);
+void gml_flash_dec_key_range(const gml_tensor *dst, const gml_attn_params *par, int64_t key0,
+                             int64_t b, int64_t i, int64_t *lo, int64_t *hi, float *qpos);
+void gml_flash_dec_forward(const gml_compute_params *p, gml_tensor *dst);
+
+/* Rows [j0, j0 + n) of K or V (row r at base + r * row bytes, element c at
+ * + c * el) as f32 rows of d floats into buf (ops/flash_common.c). */
+void gml_flash_kv_load_rows(const char *base, size_t row, size_t el, gml_type type,
+                            gml_cvt_ukernel *cvt, size_t j0, size_t n, size_t d, float *buf);
+
+/* The builders' checks of flash_attn and flash_attn_partial
+ * (ops/flash_attn.c). */
+bool gml_flash_check(gml_context *ctx, const char *op, gml_tensor *q, gml_tensor *k,
+                     gml_tensor *v, float scale, const gml_attn_opts *o);
+
+#endif /* GGMLITE_FLASH_ATTN_H */

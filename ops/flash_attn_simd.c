@@ -1,0 +1,411 @@
+/* The flash attention prefill micro-kernels (ops/flash_attn.inc), written
+ * once over the SIMD layer and compiled once per ISA; only the register
+ * tiles, whose shapes depend on the register file, are chosen per ISA (at
+ * the end). The decode ones: ops/flash_dec_simd.c.
+ *
+ * gml_f32_flash_ukernel__<isa>_x<tile>: query rows along the lanes of NV
+ * vectors (tile = NV GML_VL rows), so the per-row softmax statistics are
+ * plain vector operations, never a horizontal reduction. For each block of
+ * KB keys:
+ *
+ *   scores   s[j][l] = sum_d k[j][d] qt[d][l]      (MRK keys x NV vectors of
+ *            accumulators; k broadcast from its rows in place)
+ *   masks    + the additive mask, then -inf for lanes past their key count
+ *   softmax  m' = max(m, max_j s[j]); p[j] = exp(s[j] - m'); l = l e^(m - m')
+ *            + sum_j p[j]; the output rescaled by e^(m - m') where it moved
+ *   values   ot[c][l] += sum_j v[j][c] p[j][l]      (MR output columns x NV
+ *            vectors; v broadcast from its rows in place)
+ *
+ * then out[l][c] = ot[c][l] / l[l]. */
+#include "simd/simd.h"
+#include "simd/vmath.h"
+#include "ukernels.h"
+
+#include <limits.h>
+#include <math.h>
+
+#define NV_MAX 4  /* vectors of query rows */
+#define MR_MAX 16 /* keys or columns of a register tile */
+
+/* gml_vexp_nosub of x <= 0, -inf or NaN (s - max and m - max of the online
+ * softmax), bitwise: no such lane reaches the upper clamp, a lane under the
+ * lower one has n <= -126 and is +0 either way (-inf: n = -inf), and the
+ * flush to +0 is the scaling's (gml_vf_ldexp_flush); fewer operations an
+ * exp, one exp a score. */
+static GML_SIMD_INLINE gml_vf vexp_nonpos(gml_vf x) {
+    gml_vf n;
+    const gml_vf p = gml_vexp_reduce(x, &n);
+    return gml_vf_ldexp_flush(p, n);
+}
+
+/* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
+ * row last (their scores are masked afterwards); bmax[v] the max of the
+ * scores of keys j < nk (max's order: a NaN passed over), kept in memory
+ * while the scores go (BMAX_MEM: the tile leaves no register for it) or in
+ * registers. True if a score is NaN or at least 2^102 in magnitude (inf
+ * included): then adding a finite mask may overflow, and a -inf score must
+ * not pass for a masked key. */
+static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nk,
+                                   size_t nkp, size_t last, float *s, gml_vf *bmax, const int NV,
+                                   const int MR, const bool BMAX_MEM) {
+    const size_t tile = GML_VL * (size_t)NV, dk = a->dk;
+    const gml_vf big = gml_vf_set1(0x1p102f);
+    _Alignas(64) float bm[NV_MAX * GML_VL];
+    gml_vm rare = gml_vm_first(0);
+    for (int v = 0; v < NV; v++) {
+        bmax[v] = gml_vf_set1(-INFINITY);
+        if (BMAX_MEM) gml_vf_storea(bm + GML_VL * v, bmax[v]);
+    }
+    for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
+        const float *kr[MR_MAX];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+            kr[r] = kb + (GML_MIN(j0 + jt + (size_t)r, last) - j0) * a->ldk;
+        gml_vf acc[MR_MAX][NV_MAX];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_zero();
+#pragma GCC unroll 4
+        for (size_t d = 0; d < dk; d++) {
+            gml_vf b[NV_MAX];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) b[v] = gml_vf_loada(a->qt + d * tile + GML_VL * (size_t)v);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; r++) {
+                const gml_vf x = gml_vf_set1(kr[r][d]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_fma(x, b[v], acc[r][v]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                rare = gml_vm_or(rare, gml_vm_not(gml_vf_lt(gml_vf_abs(acc[r][v]), big)));
+                gml_vf_storea(s + (jt + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
+                if (jt + (size_t)r >= nk) continue;
+                if (BMAX_MEM)
+                    gml_vf_storea(bm + GML_VL * v,
+                                  gml_vf_max(acc[r][v], gml_vf_loada(bm + GML_VL * v)));
+                else
+                    bmax[v] = gml_vf_max(acc[r][v], bmax[v]);
+            }
+    }
+    if (BMAX_MEM)
+        for (int v = 0; v < NV; v++) bmax[v] = gml_vf_loada(bm + GML_VL * v);
+    return gml_vm_any(rare);
+}
+
+/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
+ * p[j][.] for c in [ct, ct + MR); columns past dv read column dv - 1 (their
+ * rows of ot are padding). */
+static GML_SIMD_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t nk,
+                                         size_t ct, const float *p, float *ot, const gml_vf *alpha,
+                                         const int NV, const int MR, const uint8_t *skip) {
+    const size_t tile = GML_VL * (size_t)NV, dv = a->dv;
+    size_t off[MR_MAX];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+    gml_vf acc[MR_MAX][NV_MAX];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = gml_vf_loada(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v);
+            if (alpha) acc[r][v] = gml_vf_mul(acc[r][v], alpha[v]);
+        }
+    /* columns ct + r of the rows (constant offsets from vr + ct), or the
+     * clamped ones of a group past dv */
+#define VALUE_LOOP(COL)                                                                  \
+    for (size_t j = 0; j < nk; j++, vr += a->ldv) {                                      \
+        if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */          \
+        gml_vf w[NV_MAX];                                                                \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] =                      \
+            gml_vf_loada(p + j * tile + GML_VL * (size_t)v);                             \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                          \
+            const gml_vf x = gml_vf_set1(COL);                                           \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =             \
+                gml_vf_fma(x, w[v], acc[r][v]);                                          \
+        }                                                                                \
+    }
+    if (ct + (size_t)MR <= dv) {
+        const float *vr = vb + ct;
+        VALUE_LOOP(vr[r])
+    } else {
+        const float *vr = vb;
+        VALUE_LOOP(vr[off[r]])
+    }
+#undef VALUE_LOOP
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            gml_vf_storea(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
+}
+
+/* Every column c < dv: groups of MR, then the last few in a group of
+ * GML_VL / 4, GML_VL / 2 (if below MR) or MR. */
+static GML_SIMD_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk,
+                                   const float *p, float *ot, const gml_vf *alpha, const int NV,
+                                   const int MR, const uint8_t *skip) {
+    const size_t dv = a->dv;
+    size_t ct = 0;
+    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
+        values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+    if (ct == dv) return;
+    if (dv - ct <= GML_VL / 4) values_group(a, vb, nk, ct, p, ot, alpha, NV, GML_VL / 4, skip);
+    else if (dv - ct <= GML_VL / 2 && MR > GML_VL / 2)
+        values_group(a, vb, nk, ct, p, ot, alpha, NV, GML_VL / 2, skip);
+    else values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+}
+
+/* The options on a block of scores s[j][.], j < nk (gml_flash_score's
+ * operations in its order, vectorised): softcap on the dot products (a
+ * non-finite one NaN first, when the block is rare), ... */
+static GML_SIMD_INLINE void softcap_block(const gml_flash_args *a, size_t nk, size_t tile,
+                                          float *s, bool rare) {
+    if (rare)
+        for (size_t i = 0; i < nk * tile; i++)
+            if (!isfinite(s[i])) s[i] = NAN;
+    const gml_vf c = gml_vf_set1(a->softcap);
+    for (size_t i = 0; i < nk * tile; i += GML_VL)
+        gml_vf_storea(s + i, gml_vf_mul(c, gml_vtanh(gml_vf_div(gml_vf_loada(s + i), c))));
+}
+
+/* ... and after the mask, ALiBi: + slope[l] (j - qpos[l]); then -inf before
+ * each lane's first key (a window). */
+static GML_SIMD_INLINE void alibi_window_block(const gml_flash_args *a, size_t j0, size_t nk,
+                                               float *s, const int NV) {
+    const size_t tile = GML_VL * (size_t)NV;
+    if (a->slope)
+        for (size_t j = 0; j < nk; j++) {
+            const gml_vf jf = gml_vf_set1((float)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                float *sj = s + j * tile + GML_VL * (size_t)v;
+                const gml_vf d = gml_vf_sub(jf, gml_vf_load(a->qpos + GML_VL * v));
+                gml_vf_storea(sj, gml_vf_add(gml_vf_loada(sj),
+                                             gml_vf_mul(gml_vf_load(a->slope + GML_VL * v), d)));
+            }
+        }
+    if (a->first_key) {
+        int32_t fmax = 0;
+        for (size_t i = 0; i < a->nq; i++) fmax = GML_MAX(fmax, a->first_key[i]);
+        for (size_t j = 0; j < nk && j0 + j < (size_t)fmax; j++) {
+            const gml_vi jj = gml_vi_set1((int32_t)(j0 + j));
+            for (int v = 0; v < NV; v++) {
+                const gml_vm before = gml_vi_gt(gml_vi_load(a->first_key + GML_VL * v), jj);
+                float *sj = s + j * tile + GML_VL * (size_t)v;
+                gml_vf_storea(sj, gml_vf_select(before, gml_vf_set1(-INFINITY), gml_vf_loada(sj)));
+            }
+        }
+    }
+}
+
+/* gml_flash_finish's common case in vectors: no sink, every lane < nq with
+ * a positive finite sum (no poison) and finite outputs. out[l][c] = ot[c][l]
+ * * (1 / sum[l]), the same operations, GML_VL x GML_VL blocks transposed in
+ * registers. False, nothing decided, when a lane needs gml_flash_finish
+ * (which then writes every row again). */
+static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l, const float *ot,
+                                      const int NV) {
+    const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
+    if (a->sink) return false;
+    const gml_vf inf = gml_vf_set1(INFINITY), zero = gml_vf_zero();
+    gml_vf inv[NV_MAX];
+    gml_vm live[NV_MAX], bad[NV_MAX];
+    for (int v = 0; v < NV; v++) {
+        const size_t l0 = GML_VL * (size_t)v, n = nq > l0 ? GML_MIN((size_t)GML_VL, nq - l0) : 0;
+        live[v] = gml_vm_first(n);
+        const gml_vm ok = gml_vm_and(gml_vf_gt(l[v], zero), gml_vf_lt(l[v], inf));
+        if (gml_vm_any(gml_vm_and(live[v], gml_vm_not(ok)))) return false;
+        inv[v] = gml_vf_div(gml_vf_set1(1.0f), l[v]);
+        bad[v] = gml_vm_first(0);
+    }
+    /* every output finite first: nothing is written otherwise (lanes >= nq
+     * may hold anything) */
+    for (size_t c = 0; c < dv; c++)
+        for (int v = 0; v < NV; v++) {
+            const gml_vf x = gml_vf_mul(gml_vf_loada(ot + c * tile + GML_VL * (size_t)v), inv[v]);
+            bad[v] = gml_vm_or(bad[v], gml_vm_not(gml_vf_lt(gml_vf_abs(x), inf)));
+        }
+    for (int v = 0; v < NV; v++)
+        if (gml_vm_any(gml_vm_and(bad[v], live[v]))) return false;
+    for (int v = 0; v < NV; v++)
+        for (size_t c0 = 0; c0 < dv; c0 += GML_VL) {
+            const size_t nc = GML_MIN((size_t)GML_VL, dv - c0);
+            gml_vf r[GML_VL];
+            for (size_t i = 0; i < GML_VL; i++)
+                r[i] = i < nc ? gml_vf_mul(gml_vf_loada(ot + (c0 + i) * tile + GML_VL * (size_t)v),
+                                           inv[v])
+                              : zero;
+            gml_vf_transpose(r);
+            const gml_vm cols = gml_vm_first(nc);
+            for (size_t i = 0; i < GML_VL && GML_VL * (size_t)v + i < nq; i++) {
+                float *o = a->out[GML_VL * (size_t)v + i] + c0;
+                if (nc == GML_VL) gml_vf_store(o, r[i]);
+                else gml_vf_store_m(o, cols, r[i]);
+            }
+        }
+    return true;
+}
+
+/* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
+ * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
+static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
+                                        const int MR, const int KB, const bool BMAX_MEM,
+                                        const bool SAFE) {
+    const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
+    const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+    float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
+    const gml_vf neg_inf = gml_vf_set1(-INFINITY), zero = gml_vf_zero(), one = gml_vf_set1(1.0f);
+    gml_vf m[NV_MAX], l[NV_MAX];
+    gml_vi nkeys[NV_MAX];
+    gml_vm poison[NV_MAX]; /* safe pass: lanes that see a v row with NaN or inf */
+    uint8_t skip[GML_FLASH_MAX_KEY_BLOCK];
+    for (int v = 0; v < NV; v++) {
+        poison[v] = gml_vm_first(0);
+        m[v] = neg_inf;
+        l[v] = zero;
+        nkeys[v] = gml_vi_load(a->n_keys + GML_VL * v);
+    }
+    int32_t nmax = 0, nmin = INT32_MAX;
+    for (size_t i = 0; i < nq; i++) {
+        nmax = GML_MAX(nmax, a->n_keys[i]);
+        nmin = GML_MIN(nmin, a->n_keys[i]);
+    }
+    for (size_t i = 0; i < dvp * tile; i += GML_VL) gml_vf_storea(ot + i, zero);
+
+    for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += (size_t)KB) {
+        const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
+        const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
+        gml_flash_kv_rows(a, j0, nk, &kb, &vb);
+        const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
+        gml_vf smax[NV_MAX];
+        const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK, BMAX_MEM);
+        /* smax holds the block's max unless something below changes scores */
+        const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
+                           j0 + nk <= (size_t)nmin;
+        if (a->softcap > 0) softcap_block(a, nk, tile, s, rare);
+
+        /* the mask first, then -inf past each lane's keys: a key the lane
+         * does not see stays hidden whatever the mask holds there (NaN and
+         * +inf added to -inf would make the lane NaN). Scores under 2^102
+         * (the usual case) plus a mask cannot overflow, and a -inf mask
+         * makes them -inf: a plain add keeps the contract (ggmlite.h,
+         * MASKS). Otherwise (a score huge, inf or NaN: rare) each score goes
+         * through gml_masked_score / gml_visible_score: -inf where the mask
+         * is -inf whatever the score, NaN for a -inf score not hidden. */
+        if (a->mask && !rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] += a->mask[i][(j0 + j) * a->mask_stride];
+        else if (a->mask)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] =
+                        gml_masked_score(s[j * tile + i], a->mask[i][(j0 + j) * a->mask_stride]);
+        else if (rare)
+            for (size_t i = 0; i < nq; i++)
+                for (size_t j = 0; j < nk; j++)
+                    s[j * tile + i] = gml_visible_score(s[j * tile + i]);
+        alibi_window_block(a, j0, nk, s, NV);
+        if (j0 + nk > (size_t)nmin) /* some lane's keys end in this block */
+            for (size_t j = 0; j < nk; j++) {
+                const gml_vi jj1 = gml_vi_set1((int32_t)(j0 + j + 1));
+                for (int v = 0; v < NV; v++) { /* j >= n_keys, as j + 1 > n_keys */
+                    const gml_vm past = gml_vi_gt(jj1, nkeys[v]);
+                    float *sj = s + j * tile + GML_VL * (size_t)v;
+                    gml_vf_storea(sj, gml_vf_select(past, neg_inf, gml_vf_loada(sj)));
+                }
+            }
+
+        if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
+            for (size_t j = 0; j < nk; j++) {
+                const float *vr = vb + j * a->ldv;
+                float z = 0;
+                for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
+                skip[j] = z != z;
+                if (skip[j])
+                    for (int v = 0; v < NV; v++) {
+                        const gml_vf sj = gml_vf_loada(s + j * tile + GML_VL * (size_t)v);
+                        poison[v] = gml_vm_or(poison[v], gml_vm_not(gml_vf_eq(sj, neg_inf)));
+                    }
+            }
+
+        /* online softmax. NaN scores are passed over by the max (max returns
+         * its second operand) and make their lane NaN through exp. exp
+         * without subnormals (vexp_nonpos, as gml_vexp_nosub): terms below
+         * 2^-125.5 are +0, else the scores of a real model (spread over more
+         * than 87) make millions of subnormals, each a microcode assist on
+         * Intel. Without masks or options the block's max comes from the
+         * score registers (no pass over s). */
+        gml_vf base[NV_MAX], alpha[NV_MAX];
+        bool moved = false;
+        for (int v = 0; v < NV; v++) {
+            gml_vf bmax = plain ? smax[v] : neg_inf;
+            if (!plain)
+                for (size_t j = 0; j < nk; j++)
+                    bmax = gml_vf_max(gml_vf_loada(s + j * tile + GML_VL * (size_t)v), bmax);
+            const gml_vf mnew = gml_vf_max(bmax, m[v]);
+            /* a lane that has seen no key yet takes exp(s - 0): every term 0 */
+            const gml_vm none = gml_vf_eq(mnew, neg_inf);
+            base[v] = gml_vf_select(none, zero, mnew);
+            alpha[v] = vexp_nonpos(gml_vf_sub(m[v], base[v])); /* 0 while m is -inf */
+            moved |= gml_vm_any(gml_vm_not(gml_vf_eq(alpha[v], one)));
+            m[v] = mnew;
+        }
+        for (int v = 0; v < NV; v++) {
+            gml_vf acc = zero;
+            for (size_t j = 0; j < nk; j++) {
+                float *sj = s + j * tile + GML_VL * (size_t)v;
+                const gml_vf e = vexp_nonpos(gml_vf_sub(gml_vf_loada(sj), base[v]));
+                gml_vf_storea(sj, e);
+                acc = gml_vf_add(acc, e);
+            }
+            l[v] = gml_vf_fma(l[v], alpha[v], acc);
+        }
+        /* where the max grew in some lane, what it weighted is rescaled as
+         * the value loop loads it */
+        values(a, vb, nk, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
+    }
+
+    /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
+     * where l is, the rare lanes with a NaN or inf in v recomputed) */
+    if (!SAFE && finish_vec(a, l, ot, NV)) return true;
+    float sum[NV_MAX * GML_VL], mx[NV_MAX * GML_VL];
+    for (int v = 0; v < NV; v++) {
+        gml_vf_store(sum + GML_VL * v, gml_vf_select(poison[v], gml_vf_set1(NAN), l[v]));
+        gml_vf_store(mx + GML_VL * v, m[v]);
+    }
+    return gml_flash_finish(a, tile, sum, mx, ot, SAFE);
+}
+
+/* A lane whose output came out NaN or inf though its sum is finite: a v
+ * row with NaN or inf, hidden (0 * NaN) or not. The block is computed again
+ * with those rows skipped and the lanes that see them NaN: the others get
+ * bitwise what they got (but for the sign of a zero). */
+static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const int MRK,
+                                  const int MR, const int KB, const bool BMAX_MEM) {
+    if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false))
+        flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true);
+}
+
+/* ---- the register tiles, per ISA ---------------------------------------------
+ * flash(a, NV, MRK, MR, KB, BMAX_MEM): NV vectors of query rows, MRK keys a
+ * score tile and MR columns a value tile (MR NV accumulators, with NV + 1
+ * registers for the operands), key blocks of KB (a multiple of MRK whose K,
+ * V, scores, q^T and o fit L1), the block max in memory when the score tile
+ * leaves no register for it. */
+#if defined(GML_SIMD_AVX512)
+/* 32 zmm: 16 score accumulators and 8 (16 rows: 16) value accumulators */
+void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash(a, 2, 8, 8, 64, false); }
+void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash(a, 1, 16, 16, 64, false); }
+#elif defined(GML_SIMD_AVX2)
+/* 16 ymm: 6 keys x 2 vectors of accumulators, 2 of q^T, 1 of k; key blocks
+ * of 48 (64 computed 66 in 6s, 3% for nothing), 40 KiB at d = 64 */
+void gml_f32_flash_ukernel__avx2_x16(const gml_flash_args *a) { flash(a, 2, 6, 6, 48, true); }
+#elif defined(GML_SIMD_NEON)
+/* 32 q registers: 6 keys x 4 vectors of accumulators, 4 of q^T, 1 of k */
+void gml_f32_flash_ukernel__neon_x16(const gml_flash_args *a) { flash(a, 4, 6, 6, 48, true); }
+#endif
