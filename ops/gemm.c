@@ -671,7 +671,9 @@ static gemm_plan make_plan(const gml_gemm_desc *d, const gml_gemm_variant *v, in
          * 5 x 176 + 144, not 5 x 192 + 64): no thin last block, whose
          * B micro-panels pass through L1 for a few calls each */
         const int64_t k_unit = d->b_type == GML_Q8_0 ? GML_QK8_0 : 8;
-        pl.KC = bl.kc % k_unit == 0 ? even_block(K, bl.kc, k_unit) : bl.kc;
+        /* q8_0: whole blocks of 32 (a tile's KC is a multiple of 8 only:
+         * 336 for NEON's 8x12 with a 32 KiB L1) */
+        pl.KC = even_block(K, GML_MAX(bl.kc / k_unit * k_unit, k_unit), k_unit);
         pl.KC = GML_MIN(K, pl.KC);
         /* only where the tiles split M (mt > 1: each M tile packed B again);
          * tiles split along N alone pack B once already, and each thread
