@@ -622,7 +622,20 @@ static void test_bad_npy(void) {
     /* file errors */
     EXPECT_FAIL(gml_load_npy(tmp_path("missing.npy"), "x", err, sizeof err), "missing.npy",
                 "No such file or directory");
-    EXPECT_FAIL(gml_load_npy(tmpdir, "x", err, sizeof err), "not a regular file");
+    EXPECT_FAIL(gml_load_npy(tmpdir, "x", err, sizeof err), "is a directory, not a regular file");
+    /* a FIFO with no writer: refused at once (an open() that blocked would
+     * hang here: the alarm ends the test instead) */
+    const char *fifo = tmp_path("fifo.npy");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+    alarm(20);
+    EXPECT_FAIL(gml_load_npy(fifo, "x", err, sizeof err), "fifo.npy: is a FIFO, not a regular file");
+    EXPECT_FAIL(gml_load_safetensors(fifo, err, sizeof err), "fifo.npy: is a FIFO, not a regular file");
+    gml_safetensors *st = gml_safetensors_open(fifo, err, sizeof err);
+    CHECK(!st && strstr(err, "is a FIFO, not a regular file"), "mapping a FIFO: %s", err);
+    gml_safetensors_close(st);
+    EXPECT_FAIL(gml_load_npy("/dev/null", "x", err, sizeof err), "/dev/null: is a character device, not a regular file");
+    alarm(0);
+    remove(fifo);
 }
 
 static void test_bad_safetensors(void) {

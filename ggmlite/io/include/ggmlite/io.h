@@ -22,6 +22,9 @@ extern "C" {
  *   w.safetensors: tensor 'w_q.weight': data_offsets [0, 4096] end past the
  *   data buffer (1024 bytes, at file offset 72)
  * They check everything and never read outside the input, whatever it holds.
+ * They read regular files only, opened without blocking: a FIFO (which
+ * would block until a writer came), a device, a socket or a directory is
+ * refused at once: "x.npy: is a FIFO, not a regular file".
  * Savers write any strides (a permuted or sliced view saves what it shows,
  * in logical C order) to a temporary file in the same directory renamed into
  * place, so a failed save leaves no partial file and the old one intact;
