@@ -1219,6 +1219,11 @@ static void test_shard_index(void) {
               !strcmp(e[1].name, "b") && !strcmp(e[1].shard, "s2.safetensors"),
           "an index parses: %s", err);
     gml_free_safetensors_index(e, n);
+    const char *backslash = "{\"weight_map\": {\"a\\\\u0000\": \"s\\\\\\\"\"}}"; /* "a\\u0000": "s\\\"" */
+    CHECK(gml_parse_safetensors_index(backslash, strlen(backslash), "i.json", &e, &n, err, sizeof err) == GML_OK &&
+              n == 1 && !strcmp(e[0].name, "a\\u0000") && !strcmp(e[0].shard, "s\\\""),
+          "an escaped backslash before u0000 is no NUL: %s", err);
+    gml_free_safetensors_index(e, n);
     static const struct { const char *text, *sub; } BAD[] = {
         {"{\"weight_map\": {\"a\": \"s.safetensors\"}", "i.json: offset"},
         {"{\"weight_map\": {\"a\": \"s.safetensors\"}} x", "unexpected byte 0x78 after the JSON object"},
@@ -1230,6 +1235,13 @@ static void test_shard_index(void) {
         {"{\"weight_map\": {\"a\": \"\"}}", "is not a shard file name"},
         {"{\"weight_map\": {\"a\\u0001\": \"s\"}}", "is not a shard file name"},
         {"{\"weight_map\": {\"a\": \"s\", \"a\": \"t\"}}", "weight_map names 'a' twice"},
+        /* cJSON would cut these at the NUL: "w_q.weight" bound, "zz" lost */
+        {"{\"weight_map\": {\"w_q.weight\\u0000zz\": \"s\"}}",
+         "offset 16: key 'w_q.weight\\x00zz' holds \\u0000 (a NUL byte"},
+        {"{\"weight_map\": {\"a\": \"s.safetensors\\u0000x\"}}",
+         "the value 's.safetensors\\x00x' of key 'a' holds \\u0000"},
+        {"{\"metadata\": {\"k\\u0000\": 1}, \"weight_map\": {\"a\": \"s\"}}", "key 'k\\x00' holds \\u0000"},
+        {"{\"weight_map\": {\"a\tb\": \"s\"}}", "key 'a\\x09b' holds raw byte 0x09"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         err[0] = '\0';

@@ -824,6 +824,72 @@ static bool ends_with(const char *s, const char *tail) {
  * {"name": "shard file", ...}}, as huggingface's save_pretrained writes it:
  * its pairs, checked (an object of strings; a shard is a relative file name
  * with no "/.." climbing out, no control byte; no name twice). */
+/* cJSON cuts a string at a \u0000 ("w\u0000zz" is "w") and takes raw control
+ * bytes inside strings; this pass over the text of the JSON value (len
+ * bytes, valid JSON) refuses both, naming the string as written and, for a
+ * value, its key. (Escaped control characters other than \u0000 reach the
+ * checks of names and paths decoded.) */
+/* The JSON string of n bytes at s (quotes included) decoded for a message:
+ * escapes of ASCII as the byte (so \u0000 shows as \x00), others as
+ * written; then as gml_printable_n shows it. */
+static const char *json_string_shown(const char *s, size_t n, char *buf, size_t size) {
+    char dec[256];
+    size_t k = 0;
+    for (size_t i = 1; i + 1 < n && k < sizeof dec; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 2 < n) {
+            char e = s[++i];
+            int v = e == 'u' && i + 5 < n ? hex4(s + i + 1) : -1;
+            if (v >= 0 && v < 0x80) c = (char)v, i += 4;
+            else if (e == 'u') c = '\\', i--;
+            else c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b'
+                     : e == 'f' ? '\f' : e;
+        }
+        dec[k++] = c;
+    }
+    return gml_printable_n(dec, k, buf, size);
+}
+
+static bool index_strings_check(const char *s, size_t len, const char *what, char *err,
+                                size_t err_size) {
+    size_t key_at = 0, key_len = 0; /* the last key seen, as written (quotes included) */
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '"') continue;
+        const size_t at = i;
+        int raw = -1;     /* the first raw control byte */
+        bool nul = false; /* a \u0000 */
+        for (i++; i < len && s[i] != '"'; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (c < 0x20 && raw < 0) raw = c;
+            if (c != '\\' || i + 1 >= len) continue;
+            if (s[i + 1] == 'u' && i + 5 < len && hex4(s + i + 2) == 0) nul = true;
+            i++; /* the escaped character: a quote there does not end the string */
+        }
+        const size_t str_len = i < len ? i - at + 1 : len - at;
+        size_t j = i + 1;
+        while (j < len && s[j] && strchr(" \t\r\n", s[j])) j++;
+        const bool is_key = j < len && s[j] == ':';
+        if (raw >= 0 || nul) {
+            char shown[160], key[120], what_bad[96];
+            json_string_shown(s + at, str_len, shown, sizeof shown);
+            if (nul)
+                snprintf(what_bad, sizeof what_bad, "\\u0000 (a NUL byte, which would cut it short)");
+            else
+                snprintf(what_bad, sizeof what_bad, "raw byte 0x%02x (JSON needs control characters "
+                         "escaped)", raw);
+            if (is_key)
+                return gml_errf(err, err_size, "%s: offset %zu: key '%s' holds %s; tensor names and "
+                                "shard paths must not", what, at, shown, what_bad);
+            return gml_errf(err, err_size, "%s: offset %zu: the value '%s' of key '%s' holds %s; tensor "
+                            "names and shard paths must not", what, at, shown,
+                            key_len ? json_string_shown(s + key_at, key_len, key, sizeof key) : "",
+                            what_bad);
+        }
+        if (is_key) key_at = at, key_len = str_len;
+    }
+    return true;
+}
+
 gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
                                        gml_st_index_entry **entries, int *n, char *err,
                                        size_t err_size) {
@@ -839,6 +905,7 @@ gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *
                         at), GML_ERR_INVALID;
     }
     gml_status st = GML_ERR_INVALID;
+    if (!index_strings_check(buf, (size_t)(end - (const char *)buf), what, err, err_size)) goto done;
     for (size_t i = (size_t)(end - (const char *)buf); i < len; i++)
         if (!strchr(" \t\r\n", ((const char *)buf)[i]) || !((const char *)buf)[i]) {
             gml_errf(err, err_size, "%s: offset %zu: unexpected byte 0x%02x after the JSON object",

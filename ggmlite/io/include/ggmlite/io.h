@@ -78,7 +78,8 @@ GML_API void gml_safetensors_close(gml_safetensors *st);
  * uses): its weight_map's (name, shard file) pairs in file order; free them
  * with gml_free_safetensors_index. Refused: not one JSON object, no
  * weight_map object, a value that is not a string, a shard path that is
- * absolute or holds "..", a control byte in a name or path, a name twice. */
+ * absolute or holds "..", a control byte in a name or path (raw or escaped;
+ * \u0000 anywhere, which cJSON would cut the string at), a name twice. */
 typedef struct gml_st_index_entry {
     char *name, *shard;
 } gml_st_index_entry;
