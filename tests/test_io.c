@@ -1260,8 +1260,20 @@ static void test_shard_index(void) {
     CHECK(write_bytes(tmp_path("s2.safetensors"), buf, len), "write s2");
     const char *index = tmp_path("model.safetensors.index.json");
     CHECK(write_bytes(index, good, strlen(good)), "write the index");
+    /* s2 holds c, which the index leaves out: unexpected (strict), or set aside */
+    err[0] = '\0';
     gml_safetensors *st = gml_safetensors_open(index, err, sizeof err);
-    CHECK(st && gml_safetensors_count(st) == 2 && gml_safetensors_find(st, "c") < 0, "the index's tensors only: %s", err);
+    CHECK(!st && strstr(err, "model.safetensors.index.json: weight_map leaves out 'c', which shard "
+                             "s2.safetensors holds: an unexpected tensor (1 in all)"),
+          "a tensor the index leaves out: %s", err);
+    st = gml_safetensors_open_flags(index, GML_ST_UNLISTED, err, sizeof err);
+    const char *c_file = NULL;
+    CHECK(st && gml_safetensors_count(st) == 2 && gml_safetensors_find(st, "c") < 0 &&
+              gml_safetensors_unlisted(st, 0, &c_file) && !strcmp(gml_safetensors_unlisted(st, 0, NULL), "c") &&
+              c_file && strstr(c_file, "s2.safetensors") && !gml_safetensors_unlisted(st, 1, NULL),
+          "GML_ST_UNLISTED: the index's tensors only, c set aside: %s", err);
+    CHECK(!gml_safetensors_open_flags(index, 2, err, sizeof err) && strstr(err, "unknown flags 0x2"),
+          "unknown flags: %s", err);
     if (st) {
         gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
         gml_tensor *a = gml_safetensors_tensor(st, gml_safetensors_find(st, "a"), c, NULL, err, sizeof err);

@@ -735,6 +735,8 @@ struct gml_safetensors {
     int n;
     st_map *maps;
     int n_maps;
+    st_item *unlisted; /* an index's shards' tensors its weight_map leaves out (GML_ST_UNLISTED) */
+    int n_unlisted;
 };
 
 static void unmap_all(gml_safetensors *st) {
@@ -754,6 +756,8 @@ void gml_safetensors_close(gml_safetensors *st) {
         free(st->items[i].copy);
     }
     free(st->items);
+    for (int i = 0; i < st->n_unlisted; i++) free(st->unlisted[i].name);
+    free(st->unlisted);
     unmap_all(st);
     free(st);
 }
@@ -979,7 +983,8 @@ static int cmp_item_name(const void *a, const void *b) {
     return strcmp(((const st_item *)a)->name, ((const st_item *)b)->name);
 }
 
-static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *err, size_t es) {
+static gml_safetensors *open_index(gml_safetensors *st, const char *path, unsigned flags, char *err,
+                                   size_t es) {
     void *text;
     size_t len;
     gml_st_index_entry *ent = NULL;
@@ -1011,12 +1016,11 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
         ok = shard >= 0 && add_file(st, shard, st->maps[shard].path, err, es);
         free(full);
     }
-    /* every name of the index is in the shard it names; tensors a shard holds that the
-     * index does not list are left out */
+    /* every name of the index is in the shard it names */
     for (int i = 0; ok && i < n; i++) {
-        st_item key = {.name = ent[i].name}, *it = NULL;
+        st_item *it = NULL;
         for (int k = 0; k < st->n && !it; k++)
-            if (strcmp(st->items[k].name, key.name) == 0 &&
+            if (st->items[k].shard >= 0 && strcmp(st->items[k].name, ent[i].name) == 0 &&
                 ends_with(st->maps[st->items[k].shard].path, ent[i].shard) &&
                 strlen(st->maps[st->items[k].shard].path) == dir_len + strlen(ent[i].shard))
                 it = &st->items[k];
@@ -1028,13 +1032,30 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
             it->shard = -1 - it->shard; /* listed: kept */
         }
     }
-    int kept = 0;
+    /* a tensor a shard holds that weight_map leaves out: unexpected, as
+     * load_state_dict(strict=True) says; with GML_ST_UNLISTED set aside */
+    int kept = 0, n_out = 0;
+    for (int k = 0; ok && k < st->n; k++) n_out += st->items[k].shard >= 0;
+    if (ok && n_out && !(flags & GML_ST_UNLISTED)) {
+        const st_item *it = NULL;
+        for (int k = 0; !it; k++)
+            if (st->items[k].shard >= 0) it = &st->items[k];
+        char shown[100];
+        ok = gml_errf(err, es, "%s: weight_map leaves out '%s', which shard %s holds: an unexpected "
+                      "tensor (%d in all); an index lists every tensor of its shards",
+                      path, gml_printable(it->name, shown, sizeof shown),
+                      st->maps[it->shard].path + dir_len, n_out);
+    }
+    if (ok && n_out) {
+        st->unlisted = malloc((size_t)n_out * sizeof *st->unlisted);
+        if (!st->unlisted) ok = gml_errf(err, es, "%s: out of memory", path);
+    }
     for (int k = 0; ok && k < st->n; k++) {
         if (st->items[k].shard < 0) {
             st->items[k].shard = -1 - st->items[k].shard;
             st->items[kept++] = st->items[k];
         } else {
-            free(st->items[k].name);
+            st->unlisted[st->n_unlisted++] = st->items[k];
         }
     }
     if (ok) st->n = kept;
@@ -1060,11 +1081,14 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
     return NULL;
 }
 
-gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+gml_safetensors *gml_safetensors_open_flags(const char *path, unsigned flags, char *err,
+                                            size_t err_size) {
     if (!path) return gml_errf(err, err_size, "(null): no path given"), NULL;
+    if (flags & ~(unsigned)GML_ST_UNLISTED)
+        return gml_errf(err, err_size, "%s: unknown flags 0x%x", path, flags), NULL;
     gml_safetensors *st = calloc(1, sizeof *st);
     if (!st) return gml_errf(err, err_size, "%s: out of memory", path), NULL;
-    if (ends_with(path, ".json")) return open_index(st, path, err, err_size);
+    if (ends_with(path, ".json")) return open_index(st, path, flags, err, err_size);
     int shard = map_file(st, path, err, err_size);
     if (shard < 0 || !add_file(st, shard, path, err, err_size)) {
         gml_safetensors_close(st);
@@ -1073,7 +1097,17 @@ gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_si
     return st;
 }
 
+gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+    return gml_safetensors_open_flags(path, 0, err, err_size);
+}
+
 int gml_safetensors_count(const gml_safetensors *st) { return st ? st->n : 0; }
+
+const char *gml_safetensors_unlisted(const gml_safetensors *st, int i, const char **file) {
+    if (!st || i < 0 || i >= st->n_unlisted) return NULL;
+    if (file) *file = st->maps[st->unlisted[i].shard].path;
+    return st->unlisted[i].name;
+}
 
 const char *gml_safetensors_name(const gml_safetensors *st, int i) {
     return st && i >= 0 && i < st->n ? st->items[i].name : NULL;
