@@ -192,7 +192,10 @@ void rg_data_free(rg_data *d);
 bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                              const gml_attn_weights *w, rg_err *e);
 /* The weights loader of every single-process mode and the layers: maps path
- * (a safetensors file, or a sharded checkpoint's index .json) into d->st. */
+ * (a safetensors file, or a sharded checkpoint's index .json) into d->st.
+ * A tensor an index's shard holds that its weight_map leaves out is an
+ * error naming them (unexpected, as load_state_dict(strict=True) says);
+ * non_strict: ignored, listed in a note on stderr. */
 bool rg_weights_open(const char *path, bool non_strict, rg_data *d, rg_err *e);
 /* Then d->wctx: a header for each tensor of d->st whose name starts with
  * d->prefix, named without it, its data in the mapping (d->w_index,

@@ -268,10 +268,26 @@ static bool detect_prefix(const rg_opts *o, rg_data *d, rg_err *e) {
 }
 
 bool rg_weights_open(const char *path, bool non_strict, rg_data *d, rg_err *e) {
-    (void)non_strict;
     char err[1024];
-    d->st = gml_safetensors_open(path, err, sizeof err);
+    d->st = gml_safetensors_open_flags(path, GML_ST_UNLISTED, err, sizeof err);
     if (!d->st) return rg_fail(e, RG_RUNTIME, "%s", err);
+    /* an index's shards' tensors its weight_map leaves out: unexpected */
+    char list[900] = "";
+    int n = 0;
+    for (const char *file, *name; (name = gml_safetensors_unlisted(d->st, n, &file)); n++) {
+        const char *base = strrchr(file, '/');
+        const size_t k = strlen(list);
+        if (n < 5 && k < sizeof list)
+            snprintf(list + k, sizeof list - k, "%s'%.120s' (in %.120s)", n ? ", " : "", name, base ? base + 1 : file);
+    }
+    rg_names_end(list, sizeof list, n);
+    if (n && !non_strict)
+        return rg_fail(e, RG_RUNTIME, "%s: weight_map leaves out %d tensor%s its shards hold: %s (unexpected, as "
+                       "load_state_dict(strict=True) says; --non-strict ignores them)", path, n,
+                       n == 1 ? "" : "s", list);
+    if (n)
+        fprintf(stderr, "run-graph: note: %s: weight_map leaves out %d tensor%s its shards hold, ignored "
+                "(--non-strict): %s\n", path, n, n == 1 ? "" : "s", list);
     return true;
 }
 
