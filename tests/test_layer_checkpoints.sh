@@ -85,16 +85,16 @@ check "the llama stack runs" test -n "$ref"
     extra=model.norm.weight extra=lm_head.weight
 mkdir whole
 "$MK" st-shard whole.safetensors whole ""
-expect_error 1 "whole/model.safetensors.index.json: 3 tensors not used by 2 llama layers: 'model.embed_tokens.weight', 'lm_head.weight', 'model.norm.weight'" \
+expect_error 1 "whole/model.safetensors.index.json: 3 tensors not used by 2 llama layers: model.embed_tokens.weight, lm_head.weight, model.norm.weight" \
     "a whole checkpoint, strict" "${A[@]}" --weights whole/model.safetensors.index.json
 check "... says --non-strict ignores them" grep -qF -- "--non-strict ignores them" "$T/err"
 same "a whole checkpoint, --non-strict: the layers' bytes" "$ref" "${A[@]}" --weights whole/model.safetensors.index.json --non-strict
-check "... the extras listed as ignored" grep -qF "run-graph: note: whole/model.safetensors.index.json: 3 tensors not used by 2 llama layers, ignored (--non-strict): 'model.embed_tokens.weight'" "$T/d.err"
+check "... the extras listed as ignored" grep -qF "run-graph: note: whole/model.safetensors.index.json: 3 tensors not used by 2 llama layers, ignored (--non-strict): model.embed_tokens.weight, lm_head.weight, model.norm.weight" "$T/d.err"
 same "--prefix model.layers" "$ref" "${A[@]}" --weights whole/model.safetensors.index.json --non-strict --prefix model.layers
 same "--prefix model.layers. (with the dot)" "$ref" "${A[@]}" --weights whole.safetensors --non-strict --prefix model.layers.
 long=a_multimodal_wrapper_with_a_rather_long_name.language_model.
 "$MK" st-rename whole.safetensors long.safetensors "$long"
-expect_error 1 "long.safetensors: no llama layer 0: expected model.layers.0.input_layernorm.weight or layers.0.input_layernorm.weight (or give --prefix)" \
+expect_error 1 "long.safetensors: no llama layer 0: expected model.layers.0.input_layernorm.weight or layers.0.input_layernorm.weight; it holds '${long}model.layers.0.input_layernorm.weight'" \
     "a wrapper prefix, not detected" "${A[@]}" --weights long.safetensors
 same "--prefix under a wrapper (names over 63 bytes)" "$ref" "${A[@]}" --weights long.safetensors --non-strict --prefix "${long}model.layers"
 expect_error 1 "no llama layer 0 under --prefix 'model.layers.0': expected model.layers.0.0.input_layernorm.weight (--prefix names the layers' list" \
@@ -104,7 +104,7 @@ one=$(ldigest llama --heads 6 --kv-heads 1 --input "$L/x.npy" --weights whole.sa
 check "layer 0 alone runs ($one)" test -n "$one" -a "$one" != "$ref"
 same "--prefix naming the one layer" "$one" llama --heads 6 --kv-heads 1 --input "$L/x.npy" \
     --weights whole.safetensors --non-strict --prefix model.layers.0
-expect_error 1 "whole.safetensors: 12 tensors not used by 1 llama layer: 'model.layers.1.input_layernorm.weight'" \
+expect_error 1 "whole.safetensors: 12 tensors not used by 1 llama layer: model.layers.1.input_layernorm.weight" \
     "a layer past --layers, strict" llama --heads 6 --kv-heads 1 --input "$L/x.npy" --weights whole.safetensors
 G=$FIX/gpt2_stack2
 "$MK" st-rename "$G/weights.safetensors" gpt2_whole.safetensors "" extra=transformer.wte.weight \
@@ -125,7 +125,7 @@ expect_error 1 "llama_mqa_stack2/left_out.index.json: weight_map leaves out 1 te
     "a tensor the index leaves out: unexpected" "${A[@]}" --weights llama_mqa_stack2/left_out.index.json
 run "${A[@]}" --weights llama_mqa_stack2/left_out.index.json --non-strict
 check "... --non-strict ignores it, saying so" grep -qF "run-graph: note: llama_mqa_stack2/left_out.index.json: weight_map leaves out 1 tensor its shards hold, ignored (--non-strict): 'model.layers.1.mlp.up_proj.weight'" "$T/err"
-check "... and the layer then misses it" grep -qF "missing 1.mlp.up_proj.weight (names under 'model.layers.'" "$T/err"
+check "... and the layer then misses it" grep -qF "llama weights: missing model.layers.1.mlp.up_proj.weight" "$T/err"
 # mha: a bias the index leaves out was dropped, and the run gave another result
 X0=$SRC/tests/fixtures/loading/builtin_seqfirst/x.npy
 W0=$SRC/tests/fixtures/loading/builtin_seqfirst/weights.safetensors

@@ -12,7 +12,8 @@
  * bert.encoder.layer. (bert); a single layer may have no index ("<prefix>.<HF
  * name>" with --prefix, or just the HF names). The weights are read by
  * run-graph's loader (rg_weights_open: a safetensors file or a sharded
- * checkpoint's index, mapped), the tensors under the list named without it.
+ * checkpoint's index, mapped), named as in the file (without the list when
+ * a name is too long for a tensor's).
  * Loading is strict: a required tensor missing, or a tensor of the file that
  * none of the N layers uses (a whole checkpoint's embeddings and final norm,
  * a layer past --layers), is an error naming them; --non-strict lists the
@@ -81,12 +82,13 @@ typedef union lweights {
 
 typedef struct run {
     lopts o;
-    rg_data d;                  /* --weights, mapped: d.st, d.wctx (named without d.prefix, the list) */
+    rg_data d;                  /* --weights, mapped: d.st, d.wctx (named without d.prefix) */
     gml_context *wctx, *xctx, *ctx; /* wctx: d.wctx, or the random weights (the run's own) */
     gml_tensor *x, *lens, *out;
     gml_graph *g;
-    char prefix_fmt[64]; /* layer i's prefix in wctx's names: "%d.", "" (one layer), or
-                          * (random weights) "model.layers.%d." */
+    char list[256];       /* the layers' list in the file's names: "model.layers.", "" */
+    char prefix_fmt[600]; /* layer i's prefix in wctx's names: the list (unless d.prefix
+                           * holds it: names too long) and "%d." (none for one layer) */
     bool noted;          /* --non-strict's note said */
     lweights *w;
     int64_t B, T, D, F;
@@ -100,11 +102,22 @@ static void prefix_of(const run *r, int layer, char *buf, size_t size) {
     snprintf(buf, size, r->prefix_fmt, layer);
 }
 
-/* Layer l's prefix in the file's names (the list, then the layer's). */
+/* Layer l's prefix in the file's names. */
 static void file_prefix_of(const run *r, int layer, char *buf, size_t size) {
     snprintf(buf, size, "%s", r->d.prefix);
     const size_t k = strlen(buf);
     if (k < size) snprintf(buf + k, size - k, r->prefix_fmt, layer);
+}
+
+/* prefix_fmt: the list (with any '%' doubled: it is a format) unless d.prefix
+ * took it, then "%d." when the layers are indexed. */
+static void set_prefix_fmt(run *r, bool indexed) {
+    size_t k = 0;
+    for (const char *c = r->d.prefix[0] ? "" : r->list; *c && k + 4 < sizeof r->prefix_fmt; c++) {
+        if (*c == '%') r->prefix_fmt[k++] = '%';
+        r->prefix_fmt[k++] = *c;
+    }
+    snprintf(r->prefix_fmt + k, sizeof r->prefix_fmt - k, "%s", indexed ? "%d." : "");
 }
 
 /* Whether the file holds name (list + rest). */
@@ -114,53 +127,71 @@ static bool file_has(const run *r, const char *list, const char *rest) {
     return gml_safetensors_find(r->d.st, name) >= 0;
 }
 
-/* Where the file's layers are: d.prefix, the list (named without it in
- * wctx), and prefix_fmt, layer i's prefix under it. */
+/* Where the file's layers are: the list, whether they are indexed under it
+ * (layer i at "<list><i>.") or it is the one layer, and d.prefix: the list
+ * when a tensor name under it is too long for a tensor's (named without it
+ * then), else "". */
 static bool settle_list(run *r, rg_err *e) {
     const lkind k = r->o.kind;
     const char *key = KEY_NAME[k];
     char key0[96];
     snprintf(key0, sizeof key0, "0.%s", key);
-    snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%%d.");
+    bool found = false, indexed = true;
     if (r->o.prefix) { /* as PyTorch writes it, with or without the trailing dot */
         const size_t n = strlen(r->o.prefix);
-        if (n + 2 > sizeof r->d.prefix) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", r->o.prefix);
-        snprintf(r->d.prefix, sizeof r->d.prefix, "%s%s", r->o.prefix, n && r->o.prefix[n - 1] != '.' ? "." : "");
-        if (file_has(r, r->d.prefix, key0)) return true;
-        if (r->o.layers == 1 && file_has(r, r->d.prefix, key)) { /* the layer itself */
-            r->prefix_fmt[0] = '\0';
-            return true;
-        }
+        if (n + 2 > sizeof r->list) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", r->o.prefix);
+        snprintf(r->list, sizeof r->list, "%s%s", r->o.prefix, n && r->o.prefix[n - 1] != '.' ? "." : "");
+        found = file_has(r, r->list, key0);
+        if (!found && r->o.layers == 1 && file_has(r, r->list, key)) found = true, indexed = false; /* the layer itself */
+    } else if (r->o.layers == 1 && file_has(r, "", key)) {
+        r->list[0] = '\0';
+        found = true, indexed = false;
     } else {
-        if (r->o.layers == 1 && file_has(r, "", key)) {
-            r->d.prefix[0] = r->prefix_fmt[0] = '\0';
-            return true;
-        }
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < 2 && !found; p++)
             if (file_has(r, LIST[k][p], key0)) {
-                snprintf(r->d.prefix, sizeof r->d.prefix, "%s", LIST[k][p]);
-                return true;
+                snprintf(r->list, sizeof r->list, "%s", LIST[k][p]);
+                found = true;
             }
     }
-    char some[700] = "";
+    if (found) {
+        const size_t ll = strlen(r->list);
+        bool too_long = false;
+        for (int i = 0; i < gml_safetensors_count(r->d.st) && !too_long; i++) {
+            const char *name = gml_safetensors_name(r->d.st, i);
+            too_long = strncmp(name, r->list, ll) == 0 && strlen(name) >= GML_MAX_NAME;
+        }
+        snprintf(r->d.prefix, sizeof r->d.prefix, "%s", too_long ? r->list : "");
+        set_prefix_fmt(r, indexed);
+        return true;
+    }
+    /* what the file holds: with shapes when every name fits a tensor's */
+    char some[1024] = "it holds ";
+    r->d.prefix[0] = '\0';
+    rg_err ignored = {0};
     const int count = gml_safetensors_count(r->d.st);
-    for (int i = 0; i < count; i++) rg_names_add(some, sizeof some, i, gml_safetensors_name(r->d.st, i));
-    rg_names_end(some, sizeof some, count);
+    bool all = rg_weights_under_prefix(r->o.weights, &r->d, &ignored);
+    for (int i = 0; all && i < r->d.n_w; i++) all = r->d.w_tensor[i] != NULL;
+    if (all) {
+        rg_list_weights(r->d.wctx, some, sizeof some);
+    } else {
+        for (int i = 0; i < count; i++) rg_names_add(some, sizeof some, i, gml_safetensors_name(r->d.st, i));
+        rg_names_end(some, sizeof some, count);
+    }
     if (r->o.prefix)
         return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0 under --prefix '%s': expected %s%s%s%s%s (--prefix names the "
-                       "layers' list, as 'model.layers'%s); it holds %s", r->o.weights, KIND_NAME[k], r->o.prefix,
-                       r->d.prefix, key0, r->o.layers == 1 ? " or " : "", r->o.layers == 1 ? r->d.prefix : "",
+                       "layers' list, as 'model.layers'%s); %s", r->o.weights, KIND_NAME[k], r->o.prefix,
+                       r->list, key0, r->o.layers == 1 ? " or " : "", r->o.layers == 1 ? r->list : "",
                        r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", or the one layer" : "", some);
-    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s (or give --prefix); it holds %s",
+    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s (--prefix names another list)",
                    r->o.weights, KIND_NAME[k], r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", " : "",
                    LIST[k][0], key0, LIST[k][1], key0, some);
 }
 
-/* Whether a name in wctx belongs to one of the layers. */
+/* Whether a name in wctx belongs to one of the layers (whose finds bind
+ * every name under their prefix, or refuse it). */
 static bool in_a_layer(const run *r, const char *name) {
-    if (r->prefix_fmt[0] == '\0') return true; /* one layer: bound strictly by its find */
     for (int l = 0; l < r->o.layers; l++) {
-        char prefix[64];
+        char prefix[600];
         prefix_of(r, l, prefix, sizeof prefix);
         if (strncmp(name, prefix, strlen(prefix)) == 0) return true;
     }
@@ -171,7 +202,7 @@ static bool bind_layers(run *r, rg_err *e) {
     const lkind k = r->o.kind;
     char err[1536];
     for (int l = 0; l < r->o.layers; l++) {
-        char prefix[64];
+        char prefix[600];
         prefix_of(r, l, prefix, sizeof prefix);
         gml_status st = k == L_LLAMA  ? gml_llama_weights_find(r->wctx, prefix, &r->w[l].llama, err, sizeof err)
                         : k == L_GPT2 ? gml_gpt2_weights_find(r->wctx, prefix, &r->w[l].gpt2, err, sizeof err)
@@ -184,7 +215,8 @@ static bool bind_layers(run *r, rg_err *e) {
     if (!r->d.st) return true; /* random weights: the layers' own */
     /* strict: every tensor of the file belongs to one of the layers (those
      * outside the list, or past the layers, or named too long to bind are not) */
-    char list[900] = "";
+    char unused[1024] = "";
+    size_t len = 0;
     int n_unused = 0;
     const int count = gml_safetensors_count(r->d.st);
     const size_t pl = strlen(r->d.prefix);
@@ -192,19 +224,21 @@ static bool bind_layers(run *r, rg_err *e) {
         const char *name = gml_safetensors_name(r->d.st, i);
         if (strncmp(name, r->d.prefix, pl) == 0 && strlen(name + pl) < GML_MAX_NAME && in_a_layer(r, name + pl))
             continue;
-        rg_names_add(list, sizeof list, n_unused++, name);
+        if (len + 8 < sizeof unused)
+            len += (size_t)snprintf(unused + len, sizeof unused - len, "%s%s", n_unused ? ", " : "", name);
+        n_unused++;
     }
     if (!n_unused) return true;
-    rg_names_end(list, sizeof list, n_unused);
+    const char *more = len + 8 >= sizeof unused ? "..." : "";
     if (!r->o.non_strict)
-        return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s not used by %d %s layer%s: %s (more layers? give --layers; "
+        return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s not used by %d %s layer%s: %s%s (more layers? give --layers; "
                        "a whole checkpoint's embeddings and final norm: --non-strict ignores them)", r->o.weights,
                        n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k], r->o.layers > 1 ? "s" : "",
-                       list);
+                       unused, more);
     if (!r->noted)
-        fprintf(stderr, "run-graph: note: %s: %d tensor%s not used by %d %s layer%s, ignored (--non-strict): %s\n",
+        fprintf(stderr, "run-graph: note: %s: %d tensor%s not used by %d %s layer%s, ignored (--non-strict): %s%s\n",
                 r->o.weights, n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k],
-                r->o.layers > 1 ? "s" : "", list);
+                r->o.layers > 1 ? "s" : "", unused, more);
     r->noted = true;
     return true;
 }
@@ -252,7 +286,10 @@ static bool make_weights(run *r, rg_err *e) {
     r->wctx = gml_init((gml_init_params){.mem_size = (size_t)bytes + (size_t)(n * r->o.layers) *
                                                          (gml_tensor_overhead() + 64) + 4096});
     if (!r->wctx) return rg_fail(e, RG_RUNTIME, "out of memory for the random weights");
-    if (r->o.layers > 1) snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%s%%d.", LIST[k][0]);
+    if (r->o.layers > 1) {
+        snprintf(r->list, sizeof r->list, "%s", LIST[k][0]);
+        set_prefix_fmt(r, true);
+    }
     for (int l = 0; l < r->o.layers; l++)
         for (int i = 0; i < n; i++) {
             char name[GML_MAX_NAME];
@@ -453,12 +490,8 @@ static bool execute(run *r, rg_err *e) {
     if (ok) {
         const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
         char shape[64], pfx[320] = "none";
-        if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
-            const char *d = strstr(r->prefix_fmt, "%d");
-            snprintf(pfx, sizeof pfx, "%s%.*s<i>%s", r->d.prefix, (int)(d - r->prefix_fmt), r->prefix_fmt, d + 2);
-        } else if (r->d.prefix[0]) {
-            snprintf(pfx, sizeof pfx, "%s", r->d.prefix);
-        }
+        if (r->list[0]) /* "model.layers.<i>." */
+            snprintf(pfx, sizeof pfx, "%s%s", r->list, strstr(r->prefix_fmt, "%d.") ? "<i>." : "");
         printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d", KIND_NAME[o->kind], r->B, r->T, r->D, r->H);
         if (o->kind == L_LLAMA) printf(" G=%d", r->G);
         printf(", %d layer%s", o->layers, o->layers > 1 ? "s" : "");
