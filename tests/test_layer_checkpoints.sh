@@ -96,6 +96,7 @@ long=a_multimodal_wrapper_with_a_rather_long_name.language_model.
 "$MK" st-rename whole.safetensors long.safetensors "$long"
 expect_error 1 "long.safetensors: no llama layer 0: expected model.layers.0.input_layernorm.weight or layers.0.input_layernorm.weight; it holds '${long}model.layers.0.input_layernorm.weight'" \
     "a wrapper prefix, not detected" "${A[@]}" --weights long.safetensors
+check "... says --prefix" grep -qF "(or give --prefix: the layers' list)" "$T/err"
 same "--prefix under a wrapper (names over 63 bytes)" "$ref" "${A[@]}" --weights long.safetensors --non-strict --prefix "${long}model.layers"
 expect_error 1 "no llama layer 0 under --prefix 'model.layers.0': expected model.layers.0.0.input_layernorm.weight (--prefix names the layers' list" \
     "--prefix naming a layer of a stack" "${A[@]}" --weights whole.safetensors --non-strict --prefix model.layers.0

@@ -182,7 +182,7 @@ static bool settle_list(run *r, rg_err *e) {
                        "layers' list, as 'model.layers'%s); %s", r->o.weights, KIND_NAME[k], r->o.prefix,
                        r->list, key0, r->o.layers == 1 ? " or " : "", r->o.layers == 1 ? r->list : "",
                        r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", or the one layer" : "", some);
-    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s (--prefix names another list)",
+    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s (or give --prefix: the layers' list)",
                    r->o.weights, KIND_NAME[k], r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", " : "",
                    LIST[k][0], key0, LIST[k][1], key0, some);
 }
