@@ -222,8 +222,8 @@ static void packed_q8_0(void) {
         sp.b_v = rows_copy(ctx, pk.in_proj_bias, D + kv, kv);
         sp.w_o = pk.w_o;
         for (int impl = GML_ATTN_FUSED; impl <= GML_ATTN_UNFUSED; impl++)
-            for (int64_t T = 3; T <= 11; T += 8) {
-                gml_tensor *x = input(ctx, 2, T, D, &r);
+            for (int64_t T = 3; T <= 11; T += 8) { /* B T = 3 rows (matrix-vector), 22 (GEMM) */
+                gml_tensor *x = input(ctx, T == 3 ? 1 : 2, T, D, &r);
                 gml_attn_config c = {.dims = {.n_heads = (int)H, .n_kv_heads = G},
                                      .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
                                      .graph.impl = (gml_attn_impl)impl};
