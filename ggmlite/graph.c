@@ -230,6 +230,10 @@ gml_status gml_graph_lock(gml_graph *g, const char *what) {
 }
 
 void gml_graph_unlock(gml_graph *g) {
+    /* A compute of g refused on this thread (a node callback computing its
+     * own graph) was inside this one: its message is done with, and g->err
+     * says how this compute ended. */
+    if (refused.id == g->id) refused.id = 0;
     held = g->held_up;
     pthread_mutex_unlock(&g->mu);
 }
