@@ -58,22 +58,44 @@ static const size_t OBJ_SIZE = (sizeof(struct gml_object) + GML_ALIGN - 1) / GML
 
 size_t gml_tensor_overhead(void) { return OBJ_SIZE; }
 
+/* ---- the thread's message ----------------------------------------------------- */
+
+static _Thread_local char thread_err[GML_ERR_MAX];
+
+void *gml_thread_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(thread_err, sizeof thread_err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+/* ---- contexts ---------------------------------------------------------------- */
+
 gml_context *gml_init(gml_init_params params) {
+    const size_t size = params.mem_size;
+    /* Sizes past PTRDIFF_MAX are no object's: refused before any rounding
+     * (to 64 bytes, to 2 MiB pages) could wrap. */
+    if (size > (size_t)PTRDIFF_MAX)
+        return gml_thread_fail("gml_init: mem_size %zu is larger than any object can be (at most "
+                               "%td bytes)", size, PTRDIFF_MAX);
+    if (params.mem_buffer && (uintptr_t)params.mem_buffer > UINTPTR_MAX - size)
+        return gml_thread_fail("gml_init: mem_size %zu at mem_buffer %p runs past the end of the "
+                               "address space", size, params.mem_buffer);
     gml_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return NULL;
+    if (!ctx) return gml_thread_fail("gml_init: out of memory (the context, %zu bytes)", sizeof *ctx);
     ctx->no_alloc = params.no_alloc;
-    ctx->mem_size = params.mem_size;
+    ctx->mem_size = size;
     if (params.mem_buffer) {
         ctx->mem = params.mem_buffer;
-    } else if (params.mem_size > 0) {
+    } else if (size > 0) {
         /* headers only: no rows streamed, and a huge page would make the
          * few KiB touched 2 MiB resident */
-        ctx->mem = params.no_alloc
-                       ? aligned_alloc(GML_ALIGN, gml_align_up(params.mem_size, GML_ALIGN))
-                       : gml_alloc_arena(params.mem_size, &ctx->mem_mapped);
+        ctx->mem = params.no_alloc ? aligned_alloc(GML_ALIGN, gml_align_up(size, GML_ALIGN))
+                                   : gml_alloc_arena(size, &ctx->mem_mapped);
         if (!ctx->mem) {
             free(ctx);
-            return NULL;
+            return gml_thread_fail("gml_init: cannot allocate an arena of mem_size %zu bytes", size);
         }
         ctx->mem_owned = true;
     }
@@ -92,9 +114,10 @@ void gml_free(gml_context *ctx) {
 
 const char *gml_version(void) { return GML_VERSION; }
 
-const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : ""; }
+const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : thread_err; }
 void gml_clear_error(gml_context *ctx) {
     if (ctx) ctx->err[0] = '\0';
+    else thread_err[0] = '\0';
 }
 size_t gml_used_mem(const gml_context *ctx) { return ctx->used; }
 size_t gml_mem_required(const gml_context *ctx) { return ctx->required; }
@@ -103,13 +126,13 @@ bool gml_get_no_alloc(const gml_context *ctx) { return ctx->no_alloc; }
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    vsnprintf(ctx ? ctx->err : thread_err, GML_ERR_MAX, fmt, ap);
     va_end(ap);
     return NULL;
 }
 
 gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) {
-    if (ctx) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    vsnprintf(ctx ? ctx->err : thread_err, GML_ERR_MAX, fmt, ap);
     return NULL;
 }
 

@@ -45,9 +45,13 @@ struct gml_context {
 };
 
 /* Records a message on the context (replacing any earlier one) and returns
- * NULL, so builders can `return gml_fail(ctx, ...)`. (gml_set_error, the
- * public form, also takes a NULL ctx.) */
+ * NULL, so builders can `return gml_fail(ctx, ...)`; ctx NULL: on the
+ * thread, as gml_thread_fail. */
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* Records the calling thread's message, for a call with no context to keep
+ * it (gml_last_error(NULL) reads it); returns NULL. */
+void *gml_thread_fail(const char *fmt, ...) GML_PRINTF(1, 2);
 
 /* A new tensor made by op from its n_src sources (NULL ones allowed: an
  * optional input), set as src[0..n_src-1]; contiguous, data allocated unless

@@ -23,12 +23,17 @@ typedef struct gml_init_params {
     bool no_alloc;     /* headers only: tensors get data == NULL */
 } gml_init_params;
 
-/* Returns NULL only if malloc fails or mem_size is too small to be useful. */
+/* NULL, with a message naming the size for the thread (gml_last_error(NULL)),
+ * if mem_size is over PTRDIFF_MAX (no object is that large: the arena's
+ * rounding would wrap), if mem_buffer + mem_size passes the end of the
+ * address space, or if the arena cannot be allocated. */
 GML_API gml_context *gml_init(gml_init_params params);
 GML_API void gml_free(gml_context *ctx);
 
-GML_API const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
-GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
+/* "" when none. ctx NULL: the calling thread's message, of the last call
+ * that had no context to keep it (gml_init). */
+GML_API const char *gml_last_error(const gml_context *ctx);
+GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: the thread's */
 /* For builders of your own (as the attention blocks of <ggmlite/attention.h>
  * are): records a message on ctx as ggmlite's builders do, replacing any
  * earlier one, and returns NULL, so a builder can report a mistake with
@@ -36,8 +41,9 @@ GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: does no
  *     if (x->ne[3] % 2) return gml_set_error(ctx, "my_rope(x): odd last dim: %s",
  *                                            gml_format_shape(x, s, sizeof s));
  * and gml_build_graph then refuses the context, as for any builder error.
- * The message is cut at 511 bytes. ctx NULL: does nothing. gml_set_error_v
- * takes a va_list, for wrappers of your own. */
+ * The message is cut at 511 bytes. ctx NULL: the message is the thread's
+ * (gml_last_error(NULL)). gml_set_error_v takes a va_list, for wrappers of
+ * your own. */
 GML_API gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 GML_API gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) GML_PRINTF(2, 0);
 
