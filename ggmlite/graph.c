@@ -97,6 +97,11 @@ static bool visit(gml_graph *g, gml_tensor *root) {
 }
 
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs) {
+    if (!gml_check_ctx(ctx, __func__)) return NULL;
+    if (!outputs) {
+        gml_fail(ctx, "gml_build_graph: outputs is NULL");
+        return NULL;
+    }
     if (n_outputs < 1) {
         gml_fail(ctx, "build_graph: no outputs given");
         return NULL;
@@ -159,36 +164,56 @@ void gml_graph_free(gml_graph *g) {
     free(g);
 }
 
-int gml_graph_n_nodes(const gml_graph *g) { return g->n_nodes; }
-int gml_graph_n_leafs(const gml_graph *g) { return g->n_leafs; }
+int gml_graph_n_nodes(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_nodes;
+}
+int gml_graph_n_leafs(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_leafs;
+}
 
 gml_tensor *gml_graph_node(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
     if (i < 0) i += g->n_nodes;
     return i >= 0 && i < g->n_nodes ? g->nodes[i] : NULL;
 }
 
 gml_tensor *gml_graph_leaf(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
     if (i < 0) i += g->n_leafs;
     return i >= 0 && i < g->n_leafs ? g->leafs[i] : NULL;
 }
 
 int gml_graph_use_count(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, 0);
+    GML_NONNULL(t, 0);
     int idx = lookup(g, t);
     return idx < 0 ? 0 : g->entries[idx].uses;
 }
 
 int gml_graph_find(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, -1);
+    GML_NONNULL(t, -1);
     int idx = lookup(g, t);
     return idx < 0 || g->entries[idx].pos < 0 ? -1 : g->entries[idx].pos;
 }
 
-int gml_graph_n_tensors(const gml_graph *g) { return g->n_entries; }
+int gml_graph_n_tensors(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_entries;
+}
 
 gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
     return i >= 0 && i < g->n_entries ? g->entries[i].t : NULL;
 }
 
-int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, -1);
+    GML_NONNULL(t, -1);
+    return lookup(g, t);
+}
 
 /* ---- one compute of a graph at a time ------------------------------------- */
 
@@ -239,6 +264,7 @@ void gml_graph_unlock(gml_graph *g) {
 }
 
 const char *gml_graph_error(const gml_graph *g) {
+    if (!g) return gml_last_error(NULL);
     return refused.id == g->id ? refused.msg : g->err;
 }
 
@@ -344,6 +370,8 @@ static void print_row(FILE *f, const char *kind, int i, const gml_tensor *t, int
 }
 
 void gml_graph_print(const gml_graph *g, FILE *f) {
+    GML_NONNULL(g, );
+    GML_NONNULL(f, );
     fprintf(f, "graph: %d nodes, %d leafs (strides in elements)\n", g->n_nodes, g->n_leafs);
     fprintf(f, "%-4s %4s  %-28s %-17s %-18s %-22s %4s  %s\n", "", "#", "name", "op", "shape",
             "strides", "uses", "call");
@@ -362,6 +390,8 @@ static void dot_escape(FILE *f, const char *s) {
 }
 
 gml_status gml_graph_dump_dot(const gml_graph *g, const char *path) {
+    GML_NONNULL(g, GML_ERR_INVALID);
+    GML_NONNULL(path, GML_ERR_INVALID);
     FILE *f = fopen(path, "w");
     if (!f) return GML_ERR_IO;
     fprintf(f, "digraph ggmlite {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n");
@@ -423,6 +453,7 @@ static void hash_tensor(XXH3_state_t *st, const gml_graph *g, const gml_tensor *
 }
 
 uint64_t gml_graph_digest(const gml_graph *g) {
+    GML_NONNULL(g, 0);
     XXH3_state_t *st = XXH3_createState();
     if (!st) return 0;
     XXH3_64bits_reset(st);
@@ -436,6 +467,7 @@ uint64_t gml_graph_digest(const gml_graph *g) {
 }
 
 double gml_graph_flops(const gml_graph *g) {
+    GML_NONNULL(g, 0);
     double total = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const gml_op_def *def = gml_op_get(g->nodes[i]->op);

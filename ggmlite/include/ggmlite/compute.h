@@ -125,7 +125,8 @@ GML_API gml_status gml_graph_compute(gml_graph *g, int n_threads);
  * message for the refused thread alone, never overwriting the running
  * compute's, until that thread's own compute of g ends (a callback that
  * computed its own graph and then returned false: the outer compute's
- * "stopped by the node callback"). Read it on the thread that computed. */
+ * "stopped by the node callback"). Read it on the thread that computed.
+ * g NULL: the thread's message, as gml_last_error(NULL). */
 GML_API const char *gml_graph_error(const gml_graph *g);
 
 /* The data t has in g's computes: the header's data if it has some, else
