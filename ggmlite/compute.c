@@ -427,6 +427,8 @@ static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n
 /* Computes g, its lock held. */
 static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threads) {
     g->err[0] = '\0';
+    char why[GML_ERR_MAX - 64];
+    if (!gml_graph_alive(g, why, sizeof why)) return gml_graph_fail(g, GML_ERR_INVALID, "compute: %s", why);
     if (n_threads < 1 || n_threads > GML_MAX_THREADS)
         return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
                               n_threads, GML_MAX_THREADS);
