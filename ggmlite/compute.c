@@ -89,11 +89,15 @@ void gml_kernel_fail(const gml_compute_params *p, const char *fmt, ...) {
 }
 
 void gml_graph_set_callback(gml_graph *g, gml_node_callback cb, void *user) {
+    GML_NONNULL(g, );
     g->callback = cb;
     g->callback_user = user;
 }
 
-void gml_graph_set_nan_trap(gml_graph *g, bool on) { g->nan_trap = on; }
+void gml_graph_set_nan_trap(gml_graph *g, bool on) {
+    GML_NONNULL(g, );
+    g->nan_trap = on;
+}
 
 /* Every tensor must have data before anything runs: binds the graph's
  * copies afresh (the user may have placed an input, or re-pointed one, since
@@ -283,6 +287,7 @@ static const struct gml_step *node_step(const gml_graph *g, int i) {
 }
 
 const char *gml_graph_node_kernel(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
     const struct gml_step *st = node_step(g, i);
     if (!st) return NULL;
     if (st->kernel) return st->kernel;
@@ -422,6 +427,8 @@ static gml_status run(struct gml_compute_shared *sh, gml_threadpool *pool, int n
 /* Computes g, its lock held. */
 static gml_status compute_locked(gml_graph *g, gml_threadpool *pool, int n_threads) {
     g->err[0] = '\0';
+    char why[GML_ERR_MAX - 64];
+    if (!gml_graph_alive(g, why, sizeof why)) return gml_graph_fail(g, GML_ERR_INVALID, "compute: %s", why);
     if (n_threads < 1 || n_threads > GML_MAX_THREADS)
         return gml_graph_fail(g, GML_ERR_INVALID, "compute: n_threads is %d, must be in [1, %d]",
                               n_threads, GML_MAX_THREADS);
@@ -456,10 +463,12 @@ static gml_status compute(gml_graph *g, gml_threadpool *pool, bool pooled, int n
 }
 
 gml_status gml_graph_compute(gml_graph *g, int n_threads) {
+    GML_NONNULL(g, GML_ERR_INVALID);
     return compute(g, NULL, false, n_threads);
 }
 
 gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
+    GML_NONNULL(g, GML_ERR_INVALID);
     return compute(g, pool, true, gml_threadpool_n_threads(pool));
 }
 

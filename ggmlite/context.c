@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
@@ -58,22 +59,168 @@ static const size_t OBJ_SIZE = (sizeof(struct gml_object) + GML_ALIGN - 1) / GML
 
 size_t gml_tensor_overhead(void) { return OBJ_SIZE; }
 
+/* ---- the thread's message ----------------------------------------------------- */
+
+static _Thread_local char thread_err[GML_ERR_MAX];
+
+void *gml_thread_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(thread_err, sizeof thread_err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+/* ---- the live contexts ---------------------------------------------------------
+ * A list under a lock: a context is in it from gml_init to gml_free. Lookups
+ * compare addresses only, so a freed context or tensor is never read. The
+ * list is short (the contexts a program holds at once) and scanned. */
+
+struct live {
+    gml_context *ctx;
+    uintptr_t lo, hi; /* its arena: [lo, hi) */
+};
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct live *live;
+static size_t n_live, live_cap;
+
+/* A child forked while another thread held the lock would never get it:
+ * the fork waits for it, and both sides let it go. */
+static void live_lock(void) { pthread_mutex_lock(&live_mu); }
+static void live_unlock(void) { pthread_mutex_unlock(&live_mu); }
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+static void live_watch_forks(void) { pthread_atfork(live_lock, live_unlock, live_unlock); }
+
+static bool live_add(gml_context *ctx) {
+    pthread_once(&live_once, live_watch_forks);
+    pthread_mutex_lock(&live_mu);
+    bool ok = true;
+    if (n_live == live_cap) {
+        const size_t cap = live_cap ? live_cap * 2 : 16;
+        struct live *grown = realloc(live, cap * sizeof *grown);
+        if (grown) {
+            live = grown;
+            live_cap = cap;
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) live[n_live++] = (struct live){ctx, (uintptr_t)ctx->mem, (uintptr_t)ctx->mem + ctx->mem_size};
+    pthread_mutex_unlock(&live_mu);
+    return ok;
+}
+
+/* Index of ctx among the live ones, or -1 (live_mu held). */
+static long live_find(const gml_context *ctx) {
+    for (size_t i = 0; i < n_live; i++)
+        if (live[i].ctx == ctx) return (long)i;
+    return -1;
+}
+
+/* The live context whose arena holds p, or NULL (live_mu held). */
+static gml_context *live_holding(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n_live; i++)
+        if (a >= live[i].lo && a < live[i].hi) return live[i].ctx;
+    return NULL;
+}
+
+bool gml_ctx_live(const gml_context *ctx) {
+    if (!ctx) return false;
+    pthread_mutex_lock(&live_mu);
+    const bool yes = live_find(ctx) >= 0;
+    pthread_mutex_unlock(&live_mu);
+    return yes;
+}
+
+bool gml_ctx_live_id(const gml_context *ctx, uint64_t id) {
+    pthread_mutex_lock(&live_mu);
+    const bool yes = live_find(ctx) >= 0 && ctx->id == id;
+    pthread_mutex_unlock(&live_mu);
+    return yes;
+}
+
+gml_context *gml_ctx_holding(const void *p, uint64_t *id) {
+    pthread_mutex_lock(&live_mu);
+    gml_context *c = live_holding(p);
+    if (c && id) *id = c->id;
+    pthread_mutex_unlock(&live_mu);
+    return c;
+}
+
+#define NOT_LIVE "is not a live context (freed by gml_free, or not made by gml_init)"
+
+bool gml_check_ctx(const gml_context *ctx, const char *fn) {
+    if (!ctx) return gml_thread_fail("%s: ctx is NULL", fn), false;
+    if (!gml_ctx_live(ctx)) return gml_thread_fail("%s: ctx " NOT_LIVE, fn), false;
+    return true;
+}
+
+/* The i-th name of "a, b, c" (", "-separated) into buf. */
+static const char *nth_name(const char *names, int i, char *buf, size_t size) {
+    const char *s = names;
+    for (; i > 0 && s; i--) {
+        s = strchr(s, ',');
+        if (s) s += strspn(s, ", ");
+    }
+    const size_t n = s ? strcspn(s, ",") : 0;
+    snprintf(buf, size, "%.*s", (int)GML_MIN(n, size - 1), s ? s : "?");
+    return buf;
+}
+
+bool gml_enter(gml_context *ctx, const char *fn, const char *names, const gml_tensor *const *t,
+               int n, int n_required) {
+    if (!ctx) return gml_thread_fail("%s: ctx is NULL", fn), false;
+    pthread_mutex_lock(&live_mu);
+    if (live_find(ctx) < 0) {
+        pthread_mutex_unlock(&live_mu);
+        return gml_thread_fail("%s: ctx " NOT_LIVE, fn), false;
+    }
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++)
+        if (t[i] ? !live_holding(t[i]) : i < n_required) bad = i;
+    pthread_mutex_unlock(&live_mu);
+    if (bad < 0) return true;
+    char name[GML_MAX_NAME];
+    nth_name(names, bad, name, sizeof name);
+    if (!t[bad]) {
+        if (!ctx->err[0]) gml_fail(ctx, "%s: %s is NULL", fn, name);
+    } else {
+        gml_fail(ctx, "%s: %s is not a tensor of a live context: its context was freed "
+                 "(gml_free), or it is a graph's copy of a header (gml_graph_tensor, a node "
+                 "callback's node) or a header of your own", fn, name);
+    }
+    return false;
+}
+
+/* ---- contexts ---------------------------------------------------------------- */
+
 gml_context *gml_init(gml_init_params params) {
+    const size_t size = params.mem_size;
+    /* Sizes past PTRDIFF_MAX are no object's: refused before any rounding
+     * (to 64 bytes, to 2 MiB pages) could wrap. */
+    if (size > (size_t)PTRDIFF_MAX)
+        return gml_thread_fail("gml_init: mem_size %zu is larger than any object can be (at most "
+                               "%td bytes)", size, PTRDIFF_MAX);
+    if (params.mem_buffer && (uintptr_t)params.mem_buffer > UINTPTR_MAX - size)
+        return gml_thread_fail("gml_init: mem_size %zu at mem_buffer %p runs past the end of the "
+                               "address space", size, params.mem_buffer);
     gml_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return NULL;
+    if (!ctx) return gml_thread_fail("gml_init: out of memory (the context, %zu bytes)", sizeof *ctx);
+    static atomic_uint_least64_t last_id;
+    ctx->id = atomic_fetch_add(&last_id, 1) + 1;
     ctx->no_alloc = params.no_alloc;
-    ctx->mem_size = params.mem_size;
+    ctx->mem_size = size;
     if (params.mem_buffer) {
         ctx->mem = params.mem_buffer;
-    } else if (params.mem_size > 0) {
+    } else if (size > 0) {
         /* headers only: no rows streamed, and a huge page would make the
          * few KiB touched 2 MiB resident */
-        ctx->mem = params.no_alloc
-                       ? aligned_alloc(GML_ALIGN, gml_align_up(params.mem_size, GML_ALIGN))
-                       : gml_alloc_arena(params.mem_size, &ctx->mem_mapped);
+        ctx->mem = params.no_alloc ? aligned_alloc(GML_ALIGN, gml_align_up(size, GML_ALIGN))
+                                   : gml_alloc_arena(size, &ctx->mem_mapped);
         if (!ctx->mem) {
             free(ctx);
-            return NULL;
+            return gml_thread_fail("gml_init: cannot allocate an arena of mem_size %zu bytes", size);
         }
         ctx->mem_owned = true;
     }
@@ -81,35 +228,62 @@ gml_context *gml_init(gml_init_params params) {
     size_t skew = (size_t)((uintptr_t)ctx->mem % GML_ALIGN);
     ctx->used = skew ? GML_ALIGN - skew : 0;
     if (ctx->used > ctx->mem_size) ctx->used = ctx->mem_size;
+    if (!live_add(ctx)) {
+        if (ctx->mem_owned) gml_free_arena(ctx->mem, ctx->mem_mapped);
+        free(ctx);
+        return gml_thread_fail("gml_init: out of memory (the list of live contexts)");
+    }
     return ctx;
 }
 
 void gml_free(gml_context *ctx) {
     if (!ctx) return;
+    pthread_mutex_lock(&live_mu);
+    const long i = live_find(ctx);
+    if (i >= 0) live[i] = live[--n_live];
+    pthread_mutex_unlock(&live_mu);
+    if (i < 0) {
+        gml_thread_fail("gml_free: ctx " NOT_LIVE ": nothing freed");
+        return;
+    }
     if (ctx->mem_owned) gml_free_arena(ctx->mem, ctx->mem_mapped);
     free(ctx);
 }
 
 const char *gml_version(void) { return GML_VERSION; }
 
-const char *gml_last_error(const gml_context *ctx) { return ctx ? ctx->err : ""; }
-void gml_clear_error(gml_context *ctx) {
-    if (ctx) ctx->err[0] = '\0';
+const char *gml_last_error(const gml_context *ctx) {
+    if (!ctx) return thread_err;
+    return gml_ctx_live(ctx) ? ctx->err : "gml_last_error: ctx " NOT_LIVE;
 }
-size_t gml_used_mem(const gml_context *ctx) { return ctx->used; }
-size_t gml_mem_required(const gml_context *ctx) { return ctx->required; }
-bool gml_get_no_alloc(const gml_context *ctx) { return ctx->no_alloc; }
+void gml_clear_error(gml_context *ctx) {
+    if (!ctx) thread_err[0] = '\0';
+    else if (gml_ctx_live(ctx)) ctx->err[0] = '\0';
+}
+size_t gml_used_mem(const gml_context *ctx) {
+    return gml_check_ctx(ctx, __func__) ? ctx->used : 0;
+}
+size_t gml_mem_required(const gml_context *ctx) {
+    return gml_check_ctx(ctx, __func__) ? ctx->required : 0;
+}
+bool gml_get_no_alloc(const gml_context *ctx) {
+    return gml_check_ctx(ctx, __func__) && ctx->no_alloc;
+}
 
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    vsnprintf(ctx ? ctx->err : thread_err, GML_ERR_MAX, fmt, ap);
     va_end(ap);
     return NULL;
 }
 
 gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) {
-    if (ctx) vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    /* a dead context's message goes to the thread, with why */
+    char *dst = ctx && gml_ctx_live(ctx) ? ctx->err : thread_err;
+    if (!fmt) snprintf(dst, GML_ERR_MAX, "gml_set_error: fmt is NULL");
+    else if (ctx && dst == thread_err) snprintf(dst, GML_ERR_MAX, "gml_set_error: ctx " NOT_LIVE);
+    else vsnprintf(dst, GML_ERR_MAX, fmt, ap);
     return NULL;
 }
 
@@ -216,7 +390,8 @@ static bool valid_sizes(gml_context *ctx, const char *what, int n_dims, const in
 }
 
 gml_tensor *gml_new_tensor(gml_context *ctx, gml_type type, int n_dims, const int64_t *ne) {
-    if (!ctx) return NULL;
+    GML_ENTER_CTX(ctx);
+    if (!ne) return gml_fail(ctx, "gml_new_tensor: ne is NULL");
     if ((unsigned)type >= GML_TYPE_COUNT)
         return gml_fail(ctx, "new_tensor: unknown type %d", (int)type);
     if (!valid_sizes(ctx, "new_tensor", n_dims, ne)) return NULL;
@@ -350,30 +525,39 @@ gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
 }
 
 gml_tensor *gml_set_name(gml_tensor *t, const char *name) {
-    if (t) snprintf(t->name, sizeof t->name, "%s", name);
+    GML_NONNULL(t, NULL);
+    GML_NONNULL(name, t);
+    snprintf(t->name, sizeof t->name, "%s", name);
     return t;
 }
 
 const char *gml_get_name(const gml_tensor *t) { return t ? t->name : "(null)"; }
 
 gml_tensor *gml_get_tensor(gml_context *ctx, const char *name) {
+    GML_ENTER_CTX(ctx);
+    if (!name) return gml_fail(ctx, "gml_get_tensor: name is NULL");
     for (struct gml_object *o = ctx->first; o; o = o->next)
         if (strcmp(o->tensor.name, name) == 0) return &o->tensor;
     return NULL;
 }
 
 gml_tensor *gml_get_first_tensor(const gml_context *ctx) {
-    return ctx && ctx->first ? &ctx->first->tensor : NULL;
+    if (!gml_check_ctx(ctx, __func__)) return NULL;
+    return ctx->first ? &ctx->first->tensor : NULL;
 }
 
-/* t is the first member of its object, so the object starts where t does. */
+/* t is the first member of its object, so the object starts where t does;
+ * only a header of ctx's arena is read so. */
 gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t) {
-    (void)ctx;
-    if (!t) return NULL;
+    GML_NONNULL(t, NULL);
+    if (!gml_check_ctx(ctx, __func__)) return NULL;
+    if (gml_ctx_holding(t, NULL) != ctx)
+        return gml_thread_fail("gml_get_next_tensor: t is not a tensor of ctx");
     const struct gml_object *o = (const struct gml_object *)(const void *)t;
     return o->next ? &o->next->tensor : NULL;
 }
 
 void gml_set_flags(gml_tensor *t, int flags) {
-    if (t) t->flags |= flags;
+    GML_NONNULL(t, );
+    t->flags |= flags;
 }

@@ -18,6 +18,8 @@ const char *gml_isa_name(gml_isa isa) {
 }
 
 bool gml_isa_from_name(const char *name, gml_isa *out) {
+    GML_NONNULL(name, false);
+    GML_NONNULL(out, false);
     for (int i = 0; i <= LAST_ISA; i++)
         if (strcmp(name, ISA_NAMES[i]) == 0) {
             *out = (gml_isa)i;

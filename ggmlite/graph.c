@@ -74,10 +74,42 @@ static bool push_frame(struct frame **stack, int *depth, int *cap, gml_tensor *t
     return true;
 }
 
+/* Records the context of t (a tensor of a live context: live_ctx) among
+ * g's; false on malloc failure. */
+static bool note_ctx(gml_graph *g, const gml_tensor *t, const gml_context *c, uint64_t id) {
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (g->ctxs[i].ctx == c && g->ctxs[i].id == id) return true;
+    struct gml_graph_ctx *grown = realloc(g->ctxs, (size_t)(g->n_ctxs + 1) * sizeof *grown);
+    if (!grown) return false;
+    g->ctxs = grown;
+    grown[g->n_ctxs] = (struct gml_graph_ctx){.ctx = c, .id = id};
+    snprintf(grown[g->n_ctxs].tensor, sizeof grown[g->n_ctxs].tensor, "%s", t->name);
+    g->n_ctxs++;
+    return true;
+}
+
+/* Why a DFS stops: out of memory, or a tensor of no live context (not read:
+ * its reader, or the output's index, is named instead). */
+enum visit_result { VISIT_OK, VISIT_NOMEM, VISIT_DEAD };
+
+/* Whether t may be read (a tensor of a live context); notes its context. */
+static enum visit_result reach(gml_graph *g, const gml_tensor *t) {
+    uint64_t id;
+    const gml_context *c = gml_ctx_holding(t, &id);
+    if (!c) return VISIT_DEAD;
+    return note_ctx(g, t, c, id) ? VISIT_OK : VISIT_NOMEM;
+}
+
 /* Iterative post-order DFS (graphs can be deep): a tensor is listed after all
- * its sources, and each tensor once. */
-static bool visit(gml_graph *g, gml_tensor *root) {
-    if (lookup(g, root) >= 0) return true;
+ * its sources, and each tensor once. Each tensor is checked to be of a live
+ * context before it is read; on VISIT_DEAD, *reader and *src_index say whose
+ * source it was (*reader NULL: root itself). */
+static enum visit_result visit(gml_graph *g, gml_tensor *root, const gml_tensor **reader,
+                               int *src_index) {
+    *reader = NULL;
+    if (lookup(g, root) >= 0) return VISIT_OK;
+    enum visit_result r = reach(g, root);
+    if (r != VISIT_OK) return r;
     struct frame *stack = NULL;
     int depth = 0, cap = 0;
     bool ok = insert(g, root) >= 0 && push_frame(&stack, &depth, &cap, root);
@@ -85,18 +117,29 @@ static bool visit(gml_graph *g, gml_tensor *root) {
         struct frame *f = &stack[depth - 1];
         if (f->next_src < GML_MAX_SRC) {
             gml_tensor *s = f->t->src[f->next_src++];
-            if (s && lookup(g, s) < 0)
-                ok = insert(g, s) >= 0 && push_frame(&stack, &depth, &cap, s);
+            if (s && lookup(g, s) < 0) {
+                r = reach(g, s);
+                if (r == VISIT_DEAD) {
+                    *reader = f->t;
+                    *src_index = f->next_src - 1;
+                }
+                ok = r == VISIT_OK && insert(g, s) >= 0 && push_frame(&stack, &depth, &cap, s);
+            }
             continue;
         }
         depth--;
         ok = push_sorted(g, f->t);
     }
     free(stack);
-    return ok;
+    return ok ? VISIT_OK : r == VISIT_DEAD ? VISIT_DEAD : VISIT_NOMEM;
 }
 
 gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs) {
+    if (!gml_check_ctx(ctx, __func__)) return NULL;
+    if (!outputs) {
+        gml_fail(ctx, "gml_build_graph: outputs is NULL");
+        return NULL;
+    }
     if (n_outputs < 1) {
         gml_fail(ctx, "build_graph: no outputs given");
         return NULL;
@@ -120,8 +163,12 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
         gml_fail(ctx, "build_graph: cannot make the graph's lock");
         return NULL;
     }
-    bool ok = true;
-    for (int i = 0; i < n_outputs && ok; i++) ok = visit(g, outputs[i]);
+    enum visit_result r = VISIT_OK;
+    const gml_tensor *reader = NULL;
+    int src_index = 0, out_index = 0;
+    for (; out_index < n_outputs && r == VISIT_OK; out_index++)
+        r = visit(g, outputs[out_index], &reader, &src_index);
+    bool ok = r == VISIT_OK;
     if (ok) {
         /* Use counts: one per consumer edge, plus one for being an output. */
         for (int i = 0; i < g->n_entries; i++) {
@@ -140,14 +187,46 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
     }
     if (!ok) {
         gml_graph_free(g);
-        gml_fail(ctx, "build_graph: out of memory");
+        if (r != VISIT_DEAD)
+            gml_fail(ctx, "build_graph: out of memory");
+        else if (reader)
+            gml_fail(ctx, "gml_build_graph: source %d of '%s' (%s) is not a tensor of a live "
+                     "context: its context was freed (gml_free) after '%s' was built",
+                     src_index, reader->name, gml_op_name(reader->op), reader->name);
+        else
+            gml_fail(ctx, "gml_build_graph: output %d is not a tensor of a live context: its "
+                     "context was freed (gml_free), or it is a graph's copy of a header",
+                     out_index - 1);
         return NULL;
     }
     return g;
 }
 
+bool gml_graph_alive(const gml_graph *g, char *why, size_t size) {
+    for (int i = 0; i < g->n_ctxs; i++)
+        if (!gml_ctx_live_id(g->ctxs[i].ctx, g->ctxs[i].id)) {
+            snprintf(why, size, "'%s' was freed with its context (gml_free) after the graph was "
+                     "built%s; a graph computes and reads its tensors only while their contexts "
+                     "are alive (it may still be freed)", g->ctxs[i].tensor,
+                     g->ctxs[i].ctx == g->ctx ? " (the graph's own context)" : "");
+            return false;
+        }
+    return true;
+}
+
+/* For the calls that read headers and have no graph message of their own
+ * to set (a const graph): false, with "<fn>: <why>" for the thread, unless
+ * g is alive. */
+static bool alive_or_fail(const gml_graph *g, const char *fn) {
+    char why[GML_ERR_MAX - 64];
+    if (gml_graph_alive(g, why, sizeof why)) return true;
+    gml_thread_fail("%s: %s", fn, why);
+    return false;
+}
+
 void gml_graph_free(gml_graph *g) {
     if (!g) return;
+    free(g->ctxs);
     gml_graph_release_compute(g);
     gml_graph_release_plan(g);
     free(g->bound);
@@ -159,36 +238,61 @@ void gml_graph_free(gml_graph *g) {
     free(g);
 }
 
-int gml_graph_n_nodes(const gml_graph *g) { return g->n_nodes; }
-int gml_graph_n_leafs(const gml_graph *g) { return g->n_leafs; }
+/* Counts and lookups by pointer read no header: they answer after the
+ * contexts are freed too. What hands out a header checks them. */
+int gml_graph_n_nodes(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_nodes;
+}
+int gml_graph_n_leafs(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_leafs;
+}
 
 gml_tensor *gml_graph_node(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
+    if (!alive_or_fail(g, __func__)) return NULL;
     if (i < 0) i += g->n_nodes;
     return i >= 0 && i < g->n_nodes ? g->nodes[i] : NULL;
 }
 
 gml_tensor *gml_graph_leaf(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
+    if (!alive_or_fail(g, __func__)) return NULL;
     if (i < 0) i += g->n_leafs;
     return i >= 0 && i < g->n_leafs ? g->leafs[i] : NULL;
 }
 
 int gml_graph_use_count(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, 0);
+    GML_NONNULL(t, 0);
     int idx = lookup(g, t);
     return idx < 0 ? 0 : g->entries[idx].uses;
 }
 
 int gml_graph_find(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, -1);
+    GML_NONNULL(t, -1);
     int idx = lookup(g, t);
     return idx < 0 || g->entries[idx].pos < 0 ? -1 : g->entries[idx].pos;
 }
 
-int gml_graph_n_tensors(const gml_graph *g) { return g->n_entries; }
+int gml_graph_n_tensors(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->n_entries;
+}
 
 gml_tensor *gml_graph_tensor_at(const gml_graph *g, int i) {
+    GML_NONNULL(g, NULL);
+    if (!alive_or_fail(g, __func__)) return NULL;
     return i >= 0 && i < g->n_entries ? g->entries[i].t : NULL;
 }
 
-int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) { return lookup(g, t); }
+int gml_graph_tensor_index(const gml_graph *g, const gml_tensor *t) {
+    GML_NONNULL(g, -1);
+    GML_NONNULL(t, -1);
+    return lookup(g, t);
+}
 
 /* ---- one compute of a graph at a time ------------------------------------- */
 
@@ -230,11 +334,16 @@ gml_status gml_graph_lock(gml_graph *g, const char *what) {
 }
 
 void gml_graph_unlock(gml_graph *g) {
+    /* A compute of g refused on this thread (a node callback computing its
+     * own graph) was inside this one: its message is done with, and g->err
+     * says how this compute ended. */
+    if (refused.id == g->id) refused.id = 0;
     held = g->held_up;
     pthread_mutex_unlock(&g->mu);
 }
 
 const char *gml_graph_error(const gml_graph *g) {
+    if (!g) return gml_last_error(NULL);
     return refused.id == g->id ? refused.msg : g->err;
 }
 
@@ -340,6 +449,9 @@ static void print_row(FILE *f, const char *kind, int i, const gml_tensor *t, int
 }
 
 void gml_graph_print(const gml_graph *g, FILE *f) {
+    GML_NONNULL(g, );
+    GML_NONNULL(f, );
+    if (!alive_or_fail(g, __func__)) return;
     fprintf(f, "graph: %d nodes, %d leafs (strides in elements)\n", g->n_nodes, g->n_leafs);
     fprintf(f, "%-4s %4s  %-28s %-17s %-18s %-22s %4s  %s\n", "", "#", "name", "op", "shape",
             "strides", "uses", "call");
@@ -358,6 +470,9 @@ static void dot_escape(FILE *f, const char *s) {
 }
 
 gml_status gml_graph_dump_dot(const gml_graph *g, const char *path) {
+    GML_NONNULL(g, GML_ERR_INVALID);
+    GML_NONNULL(path, GML_ERR_INVALID);
+    if (!alive_or_fail(g, __func__)) return GML_ERR_INVALID;
     FILE *f = fopen(path, "w");
     if (!f) return GML_ERR_IO;
     fprintf(f, "digraph ggmlite {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n");
@@ -419,6 +534,8 @@ static void hash_tensor(XXH3_state_t *st, const gml_graph *g, const gml_tensor *
 }
 
 uint64_t gml_graph_digest(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    if (!alive_or_fail(g, __func__)) return 0;
     XXH3_state_t *st = XXH3_createState();
     if (!st) return 0;
     XXH3_64bits_reset(st);
@@ -432,6 +549,8 @@ uint64_t gml_graph_digest(const gml_graph *g) {
 }
 
 double gml_graph_flops(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    if (!alive_or_fail(g, __func__)) return 0;
     double total = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const gml_op_def *def = gml_op_get(g->nodes[i]->op);

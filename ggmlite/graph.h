@@ -20,8 +20,19 @@ struct gml_graph_entry {
     int pos;  /* node index, or -1 - leaf index */
 };
 
+/* A context whose tensors a graph holds, with the first of them met. */
+struct gml_graph_ctx {
+    const gml_context *ctx;
+    uint64_t id; /* ctx's: a context made later at its address is another */
+    char tensor[GML_MAX_NAME];
+};
+
 struct gml_graph {
     gml_context *ctx; /* the context it was built from (error messages) */
+    /* every context its tensors belong to (found by address when built):
+     * whatever reads a header needs them all alive (gml_graph_alive) */
+    struct gml_graph_ctx *ctxs;
+    int n_ctxs;
     uint64_t id;      /* unique in the process, never 0 (graph.c's thread-local messages) */
     /* Held by a compute or a plan of this graph: one at a time (gml_graph_lock). */
     pthread_mutex_t mu;
@@ -105,6 +116,10 @@ struct gml_chunk {
 
 /* Index of t in g->entries, or -1. */
 int gml_graph_entry(const gml_graph *g, const gml_tensor *t);
+/* Whether every context whose tensors g holds is alive, so that g may read
+ * their headers. If not, writes into why (size bytes) which tensor was
+ * freed, for "<call>: <why>" messages. */
+bool gml_graph_alive(const gml_graph *g, char *why, size_t size);
 /* Writes the graph's error message (gml_graph_error) and returns st. */
 gml_status gml_graph_fail(gml_graph *g, gml_status st, const char *fmt, ...) GML_PRINTF(3, 4);
 /* Frees what compute keeps between runs. */

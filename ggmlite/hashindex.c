@@ -2,7 +2,6 @@
  * hashes and values; a value of -1 marks an empty slot. */
 #include <ggmlite/hashindex.h>
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -11,11 +10,11 @@
 
 uint64_t gml_hash_ptr(const void *p) { return XXH3_64bits(&p, sizeof p); }
 
-uint64_t gml_hash_str(const char *s) { return XXH3_64bits(s, strlen(s)); }
+uint64_t gml_hash_str(const char *s) { return XXH3_64bits(s ? s : "", s ? strlen(s) : 0); }
 
 int gml_hashindex_find(const gml_hashindex *ix, uint64_t hash, gml_hashindex_eq eq,
                        const void *user, const void *key) {
-    if (ix->cap == 0) return -1;
+    if (!ix || !eq || ix->cap == 0) return -1;
     size_t mask = ix->cap - 1;
     /* Ends: at most half the slots are in use, so an empty one comes. */
     for (size_t i = (size_t)hash & mask; ix->vals[i] >= 0; i = (i + 1) & mask)
@@ -54,7 +53,7 @@ static bool grow(gml_hashindex *ix) {
 }
 
 bool gml_hashindex_add(gml_hashindex *ix, uint64_t hash, int val) {
-    assert(val >= 0); /* -1 marks an empty slot */
+    if (!ix || val < 0) return false; /* -1 marks an empty slot */
     if ((ix->n + 1) * 2 > ix->cap && !grow(ix)) return false;
     place(ix->hashes, ix->vals, ix->cap, hash, val);
     ix->n++;
@@ -62,11 +61,13 @@ bool gml_hashindex_add(gml_hashindex *ix, uint64_t hash, int val) {
 }
 
 void gml_hashindex_clear(gml_hashindex *ix) {
+    if (!ix) return;
     for (size_t i = 0; i < ix->cap; i++) ix->vals[i] = -1;
     ix->n = 0;
 }
 
 void gml_hashindex_free(gml_hashindex *ix) {
+    if (!ix) return;
     free(ix->hashes);
     free(ix->vals);
     *ix = (gml_hashindex){0};

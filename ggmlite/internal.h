@@ -32,6 +32,7 @@ void gml_free_arena(void *p, size_t mapped);
 /* ---- context ------------------------------------------------------------ */
 
 struct gml_context {
+    uint64_t id;        /* unique in the process, never 0: a graph tells its contexts by it */
     char *mem;
     size_t mem_size;
     size_t used;        /* arena bytes handed out */
@@ -45,9 +46,76 @@ struct gml_context {
 };
 
 /* Records a message on the context (replacing any earlier one) and returns
- * NULL, so builders can `return gml_fail(ctx, ...)`. (gml_set_error, the
- * public form, also takes a NULL ctx.) */
+ * NULL, so builders can `return gml_fail(ctx, ...)`; ctx NULL: on the
+ * thread, as gml_thread_fail. */
 gml_tensor *gml_fail(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
+
+/* ---- misuse of the API: NULL, freed and foreign objects ---------------------
+ * Every public function checks its pointer arguments where it is entered
+ * (tensor.h, "Misuse"): NULL ones, and contexts, tensors and graphs that are
+ * not alive. A message with no live context or graph to keep it is the
+ * thread's: gml_last_error(NULL) and gml_graph_error(NULL) read it. */
+
+/* Records this thread's message; returns NULL. */
+void *gml_thread_fail(const char *fmt, ...) GML_PRINTF(1, 2);
+
+/* For a function with nothing else to keep the message: if p is NULL,
+ * records "<function>: <p> is NULL" for the thread and returns ret. */
+#define GML_NONNULL(p, ret)                                         \
+    do {                                                            \
+        if (!(p)) {                                                 \
+            gml_thread_fail("%s: %s is NULL", __func__, #p);        \
+            return ret;                                             \
+        }                                                           \
+    } while (0)
+
+/* The live contexts: made by gml_init, not yet given to gml_free. Kept in a
+ * process-wide list under a lock, so that asking never reads a freed
+ * context: gml_ctx_live(ctx) says whether ctx is one (by address; a context
+ * made later at a freed one's address is that one's), gml_ctx_live_id
+ * whether the context made with that id still is (a graph's check), and
+ * gml_ctx_holding which one's arena holds address p (a tensor's header), or
+ * NULL, its id in *id. */
+bool gml_ctx_live(const gml_context *ctx);
+bool gml_ctx_live_id(const gml_context *ctx, uint64_t id);
+gml_context *gml_ctx_holding(const void *p, uint64_t *id);
+
+/* A context argument: false, with "<fn>: ctx is NULL" or "... is not a live
+ * context" recorded for the thread, unless ctx is live. */
+bool gml_check_ctx(const gml_context *ctx, const char *fn);
+
+/* Where every public builder starts: GML_ENTER(ctx, n_required, t...)
+ * returns NULL from it unless ctx is a live context and each of the tensors
+ * t (named in messages as the builder's parameters are written) is NULL or a
+ * tensor of a live context (of ctx or of another one: weights, a KV cache),
+ * the first n_required of them not NULL. Messages: a NULL or dead ctx,
+ * the thread's ("gml_add: ctx is NULL"); a NULL tensor, "gml_add: b is NULL"
+ * on ctx unless it holds one already (the first message is kept: it says
+ * why this input is NULL); a tensor of no live context, on ctx. */
+bool gml_enter(gml_context *ctx, const char *fn, const char *names, const gml_tensor *const *t,
+               int n, int n_required);
+#define GML_ENTER(ctx, n_required, ...)                                                     \
+    do {                                                                                    \
+        const gml_tensor *const gml_enter_t_[] = {__VA_ARGS__};                             \
+        if (!gml_enter((ctx), __func__, #__VA_ARGS__, gml_enter_t_,                         \
+                       (int)(sizeof gml_enter_t_ / sizeof *gml_enter_t_), (n_required)))    \
+            return NULL;                                                                    \
+    } while (0)
+/* A builder without tensor arguments (arange, relpos_index). */
+#define GML_ENTER_CTX(ctx)                                                                  \
+    do {                                                                                    \
+        if (!gml_check_ctx((ctx), __func__)) return NULL;                                   \
+    } while (0)
+/* The tensors of attention options (each may be NULL; opts may be NULL). */
+#define GML_ENTER_OPTS(ctx, opts)                                                           \
+    do {                                                                                    \
+        if ((opts) && !gml_enter((ctx), __func__,                                           \
+                                 "opts->mask, opts->valid_lens, opts->positions, opts->sinks", \
+                                 (const gml_tensor *const[]){(opts)->mask, (opts)->valid_lens, \
+                                                             (opts)->positions, (opts)->sinks}, \
+                                 4, 0))                                                     \
+            return NULL;                                                                    \
+    } while (0)
 
 /* A new tensor made by op from its n_src sources (NULL ones allowed: an
  * optional input), set as src[0..n_src-1]; contiguous, data allocated unless

@@ -84,7 +84,11 @@ static void give_back(struct freelist *f, size_t offs, size_t size) {
 }
 
 void *gml_graph_data(const gml_graph *g, const gml_tensor *t) {
-    if (!g || !t) return NULL;
+    GML_NONNULL(g, NULL);
+    GML_NONNULL(t, NULL);
+    char why[GML_ERR_MAX - 64];
+    if (!gml_graph_alive(g, why, sizeof why))
+        return gml_thread_fail("gml_graph_data: %s", why);
     const int e = gml_graph_entry(g, t);
     return e < 0 ? NULL : gml_entry_data(g, e);
 }
@@ -244,15 +248,28 @@ static gml_status plan(gml_graph *g, const gml_plan_options *opt) {
 }
 
 gml_status gml_graph_plan(gml_graph *g, const gml_plan_options *opt) {
+    GML_NONNULL(g, GML_ERR_INVALID);
     const gml_plan_options defaults = {0};
     if (!opt) opt = &defaults;
     gml_status st = gml_graph_lock(g, "plan");
     if (st != GML_OK) return st;
+    char why[GML_ERR_MAX - 64];
+    if (!gml_graph_alive(g, why, sizeof why)) {
+        st = gml_graph_fail(g, GML_ERR_INVALID, "plan: %s", why);
+        gml_graph_unlock(g);
+        return st;
+    }
     st = plan(g, opt);
     gml_graph_bind(g); /* the copies take the new places (or lose the dropped ones) */
     gml_graph_unlock(g);
     return st;
 }
 
-size_t gml_graph_plan_peak(const gml_graph *g) { return g->plan_peak; }
-size_t gml_graph_plan_naive(const gml_graph *g) { return g->plan_naive; }
+size_t gml_graph_plan_peak(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->plan_peak;
+}
+size_t gml_graph_plan_naive(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    return g->plan_naive;
+}

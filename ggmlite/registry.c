@@ -38,6 +38,7 @@ int gml_form_count(void) { return N_FORMS - 1; }
 const gml_op_form *gml_form_at(int i) { return i >= 0 && i < N_FORMS - 1 ? &FORMS[i + 1] : NULL; }
 
 const gml_op_form *gml_form_find(const char *name) {
+    GML_NONNULL(name, NULL);
     for (int i = 1; i < N_FORMS; i++)
         if (strcmp(FORMS[i].name, name) == 0) return &FORMS[i];
     return NULL;
@@ -47,22 +48,54 @@ const gml_op_form *gml_form_of_op(gml_op op) {
     return op > GML_OP_NONE && op < GML_OP_COUNT ? &FORMS[op] : NULL;
 }
 
-const char *gml_form_name(const gml_op_form *f) { return f->name; }
-gml_op gml_form_op(const gml_op_form *f) { return f->op; }
-int gml_form_n_args(const gml_op_form *f) { return f->def->n_args; }
-const char *gml_form_doc_args(const gml_op_form *f) { return f->def->doc_args; }
-const char *gml_form_doc_result(const gml_op_form *f) { return f->def->doc_result; }
+const char *gml_form_name(const gml_op_form *f) {
+    GML_NONNULL(f, NULL);
+    return f->name;
+}
+gml_op gml_form_op(const gml_op_form *f) {
+    GML_NONNULL(f, GML_OP_NONE);
+    return f->op;
+}
+int gml_form_n_args(const gml_op_form *f) {
+    GML_NONNULL(f, 0);
+    return f->def->n_args;
+}
+const char *gml_form_doc_args(const gml_op_form *f) {
+    GML_NONNULL(f, NULL);
+    return f->def->doc_args;
+}
+const char *gml_form_doc_result(const gml_op_form *f) {
+    GML_NONNULL(f, NULL);
+    return f->def->doc_result;
+}
 
 const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i) {
+    GML_NONNULL(f, NULL);
     return i >= 0 && i < f->def->n_args ? &f->def->args[i] : NULL;
 }
 
-/* A form's build sees every required argument given and every TENSOR one
- * non-NULL. */
+/* A form's build sees every required argument given, every TENSOR one
+ * non-NULL, and each tensor one of a live context (it reads them before the
+ * builder it calls checks them). */
 gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg *args) {
+    GML_ENTER_CTX(ctx);
+    if (!f) return gml_fail(ctx, "gml_form_build: f is NULL");
+    if (!args) return gml_fail(ctx, "gml_form_build: args is NULL");
     for (int i = 0; i < f->def->n_args; i++) {
         const gml_arg_spec *spec = &f->def->args[i];
-        if (spec->kind == GML_ARG_TENSOR && !args[i].t) return NULL; /* as builders do */
+        if ((spec->kind == GML_ARG_TENSOR || spec->kind == GML_ARG_OPT_TENSOR) && args[i].t) {
+            char name[GML_MAX_NAME + 16];
+            snprintf(name, sizeof name, "%s's %s", f->name, spec->name);
+            if (!gml_enter(ctx, "gml_form_build", name, (const gml_tensor *const[]){args[i].t}, 1, 1))
+                return NULL;
+        }
+    }
+    for (int i = 0; i < f->def->n_args; i++) {
+        const gml_arg_spec *spec = &f->def->args[i];
+        if (spec->kind == GML_ARG_TENSOR && !args[i].t) { /* as builders do */
+            if (!ctx->err[0]) gml_fail(ctx, "gml_form_build: %s's %s is NULL", f->name, spec->name);
+            return NULL;
+        }
         if (!spec->optional && !args[i].given)
             return gml_fail(ctx, "%s: missing argument '%s'", f->name, spec->name);
     }
@@ -70,6 +103,8 @@ gml_tensor *gml_form_build(gml_context *ctx, const gml_op_form *f, const gml_arg
 }
 
 bool gml_form_get_args(const gml_tensor *node, gml_arg args[GML_MAX_ARGS]) {
+    GML_NONNULL(node, false);
+    GML_NONNULL(args, false);
     const gml_op_form *f = gml_form_of_op(node->op);
     if (!f) return false;
     memset(args, 0, GML_MAX_ARGS * sizeof *args);
@@ -89,8 +124,9 @@ static void put(out *o, const char *fmt, ...) GML_PRINTF(2, 3);
 static void put(out *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(o->buf + GML_MIN(o->len, o->size), o->len < o->size ? o->size - o->len : 0,
-                      fmt, ap);
+    /* measuring only (buf NULL, size 0): no pointer arithmetic on NULL */
+    int n = vsnprintf(o->len < o->size ? o->buf + o->len : NULL,
+                      o->len < o->size ? o->size - o->len : 0, fmt, ap);
     va_end(ap);
     if (n > 0) o->len += (size_t)n;
 }
@@ -128,6 +164,8 @@ static void put_value(out *o, const gml_arg_spec *spec, const gml_arg *a,
 
 int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, const gml_tensor *t),
                     void *user, char *buf, size_t size) {
+    GML_NONNULL(node, -1);
+    if (!buf && size) return gml_thread_fail("gml_format_node: buf is NULL (size %zu)", size), -1;
     out o = {buf, size, 0};
     if (size) buf[0] = '\0';
     gml_arg args[GML_MAX_ARGS];
@@ -151,6 +189,8 @@ int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, cons
 }
 
 int gml_enum_index(const gml_arg_spec *spec, const char *word, size_t len) {
+    GML_NONNULL(spec, -1);
+    GML_NONNULL(word, -1);
     for (int i = 0; spec->names && spec->names[i]; i++)
         for (const char *nm = spec->names[i]; *nm;) {
             const char *bar = strchr(nm, '|');

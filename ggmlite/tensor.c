@@ -7,10 +7,12 @@
 #include <string.h>
 
 int64_t gml_nelements(const gml_tensor *t) {
+    GML_NONNULL(t, 0);
     return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
 }
 
 size_t gml_nbytes(const gml_tensor *t) {
+    GML_NONNULL(t, 0);
     if (gml_type_block_size(t->type) > 1) {
         /* blocked (q8_0): a leaf, rows of ne[3] / block blocks; its views
          * are permutations of a whole leaf (context.c), spanning the leaf */
@@ -27,11 +29,13 @@ size_t gml_nbytes(const gml_tensor *t) {
 size_t gml_storage_extent(const gml_tensor *t) { return t->view_offs + gml_nbytes(t); }
 
 int64_t gml_dim(const gml_tensor *t, int d) {
+    GML_NONNULL(t, 0);
     int ax = gml_axis(t, d);
     return ax < 0 ? 0 : t->ne[ax];
 }
 
 bool gml_is_contiguous(const gml_tensor *t) {
+    GML_NONNULL(t, false);
     const int64_t blk = gml_type_block_size(t->type);
     if (blk > 1 && t->view_src) return false; /* a permuted q8_0 leaf */
     size_t want = gml_type_size(t->type);
@@ -43,9 +47,14 @@ bool gml_is_contiguous(const gml_tensor *t) {
     return true;
 }
 
-bool gml_is_view(const gml_tensor *t) { return t->view_src != NULL; }
+bool gml_is_view(const gml_tensor *t) {
+    GML_NONNULL(t, false);
+    return t->view_src != NULL;
+}
 
 bool gml_same_shape(const gml_tensor *a, const gml_tensor *b) {
+    GML_NONNULL(a, false);
+    GML_NONNULL(b, false);
     if (a->n_dims != b->n_dims) return false;
     for (int i = 0; i < GML_MAX_DIMS; i++)
         if (a->ne[i] != b->ne[i]) return false;
@@ -53,6 +62,7 @@ bool gml_same_shape(const gml_tensor *a, const gml_tensor *b) {
 }
 
 char *gml_format_shape(const gml_tensor *t, char *buf, size_t size) {
+    GML_NONNULL(buf, NULL);
     if (!t) {
         snprintf(buf, size, "(null)");
         return buf;

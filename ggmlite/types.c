@@ -32,6 +32,8 @@ size_t gml_row_size(gml_type type, int64_t n) {
 }
 
 bool gml_type_from_name(const char *name, gml_type *out) {
+    GML_NONNULL(name, false);
+    GML_NONNULL(out, false);
     for (int t = 0; t < GML_TYPE_COUNT; t++)
         if (name && strcmp(name, TYPES[t].name) == 0) {
             *out = (gml_type)t;
@@ -101,6 +103,8 @@ uint16_t gml_fp32_to_bf16(float x) {
 float gml_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n) {
+    GML_NONNULL(x, );
+    GML_NONNULL(y, );
     for (int64_t b = 0; b < n / GML_QK8_0; b++, x += GML_QK8_0) {
         float amax = 0.0f;
         bool finite = true;
@@ -120,6 +124,8 @@ void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n) {
 }
 
 void gml_dequantize_row_q8_0(const gml_block_q8_0 *x, float *y, int64_t n) {
+    GML_NONNULL(x, );
+    GML_NONNULL(y, );
     for (int64_t b = 0; b < n / GML_QK8_0; b++, y += GML_QK8_0) {
         const float d = gml_fp16_to_fp32(x[b].d);
         for (int j = 0; j < GML_QK8_0; j++) y[j] = d * (float)x[b].qs[j];

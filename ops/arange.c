@@ -26,6 +26,7 @@ static void gml_i32_arange__ref(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 gml_tensor *gml_arange(gml_context *ctx, int64_t n, int64_t start) {
+    GML_ENTER_CTX(ctx);
     if (n < 1 || n > INT32_MAX)
         return gml_fail(ctx, "arange: size %" PRId64 " is out of range [1, 2^31 - 1]", n);
     if (start < INT32_MIN || start > (int64_t)INT32_MAX - (n - 1))

@@ -40,7 +40,7 @@ static void gml_f32_valid_len_mask__ref(const gml_compute_params *p, gml_tensor 
  * slower on [8,1,1024,1024]. */
 /* lens i32 [B] or [B, Tq] -> out f32 [B, 1, 1, Tk] or [B, 1, Tq, Tk] */
 gml_tensor *gml_valid_len_mask(gml_context *ctx, gml_tensor *lens, int64_t tk) {
-    if (!lens) return NULL;
+    GML_ENTER(ctx, 1, lens);
     char sl[GML_SHAPE_MAX];
     if (lens->type != GML_I32 || lens->n_dims > 2)
         return gml_fail(ctx, "valid_len_mask(%s): lengths must be i32 [B] or [B, Tq], got %s %s",
@@ -116,6 +116,7 @@ static void gml_i32_relpos_index(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 gml_tensor *gml_relpos_index(gml_context *ctx, int64_t tq, int64_t tk, int max_rel) {
+    GML_ENTER_CTX(ctx);
     if (max_rel < 0 || max_rel > (1 << 24))
         return gml_fail(ctx, "relpos_index: max relative position %d is out of range [0, 2^24]",
                         max_rel);

@@ -277,24 +277,28 @@ static gml_tensor *binary(gml_context *ctx, gml_op op, gml_tensor *a, gml_tensor
 
 /* a [...], b [...] broadcastable -> out [broadcast shape] */
 gml_tensor *gml_add(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    GML_ENTER(ctx, 2, a, b);
     return binary(ctx, GML_OP_ADD, a, b);
 }
 
 gml_tensor *gml_mul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    GML_ENTER(ctx, 2, a, b);
     return binary(ctx, GML_OP_MUL, a, b);
 }
 
 gml_tensor *gml_sub(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    GML_ENTER(ctx, 2, a, b);
     return binary(ctx, GML_OP_SUB, a, b);
 }
 
 gml_tensor *gml_div(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
+    GML_ENTER(ctx, 2, a, b);
     return binary(ctx, GML_OP_DIV, a, b);
 }
 
 /* a [...] -> out [...] = a * s */
 gml_tensor *gml_scale(gml_context *ctx, gml_tensor *a, float s) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
     if (!gml_expect_type(ctx, "scale", a, GML_F32)) return NULL;
     gml_tensor *t = gml_new_op(ctx, GML_OP_SCALE, GML_F32, a->n_dims,
                                a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);

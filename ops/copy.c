@@ -228,7 +228,7 @@ static void gml_x32_copy(const gml_compute_params *p, gml_tensor *dst) {
 
 /* a [...] (any strides) -> out [...] contiguous */
 gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
     gml_tensor *t = gml_new_op(ctx, GML_OP_CONT, a->type, a->n_dims,
                                a->ne + GML_MAX_DIMS - a->n_dims, &a, 1);
     if (!t) return NULL;
@@ -241,7 +241,7 @@ gml_tensor *gml_cont(gml_context *ctx, gml_tensor *a) {
  * share memory or dst shares memory with a (a with exactly dst's elements
  * is a copy onto itself: allowed, nothing moves). */
 gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
-    if (!a || !dst) return NULL;
+    GML_ENTER(ctx, 2, a, dst);
     char sa[GML_SHAPE_MAX], sd[GML_SHAPE_MAX];
     const bool floats = a->type != GML_I32 && dst->type != GML_I32;
     if (!gml_same_shape(a, dst) || (a->type != dst->type && !floats))
@@ -355,7 +355,7 @@ static void gml_x32_concat(const gml_compute_params *p, gml_tensor *dst) {
 
 /* a [.., n_a, ..], b [.., n_b, ..] -> out [.., n_a + n_b, ..] contiguous */
 gml_tensor *gml_concat(gml_context *ctx, gml_tensor *a, gml_tensor *b, int dim) {
-    if (!a || !b) return NULL;
+    GML_ENTER(ctx, 2, a, b);
     char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
     if (a->n_dims != b->n_dims)
         return gml_fail(ctx, "concat(%s, %s): %s %s is %d-D, %s %s is %d-D; the inputs need the "

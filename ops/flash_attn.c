@@ -360,7 +360,8 @@ bool gml_flash_check(gml_context *ctx, const char *op, gml_tensor *q, gml_tensor
 
 gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts) {
-    if (!q || !k || !v) return NULL;
+    GML_ENTER(ctx, 3, q, k, v);
+    GML_ENTER_OPTS(ctx, opts);
     const gml_attn_opts none = {0};
     const gml_attn_opts *o = opts ? opts : &none;
     if (!gml_flash_check(ctx, "flash_attn", q, k, v, scale, o)) return NULL;
@@ -386,6 +387,7 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
 
 gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal) {
+    GML_ENTER(ctx, 3, q, k, v, mask, valid_lens);
     const gml_attn_opts o = {.mask = mask, .valid_lens = valid_lens,
                              .causal = causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE};
     return gml_flash_attn_ext(ctx, q, k, v, scale, &o);

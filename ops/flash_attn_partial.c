@@ -35,7 +35,8 @@ static size_t flash_partial_work_size(const gml_tensor *dst, int nth) {
  * -> [B, H, Tq, d_v + 2] contiguous: o, m, l per row */
 gml_tensor *gml_flash_attn_partial(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                    float scale, const gml_attn_opts *opts, int64_t key0) {
-    if (!q || !k || !v) return NULL;
+    GML_ENTER(ctx, 3, q, k, v);
+    GML_ENTER_OPTS(ctx, opts);
     const gml_attn_opts none = {0};
     const gml_attn_opts *o = opts ? opts : &none;
     if (!gml_flash_check(ctx, "flash_attn_partial", q, k, v, scale, o)) return NULL;
@@ -168,7 +169,7 @@ static void gml_f32_attn_merge__ref(const gml_compute_params *p, gml_tensor *dst
 
 /* a, b [..., d_v + 2] partials of the same rows (b's keys after a's) -> [..., d_v + 2] */
 gml_tensor *gml_attn_partial_merge(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
-    if (!a || !b) return NULL;
+    GML_ENTER(ctx, 2, a, b);
     char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "attn_partial_merge", a, GML_F32) || !gml_expect_type(ctx, "attn_partial_merge", b, GML_F32))
         return NULL;
@@ -255,7 +256,7 @@ static void gml_f32_attn_finish__ref(const gml_compute_params *p, gml_tensor *ds
 /* p [B, H, Tq, d_v + 2] (or any [..., d_v + 2] without sinks), sinks f32 [H] or NULL
  * -> [..., d_v] contiguous */
 gml_tensor *gml_attn_partial_finish(gml_context *ctx, gml_tensor *p, gml_tensor *sinks) {
-    if (!p) return NULL;
+    GML_ENTER(ctx, 1, p, sinks);
     char sp[GML_SHAPE_MAX], ss[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "attn_partial_finish", p, GML_F32)) return NULL;
     if (p->ne[3] < 3)

@@ -80,7 +80,7 @@ static void gml_f32_get_rows(const gml_compute_params *p, gml_tensor *dst) {
 
 /* table [N, d] f32, idx [...] i32 (1-D to 3-D) -> out [..., d] */
 gml_tensor *gml_get_rows(gml_context *ctx, gml_tensor *table, gml_tensor *idx) {
-    if (!table || !idx) return NULL;
+    GML_ENTER(ctx, 2, table, idx);
     char st[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
     if (table->n_dims != 2 || table->type == GML_I32 ||
         (table->type == GML_Q8_0 && table->view_src))
@@ -188,7 +188,7 @@ static void gml_x32_set_rows(const gml_compute_params *p, gml_tensor *dst) {
  * Refused if two elements of dst share memory or dst shares memory with src
  * or idx: each thread then owns its slices of dst outright. */
 gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml_tensor *idx) {
-    if (!dst || !src || !idx) return NULL;
+    GML_ENTER(ctx, 3, dst, src, idx);
     char sd[GML_SHAPE_MAX], ss[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
 #define NAMES dst->name, src->name, idx->name
     const bool converts = src->type == GML_F32 && (dst->type == GML_F16 || dst->type == GML_BF16);

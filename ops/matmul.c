@@ -108,7 +108,7 @@ static bool q8_0_is_w_t(const gml_tensor *b) {
 
 /* a [.., M, K] @ b [.., K, N] -> out [.., M, N]; 2-D to 4-D, batch broadcast */
 gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
-    if (!a || !b) return NULL;
+    GML_ENTER(ctx, 2, a, b);
     char sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "matmul", a, GML_F32)) return NULL;
     if (b->type == GML_I32)
@@ -138,7 +138,7 @@ gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
 
 /* x [.., in] (1-D to 4-D), w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias) {
-    if (!x || !w) return NULL;
+    GML_ENTER(ctx, 2, x, w, bias);
     char sx[GML_SHAPE_MAX], sw[GML_SHAPE_MAX], sbias[GML_SHAPE_MAX];
     if (w->n_dims != 2 || w->type == GML_I32 || (w->type == GML_Q8_0 && w->view_src && w->op != GML_OP_VIEW))
         return gml_fail(ctx, "linear(%s, %s): weight must be [out, in] of f32, f16, bf16 or q8_0 "

@@ -182,12 +182,14 @@ static gml_tensor *norm(gml_context *ctx, gml_op op, gml_tensor *x, gml_tensor *
 
 /* x [..., d], w [d] or NULL -> [..., d] */
 gml_tensor *gml_rms_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, float eps) {
+    GML_ENTER(ctx, 1, x, w);
     return norm(ctx, GML_OP_RMS_NORM, x, w, NULL, eps);
 }
 
 /* x [..., d], w [d] or NULL, b [d] or NULL -> [..., d] */
 gml_tensor *gml_layer_norm(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b,
                            float eps) {
+    GML_ENTER(ctx, 1, x, w, b);
     return norm(ctx, GML_OP_LAYER_NORM, x, w, b, eps);
 }
 

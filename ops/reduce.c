@@ -148,9 +148,18 @@ static gml_tensor *reduce(gml_context *ctx, gml_op op, gml_tensor *x) {
 }
 
 /* x [..., n] -> [..., 1] */
-gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_SUM, x); }
-gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_MEAN, x); }
-gml_tensor *gml_max(gml_context *ctx, gml_tensor *x) { return reduce(ctx, GML_OP_MAX, x); }
+gml_tensor *gml_sum(gml_context *ctx, gml_tensor *x) {
+    GML_ENTER(ctx, 1, x);
+    return reduce(ctx, GML_OP_SUM, x);
+}
+gml_tensor *gml_mean(gml_context *ctx, gml_tensor *x) {
+    GML_ENTER(ctx, 1, x);
+    return reduce(ctx, GML_OP_MEAN, x);
+}
+gml_tensor *gml_max(gml_context *ctx, gml_tensor *x) {
+    GML_ENTER(ctx, 1, x);
+    return reduce(ctx, GML_OP_MAX, x);
+}
 
 static gml_tensor *build_sum(gml_context *ctx, const gml_arg *v) { return gml_sum(ctx, v[0].t); }
 static gml_tensor *build_mean(gml_context *ctx, const gml_arg *v) { return gml_mean(ctx, v[0].t); }

@@ -117,7 +117,7 @@ static void gml_x32_repeat_interleave(const gml_compute_params *p, gml_tensor *d
 
 /* x [.., n, ..] -> out [.., n * repeats, ..] (dim may be negative) */
 gml_tensor *gml_repeat_interleave(gml_context *ctx, gml_tensor *x, int repeats, int dim) {
-    if (!x) return NULL;
+    GML_ENTER(ctx, 1, x);
     char sx[GML_SHAPE_MAX];
     int axis = gml_axis(x, dim);
     if (axis < 0)

@@ -188,7 +188,7 @@ static double rope_flops(const gml_tensor *dst) {
  * [B, T] -> [B, H, T, d] or [B, T, H, d] */
 gml_tensor *gml_rope(gml_context *ctx, gml_tensor *x, gml_tensor *pos, int seq_dim, int rotary_dim,
                      float theta, float pos_scale, bool interleaved) {
-    if (!x || !pos) return NULL;
+    GML_ENTER(ctx, 2, x, pos);
     char sx[GML_SHAPE_MAX], sp[GML_SHAPE_MAX];
     if (!gml_expect_type(ctx, "rope", x, GML_F32)) return NULL;
     if (x->n_dims != 4)

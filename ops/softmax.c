@@ -264,7 +264,8 @@ static double softmax_flops(const gml_tensor *dst) { return 5.0 * (double)gml_ne
  * mask broadcastable to x, valid_lens i32 [B] or [B, Tq], positions i32
  * [B, Tq], sinks f32 [H] (each or NULL) -> out [.., Tq, Tk] */
 gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const gml_attn_opts *opts) {
-    if (!x) return NULL;
+    GML_ENTER(ctx, 1, x);
+    GML_ENTER_OPTS(ctx, opts);
     const gml_attn_opts none = {0};
     const gml_attn_opts *o = opts ? opts : &none;
     gml_tensor *mask = o->mask;
@@ -299,6 +300,7 @@ gml_tensor *gml_softmax_ext(gml_context *ctx, gml_tensor *x, float scale, const 
 /* x [.., Tq, Tk], mask broadcastable to x or NULL -> out [.., Tq, Tk] */
 gml_tensor *gml_softmax(gml_context *ctx, gml_tensor *x, gml_tensor *mask, float scale,
                         bool causal) {
+    GML_ENTER(ctx, 1, x, mask);
     const gml_attn_opts o = {.mask = mask,
                              .causal = causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE};
     return gml_softmax_ext(ctx, x, scale, &o);

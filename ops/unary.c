@@ -178,6 +178,7 @@ static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
         return (flops_per) * (double)gml_nelements(dst);                               \
     }                                                                                  \
     gml_tensor *gml_##name(gml_context *ctx, gml_tensor *x) {                          \
+        GML_ENTER(ctx, 1, x);                                                          \
         return unary(ctx, GML_OP_##ID, x);                                             \
     }                                                                                  \
     static gml_tensor *build_##name(gml_context *ctx, const gml_arg *v) {              \

@@ -43,7 +43,9 @@ static void format_list(char *buf, size_t size, int n, const int64_t *v) {
 /* out [ne...] with byte strides nb[...], offset bytes into a's data */
 gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne,
                      const size_t *nb, size_t offset) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
+    if (!ne) return gml_fail(ctx, "gml_view: ne is NULL");
+    if (!nb) return gml_fail(ctx, "gml_view: nb is NULL");
     char sa[GML_SHAPE_MAX], sn[GML_SHAPE_MAX], sb[GML_SHAPE_MAX * 2];
     if (n_dims < 1 || n_dims > GML_MAX_DIMS)
         return gml_fail(ctx, "view(%s): %d dimensions; ggmlite tensors have 1 to %d", a->name,
@@ -134,7 +136,8 @@ const gml_op_def gml_opdef_view = {
 
 /* a contiguous [..] -> [ne...] with the same element count; one size may be -1 */
 gml_tensor *gml_reshape(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t *ne) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
+    if (!ne) return gml_fail(ctx, "gml_reshape: ne is NULL");
     char sa[GML_SHAPE_MAX], sn[GML_SHAPE_MAX];
     if (n_dims < 1 || n_dims > GML_MAX_DIMS)
         return gml_fail(ctx, "reshape(%s): %d dimensions; ggmlite tensors have 1 to %d", a->name,
@@ -199,7 +202,8 @@ const gml_op_def gml_opdef_reshape = {
 
 /* a [d0, .., dn-1] -> [d_perm[0], .., d_perm[n-1]] */
 gml_tensor *gml_permute(gml_context *ctx, gml_tensor *a, const int *perm) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
+    if (!perm) return gml_fail(ctx, "gml_permute: perm is NULL");
     char sa[GML_SHAPE_MAX], sp[GML_SHAPE_MAX];
     int n = a->n_dims;
     int64_t p64[GML_MAX_DIMS];
@@ -262,7 +266,7 @@ const gml_op_def gml_opdef_permute = {
 
 /* a -> a with dims d0 and d1 swapped */
 gml_tensor *gml_transpose(gml_context *ctx, gml_tensor *a, int d0, int d1) {
-    if (!a) return NULL;
+    GML_ENTER(ctx, 1, a);
     char sa[GML_SHAPE_MAX];
     int n = a->n_dims;
     int x0 = d0 < 0 ? d0 + n : d0, x1 = d1 < 0 ? d1 + n : d1;
@@ -309,7 +313,7 @@ const gml_op_def gml_opdef_transpose = {
 /* t [...] -> the same view of t's data, with dep as a second source: a graph
  * computes dep before any reader of the result. */
 gml_tensor *gml_after(gml_context *ctx, gml_tensor *t, gml_tensor *dep) {
-    if (!t || !dep) return NULL;
+    GML_ENTER(ctx, 2, t, dep);
     gml_tensor *r = gml_new_view(ctx, GML_OP_AFTER, t, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims,
                                  t->nb + GML_MAX_DIMS - t->n_dims, 0, "after");
     if (!r) return NULL;
@@ -349,7 +353,7 @@ GML_PARAMS_FIT(slice_params);
  * (negative from the end); a negative start counts from the end of dim, as
  * torch.narrow's. A view: x's strides, start * stride bytes further in. */
 gml_tensor *gml_slice(gml_context *ctx, gml_tensor *x, int dim, int64_t start, int64_t len) {
-    if (!x) return NULL;
+    GML_ENTER(ctx, 1, x);
     char sx[GML_SHAPE_MAX];
     const int axis = gml_axis(x, dim);
     if (axis < 0)

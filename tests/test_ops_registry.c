@@ -424,8 +424,12 @@ static void test_build_api(void) {
           "get_args gives the call back");
     CHECK(!gml_form_get_args(x, back), "a leaf has no arguments");
     args[0].t = NULL;
-    CHECK(gml_form_build(ctx, f, args) == NULL && !gml_last_error(ctx)[0],
-          "a NULL tensor gives NULL, as builders do: '%s'", gml_last_error(ctx));
+    CHECK(gml_form_build(ctx, f, args) == NULL, "a NULL tensor gives NULL, as builders do");
+    CHECK_CONTAINS(gml_last_error(ctx), "gml_form_build: permute's a is NULL");
+    gml_set_error(ctx, "first");
+    CHECK(gml_form_build(ctx, f, args) == NULL && strcmp(gml_last_error(ctx), "first") == 0,
+          "... and keeps the first message: '%s'", gml_last_error(ctx));
+    gml_clear_error(ctx);
     args[0].t = x;
     args[1].given = false;
     CHECK(gml_form_build(ctx, f, args) == NULL, "a required argument left out");

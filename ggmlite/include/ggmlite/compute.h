@@ -13,11 +13,24 @@ extern "C" {
 
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
- * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL or the context
- * holds an error from an earlier builder call (the message stays). The
- * graph is malloc'd: free it with gml_graph_free, before or after gml_free
- * of its context (it touches no tensor: its plan and its copies of the
- * headers are its own). Several graphs may share the tensors of a context. */
+ * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL, if the
+ * context holds an error from an earlier builder call (the message stays),
+ * or if a tensor it reaches is of no live context (freed since a node over
+ * it was built; the message names the node). The graph is malloc'd: free
+ * it with gml_graph_free, before or after gml_free of its context (freeing
+ * touches no tensor: its plan and its copies of the headers are its own).
+ * Several graphs may share the tensors of a context.
+ * A graph reads the headers of its tensors when it plans, computes, prints
+ * or hands one out, so it remembers every context they belong to (its own
+ * and any other: weights, a KV cache) and checks that each is still live
+ * first. After a gml_free of one of them, compute and plan return
+ * GML_ERR_INVALID naming a tensor of the freed context, and gml_graph_node,
+ * _leaf, _tensor_at, _data, _print, _dump_dot, _digest and _flops give
+ * nothing (NULL, 0, GML_ERR_INVALID) with the thread's message; the
+ * counts, the lookups by pointer (_find, _use_count, _tensor_index),
+ * gml_graph_tensor (the graph's own copies), gml_graph_error, the setters
+ * and gml_graph_free still work. A freed graph cannot be told from a live
+ * one: do not use it. */
 GML_API gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_outputs);
 GML_API void gml_graph_free(gml_graph *g);
 
@@ -123,7 +136,10 @@ GML_API gml_status gml_graph_compute(gml_graph *g, int n_threads);
 /* The message of the last failed compute or plan of g ("" when none). A
  * compute refused because g was busy (from a node callback) keeps its
  * message for the refused thread alone, never overwriting the running
- * compute's. Read it on the thread that computed. */
+ * compute's, until that thread's own compute of g ends (a callback that
+ * computed its own graph and then returned false: the outer compute's
+ * "stopped by the node callback"). Read it on the thread that computed.
+ * g NULL: the thread's message, as gml_last_error(NULL). */
 GML_API const char *gml_graph_error(const gml_graph *g);
 
 /* The data t has in g's computes: the header's data if it has some, else

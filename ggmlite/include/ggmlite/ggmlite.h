@@ -16,11 +16,23 @@
  *
  * Conventions: README.md ("Conventions") states them once; each rule's fine
  * print is in docs/contracts.md, whose sections (DIMENSION ORDER, STORAGE,
- * MATMUL, MASKS, ERRORS, MEMORY, WRITES THAT ALIAS, THREADS) the comments
- * of these headers name.
+ * MATMUL, MASKS, ERRORS, MISUSE, MEMORY, WRITES THAT ALIAS, THREADS) the
+ * comments of these headers name.
  *
  * Every name ggmlite exports starts with gml_ (types, functions) or GML_
  * (macros, enum constants).
+ *
+ * Misuse (MISUSE): every function given NULL for a pointer argument, or a
+ * context, tensor or graph that is not alive where this can be told,
+ * returns its error value and records a message naming the function and
+ * the argument ("gml_add: b is NULL"), or does nothing; it never crashes.
+ * The error values: NULL for a pointer, false, 0 for a count or a size, -1
+ * for an index, GML_ERR_INVALID for a status; a function whose value
+ * differs says so where it is declared. The message is kept on the context
+ * when the call has a live one (gml_last_error(ctx)), else for the calling
+ * thread (gml_last_error(NULL); gml_graph_error(NULL) gives the same). What
+ * is detected of freed objects, and what cannot be: docs/contracts.md,
+ * MISUSE, and the comments of gml_free and gml_build_graph.
  */
 #ifndef GGMLITE_H
 #define GGMLITE_H

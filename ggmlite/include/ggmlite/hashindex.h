@@ -38,7 +38,7 @@ typedef struct gml_hashindex {
 typedef bool (*gml_hashindex_eq)(const void *user, int val, const void *key);
 
 /* The hashes to key the index with: of a pointer's value, and of a string's
- * bytes up to its NUL. */
+ * bytes up to its NUL (NULL hashes as ""). */
 GML_API uint64_t gml_hash_ptr(const void *p);
 GML_API uint64_t gml_hash_str(const char *s);
 
@@ -49,7 +49,7 @@ GML_API int gml_hashindex_find(const gml_hashindex *ix, uint64_t hash, gml_hashi
 
 /* Adds val (which must be >= 0) under hash; it does not look for an equal
  * key first (the caller knows whether there is one). Returns false, leaving
- * the index as it was, if malloc fails. */
+ * the index as it was, if malloc fails or val < 0. */
 GML_API bool gml_hashindex_add(gml_hashindex *ix, uint64_t hash, int val);
 
 /* Empties the index, keeping its memory. */

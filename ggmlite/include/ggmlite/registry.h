@@ -65,7 +65,8 @@ GML_API const gml_op_form *gml_form_at(int i);                /* NULL outside [0
 GML_API const gml_op_form *gml_form_find(const char *name);   /* NULL if unknown */
 GML_API const gml_op_form *gml_form_of_op(gml_op op);         /* NULL for GML_OP_NONE */
 GML_API const char *gml_form_name(const gml_op_form *f);
-/* The op whose nodes the form writes; GML_OP_NONE for a builder-only form. */
+/* The op whose nodes the form writes; GML_OP_NONE for a builder-only form
+ * (and for f NULL). */
 GML_API gml_op gml_form_op(const gml_op_form *f);
 GML_API int gml_form_n_args(const gml_op_form *f);
 GML_API const gml_arg_spec *gml_form_arg(const gml_op_form *f, int i);

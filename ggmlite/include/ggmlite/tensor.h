@@ -23,12 +23,25 @@ typedef struct gml_init_params {
     bool no_alloc;     /* headers only: tensors get data == NULL */
 } gml_init_params;
 
-/* Returns NULL only if malloc fails or mem_size is too small to be useful. */
+/* NULL, with a message naming the size for the thread (gml_last_error(NULL)),
+ * if mem_size is over PTRDIFF_MAX (no object is that large: the arena's
+ * rounding would wrap), if mem_buffer + mem_size passes the end of the
+ * address space, or if the arena cannot be allocated. A context is live
+ * from gml_init until gml_free: ggmlite keeps a list of the live ones (under
+ * a lock) and looks every context argument up in it by address, reading a
+ * context only if it is live (MISUSE). */
 GML_API gml_context *gml_init(gml_init_params params);
+/* Frees the arena and every tensor in it. A context that is not live
+ * (freed already): does nothing, the thread's message says so. Tensors of
+ * ctx that a graph or another context's nodes use are gone too: see
+ * gml_build_graph. */
 GML_API void gml_free(gml_context *ctx);
 
-GML_API const char *gml_last_error(const gml_context *ctx); /* "" when none (or ctx NULL) */
-GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: does nothing */
+/* "" when none. ctx NULL: the calling thread's message, of the last call
+ * that had no live context to keep it (gml_init, a NULL or freed context,
+ * a NULL graph, ...). A ctx that is not live: a message saying so. */
+GML_API const char *gml_last_error(const gml_context *ctx);
+GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: the thread's */
 /* For builders of your own (as the attention blocks of <ggmlite/attention.h>
  * are): records a message on ctx as ggmlite's builders do, replacing any
  * earlier one, and returns NULL, so a builder can report a mistake with
@@ -36,8 +49,9 @@ GML_API void gml_clear_error(gml_context *ctx);             /* ctx NULL: does no
  *     if (x->ne[3] % 2) return gml_set_error(ctx, "my_rope(x): odd last dim: %s",
  *                                            gml_format_shape(x, s, sizeof s));
  * and gml_build_graph then refuses the context, as for any builder error.
- * The message is cut at 511 bytes. ctx NULL: does nothing. gml_set_error_v
- * takes a va_list, for wrappers of your own. */
+ * The message is cut at 511 bytes. ctx NULL: the message is the thread's
+ * (gml_last_error(NULL)). gml_set_error_v takes a va_list, for wrappers of
+ * your own. */
 GML_API gml_tensor *gml_set_error(gml_context *ctx, const char *fmt, ...) GML_PRINTF(2, 3);
 GML_API gml_tensor *gml_set_error_v(gml_context *ctx, const char *fmt, va_list ap) GML_PRINTF(2, 0);
 
@@ -60,11 +74,12 @@ GML_API gml_tensor *gml_new_tensor_3d(gml_context *ctx, gml_type type, int64_t n
 GML_API gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64_t n1,
                               int64_t n2, int64_t n3);
 
-GML_API gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t */
-GML_API const char *gml_get_name(const gml_tensor *t);
+GML_API gml_tensor *gml_set_name(gml_tensor *t, const char *name);  /* returns t (name NULL: t, its name kept) */
+GML_API const char *gml_get_name(const gml_tensor *t);       /* t NULL: "(null)" */
 GML_API gml_tensor *gml_get_tensor(gml_context *ctx, const char *name); /* first with name */
 /* Every tensor of a context in creation order:
- *     for (gml_tensor *t = gml_get_first_tensor(ctx); t; t = gml_get_next_tensor(ctx, t)) */
+ *     for (gml_tensor *t = gml_get_first_tensor(ctx); t; t = gml_get_next_tensor(ctx, t))
+ * gml_get_next_tensor gives NULL (with a message) for a t not of ctx. */
 GML_API gml_tensor *gml_get_first_tensor(const gml_context *ctx);
 GML_API gml_tensor *gml_get_next_tensor(const gml_context *ctx, const gml_tensor *t);
 GML_API void gml_set_flags(gml_tensor *t, int flags);                /* ORs GML_FLAG_* */
@@ -76,7 +91,7 @@ GML_API int64_t gml_dim(const gml_tensor *t, int d); /* size of dim d (negative 
 GML_API bool gml_is_contiguous(const gml_tensor *t);
 GML_API bool gml_is_view(const gml_tensor *t);
 GML_API bool gml_same_shape(const gml_tensor *a, const gml_tensor *b);
-/* Writes "[2,8,10,64]" into buf; returns buf. */
+/* Writes "[2,8,10,64]" into buf ("(null)" for t NULL); returns buf. */
 GML_API char *gml_format_shape(const gml_tensor *t, char *buf, size_t size);
 
 /* Element access by outermost-first index (n_dims entries, each in
@@ -88,6 +103,17 @@ GML_API float gml_get_f32(const gml_tensor *t, const int64_t *idx);
 GML_API bool gml_set_f32(gml_tensor *t, const int64_t *idx, float v);  /* false: nothing written */
 GML_API int32_t gml_get_i32(const gml_tensor *t, const int64_t *idx);
 GML_API bool gml_set_i32(gml_tensor *t, const int64_t *idx, int32_t v); /* false: nothing written */
+
+/* ---- builders ------------------------------------------------------------
+ * Every call below that takes a ctx makes its result in ctx; its tensor
+ * arguments may be tensors of any live context (weights loaded once into a
+ * context of their own, a KV cache's): a graph over them then needs each of
+ * those contexts alive (gml_build_graph). A tensor whose context was freed,
+ * a graph's copy of a header (gml_graph_tensor, a node callback's node) or
+ * a header of your own is refused (NULL, message), told by its address
+ * without being read (MISUSE). A NULL tensor where one is required gives
+ * NULL and keeps the message already on ctx (ERRORS: it says why that input
+ * is NULL), or records "gml_add: b is NULL" if there is none. */
 
 /* ---- views (no copy) ---------------------------------------------------- */
 
