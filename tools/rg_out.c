@@ -10,6 +10,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "rg.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -327,4 +328,50 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     const char *hook = getenv("RUN_GRAPH_TEST_RAISE"); /* the test hook: see the top */
     if (hook) raise(atoi(hook));
     return rg_stage_commit(&s, e);
+}
+
+/* ---- --json ------------------------------------------------------------------ */
+
+cJSON *rg_json_shape(const gml_tensor *t) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 4 - t->n_dims; a && i < 4; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)t->ne[i]));
+    return a;
+}
+
+cJSON *rg_json_head(const rg_summary *s) {
+    cJSON *j = cJSON_CreateObject(), *sizes = cJSON_CreateObject();
+    if (!j || !sizes) {
+        cJSON_Delete(j);
+        cJSON_Delete(sizes);
+        return NULL;
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, s->digest);
+    cJSON_AddStringToObject(j, "model", s->model);
+    for (int i = 0; i < RG_NSYM; i++)
+        if (s->shown[i]) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)s->dim[i]);
+    cJSON_AddItemToObject(j, "sizes", sizes);
+    cJSON_AddBoolToObject(j, "causal", s->causal);
+    cJSON_AddItemToObject(j, "output_shape", rg_json_shape(s->out));
+    cJSON_AddStringToObject(j, "xxh3", hex);
+    cJSON_AddNumberToObject(j, "threads", s->threads);
+    cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
+    cJSON_AddNumberToObject(j, "runs", s->runs);
+    cJSON_AddNumberToObject(j, "median_ms", s->median_ms);
+    cJSON_AddNumberToObject(j, "min_ms", s->min_ms);
+    cJSON_AddNumberToObject(j, "flops", s->flops);
+    cJSON_AddNumberToObject(j, "gflops", s->median_ms > 0 ? s->flops / (s->median_ms * 1e6) : 0);
+    cJSON_AddNumberToObject(j, "peak_bytes", (double)s->peak_bytes);
+    cJSON_AddBoolToObject(j, "random_weights", s->random_weights);
+    cJSON_AddBoolToObject(j, "random_inputs", s->random_inputs);
+    return j;
+}
+
+bool rg_json_print(cJSON *j, rg_err *e) {
+    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
+    printf("%s\n", text);
+    cJSON_free(text);
+    return true;
 }
