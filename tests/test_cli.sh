@@ -751,8 +751,8 @@ expect_error 1 "llama: d_model 48 is not divisible by heads 5" \
 expect_error 1 "x is [3,9,40], but the layers of $L/llama_gqa/weights.safetensors have d_model 48" \
     "llama: input of another width" llama --heads 6 --weights "$L/llama_gqa/weights.safetensors" --input "$L/bert_padding/x.npy"
 expect_error 2 "llama: give --heads" "llama: weights without --heads" llama --weights "$L/llama_gqa/weights.safetensors"
-expect_error 2 "--valid-lens does not apply to llama (bert only)" "llama --valid-lens" llama --valid-lens 3,3
-expect_error 2 "--rope-theta does not apply to gpt2 (llama only)" "gpt2 --rope-theta" gpt2 --rope-theta 100
+expect_error 2 "--valid-lens does not apply to llama (it applies to mha, gqa, relpos, graph files, bert)" "llama --valid-lens" llama --valid-lens 3,3
+expect_error 2 "--rope-theta does not apply to gpt2 (it applies to mha, gqa, llama, --parallel heads" "gpt2 --rope-theta" gpt2 --rope-theta 100
 expect_error 2 "--valid-lens: 2 lengths for a batch of 3" "bert: lengths for another batch" \
     bert --heads 5 --valid-lens 9,5 --weights "$L/bert_padding/weights.safetensors" --input "$L/bert_padding/x.npy"
 expect_error 2 "--valid-lens: length 10 of batch row 2 is past the 9 tokens" "bert: a length past T" \

@@ -81,7 +81,8 @@ static const flag FLAGS[] = {
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL, NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL, NULL},
     [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL, NULL},
-    [F_CAUSAL] = {"--causal", NULL, M_ATTN | M_PAR | M_CDEC, "query i sees key j iff j <= i + (S - T)", "Masks", NULL},
+    [F_CAUSAL] = {"--causal", NULL, M_ATTN | M_LLAMA | M_GPT2 | M_PAR | M_CDEC, "query i sees key j iff j <= i + (S - T)", "Masks",
+     "causal: each token sees itself and the tokens before it (llama and gpt2 are causal always: the flag is accepted and changes nothing)"},
     [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN | M_BERT, "one length per batch: keys j >= L are masked", NULL, "one length per batch row; keys j >= L are padding"},
     [F_ATTN] = {"--attn", "fused|unfused", M_MHA | M_GQA | M_REL,
      "fused: one flash_attn op, memory independent of S, no attention weights; unfused: scores, "
@@ -139,9 +140,9 @@ static const flag FLAGS[] = {
     [F_REPEAT] = {"--repeat", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "one warm-up, then N timed runs: median and min ms, GFLOP/s", NULL, NULL},
     [F_ISA] = {"--isa", "NAME", M_ALL | M_LAYER | M_PAR | M_CDEC, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL, NULL},
     [F_PROFILE] = {"--profile", NULL, M_ALL, "per-node times (op, shape, ms, share) and per-op totals", NULL, NULL},
-    [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL, "stop at the first node that makes a NaN or Inf, and name it", NULL, NULL},
+    [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL | M_LAYER | M_CDEC, "stop at the first node that makes a NaN or Inf, and name it", NULL, NULL},
     [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
-    [F_JSON] = {"--json", NULL, M_ALL, "prints one JSON object on stdout instead of the summary", NULL, NULL},
+    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER, "prints one JSON object on stdout instead of the summary", NULL, NULL},
     [F_HELP] = {"--help", NULL, M_EVERY, "this text", "Other", NULL},
     [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL, NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL, NULL},
@@ -251,7 +252,9 @@ static const page PAGES[] = {
      "single layer's may have none. Every tensor of the file must be used.\n"
      "A flag that applies to some layers only is followed by their names in brackets.\n",
      "\n"
-     "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
+     "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory;\n"
+     "--json prints the keys of run-graph --help's --json (model, sizes, output_shape, xxh3,\n"
+     "...) and layers, valid_lens.\n"
      "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n"},
     [RG_MODE_HEADS] = {M_HEADS, NULL, false, true,
      "usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
@@ -554,14 +557,41 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
     }
 }
 
+/* The names of the M_* bits, from bit 0, for the messages. */
+static const char *const EVERY_MODE_NAME[] = {"mha", "gqa", "relpos", "matmul", "graph files",
+                                              "llama", "gpt2", "bert", "--parallel heads",
+                                              "--parallel context", "--parallel context --decode"};
+
+/* "mha, gqa, relpos, matmul, graph files, --parallel heads": the modes fl applies to. */
+static const char *modes_of(const flag *fl, char *list, size_t size) {
+    size_t k = 0;
+    unsigned models = fl->models;
+    list[0] = '\0';
+    if ((models & M_ALL) == M_ALL) { /* the single process's models, in one word */
+        k += (size_t)snprintf(list, size, "mha, gqa, relpos, matmul, graph files");
+        models &= ~(unsigned)M_ALL;
+    }
+    for (int b = 0; b < 11 && k < size; b++)
+        if (models >> b & 1) k += (size_t)snprintf(list + k, size - k, "%s%s", k ? ", " : "", EVERY_MODE_NAME[b]);
+    return list;
+}
+
+/* Refuses fl in `mode`: "--json does not apply to llama (it applies to
+ * mha, gqa, ...); see <see>". */
+static bool refuse(const flag *fl, const char *mode, const char *see, rg_err *e) {
+    char list[256];
+    return rg_fail(e, RG_USAGE, "%s does not apply to %s (it applies to %s); see %s", fl->name, mode,
+                   modes_of(fl, list, sizeof list), see);
+}
+
 /* Flags that only make sense together, and files given two ways. */
 static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     static const char *const KIND[] = {"mha", "gqa", "relpos", "matmul", "graph files"};
     for (int i = 0; i < N_FLAGS; i++)
         if (given[i] && !(FLAGS[i].models & (1u << o->kind))) {
-            const char *hint = i == RG_G && o->kind == RG_MHA ? " (grouped-query attention is gqa)" : "";
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s%s; see --help", FLAGS[i].name,
-                           KIND[o->kind], hint);
+            if (i == RG_G && o->kind == RG_MHA)
+                return rg_fail(e, RG_USAGE, "--kv-heads does not apply to mha (grouped-query attention is gqa); see --help");
+            return refuse(&FLAGS[i], KIND[o->kind], "--help", e);
         }
     if (o->input && (o->query || o->key || o->value))
         return rg_fail(e, RG_USAGE, "--input is self-attention; for cross-attention give --query, --key, --value");
@@ -662,8 +692,11 @@ static bool parse_single(const item *it, int n, bool cdec, rg_opts *o, rg_err *e
         }
         const flag *fl = a->fl;
         if (cdec && fl && (fl == &FLAGS[F_PARALLEL] || fl == &FLAGS[F_CACHE_PER_RANK])) continue;
-        if (!fl || !(fl->models & M_ALL))
-            return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
+        if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
+        if (cdec && !(fl->models & M_CDEC) && (fl == &FLAGS[F_JSON] || fl == &FLAGS[F_PRINT_GRAPH]))
+            return refuse(fl, "--parallel context --decode", "mpirun ... --decode N --parallel context --help", e);
+        if (!(fl->models & M_ALL))
+            return refuse(fl, o->model && o->kind != RG_GRAPH ? o->model : o->model ? "graph files" : "mha, gqa, relpos, matmul or graph files", "--help", e);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s)", fl->name, fl->arg);
         if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value", fl->name);
         const flag_id id = (flag_id)(fl - FLAGS);
@@ -691,14 +724,17 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
             return true;
         }
         if (!a->is_flag) return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", a->arg, name);
-        if (!fl || !(fl->models & M_LAYER))
-            return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see run-graph %s --help", a->len, a->arg,
-                           name, name);
-        if (!a->v) return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", fl->name, name);
+        char see[32];
+        snprintf(see, sizeof see, "run-graph %s --help", name);
+        if (!fl)
+            return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see %s", a->len, a->arg, name, see);
+        if (fl == &FLAGS[F_CAUSAL] && o->layer == RG_BERT)
+            return rg_fail(e, RG_USAGE, "--causal does not apply to bert: an encoder, each token sees "
+                           "every key (--valid-lens masks padding); llama and gpt2 are causal always");
+        if (!(fl->models & mine)) return refuse(fl, name, see, e);
+        if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s); see %s", fl->name, fl->arg, see);
+        if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value; see %s", fl->name, see);
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
-        if (!(fl->models & mine))
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", fl->name, name,
-                           fl->models & M_LLAMA ? "llama" : "bert");
     }
     return true;
 }
@@ -722,9 +758,15 @@ static bool parse_parallel(const item *it, int n, const char *mode, rg_opts *o, 
             o->kind = strcmp(a->arg, "gqa") == 0 ? RG_GQA : RG_MHA; /* llama: see o->model */
             continue;
         }
-        if (!fl || !(fl->models & mine) || (!fl->arg && a->has_eq))
+        char list[256];
+        if (!fl)
             return rg_fail(e, RG_USAGE, "%.*s: not a flag of --parallel %s (see run-graph --parallel %s --help)",
                            a->len, a->arg, mode, mode);
+        if (!(fl->models & mine))
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (it applies to %s; see run-graph "
+                           "--parallel %s --help)", fl->name, mode, modes_of(fl, list, sizeof list), mode);
+        if (!fl->arg && a->has_eq)
+            return rg_fail(e, RG_USAGE, "%s takes no value (see run-graph --parallel %s --help)", fl->name, mode);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value", fl->name);
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
     }

@@ -19,6 +19,7 @@
 
 #include <ggmlite/layers.h>
 
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +48,8 @@ typedef struct lopts {
     int n_lens;
     bool has_dtype;
     gml_type dtype;
+    bool json, nan_trap; /* --json, --nan-trap */
+    const char *model;   /* as given */
 } lopts;
 
 /* The options of the layers from the parse (rg_parse_args). */
@@ -58,7 +61,8 @@ static lopts options(const rg_opts *g) {
                    .repeat = g->repeat, .seed = g->seed, .rope_theta = g->rope_theta,
                    .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
                    .lens = g->valid_lens, .n_lens = g->n_valid_lens,
-                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype};
+                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype, .json = g->json,
+                   .nan_trap = g->nan_trap, .model = g->model};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -360,6 +364,29 @@ static bool compute(void *user, int i, double *ms) {
     return rg_fail(r->e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
 }
 
+/* --json: the keys of every mode's report (rg_json_head), then the layers'. */
+static bool report_json(const run *r, const gml_tensor *out, uint64_t digest, double *ms, rg_err *e) {
+    const lopts *o = &r->o;
+    const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_D] = r->D, [RG_H] = r->H, [RG_G] = r->G};
+    const bool shown[RG_NSYM] = {[RG_B] = true, [RG_T] = true, [RG_D] = true, [RG_H] = true,
+                                 [RG_G] = o->kind == L_LLAMA};
+    const size_t leaf = rg_leaf_bytes(r->g);
+    const double med = rg_median(ms, o->repeat); /* sorts ms: ms[0] is the fastest */
+    cJSON *j = rg_json_head(&(rg_summary){
+        .model = o->model, .dim = dim, .shown = shown, .causal = o->kind != L_BERT, .out = out,
+        .digest = digest, .threads = o->threads, .runs = o->repeat, .median_ms = med,
+        .min_ms = ms[0], .flops = gml_graph_flops(r->g), .peak_bytes = gml_graph_plan_peak(r->g) + leaf,
+        .random_weights = r->random_weights, .random_inputs = r->random_input});
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(r->g));
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)(gml_graph_plan_naive(r->g) + leaf));
+    cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(r->g));
+    cJSON_AddStringToObject(j, "graph_digest", hex);
+    cJSON_AddNumberToObject(j, "layers", o->layers);
+    cJSON_AddBoolToObject(j, "valid_lens", r->lens != NULL);
+    return rg_json_print(j, e);
+}
+
 static bool execute(run *r, rg_err *e) {
     const lopts *o = &r->o;
     const size_t arena = (size_t)(80 * o->layers + 64) * gml_tensor_overhead();
@@ -371,6 +398,7 @@ static bool execute(run *r, rg_err *e) {
         if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
     }
     ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
+    if (ok) gml_graph_set_nan_trap(r->g, o->nan_trap);
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
     r->e = e;
@@ -382,11 +410,13 @@ static bool execute(run *r, rg_err *e) {
     for (size_t i = 0; ok && i < n_bytes / 4; i++)
         if (!isfinite(dense[i]))
             ok = rg_fail(e, RG_RUNTIME, "the output holds a non-finite value (%g at element %zu); the "
-                         "inputs or weights may hold NaN or inf", dense[i], i);
+                         "inputs or weights may hold NaN or inf%s", dense[i], i,
+                         o->nan_trap ? "" : " (--nan-trap names the first node that makes one)");
     char err[1024];
     if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
-    if (ok) {
+    if (ok && o->json) ok = report_json(r, out, XXH3_64bits(dense, n_bytes), ms, e);
+    else if (ok) {
         const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
         char shape[64], pfx[64] = "none";
         if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
