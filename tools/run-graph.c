@@ -111,9 +111,12 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
                          : d->random_inputs  ? ", random inputs"
                                              : "";
-    char opts[160];
-    printf("%s: %s%s%s%s%s\n", o->model, sizes, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "",
-           rg_attn_options(o, false, opts, sizeof opts), random);
+    char opts[160], line[640]; /* each part after the sizes starts ", " */
+    snprintf(line, sizeof line, "%s%s%s%s%s", sizes, o->causal ? ", causal" : "",
+             d->valid_lens ? ", valid lengths" : "", rg_attn_options(o, false, opts, sizeof opts), random);
+    /* a graph file that reads no size symbol has no sizes to list */
+    const char *l = sizes[0] ? line : line[0] ? line + 2 : "no sizes";
+    printf("%s: %s\n", o->model, l);
     printf("output  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(m->out, shape, sizeof shape), digest);
     printf("time    %.3f ms", t->median_ms);
     if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
