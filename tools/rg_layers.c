@@ -219,17 +219,20 @@ static bool settle_sizes(run *r, rg_err *e) {
     const lopts *o = &r->o;
     /* D: the input, else the weights, else --d-model (default 256) */
     int64_t Dw = 0;
+    char key[GML_MAX_NAME + 64] = "", ks[64] = "";
     if (r->wctx) {
-        char name[GML_MAX_NAME + 64];
-        snprintf(name, sizeof name, r->prefix_fmt, 0);
-        strncat(name, KEY_NAME[o->kind], sizeof name - strlen(name) - 1);
-        const gml_tensor *t = gml_get_tensor(r->wctx, name);
+        snprintf(key, sizeof key, r->prefix_fmt, 0);
+        strncat(key, KEY_NAME[o->kind], sizeof key - strlen(key) - 1);
+        const gml_tensor *t = gml_get_tensor(r->wctx, key);
         Dw = t ? t->ne[3] : 0;
+        if (t) gml_format_shape(t, ks, sizeof ks);
     }
     const int64_t Dx = r->x ? r->x->ne[3] : 0;
-    if (Dx && Dw && Dx != Dw)
-        return rg_fail(e, RG_RUNTIME, "%s: x is [%" PRId64 ",%" PRId64 ",%" PRId64 "], but the layers of %s have d_model %" PRId64,
-                       o->input, r->x->ne[1], r->x->ne[2], Dx, o->weights, Dw);
+    if (Dx && Dw && Dx != Dw) /* the tensor d_model is read from, named with its shape */
+        return rg_fail(e, RG_RUNTIME, "%s: %s is %s, but the input %s [%" PRId64 ",%" PRId64 ",%" PRId64
+                       "] has d_model %" PRId64 ": its last size should be %" PRId64 " (a %s layer's "
+                       "tensors are sized by d_model)",
+                       o->weights, key, ks, o->input, r->x->ne[1], r->x->ne[2], Dx, Dx, Dx, KIND_NAME[o->kind]);
     r->D = Dx ? Dx : Dw ? Dw : o->d_model ? o->d_model : 256;
     if (o->d_model && o->d_model != r->D)
         return rg_fail(e, RG_USAGE, "--d-model %" PRId64 ": the %s has d_model %" PRId64, o->d_model,
@@ -267,9 +270,12 @@ static bool settle_sizes(run *r, rg_err *e) {
     }
     if (!r->G) r->G = r->H % 4 == 0 ? r->H / 4 : r->H;
     if (o->kind != L_LLAMA) r->G = r->H;
-    if (!r->wctx && (r->D % r->H || r->H % r->G))
-        return rg_fail(e, RG_USAGE, "%s: d_model %" PRId64 ", heads %d, kv heads %d: heads must divide d_model, and kv heads heads",
-                       KIND_NAME[o->kind], r->D, r->H, r->G);
+    if (!r->wctx && r->D % r->H)
+        return rg_fail(e, RG_USAGE, "%s: heads %d do not divide d_model %" PRId64 " (each head takes "
+                       "d_model / heads of it)", KIND_NAME[o->kind], r->H, r->D);
+    if (!r->wctx && r->H % r->G)
+        return rg_fail(e, RG_USAGE, "%s: kv heads %d do not divide heads %d (each kv head serves "
+                       "heads / kv heads query heads)", KIND_NAME[o->kind], r->G, r->H);
     r->F = o->ffn ? o->ffn : o->kind == L_LLAMA ? (8 * r->D / 3 + 15) / 16 * 16 : 4 * r->D;
     if (o->ffn && r->wctx) return rg_fail(e, RG_USAGE, "--ffn is for random weights; the weights file sets it");
     if (o->n_lens && o->n_lens != r->B)
