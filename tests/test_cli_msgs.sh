@@ -58,6 +58,45 @@ expect_out() {
 
 TINY=(--batch 1 --seq 3 --d-model 16 --heads 2 --threads 1)
 
+le64() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf '\\x%02x' $(((n >> (8 * i)) & 255)); done; }
+# mkst FILE JSON DATA_BYTES: a safetensors file of zeros
+mkst() {
+    printf "$(le64 ${#2})" >"$1"
+    printf '%s' "$2" >>"$1"
+    head -c "$3" /dev/zero >>"$1"
+}
+# mkst_f32 FILE NAME:SHAPE...: a safetensors file of f32 zeros, the tensors
+# in the order given ("w:8,24"); poke FILE NAME INDEX BYTES then sets one value.
+mkst_f32() {
+    local f=$1 json="{" sep="" off=0 spec n
+    shift
+    for spec in "$@"; do
+        n=$((4 * $(echo "${spec#*:}" | tr ',' '*')))
+        json+="$sep\"${spec%%:*}\": {\"dtype\": \"F32\", \"shape\": [${spec#*:}], \"data_offsets\": [$off, $((off + n))]}"
+        off=$((off + n)) sep=", "
+    done
+    mkst "$f" "$json}" "$off"
+}
+# poke FILE BYTE_OFFSET_IN_DATA 'LE BYTES as \\x..': overwrites data bytes
+poke() {
+    local hl
+    hl=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+    printf "$3" | dd of="$1" bs=1 seek=$((8 + hl + $2)) conv=notrunc status=none
+}
+# mknpy FILE DESCR SHAPE DATA_BYTES [FILL_BYTE]: a .npy v1.0 file
+mknpy() {
+    local hdr="{'descr': '$2', 'fortran_order': False, 'shape': $3, }"
+    local pad=$((((10 + ${#hdr} + 1 + 63) / 64) * 64 - 10 - ${#hdr} - 1))
+    hdr="$hdr$(printf '%*s' "$pad" '')"
+    local len=$((${#hdr} + 1))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+        printf '%s\n' "$hdr"
+        head -c "$4" /dev/zero | tr '\0' "${5:-\0}"
+    } >"$1"
+}
+
 # ---- the parse: boolean flags anywhere, refusals that name the modes ----------------------
 for layer in llama gpt2 bert; do
     for flag in --json --nan-trap; do
@@ -101,6 +140,47 @@ for args in "mha" "gqa --kv-heads 1" "relpos --max-rel 2" "llama --kv-heads 1" "
     fi
 done
 check "matmul --json" "$RG" matmul --m 2 --n 3 --k 4 --threads 1 --json
+
+# --nan-trap in a layer: the node that makes the first NaN, by name
+mknpy nan.npy '<f4' '(1, 3, 16)' 192 '\377'
+for layer in llama gpt2 bert; do
+    expect_error 1 "nan trap: node" "$layer --nan-trap names the node" $layer --heads 2 --input nan.npy --nan-trap
+    expect_error 1 "(--nan-trap names the first node" "$layer without --nan-trap says it" $layer --heads 2 --input nan.npy
+done
+
+# ---- messages that name what is wrong ------------------------------------------------------
+mknpy x8.npy '<f4' '(1, 2, 8)' 64
+LLAMA8=(self_attn.q_proj.weight:8,8 self_attn.k_proj.weight:8,8 self_attn.v_proj.weight:8,8
+    self_attn.o_proj.weight:8,8 post_attention_layernorm.weight:8 mlp.gate_proj.weight:16,8
+    mlp.up_proj.weight:16,8 mlp.down_proj.weight:8,16)
+mkst_f32 ln47.safetensors input_layernorm.weight:7 "${LLAMA8[@]}"
+expect_error 1 "input_layernorm.weight is [7], but the input x8.npy [1,2,8] has d_model 8: its last size should be 8" \
+    "llama: an input_layernorm of the wrong size is named" llama --heads 2 --weights ln47.safetensors --input x8.npy
+mkst_f32 llama8.safetensors input_layernorm.weight:8 "${LLAMA8[@]}"
+check "llama8.safetensors runs" "$RG" llama --heads 2 --weights llama8.safetensors --input x8.npy --threads 1
+GPT2_8=(ln_1.weight:8 ln_1.bias:8 attn.c_attn.weight:8,24 attn.c_attn.bias:24 attn.c_proj.weight:8,8
+    attn.c_proj.bias:8 ln_2.weight:8 ln_2.bias:8)
+mkst_f32 linear_fc.safetensors "${GPT2_8[@]}" mlp.c_fc.weight:32,8 mlp.c_fc.bias:32 mlp.c_proj.weight:32,8 \
+    mlp.c_proj.bias:8
+expect_error 1 "mlp.c_fc.weight is [32,8], expected [8,32] ([D, F], Conv1D [in, out]): it looks transposed" \
+    "gpt2: c_fc in nn.Linear's layout" gpt2 --heads 2 --weights linear_fc.safetensors --input x8.npy
+grep -qF "GPT-2's Conv1D stores [in, out]" "$T/err" && pass || fail "gpt2 c_fc: the layout is not said: $(cat "$T/err")"
+mkst_f32 gpt2_8.safetensors "${GPT2_8[@]}" mlp.c_fc.weight:8,32 mlp.c_fc.bias:32 mlp.c_proj.weight:32,8 \
+    mlp.c_proj.bias:8
+check "gpt2_8.safetensors runs" "$RG" gpt2 --heads 2 --weights gpt2_8.safetensors --input x8.npy --threads 1
+expect_error 2 "llama: heads 3 do not divide d_model 16 (each head takes d_model / heads of it)" \
+    "llama: heads not dividing d_model" llama --d-model 16 --heads 3
+expect_error 2 "llama: kv heads 3 do not divide heads 4 (each kv head serves heads / kv heads query heads)" \
+    "llama: kv heads not dividing heads" llama --d-model 16 --heads 4 --kv-heads 3
+# a graph file starting with a UTF-8 byte-order mark: skipped, the same digest
+{ printf '\xef\xbb\xbf'; cat "$SRC/tools/graphs/mha.graph"; } >bom.graph
+a=$(digest "$SRC/tools/graphs/mha.graph" "${TINY[@]}")
+b=$(digest bom.graph "${TINY[@]}")
+check "a graph file with a byte-order mark: mha.graph's digest ($a vs $b)" test -n "$a" -a "$a" = "$b"
+# a graph reading no size symbol: the summary lists no empty sizes
+printf 'input u f32 [2, 3]\noutput tanh(u)\n' >nosyms.graph
+expect_out "nosyms.graph: random" "a graph without sizes: its summary" nosyms.graph --threads 1
+grep -qF ": ," "$T/out" && fail "a graph without sizes: an empty list: $(head -n 1 "$T/out")" || pass
 
 echo "test_cli_msgs: $n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]
