@@ -256,6 +256,16 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
         for (int sym = RG_B; sym <= RG_D; sym++)
             k += (size_t)snprintf(args + k, sizeof args - k, " %s %" PRId64, RG_FLAG[sym], d->dim[sym]);
     if (o->causal) k += (size_t)snprintf(args + k, sizeof args - k, " --causal");
+    /* the graph that ran (they round differently): --attn as given, else fused
+     * unless the weights were asked for (relpos is unfused only) */
+    if (o->kind == RG_MHA || o->kind == RG_GQA)
+        k += (size_t)snprintf(args + k, sizeof args - k, " --attn %s",
+                              o->attn_impl == GML_ATTN_UNFUSED ||
+                                      (o->attn_impl == GML_ATTN_AUTO && (o->attn_weights || o->attn_svg))
+                                  ? "unfused"
+                                  : "fused");
+    /* the inputs below are written [T, B, D] as they were read, and the output is too */
+    if (o->seq_first) k += (size_t)snprintf(args + k, sizeof args - k, " --seq-first");
     char opts[160];
     k += (size_t)snprintf(args + k, sizeof args - k, "%s", rg_attn_options(o, true, opts, sizeof opts));
     for (int i = 0; i < o->n_valid_lens; i++)
@@ -270,7 +280,6 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
         if (strcmp(t->name, "valid_lens") == 0 && o->n_valid_lens) continue; /* --valid-lens says it */
         const char *file = input_file(t->name);
         snprintf(path, sizeof path, "%s/%s.npy", dir, file);
-        ok = save_npy(s, path, t, e);
         const char *flag = NULL; /* the flag that binds it again, else --bind */
         if (o->kind != RG_MATMUL) {
             static const char *const FLAGS[][2] = {{"x", "--input"}, {"query", "--query"}, {"key", "--key"},
@@ -278,6 +287,8 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
             for (int f = 0; f < 4; f++)
                 if (strcmp(t->name, FLAGS[f][0]) == 0) flag = FLAGS[f][1];
         }
+        gml_tensor view; /* --seq-first: an input of those flags as it was read, [T, B, D] */
+        ok = save_npy(s, path, flag ? rg_output_view(o, t, &view) : t, e);
         if (o->kind != RG_GRAPH && o->kind != RG_MATMUL && gml_graph_leaf(m->g, i) == d->mask) flag = "--attn-mask"; /* [B|1, H|1, T, S] */
         if (flag) k += (size_t)snprintf(args + k, sizeof args - k, " %s %s.npy", flag, file);
         else k += (size_t)snprintf(args + k, sizeof args - k, " --bind %s=%s.npy", t->name, file);
