@@ -182,5 +182,18 @@ printf 'input u f32 [2, 3]\noutput tanh(u)\n' >nosyms.graph
 expect_out "nosyms.graph: random" "a graph without sizes: its summary" nosyms.graph --threads 1
 grep -qF ": ," "$T/out" && fail "a graph without sizes: an empty list: $(head -n 1 "$T/out")" || pass
 
+# ---- --save-inputs: its args line runs the same case (the same digest) ----------------------
+n_si=0
+for a in "mha --attn unfused" "mha --attn-weights $T/aw.npy" "mha --attn fused --causal" "mha --seq-first" \
+    "gqa --kv-heads 2 --kv-seq 5 --causal-top-left --seq-first" "gqa --kv-heads 2 --attn unfused --window 2 --softcap 3" \
+    "mha --attn unfused --valid-lens 2,3 --alibi" "mha --attn unfused --add-zero-attn --rope --rope-theta 100" \
+    "relpos --max-rel 1" "$SRC/tools/graphs/mha.graph --causal --seq-first"; do
+    n_si=$((n_si + 1))
+    # shellcheck disable=SC2086 # the case's flags
+    d=$(digest $a --batch 2 --seq 3 --d-model 8 --heads 2 --threads 1 --save-inputs "$T/si$n_si")
+    r=$(cd "$T/si$n_si" && digest $(cat args) --threads 1)
+    check "--save-inputs of $a, then its args ($d vs $r: $(cat "$T/si$n_si/args" 2>/dev/null))" test -n "$d" -a "$d" = "$r"
+done
+
 echo "test_cli_msgs: $n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]
