@@ -195,5 +195,24 @@ for a in "mha --attn unfused" "mha --attn-weights $T/aw.npy" "mha --attn fused -
     check "--save-inputs of $a, then its args ($d vs $r: $(cat "$T/si$n_si/args" 2>/dev/null))" test -n "$d" -a "$d" = "$r"
 done
 
+# ---- --weights-dtype: a finite weight past the type's range is named, not made inf ----------
+mkst_f32 big.safetensors w_q.weight:32,32 w_k.weight:32,32 w_v.weight:32,32 w_o.weight:32,32
+poke big.safetensors $((4096 + 4 * 35)) '\x00\x24\x74\x49' # w_k.weight[1,3] = 1e6
+for dt in f32 bf16 q8_0; do
+    check "1e6 fits --weights-dtype $dt" "$RG" mha --heads 2 --seq 3 --threads 1 --weights big.safetensors --weights-dtype $dt
+done
+expect_error 1 "--weights-dtype f16: 'w_k.weight' [32,32] holds 1e+06 at [1,3], past the range of f16 (f16's largest finite value is 65504)" \
+    "mha --weights-dtype f16 of 1e6" mha --heads 2 --seq 3 --weights big.safetensors --weights-dtype f16
+mkst_f32 llama_big.safetensors input_layernorm.weight:8 "${LLAMA8[@]}"
+poke llama_big.safetensors $((32 + 4 * 9)) '\x00\x24\x74\x49' # q_proj[1,1] = 1e6
+expect_error 1 "--weights-dtype f16: 'self_attn.q_proj.weight' [8,8] holds 1e+06 at [1,1]" \
+    "llama --weights-dtype f16 of 1e6" llama --heads 2 --weights llama_big.safetensors --input x8.npy --weights-dtype f16
+poke big.safetensors $((8192 + 4 * 69)) '\x80\x96\x18\x4b' # w_v.weight[2,5] = 1e7: q8_0's f16 scale 78740
+expect_error 1 "--weights-dtype q8_0: 'w_v.weight' [32,32] holds 1e+07 at [2,5]" \
+    "mha --weights-dtype q8_0 of 1e7" mha --heads 2 --seq 3 --weights big.safetensors --weights-dtype q8_0
+poke big.safetensors $((12288 + 4 * 1023)) '\xff\xff\x7f\x7f' # w_o.weight[31,31] = FLT_MAX
+expect_error 1 "--weights-dtype bf16: 'w_o.weight' [32,32] holds 3.40282e+38 at [31,31], past the range of bf16" \
+    "mha --weights-dtype bf16 of FLT_MAX" mha --heads 2 --seq 3 --weights big.safetensors --weights-dtype bf16
+
 echo "test_cli_msgs: $n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]
