@@ -301,6 +301,11 @@ typedef struct rg_heatmap {
     int batch;                        /* which batch element to draw */
     char **key_labels, **query_labels; /* Tk / Tq labels, or NULL for indices */
     const char *title;
+    /* [H, Tq, Tk] of the drawn batch element: 1 where the options mask the
+     * key (causal, window, valid lengths, an -inf mask entry), or NULL. A
+     * masked cell of weight 0 is drawn hatched, apart from a weight that is
+     * 0 without a mask (an underflow). */
+    const unsigned char *masked;
 } rg_heatmap;
 
 /* Writes the heatmap as SVG to path; false with a message in err. */

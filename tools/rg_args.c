@@ -129,7 +129,7 @@ static const flag FLAGS[] = {
      "combine with --causal and --valid-lens, and a query left with no key gets zeros", NULL, NULL},
     [F_OUTPUT] = {"--output", "FILE", M_ALL | M_LAYER | M_PAR | M_CDEC, "writes the output .npy", "Outputs (written only when the whole run succeeds)", "writes the output .npy [B, T, D]; --parallel: rank 0 writes it"},
     [F_ATTN_WEIGHTS] = {"--attn-weights", "FILE", M_ATTN, "writes the attention weights .npy [B, H, T, S]", NULL, NULL},
-    [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head", NULL, NULL},
+    [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head; keys masked (causal, --window, --valid-lens, -inf or True in a mask) are hatched, apart from weights that are 0 unmasked", NULL, NULL},
     [F_TOKENS] = {"--tokens", "A,B,..", M_ATTN, "--attn-svg labels of the S keys (and of the queries when T = S)", NULL, NULL},
     [F_QUERY_TOKENS] = {"--query-tokens", "A,B,..", M_ATTN, "--attn-svg labels of the T queries", NULL, NULL},
     [F_ATTN_BATCH] = {"--attn-batch", "I", M_ATTN, "--attn-svg draws batch element I (default 0)", NULL, NULL},

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,35 @@ static bool save_npy(rg_stage *s, const char *path, const gml_tensor *t, rg_err 
 
 /* ---- the heatmap ------------------------------------------------------------------- */
 
+/* The keys the options mask for batch element b, [H, Tq, Tk] (malloc'd; NULL
+ * when out of memory): causal (bottom-right or top-left), the window, the
+ * valid lengths, an -inf entry of the combined mask [B|1, H|1, T, S]. Keys
+ * past S (bias_k, add_zero_attn's row) are seen by every query. */
+static unsigned char *masked_keys(const rg_opts *o, const rg_data *d, int64_t b, int64_t H, int64_t Tq,
+                                  int64_t Tk) {
+    unsigned char *mk = calloc((size_t)(H * Tq * Tk) + 1, 1);
+    if (!mk) return NULL;
+    const int64_t S = d->known[RG_S] && d->dim[RG_S] <= Tk ? d->dim[RG_S] : Tk;
+    const int64_t len = d->valid_lens && d->valid_lens->type == GML_I32 && b < gml_nelements(d->valid_lens)
+                            ? ((const int32_t *)d->valid_lens->data)[b]
+                            : S;
+    const gml_tensor *mt = d->mask;
+    const bool use_mask = mt && mt->type == GML_F32 && mt->n_dims == 4 && mt->ne[2] == Tq && mt->ne[3] == S &&
+                          gml_is_contiguous(mt);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t pos = o->causal_top_left ? i : i + S - Tq; /* the query's position */
+            const float *mrow = use_mask ? (const float *)mt->data +
+                                               (((mt->ne[0] > 1 ? b : 0) * mt->ne[1] + (mt->ne[1] > 1 ? h : 0)) * Tq + i) * S
+                                         : NULL;
+            for (int64_t j = 0; j < S; j++)
+                mk[(h * Tq + i) * Tk + j] = j >= len || ((o->causal || o->causal_top_left || o->window) && j > pos) ||
+                                            (o->window && pos - j >= o->window) ||
+                                            (mrow && mrow[j] == -INFINITY);
+        }
+    return mk;
+}
+
 static bool svg(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *e) {
     const gml_tensor *a = m->attn;
     rg_heatmap h = {.B = a->ne[0], .H = a->ne[1], .Tq = a->ne[2], .Tk = a->ne[3], .batch = o->attn_batch};
@@ -204,11 +234,14 @@ static bool svg(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *
     size_t n;
     float *dense = rg_dense(a, &n);
     h.attn = dense;
+    unsigned char *mk = h.batch < h.B && h.H * h.Tq * h.Tk <= 1 << 21 ? masked_keys(o, d, h.batch, h.H, h.Tq, h.Tk) : NULL;
+    h.masked = mk;
     const char *tmp = dense ? stage(s, o->attn_svg, e) : NULL;
     char err[1024] = "out of memory";
     bool ok = tmp && rg_write_svg(tmp, &h, err, sizeof err);
     if (!ok && (tmp || !dense)) library_failed(s, err, e);
     free(dense);
+    free(mk);
     rg_free_labels(keys, n_keys);
     rg_free_labels(queries, n_queries);
     return ok;
