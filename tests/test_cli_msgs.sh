@@ -214,5 +214,26 @@ poke big.safetensors $((12288 + 4 * 1023)) '\xff\xff\x7f\x7f' # w_o.weight[31,31
 expect_error 1 "--weights-dtype bf16: 'w_o.weight' [32,32] holds 3.40282e+38 at [31,31], past the range of bf16" \
     "mha --weights-dtype bf16 of FLT_MAX" mha --heads 2 --seq 3 --weights big.safetensors --weights-dtype bf16
 
+# ---- the heatmap: masked cells hatched, a weight of 0 that no mask made coloured as 0 ---------
+# m.npy [3, 3] float: 0, except [0,1] = -1e4 (a weight of exactly 0, not masked) and
+# [0,2] = -inf (masked)
+mknpy m.npy '<f4' '(3, 3)' 36
+hl=$((10 + $(od -An -tu2 -j8 -N2 m.npy | tr -d ' ')))
+printf '\x00\x40\x1c\xc6\x00\x00\x80\xff' | dd of=m.npy bs=1 seek=$((hl + 4)) conv=notrunc status=none
+expect_ok "a heatmap with a mask" mha --seq 3 --d-model 8 --heads 2 --threads 1 --attn-mask m.npy --attn-svg h.svg
+check "the heatmap is well-formed" xmllint --noout h.svg
+check "the masked cell is hatched" grep -qE 'fill="url\(#masked\)"><title>query 0, key 2: masked' h.svg
+check "the weight 0 without a mask is coloured as 0" grep -qE 'fill="#440154"><title>query 0, key 1: 0.0000' h.svg
+check "no masked cell but (0, 2)" test "$(grep -c ': masked</title>' h.svg)" = 2 # one a head
+check "the legend names the hatching" grep -q '<g id="legend-masked">.*masked</text>' h.svg
+# causal, a window, valid lengths: what they mask is hatched (5 cells a head: (0,1), (0,2),
+# (1,2) causal, (2,0) out of the window of 2, (2,2) past batch 1's length 2)
+expect_ok "a heatmap of causal, window and valid lengths" mha --seq 3 --d-model 8 --heads 2 --threads 1 \
+    --causal --window 2 --valid-lens 3,2 --attn-svg hc.svg --attn-batch 1
+check "causal, window, valid lengths: 5 masked cells a head" test "$(grep -c ': masked</title>' hc.svg)" = 10
+check "key 2 of batch 1, past its length, is hatched" grep -q 'query 2, key 2: masked' hc.svg
+expect_ok "a heatmap without masks" mha --seq 3 --d-model 8 --heads 2 --threads 1 --attn-svg hn.svg
+check "without masks: no hatching, no legend" test "$(grep -c 'masked' hn.svg)" = 0
+
 echo "test_cli_msgs: $n_checks checks, $n_failed failed"
 [ "$n_failed" -eq 0 ]
