@@ -106,14 +106,15 @@ for layer in llama gpt2 bert; do
         expect_error 2 "$flag takes no value" "$layer $flag=1" "$layer" "${TINY[@]}" "$flag=1"
     done
 done
-# llama and gpt2 are causal always: --causal is accepted and changes nothing
+# --causal: llama and gpt2 are causal always (refused, as --parallel refuses it for llama), bert
+# an encoder; first or last, the message says so
 for layer in llama gpt2; do
-    a=$(digest "$layer" "${TINY[@]}")
-    b=$(digest "$layer" --causal "${TINY[@]}")
-    c=$(digest "$layer" "${TINY[@]}" --causal)
-    check "$layer --causal: the digest without it ($a, $b, $c)" test -n "$a" -a "$a" = "$b" -a "$a" = "$c"
+    expect_error 2 "--causal does not apply to $layer: it is causal always" "$layer --causal last" \
+        "$layer" "${TINY[@]}" --causal
+    expect_error 2 "--causal does not apply to $layer: it is causal always" "$layer --causal first" \
+        "$layer" --causal "${TINY[@]}"
 done
-expect_error 2 "--causal does not apply to bert" "bert --causal" bert "${TINY[@]}" --causal
+expect_error 2 "--causal does not apply to bert: an encoder" "bert --causal" bert "${TINY[@]}" --causal
 expect_error 2 "--seq: missing its value" "llama --seq last" llama --seq
 expect_error 2 "--attn does not apply to llama (it applies to mha, gqa, relpos)" "llama --attn" \
     llama "${TINY[@]}" --attn fused
@@ -121,7 +122,7 @@ expect_error 2 "--layers does not apply to mha (it applies to llama, gpt2, bert)
     mha "${TINY[@]}" --layers 2
 expect_error 2 "--zigzag does not apply to gqa (it applies to --parallel context)" "gqa --zigzag" \
     gqa "${TINY[@]}" --zigzag
-expect_error 2 "--causal does not apply to matmul (it applies to mha, gqa, relpos, graph files, llama, gpt2" \
+expect_error 2 "--causal does not apply to matmul (it applies to mha, gqa, relpos, graph files, --parallel heads" \
     "matmul --causal" matmul --m 2 --n 2 --k 2 --causal
 expect_error 2 "--bogus: unknown flag for gpt2" "gpt2 --bogus" gpt2 "${TINY[@]}" --bogus
 # --json in every single-process mode (mha's object: model, sizes, xxh3, ...)

@@ -81,8 +81,7 @@ static const flag FLAGS[] = {
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL, NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL, NULL},
     [RG_K] = {"--k", "K", M_MAT | M_GRAPH, "matmul: inner size", NULL, NULL},
-    [F_CAUSAL] = {"--causal", NULL, M_ATTN | M_LLAMA | M_GPT2 | M_PAR | M_CDEC, "query i sees key j iff j <= i + (S - T)", "Masks",
-     "causal: each token sees itself and the tokens before it (llama and gpt2 are causal always: the flag is accepted and changes nothing)"},
+    [F_CAUSAL] = {"--causal", NULL, M_ATTN | M_PAR | M_CDEC, "query i sees key j iff j <= i + (S - T)", "Masks", NULL},
     [F_VALID_LENS] = {"--valid-lens", "L1,L2,..", M_ATTN | M_BERT, "one length per batch: keys j >= L are masked", NULL, "one length per batch row; keys j >= L are padding"},
     [F_ATTN] = {"--attn", "fused|unfused", M_MHA | M_GQA | M_REL,
      "fused: one flash_attn op, memory independent of S, no attention weights; unfused: scores, "
@@ -728,9 +727,12 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
         snprintf(see, sizeof see, "run-graph %s --help", name);
         if (!fl)
             return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see %s", a->len, a->arg, name, see);
-        if (fl == &FLAGS[F_CAUSAL] && o->layer == RG_BERT)
-            return rg_fail(e, RG_USAGE, "--causal does not apply to bert: an encoder, each token sees "
-                           "every key (--valid-lens masks padding); llama and gpt2 are causal always");
+        char list[256];
+        if (fl == &FLAGS[F_CAUSAL]) /* as --parallel refuses it for llama */
+            return rg_fail(e, RG_USAGE, "--causal does not apply to %s: %s (it applies to %s); see %s", name,
+                           o->layer == RG_BERT ? "an encoder, each token sees every key (--valid-lens masks padding)"
+                                               : "it is causal always, the flag would change nothing; drop it",
+                           modes_of(fl, list, sizeof list), see);
         if (!(fl->models & mine)) return refuse(fl, name, see, e);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s); see %s", fl->name, fl->arg, see);
         if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value; see %s", fl->name, see);
