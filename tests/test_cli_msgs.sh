@@ -155,7 +155,7 @@ LLAMA8=(self_attn.q_proj.weight:8,8 self_attn.k_proj.weight:8,8 self_attn.v_proj
     self_attn.o_proj.weight:8,8 post_attention_layernorm.weight:8 mlp.gate_proj.weight:16,8
     mlp.up_proj.weight:16,8 mlp.down_proj.weight:8,16)
 mkst_f32 ln47.safetensors input_layernorm.weight:7 "${LLAMA8[@]}"
-expect_error 1 "input_layernorm.weight is [7], but the input x8.npy [1,2,8] has d_model 8: its last size should be 8" \
+expect_error 1 "ln47.safetensors: input_layernorm.weight is [7], but the input x8.npy [1,2,8] implies d_model 8" \
     "llama: an input_layernorm of the wrong size is named" llama --heads 2 --weights ln47.safetensors --input x8.npy
 mkst_f32 llama8.safetensors input_layernorm.weight:8 "${LLAMA8[@]}"
 check "llama8.safetensors runs" "$RG" llama --heads 2 --weights llama8.safetensors --input x8.npy --threads 1

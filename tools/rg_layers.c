@@ -230,9 +230,9 @@ static bool settle_sizes(run *r, rg_err *e) {
     const int64_t Dx = r->x ? r->x->ne[3] : 0;
     if (Dx && Dw && Dx != Dw) /* the tensor d_model is read from, named with its shape */
         return rg_fail(e, RG_RUNTIME, "%s: %s is %s, but the input %s [%" PRId64 ",%" PRId64 ",%" PRId64
-                       "] has d_model %" PRId64 ": its last size should be %" PRId64 " (a %s layer's "
-                       "tensors are sized by d_model)",
-                       o->weights, key, ks, o->input, r->x->ne[1], r->x->ne[2], Dx, Dx, Dx, KIND_NAME[o->kind]);
+                       "] implies d_model %" PRId64 " (a %s layer's tensors are sized by d_model, the "
+                       "input's last size)",
+                       o->weights, key, ks, o->input, r->x->ne[1], r->x->ne[2], Dx, Dx, KIND_NAME[o->kind]);
     r->D = Dx ? Dx : Dw ? Dw : o->d_model ? o->d_model : 256;
     if (o->d_model && o->d_model != r->D)
         return rg_fail(e, RG_USAGE, "--d-model %" PRId64 ": the %s has d_model %" PRId64, o->d_model,
