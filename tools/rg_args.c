@@ -694,8 +694,9 @@ static bool parse_single(const item *it, int n, bool cdec, rg_opts *o, rg_err *e
         if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
         if (cdec && !(fl->models & M_CDEC) && (fl == &FLAGS[F_JSON] || fl == &FLAGS[F_PRINT_GRAPH]))
             return refuse(fl, "--parallel context --decode", "mpirun ... --decode N --parallel context --help", e);
-        if (!(fl->models & M_ALL))
-            return refuse(fl, o->model && o->kind != RG_GRAPH ? o->model : o->model ? "graph files" : "mha, gqa, relpos, matmul or graph files", "--help", e);
+        if (!(fl->models & M_ALL)) /* a flag of the layers' or --parallel's; the MODEL may come later */
+            return refuse(fl, !o->model ? "mha, gqa, relpos, matmul or graph files"
+                              : o->kind == RG_GRAPH ? "graph files" : o->model, "--help", e);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s)", fl->name, fl->arg);
         if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value", fl->name);
         const flag_id id = (flag_id)(fl - FLAGS);
