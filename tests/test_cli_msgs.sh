@@ -66,7 +66,7 @@ mkst() {
     head -c "$3" /dev/zero >>"$1"
 }
 # mkst_f32 FILE NAME:SHAPE...: a safetensors file of f32 zeros, the tensors
-# in the order given ("w:8,24"); poke FILE NAME INDEX BYTES then sets one value.
+# in the order given ("w:8,24"), their data one after the other.
 mkst_f32() {
     local f=$1 json="{" sep="" off=0 spec n
     shift
@@ -77,7 +77,8 @@ mkst_f32() {
     done
     mkst "$f" "$json}" "$off"
 }
-# poke FILE BYTE_OFFSET_IN_DATA 'LE BYTES as \\x..': overwrites data bytes
+# poke FILE OFFSET BYTES: overwrites the bytes (printf's '\x00\x24...', little-endian) at OFFSET
+# of a safetensors file's data
 poke() {
     local hl
     hl=$(od -An -tu8 -N8 "$1" | tr -d ' ')
