@@ -107,6 +107,11 @@ for layer in llama gpt2 bert; do
         expect_error 2 "$flag takes no value" "$layer $flag=1" "$layer" "${TINY[@]}" "$flag=1"
     done
 done
+# --print-graph: the graph's nodes (the layer's named ones among them), on stderr with --json
+expect_out "ln_1" "gpt2 --print-graph" gpt2 "${TINY[@]}" --print-graph
+run gpt2 "${TINY[@]}" --print-graph --json
+check "gpt2 --print-graph --json: the nodes on stderr, one JSON object on stdout" \
+    test "$rc" = 0 -a "$(wc -l <"$T/out")" = 1 -a -n "$(grep ln_1 "$T/err")"
 # --causal: llama and gpt2 are causal always (refused, as --parallel refuses it for llama), bert
 # an encoder; first or last, the message says so
 for layer in llama gpt2; do

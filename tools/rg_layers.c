@@ -48,7 +48,7 @@ typedef struct lopts {
     int n_lens;
     bool has_dtype;
     gml_type dtype;
-    bool json, nan_trap; /* --json, --nan-trap */
+    bool json, nan_trap, print_graph; /* --json, --nan-trap, --print-graph */
     const char *model;   /* as given */
 } lopts;
 
@@ -62,7 +62,7 @@ static lopts options(const rg_opts *g) {
                    .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
                    .lens = g->valid_lens, .n_lens = g->n_valid_lens,
                    .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype, .json = g->json,
-                   .nan_trap = g->nan_trap, .model = g->model};
+                   .nan_trap = g->nan_trap, .print_graph = g->print_graph, .model = g->model};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -405,6 +405,7 @@ static bool execute(run *r, rg_err *e) {
     }
     ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
     if (ok) gml_graph_set_nan_trap(r->g, o->nan_trap);
+    if (ok && o->print_graph) gml_graph_print(r->g, o->json ? stderr : stdout);
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
     r->e = e;
