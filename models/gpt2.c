@@ -8,6 +8,19 @@
 
 #define L "gpt2"
 
+/* A Conv1D weight, [rows, cols] = [in, out]: one given in nn.Linear's layout
+ * [out, in] (a transpose of the right shape, rows != cols) is named so. */
+static bool check_conv(gml_context *ctx, const gml_tensor *t, const char *name, int64_t rows,
+                       int64_t cols, const char *what) {
+    if (t && t->n_dims == 2 && rows != cols && t->ne[2] == cols && t->ne[3] == rows) {
+        char st[GML_SHAPE_MAX];
+        return lay_fail(ctx, L ": %s is %s, expected [%" PRId64 ",%" PRId64 "] (%s): it looks "
+                        "transposed, nn.Linear's [out, in] layout; GPT-2's Conv1D stores [in, out] "
+                        "(give its transpose)", name, LAY_SHAPE(t, st), rows, cols, what);
+    }
+    return lay_check_param(ctx, L, t, name, true, rows, cols, what);
+}
+
 static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
                   gml_tensor *x, int64_t *B, int64_t *T, int64_t *D, int64_t *F) {
     if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
@@ -31,21 +44,23 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
                             "bf16 (or transposed, as nn.Linear's [out, in], to another layer)",
                             conv_name[i], LAY_SHAPE(conv[i], st));
         }
-    *F = w->fc_w && w->fc_w->n_dims == 2 ? w->fc_w->ne[3] : 4 * d;
+    /* F: c_fc's bias [F] (then c_proj's rows, c_fc's columns), so that a c_fc of the
+     * wrong shape is named against the F the others say */
+    *F = w->fc_b && w->fc_b->n_dims == 1           ? w->fc_b->ne[3]
+         : w->mproj_w && w->mproj_w->n_dims == 2 ? w->mproj_w->ne[2]
+         : w->fc_w && w->fc_w->n_dims == 2       ? w->fc_w->ne[3]
+                                                 : 4 * d;
     return lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
            lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->attn_w, "attn.c_attn.weight", true, d, 3 * d,
-                           "[D, 3D], Conv1D [in, out]") &&
+           check_conv(ctx, w->attn_w, "attn.c_attn.weight", d, 3 * d, "[D, 3D], Conv1D [in, out]") &&
            lay_check_param(ctx, L, w->attn_b, "attn.c_attn.bias", true, 3 * d, -1, "[3D]") &&
            lay_check_param(ctx, L, w->proj_w, "attn.c_proj.weight", true, d, d, "[D, D]") &&
            lay_check_param(ctx, L, w->proj_b, "attn.c_proj.bias", true, d, -1, "[D]") &&
            lay_check_param(ctx, L, w->ln2_w, "ln_2.weight", true, d, -1, "[D]") &&
            lay_check_param(ctx, L, w->ln2_b, "ln_2.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->fc_w, "mlp.c_fc.weight", true, d, *F,
-                           "[D, F], Conv1D [in, out]") &&
+           check_conv(ctx, w->fc_w, "mlp.c_fc.weight", d, *F, "[D, F], Conv1D [in, out]") &&
            lay_check_param(ctx, L, w->fc_b, "mlp.c_fc.bias", true, *F, -1, "[F]") &&
-           lay_check_param(ctx, L, w->mproj_w, "mlp.c_proj.weight", true, *F, d,
-                           "[F, D], Conv1D [in, out]") &&
+           check_conv(ctx, w->mproj_w, "mlp.c_proj.weight", *F, d, "[F, D], Conv1D [in, out]") &&
            lay_check_param(ctx, L, w->mproj_b, "mlp.c_proj.bias", true, d, -1, "[D]");
 }
 

@@ -758,11 +758,11 @@ expect_error 1 "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,
     "llama: kv heads that do not fit k_proj" llama --heads 6 --kv-heads 3 --weights "$L/llama_gqa/weights.safetensors"
 expect_error 1 "llama: d_model 48 is not divisible by heads 5" \
     "llama: heads that do not fit q_proj" llama --heads 5 --weights "$L/llama_gqa/weights.safetensors"
-expect_error 1 "x is [3,9,40], but the layers of $L/llama_gqa/weights.safetensors have d_model 48" \
+expect_error 1 "input_layernorm.weight is [48], but the input $L/bert_padding/x.npy [3,9,40] implies d_model 40" \
     "llama: input of another width" llama --heads 6 --weights "$L/llama_gqa/weights.safetensors" --input "$L/bert_padding/x.npy"
 expect_error 2 "llama: give --heads" "llama: weights without --heads" llama --weights "$L/llama_gqa/weights.safetensors"
-expect_error 2 "--valid-lens does not apply to llama (bert only)" "llama --valid-lens" llama --valid-lens 3,3
-expect_error 2 "--rope-theta does not apply to gpt2 (llama only)" "gpt2 --rope-theta" gpt2 --rope-theta 100
+expect_error 2 "--valid-lens does not apply to llama (it applies to mha, gqa, relpos, graph files, bert)" "llama --valid-lens" llama --valid-lens 3,3
+expect_error 2 "--rope-theta does not apply to gpt2 (it applies to mha, gqa, llama, --parallel heads" "gpt2 --rope-theta" gpt2 --rope-theta 100
 expect_error 2 "--valid-lens: 2 lengths for a batch of 3" "bert: lengths for another batch" \
     bert --heads 5 --valid-lens 9,5 --weights "$L/bert_padding/weights.safetensors" --input "$L/bert_padding/x.npy"
 expect_error 2 "--valid-lens: length 10 of batch row 2 is past the 9 tokens" "bert: a length past T" \

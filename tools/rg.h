@@ -313,6 +313,11 @@ typedef struct rg_heatmap {
     int batch;                        /* which batch element to draw */
     char **key_labels, **query_labels; /* Tk / Tq labels, or NULL for indices */
     const char *title;
+    /* [H, Tq, Tk] of the drawn batch element: 1 where the options mask the
+     * key (causal, window, valid lengths, an -inf mask entry), or NULL. A
+     * masked cell of weight 0 is drawn hatched, apart from a weight that is
+     * 0 without a mask (an underflow). */
+    const unsigned char *masked;
 } rg_heatmap;
 
 /* Writes the heatmap as SVG to path; false with a message in err. */
@@ -348,6 +353,32 @@ void rg_stage_abort(rg_stage *s);
 
 /* Writes every output the options ask for, all or nothing. */
 bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+
+/* ---- --json (rg_out.c) ---------------------------------------------------------- */
+
+/* What every --json report says of a run (for --decode: of one token). */
+typedef struct rg_summary {
+    const char *model;
+    const int64_t *dim; /* [RG_NSYM]: the sizes, those with shown[i] reported */
+    const bool *shown;
+    bool causal;
+    const gml_tensor *out; /* the output, and the XXH3 of its bytes */
+    uint64_t digest;
+    int threads, runs;
+    double median_ms, min_ms, flops;
+    size_t peak_bytes;
+    bool random_weights, random_inputs;
+} rg_summary;
+
+struct cJSON;
+/* The keys every --json report has: model, sizes, causal, output_shape,
+ * xxh3, threads, isa, runs, median_ms, min_ms, flops, gflops, peak_bytes,
+ * random_weights, random_inputs. NULL when out of memory. */
+struct cJSON *rg_json_head(const rg_summary *s);
+/* t's shape as a JSON array, outermost first. */
+struct cJSON *rg_json_shape(const gml_tensor *t);
+/* Prints j on one line on stdout and frees it. */
+bool rg_json_print(struct cJSON *j, rg_err *e);
 
 /* ---- whole layers (rg_layers.c) ----------------------------------------------------- */
 

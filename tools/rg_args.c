@@ -134,20 +134,20 @@ static const flag FLAGS[] = {
      "combine with --causal and --valid-lens, and a query left with no key gets zeros", NULL, NULL},
     [F_OUTPUT] = {"--output", "FILE", M_ALL | M_LAYER | M_PAR | M_CDEC, "writes the output .npy", "Outputs (written only when the whole run succeeds)", "writes the output .npy [B, T, D]; --parallel: rank 0 writes it"},
     [F_ATTN_WEIGHTS] = {"--attn-weights", "FILE", M_ATTN, "writes the attention weights .npy [B, H, T, S]", NULL, NULL},
-    [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head", NULL, NULL},
+    [F_ATTN_SVG] = {"--attn-svg", "FILE", M_ATTN, "draws the attention weights as an SVG heatmap, a panel per head; keys masked (causal, --window, --valid-lens, -inf or True in a mask) are hatched, apart from weights that are 0 unmasked", NULL, NULL},
     [F_TOKENS] = {"--tokens", "A,B,..", M_ATTN, "--attn-svg labels of the S keys (and of the queries when T = S)", NULL, NULL},
     [F_QUERY_TOKENS] = {"--query-tokens", "A,B,..", M_ATTN, "--attn-svg labels of the T queries", NULL, NULL},
     [F_ATTN_BATCH] = {"--attn-batch", "I", M_ATTN, "--attn-svg draws batch element I (default 0)", NULL, NULL},
     [F_DOT] = {"--dot", "FILE", M_ALL, "writes the graph as Graphviz DOT", NULL, NULL},
     [F_SAVE_GRAPH] = {"--save-graph", "FILE", M_ALL, "writes the graph as a graph file (tools/graphs/README.md)", NULL, NULL},
-    [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy", NULL, NULL},
+    [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy, and DIR/args, the arguments that run the same case in DIR (every option that changes the result: sizes, masks, --attn, --seq-first, the scoring and position flags)", NULL, NULL},
     [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "compute threads (default: all cores)", "Running", "compute threads (default: all cores); --parallel: per rank, default the cores over the ranks on the machine"},
     [F_REPEAT] = {"--repeat", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "one warm-up, then N timed runs: median and min ms, GFLOP/s", NULL, NULL},
     [F_ISA] = {"--isa", "NAME", M_ALL | M_LAYER | M_PAR | M_CDEC, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL, NULL},
     [F_PROFILE] = {"--profile", NULL, M_ALL, "per-node times (op, shape, ms, share) and per-op totals", NULL, NULL},
-    [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL, "stop at the first node that makes a NaN or Inf, and name it", NULL, NULL},
-    [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
-    [F_JSON] = {"--json", NULL, M_ALL, "prints one JSON object on stdout instead of the summary", NULL, NULL},
+    [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL | M_LAYER | M_CDEC, "stop at the first node that makes a NaN or Inf, and name it", NULL, NULL},
+    [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL | M_LAYER, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
+    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER, "prints one JSON object on stdout instead of the summary", NULL, NULL},
     [F_HELP] = {"--help", NULL, M_EVERY, "this text", "Other", NULL},
     [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL, NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL, NULL},
@@ -259,7 +259,9 @@ static const page PAGES[] = {
      "used (--non-strict: the others are ignored and listed).\n"
      "A flag that applies to some layers only is followed by their names in brackets.\n",
      "\n"
-     "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
+     "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory;\n"
+     "--json prints the keys of run-graph --help's --json (model, sizes, output_shape, xxh3,\n"
+     "...) and layers, valid_lens.\n"
      "Exit status: 0 ok, 1 a run-time problem, 2 a usage error.\n"},
     [RG_MODE_HEADS] = {M_HEADS, NULL, false, true,
      "usage: mpirun -np P run-graph mha|gqa|llama [options] --parallel heads\n"
@@ -562,14 +564,41 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
     }
 }
 
+/* The names of the M_* bits, from bit 0, for the messages. */
+static const char *const EVERY_MODE_NAME[] = {"mha", "gqa", "relpos", "matmul", "graph files",
+                                              "llama", "gpt2", "bert", "--parallel heads",
+                                              "--parallel context", "--parallel context --decode"};
+
+/* "mha, gqa, relpos, matmul, graph files, --parallel heads": the modes fl applies to. */
+static const char *modes_of(const flag *fl, char *list, size_t size) {
+    size_t k = 0;
+    unsigned models = fl->models;
+    list[0] = '\0';
+    if ((models & M_ALL) == M_ALL) { /* the single process's models, in one word */
+        k += (size_t)snprintf(list, size, "mha, gqa, relpos, matmul, graph files");
+        models &= ~(unsigned)M_ALL;
+    }
+    for (int b = 0; b < 11 && k < size; b++)
+        if (models >> b & 1) k += (size_t)snprintf(list + k, size - k, "%s%s", k ? ", " : "", EVERY_MODE_NAME[b]);
+    return list;
+}
+
+/* Refuses fl in `mode`: "--json does not apply to llama (it applies to
+ * mha, gqa, ...); see <see>". */
+static bool refuse(const flag *fl, const char *mode, const char *see, rg_err *e) {
+    char list[256];
+    return rg_fail(e, RG_USAGE, "%s does not apply to %s (it applies to %s); see %s", fl->name, mode,
+                   modes_of(fl, list, sizeof list), see);
+}
+
 /* Flags that only make sense together, and files given two ways. */
 static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     static const char *const KIND[] = {"mha", "gqa", "relpos", "matmul", "graph files"};
     for (int i = 0; i < N_FLAGS; i++)
         if (given[i] && !(FLAGS[i].models & (1u << o->kind))) {
-            const char *hint = i == RG_G && o->kind == RG_MHA ? " (grouped-query attention is gqa)" : "";
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s%s; see --help", FLAGS[i].name,
-                           KIND[o->kind], hint);
+            if (i == RG_G && o->kind == RG_MHA)
+                return rg_fail(e, RG_USAGE, "--kv-heads does not apply to mha (grouped-query attention is gqa); see --help");
+            return refuse(&FLAGS[i], KIND[o->kind], "--help", e);
         }
     if (o->input && (o->query || o->key || o->value))
         return rg_fail(e, RG_USAGE, "--input is self-attention; for cross-attention give --query, --key, --value");
@@ -670,8 +699,12 @@ static bool parse_single(const item *it, int n, bool cdec, rg_opts *o, rg_err *e
         }
         const flag *fl = a->fl;
         if (cdec && fl && (fl == &FLAGS[F_PARALLEL] || fl == &FLAGS[F_CACHE_PER_RANK])) continue;
-        if (!fl || !(fl->models & M_ALL))
-            return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
+        if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
+        if (cdec && !(fl->models & M_CDEC) && (fl == &FLAGS[F_JSON] || fl == &FLAGS[F_PRINT_GRAPH]))
+            return refuse(fl, "--parallel context --decode", "mpirun ... --decode N --parallel context --help", e);
+        if (!(fl->models & M_ALL)) /* a flag of the layers' or --parallel's; the MODEL may come later */
+            return refuse(fl, !o->model ? "mha, gqa, relpos, matmul or graph files"
+                              : o->kind == RG_GRAPH ? "graph files" : o->model, "--help", e);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s)", fl->name, fl->arg);
         if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value", fl->name);
         const flag_id id = (flag_id)(fl - FLAGS);
@@ -699,14 +732,20 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
             return true;
         }
         if (!a->is_flag) return rg_fail(e, RG_USAGE, "%s: a second MODEL (the first is '%s')", a->arg, name);
-        if (!fl || !(fl->models & M_LAYER))
-            return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see run-graph %s --help", a->len, a->arg,
-                           name, name);
-        if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", fl->name, name);
+        char see[32];
+        snprintf(see, sizeof see, "run-graph %s --help", name);
+        if (!fl)
+            return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see %s", a->len, a->arg, name, see);
+        char list[256];
+        if (fl == &FLAGS[F_CAUSAL]) /* as --parallel refuses it for llama */
+            return rg_fail(e, RG_USAGE, "--causal does not apply to %s: %s (it applies to %s); see %s", name,
+                           o->layer == RG_BERT ? "an encoder, each token sees every key (--valid-lens masks padding)"
+                                               : "it is causal always, the flag would change nothing; drop it",
+                           modes_of(fl, list, sizeof list), see);
+        if (!(fl->models & mine)) return refuse(fl, name, see, e);
+        if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s); see %s", fl->name, fl->arg, see);
+        if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value; see %s", fl->name, see);
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
-        if (!(fl->models & mine))
-            return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", fl->name, name,
-                           fl->models & M_LLAMA ? "llama" : "bert");
     }
     if ((o->prefix || o->non_strict) && !o->weights)
         return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
@@ -732,9 +771,15 @@ static bool parse_parallel(const item *it, int n, const char *mode, rg_opts *o, 
             o->kind = strcmp(a->arg, "gqa") == 0 ? RG_GQA : RG_MHA; /* llama: see o->model */
             continue;
         }
-        if (!fl || !(fl->models & mine) || (!fl->arg && a->has_eq))
+        char list[256];
+        if (!fl)
             return rg_fail(e, RG_USAGE, "%.*s: not a flag of --parallel %s (see run-graph --parallel %s --help)",
                            a->len, a->arg, mode, mode);
+        if (!(fl->models & mine))
+            return rg_fail(e, RG_USAGE, "%s: not a flag of --parallel %s (it applies to %s; see run-graph "
+                           "--parallel %s --help)", fl->name, mode, modes_of(fl, list, sizeof list), mode);
+        if (!fl->arg && a->has_eq)
+            return rg_fail(e, RG_USAGE, "%s takes no value (see run-graph --parallel %s --help)", fl->name, mode);
         if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value", fl->name);
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
     }

@@ -610,6 +610,27 @@ static bool valid_lens(const rg_opts *o, rg_data *d, rg_err *e) {
  * context that replaces the old one (freed: the weights are held once).
  * Without the flag, only the 1-D widening. Other tensors are copied as
  * they are (a file's F16 and BF16 matrices among them). */
+/* A finite value x of t, element `flat` (C order), past the range of the
+ * type it is converted to: an error naming the tensor, the value, where. */
+static bool overflows(const gml_tensor *t, gml_type to, int64_t flat, float x, rg_err *e) {
+    int64_t idx[GML_MAX_DIMS];
+    for (int d = GML_MAX_DIMS - 1; d >= GML_MAX_DIMS - t->n_dims; d--) {
+        idx[d] = flat % t->ne[d];
+        flat /= t->ne[d];
+    }
+    char at[96], s[64];
+    size_t k = 0;
+    for (int d = GML_MAX_DIMS - t->n_dims; d < GML_MAX_DIMS && k < sizeof at; d++)
+        k += (size_t)snprintf(at + k, sizeof at - k, "%s%" PRId64, k ? "," : "", idx[d]);
+    const char *range = to == GML_F16    ? "f16's largest finite value is 65504"
+                        : to == GML_BF16 ? "bf16's largest finite value is about 3.39e38"
+                                         : "q8_0's scale, an f16, holds block maxima up to 65504 x 127";
+    return rg_fail(e, RG_RUNTIME, "--weights-dtype %s: '%s' %s holds %g at [%s], past the range of %s "
+                   "(%s): it would become inf; keep the weights f32%s",
+                   gml_type_name(to), t->name, gml_format_shape(t, s, sizeof s), (double)x, at,
+                   gml_type_name(to), range, to == GML_BF16 ? "" : " (or bf16, which has f32's range)");
+}
+
 bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_err *e) {
     gml_context *w = *wctx;
     if (!w) return true;
@@ -658,10 +679,33 @@ bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_e
                 const float x = t->type == GML_F32 ? f[i]
                                 : t->type == GML_F16 ? gml_fp16_to_fp32(h[i])
                                                      : gml_bf16_to_fp32(h[i]);
-                if (to == GML_F32) memcpy(dst + 4 * i, &x, 4);
-                else ((uint16_t *)(void *)dst)[i] = to == GML_F16 ? gml_fp32_to_fp16(x) : gml_fp32_to_bf16(x);
+                if (to == GML_F32) {
+                    memcpy(dst + 4 * i, &x, 4);
+                    continue;
+                }
+                const uint16_t y = to == GML_F16 ? gml_fp32_to_fp16(x) : gml_fp32_to_bf16(x);
+                const float back = to == GML_F16 ? gml_fp16_to_fp32(y) : gml_bf16_to_fp32(y);
+                if (isfinite(x) && !isfinite(back)) { /* rounded past the type's largest value */
+                    overflows(t, to, r * k + i, x, e);
+                    gml_free(c);
+                    return false;
+                }
+                ((uint16_t *)(void *)dst)[i] = y;
             }
-            if (to == GML_Q8_0) gml_quantize_row_q8_0(f, (gml_block_q8_0 *)(void *)dst, k);
+            if (to == GML_Q8_0) {
+                const gml_block_q8_0 *b = (const gml_block_q8_0 *)(const void *)dst;
+                gml_quantize_row_q8_0(f, (gml_block_q8_0 *)(void *)dst, k);
+                for (int64_t j = 0; j < k / GML_QK8_0; j++) {
+                    if (isfinite(gml_fp16_to_fp32(b[j].d))) continue;
+                    int64_t at = j * GML_QK8_0; /* the block's largest magnitude: its scale */
+                    for (int64_t i = at; i < (j + 1) * GML_QK8_0; i++)
+                        if (fabsf(f[i]) > fabsf(f[at]) || !isfinite(f[i])) at = i;
+                    if (!isfinite(f[at])) continue; /* inf or NaN given: not an overflow here */
+                    overflows(t, to, r * k + at, f[at], e);
+                    gml_free(c);
+                    return false;
+                }
+            }
         }
     }
     gml_free(w);

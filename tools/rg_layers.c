@@ -26,6 +26,7 @@
 
 #include <ggmlite/layers.h>
 
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ typedef struct lopts {
     int n_lens;
     bool has_dtype;
     gml_type dtype;
+    bool json, nan_trap, print_graph; /* --json, --nan-trap, --print-graph */
+    const char *model;   /* as given */
 } lopts;
 
 /* The options of the layers from the parse (rg_parse_args). */
@@ -69,7 +72,8 @@ static lopts options(const rg_opts *g) {
                    .repeat = g->repeat, .seed = g->seed, .rope_theta = g->rope_theta,
                    .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
                    .lens = g->valid_lens, .n_lens = g->n_valid_lens,
-                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype};
+                   .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype, .json = g->json,
+                   .nan_trap = g->nan_trap, .print_graph = g->print_graph, .model = g->model};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -309,17 +313,20 @@ static bool settle_sizes(run *r, rg_err *e) {
     const lopts *o = &r->o;
     /* D: the input, else the weights, else --d-model (default 256) */
     int64_t Dw = 0;
+    char key[GML_MAX_NAME + 64] = "", ks[64] = "";
     if (r->wctx) {
-        char name[GML_MAX_NAME + 64];
-        snprintf(name, sizeof name, r->prefix_fmt, 0);
-        strncat(name, KEY_NAME[o->kind], sizeof name - strlen(name) - 1);
-        const gml_tensor *t = gml_get_tensor(r->wctx, name);
+        snprintf(key, sizeof key, r->prefix_fmt, 0);
+        strncat(key, KEY_NAME[o->kind], sizeof key - strlen(key) - 1);
+        const gml_tensor *t = gml_get_tensor(r->wctx, key);
         Dw = t ? t->ne[3] : 0;
+        if (t) gml_format_shape(t, ks, sizeof ks);
     }
     const int64_t Dx = r->x ? r->x->ne[3] : 0;
-    if (Dx && Dw && Dx != Dw)
-        return rg_fail(e, RG_RUNTIME, "%s: x is [%" PRId64 ",%" PRId64 ",%" PRId64 "], but the layers of %s have d_model %" PRId64,
-                       o->input, r->x->ne[1], r->x->ne[2], Dx, o->weights, Dw);
+    if (Dx && Dw && Dx != Dw) /* the tensor d_model is read from, named with its shape */
+        return rg_fail(e, RG_RUNTIME, "%s: %s is %s, but the input %s [%" PRId64 ",%" PRId64 ",%" PRId64
+                       "] implies d_model %" PRId64 " (a %s layer's tensors are sized by d_model, the "
+                       "input's last size)",
+                       o->weights, key, ks, o->input, r->x->ne[1], r->x->ne[2], Dx, Dx, KIND_NAME[o->kind]);
     r->D = Dx ? Dx : Dw ? Dw : o->d_model ? o->d_model : 256;
     if (o->d_model && o->d_model != r->D)
         return rg_fail(e, RG_USAGE, "--d-model %" PRId64 ": the %s has d_model %" PRId64, o->d_model,
@@ -357,9 +364,12 @@ static bool settle_sizes(run *r, rg_err *e) {
     }
     if (!r->G) r->G = r->H % 4 == 0 ? r->H / 4 : r->H;
     if (o->kind != L_LLAMA) r->G = r->H;
-    if (!r->wctx && (r->D % r->H || r->H % r->G))
-        return rg_fail(e, RG_USAGE, "%s: d_model %" PRId64 ", heads %d, kv heads %d: heads must divide d_model, and kv heads heads",
-                       KIND_NAME[o->kind], r->D, r->H, r->G);
+    if (!r->wctx && r->D % r->H)
+        return rg_fail(e, RG_USAGE, "%s: heads %d do not divide d_model %" PRId64 " (each head takes "
+                       "d_model / heads of it)", KIND_NAME[o->kind], r->H, r->D);
+    if (!r->wctx && r->H % r->G)
+        return rg_fail(e, RG_USAGE, "%s: kv heads %d do not divide heads %d (each kv head serves "
+                       "heads / kv heads query heads)", KIND_NAME[o->kind], r->G, r->H);
     r->F = o->ffn ? o->ffn : o->kind == L_LLAMA ? (8 * r->D / 3 + 15) / 16 * 16 : 4 * r->D;
     if (o->ffn && r->wctx) return rg_fail(e, RG_USAGE, "--ffn is for random weights; the weights file sets it");
     if (o->n_lens && o->n_lens != r->B)
@@ -461,6 +471,29 @@ static bool compute(void *user, int i, double *ms) {
     return rg_fail(r->e, RG_RUNTIME, "compute failed: %s", gml_graph_error(r->g));
 }
 
+/* --json: the keys of every mode's report (rg_json_head), then the layers'. */
+static bool report_json(const run *r, const gml_tensor *out, uint64_t digest, double *ms, rg_err *e) {
+    const lopts *o = &r->o;
+    const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_D] = r->D, [RG_H] = r->H, [RG_G] = r->G};
+    const bool shown[RG_NSYM] = {[RG_B] = true, [RG_T] = true, [RG_D] = true, [RG_H] = true,
+                                 [RG_G] = o->kind == L_LLAMA};
+    const size_t leaf = rg_leaf_bytes(r->g);
+    const double med = rg_median(ms, o->repeat); /* sorts ms: ms[0] is the fastest */
+    cJSON *j = rg_json_head(&(rg_summary){
+        .model = o->model, .dim = dim, .shown = shown, .causal = o->kind != L_BERT, .out = out,
+        .digest = digest, .threads = o->threads, .runs = o->repeat, .median_ms = med,
+        .min_ms = ms[0], .flops = gml_graph_flops(r->g), .peak_bytes = gml_graph_plan_peak(r->g) + leaf,
+        .random_weights = r->random_weights, .random_inputs = r->random_input});
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(r->g));
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)(gml_graph_plan_naive(r->g) + leaf));
+    cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(r->g));
+    cJSON_AddStringToObject(j, "graph_digest", hex);
+    cJSON_AddNumberToObject(j, "layers", o->layers);
+    cJSON_AddBoolToObject(j, "valid_lens", r->lens != NULL);
+    return rg_json_print(j, e);
+}
+
 static bool execute(run *r, rg_err *e) {
     const lopts *o = &r->o;
     const size_t arena = (size_t)(80 * o->layers + 64) * gml_tensor_overhead();
@@ -472,6 +505,8 @@ static bool execute(run *r, rg_err *e) {
         if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
     }
     ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
+    if (ok) gml_graph_set_nan_trap(r->g, o->nan_trap);
+    if (ok && o->print_graph) gml_graph_print(r->g, o->json ? stderr : stdout);
     double *ms = ok ? malloc(sizeof *ms * (size_t)o->repeat) : NULL;
     if (ok && !ms) ok = rg_fail(e, RG_RUNTIME, "out of memory");
     r->e = e;
@@ -483,11 +518,13 @@ static bool execute(run *r, rg_err *e) {
     for (size_t i = 0; ok && i < n_bytes / 4; i++)
         if (!isfinite(dense[i]))
             ok = rg_fail(e, RG_RUNTIME, "the output holds a non-finite value (%g at element %zu); the "
-                         "inputs or weights may hold NaN or inf", dense[i], i);
+                         "inputs or weights may hold NaN or inf%s", dense[i], i,
+                         o->nan_trap ? "" : " (--nan-trap names the first node that makes one)");
     char err[1024];
     if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
-    if (ok) {
+    if (ok && o->json) ok = report_json(r, out, XXH3_64bits(dense, n_bytes), ms, e);
+    else if (ok) {
         const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
         char shape[64], pfx[320] = "none";
         if (r->list[0]) /* "model.layers.<i>." */

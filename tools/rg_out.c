@@ -10,9 +10,11 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "rg.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +188,35 @@ static bool save_npy(rg_stage *s, const char *path, const gml_tensor *t, rg_err 
 
 /* ---- the heatmap ------------------------------------------------------------------- */
 
+/* The keys the options mask for batch element b, [H, Tq, Tk] (malloc'd; NULL
+ * when out of memory): causal (bottom-right or top-left), the window, the
+ * valid lengths, an -inf entry of the combined mask [B|1, H|1, T, S]. Keys
+ * past S (bias_k, add_zero_attn's row) are seen by every query. */
+static unsigned char *masked_keys(const rg_opts *o, const rg_data *d, int64_t b, int64_t H, int64_t Tq,
+                                  int64_t Tk) {
+    unsigned char *mk = calloc((size_t)(H * Tq * Tk) + 1, 1);
+    if (!mk) return NULL;
+    const int64_t S = d->known[RG_S] && d->dim[RG_S] <= Tk ? d->dim[RG_S] : Tk;
+    const int64_t len = d->valid_lens && d->valid_lens->type == GML_I32 && b < gml_nelements(d->valid_lens)
+                            ? ((const int32_t *)d->valid_lens->data)[b]
+                            : S;
+    const gml_tensor *mt = d->mask;
+    const bool use_mask = mt && mt->type == GML_F32 && mt->n_dims == 4 && mt->ne[2] == Tq && mt->ne[3] == S &&
+                          gml_is_contiguous(mt);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t pos = o->causal_top_left ? i : i + S - Tq; /* the query's position */
+            const float *mrow = use_mask ? (const float *)mt->data +
+                                               (((mt->ne[0] > 1 ? b : 0) * mt->ne[1] + (mt->ne[1] > 1 ? h : 0)) * Tq + i) * S
+                                         : NULL;
+            for (int64_t j = 0; j < S; j++)
+                mk[(h * Tq + i) * Tk + j] = j >= len || ((o->causal || o->causal_top_left || o->window) && j > pos) ||
+                                            (o->window && pos - j >= o->window) ||
+                                            (mrow && mrow[j] == -INFINITY);
+        }
+    return mk;
+}
+
 static bool svg(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *e) {
     const gml_tensor *a = m->attn;
     rg_heatmap h = {.B = a->ne[0], .H = a->ne[1], .Tq = a->ne[2], .Tk = a->ne[3], .batch = o->attn_batch};
@@ -203,11 +234,14 @@ static bool svg(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, rg_err *
     size_t n;
     float *dense = rg_dense(a, &n);
     h.attn = dense;
+    unsigned char *mk = h.batch < h.B && h.H * h.Tq * h.Tk <= 1 << 21 ? masked_keys(o, d, h.batch, h.H, h.Tq, h.Tk) : NULL;
+    h.masked = mk;
     const char *tmp = dense ? stage(s, o->attn_svg, e) : NULL;
     char err[1024] = "out of memory";
     bool ok = tmp && rg_write_svg(tmp, &h, err, sizeof err);
     if (!ok && (tmp || !dense)) library_failed(s, err, e);
     free(dense);
+    free(mk);
     rg_free_labels(keys, n_keys);
     rg_free_labels(queries, n_queries);
     return ok;
@@ -255,6 +289,16 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
         for (int sym = RG_B; sym <= RG_D; sym++)
             k += (size_t)snprintf(args + k, sizeof args - k, " %s %" PRId64, RG_FLAG[sym], d->dim[sym]);
     if (o->causal) k += (size_t)snprintf(args + k, sizeof args - k, " --causal");
+    /* the graph that ran (they round differently): --attn as given, else fused
+     * unless the weights were asked for (relpos is unfused only) */
+    if (o->kind == RG_MHA || o->kind == RG_GQA)
+        k += (size_t)snprintf(args + k, sizeof args - k, " --attn %s",
+                              o->attn_impl == GML_ATTN_UNFUSED ||
+                                      (o->attn_impl == GML_ATTN_AUTO && (o->attn_weights || o->attn_svg))
+                                  ? "unfused"
+                                  : "fused");
+    /* the inputs below are written [T, B, D] as they were read, and the output is too */
+    if (o->seq_first) k += (size_t)snprintf(args + k, sizeof args - k, " --seq-first");
     char opts[160];
     k += (size_t)snprintf(args + k, sizeof args - k, "%s", rg_attn_options(o, true, opts, sizeof opts));
     for (int i = 0; i < o->n_valid_lens; i++)
@@ -269,7 +313,6 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
         if (strcmp(t->name, "valid_lens") == 0 && o->n_valid_lens) continue; /* --valid-lens says it */
         const char *file = input_file(t->name);
         snprintf(path, sizeof path, "%s/%s.npy", dir, file);
-        ok = save_npy(s, path, t, e);
         const char *flag = NULL; /* the flag that binds it again, else --bind */
         if (o->kind != RG_MATMUL) {
             static const char *const FLAGS[][2] = {{"x", "--input"}, {"query", "--query"}, {"key", "--key"},
@@ -277,6 +320,8 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
             for (int f = 0; f < 4; f++)
                 if (strcmp(t->name, FLAGS[f][0]) == 0) flag = FLAGS[f][1];
         }
+        gml_tensor view; /* --seq-first: an input of those flags as it was read, [T, B, D] */
+        ok = save_npy(s, path, flag ? rg_output_view(o, t, &view) : t, e);
         if (o->kind != RG_GRAPH && o->kind != RG_MATMUL && gml_graph_leaf(m->g, i) == d->mask) flag = "--attn-mask"; /* [B|1, H|1, T, S] */
         if (flag) k += (size_t)snprintf(args + k, sizeof args - k, " %s %s.npy", flag, file);
         else k += (size_t)snprintf(args + k, sizeof args - k, " --bind %s=%s.npy", t->name, file);
@@ -327,4 +372,50 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     const char *hook = getenv("RUN_GRAPH_TEST_RAISE"); /* the test hook: see the top */
     if (hook) raise(atoi(hook));
     return rg_stage_commit(&s, e);
+}
+
+/* ---- --json ------------------------------------------------------------------ */
+
+cJSON *rg_json_shape(const gml_tensor *t) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 4 - t->n_dims; a && i < 4; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)t->ne[i]));
+    return a;
+}
+
+cJSON *rg_json_head(const rg_summary *s) {
+    cJSON *j = cJSON_CreateObject(), *sizes = cJSON_CreateObject();
+    if (!j || !sizes) {
+        cJSON_Delete(j);
+        cJSON_Delete(sizes);
+        return NULL;
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, s->digest);
+    cJSON_AddStringToObject(j, "model", s->model);
+    for (int i = 0; i < RG_NSYM; i++)
+        if (s->shown[i]) cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)s->dim[i]);
+    cJSON_AddItemToObject(j, "sizes", sizes);
+    cJSON_AddBoolToObject(j, "causal", s->causal);
+    cJSON_AddItemToObject(j, "output_shape", rg_json_shape(s->out));
+    cJSON_AddStringToObject(j, "xxh3", hex);
+    cJSON_AddNumberToObject(j, "threads", s->threads);
+    cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
+    cJSON_AddNumberToObject(j, "runs", s->runs);
+    cJSON_AddNumberToObject(j, "median_ms", s->median_ms);
+    cJSON_AddNumberToObject(j, "min_ms", s->min_ms);
+    cJSON_AddNumberToObject(j, "flops", s->flops);
+    cJSON_AddNumberToObject(j, "gflops", s->median_ms > 0 ? s->flops / (s->median_ms * 1e6) : 0);
+    cJSON_AddNumberToObject(j, "peak_bytes", (double)s->peak_bytes);
+    cJSON_AddBoolToObject(j, "random_weights", s->random_weights);
+    cJSON_AddBoolToObject(j, "random_inputs", s->random_inputs);
+    return j;
+}
+
+bool rg_json_print(cJSON *j, rg_err *e) {
+    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
+    printf("%s\n", text);
+    cJSON_free(text);
+    return true;
 }

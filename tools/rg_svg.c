@@ -1,8 +1,9 @@
 /* The attention heatmap (--attn-svg), written by hand as SVG text: one panel
  * per head in a grid, keys on x (labelled at the top), queries on y
  * (labelled on the left), a viridis-like colour scale from 0 to the largest
- * weight drawn, the values printed in the cells when a panel is small, and a
- * colour bar. Token labels are escaped for XML (and bytes that are not
+ * weight drawn, the values printed in the cells when a panel is small, a
+ * colour bar, and masked cells hatched (with a legend) where a weight of 0
+ * that no mask made is coloured as 0. Token labels are escaped for XML (and bytes that are not
  * UTF-8 replaced), so any --tokens gives a well-formed file. */
 #include "rg.h"
 
@@ -193,6 +194,18 @@ static layout plan(const rg_heatmap *h) {
 
 /* ---- drawing ------------------------------------------------------------------ */
 
+/* Whether cell (i, j) of the head's panel is drawn as masked: a key the
+ * options mask, whose weight is 0 (as masking makes it). */
+static bool is_masked(const rg_heatmap *h, int head, int64_t i, int64_t j, float w) {
+    return h->masked && w == 0 && h->masked[((size_t)head * (size_t)h->Tq + (size_t)i) * (size_t)h->Tk + (size_t)j];
+}
+
+/* The fill of a cell: the hatching, or the weight's colour. */
+static void fill(const rg_heatmap *h, int head, int64_t i, int64_t j, float w, float vmax, char out[16]) {
+    if (is_masked(h, head, i, j, w)) snprintf(out, 16, "url(#masked)");
+    else colour(vmax > 0 ? w / vmax : 0, out);
+}
+
 static void panel(FILE *f, const rg_heatmap *h, const layout *L, int head, float vmax) {
     double px = L->x0 + (head % L->cols) * L->pw, py = L->y0 + (head / L->cols) * L->ph;
     double gx = px + L->left, gy = py + PANEL_TITLE + L->top; /* the grid's corner */
@@ -218,13 +231,13 @@ static void panel(FILE *f, const rg_heatmap *h, const layout *L, int head, float
     }
     fputs("</g>\n<g shape-rendering=\"crispEdges\">\n", f);
     /* cells: a row's runs of one colour as one rectangle (unless values are shown) */
-    char c[8], next[8];
+    char c[16], next[16];
     for (int64_t i = 0; i < h->Tq; i++) {
         const float *row = w + i * h->Tk;
         for (int64_t j = 0; j < h->Tk;) {
-            colour(vmax > 0 ? row[j] / vmax : 0, c);
+            fill(h, head, i, j, row[j], vmax, c);
             int64_t run = 1;
-            while (!L->values && j + run < h->Tk && (colour(vmax > 0 ? row[j + run] / vmax : 0, next), !strcmp(c, next)))
+            while (!L->values && j + run < h->Tk && (fill(h, head, i, j + run, row[j + run], vmax, next), !strcmp(c, next)))
                 run++;
             fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"", gx + j * L->cell,
                     gy + i * L->cell, run * L->cell, L->cell, c);
@@ -233,7 +246,8 @@ static void panel(FILE *f, const rg_heatmap *h, const layout *L, int head, float
                 label(f, h->query_labels, i);
                 fputs(", key ", f);
                 label(f, h->key_labels, j);
-                fprintf(f, ": %.4f</title></rect>\n", row[j]);
+                if (is_masked(h, head, i, j, row[j])) fputs(": masked</title></rect>\n", f);
+                else fprintf(f, ": %.4f</title></rect>\n", row[j]);
             } else {
                 fputs("/>\n", f);
             }
@@ -246,10 +260,11 @@ static void panel(FILE *f, const rg_heatmap *h, const layout *L, int head, float
         for (int64_t i = 0; i < h->Tq; i++)
             for (int64_t j = 0; j < h->Tk; j++) {
                 float v = w[i * h->Tk + j];
+                if (is_masked(h, head, i, j, v)) continue; /* hatched, no value */
                 double t = vmax > 0 ? v / vmax : 0;
                 fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">", gx + (j + 0.5) * L->cell,
                         gy + (i + 0.5) * L->cell, t > 0.6 ? "#000" : "#fff");
-                if (v == 0) fputs("0</text>\n", f); /* exactly 0: masked, as a rule */
+                if (v == 0) fputs("0</text>\n", f); /* exactly 0, not masked: an underflow */
                 else fprintf(f, "%.2f</text>\n", v);
             }
         fputs("</g>\n", f);
@@ -259,8 +274,9 @@ static void panel(FILE *f, const rg_heatmap *h, const layout *L, int head, float
             gx, gy, h->Tk * L->cell, h->Tq * L->cell);
 }
 
-/* A vertical colour bar beside the first row of panels, ticks from 0 to vmax. */
-static void colour_bar(FILE *f, const rg_heatmap *h, const layout *L, float vmax) {
+/* A vertical colour bar beside the first row of panels, ticks from 0 to
+ * vmax; below it, with masked cells drawn, the hatching's legend. */
+static void colour_bar(FILE *f, const rg_heatmap *h, const layout *L, float vmax, bool any_masked) {
     double x = L->x0 + L->cols * L->pw + (L->right > GAP ? L->right - GAP : 0), y = L->y0 + PANEL_TITLE + L->top;
     double hgt = clampd(h->Tq * L->cell, 120, 320);
     fputs("<defs><linearGradient id=\"scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">\n", f);
@@ -282,6 +298,11 @@ static void colour_bar(FILE *f, const rg_heatmap *h, const layout *L, float vmax
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%.3g</text>\n", x + BAR_W + 7, ty, v);
     }
     fputs("</g>\n", f);
+    if (any_masked)
+        fprintf(f, "<g id=\"legend-masked\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                   "fill=\"url(#masked)\" stroke=\"#888\" stroke-width=\"0.5\"/><text x=\"%.1f\" y=\"%.1f\" "
+                   "font-size=\"10\" fill=\"#333\" dominant-baseline=\"central\">masked</text></g>\n",
+                x, y + hgt + 12, BAR_W, BAR_W, x + BAR_W + 7, y + hgt + 12 + BAR_W / 2);
 }
 
 bool rg_write_svg(const char *path, const rg_heatmap *h, char *err, size_t err_size) {
@@ -296,10 +317,17 @@ bool rg_write_svg(const char *path, const rg_heatmap *h, char *err, size_t err_s
         return false;
     }
     float vmax = 0;
+    bool any_masked = false;
     const float *w = h->attn + (size_t)h->batch * (size_t)(h->H * h->Tq * h->Tk);
-    for (int64_t i = 0, n = h->H * h->Tq * h->Tk; i < n; i++)
+    for (int64_t i = 0, n = h->H * h->Tq * h->Tk; i < n; i++) {
         if (w[i] > vmax) vmax = w[i];
+        any_masked = any_masked || (h->masked && h->masked[i] && w[i] == 0);
+    }
     layout L = plan(h);
+    if (any_masked) { /* room for the legend below the colour bar */
+        const double bottom = L.y0 + PANEL_TITLE + L.top + clampd(h->Tq * L.cell, 120, 320) + 12 + BAR_W + MARGIN;
+        if (L.height < bottom) L.height = bottom;
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, err_size, "%s: cannot create: %s", path, strerror(errno));
@@ -310,13 +338,18 @@ bool rg_write_svg(const char *path, const rg_heatmap *h, char *err, size_t err_s
                "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
             L.width, L.height, L.width, L.height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
+    if (any_masked) /* grey diagonal lines on white */
+        fputs("<defs><pattern id=\"masked\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\" "
+              "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/>"
+              "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#aaa\" stroke-width=\"2\"/></pattern></defs>\n",
+              f);
     fprintf(f, "<text x=\"%.1f\" y=\"24\" font-size=\"15\" font-weight=\"bold\">", MARGIN);
     xml_text(f, h->title, 0);
     fprintf(f, "</text>\n<text x=\"%.1f\" y=\"42\" font-size=\"11\" fill=\"#555\">rows: queries, columns: keys; "
-               "colour: weight from 0 to %.3g (the largest drawn)%s</text>\n",
-            MARGIN, vmax, L.values ? "; values in the cells" : "");
+               "colour: weight from 0 to %.3g (the largest drawn)%s%s</text>\n",
+            MARGIN, vmax, L.values ? "; values in the cells" : "", any_masked ? "; hatched: masked" : "");
     for (int head = 0; head < h->H; head++) panel(f, h, &L, head, vmax);
-    colour_bar(f, h, &L, vmax);
+    colour_bar(f, h, &L, vmax, any_masked);
     fputs("</svg>\n", f);
     bool ok = !ferror(f);
     if (fclose(f) != 0) ok = false;

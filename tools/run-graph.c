@@ -63,48 +63,17 @@ static void describe_sizes(const rg_opts *o, const rg_data *d, char *buf, size_t
             k += (size_t)snprintf(buf + k, size - k, "%s%s=%" PRId64, k ? " " : "", RG_SYM[i], d->dim[i]);
 }
 
-static cJSON *shape_json(const gml_tensor *t) {
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 4 - t->n_dims; i < 4; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)t->ne[i]));
-    return a;
-}
-
-/* The keys every --json report has: what ran, on what, the output and the
- * time of one run (for --decode: of one token). */
+/* The keys every --json report has (rg_json_head): what ran, on what, the
+ * output and the time of one run (for --decode: of one token). */
 static cJSON *json_head(const rg_opts *o, const rg_data *d, const gml_tensor *out, uint64_t digest,
                         int runs, double median_ms, double min_ms, double flops, size_t peak_bytes) {
-    cJSON *j = cJSON_CreateObject(), *sizes = cJSON_CreateObject();
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016" PRIx64, digest);
-    cJSON_AddStringToObject(j, "model", o->model);
-    for (int i = 0; i < RG_NSYM; i++)
-        if (d->known[i] && rg_size_applies(o->kind, i))
-            cJSON_AddNumberToObject(sizes, RG_SYM[i], (double)d->dim[i]);
-    cJSON_AddItemToObject(j, "sizes", sizes);
-    cJSON_AddBoolToObject(j, "causal", o->causal);
-    cJSON_AddItemToObject(j, "output_shape", shape_json(out));
-    cJSON_AddStringToObject(j, "xxh3", hex);
-    cJSON_AddNumberToObject(j, "threads", o->threads);
-    cJSON_AddStringToObject(j, "isa", gml_isa_name(gml_get_isa()));
-    cJSON_AddNumberToObject(j, "runs", runs);
-    cJSON_AddNumberToObject(j, "median_ms", median_ms);
-    cJSON_AddNumberToObject(j, "min_ms", min_ms);
-    cJSON_AddNumberToObject(j, "flops", flops);
-    cJSON_AddNumberToObject(j, "gflops", median_ms > 0 ? flops / (median_ms * 1e6) : 0);
-    cJSON_AddNumberToObject(j, "peak_bytes", (double)peak_bytes);
-    cJSON_AddBoolToObject(j, "random_weights", d->random_weights);
-    cJSON_AddBoolToObject(j, "random_inputs", d->random_inputs);
-    return j;
-}
-
-/* Prints j on one line and frees it. */
-static bool print_json(cJSON *j, rg_err *e) {
-    char *text = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!text) return rg_fail(e, RG_RUNTIME, "out of memory");
-    printf("%s\n", text);
-    cJSON_free(text);
-    return true;
+    bool shown[RG_NSYM];
+    for (int i = 0; i < RG_NSYM; i++) shown[i] = d->known[i] && rg_size_applies(o->kind, i);
+    return rg_json_head(&(rg_summary){.model = o->model, .dim = d->dim, .shown = shown, .causal = o->causal,
+                                      .out = out, .digest = digest, .threads = o->threads, .runs = runs,
+                                      .median_ms = median_ms, .min_ms = min_ms, .flops = flops,
+                                      .peak_bytes = peak_bytes, .random_weights = d->random_weights,
+                                      .random_inputs = d->random_inputs});
 }
 
 static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
@@ -112,7 +81,7 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
     cJSON *j = json_head(o, d, m->out, digest, t->runs, t->median_ms, t->min_ms, t->flops,
                          m->peak_bytes);
     char hex[17];
-    if (m->attn) cJSON_AddItemToObject(j, "attn_shape", shape_json(m->attn));
+    if (m->attn) cJSON_AddItemToObject(j, "attn_shape", rg_json_shape(m->attn));
     cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
@@ -125,14 +94,14 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
             cJSON_AddNumberToObject(row, "node", i);
             cJSON_AddStringToObject(row, "name", n->name);
             cJSON_AddStringToObject(row, "op", gml_op_name(n->op));
-            cJSON_AddItemToObject(row, "shape", shape_json(n));
+            cJSON_AddItemToObject(row, "shape", rg_json_shape(n));
             cJSON_AddNumberToObject(row, "ms", t->node_ms[i]);
             const char *kernel = gml_graph_node_kernel(m->g, i);
             if (kernel) cJSON_AddStringToObject(row, "kernel", kernel);
             cJSON_AddItemToArray(p, row);
         }
     }
-    return print_json(j, e);
+    return rg_json_print(j, e);
 }
 
 static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
@@ -142,9 +111,12 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")
                          : d->random_inputs  ? ", random inputs"
                                              : "";
-    char opts[160];
-    printf("%s: %s%s%s%s%s\n", o->model, sizes, o->causal ? ", causal" : "", d->valid_lens ? ", valid lengths" : "",
-           rg_attn_options(o, false, opts, sizeof opts), random);
+    char opts[160], line[640]; /* each part after the sizes starts ", " */
+    snprintf(line, sizeof line, "%s%s%s%s%s", sizes, o->causal ? ", causal" : "",
+             d->valid_lens ? ", valid lengths" : "", rg_attn_options(o, false, opts, sizeof opts), random);
+    /* a graph file that reads no size symbol has no sizes to list */
+    const char *l = sizes[0] ? line : line[0] ? line + 2 : "no sizes";
+    printf("%s: %s\n", o->model, l);
     printf("output  %s  xxh3 %016" PRIx64 "\n", gml_format_shape(m->out, shape, sizeof shape), digest);
     printf("time    %.3f ms", t->median_ms);
     if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
@@ -173,7 +145,7 @@ static bool report_decode(const rg_opts *o, const rg_data *d, const rg_decode *r
         cJSON_AddNumberToObject(j, "cache_bytes", (double)r->cache_bytes);
         cJSON_AddStringToObject(j, "cache_dtype", gml_type_name(o->cache_dtype));
         cJSON_AddNumberToObject(j, "step_nodes", r->step_nodes);
-        return print_json(j, e);
+        return rg_json_print(j, e);
     }
     describe_sizes(o, d, sizes, sizeof sizes);
     const char *random = d->random_weights ? (d->random_inputs ? ", random weights and inputs" : ", random weights")

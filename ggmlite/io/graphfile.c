@@ -639,7 +639,8 @@ int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *
     if (binder)
         for (int i = 0; i < binder->n_syms && ok; i++)
             ok = define(&p, 0, binder->sym_names[i], NULL, binder->sym_values[i]);
-    size_t start = 0;
+    /* a UTF-8 byte-order mark (as some editors write) at the start is not text */
+    size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
     while (ok && start < len) {
         size_t end = start;
         while (end < len && text[end] != '\n') end++;

@@ -216,8 +216,9 @@ typedef struct gml_graph_binder {
     bool optional_needs_default;
 } gml_graph_binder;
 
-/* Builds the graph text in ctx; writes up to max_outputs output tensors and
- * returns their number, or -1 with "file:line:col: what" in err. */
+/* Builds the graph text in ctx (a UTF-8 byte-order mark at its start is
+ * skipped); writes up to max_outputs output tensors and returns their
+ * number, or -1 with "file:line:col: what" in err. */
 GML_API int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
                     const gml_graph_binder *binder, gml_tensor **outputs, int max_outputs,
                     char *err, size_t err_size);
