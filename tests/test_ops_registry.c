@@ -148,6 +148,10 @@ static gml_tensor *ex_full(gml_context *ctx) { return gml_full(ctx, 2, (int64_t[
 static gml_tensor *ex_sum_to(gml_context *ctx) {
     return gml_sum_to(ctx, F32("x", 2, 3, 4), 2, (int64_t[]){3, 1});
 }
+/* dy [2, 3] placed in [4, 5] at strides [5, 1], offset 6 (a slice's gradient) */
+static gml_tensor *ex_view_back(gml_context *ctx) {
+    return gml_view_back(ctx, F32("dy", 2, 3), 2, (int64_t[]){4, 5}, (int64_t[]){5, 1}, 6);
+}
 
 static const struct example {
     gml_op op;
@@ -194,6 +198,7 @@ static const struct example {
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
     {GML_OP_FULL, ex_full},
     {GML_OP_SUM_TO, ex_sum_to},
+    {GML_OP_VIEW_BACK, ex_view_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

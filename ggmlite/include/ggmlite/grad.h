@@ -58,6 +58,14 @@ GML_API gml_tensor *gml_full(gml_context *ctx, int n_dims, const int64_t *ne, fl
  * once: the same bits at every thread count and ISA. */
 GML_API gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, const int64_t *ne);
 
+/* dy [...] f32 (any strides) -> [ne...] f32: zeros, with dy's element i
+ * added at flat position offset + sum_k i_k strides[k] (strides in elements
+ * of the result, one per dim of dy, each >= 0; every position inside the
+ * result): the gradient of a view or a slice. Places dy reaches twice (a
+ * stride 0) sum in dy's row-major order; the same bits at every thread count. */
+GML_API gml_tensor *gml_view_back(gml_context *ctx, gml_tensor *dy, int n_dims, const int64_t *ne,
+                                  const int64_t *strides, int64_t offset);
+
 #ifdef __cplusplus
 }
 #endif
