@@ -152,6 +152,9 @@ static gml_tensor *ex_sum_to(gml_context *ctx) {
 static gml_tensor *ex_view_back(gml_context *ctx) {
     return gml_view_back(ctx, F32("dy", 2, 3), 2, (int64_t[]){4, 5}, (int64_t[]){5, 1}, 6);
 }
+static gml_tensor *ex_get_rows_back(gml_context *ctx) { /* indices 1, 2, 0, 1, 2, 0 */
+    return gml_get_rows_back(ctx, F32("dy", 2, 3, 4), I32("idx", 2, 3), 3);
+}
 
 static const struct example {
     gml_op op;
@@ -199,6 +202,7 @@ static const struct example {
     {GML_OP_FULL, ex_full},
     {GML_OP_SUM_TO, ex_sum_to},
     {GML_OP_VIEW_BACK, ex_view_back},
+    {GML_OP_GET_ROWS_BACK, ex_get_rows_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

@@ -65,6 +65,13 @@ GML_API gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, cons
  * stride 0) sum in dy's row-major order; the same bits at every thread count. */
 GML_API gml_tensor *gml_view_back(gml_context *ctx, gml_tensor *dy, int n_dims, const int64_t *ne,
                                   const int64_t *strides, int64_t offset);
+/* dy [..., d] f32, idx i32 [...] (get_rows' indices, dy's leading shape) ->
+ * [n_rows, d] f32: row r is the sum of the rows of dy whose index is r, in
+ * idx's row-major order (rows no index names are zeros): the gradient of
+ * get_rows' table, the same bits at every thread count. An index outside
+ * [0, n_rows) fails compute, naming it. */
+GML_API gml_tensor *gml_get_rows_back(gml_context *ctx, gml_tensor *dy, gml_tensor *idx,
+                                      int64_t n_rows);
 
 #ifdef __cplusplus
 }
