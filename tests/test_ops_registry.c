@@ -155,6 +155,9 @@ static gml_tensor *ex_view_back(gml_context *ctx) {
 static gml_tensor *ex_get_rows_back(gml_context *ctx) { /* indices 1, 2, 0, 1, 2, 0 */
     return gml_get_rows_back(ctx, F32("dy", 2, 3, 4), I32("idx", 2, 3), 3);
 }
+static gml_tensor *ex_unary_back(gml_context *ctx) {
+    return gml_unary_back(ctx, F32("x", 3, 4), F32("dy", 3, 4), GML_OP_GELU_TANH);
+}
 
 static const struct example {
     gml_op op;
@@ -203,6 +206,7 @@ static const struct example {
     {GML_OP_SUM_TO, ex_sum_to},
     {GML_OP_VIEW_BACK, ex_view_back},
     {GML_OP_GET_ROWS_BACK, ex_get_rows_back},
+    {GML_OP_UNARY_BACK, ex_unary_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

@@ -72,6 +72,10 @@ GML_API gml_tensor *gml_view_back(gml_context *ctx, gml_tensor *dy, int n_dims, 
  * [0, n_rows) fails compute, naming it. */
 GML_API gml_tensor *gml_get_rows_back(gml_context *ctx, gml_tensor *dy, gml_tensor *idx,
                                       int64_t n_rows);
+/* x [...] f32, dy f32 of x's shape (any strides) -> [...] f32: dy * f'(x)
+ * for f = op, one of GML_OP_TANH, SIGMOID, SILU, GELU, GELU_TANH (the
+ * gradient of gml_tanh(x), ...); each element in double, rounded once. */
+GML_API gml_tensor *gml_unary_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_op op);
 
 #ifdef __cplusplus
 }
