@@ -156,6 +156,28 @@ static gml_tensor *build_sum(gml_context *ctx, const gml_arg *v) { return gml_su
 static gml_tensor *build_mean(gml_context *ctx, const gml_arg *v) { return gml_mean(ctx, v[0].t); }
 static gml_tensor *build_max(gml_context *ctx, const gml_arg *v) { return gml_max(ctx, v[0].t); }
 
+/* ---- backwards (gml_grad) ---------------------------------------------------- */
+
+/* d sum = dy [..., 1] repeated along the last dim */
+static bool sum_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_tensor *x = node->src[0];
+    const int64_t n = x->ne[3];
+    return gml_backward_add(b, x, n == 1 ? dy : gml_repeat_interleave(gml_backward_context(b), dy,
+                                                                      (int)n, -1));
+}
+/* d mean = dy / n repeated (dy times the float nearest 1/n) */
+static bool mean_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0];
+    const int64_t n = x->ne[3];
+    gml_tensor *s = gml_scale(ctx, dy, (float)(1.0 / (double)n));
+    return gml_backward_add(b, x, n == 1 ? s : gml_repeat_interleave(ctx, s, (int)n, -1));
+}
+static bool max_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0],
+                            gml_max_back(gml_backward_context(b), node->src[0], node, dy));
+}
+
 /* A -inf or +inf input may reach the output (a sum of -inf is -inf). */
 const gml_op_def gml_opdef_sum = {
     .forward = gml_f32_sum,
@@ -168,6 +190,7 @@ const gml_op_def gml_opdef_sum = {
     .get_args = gml_args_from_srcs,
     .doc_args = "x `[..., n]`",
     .doc_result = "`[..., 1]`: the sum over the last dim (torch.sum(x, -1, keepdim=True))",
+    .backward = sum_backward,
 };
 const gml_op_def gml_opdef_mean = {
     .forward = gml_f32_mean,
@@ -180,6 +203,7 @@ const gml_op_def gml_opdef_mean = {
     .get_args = gml_args_from_srcs,
     .doc_args = "x `[..., n]`",
     .doc_result = "`[..., 1]`: the mean over the last dim (torch.mean(x, -1, keepdim=True))",
+    .backward = mean_backward,
 };
 const gml_op_def gml_opdef_max = {
     .forward = gml_f32_max,
@@ -193,6 +217,7 @@ const gml_op_def gml_opdef_max = {
     .doc_args = "x `[..., n]`",
     .doc_result = "`[..., 1]`: the max over the last dim, NaN if the row has a NaN "
                   "(torch.amax(x, -1, keepdim=True))",
+    .backward = max_backward,
 };
 
 /* ---- sum_to: a broadcast undone ------------------------------------------------
@@ -286,4 +311,59 @@ const gml_op_def gml_opdef_sum_to = {
     .doc_args = "x `[...]` whose shape is `shape` broadcast",
     .doc_result = "`[shape]`: x summed over the broadcast dims (x.sum_to_size(shape)), each sum in "
                   "row-major order, in double",
+};
+
+/* ---- max_back: the gradient of max --------------------------------------------- */
+
+/* dx [..., n]: dy / c at the c elements of the row equal to its max, 0
+ * elsewhere; rows split across threads. */
+static void gml_f32_max_back__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0], *y = dst->src[1], *dy = dst->src[2];
+    const int64_t n = x->ne[3], sx = (int64_t)x->nb[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0);
+        const float m = *(const float *)gml_ptr(y, i0, i1, i2, 0);
+        const float g = *(const float *)gml_ptr(dy, i0, i1, i2, 0);
+        int64_t c = 0;
+        for (int64_t j = 0; j < n; j++) c += *(const float *)(xr + j * sx) == m;
+        const float share = c ? (float)((double)g / (double)c) : 0.0f;
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j = 0; j < n; j++) out[j] = *(const float *)(xr + j * sx) == m ? share : 0.0f;
+    }
+}
+
+/* x [..., n], y [..., 1], dy [..., 1] -> [..., n] */
+gml_tensor *gml_max_back(gml_context *ctx, gml_tensor *x, gml_tensor *y, gml_tensor *dy) {
+    if (!x || !y || !dy) return NULL;
+    if (!gml_expect_type(ctx, "max_back", x, GML_F32) || !gml_expect_type(ctx, "max_back", y, GML_F32) ||
+        !gml_expect_type(ctx, "max_back", dy, GML_F32))
+        return NULL;
+    char sx[GML_SHAPE_MAX], sy[GML_SHAPE_MAX], sd[GML_SHAPE_MAX];
+    bool ok = y->n_dims == x->n_dims && gml_same_shape(y, dy) && y->ne[3] == 1;
+    for (int k = 0; ok && k < 3; k++) ok = y->ne[k] == x->ne[k];
+    if (!ok)
+        return gml_fail(ctx, "max_back(%s, %s, %s): want x [..., n] and y, dy [..., 1] with x's "
+                        "leading dims; got %s, %s, %s", x->name, y->name, dy->name,
+                        GML_SHAPE(x, sx), GML_SHAPE(y, sy), GML_SHAPE(dy, sd));
+    return gml_new_op(ctx, GML_OP_MAX_BACK, GML_F32, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims,
+                      (gml_tensor *[]){x, y, dy}, 3);
+}
+
+static gml_tensor *build_max_back(gml_context *ctx, const gml_arg *v) {
+    return gml_max_back(ctx, v[0].t, v[1].t, v[2].t);
+}
+
+const gml_op_def gml_opdef_max_back = {
+    .forward = gml_f32_max_back__ref,
+    .reference = gml_f32_max_back__ref,
+    GML_ARGS(GML_T("x"), GML_T("y"), GML_T("dy")),
+    .build = build_max_back,
+    .get_args = gml_args_from_srcs,
+    .doc_args = "x `[..., n]`, y = max(x) and dy `[..., 1]`",
+    .doc_result = "`[..., n]`: dy / c where x equals the row's max (c ties share it, as "
+                  "torch.amax's backward), 0 elsewhere (zeros in a row whose max is NaN)",
 };

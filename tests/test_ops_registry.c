@@ -158,6 +158,10 @@ static gml_tensor *ex_get_rows_back(gml_context *ctx) { /* indices 1, 2, 0, 1, 2
 static gml_tensor *ex_unary_back(gml_context *ctx) {
     return gml_unary_back(ctx, F32("x", 3, 4), F32("dy", 3, 4), GML_OP_GELU_TANH);
 }
+static gml_tensor *ex_max_back(gml_context *ctx) {
+    gml_tensor *x = F32("x", 3, 5);
+    return gml_max_back(ctx, x, gml_max(ctx, x), F32("dy", 3, 1));
+}
 
 static const struct example {
     gml_op op;
@@ -207,6 +211,7 @@ static const struct example {
     {GML_OP_VIEW_BACK, ex_view_back},
     {GML_OP_GET_ROWS_BACK, ex_get_rows_back},
     {GML_OP_UNARY_BACK, ex_unary_back},
+    {GML_OP_MAX_BACK, ex_max_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

@@ -76,6 +76,10 @@ GML_API gml_tensor *gml_get_rows_back(gml_context *ctx, gml_tensor *dy, gml_tens
  * for f = op, one of GML_OP_TANH, SIGMOID, SILU, GELU, GELU_TANH (the
  * gradient of gml_tanh(x), ...); each element in double, rounded once. */
 GML_API gml_tensor *gml_unary_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_op op);
+/* x [..., n], y = gml_max(x) [..., 1], dy [..., 1] f32 -> [..., n] f32:
+ * dy / c where x equals the row's max (c of them: ties share it evenly, as
+ * PyTorch's amax backward), 0 elsewhere; a row whose max is NaN gets zeros. */
+GML_API gml_tensor *gml_max_back(gml_context *ctx, gml_tensor *x, gml_tensor *y, gml_tensor *dy);
 
 #ifdef __cplusplus
 }
