@@ -139,7 +139,8 @@ static gml_status refuse(gml_backward_ctx *b, const gml_tensor *node, gml_tensor
     if (below) {
         const int at = find(b, node);
         for (int s = 0; s < GML_MAX_SRC; s++)
-            if (node->src[s] && gml_backward_needs(b, node->src[s])) below[find(b, node->src[s])] = true;
+            if (node->src[s] && gml_backward_needs(b, node->src[s]))
+                below[find(b, node->src[s])] = true;
         for (int i = at - 1; i >= 0; i--) /* sources sit before their consumers */
             for (int s = 0; below[i] && s < GML_MAX_SRC; s++)
                 if (b->topo[i]->src[s]) below[find(b, b->topo[i]->src[s])] = true;
@@ -208,7 +209,8 @@ static gml_status run(gml_backward_ctx *b, gml_tensor *out, gml_tensor *dout,
         for (int s = 0; s < GML_MAX_SRC && !b->needs[i]; s++)
             b->needs[i] = t->src[s] && b->needs[find(b, t->src[s])];
     }
-    b->grad[b->n - 1] = dout ? dout : gml_full(ctx, out->n_dims, out->ne + GML_MAX_DIMS - out->n_dims, 1.0f);
+    b->grad[b->n - 1] =
+        dout ? dout : gml_full(ctx, out->n_dims, out->ne + GML_MAX_DIMS - out->n_dims, 1.0f);
     if (!b->grad[b->n - 1]) return GML_ERR_INVALID;
     for (int i = b->n - 1; i >= 0; i--) {
         gml_tensor *t = b->topo[i];

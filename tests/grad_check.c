@@ -280,6 +280,17 @@ static bool ev_node(ev *e, const gml_tensor *t) {
         }
         return true;
     }
+    case GML_OP_ARANGE:
+        for (int64_t f = 0; f < n; f++) *vat4(&vt, 0, 0, 0, f) = (double)(arg(t, 1).i + f);
+        return true;
+    case GML_OP_RELPOS_INDEX: { /* [tq, tk]: clip(j - i, -P, P) + P */
+        const double P = (double)arg(t, 2).i;
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = fmin(fmax((double)(i[3] - i[2]), -P), P) + P;
+        }
+        return true;
+    }
     default:
         snprintf(e->err, sizeof e->err, "the evaluator has no op '%s' (node '%s')",
                  gml_op_name(t->op), t->name);

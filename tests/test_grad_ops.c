@@ -226,6 +226,28 @@ static void test_repeat(void) {
     gml_free(ctx);
 }
 
+/* Index ops (i32 results: arange, relpos_index) have no gradient and need
+ * none: the gradient stops there, no refusal. valid_len_mask (an f32 mask
+ * of i32 lengths) passes none to its lengths. */
+static void test_index_ops(void) {
+    chk_rng r = chk_seed(140);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *table = in(ctx, "table", SHAPE(9, 6), CHK_CONTIGUOUS, &r, -1, 1);
+    gml_tensor *rel = gml_relpos_index(ctx, 3, 5, 4); /* [3, 5] in [0, 8] */
+    run("get_rows of relpos_index", ctx, gml_tanh(ctx, gml_get_rows(ctx, table, rel)), &table, 1);
+    run("get_rows of arange", ctx, gml_exp(ctx, gml_get_rows(ctx, table, gml_arange(ctx, 4, 3))),
+        &table, 1);
+    gml_tensor *x = in(ctx, "x", SHAPE(2, 1, 3, 5), CHK_CONTIGUOUS, &r, -1, 1);
+    gml_tensor *lens = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 2), "lens");
+    memcpy(lens->data, (int32_t[]){5, 5}, 2 * sizeof(int32_t));
+    gml_tensor *y = gml_add(ctx, x, gml_valid_len_mask(ctx, lens, 5));
+    gml_tensor *g;
+    chk_case("valid_len_mask");
+    CHECK(gml_grad(ctx, y, x, &x, 1, &g) == GML_OK && g, "grad through valid_len_mask's add: %s",
+          gml_last_error(ctx));
+    gml_free(ctx);
+}
+
 /* Graphs of several ops: a tensor feeding several nodes, two layers. */
 static void test_composites(void) {
     chk_rng r = chk_seed(120);
@@ -297,6 +319,7 @@ int main(void) {
     test_copies();
     test_rows();
     test_repeat();
+    test_index_ops();
     test_composites();
     test_large();
     printf("largest |g - fd| / (|fd| + max|fd|) over every check: %.2e\n", grad_check_max_rel);
