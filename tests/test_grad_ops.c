@@ -264,6 +264,16 @@ static void test_composites(void) {
     gml_tensor *z = gml_linear(ctx, gml_gelu(ctx, gml_linear(ctx, h, w1, b1)), w2, NULL);
     gml_tensor *loss = gml_mean(ctx, gml_sum(ctx, gml_add(ctx, z, h)));
     run("mlp", ctx, loss, (gml_tensor *[]){h, w1, b1, w2}, 4);
+    /* docs/training.md's example, as written there */
+    {
+        gml_tensor *x = in(ctx, "x", SHAPE(4, 8), CHK_CONTIGUOUS, &r, -1, 1);
+        gml_tensor *w1 = in(ctx, "w1", SHAPE(16, 8), CHK_CONTIGUOUS, &r, -1, 1);
+        gml_tensor *b1 = in(ctx, "b1", SHAPE(16), CHK_CONTIGUOUS, &r, -1, 1);
+        /* x [4, 8], w1 [16, 8], b1 [16] */
+        gml_tensor *h = gml_gelu(ctx, gml_linear(ctx, x, w1, b1));                     /* [4, 16] */
+        gml_tensor *loss = gml_mean(ctx, gml_reshape(ctx, gml_sum(ctx, h), 1, (int64_t[]){4})); /* [1] */
+        run("docs/training.md's example", ctx, loss, (gml_tensor *[]){w1, b1, x}, 3);
+    }
     gml_free(ctx);
 }
 
