@@ -109,6 +109,46 @@ static void test_refusals(void) {
     CHECK_CONTAINS(gml_last_error(ctx), "'idx' is i32 [2]; gradients are taken with respect to");
     gml_clear_error(ctx);
 
+    chk_case("backwards that cannot build");
+    gml_tensor *xt = gml_transpose(ctx, a, 0, 1); /* [4, 3], strided */
+    gml_tensor *v = gml_view(ctx, xt, 1, (int64_t[]){3}, (size_t[]){xt->nb[3]}, 0);
+    CHECK(gml_grad(ctx, v, v, &a, 1, g) == GML_ERR_INVALID, "a view of a strided source");
+    CHECK_CONTAINS(gml_last_error(ctx), "grad: backward of view (node 'a (transposed) (view)'): "
+                                        "the source 'a (transposed)' [4,3] is strided");
+    gml_clear_error(ctx);
+    /* a write into a cache that the graph then reads whole */
+    gml_tensor *cache = input(ctx, "cache", 2, (int64_t[]){4, 5}, &r);
+    gml_tensor *s2 = input(ctx, "s2", 2, (int64_t[]){2, 5}, &r);
+    gml_tensor *slot = gml_view(ctx, cache, 2, (int64_t[]){2, 5}, (size_t[]){20, 4}, 20);
+    gml_tensor *all = gml_after(ctx, cache, gml_cpy(ctx, s2, slot));
+    gml_tensor *sq = gml_mul(ctx, all, all);
+    CHECK(gml_grad(ctx, sq, sq, &s2, 1, g) == GML_ERR_INVALID, "after over a written storage");
+    CHECK_CONTAINS(gml_last_error(ctx), "grad: backward of after");
+    CHECK_CONTAINS(gml_last_error(ctx), "writes into the storage of 'cache'");
+    gml_clear_error(ctx);
+    /* set_rows beyond 2-D */
+    gml_tensor *d3 = input(ctx, "d3", 3, (int64_t[]){2, 4, 3}, &r);
+    gml_tensor *s3 = input(ctx, "s3", 3, (int64_t[]){2, 2, 3}, &r);
+    gml_tensor *i3 = gml_set_name(gml_new_tensor_1d(ctx, GML_I32, 2), "i3");
+    gml_tensor *w3 = gml_set_rows(ctx, gml_cont(ctx, d3), s3, i3);
+    CHECK(gml_grad(ctx, w3, d3, &s3, 1, g) == GML_ERR_INVALID, "set_rows 3-D");
+    CHECK_CONTAINS(gml_last_error(ctx), "set_rows is taken for a 2-D destination and 1-D indices; "
+                                        "got [2,4,3] and [2]");
+    gml_clear_error(ctx);
+    /* a q8_0 weight: no gradient through it, none of it */
+    gml_tensor *wq = gml_set_name(gml_new_tensor_2d(ctx, GML_Q8_0, 4, 32), "wq");
+    gml_tensor *xq = input(ctx, "xq", 2, (int64_t[]){2, 32}, &r);
+    gml_tensor *yq = gml_linear(ctx, xq, wq, NULL);
+    gml_tensor *dyq = input(ctx, "dyq", 2, (int64_t[]){2, 4}, &r);
+    CHECK(yq && gml_grad(ctx, yq, dyq, &xq, 1, g) == GML_ERR_INVALID, "through a q8_0 b");
+    CHECK_CONTAINS(gml_last_error(ctx), "the gradient of 'xq' through a q8_0 b 'wq (transposed)' "
+                                        "[32,4] is not computed");
+    gml_clear_error(ctx);
+    CHECK(gml_grad(ctx, yq, dyq, &wq, 1, g) == GML_ERR_INVALID, "a q8_0 wrt");
+    CHECK_CONTAINS(gml_last_error(ctx), "'wq' is q8_0 [4,32]; gradients are taken with respect to");
+    gml_clear_error(ctx);
+    CHECK(!g[0], "no gradient written by any refusal");
+
     chk_case("NULL arguments");
     CHECK(gml_grad(NULL, y, a, &a, 1, g) == GML_ERR_INVALID, "NULL ctx");
     CHECK(gml_grad(ctx, NULL, a, &a, 1, g) == GML_ERR_INVALID, "NULL out");
