@@ -5,11 +5,11 @@
  *   loading_files astype IN.npy OUT.npy f8|f2      f32 data as float64 / float16
  *   loading_files npy OUT.npy f4|f8|f2|b1|i8 D0,D1,.. V,V,..
  *                                                  values repeated to fill the shape
- *   loading_files st-rename IN.safetensors OUT.safetensors PREFIX [odd] [extra=NAME] [dup=P2]
+ *   loading_files st-rename IN.safetensors OUT.safetensors PREFIX [odd] [extra=NAME]... [dup=P2]
  *       every tensor under PREFIX + its name (any length); odd: a header
  *       length of 4k+2 bytes, so the data sits at offsets no multiple of 4;
- *       extra=NAME: one more F32 [1] tensor PREFIX + NAME; dup=P2: every
- *       tensor also under P2 (a second block)
+ *       extra=NAME: one more F32 [1] tensor PREFIX + NAME (up to 8 of them);
+ *       dup=P2: every tensor also under P2 (a second block)
  *   loading_files st-shard IN.safetensors DIR PREFIX
  *       DIR/model-0000{1,2}-of-00002.safetensors (tensors alternately) and
  *       DIR/model.safetensors.index.json, names under PREFIX
@@ -139,7 +139,7 @@ static void put(st_out *o, const char *s) {
 
 /* Writes tensors ts[i] for i with (i % parts == part) under prefix (+ extra). */
 static int write_st(const char *path, gml_tensor **ts, int n, int parts, int part, const char *prefix,
-                    bool odd, const char *extra, const char *dup) {
+                    bool odd, const char *const *extra, int n_extra, const char *dup) {
     st_out o = {0};
     char buf[512];
     uint64_t at = 0;
@@ -161,11 +161,12 @@ static int write_st(const char *path, gml_tensor **ts, int n, int parts, int par
         at += gml_nbytes(t);
         first = false;
     }
-    if (extra) {
+    for (int k = 0; k < n_extra; k++) {
         snprintf(buf, sizeof buf, "%s\"%s%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%llu,%llu]}",
-                 first ? "" : ",", prefix, extra, (unsigned long long)at, (unsigned long long)at + 4);
+                 first ? "" : ",", prefix, extra[k], (unsigned long long)at, (unsigned long long)at + 4);
         put(&o, buf);
         at += 4;
+        first = false;
     }
     for (int i = 0; dup && i < n; i++) { /* the same data again, under dup */
         const gml_tensor *t = ts[i];
@@ -191,7 +192,7 @@ static int write_st(const char *path, gml_tensor **ts, int n, int parts, int par
     fwrite(o.json, 1, o.len, f);
     for (int i = 0; i < n; i++)
         if (i % parts == part) fwrite(ts[i]->data, 1, gml_nbytes(ts[i]), f);
-    if (extra) fwrite("\0\0\0\0", 1, 4, f);
+    for (int k = 0; k < n_extra; k++) fwrite("\0\0\0\0", 1, 4, f);
     for (int i = 0; dup && i < n; i++) fwrite(ts[i]->data, 1, gml_nbytes(ts[i]), f);
     free(o.json);
     return fclose(f) == 0 ? 0 : die("write failed", path);
@@ -274,14 +275,15 @@ int main(int argc, char **argv) {
         int n = load_st(argv[2], &c, ts, 64);
         if (n < 0) return 1;
         bool odd = false;
-        const char *extra = NULL, *dup = NULL;
+        const char *extra[8], *dup = NULL;
+        int n_extra = 0;
         for (int i = 5; i < argc; i++) {
             if (strcmp(argv[i], "odd") == 0) odd = true;
-            else if (strncmp(argv[i], "extra=", 6) == 0) extra = argv[i] + 6;
+            else if (strncmp(argv[i], "extra=", 6) == 0 && n_extra < 8) extra[n_extra++] = argv[i] + 6;
             else if (strncmp(argv[i], "dup=", 4) == 0) dup = argv[i] + 4;
             else return die("unknown option", argv[i]);
         }
-        int rc = write_st(argv[3], ts, n, 1, 0, argv[4], odd, extra, dup);
+        int rc = write_st(argv[3], ts, n, 1, 0, argv[4], odd, extra, n_extra, dup);
         gml_free(c);
         return rc;
     }
@@ -294,7 +296,7 @@ int main(int argc, char **argv) {
         int rc = 0;
         for (int part = 0; part < 2 && !rc; part++) {
             snprintf(path, sizeof path, "%s/model-%05d-of-00002.safetensors", argv[3], part + 1);
-            rc = write_st(path, ts, n, 2, part, argv[4], false, NULL, NULL);
+            rc = write_st(path, ts, n, 2, part, argv[4], false, NULL, 0, NULL);
         }
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", argv[3]);
         FILE *f = rc ? NULL : fopen(path, "w");

@@ -486,7 +486,7 @@ expect_error 1 "--attn-batch 2: the batch has 2 elements" "--attn-batch out of r
 expect_error 1 "the inputs need 1.72e+10 GiB of tensor data; this machine has" "sizes too large for memory" \
     mha --batch 1073741824 --seq 1073741824 --d-model 1073741824 --heads 1
 expect_error 1 "nosuch.npy: cannot open: No such file or directory" "a missing file" mha --heads 4 --input nosuch.npy
-expect_error 1 "$B: not a regular file" "a directory as input" mha --heads 4 --input "$B"
+expect_error 1 "$B: is a directory, not a regular file" "a directory as input" mha --heads 4 --input "$B"
 expect_error 1 "compute: nan trap: node" "a compute error (NaN trap)" mha --heads 4 --input nan.npy --nan-trap
 expect_error 1 "/nonexistent/dir/a.npy: cannot create" "an output that cannot be written" mha --heads 4 --input ok.npy \
     --attn-weights /nonexistent/dir/a.npy

@@ -622,7 +622,20 @@ static void test_bad_npy(void) {
     /* file errors */
     EXPECT_FAIL(gml_load_npy(tmp_path("missing.npy"), "x", err, sizeof err), "missing.npy",
                 "No such file or directory");
-    EXPECT_FAIL(gml_load_npy(tmpdir, "x", err, sizeof err), "not a regular file");
+    EXPECT_FAIL(gml_load_npy(tmpdir, "x", err, sizeof err), "is a directory, not a regular file");
+    /* a FIFO with no writer: refused at once (an open() that blocked would
+     * hang here: the alarm ends the test instead) */
+    const char *fifo = tmp_path("fifo.npy");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+    alarm(20);
+    EXPECT_FAIL(gml_load_npy(fifo, "x", err, sizeof err), "fifo.npy: is a FIFO, not a regular file");
+    EXPECT_FAIL(gml_load_safetensors(fifo, err, sizeof err), "fifo.npy: is a FIFO, not a regular file");
+    gml_safetensors *st = gml_safetensors_open(fifo, err, sizeof err);
+    CHECK(!st && strstr(err, "is a FIFO, not a regular file"), "mapping a FIFO: %s", err);
+    gml_safetensors_close(st);
+    EXPECT_FAIL(gml_load_npy("/dev/null", "x", err, sizeof err), "/dev/null: is a character device, not a regular file");
+    alarm(0);
+    remove(fifo);
 }
 
 static void test_bad_safetensors(void) {
@@ -1206,6 +1219,11 @@ static void test_shard_index(void) {
               !strcmp(e[1].name, "b") && !strcmp(e[1].shard, "s2.safetensors"),
           "an index parses: %s", err);
     gml_free_safetensors_index(e, n);
+    const char *backslash = "{\"weight_map\": {\"a\\\\u0000\": \"s\\\\\\\"\"}}"; /* "a\\u0000": "s\\\"" */
+    CHECK(gml_parse_safetensors_index(backslash, strlen(backslash), "i.json", &e, &n, err, sizeof err) == GML_OK &&
+              n == 1 && !strcmp(e[0].name, "a\\u0000") && !strcmp(e[0].shard, "s\\\""),
+          "an escaped backslash before u0000 is no NUL: %s", err);
+    gml_free_safetensors_index(e, n);
     static const struct { const char *text, *sub; } BAD[] = {
         {"{\"weight_map\": {\"a\": \"s.safetensors\"}", "i.json: offset"},
         {"{\"weight_map\": {\"a\": \"s.safetensors\"}} x", "unexpected byte 0x78 after the JSON object"},
@@ -1217,6 +1235,13 @@ static void test_shard_index(void) {
         {"{\"weight_map\": {\"a\": \"\"}}", "is not a shard file name"},
         {"{\"weight_map\": {\"a\\u0001\": \"s\"}}", "is not a shard file name"},
         {"{\"weight_map\": {\"a\": \"s\", \"a\": \"t\"}}", "weight_map names 'a' twice"},
+        /* cJSON would cut these at the NUL: "w_q.weight" bound, "zz" lost */
+        {"{\"weight_map\": {\"w_q.weight\\u0000zz\": \"s\"}}",
+         "offset 16: key 'w_q.weight\\x00zz' holds \\u0000 (a NUL byte"},
+        {"{\"weight_map\": {\"a\": \"s.safetensors\\u0000x\"}}",
+         "the value 's.safetensors\\x00x' of key 'a' holds \\u0000"},
+        {"{\"metadata\": {\"k\\u0000\": 1}, \"weight_map\": {\"a\": \"s\"}}", "key 'k\\x00' holds \\u0000"},
+        {"{\"weight_map\": {\"a\tb\": \"s\"}}", "key 'a\\x09b' holds raw byte 0x09"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
         err[0] = '\0';
@@ -1235,8 +1260,20 @@ static void test_shard_index(void) {
     CHECK(write_bytes(tmp_path("s2.safetensors"), buf, len), "write s2");
     const char *index = tmp_path("model.safetensors.index.json");
     CHECK(write_bytes(index, good, strlen(good)), "write the index");
+    /* s2 holds c, which the index leaves out: unexpected (strict), or set aside */
+    err[0] = '\0';
     gml_safetensors *st = gml_safetensors_open(index, err, sizeof err);
-    CHECK(st && gml_safetensors_count(st) == 2 && gml_safetensors_find(st, "c") < 0, "the index's tensors only: %s", err);
+    CHECK(!st && strstr(err, "model.safetensors.index.json: weight_map leaves out 'c', which shard "
+                             "s2.safetensors holds: an unexpected tensor (1 in all)"),
+          "a tensor the index leaves out: %s", err);
+    st = gml_safetensors_open_flags(index, GML_ST_UNLISTED, err, sizeof err);
+    const char *c_file = NULL;
+    CHECK(st && gml_safetensors_count(st) == 2 && gml_safetensors_find(st, "c") < 0 &&
+              gml_safetensors_unlisted(st, 0, &c_file) && !strcmp(gml_safetensors_unlisted(st, 0, NULL), "c") &&
+              c_file && strstr(c_file, "s2.safetensors") && !gml_safetensors_unlisted(st, 1, NULL),
+          "GML_ST_UNLISTED: the index's tensors only, c set aside: %s", err);
+    CHECK(!gml_safetensors_open_flags(index, 2, err, sizeof err) && strstr(err, "unknown flags 0x2"),
+          "unknown flags: %s", err);
     if (st) {
         gml_context *c = gml_init((gml_init_params){.mem_size = 4 * gml_tensor_overhead(), .no_alloc = true});
         gml_tensor *a = gml_safetensors_tensor(st, gml_safetensors_find(st, "a"), c, NULL, err, sizeof err);

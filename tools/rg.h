@@ -191,6 +191,18 @@ void rg_data_free(rg_data *d);
  * load_state_dict(strict=True). */
 bool rg_check_unused_weights(const rg_opts *o, rg_data *d, const gml_graph *g,
                              const gml_attn_weights *w, rg_err *e);
+/* The weights loader of every single-process mode and the layers: maps path
+ * (a safetensors file, or a sharded checkpoint's index .json) into d->st.
+ * A tensor an index's shard holds that its weight_map leaves out is an
+ * error naming them (unexpected, as load_state_dict(strict=True) says);
+ * non_strict: ignored, listed in a note on stderr. */
+bool rg_weights_open(const char *path, bool non_strict, rg_data *d, rg_err *e);
+/* Then d->wctx: a header for each tensor of d->st whose name starts with
+ * d->prefix, named without it, its data in the mapping (d->w_index,
+ * d->w_tensor, d->n_w); none under the prefix is an error naming path. */
+bool rg_weights_under_prefix(const char *path, rg_data *d, rg_err *e);
+/* rg_convert_weights on d->wctx, keeping d's lists of it up to date. */
+bool rg_weights_convert(rg_data *d, bool has_dtype, gml_type dtype, rg_err *e);
 /* Whether t is one of the tensors an attention block's weights w bind. */
 bool rg_attn_weights_hold(const gml_attn_weights *w, const gml_tensor *t);
 /* --sinks (`sinks`): the weight 'sinks' [H] is used only when asked for

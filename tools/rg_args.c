@@ -112,12 +112,18 @@ static const flag FLAGS[] = {
     [F_VALUE] = {"--value", "FILE", M_ATTN, "cross-attention value .npy [B, S, D] (default: the key)", NULL, NULL},
     [F_BIND] = {"--bind", "NAME=FILE", M_MAT | M_GRAPH, "binds a graph file's input or param NAME (matmul: a, b) to a .npy", NULL, NULL},
     [F_SEED] = {"--seed", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "seed of the random weights and inputs (default 0)", NULL, NULL},
-    [F_PREFIX] = {"--prefix", "P", M_ATTN | M_CDEC,
+    [F_PREFIX] = {"--prefix", "P", M_ATTN | M_LAYER | M_CDEC,
      "--weights: the module's tensors, named as PyTorch prefixes them ('layers.0.self_attn.' or "
-     "'layers.0.self_attn'); default: detected when the file holds one block", NULL, NULL},
-    [F_NON_STRICT] = {"--non-strict", NULL, M_ATTN | M_CDEC,
+     "'layers.0.self_attn'); default: detected when the file holds one block", NULL,
+     "--weights: the layers' list as PyTorch names it, layer i under P.<i>. ('model.layers', "
+     "'transformer.h'; one layer: also the layer itself); default: detected"},
+    [F_NON_STRICT] = {"--non-strict", NULL, M_ATTN | M_LAYER | M_CDEC,
      "allow tensors under the prefix that the block does not use (by default an error, as "
-     "load_state_dict(strict=True))", NULL, NULL},
+     "load_state_dict(strict=True)), and tensors of a sharded index's shards that its weight_map "
+     "leaves out (ignored, with a note)", NULL,
+     "allow tensors of the file that the layers do not use (a whole checkpoint's embeddings and "
+     "final norm, layers past --layers, a shard's tensors its index leaves out): ignored, listed "
+     "on stderr (by default an error, as load_state_dict(strict=True))"},
     [F_SEQ_FIRST] = {"--seq-first", NULL, M_ATTN | M_CDEC,
      "inputs and output are [T, B, D] (nn.MultiheadAttention's batch_first=False)", NULL, NULL},
     [F_ATTN_MASK] = {"--attn-mask", "FILE", M_ATTN,
@@ -247,8 +253,10 @@ static const page PAGES[] = {
      "         attention.output.LayerNorm.*, intermediate.dense.*, output.dense.*,\n"
      "         output.LayerNorm.*\n"
      "Layer i's tensors carry the prefix model.layers.<i>. or layers.<i>. (llama), h.<i>. or\n"
-     "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a\n"
-     "single layer's may have none. Every tensor of the file must be used.\n"
+     "transformer.h.<i>. (gpt2), encoder.layer.<i>. or bert.encoder.layer.<i>. (bert), or\n"
+     "--prefix P's P.<i>.; a single layer's may have none. --weights is a safetensors file or a\n"
+     "sharded checkpoint's model.safetensors.index.json. Every tensor of the file must be\n"
+     "used (--non-strict: the others are ignored and listed).\n"
      "A flag that applies to some layers only is followed by their names in brackets.\n",
      "\n"
      "Prints the output's shape and the XXH3 digest of its bytes, the time and the memory.\n"
@@ -694,12 +702,14 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
         if (!fl || !(fl->models & M_LAYER))
             return rg_fail(e, RG_USAGE, "%.*s: unknown flag for %s; see run-graph %s --help", a->len, a->arg,
                            name, name);
-        if (!a->v) return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", fl->name, name);
+        if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value; see run-graph %s --help", fl->name, name);
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
         if (!(fl->models & mine))
             return rg_fail(e, RG_USAGE, "%s does not apply to %s (%s only)", fl->name, name,
                            fl->models & M_LLAMA ? "llama" : "bert");
     }
+    if ((o->prefix || o->non_strict) && !o->weights)
+        return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
     return true;
 }
 

@@ -267,19 +267,32 @@ static bool detect_prefix(const rg_opts *o, rg_data *d, rg_err *e) {
                    o->weights, list);
 }
 
-/* Maps --weights, settles the prefix, and makes wctx: a header for each
- * tensor under the prefix, named without it, its data in the mapping. */
-static bool load_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+bool rg_weights_open(const char *path, bool non_strict, rg_data *d, rg_err *e) {
     char err[1024];
-    d->st = gml_safetensors_open(o->weights, err, sizeof err);
+    d->st = gml_safetensors_open_flags(path, GML_ST_UNLISTED, err, sizeof err);
     if (!d->st) return rg_fail(e, RG_RUNTIME, "%s", err);
-    if (o->prefix) { /* as PyTorch writes it, with or without the trailing dot */
-        size_t n = strlen(o->prefix);
-        if (n + 2 > sizeof d->prefix) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", o->prefix);
-        snprintf(d->prefix, sizeof d->prefix, "%s%s", o->prefix, n && o->prefix[n - 1] != '.' ? "." : "");
-    } else if (!detect_prefix(o, d, e)) {
-        return false;
+    /* an index's shards' tensors its weight_map leaves out: unexpected */
+    char list[900] = "";
+    int n = 0;
+    for (const char *file, *name; (name = gml_safetensors_unlisted(d->st, n, &file)); n++) {
+        const char *base = strrchr(file, '/');
+        const size_t k = strlen(list);
+        if (n < 5 && k < sizeof list)
+            snprintf(list + k, sizeof list - k, "%s'%.120s' (in %.120s)", n ? ", " : "", name, base ? base + 1 : file);
     }
+    rg_names_end(list, sizeof list, n);
+    if (n && !non_strict)
+        return rg_fail(e, RG_RUNTIME, "%s: weight_map leaves out %d tensor%s its shards hold: %s (unexpected, as "
+                       "load_state_dict(strict=True) says; --non-strict ignores them)", path, n,
+                       n == 1 ? "" : "s", list);
+    if (n)
+        fprintf(stderr, "run-graph: note: %s: weight_map leaves out %d tensor%s its shards hold, ignored "
+                "(--non-strict): %s\n", path, n, n == 1 ? "" : "s", list);
+    return true;
+}
+
+bool rg_weights_under_prefix(const char *path, rg_data *d, rg_err *e) {
+    char err[1024];
     const int count = gml_safetensors_count(d->st);
     const size_t pl = strlen(d->prefix);
     d->w_index = malloc(((size_t)count + 1) * sizeof *d->w_index);
@@ -303,11 +316,25 @@ static bool load_weights(const rg_opts *o, rg_data *d, rg_err *e) {
         for (int i = 0; i < count && i < 5 && k < sizeof some; i++)
             k += (size_t)snprintf(some + k, sizeof some - k, "%s'%.100s'", i ? ", " : "", gml_safetensors_name(d->st, i));
         if (count > 5 && k < sizeof some) snprintf(some + k, sizeof some - k, " and %d more", count - 5);
-        return rg_fail(e, RG_RUNTIME, "%s: no tensor name starts with '%s'; it holds %s", o->weights, d->prefix,
+        return rg_fail(e, RG_RUNTIME, "%s: no tensor name starts with '%s'; it holds %s", path, d->prefix,
                        count ? some : "no tensors");
     }
     d->wctx = c;
     return true;
+}
+
+/* Maps --weights, settles the prefix, and makes wctx: a header for each
+ * tensor under the prefix, named without it, its data in the mapping. */
+static bool load_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+    if (!rg_weights_open(o->weights, o->non_strict, d, e)) return false;
+    if (o->prefix) { /* as PyTorch writes it, with or without the trailing dot */
+        size_t n = strlen(o->prefix);
+        if (n + 2 > sizeof d->prefix) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", o->prefix);
+        snprintf(d->prefix, sizeof d->prefix, "%s%s", o->prefix, n && o->prefix[n - 1] != '.' ? "." : "");
+    } else if (!detect_prefix(o, d, e)) {
+        return false;
+    }
+    return rg_weights_under_prefix(o->weights, d, e);
 }
 
 static bool is_used(const gml_tensor *t, const gml_tensor *w) {
@@ -643,8 +670,12 @@ bool rg_convert_weights(gml_context **wctx, bool has_dtype, gml_type dtype, rg_e
 }
 
 static bool convert_weights(const rg_opts *o, rg_data *d, rg_err *e) {
+    return rg_weights_convert(d, o->has_weights_dtype, o->weights_dtype, e);
+}
+
+bool rg_weights_convert(rg_data *d, bool has_dtype, gml_type dtype, rg_err *e) {
     gml_context *old = d->wctx;
-    if (!rg_convert_weights(&d->wctx, o->has_weights_dtype, o->weights_dtype, e)) return false;
+    if (!rg_convert_weights(&d->wctx, has_dtype, dtype, e)) return false;
     if (d->wctx == old) return true;
     for (int i = 0; i < d->n_ctxs; i++)
         if (d->ctxs[i] == old) d->ctxs[i] = d->wctx;

@@ -6,11 +6,18 @@
  *   run-graph gpt2 --heads 12 --layers 12 --weights gpt2.safetensors --input x.npy
  *   run-graph bert --seq 16 --d-model 256 --heads 4 --valid-lens 16,9
  *
- * Names: layer i's tensors are "<prefix>.<HF name>" with the prefix
- * model.layers.<i>. or layers.<i>. (llama), h.<i>. or transformer.h.<i>. (gpt2),
- * encoder.layer.<i>. or bert.encoder.layer.<i>. (bert); a single layer may
- * have none. Loading is strict: a required tensor missing, or a tensor of the
- * file that none of the N layers uses, is an error naming them.
+ * Names: layer i's tensors are "<list><i>.<HF name>" where the list (the
+ * ModuleList holding the layers) is --prefix, or detected: model.layers. or
+ * layers. (llama), h. or transformer.h. (gpt2), encoder.layer. or
+ * bert.encoder.layer. (bert); a single layer may have no index ("<prefix>.<HF
+ * name>" with --prefix, or just the HF names). The weights are read by
+ * run-graph's loader (rg_weights_open: a safetensors file or a sharded
+ * checkpoint's index, mapped), named as in the file (without the list when
+ * a name is too long for a tensor's).
+ * Loading is strict: a required tensor missing, or a tensor of the file that
+ * none of the N layers uses (a whole checkpoint's embeddings and final norm,
+ * a layer past --layers), is an error naming them; --non-strict lists the
+ * unused ones on stderr as ignored.
  * run-graph.c hands it the parsed options (rg_parse_args) when MODEL names a
  * layer. */
 #define _POSIX_C_SOURCE 200809L
@@ -28,16 +35,19 @@
 typedef enum lkind { L_LLAMA, L_GPT2, L_BERT } lkind;
 
 static const char *const KIND_NAME[] = {"llama", "gpt2", "bert"};
-/* The layer's prefixes (%d: the index), and a tensor every layer has. */
-static const char *const PREFIX[3][2] = {{"model.layers.%d.", "layers.%d."},
-                                         {"h.%d.", "transformer.h.%d."},
-                                         {"encoder.layer.%d.", "bert.encoder.layer.%d."}};
+/* The layers' lists as Hugging Face names them (layer i under "<list><i>."),
+ * and a tensor every layer has. */
+static const char *const LIST[3][2] = {{"model.layers.", "layers."},
+                                       {"h.", "transformer.h."},
+                                       {"encoder.layer.", "bert.encoder.layer."}};
 static const char *const KEY_NAME[] = {"input_layernorm.weight", "ln_1.weight",
                                        "attention.self.query.weight"};
 
 typedef struct lopts {
     lkind kind;
     const char *weights, *input, *output;
+    const char *prefix; /* --prefix: the layers' list (or, one layer, the layer), NULL: detected */
+    bool non_strict;
     int64_t batch, seq, d_model, ffn;
     int heads, kv_heads, layers, threads, repeat;
     uint64_t seed;
@@ -52,6 +62,7 @@ typedef struct lopts {
 /* The options of the layers from the parse (rg_parse_args). */
 static lopts options(const rg_opts *g) {
     return (lopts){.kind = (lkind)g->layer, .weights = g->weights, .input = g->input,
+                   .prefix = g->prefix, .non_strict = g->non_strict,
                    .output = g->output, .batch = g->dim[RG_B], .seq = g->dim[RG_T],
                    .d_model = g->dim[RG_D], .ffn = g->ffn, .heads = (int)g->dim[RG_H],
                    .kv_heads = (int)g->dim[RG_G], .layers = g->layers, .threads = g->threads,
@@ -71,10 +82,14 @@ typedef union lweights {
 
 typedef struct run {
     lopts o;
-    gml_context *wctx, *xctx, *ctx;
+    rg_data d;                  /* --weights, mapped: d.st, d.wctx (named without d.prefix) */
+    gml_context *wctx, *xctx, *ctx; /* wctx: d.wctx, or the random weights (the run's own) */
     gml_tensor *x, *lens, *out;
     gml_graph *g;
-    char prefix_fmt[64]; /* "" or a PREFIX entry */
+    char list[256];       /* the layers' list in the file's names: "model.layers.", "" */
+    char prefix_fmt[600]; /* layer i's prefix in wctx's names: the list (unless d.prefix
+                           * holds it: names too long) and "%d." (none for one layer) */
+    bool noted;          /* --non-strict's note said */
     lweights *w;
     int64_t B, T, D, F;
     int H, G;
@@ -82,73 +97,149 @@ typedef struct run {
     rg_err *e; /* the running step's errors */
 } run;
 
+/* Layer l's prefix in wctx's names. */
 static void prefix_of(const run *r, int layer, char *buf, size_t size) {
     snprintf(buf, size, r->prefix_fmt, layer);
 }
 
-/* "; present: a [2,3], b [4], ..." */
-static void present(gml_context *wctx, char *buf, size_t size) {
-    rg_list_weights(wctx, buf, size);
+/* Layer l's prefix in the file's names. */
+static void file_prefix_of(const run *r, int layer, char *buf, size_t size) {
+    snprintf(buf, size, "%s", r->d.prefix);
+    const size_t k = strlen(buf);
+    if (k < size) snprintf(buf + k, size - k, r->prefix_fmt, layer);
 }
 
-/* Which prefix the file's layers carry. */
-static bool detect_prefix(run *r, rg_err *e) {
+/* prefix_fmt: the list (with any '%' doubled: it is a format) unless d.prefix
+ * took it, then "%d." when the layers are indexed. */
+static void set_prefix_fmt(run *r, bool indexed) {
+    size_t k = 0;
+    for (const char *c = r->d.prefix[0] ? "" : r->list; *c && k + 4 < sizeof r->prefix_fmt; c++) {
+        if (*c == '%') r->prefix_fmt[k++] = '%';
+        r->prefix_fmt[k++] = *c;
+    }
+    snprintf(r->prefix_fmt + k, sizeof r->prefix_fmt - k, "%s", indexed ? "%d." : "");
+}
+
+/* Whether the file holds name (list + rest). */
+static bool file_has(const run *r, const char *list, const char *rest) {
+    char name[512];
+    snprintf(name, sizeof name, "%s%s", list, rest);
+    return gml_safetensors_find(r->d.st, name) >= 0;
+}
+
+/* Where the file's layers are: the list, whether they are indexed under it
+ * (layer i at "<list><i>.") or it is the one layer, and d.prefix: the list
+ * when a tensor name under it is too long for a tensor's (named without it
+ * then), else "". */
+static bool settle_list(run *r, rg_err *e) {
     const lkind k = r->o.kind;
-    if (r->o.layers == 1 && gml_get_tensor(r->wctx, KEY_NAME[k])) {
-        r->prefix_fmt[0] = '\0';
+    const char *key = KEY_NAME[k];
+    char key0[96];
+    snprintf(key0, sizeof key0, "0.%s", key);
+    bool found = false, indexed = true;
+    if (r->o.prefix) { /* as PyTorch writes it, with or without the trailing dot */
+        const size_t n = strlen(r->o.prefix);
+        if (n + 2 > sizeof r->list) return rg_fail(e, RG_USAGE, "--prefix: '%.40s...' is too long", r->o.prefix);
+        snprintf(r->list, sizeof r->list, "%s%s", r->o.prefix, n && r->o.prefix[n - 1] != '.' ? "." : "");
+        found = file_has(r, r->list, key0);
+        if (!found && r->o.layers == 1 && file_has(r, r->list, key)) found = true, indexed = false; /* the layer itself */
+    } else if (r->o.layers == 1 && file_has(r, "", key)) {
+        r->list[0] = '\0';
+        found = true, indexed = false;
+    } else {
+        for (int p = 0; p < 2 && !found; p++)
+            if (file_has(r, LIST[k][p], key0)) {
+                snprintf(r->list, sizeof r->list, "%s", LIST[k][p]);
+                found = true;
+            }
+    }
+    if (found) {
+        const size_t ll = strlen(r->list);
+        bool too_long = false;
+        for (int i = 0; i < gml_safetensors_count(r->d.st) && !too_long; i++) {
+            const char *name = gml_safetensors_name(r->d.st, i);
+            too_long = strncmp(name, r->list, ll) == 0 && strlen(name) >= GML_MAX_NAME;
+        }
+        snprintf(r->d.prefix, sizeof r->d.prefix, "%s", too_long ? r->list : "");
+        set_prefix_fmt(r, indexed);
         return true;
     }
-    for (int p = 0; p < 2; p++) {
-        char name[GML_MAX_NAME + 64];
-        snprintf(name, sizeof name, PREFIX[k][p], 0);
-        strncat(name, KEY_NAME[k], sizeof name - strlen(name) - 1);
-        if (gml_get_tensor(r->wctx, name)) {
-            snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%s", PREFIX[k][p]);
-            return true;
-        }
+    /* what the file holds: with shapes when every name fits a tensor's */
+    char some[1024] = "it holds ";
+    r->d.prefix[0] = '\0';
+    rg_err ignored = {0};
+    const int count = gml_safetensors_count(r->d.st);
+    bool all = rg_weights_under_prefix(r->o.weights, &r->d, &ignored);
+    for (int i = 0; all && i < r->d.n_w; i++) all = r->d.w_tensor[i] != NULL;
+    if (all) {
+        rg_list_weights(r->d.wctx, some, sizeof some);
+    } else {
+        for (int i = 0; i < count; i++) rg_names_add(some, sizeof some, i, gml_safetensors_name(r->d.st, i));
+        rg_names_end(some, sizeof some, count);
     }
-    char list[1024], a[64], b[64];
-    present(r->wctx, list, sizeof list);
-    snprintf(a, sizeof a, PREFIX[k][0], 0);
-    snprintf(b, sizeof b, PREFIX[k][1], 0);
-    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s", r->o.weights,
-                   KIND_NAME[k], r->o.layers == 1 ? KEY_NAME[k] : "", r->o.layers == 1 ? ", " : "",
-                   a, KEY_NAME[k], b, KEY_NAME[k], list);
+    if (r->o.prefix)
+        return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0 under --prefix '%s': expected %s%s%s%s%s (--prefix names the "
+                       "layers' list, as 'model.layers'%s); %s", r->o.weights, KIND_NAME[k], r->o.prefix,
+                       r->list, key0, r->o.layers == 1 ? " or " : "", r->o.layers == 1 ? r->list : "",
+                       r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", or the one layer" : "", some);
+    return rg_fail(e, RG_RUNTIME, "%s: no %s layer 0: expected %s%s%s%s or %s%s; %s (or give --prefix: the layers' list)",
+                   r->o.weights, KIND_NAME[k], r->o.layers == 1 ? key : "", r->o.layers == 1 ? ", " : "",
+                   LIST[k][0], key0, LIST[k][1], key0, some);
+}
+
+/* Whether a name in wctx belongs to one of the layers (whose finds bind
+ * every name under their prefix, or refuse it). */
+static bool in_a_layer(const run *r, const char *name) {
+    for (int l = 0; l < r->o.layers; l++) {
+        char prefix[600];
+        prefix_of(r, l, prefix, sizeof prefix);
+        if (strncmp(name, prefix, strlen(prefix)) == 0) return true;
+    }
+    return false;
 }
 
 static bool bind_layers(run *r, rg_err *e) {
     const lkind k = r->o.kind;
-    if (!detect_prefix(r, e)) return false;
     char err[1536];
     for (int l = 0; l < r->o.layers; l++) {
-        char prefix[64];
+        char prefix[600];
         prefix_of(r, l, prefix, sizeof prefix);
         gml_status st = k == L_LLAMA  ? gml_llama_weights_find(r->wctx, prefix, &r->w[l].llama, err, sizeof err)
                         : k == L_GPT2 ? gml_gpt2_weights_find(r->wctx, prefix, &r->w[l].gpt2, err, sizeof err)
                                       : gml_bert_weights_find(r->wctx, prefix, &r->w[l].bert, err, sizeof err);
-        if (st != GML_OK) return rg_fail(e, RG_RUNTIME, "%s: %s", r->o.weights, err);
+        if (st != GML_OK)
+            return r->d.prefix[0] ? rg_fail(e, RG_RUNTIME, "%s: %s (names under '%s', shown without it)",
+                                            r->o.weights, err, r->d.prefix)
+                                  : rg_fail(e, RG_RUNTIME, "%s: %s", r->o.weights, err);
     }
-    /* strict: every tensor of the file belongs to one of the layers */
+    if (!r->d.st) return true; /* random weights: the layers' own */
+    /* strict: every tensor of the file belongs to one of the layers (those
+     * outside the list, or past the layers, or named too long to bind are not) */
     char unused[1024] = "";
     size_t len = 0;
     int n_unused = 0;
-    for (gml_tensor *t = gml_get_first_tensor(r->wctx); t; t = gml_get_next_tensor(r->wctx, t)) {
-        bool used = r->prefix_fmt[0] == '\0'; /* one layer without prefix: bound strictly above */
-        for (int l = 0; l < r->o.layers && !used; l++) {
-            char prefix[64];
-            prefix_of(r, l, prefix, sizeof prefix);
-            used = strncmp(t->name, prefix, strlen(prefix)) == 0;
-        }
-        if (used) continue;
+    const int count = gml_safetensors_count(r->d.st);
+    const size_t pl = strlen(r->d.prefix);
+    for (int i = 0; i < count; i++) {
+        const char *name = gml_safetensors_name(r->d.st, i);
+        if (strncmp(name, r->d.prefix, pl) == 0 && strlen(name + pl) < GML_MAX_NAME && in_a_layer(r, name + pl))
+            continue;
         if (len + 8 < sizeof unused)
-            len += (size_t)snprintf(unused + len, sizeof unused - len, "%s%s", n_unused ? ", " : "", t->name);
+            len += (size_t)snprintf(unused + len, sizeof unused - len, "%s%s", n_unused ? ", " : "", name);
         n_unused++;
     }
-    if (n_unused)
-        return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s not used by %d %s layer%s: %s%s", r->o.weights,
-                       n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k],
-                       r->o.layers > 1 ? "s" : "", unused,
-                       len + 8 >= sizeof unused ? "..." : " (more layers? give --layers)");
+    if (!n_unused) return true;
+    const char *more = len + 8 >= sizeof unused ? "..." : "";
+    if (!r->o.non_strict)
+        return rg_fail(e, RG_RUNTIME, "%s: %d tensor%s not used by %d %s layer%s: %s%s (more layers? give --layers; "
+                       "a whole checkpoint's embeddings and final norm: --non-strict ignores them)", r->o.weights,
+                       n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k], r->o.layers > 1 ? "s" : "",
+                       unused, more);
+    if (!r->noted)
+        fprintf(stderr, "run-graph: note: %s: %d tensor%s not used by %d %s layer%s, ignored (--non-strict): %s%s\n",
+                r->o.weights, n_unused, n_unused > 1 ? "s" : "", r->o.layers, KIND_NAME[k],
+                r->o.layers > 1 ? "s" : "", unused, more);
+    r->noted = true;
     return true;
 }
 
@@ -195,7 +286,10 @@ static bool make_weights(run *r, rg_err *e) {
     r->wctx = gml_init((gml_init_params){.mem_size = (size_t)bytes + (size_t)(n * r->o.layers) *
                                                          (gml_tensor_overhead() + 64) + 4096});
     if (!r->wctx) return rg_fail(e, RG_RUNTIME, "out of memory for the random weights");
-    if (r->o.layers > 1) snprintf(r->prefix_fmt, sizeof r->prefix_fmt, "%s", PREFIX[k][0]);
+    if (r->o.layers > 1) {
+        snprintf(r->list, sizeof r->list, "%s", LIST[k][0]);
+        set_prefix_fmt(r, true);
+    }
     for (int l = 0; l < r->o.layers; l++)
         for (int i = 0; i < n; i++) {
             char name[GML_MAX_NAME];
@@ -289,8 +383,10 @@ static bool load(run *r, rg_err *e) {
                            gml_type_name(r->x->type), gml_format_shape(r->x, s, sizeof s));
     }
     if (r->o.weights) {
-        r->wctx = gml_load_safetensors(r->o.weights, err, sizeof err);
-        if (!r->wctx) return rg_fail(e, RG_RUNTIME, "%s", err);
+        if (!rg_weights_open(r->o.weights, r->o.non_strict, &r->d, e) || !settle_list(r, e) ||
+            !rg_weights_under_prefix(r->o.weights, &r->d, e))
+            return false;
+        r->wctx = r->d.wctx;
         if (!bind_layers(r, e)) return false;
     }
     if (!settle_sizes(r, e)) return false;
@@ -299,8 +395,13 @@ static bool load(run *r, rg_err *e) {
         if (!make_weights(r, e)) return false;
     }
     /* --weights-dtype, and a file's 1-D F16/BF16 widened; then bound (again) */
-    if (!rg_convert_weights(&r->wctx, r->o.has_dtype, r->o.dtype, e) || !bind_layers(r, e))
+    if (r->d.st) {
+        if (!rg_weights_convert(&r->d, r->o.has_dtype, r->o.dtype, e)) return false;
+        r->wctx = r->d.wctx;
+    } else if (!rg_convert_weights(&r->wctx, r->o.has_dtype, r->o.dtype, e)) {
         return false;
+    }
+    if (!bind_layers(r, e)) return false;
     /* x (random unless given) and the lengths: data of their own */
     size_t need = 2 * (gml_tensor_overhead() + 64) + 4096 + (size_t)r->B * 4;
     if (!r->x) {
@@ -342,8 +443,8 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
             y = gml_bert_layer(gctx, &(gml_bert_config){.n_heads = r->H, .eps = 0}, &r->w[l].bert, y, r->lens);
         }
         if (!y) {
-            char prefix[64];
-            prefix_of(r, l, prefix, sizeof prefix);
+            char prefix[320];
+            file_prefix_of(r, l, prefix, sizeof prefix);
             return rg_fail(e, RG_RUNTIME, "%s%s%s%s%s", o->weights ? o->weights : "", o->weights ? ": " : "",
                            prefix[0] ? prefix : "", prefix[0] ? ": " : "", gml_last_error(gctx));
         }
@@ -388,11 +489,9 @@ static bool execute(run *r, rg_err *e) {
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
     if (ok) {
         const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
-        char shape[64], pfx[64] = "none";
-        if (r->prefix_fmt[0]) { /* "model.layers.<i>." */
-            const char *d = strstr(r->prefix_fmt, "%d");
-            snprintf(pfx, sizeof pfx, "%.*s<i>%s", (int)(d - r->prefix_fmt), r->prefix_fmt, d + 2);
-        }
+        char shape[64], pfx[320] = "none";
+        if (r->list[0]) /* "model.layers.<i>." */
+            snprintf(pfx, sizeof pfx, "%s%s", r->list, strstr(r->prefix_fmt, "%d.") ? "<i>." : "");
         printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d", KIND_NAME[o->kind], r->B, r->T, r->D, r->H);
         if (o->kind == L_LLAMA) printf(" G=%d", r->G);
         printf(", %d layer%s", o->layers, o->layers > 1 ? "s" : "");
@@ -431,8 +530,9 @@ int rg_layers_main(const rg_opts *g) {
     ok = ok && load(&r, &e) && execute(&r, &e);
     free(r.w);
     gml_free(r.ctx);
-    gml_free(r.wctx);
+    if (r.wctx != r.d.wctx) gml_free(r.wctx); /* the random weights */
     gml_free(r.xctx);
+    rg_data_free(&r.d); /* after the graph and the contexts reading its mapping */
     if (ok) return 0;
     fprintf(stderr, "run-graph: %s\n", e.msg);
     return e.status ? e.status : RG_RUNTIME;

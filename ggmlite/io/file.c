@@ -50,11 +50,31 @@ const char *gml_printable(const char *s, char *buf, size_t size) {
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* What a file that is not regular is, for a message. */
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "a special file";
+}
+
+/* Opened without blocking (a FIFO with no writer would block open(), and its
+ * reads would then wait on the writer), checked on the descriptor itself (no
+ * race between a stat and the open), then made blocking again for pread. */
 bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size) {
     *s = (gml_source){.what = path, .fd = -1};
     if (!path) return gml_errf(err, err_size, "(null): no path given");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return gml_errf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        struct stat st; /* a socket cannot be opened (ENXIO): say what it is */
+        if (e == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return gml_errf(err, err_size, "%s: is %s, not a regular file", path,
+                            file_kind(st.st_mode));
+        return gml_errf(err, err_size, "%s: cannot open: %s", path, strerror(e));
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -63,7 +83,13 @@ bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return gml_errf(err, err_size, "%s: not a regular file", path);
+        return gml_errf(err, err_size, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return gml_errf(err, err_size, "%s: cannot clear O_NONBLOCK: %s", path, strerror(e));
     }
     s->fd = fd;
     s->size = (uint64_t)st.st_size;

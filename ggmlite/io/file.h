@@ -91,7 +91,10 @@ typedef struct gml_source {
 static inline gml_source gml_source_memory(const void *buf, size_t len, const char *what) {
     return (gml_source){.what = what ? what : "<memory>", .size = len, .buf = buf, .fd = -1};
 }
-/* Opens a regular file: "<path>: cannot open: <errno text>" on failure. */
+/* Opens a regular file: "<path>: cannot open: <errno text>" on failure, and
+ * "<path>: is a FIFO, not a regular file" (a directory, a character or block
+ * device, a socket) at once, without blocking. Every file the io library
+ * reads is opened here. */
 bool gml_source_open(gml_source *s, const char *path, char *err, size_t err_size);
 void gml_source_close(gml_source *s);
 /* Copies bytes [offset, offset + n) into dst. Fails (with a message naming

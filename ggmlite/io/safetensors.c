@@ -735,6 +735,8 @@ struct gml_safetensors {
     int n;
     st_map *maps;
     int n_maps;
+    st_item *unlisted; /* an index's shards' tensors its weight_map leaves out (GML_ST_UNLISTED) */
+    int n_unlisted;
 };
 
 static void unmap_all(gml_safetensors *st) {
@@ -754,6 +756,8 @@ void gml_safetensors_close(gml_safetensors *st) {
         free(st->items[i].copy);
     }
     free(st->items);
+    for (int i = 0; i < st->n_unlisted; i++) free(st->unlisted[i].name);
+    free(st->unlisted);
     unmap_all(st);
     free(st);
 }
@@ -824,6 +828,72 @@ static bool ends_with(const char *s, const char *tail) {
  * {"name": "shard file", ...}}, as huggingface's save_pretrained writes it:
  * its pairs, checked (an object of strings; a shard is a relative file name
  * with no "/.." climbing out, no control byte; no name twice). */
+/* cJSON cuts a string at a \u0000 ("w\u0000zz" is "w") and takes raw control
+ * bytes inside strings; this pass over the text of the JSON value (len
+ * bytes, valid JSON) refuses both, naming the string as written and, for a
+ * value, its key. (Escaped control characters other than \u0000 reach the
+ * checks of names and paths decoded.) */
+/* The JSON string of n bytes at s (quotes included) decoded for a message:
+ * escapes of ASCII as the byte (so \u0000 shows as \x00), others as
+ * written; then as gml_printable_n shows it. */
+static const char *json_string_shown(const char *s, size_t n, char *buf, size_t size) {
+    char dec[256];
+    size_t k = 0;
+    for (size_t i = 1; i + 1 < n && k < sizeof dec; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 2 < n) {
+            char e = s[++i];
+            int v = e == 'u' && i + 5 < n ? hex4(s + i + 1) : -1;
+            if (v >= 0 && v < 0x80) c = (char)v, i += 4;
+            else if (e == 'u') c = '\\', i--;
+            else c = e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b'
+                     : e == 'f' ? '\f' : e;
+        }
+        dec[k++] = c;
+    }
+    return gml_printable_n(dec, k, buf, size);
+}
+
+static bool index_strings_check(const char *s, size_t len, const char *what, char *err,
+                                size_t err_size) {
+    size_t key_at = 0, key_len = 0; /* the last key seen, as written (quotes included) */
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '"') continue;
+        const size_t at = i;
+        int raw = -1;     /* the first raw control byte */
+        bool nul = false; /* a \u0000 */
+        for (i++; i < len && s[i] != '"'; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (c < 0x20 && raw < 0) raw = c;
+            if (c != '\\' || i + 1 >= len) continue;
+            if (s[i + 1] == 'u' && i + 5 < len && hex4(s + i + 2) == 0) nul = true;
+            i++; /* the escaped character: a quote there does not end the string */
+        }
+        const size_t str_len = i < len ? i - at + 1 : len - at;
+        size_t j = i + 1;
+        while (j < len && s[j] && strchr(" \t\r\n", s[j])) j++;
+        const bool is_key = j < len && s[j] == ':';
+        if (raw >= 0 || nul) {
+            char shown[160], key[120], what_bad[96];
+            json_string_shown(s + at, str_len, shown, sizeof shown);
+            if (nul)
+                snprintf(what_bad, sizeof what_bad, "\\u0000 (a NUL byte, which would cut it short)");
+            else
+                snprintf(what_bad, sizeof what_bad, "raw byte 0x%02x (JSON needs control characters "
+                         "escaped)", raw);
+            if (is_key)
+                return gml_errf(err, err_size, "%s: offset %zu: key '%s' holds %s; tensor names and "
+                                "shard paths must not", what, at, shown, what_bad);
+            return gml_errf(err, err_size, "%s: offset %zu: the value '%s' of key '%s' holds %s; tensor "
+                            "names and shard paths must not", what, at, shown,
+                            key_len ? json_string_shown(s + key_at, key_len, key, sizeof key) : "",
+                            what_bad);
+        }
+        if (is_key) key_at = at, key_len = str_len;
+    }
+    return true;
+}
+
 gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
                                        gml_st_index_entry **entries, int *n, char *err,
                                        size_t err_size) {
@@ -839,6 +909,7 @@ gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *
                         at), GML_ERR_INVALID;
     }
     gml_status st = GML_ERR_INVALID;
+    if (!index_strings_check(buf, (size_t)(end - (const char *)buf), what, err, err_size)) goto done;
     for (size_t i = (size_t)(end - (const char *)buf); i < len; i++)
         if (!strchr(" \t\r\n", ((const char *)buf)[i]) || !((const char *)buf)[i]) {
             gml_errf(err, err_size, "%s: offset %zu: unexpected byte 0x%02x after the JSON object",
@@ -912,7 +983,8 @@ static int cmp_item_name(const void *a, const void *b) {
     return strcmp(((const st_item *)a)->name, ((const st_item *)b)->name);
 }
 
-static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *err, size_t es) {
+static gml_safetensors *open_index(gml_safetensors *st, const char *path, unsigned flags, char *err,
+                                   size_t es) {
     void *text;
     size_t len;
     gml_st_index_entry *ent = NULL;
@@ -944,12 +1016,11 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
         ok = shard >= 0 && add_file(st, shard, st->maps[shard].path, err, es);
         free(full);
     }
-    /* every name of the index is in the shard it names; tensors a shard holds that the
-     * index does not list are left out */
+    /* every name of the index is in the shard it names */
     for (int i = 0; ok && i < n; i++) {
-        st_item key = {.name = ent[i].name}, *it = NULL;
+        st_item *it = NULL;
         for (int k = 0; k < st->n && !it; k++)
-            if (strcmp(st->items[k].name, key.name) == 0 &&
+            if (st->items[k].shard >= 0 && strcmp(st->items[k].name, ent[i].name) == 0 &&
                 ends_with(st->maps[st->items[k].shard].path, ent[i].shard) &&
                 strlen(st->maps[st->items[k].shard].path) == dir_len + strlen(ent[i].shard))
                 it = &st->items[k];
@@ -961,13 +1032,30 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
             it->shard = -1 - it->shard; /* listed: kept */
         }
     }
-    int kept = 0;
+    /* a tensor a shard holds that weight_map leaves out: unexpected, as
+     * load_state_dict(strict=True) says; with GML_ST_UNLISTED set aside */
+    int kept = 0, n_out = 0;
+    for (int k = 0; ok && k < st->n; k++) n_out += st->items[k].shard >= 0;
+    if (ok && n_out && !(flags & GML_ST_UNLISTED)) {
+        const st_item *it = NULL;
+        for (int k = 0; !it; k++)
+            if (st->items[k].shard >= 0) it = &st->items[k];
+        char shown[100];
+        ok = gml_errf(err, es, "%s: weight_map leaves out '%s', which shard %s holds: an unexpected "
+                      "tensor (%d in all); an index lists every tensor of its shards",
+                      path, gml_printable(it->name, shown, sizeof shown),
+                      st->maps[it->shard].path + dir_len, n_out);
+    }
+    if (ok && n_out) {
+        st->unlisted = malloc((size_t)n_out * sizeof *st->unlisted);
+        if (!st->unlisted) ok = gml_errf(err, es, "%s: out of memory", path);
+    }
     for (int k = 0; ok && k < st->n; k++) {
         if (st->items[k].shard < 0) {
             st->items[k].shard = -1 - st->items[k].shard;
             st->items[kept++] = st->items[k];
         } else {
-            free(st->items[k].name);
+            st->unlisted[st->n_unlisted++] = st->items[k];
         }
     }
     if (ok) st->n = kept;
@@ -993,11 +1081,14 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, char *
     return NULL;
 }
 
-gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+gml_safetensors *gml_safetensors_open_flags(const char *path, unsigned flags, char *err,
+                                            size_t err_size) {
     if (!path) return gml_errf(err, err_size, "(null): no path given"), NULL;
+    if (flags & ~(unsigned)GML_ST_UNLISTED)
+        return gml_errf(err, err_size, "%s: unknown flags 0x%x", path, flags), NULL;
     gml_safetensors *st = calloc(1, sizeof *st);
     if (!st) return gml_errf(err, err_size, "%s: out of memory", path), NULL;
-    if (ends_with(path, ".json")) return open_index(st, path, err, err_size);
+    if (ends_with(path, ".json")) return open_index(st, path, flags, err, err_size);
     int shard = map_file(st, path, err, err_size);
     if (shard < 0 || !add_file(st, shard, path, err, err_size)) {
         gml_safetensors_close(st);
@@ -1006,7 +1097,17 @@ gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_si
     return st;
 }
 
+gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+    return gml_safetensors_open_flags(path, 0, err, err_size);
+}
+
 int gml_safetensors_count(const gml_safetensors *st) { return st ? st->n : 0; }
+
+const char *gml_safetensors_unlisted(const gml_safetensors *st, int i, const char **file) {
+    if (!st || i < 0 || i >= st->n_unlisted) return NULL;
+    if (file) *file = st->maps[st->unlisted[i].shard].path;
+    return st->unlisted[i].name;
+}
 
 const char *gml_safetensors_name(const gml_safetensors *st, int i) {
     return st && i >= 0 && i < st->n ? st->items[i].name : NULL;

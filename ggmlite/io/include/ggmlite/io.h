@@ -22,6 +22,9 @@ extern "C" {
  *   w.safetensors: tensor 'w_q.weight': data_offsets [0, 4096] end past the
  *   data buffer (1024 bytes, at file offset 72)
  * They check everything and never read outside the input, whatever it holds.
+ * They read regular files only, opened without blocking: a FIFO (which
+ * would block until a writer came), a device, a socket or a directory is
+ * refused at once: "x.npy: is a FIFO, not a regular file".
  * Savers write any strides (a permuted or sliced view saves what it shows,
  * in logical C order) to a temporary file in the same directory renamed into
  * place, so a failed save leaves no partial file and the old one intact;
@@ -50,10 +53,18 @@ GML_API gml_context *gml_load_safetensors(const char *path, char *err, size_t er
  * may be of any length; no tensor data is read until used. A path ending in
  * ".json" is a sharded checkpoint's index (huggingface save_pretrained:
  * {"metadata": {...}, "weight_map": {"name": "model-00001-of-00002.safetensors"}}):
- * each shard it names (a file beside the index) is mapped, every name must
- * be in the shard the index gives, and a shard's tensors the index does not
- * list are left out. A file that is not safetensors (a torch.save zip or
- * pickle, a .npy) is named as such in the message, with what to do.
+ * each shard it names (a file beside the index) is mapped, and the index and
+ * its shards must agree: a name the index puts in a shard that lacks it is
+ * an error naming both, and so is a tensor a shard holds that the index
+ * leaves out (an unexpected tensor, as load_state_dict(strict=True) says;
+ * gml_safetensors_open_flags with GML_ST_UNLISTED sets such tensors aside
+ * instead: not counted, found or loaded, listed by gml_safetensors_unlisted).
+ * Names and shard paths holding \u0000 (which would cut them short) or a
+ * control character are refused, naming the index and the key. A file that
+ * is not safetensors (a torch.save zip or pickle, a .npy) is named as such
+ * in the message, with what to do. Every file is opened without blocking:
+ * a FIFO, device, socket or directory is refused at once ("<path>: is a
+ * FIFO, not a regular file"), as by every loader here.
  * gml_safetensors_tensor makes a header for tensor i (0 <= i < count) in
  * ctx named `name` (NULL: its own name, which must then be shorter than
  * GML_MAX_NAME): in a no_alloc ctx its data points into the mapping
@@ -64,6 +75,13 @@ GML_API gml_context *gml_load_safetensors(const char *path, char *err, size_t er
  * contexts that use them (and after computing the graphs reading them). */
 typedef struct gml_safetensors gml_safetensors;
 GML_API gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size);
+/* gml_safetensors_open with flags: 0 or GML_ST_UNLISTED (others are refused). */
+enum { GML_ST_UNLISTED = 1 };
+GML_API gml_safetensors *gml_safetensors_open_flags(const char *path, unsigned flags, char *err,
+                                                    size_t err_size);
+/* The i-th tensor set aside by GML_ST_UNLISTED (its file into *file if not
+ * NULL), or NULL past the last. */
+GML_API const char *gml_safetensors_unlisted(const gml_safetensors *st, int i, const char **file);
 GML_API int gml_safetensors_count(const gml_safetensors *st);
 GML_API const char *gml_safetensors_name(const gml_safetensors *st, int i); /* the full name */
 GML_API const char *gml_safetensors_file(const gml_safetensors *st, int i); /* the file holding it */
@@ -75,7 +93,8 @@ GML_API void gml_safetensors_close(gml_safetensors *st);
  * uses): its weight_map's (name, shard file) pairs in file order; free them
  * with gml_free_safetensors_index. Refused: not one JSON object, no
  * weight_map object, a value that is not a string, a shard path that is
- * absolute or holds "..", a control byte in a name or path, a name twice. */
+ * absolute or holds "..", a control byte in a name or path (raw or escaped;
+ * \u0000 anywhere, which cJSON would cut the string at), a name twice. */
 typedef struct gml_st_index_entry {
     char *name, *shard;
 } gml_st_index_entry;
