@@ -269,6 +269,17 @@ gml_tensor *gml_cpy(gml_context *ctx, gml_tensor *a, gml_tensor *dst) {
 static gml_tensor *build_cont(gml_context *ctx, const gml_arg *v) { return gml_cont(ctx, v[0].t); }
 static gml_tensor *build_cpy(gml_context *ctx, const gml_arg *v) { return gml_cpy(ctx, v[0].t, v[1].t); }
 
+/* Backwards (gml_grad). cont: dy itself. cpy: a's gradient is dy (across a
+ * conversion too: the rounding to f16 is taken as the identity, as
+ * PyTorch's .to() does); dst's elements are overwritten, so the values dst
+ * held get none. */
+static bool cont_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], dy);
+}
+static bool cpy_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], dy);
+}
+
 const gml_op_def gml_opdef_cont = {
     .forward = gml_x32_copy,
     .reference = gml_x32_copy__ref,
@@ -279,6 +290,7 @@ const gml_op_def gml_opdef_cont = {
     .get_args = gml_args_from_srcs,
     .doc_args = "any strides",
     .doc_result = "a contiguous copy",
+    .backward = cont_backward,
 };
 const gml_op_def gml_opdef_cpy = {
     .forward = gml_x32_copy,
@@ -291,6 +303,7 @@ const gml_op_def gml_opdef_cpy = {
     .doc_args = "same shape; types equal or any pair of f32, f16, bf16, q8_0 (converted); no "
                 "two elements of dst, nor dst and a, share memory (unless a is dst)",
     .doc_result = "writes a into dst (e.g. a view into a cache); the result is dst",
+    .backward = cpy_backward,
 };
 
 /* ---- concat ------------------------------------------------------------------ */
@@ -400,6 +413,17 @@ static void concat_args(const gml_tensor *t, gml_arg *v) {
     v[2].i = cp.dim;
 }
 
+/* Backward (gml_grad): a's and b's parts of dy, as slices (views, no copy) */
+static bool concat_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *a = node->src[0], *bb = node->src[1];
+    concat_params cp;
+    gml_get_params(node, &cp, sizeof cp);
+    const int axis = concat_axis(node);
+    return gml_backward_add(b, a, gml_slice(ctx, dy, cp.dim, 0, a->ne[axis])) &&
+           gml_backward_add(b, bb, gml_slice(ctx, dy, cp.dim, a->ne[axis], bb->ne[axis]));
+}
+
 const gml_op_def gml_opdef_concat = {
     .forward = gml_x32_concat,
     .reference = gml_x32_concat__ref,
@@ -409,4 +433,5 @@ const gml_op_def gml_opdef_concat = {
     .get_args = concat_args,
     .doc_args = "same type and sizes but along dim (negative from the end); any strides",
     .doc_result = "`[.., n_a + n_b, ..]` contiguous: a then b along dim (torch.cat)",
+    .backward = concat_backward,
 };

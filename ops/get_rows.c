@@ -224,6 +224,128 @@ gml_tensor *gml_set_rows(gml_context *ctx, gml_tensor *dst, gml_tensor *src, gml
     return t;
 }
 
+/* ---- get_rows_back: the table's gradient, a scatter-add ------------------------- */
+
+typedef struct get_rows_back_params {
+    int64_t n_rows;
+} get_rows_back_params;
+GML_PARAMS_FIT(get_rows_back_params);
+
+/* Columns of the result one unit of work holds (threads split the columns). */
+#define ROWS_BACK_COLS 16
+
+/* out [N, d] = 0; out[idx[p], :] += dy[p, :] for p in idx's row-major order.
+ * Threads split the columns in blocks of ROWS_BACK_COLS, each going through
+ * every index in order, so each element sums its terms in the same order at
+ * any thread count. Every thread checks every index first: a bad one writes
+ * nothing and is reported as get_rows reports it, the first in order. */
+static void gml_f32_get_rows_back__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *dy = dst->src[0], *idx = dst->src[1];
+    const int64_t N = dst->ne[2], d = dst->ne[3];
+    for (int64_t r = 0; r < gml_nrows(dy); r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dy, r, &i0, &i1, &i2);
+        int32_t row;
+        memcpy(&row, gml_ptr(idx, 0, i0, i1, i2), sizeof row);
+        if (row >= 0 && row < N) continue;
+        char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
+        gml_kernel_fail(p, "get_rows_back(%s, %s): index %d at flat position %" PRId64 " is out "
+                        "of range [0, %" PRId64 ") for the table's gradient %s (index %s)",
+                        dy->name, idx->name, (int)row, r, N, GML_SHAPE(dst, sd), GML_SHAPE(idx, si));
+        return;
+    }
+    const int64_t blocks = (d + ROWS_BACK_COLS - 1) / ROWS_BACK_COLS;
+    int64_t b0, b1;
+    gml_split(blocks, p->ith, p->nth, &b0, &b1);
+    if (b0 == b1) return;
+    const int64_t c0 = b0 * ROWS_BACK_COLS, c1 = GML_MIN(d, b1 * ROWS_BACK_COLS);
+    for (int64_t n = 0; n < N; n++) {
+        float *out = (float *)gml_ptr(dst, 0, 0, n, 0);
+        for (int64_t j = c0; j < c1; j++) out[j] = 0.0f;
+    }
+    for (int64_t r = 0; r < gml_nrows(dy); r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dy, r, &i0, &i1, &i2);
+        int32_t row;
+        memcpy(&row, gml_ptr(idx, 0, i0, i1, i2), sizeof row);
+        const char *src = gml_ptr(dy, i0, i1, i2, 0);
+        float *out = (float *)gml_ptr(dst, 0, 0, row, 0);
+        for (int64_t j = c0; j < c1; j++) out[j] += *(const float *)(src + j * (int64_t)dy->nb[3]);
+    }
+}
+
+/* dy [.., d] (idx's shape, then d), idx i32 [..] -> [n_rows, d] */
+gml_tensor *gml_get_rows_back(gml_context *ctx, gml_tensor *dy, gml_tensor *idx, int64_t n_rows) {
+    if (!dy || !idx) return NULL;
+    if (!gml_expect_type(ctx, "get_rows_back", dy, GML_F32) ||
+        !gml_expect_type(ctx, "get_rows_back", idx, GML_I32))
+        return NULL;
+    char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
+    bool ok = idx->n_dims <= 3 && dy->n_dims == idx->n_dims + 1;
+    for (int k = 1; ok && k < GML_MAX_DIMS; k++) ok = dy->ne[k - 1] == idx->ne[k];
+    if (!ok)
+        return gml_fail(ctx, "get_rows_back(%s, %s): dy %s must be idx's shape %s and a last dim "
+                        "(idx 1-D to 3-D)", dy->name, idx->name, GML_SHAPE(dy, sd),
+                        GML_SHAPE(idx, si));
+    gml_tensor *t = gml_new_op(ctx, GML_OP_GET_ROWS_BACK, GML_F32, 2,
+                               (int64_t[]){n_rows, dy->ne[3]}, (gml_tensor *[]){dy, idx}, 2);
+    if (!t) return NULL;
+    gml_set_params(t, &(get_rows_back_params){n_rows}, sizeof(get_rows_back_params));
+    return t;
+}
+
+static gml_tensor *build_get_rows_back(gml_context *ctx, const gml_arg *v) {
+    return gml_get_rows_back(ctx, v[0].t, v[1].t, v[2].i);
+}
+
+static void get_rows_back_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+    v[2].i = t->ne[2];
+}
+
+static double get_rows_back_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
+
+const gml_op_def gml_opdef_get_rows_back = {
+    .forward = gml_f32_get_rows_back__ref,
+    .reference = gml_f32_get_rows_back__ref,
+    .flops = get_rows_back_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("dy"), GML_T("idx"), GML_REQ("n_rows", INT)),
+    .build = build_get_rows_back,
+    .get_args = get_rows_back_args,
+    .doc_args = "dy `[..., d]` f32, idx i32 `[...]` (get_rows' indices), n_rows N",
+    .doc_result = "`[N, d]` f32: row r the sum of dy's rows whose index is r, in idx's order "
+                  "(get_rows' table gradient)",
+};
+
+/* ---- backwards (gml_grad) ------------------------------------------------------ */
+
+/* get_rows: the table's gradient by get_rows_back; the indices have none */
+static bool get_rows_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_tensor *table = node->src[0];
+    return gml_backward_add(b, table, gml_get_rows_back(gml_backward_context(b), dy, node->src[1],
+                                                        table->ne[2]));
+}
+
+/* set_rows(dst [N, d], src [n, d], idx [n]) (2-D; the indices distinct, as
+ * a KV-cache append writes them): src's gradient is dy's rows at idx; dst's
+ * is dy with those rows zero (they were overwritten). */
+static bool set_rows_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *dst = node->src[0], *src = node->src[1], *idx = node->src[2];
+    char sd[GML_SHAPE_MAX], si[GML_SHAPE_MAX];
+    if (dst->n_dims != 2 || idx->n_dims != 1)
+        return gml_backward_fail(b, "the gradient of set_rows is taken for a 2-D destination and "
+                                 "1-D indices; got %s and %s", GML_SHAPE(dst, sd),
+                                 GML_SHAPE(idx, si));
+    if (gml_backward_needs(b, src) && !gml_backward_add(b, src, gml_get_rows(ctx, dy, idx)))
+        return false;
+    if (!gml_backward_needs(b, dst)) return true;
+    gml_tensor *zeros = gml_full(ctx, 2, (int64_t[]){src->ne[2], src->ne[3]}, 0.0f);
+    return gml_backward_add(b, dst, gml_set_rows(ctx, gml_cont(ctx, dy), zeros, idx));
+}
+
 static gml_tensor *build_get_rows(gml_context *ctx, const gml_arg *v) {
     return gml_get_rows(ctx, v[0].t, v[1].t);
 }
@@ -237,6 +359,7 @@ const gml_op_def gml_opdef_get_rows = {
     .get_args = gml_args_from_srcs,
     .doc_args = "table `[N, d]` f32, f16, bf16 or q8_0, idx i32 of any shape (up to 3-D)",
     .doc_result = "`[..., d]` f32: `table[idx[...], :]`",
+    .backward = get_rows_backward,
 };
 
 static gml_tensor *build_set_rows(gml_context *ctx, const gml_arg *v) {
@@ -255,4 +378,5 @@ const gml_op_def gml_opdef_set_rows = {
                 "dst, nor dst and src or idx, share memory",
     .doc_result = "writes src's rows into dst at rows idx (a KV-cache append); the result is dst "
                   "after the write",
+    .backward = set_rows_backward,
 };

@@ -154,6 +154,23 @@ static void repeat_interleave_args(const gml_tensor *t, gml_arg *v) {
     v[2].i = p.dim;
 }
 
+/* Backward (gml_grad): dx[.., j, ..] = sum_r dy[.., j R + r, ..]. dy (made
+ * contiguous) read as [before, n, R, after] and summed over R by sum_to. */
+static bool repeat_interleave_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0];
+    const repeat_params p = params_of(node);
+    const int axis = gml_axis(x, p.dim);
+    int64_t before = 1, after = 1;
+    for (int k = GML_MAX_DIMS - x->n_dims; k < axis; k++) before *= x->ne[k];
+    for (int k = axis + 1; k < GML_MAX_DIMS; k++) after *= x->ne[k];
+    const int64_t n = x->ne[axis];
+    gml_tensor *c = gml_is_contiguous(dy) ? dy : gml_cont(ctx, dy);
+    gml_tensor *r = gml_reshape(ctx, c, 4, (int64_t[]){before, n, p.repeats, after});
+    gml_tensor *s = gml_sum_to(ctx, r, 4, (int64_t[]){before, n, 1, after});
+    return gml_backward_add(b, x, gml_reshape(ctx, s, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims));
+}
+
 const gml_op_def gml_opdef_repeat_interleave = {
     .forward = gml_x32_repeat_interleave,
     .reference = gml_x32_repeat_interleave__ref,
@@ -163,4 +180,5 @@ const gml_op_def gml_opdef_repeat_interleave = {
     .get_args = repeat_interleave_args,
     .doc_args = "dim negative from the end",
     .doc_result = "each slice along dim repeated `repeats` times in place",
+    .backward = repeat_interleave_backward,
 };

@@ -166,6 +166,129 @@ static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
     return gml_new_op(ctx, op, GML_F32, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims, &x, 1);
 }
 
+/* ---- unary_back: dy * f'(x) ------------------------------------------------
+ * One kernel (it is both): each element in double from double libm,
+ * rounded once, rows split across threads. */
+
+static const char *const BACK_FNS[] = {"tanh", "sigmoid", "silu", "gelu", "gelu_tanh", NULL};
+static const gml_op BACK_OPS[] = {GML_OP_TANH, GML_OP_SIGMOID, GML_OP_SILU, GML_OP_GELU,
+                                  GML_OP_GELU_TANH};
+#define N_BACK_FNS (int)(sizeof BACK_OPS / sizeof *BACK_OPS)
+
+typedef struct unary_back_params {
+    int32_t fn; /* index into BACK_OPS */
+} unary_back_params;
+GML_PARAMS_FIT(unary_back_params);
+
+static int back_fn_of(const gml_tensor *t) {
+    unary_back_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p.fn;
+}
+
+/* f'(x) in double; sigmoid from exp(-|x|) (no overflow at any x) */
+static double derivative(gml_op op, double x) {
+    switch (op) {
+    case GML_OP_TANH: {
+        const double t = tanh(x);
+        return 1.0 - t * t;
+    }
+    case GML_OP_SIGMOID:
+    case GML_OP_SILU: {
+        const double e = exp(-fabs(x)), s = x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+        return op == GML_OP_SIGMOID ? s * (1.0 - s) : s + x * s * (1.0 - s);
+    }
+    case GML_OP_GELU: /* Phi(x) + x phi(x) */
+        return 0.5 * erfc(-x * 0.70710678118654752) +
+               x * exp(-0.5 * x * x) * 0.39894228040143268; /* 1 / sqrt(2 pi) */
+    default: { /* GELU_TANH: 0.5 (1 + t) + 0.5 x (1 - t^2) u', u = c (x + a x^3) */
+        const double c = 0.7978845608028654, a = 0.044715;
+        const double t = tanh(c * (x + a * x * x * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x);
+    }
+    }
+}
+
+static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0], *dy = dst->src[1];
+    const gml_op op = BACK_OPS[back_fn_of(dst)];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *px = gml_ptr(x, i0, i1, i2, 0), *pd = gml_ptr(dy, i0, i1, i2, 0);
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t i = 0; i < dst->ne[3]; i++)
+            out[i] = (float)((double)*(const float *)(pd + i * (int64_t)dy->nb[3]) *
+                             derivative(op, *(const float *)(px + i * (int64_t)x->nb[3])));
+    }
+}
+
+/* x [...], dy [...] (x's shape) -> [...] = dy * f'(x) */
+gml_tensor *gml_unary_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_op op) {
+    if (!x || !dy) return NULL;
+    if (!gml_expect_type(ctx, "unary_back", x, GML_F32) ||
+        !gml_expect_type(ctx, "unary_back", dy, GML_F32))
+        return NULL;
+    char sx[GML_SHAPE_MAX], sd[GML_SHAPE_MAX];
+    int fn = 0;
+    while (fn < N_BACK_FNS && BACK_OPS[fn] != op) fn++;
+    if (fn == N_BACK_FNS)
+        return gml_fail(ctx, "unary_back(%s, %s): op '%s' is none of tanh, sigmoid, silu, gelu, "
+                        "gelu_tanh", x->name, dy->name, gml_op_name(op));
+    if (!gml_same_shape(x, dy))
+        return gml_fail(ctx, "unary_back(%s, %s): x %s and dy %s differ in shape", x->name,
+                        dy->name, GML_SHAPE(x, sx), GML_SHAPE(dy, sd));
+    gml_tensor *t = gml_new_op(ctx, GML_OP_UNARY_BACK, GML_F32, x->n_dims,
+                               x->ne + GML_MAX_DIMS - x->n_dims, (gml_tensor *[]){x, dy}, 2);
+    if (!t) return NULL;
+    gml_set_params(t, &(unary_back_params){fn}, sizeof(unary_back_params));
+    return t;
+}
+
+static gml_tensor *build_unary_back(gml_context *ctx, const gml_arg *v) {
+    return gml_unary_back(ctx, v[0].t, v[1].t, BACK_OPS[v[2].given ? v[2].i : 0]);
+}
+
+static void unary_back_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+    v[2].i = back_fn_of(t);
+}
+
+static double unary_back_flops(const gml_tensor *dst) { return 20.0 * (double)gml_nelements(dst); }
+
+const gml_op_def gml_opdef_unary_back = {
+    .forward = gml_f32_unary_back__ref,
+    .reference = gml_f32_unary_back__ref,
+    .flops = unary_back_flops,
+    GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT_ENUM("fn", "tanh", BACK_FNS)),
+    .build = build_unary_back,
+    .get_args = unary_back_args,
+    .doc_args = "x, dy of one shape; fn tanh, sigmoid, silu, gelu or gelu_tanh",
+    .doc_result = "dy * fn'(x) (the gradient of fn(x)), in double, rounded once",
+};
+
+/* ---- backwards (gml_grad) ---- */
+
+static bool neg_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], gml_neg(gml_backward_context(b), dy));
+}
+/* d exp(x) = dy exp(x): the result itself */
+static bool exp_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], gml_mul(gml_backward_context(b), dy, node));
+}
+static bool unary_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0],
+                            gml_unary_back(gml_backward_context(b), node->src[0], dy, node->op));
+}
+#define tanh_backward unary_backward
+#define sigmoid_backward unary_backward
+#define silu_backward unary_backward
+#define gelu_backward unary_backward
+#define gelu_tanh_backward unary_backward
+
 /* flops: an estimate of float operations per element (exp ~ 10). */
 #define UNARY_OP(name, ID, U, flops_per, doc)                                           \
     static void gml_f32_##name##__ref(const gml_compute_params *p, gml_tensor *dst) {  \
@@ -194,6 +317,7 @@ static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
         .get_args = gml_args_from_srcs,                                                \
         .doc_args = "any shape",                                                       \
         .doc_result = doc,                                                             \
+        .backward = name##_backward,                                                   \
     };
 
 UNARY_OP(neg, NEG, U_NEG, 1, "-x")

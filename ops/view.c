@@ -124,6 +124,23 @@ static void view_args(const gml_tensor *t, gml_arg *v) {
     v[3].i = (int64_t)(p.offset / es);
 }
 
+/* A view's elements as positions in its source a (contiguous): a's element
+ * at byte (view_offs - a's view_offs) + sum i_k nb_k. */
+static bool view_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_tensor *a = node->src[0];
+    char sa[GML_SHAPE_MAX];
+    if (!gml_is_contiguous(a))
+        return gml_backward_fail(b, "the source '%s' %s is strided; the gradient of a view is "
+                                 "taken into a contiguous source only (cont it first)", a->name,
+                                 GML_SHAPE(a, sa));
+    const size_t es = gml_type_size(a->type);
+    int64_t st[GML_MAX_DIMS];
+    for (int d = 0; d < node->n_dims; d++) st[d] = (int64_t)(node->nb[GML_MAX_DIMS - node->n_dims + d] / es);
+    return gml_backward_add(b, a, gml_view_back(gml_backward_context(b), dy, a->n_dims,
+                                                a->ne + GML_MAX_DIMS - a->n_dims, st,
+                                                (int64_t)((node->view_offs - a->view_offs) / es)));
+}
+
 const gml_op_def gml_opdef_view = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("a"), GML_REQ("shape", INTS), GML_REQ("strides", INTS),
@@ -132,6 +149,7 @@ const gml_op_def gml_opdef_view = {
     .get_args = view_args,
     .doc_args = "sizes, strides in elements, offset in elements",
     .doc_result = "a view of a's data (no copy); every element must lie inside a",
+    .backward = view_backward,
 };
 
 /* a contiguous [..] -> [ne...] with the same element count; one size may be -1 */
@@ -191,6 +209,14 @@ static void reshape_args(const gml_tensor *t, gml_arg *v) {
     memcpy(v[1].list, t->ne + GML_MAX_DIMS - t->n_dims, (size_t)t->n_dims * sizeof *t->ne);
 }
 
+/* reshape: dy reshaped back (made contiguous first when it is not) */
+static bool reshape_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *a = node->src[0];
+    gml_tensor *c = gml_is_contiguous(dy) ? dy : gml_cont(ctx, dy);
+    return gml_backward_add(b, a, gml_reshape(ctx, c, a->n_dims, a->ne + GML_MAX_DIMS - a->n_dims));
+}
+
 const gml_op_def gml_opdef_reshape = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("a"), GML_REQ("shape", INTS)),
@@ -198,6 +224,7 @@ const gml_op_def gml_opdef_reshape = {
     .get_args = reshape_args,
     .doc_args = "a contiguous; same element count",
     .doc_result = "a view `[shape]`",
+    .backward = reshape_backward,
 };
 
 /* a [d0, .., dn-1] -> [d_perm[0], .., d_perm[n-1]] */
@@ -255,6 +282,15 @@ static void permute_args(const gml_tensor *t, gml_arg *v) {
     for (int i = 0; i < t->n_dims; i++) v[1].list[i] = p.axes[i];
 }
 
+/* permute: dy permuted by the inverse */
+static bool permute_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    permute_params p;
+    gml_get_params(node, &p, sizeof p);
+    int inv[GML_MAX_DIMS];
+    for (int i = 0; i < node->n_dims; i++) inv[p.axes[i]] = i;
+    return gml_backward_add(b, node->src[0], gml_permute(gml_backward_context(b), dy, inv));
+}
+
 const gml_op_def gml_opdef_permute = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("a"), GML_REQ("axes", INTS)),
@@ -262,6 +298,7 @@ const gml_op_def gml_opdef_permute = {
     .get_args = permute_args,
     .doc_args = "PyTorch's order: `out.shape[i] = a.shape[axes[i]]`",
     .doc_result = "a view",
+    .backward = permute_backward,
 };
 
 /* a -> a with dims d0 and d1 swapped */
@@ -301,6 +338,12 @@ static void transpose_args(const gml_tensor *t, gml_arg *v) {
     v[2].i = p.d1;
 }
 
+static bool transpose_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    transpose_params p;
+    gml_get_params(node, &p, sizeof p);
+    return gml_backward_add(b, node->src[0], gml_transpose(gml_backward_context(b), dy, p.d0, p.d1));
+}
+
 const gml_op_def gml_opdef_transpose = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("a"), GML_REQ("d0", INT), GML_REQ("d1", INT)),
@@ -308,6 +351,7 @@ const gml_op_def gml_opdef_transpose = {
     .get_args = transpose_args,
     .doc_args = "dims (negative from the end)",
     .doc_result = "a view with d0, d1 swapped",
+    .backward = transpose_backward,
 };
 
 /* t [...] -> the same view of t's data, with dep as a second source: a graph
@@ -332,6 +376,20 @@ static void after_args(const gml_tensor *t, gml_arg *v) {
     v[1].t = t->src[1];
 }
 
+/* after(t, dep): t's gradient passes; none to dep (an ordering). A dep that
+ * writes into t's storage (cpy, set_rows into a cache the graph then reads
+ * whole) changes t's values where the data flow does not show it: refused
+ * when a gradient would have to pass that write. */
+static bool after_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_tensor *t = node->src[0], *dep = node->src[1];
+    const gml_tensor *rt = t->view_src ? t->view_src : t, *rd = dep->view_src ? dep->view_src : dep;
+    if (rt == rd)
+        return gml_backward_fail(b, "'%s' writes into the storage of '%s' that the graph reads "
+                                 "after it; gradients through such writes are not computed",
+                                 dep->name, t->name);
+    return gml_backward_add(b, t, dy);
+}
+
 const gml_op_def gml_opdef_after = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("t"), GML_T("dep")),
@@ -340,6 +398,7 @@ const gml_op_def gml_opdef_after = {
     .doc_args = "any",
     .doc_result = "t (a view), computed after dep: orders a reader of t after a write into it "
                   "that the data flow does not show",
+    .backward = after_backward,
 };
 
 typedef struct slice_params {
@@ -398,6 +457,21 @@ static void slice_args(const gml_tensor *t, gml_arg *v) {
     v[3].i = t->ne[GML_MAX_DIMS - t->n_dims + p.dim];
 }
 
+/* slice: dy placed at start along dim of zeros of x's shape */
+static bool slice_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    slice_params p;
+    gml_get_params(node, &p, sizeof p);
+    gml_tensor *x = node->src[0];
+    const int n = x->n_dims;
+    int64_t st[GML_MAX_DIMS], s = 1;
+    for (int d = n - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= x->ne[GML_MAX_DIMS - n + d];
+    }
+    return gml_backward_add(b, x, gml_view_back(gml_backward_context(b), dy, n,
+                                                x->ne + GML_MAX_DIMS - n, st, p.start * st[p.dim]));
+}
+
 const gml_op_def gml_opdef_slice = {
     .flags = GML_OPF_NOOP,
     GML_ARGS(GML_T("x"), GML_REQ("dim", INT), GML_REQ("start", INT), GML_REQ("len", INT)),
@@ -405,4 +479,108 @@ const gml_op_def gml_opdef_slice = {
     .get_args = slice_args,
     .doc_args = "dim and start negative from the end (torch.narrow); start + len <= size",
     .doc_result = "a view: len elements along dim from start (no copy)",
+    .backward = slice_backward,
 };
+
+/* ---- view_back: a view's gradient, scattered back --------------------------- */
+
+typedef struct view_back_params {
+    int64_t strides[GML_MAX_DIMS]; /* in elements of the result, for dy's dims (as written) */
+    int64_t offset;                /* in elements */
+} view_back_params;
+GML_PARAMS_FIT(view_back_params);
+
+static view_back_params view_back_of(const gml_tensor *t) {
+    view_back_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p;
+}
+
+/* out [shape] f32 contiguous: zeros, plus out.flat[offset + sum_k i_k
+ * strides_k] += dy[i] for every element i of dy, in row-major order of i.
+ * Threads split out's elements; each zeroes its own and goes through all of
+ * dy, adding what lands in them, so every output element sums its terms in
+ * the same order at any thread count. */
+static void gml_f32_view_back__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *dy = dst->src[0];
+    const view_back_params vp = view_back_of(dst);
+    int64_t st[GML_MAX_DIMS] = {0, 0, 0, 0};
+    for (int d = 0; d < dy->n_dims; d++) st[GML_MAX_DIMS - dy->n_dims + d] = vp.strides[d];
+    int64_t e0, e1;
+    gml_split(gml_nelements(dst), p->ith, p->nth, &e0, &e1);
+    float *out = dst->data;
+    for (int64_t e = e0; e < e1; e++) out[e] = 0.0f;
+    for (int64_t r = 0; r < gml_nrows(dy); r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dy, r, &i0, &i1, &i2);
+        const int64_t base = vp.offset + i0 * st[0] + i1 * st[1] + i2 * st[2];
+        const char *row = gml_ptr(dy, i0, i1, i2, 0);
+        for (int64_t j = 0; j < dy->ne[3]; j++) {
+            const int64_t at = base + j * st[3];
+            if (at >= e0 && at < e1) out[at] += *(const float *)(row + j * (int64_t)dy->nb[3]);
+        }
+    }
+}
+
+/* dy [...] f32 -> out [ne...] f32: the gradient of a view, scattered back
+ * (out.flat[offset + sum_k i_k strides_k] += dy[i]); every position within
+ * out. */
+gml_tensor *gml_view_back(gml_context *ctx, gml_tensor *dy, int n_dims, const int64_t *ne,
+                          const int64_t *strides, int64_t offset) {
+    if (!dy || !ne || !strides) return NULL;
+    if (!gml_expect_type(ctx, "view_back", dy, GML_F32)) return NULL;
+    gml_tensor *t = gml_new_op(ctx, GML_OP_VIEW_BACK, GML_F32, n_dims, ne, &dy, 1);
+    if (!t) return NULL;
+    char sd[GML_SHAPE_MAX], ss[GML_SHAPE_MAX], so[GML_SHAPE_MAX];
+    int64_t last = offset; /* the last position dy reaches */
+    bool ok = offset >= 0;
+    for (int d = 0; d < dy->n_dims; d++) {
+        ok = ok && strides[d] >= 0 && strides[d] <= ((int64_t)1 << 40);
+        if (ok) last += (dy->ne[GML_MAX_DIMS - dy->n_dims + d] - 1) * strides[d];
+    }
+    format_list(ss, sizeof ss, dy->n_dims, strides);
+    if (!ok || last >= gml_nelements(t))
+        return gml_fail(ctx, "view_back(%s): %s %s with strides %s at offset %" PRId64 " reaches "
+                        "past the %" PRId64 " elements of %s", dy->name, dy->name,
+                        GML_SHAPE(dy, sd), ss, offset, gml_nelements(t), GML_SHAPE(t, so));
+    view_back_params vp = {{0}, offset};
+    for (int d = 0; d < dy->n_dims; d++) vp.strides[d] = strides[d];
+    gml_set_params(t, &vp, sizeof vp);
+    return t;
+}
+
+static gml_tensor *build_view_back(gml_context *ctx, const gml_arg *v) {
+    char s[GML_SHAPE_MAX];
+    if (v[2].n != v[0].t->n_dims)
+        return gml_fail(ctx, "view_back(%s): %d strides for a %d-D dy %s", v[0].t->name, v[2].n,
+                        v[0].t->n_dims, GML_SHAPE(v[0].t, s));
+    return gml_view_back(ctx, v[0].t, v[1].n, v[1].list, v[2].list, v[3].given ? v[3].i : 0);
+}
+
+static void view_back_args(const gml_tensor *t, gml_arg *v) {
+    const view_back_params vp = view_back_of(t);
+    v[0].t = t->src[0];
+    v[1].n = t->n_dims;
+    memcpy(v[1].list, t->ne + GML_MAX_DIMS - t->n_dims, (size_t)t->n_dims * sizeof *t->ne);
+    v[2].n = t->src[0]->n_dims;
+    memcpy(v[2].list, vp.strides, (size_t)v[2].n * sizeof *vp.strides);
+    v[3].i = vp.offset;
+}
+
+static double view_back_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
+
+const gml_op_def gml_opdef_view_back = {
+    .forward = gml_f32_view_back__ref,
+    .reference = gml_f32_view_back__ref,
+    .flops = view_back_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("dy"), GML_REQ("shape", INTS), GML_REQ("strides", INTS),
+             GML_OPT("offset", INT, "0")),
+    .build = build_view_back,
+    .get_args = view_back_args,
+    .doc_args = "dy `[...]` f32; strides (in elements of the result, one per dim of dy) and "
+                "offset place each element of dy in the result",
+    .doc_result = "f32 `[shape]`: zeros, dy's elements added at their places (the gradient of a "
+                  "view or slice; repeated places add up in dy's row-major order)",
+};
+

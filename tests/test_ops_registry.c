@@ -143,6 +143,25 @@ static gml_tensor *ex_arange(gml_context *ctx) { return gml_arange(ctx, 7, -3); 
 static gml_tensor *ex_rope(gml_context *ctx) {
     return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
 }
+static gml_tensor *ex_full(gml_context *ctx) { return gml_full(ctx, 2, (int64_t[]){3, 5}, -0.25f); }
+/* x [2, 3, 4] summed back to [3, 1] (over dims 0 and 2) */
+static gml_tensor *ex_sum_to(gml_context *ctx) {
+    return gml_sum_to(ctx, F32("x", 2, 3, 4), 2, (int64_t[]){3, 1});
+}
+/* dy [2, 3] placed in [4, 5] at strides [5, 1], offset 6 (a slice's gradient) */
+static gml_tensor *ex_view_back(gml_context *ctx) {
+    return gml_view_back(ctx, F32("dy", 2, 3), 2, (int64_t[]){4, 5}, (int64_t[]){5, 1}, 6);
+}
+static gml_tensor *ex_get_rows_back(gml_context *ctx) { /* indices 1, 2, 0, 1, 2, 0 */
+    return gml_get_rows_back(ctx, F32("dy", 2, 3, 4), I32("idx", 2, 3), 3);
+}
+static gml_tensor *ex_unary_back(gml_context *ctx) {
+    return gml_unary_back(ctx, F32("x", 3, 4), F32("dy", 3, 4), GML_OP_GELU_TANH);
+}
+static gml_tensor *ex_max_back(gml_context *ctx) {
+    gml_tensor *x = F32("x", 3, 5);
+    return gml_max_back(ctx, x, gml_max(ctx, x), F32("dy", 3, 1));
+}
 
 static const struct example {
     gml_op op;
@@ -187,6 +206,12 @@ static const struct example {
     {GML_OP_FLASH_ATTN_PARTIAL, ex_flash_attn_partial},
     {GML_OP_ATTN_PARTIAL_MERGE, ex_attn_partial_merge},
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
+    {GML_OP_FULL, ex_full},
+    {GML_OP_SUM_TO, ex_sum_to},
+    {GML_OP_VIEW_BACK, ex_view_back},
+    {GML_OP_GET_ROWS_BACK, ex_get_rows_back},
+    {GML_OP_UNARY_BACK, ex_unary_back},
+    {GML_OP_MAX_BACK, ex_max_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

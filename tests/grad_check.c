@@ -1,0 +1,471 @@
+/* The gradient checker (see grad_check.h): analytic gradients under every
+ * ISA and thread count against central differences of a double evaluator. */
+#include "grad_check.h"
+#include "check.h" /* element access and poison only; failures are returned */
+
+double grad_check_max_rel = 0;
+
+/* ---- the double evaluator ----------------------------------------------------
+ * One double per element of each storage root (a leaf, or a node that owns
+ * its data), at the element's place in that storage: a view's element is
+ * the root's cell at (view_offs + sum i_k nb_k) / element size. */
+
+typedef struct ev_root {
+    const gml_tensor *t;
+    double *v;
+} ev_root;
+
+typedef struct ev {
+    gml_graph *g; /* the forward: out and what it depends on */
+    ev_root *roots;
+    int n_roots;
+    ev_root cache[8]; /* recent lookups, by the root's address */
+    char err[256];
+} ev;
+
+static const gml_tensor *root_of(const gml_tensor *t) { return t->view_src ? t->view_src : t; }
+
+static double *ev_buf(ev *e, const gml_tensor *t) {
+    const gml_tensor *r = root_of(t);
+    ev_root *c = &e->cache[((uintptr_t)r >> 6) % 8];
+    if (c->t == r) return c->v;
+    for (int i = 0; i < e->n_roots; i++)
+        if (e->roots[i].t == r) {
+            *c = e->roots[i];
+            return c->v;
+        }
+    return NULL;
+}
+
+/* A tensor's cells: its root's values, its offset and strides in cells. */
+typedef struct ev_view {
+    double *v;
+    int64_t off, st[GML_MAX_DIMS];
+} ev_view;
+
+static ev_view ev_view_of(ev *e, const gml_tensor *t) {
+    ev_view w = {NULL, 0, {0, 0, 0, 0}};
+    if (!t) return w;
+    const size_t es = gml_type_size(t->type);
+    w.v = ev_buf(e, t);
+    w.off = (int64_t)(t->view_offs / es);
+    for (int d = 0; d < GML_MAX_DIMS; d++) w.st[d] = (int64_t)(t->nb[d] / es);
+    return w;
+}
+
+static inline double *vat4(const ev_view *w, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return w->v + w->off + i0 * w->st[0] + i1 * w->st[1] + i2 * w->st[2] + i3 * w->st[3];
+}
+static inline double *vat(const ev_view *w, const int64_t i[GML_MAX_DIMS]) {
+    return vat4(w, i[0], i[1], i[2], i[3]);
+}
+
+static double *ev_at(ev *e, const gml_tensor *t, const int64_t i[GML_MAX_DIMS]) {
+    const ev_view w = ev_view_of(e, t);
+    return vat(&w, i);
+}
+
+/* Flat logical index -> right-aligned index, and the element count. */
+static void unflat(const gml_tensor *t, int64_t f, int64_t i[GML_MAX_DIMS]) {
+    for (int d = GML_MAX_DIMS - 1; d >= 0; d--) {
+        i[d] = f % t->ne[d];
+        f /= t->ne[d];
+    }
+}
+static int64_t numel(const gml_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+
+static double leaf_value(const gml_tensor *t, size_t k) {
+    const char *p = (const char *)t->data + k * gml_type_size(t->type);
+    float f;
+    int32_t n;
+    uint16_t h;
+    switch (t->type) {
+    case GML_F32: memcpy(&f, p, 4); return f;
+    case GML_I32: memcpy(&n, p, 4); return n;
+    case GML_F16: memcpy(&h, p, 2); return gml_fp16_to_fp32(h);
+    case GML_BF16: memcpy(&h, p, 2); return gml_bf16_to_fp32(h);
+    default: return NAN;
+    }
+}
+
+static bool ev_init(ev *e, gml_graph *g) {
+    memset(e, 0, sizeof *e);
+    e->g = g;
+    const int n = gml_graph_n_tensors(g);
+    e->roots = calloc((size_t)n, sizeof *e->roots);
+    for (int k = 0; k < n; k++) {
+        const gml_tensor *t = gml_graph_tensor_at(g, k);
+        if (t->view_src) continue;
+        if (t->type == GML_Q8_0) {
+            snprintf(e->err, sizeof e->err, "'%s' is q8_0: the evaluator has no q8_0", t->name);
+            return false;
+        }
+        const size_t cells = gml_nbytes(t) / gml_type_size(t->type);
+        e->roots[e->n_roots++] = (ev_root){t, calloc(cells ? cells : 1, sizeof(double))};
+    }
+    /* roots outside the graph (a view's storage that is no source of it) */
+    for (int k = 0; k < n; k++) {
+        const gml_tensor *t = gml_graph_tensor_at(g, k);
+        if (!t->view_src || ev_buf(e, t)) continue;
+        const gml_tensor *r = t->view_src;
+        const size_t cells = gml_nbytes(r) / gml_type_size(r->type);
+        e->roots[e->n_roots++] = (ev_root){r, calloc(cells ? cells : 1, sizeof(double))};
+    }
+    return true;
+}
+
+static void ev_free(ev *e) {
+    for (int i = 0; i < e->n_roots; i++) free(e->roots[i].v);
+    free(e->roots);
+}
+
+/* The op's arguments (its params) through the registry. */
+static gml_arg arg(const gml_tensor *t, int k) {
+    gml_arg a[GML_MAX_ARGS];
+    gml_form_get_args(t, a);
+    return a[k];
+}
+
+static double unary(gml_op op, double x) {
+    switch (op) {
+    case GML_OP_NEG: return -x;
+    case GML_OP_EXP: return exp(x);
+    case GML_OP_TANH: return tanh(x);
+    case GML_OP_SIGMOID: return 1 / (1 + exp(-x));
+    case GML_OP_SILU: return x / (1 + exp(-x));
+    case GML_OP_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    default: /* GELU_TANH */
+        return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    }
+}
+
+/* Computes node t from its sources' cells into its own. */
+static bool ev_node(ev *e, const gml_tensor *t) {
+    const gml_tensor *a = t->src[0], *b = t->src[1];
+    const int64_t n = numel(t);
+    int64_t i[GML_MAX_DIMS], j[GML_MAX_DIMS];
+    const ev_view vt = ev_view_of(e, t), va = ev_view_of(e, a), vb = ev_view_of(e, b);
+    const ev_view vc = ev_view_of(e, t->src[2]);
+    switch (t->op) {
+    case GML_OP_VIEW:
+    case GML_OP_RESHAPE:
+    case GML_OP_PERMUTE:
+    case GML_OP_TRANSPOSE:
+    case GML_OP_SLICE:
+    case GML_OP_AFTER:
+        return true; /* the source's cells */
+    case GML_OP_CONT:
+    case GML_OP_CPY: /* cpy: t is a view of the destination */
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = *vat(&va, i);
+        }
+        return true;
+    case GML_OP_FULL:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = arg(t, 1).f;
+        }
+        return true;
+    case GML_OP_ADD:
+    case GML_OP_SUB:
+    case GML_OP_MUL:
+    case GML_OP_DIV:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            for (int d = 0; d < GML_MAX_DIMS; d++) j[d] = i[d] % b->ne[d];
+            int64_t k[GML_MAX_DIMS];
+            for (int d = 0; d < GML_MAX_DIMS; d++) k[d] = i[d] % a->ne[d];
+            const double x = *vat(&va, k), y = *vat(&vb, j);
+            *vat(&vt, i) = t->op == GML_OP_ADD   ? x + y
+                              : t->op == GML_OP_SUB ? x - y
+                              : t->op == GML_OP_MUL ? x * y
+                                                    : x / y;
+        }
+        return true;
+    case GML_OP_SCALE:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = *vat(&va, i) * (double)arg(t, 1).f;
+        }
+        return true;
+    case GML_OP_NEG:
+    case GML_OP_EXP:
+    case GML_OP_TANH:
+    case GML_OP_SIGMOID:
+    case GML_OP_SILU:
+    case GML_OP_GELU:
+    case GML_OP_GELU_TANH:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = unary(t->op, *vat(&va, i));
+        }
+        return true;
+    case GML_OP_SUM:
+    case GML_OP_MEAN:
+    case GML_OP_MAX:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            double s = t->op == GML_OP_MAX ? -INFINITY : 0;
+            for (int64_t k = 0; k < a->ne[3]; k++) {
+                const double x = *vat4(&va, i[0], i[1], i[2], k);
+                s = t->op == GML_OP_MAX ? fmax(s, x) : s + x;
+            }
+            *vat(&vt, i) = t->op == GML_OP_MEAN ? s / (double)a->ne[3] : s;
+        }
+        return true;
+    case GML_OP_SUM_TO:
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = 0;
+        }
+        for (int64_t f = 0; f < numel(a); f++) {
+            unflat(a, f, i);
+            for (int d = 0; d < GML_MAX_DIMS; d++) j[d] = i[d] % t->ne[d];
+            *vat(&vt, j) += *vat(&va, i);
+        }
+        return true;
+    case GML_OP_MATMUL: {
+        const int64_t K = a->ne[3];
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += *vat4(&va, i[0] % a->ne[0], i[1] % a->ne[1], i[2], k) *
+                     *vat4(&vb, i[0] % b->ne[0], i[1] % b->ne[1], k, i[3]);
+            *vat(&vt, i) = s;
+        }
+        return true;
+    }
+    case GML_OP_CONCAT: {
+        const int axis = GML_MAX_DIMS - t->n_dims + (int)arg(t, 2).i;
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            memcpy(j, i, sizeof j);
+            const ev_view *from = &va;
+            if (j[axis] >= a->ne[axis]) {
+                j[axis] -= a->ne[axis];
+                from = &vb;
+            }
+            *vat(&vt, i) = *vat(from, j);
+        }
+        return true;
+    }
+    case GML_OP_REPEAT_INTERLEAVE: {
+        const int reps = (int)arg(t, 1).i, axis = GML_MAX_DIMS - t->n_dims + (int)arg(t, 2).i;
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            memcpy(j, i, sizeof j);
+            j[axis] /= reps;
+            *vat(&vt, i) = *vat(&va, j);
+        }
+        return true;
+    }
+    case GML_OP_GET_ROWS: /* a [N, d], b i32: out [.., d] = a[b[..]] */
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            const int64_t row = (int64_t)*vat4(&vb, 0, i[0], i[1], i[2]);
+            *vat(&vt, i) = *vat4(&va, 0, 0, row, i[3]);
+        }
+        return true;
+    case GML_OP_SET_ROWS: { /* t: a view of dst (a) with src b's rows at idx src[2] */
+        const gml_tensor *src = b, *idx = t->src[2];
+        const int first = GML_MAX_DIMS - t->n_dims;
+        for (int64_t f = 0; f < numel(src); f++) {
+            unflat(src, f, i);
+            const int64_t s = first == 0 ? i[0] : first == 1 ? i[1] : 0;
+            const int64_t row = (int64_t)(idx->n_dims == 1 ? *vat4(&vc, 0, 0, 0, i[2])
+                                                           : *vat4(&vc, 0, 0, s, i[2]));
+            *vat4(&vt, i[0], i[1], row, i[3]) = *vat(&vb, i);
+        }
+        return true;
+    }
+    case GML_OP_ARANGE:
+        for (int64_t f = 0; f < n; f++) *vat4(&vt, 0, 0, 0, f) = (double)(arg(t, 1).i + f);
+        return true;
+    case GML_OP_RELPOS_INDEX: { /* [tq, tk]: clip(j - i, -P, P) + P */
+        const double P = (double)arg(t, 2).i;
+        for (int64_t f = 0; f < n; f++) {
+            unflat(t, f, i);
+            *vat(&vt, i) = fmin(fmax((double)(i[3] - i[2]), -P), P) + P;
+        }
+        return true;
+    }
+    default:
+        snprintf(e->err, sizeof e->err, "the evaluator has no op '%s' (node '%s')",
+                 gml_op_name(t->op), t->name);
+        return false;
+    }
+}
+
+/* L = sum(out * dy) in double, after adding delta to cell (root, cell) of
+ * the leafs' values. */
+static bool ev_loss(ev *e, const gml_tensor *out, const float *dy, const gml_tensor *pert_root,
+                    size_t pert_cell, double delta, double *loss) {
+    for (int r = 0; r < e->n_roots; r++) {
+        const gml_tensor *t = e->roots[r].t;
+        const size_t cells = gml_nbytes(t) / gml_type_size(t->type);
+        for (size_t k = 0; k < cells; k++)
+            e->roots[r].v[k] = t->op == GML_OP_NONE && t->data ? leaf_value(t, k) : 0;
+        if (t == pert_root) e->roots[r].v[pert_cell] += delta;
+    }
+    for (int k = 0; k < gml_graph_n_nodes(e->g); k++)
+        if (!ev_node(e, gml_graph_node(e->g, k))) return false;
+    double s = 0;
+    int64_t i[GML_MAX_DIMS];
+    for (int64_t f = 0; f < numel(out); f++) {
+        unflat(out, f, i);
+        s += *ev_at(e, out, i) * (double)dy[f];
+    }
+    *loss = s;
+    return true;
+}
+
+/* ---- the check ---------------------------------------------------------------- */
+
+int grad_check(const char *name, gml_context *ctx, gml_tensor *out, gml_tensor *const *wrt,
+               int n_wrt, const grad_check_opts *opts) {
+    grad_check_opts o = opts ? *opts : (grad_check_opts){0};
+    if (o.h == 0) o.h = 1e-4;
+    if (o.rtol == 0) o.rtol = 1e-4;
+    if (o.atol == 0) o.atol = 1e-6;
+    if (o.seed == 0) o.seed = 1;
+    int fails = 0;
+#define FAIL(...)                                                                          \
+    do {                                                                                   \
+        fprintf(stderr, "FAIL grad_check %s: ", name);                                     \
+        fprintf(stderr, __VA_ARGS__);                                                      \
+        fputc('\n', stderr);                                                               \
+        fails++;                                                                           \
+    } while (0)
+
+    /* dy: fixed random values of out's shape */
+    chk_rng rng = chk_seed(o.seed);
+    gml_tensor *dy = gml_set_name(gml_new_tensor(ctx, GML_F32, out->n_dims,
+                                                 out->ne + GML_MAX_DIMS - out->n_dims), "dy");
+    if (!dy) {
+        FAIL("dy: %s", gml_last_error(ctx));
+        return fails;
+    }
+    chk_fill_uniform(dy, &rng, -1.0f, 1.0f);
+    gml_tensor *grads[16];
+    if (n_wrt > 16) {
+        FAIL("at most 16 wrt");
+        return fails;
+    }
+    if (gml_grad(ctx, out, dy, wrt, n_wrt, grads) != GML_OK) {
+        FAIL("gml_grad: %s", gml_last_error(ctx));
+        return fails;
+    }
+    gml_graph *g = gml_build_graph(ctx, grads, n_wrt);
+    gml_graph *fwd = gml_build_graph(ctx, &out, 1);
+    if (!g || !fwd) {
+        FAIL("build_graph: %s", gml_last_error(ctx));
+        gml_graph_free(g);
+        gml_graph_free(fwd);
+        return fails;
+    }
+
+    /* the numeric gradients */
+    ev e;
+    double **fd = calloc((size_t)n_wrt, sizeof *fd);
+    double *scale = calloc((size_t)n_wrt, sizeof *scale);
+    int64_t total = 0;
+    if (!ev_init(&e, fwd)) FAIL("%s", e.err);
+    for (int w = 0; w < n_wrt && !fails; w++) {
+        const gml_tensor *x = wrt[w], *r = root_of(x);
+        if (r->op != GML_OP_NONE) {
+            FAIL("wrt '%s' is no leaf nor a view of one", x->name);
+            break;
+        }
+        const int64_t nx = numel(x);
+        const int64_t step = o.samples > 0 && nx > o.samples ? (nx + o.samples - 1) / o.samples : 1;
+        fd[w] = malloc((size_t)nx * sizeof(double));
+        int64_t i[GML_MAX_DIMS];
+        for (int64_t f = 0; f < nx; f++) fd[w][f] = NAN; /* NaN: not sampled */
+        for (int64_t f = (step > 1 ? (int64_t)(o.seed % (uint64_t)step) : 0); f < nx && !fails;
+             f += step) {
+            total++;
+            unflat(x, f, i);
+            const size_t cell = (x->view_offs + (size_t)i[0] * x->nb[0] + (size_t)i[1] * x->nb[1] +
+                                 (size_t)i[2] * x->nb[2] + (size_t)i[3] * x->nb[3]) /
+                                gml_type_size(x->type);
+            double lp, lm;
+            if (!ev_loss(&e, out, dy->data, r, cell, o.h, &lp) ||
+                !ev_loss(&e, out, dy->data, r, cell, -o.h, &lm)) {
+                FAIL("%s", e.err);
+                break;
+            }
+            fd[w][f] = (lp - lm) / (2 * o.h);
+            if (isnan(fd[w][f])) FAIL("d/d%s: the differences are NaN", x->name);
+            scale[w] = fmax(scale[w], fabs(fd[w][f]));
+        }
+    }
+
+    /* the analytic ones, every ISA and thread count */
+    static const gml_isa isas[] = {GML_TEST_ISAS};
+    static const int threads[] = {1, 2, 3, 4, 7};
+    const gml_isa saved = gml_get_isa();
+    double worst = 0;
+    int n_isas = 0;
+    for (size_t s = 0; s < sizeof isas / sizeof *isas && !fails; s++) {
+        if (!gml_cpu_has(isas[s])) continue;
+        gml_set_isa(isas[s]);
+        n_isas++;
+        float **first = calloc((size_t)n_wrt, sizeof *first);
+        for (size_t tc = 0; tc < sizeof threads / sizeof *threads && !fails; tc++) {
+            for (int k = 0; k < gml_graph_n_nodes(g); k++) { /* unwritten elements show */
+                gml_tensor *t = gml_graph_node(g, k);
+                if (!gml_is_view(t) && t->data) chk_poison_bytes(t->data, gml_nbytes(t));
+            }
+            if (gml_graph_compute(g, threads[tc]) != GML_OK) {
+                FAIL("compute (%s, %d threads): %s", gml_isa_name(isas[s]), threads[tc],
+                     gml_graph_error(g));
+                break;
+            }
+            for (int w = 0; w < n_wrt; w++) {
+                const int64_t nx = numel(grads[w]);
+                float *got = chk_dense(grads[w]);
+                if (!first[w]) {
+                    first[w] = got;
+                    for (int64_t f = 0; f < nx; f++) {
+                        if (isnan(fd[w][f])) continue;
+                        const double tol = o.rtol * (fabs(fd[w][f]) + scale[w]) + o.atol;
+                        const double err = fabs((double)got[f] - fd[w][f]);
+                        const double rel = err / (fabs(fd[w][f]) + scale[w] + 1e-300);
+                        if (!(err <= tol)) {
+                            char idx[64];
+                            FAIL("d/d%s %s at %s (%s): analytic %.9g, finite differences %.9g "
+                                 "(|diff| %.3g > tol %.3g)", wrt[w]->name,
+                                 chk_shape(wrt[w], (char[64]){0}, 64),
+                                 chk_fmt_index(grads[w], f, idx, sizeof idx),
+                                 gml_isa_name(isas[s]), (double)got[f], fd[w][f], err, tol);
+                            break;
+                        }
+                        worst = fmax(worst, rel);
+                    }
+                } else {
+                    if (memcmp(got, first[w], (size_t)nx * sizeof *got) != 0)
+                        FAIL("d/d%s (%s): %d threads give other bits than 1", wrt[w]->name,
+                             gml_isa_name(isas[s]), threads[tc]);
+                    free(got);
+                }
+            }
+        }
+        for (int w = 0; w < n_wrt; w++) free(first[w]);
+        free(first);
+    }
+    gml_set_isa(saved);
+    if (!fails)
+        printf("grad_check %-40s %6lld elements, %d ISAs x 5 thread counts: max |g - fd| / (|fd| "
+               "+ max|fd|) %.2e\n", name, (long long)total, n_isas, worst);
+    grad_check_max_rel = fmax(grad_check_max_rel, worst);
+    for (int w = 0; w < n_wrt; w++) free(fd[w]);
+    free(fd);
+    free(scale);
+    ev_free(&e);
+    gml_graph_free(g);
+    gml_graph_free(fwd);
+    return fails;
+#undef FAIL
+}
