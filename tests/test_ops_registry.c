@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, open_memstream */
 #include "check.h"
 #include "internal.h"
+#include "../ops/flash_attn.h"
 
 #include <ggmlite/io.h>
 
@@ -144,6 +145,13 @@ static gml_tensor *ex_rope(gml_context *ctx) {
     return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
 }
 
+/* the training ops: the forward keeping its lse, the backwards */
+static gml_tensor *ex_flash_attn_lse(gml_context *ctx) { /* 2 query heads on 1 kv head, sinks */
+    const gml_attn_opts o = {.sinks = F32("sinks", 2), .causal = GML_CAUSAL_BOTTOM_RIGHT};
+    return gml_flash_attn_lse(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                              F32("v", 1, 1, 5, 6), 0.3f, &o);
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -187,6 +195,7 @@ static const struct example {
     {GML_OP_FLASH_ATTN_PARTIAL, ex_flash_attn_partial},
     {GML_OP_ATTN_PARTIAL_MERGE, ex_attn_partial_merge},
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
+    {GML_OP_FLASH_ATTN_LSE, ex_flash_attn_lse},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
