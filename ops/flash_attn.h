@@ -105,5 +105,10 @@ bool gml_flash_check(gml_context *ctx, const char *op, gml_tensor *q, gml_tensor
 gml_tensor *gml_flash_attn_lse(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                float scale, const gml_attn_opts *opts);
 gml_tensor *gml_flash_attn_lse_out(gml_context *ctx, gml_tensor *fwd);
+gml_tensor *gml_flash_attn_back(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                                gml_tensor *fwd, gml_tensor *dout, float scale,
+                                const gml_attn_opts *opts);
+bool gml_flash_attn_back_views(gml_context *ctx, gml_tensor *back, gml_tensor **dq,
+                               gml_tensor **dk, gml_tensor **dv, gml_tensor **dsinks);
 
 #endif /* GGMLITE_FLASH_ATTN_H */

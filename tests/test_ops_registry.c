@@ -151,6 +151,15 @@ static gml_tensor *ex_flash_attn_lse(gml_context *ctx) { /* 2 query heads on 1 k
     return gml_flash_attn_lse(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
                               F32("v", 1, 1, 5, 6), 0.3f, &o);
 }
+static gml_tensor *ex_flash_attn_back(gml_context *ctx) { /* every option */
+    const gml_attn_opts o = {.mask = F32("mask", 1, 1, 3, 5), .valid_lens = I32("valid_lens", 1),
+                             .positions = I32("pos", 1, 3), .sinks = F32("sinks", 2),
+                             .causal = GML_CAUSAL_TOP_LEFT, .window = 2, .softcap = 30.0f,
+                             .alibi_max_bias = 0.5f};
+    return gml_flash_attn_back(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                               F32("v", 1, 1, 5, 6), F32("fwd", 1, 2, 3, 8),
+                               F32("dout", 1, 2, 3, 6), 0.3f, &o);
+}
 
 static const struct example {
     gml_op op;
@@ -196,6 +205,7 @@ static const struct example {
     {GML_OP_ATTN_PARTIAL_MERGE, ex_attn_partial_merge},
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
     {GML_OP_FLASH_ATTN_LSE, ex_flash_attn_lse},
+    {GML_OP_FLASH_ATTN_BACK, ex_flash_attn_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
