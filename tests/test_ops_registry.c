@@ -14,6 +14,7 @@
 #include "check.h"
 #include "internal.h"
 #include "../ops/flash_attn.h"
+#include "../ops/ops_back.h"
 
 #include <ggmlite/io.h>
 
@@ -160,6 +161,20 @@ static gml_tensor *ex_flash_attn_back(gml_context *ctx) { /* every option */
                                F32("v", 1, 1, 5, 6), F32("fwd", 1, 2, 3, 8),
                                F32("dout", 1, 2, 3, 6), 0.3f, &o);
 }
+static gml_tensor *ex_softmax_back(gml_context *ctx) {
+    return gml_softmax_back(ctx, F32("y", 2, 3, 5), F32("dy", 2, 3, 5), F32("x", 2, 3, 5), 0.5f,
+                            20.0f);
+}
+static gml_tensor *ex_rms_norm_back(gml_context *ctx) {
+    return gml_rms_norm_back(ctx, F32("x", 2, 3, 8), F32("dy", 2, 3, 8), F32("w", 8), 1e-6f);
+}
+static gml_tensor *ex_layer_norm_back(gml_context *ctx) { /* no weight */
+    return gml_layer_norm_back(ctx, F32("x", 3, 6), F32("dy", 3, 6), NULL, 1e-5f);
+}
+static gml_tensor *ex_rope_back(gml_context *ctx) {
+    return gml_rope_back(ctx, F32("dy", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f,
+                         true);
+}
 
 static const struct example {
     gml_op op;
@@ -206,6 +221,10 @@ static const struct example {
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
     {GML_OP_FLASH_ATTN_LSE, ex_flash_attn_lse},
     {GML_OP_FLASH_ATTN_BACK, ex_flash_attn_back},
+    {GML_OP_SOFTMAX_BACK, ex_softmax_back},
+    {GML_OP_RMS_NORM_BACK, ex_rms_norm_back},
+    {GML_OP_LAYER_NORM_BACK, ex_layer_norm_back},
+    {GML_OP_ROPE_BACK, ex_rope_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
