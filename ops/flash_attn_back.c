@@ -209,12 +209,13 @@ static back_variant pick_back(gml_isa isa) {
 #define BACK_TILE_MAX 32
 #define FL(n) gml_align_up((size_t)(n), GML_ALIGN / sizeof(float)) /* floats, 64-byte pieces */
 
-/* Per thread, in floats: K, V, dK, dV [Tk, d]; qt, qr, dqt [d_k, tile]; dot,
+/* Per thread, in floats: K, V, dK, dV [Tk, d]; qt, qr [d_k, tile], dqt
+ * [d_k + 16, tile] (the variants' column tiles, padded); dot,
  * dor [d_v, tile]; lse, dd, slope, qpos [tile]; n_keys, first_key [tile]
  * (int32); mask rows [tile] (pointers, 2 floats each); the variant's work. */
 static size_t fast_thread_floats(const back_dims *d) {
     const size_t t = BACK_TILE_MAX;
-    return 2 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + 3 * FL((size_t)d->dk * t) +
+    return 2 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + 3 * FL((size_t)(d->dk + 16) * t) +
            2 * FL((size_t)d->dv * t) + 6 * FL(t) + FL(2 * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
 }
 
@@ -245,7 +246,7 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     float *w = (float *)(void *)((char *)p->wdata + part_bytes(&d)) + (size_t)p->ith * fast_thread_floats(&d);
     float *kp = w, *vp = kp + FL(d.Tk * d.dk), *dka = vp + FL(d.Tk * d.dv), *dva = dka + FL(d.Tk * d.dk);
     float *qt = dva + FL(d.Tk * d.dv), *qr = qt + FL(d.dk * tile), *dqt = qr + FL(d.dk * tile);
-    float *dot = dqt + FL(d.dk * tile), *dor = dot + FL(d.dv * tile);
+    float *dot = dqt + FL((d.dk + 16) * tile), *dor = dot + FL(d.dv * tile);
     float *lse = dor + FL(d.dv * tile), *dd = lse + FL(tile), *slope = dd + FL(tile);
     float *qpos = slope + FL(tile);
     int32_t *n_keys = (int32_t *)(void *)(qpos + FL(tile)), *first_key = n_keys + FL(tile);

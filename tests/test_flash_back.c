@@ -262,6 +262,12 @@ static void run_case(const bcase *c, uint64_t seed) {
         gml_set_isa(isas[i]);
         CHECK(gml_graph_compute(g, 2) == GML_OK, "compute: %s", gml_last_error(ctx));
         gml_set_isa(saved);
+        /* the backward ran the ISA's micro-kernel */
+        const char *kn = gml_graph_node_kernel(g, gml_graph_find(g, back));
+        char want[48];
+        snprintf(want, sizeof want, "gml_f32_flash_back_ukernel__%s", gml_isa_name(isas[i]));
+        CHECK(kn && strstr(kn, want), "%s: the backward ran '%s'", gml_isa_name(isas[i]),
+              kn ? kn : "(none)");
         float *f = chk_dense(fwd), *pl = chk_dense(plain);
         const bool prefill = (int64_t)(c->H / c->G) * c->Tq > GML_FLASH_DEC_MAX_ROWS;
         for (int64_t row = 0; row < (int64_t)c->B * c->H * c->Tq; row++)
