@@ -286,13 +286,22 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
                     continue;
                 }
                 const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
-                for (int64_t c = 0; c < d.dk; c++)
-                    qt[c * tile + l] = qr[l * d.dk + c] = f32_at(q, b, h, i, c) * scale;
+                const char *qi = gml_ptr(q, b, h, i, 0), *gi = gml_ptr(dout, b, h, i, 0);
+                const char *fi = gml_ptr(fwd, b, h, i, 0);
+                const int64_t sq = (int64_t)q->nb[3], sg = (int64_t)dout->nb[3];
+                const int64_t sf = (int64_t)fwd->nb[3];
+                for (int64_t c = 0; c < d.dk; c++) {
+                    float x;
+                    memcpy(&x, qi + c * sq, sizeof x);
+                    qt[c * tile + l] = qr[l * d.dk + c] = x * scale;
+                }
                 float sum = 0; /* D in float, an FMA chain in order */
                 for (int64_t c = 0; c < d.dv; c++) {
-                    const float g1 = f32_at(dout, b, h, i, c);
+                    float g1, o1;
+                    memcpy(&g1, gi + c * sg, sizeof g1);
+                    memcpy(&o1, fi + c * sf, sizeof o1);
                     dot[c * tile + l] = dor[l * d.dv + c] = g1;
-                    sum = fmaf(g1, f32_at(fwd, b, h, i, c), sum);
+                    sum = fmaf(g1, o1, sum);
                 }
                 dd[l] = sum;
                 const float ls = f32_at(fwd, b, h, i, d.dv);

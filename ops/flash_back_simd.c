@@ -19,6 +19,14 @@
 
 #include <math.h>
 
+/* gml_vexp_nosub of x = s - lse (<= 0 but for a rounding, -inf for a hidden
+ * key), without the clamps: as the forward's vexp_nonpos (ops/flash_attn_simd.c). */
+static GML_SIMD_INLINE gml_vf vexp_nonpos(gml_vf x) {
+    gml_vf n;
+    const gml_vf p = gml_vexp_reduce(x, &n);
+    return gml_vf_ldexp_flush(p, n);
+}
+
 #define NV_MAX 4
 #define MR_MAX 16
 #define NC_MAX 4
@@ -199,7 +207,7 @@ static GML_SIMD_INLINE void back_block(const gml_flash_back_args *a, const int N
                                                  gml_vf_sub(jf, gml_vf_load(a->qpos + GML_VL * v))));
                 /* seen: first_key <= j < n_keys (j + 1 > first_key) */
                 const gml_vm seen = gml_vm_and(gml_vi_gt(nk_v[v], jj), gml_vi_gt(jj1, fk_v[v]));
-                const gml_vf pr = gml_vf_select(seen, gml_vexp(gml_vf_sub(x, lse[v])), zero);
+                const gml_vf pr = gml_vf_select(seen, vexp_nonpos(gml_vf_sub(x, lse[v])), zero);
                 gml_vf ds = gml_vf_mul(pr, gml_vf_sub(gml_vf_loada(dp + o), dd[v]));
                 if (a->softcap > 0) {
                     const gml_vf t = gml_vf_loada(th + o);
