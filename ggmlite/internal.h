@@ -211,6 +211,30 @@ enum {
     GML_OPF_MOVES_VALUES = 8,
 };
 
+/* ---- reverse mode: what an op's backward may call (ggmlite/grad.c) ---------
+ * One gml_grad call's state: which tensors need a gradient, the sum of the
+ * contributions each has received so far, the context to build in. */
+typedef struct gml_backward_ctx gml_backward_ctx;
+/* The context the gradient nodes are built in (the forward's). */
+gml_context *gml_backward_context(const gml_backward_ctx *b);
+/* Whether t needs a gradient: a float tensor on a path from one of the
+ * tensors differentiated with respect to. False for integer tensors, and
+ * for sources no gradient asked for depends on (a weight held constant). */
+bool gml_backward_needs(const gml_backward_ctx *b, const gml_tensor *t);
+/* Adds g, a contribution to the gradient of src, to its sum: f32, src's
+ * shape, or a shape src broadcasts to (right-aligned, 1 or equal: then
+ * summed back to src's shape by sum_to, in a fixed order). Contributions
+ * add up in the order they arrive, which is fixed (consumers in reverse
+ * topological order, each's sources left to right), so gradients are the
+ * same bits at every thread count. Does nothing (true) when src needs no
+ * gradient. g NULL (a builder failed, its message on the context): false.
+ * Another shape or type: false with a message naming src and both shapes. */
+bool gml_backward_add(gml_backward_ctx *b, gml_tensor *src, gml_tensor *g);
+/* Records a message (the engine puts "backward of <op> (node '<name>'): "
+ * before it) and returns false, so a backward can
+ * `return gml_backward_fail(b, "...")`. */
+bool gml_backward_fail(gml_backward_ctx *b, const char *fmt, ...) GML_PRINTF(2, 3);
+
 /* What the core knows of an op, defined by each op's file as gml_opdef_<name>
  * (its name is the one in ops.inc), and of a builder-only form (gml_form_<name>:
  * a call form, no kernels). The public gml_op_form (registry.c) is an entry
@@ -236,6 +260,18 @@ typedef struct gml_op_def {
     void (*get_args)(const gml_tensor *node, gml_arg *args);
     /* For the op table (Markdown): the arguments, and the result. */
     const char *doc_args, *doc_result;
+    /* Reverse mode (ggmlite/grad.c, gml_grad): given node and dnode, the
+     * gradient of the loss with respect to node (f32, node's shape, any
+     * strides), builds each source's contribution as ordinary nodes and
+     * hands it to gml_backward_add; a source that needs none (gml_backward_
+     * needs false: an integer index, a constant) may be skipped, and
+     * gml_backward_add ignores it anyway. Returns false when it cannot (a
+     * builder's message is on the context, or gml_backward_fail's); the
+     * engine puts "backward of <op> (node '<name>')" before it. Defined in
+     * the op's own file, next to its forward. NULL: the op has no backward,
+     * and gml_grad refuses by name a gradient that must pass through it;
+     * leafs, and ops no gradient passes through, need none. */
+    bool (*backward)(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dnode);
 } gml_op_def;
 
 /* The arguments of a call form, with their count. */

@@ -55,3 +55,54 @@ const gml_op_def gml_opdef_arange = {
     .doc_args = "numbers",
     .doc_result = "i32 `[n]`: `start, start + 1, ..., start + n - 1`",
 };
+
+/* ---- full: a constant tensor ------------------------------------------------ */
+
+typedef struct full_params {
+    float value;
+} full_params;
+GML_PARAMS_FIT(full_params);
+
+static float value_of(const gml_tensor *t) {
+    full_params p;
+    gml_get_params(t, &p, sizeof p);
+    return p.value;
+}
+
+/* out [...] f32 contiguous = value; elements split across threads. */
+static void gml_f32_full__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const float v = value_of(dst);
+    int64_t e0, e1;
+    gml_split(gml_nelements(dst), p->ith, p->nth, &e0, &e1);
+    float *out = dst->data;
+    for (int64_t e = e0; e < e1; e++) out[e] = v;
+}
+
+/* -> [ne...] f32, every element value */
+gml_tensor *gml_full(gml_context *ctx, int n_dims, const int64_t *ne, float value) {
+    if (!ctx || !ne) return NULL;
+    gml_tensor *t = gml_new_op(ctx, GML_OP_FULL, GML_F32, n_dims, ne, NULL, 0);
+    if (!t) return NULL;
+    gml_set_params(t, &(full_params){value}, sizeof(full_params));
+    return t;
+}
+
+static gml_tensor *build_full(gml_context *ctx, const gml_arg *v) {
+    return gml_full(ctx, v[0].n, v[0].list, v[1].f);
+}
+
+static void full_args(const gml_tensor *t, gml_arg *v) {
+    v[0].n = t->n_dims;
+    memcpy(v[0].list, t->ne + GML_MAX_DIMS - t->n_dims, (size_t)t->n_dims * sizeof *t->ne);
+    v[1].f = value_of(t);
+}
+
+const gml_op_def gml_opdef_full = {
+    .forward = gml_f32_full__ref,
+    .reference = gml_f32_full__ref,
+    GML_ARGS(GML_REQ("shape", INTS), GML_REQ("value", FLOAT)),
+    .build = build_full,
+    .get_args = full_args,
+    .doc_args = "sizes, a number",
+    .doc_result = "f32 `[shape]`, every element the value (torch.full)",
+};

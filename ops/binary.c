@@ -326,6 +326,49 @@ static void scale_args(const gml_tensor *t, gml_arg *v) {
     v[1].f = scale_of(t);
 }
 
+/* ---- backwards (gml_grad): dy is the gradient of the result; a broadcast
+ * operand's share is summed back to its shape by gml_backward_add ---------- */
+
+/* d(a + b) = dy, dy */
+static bool add_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], dy) && gml_backward_add(b, node->src[1], dy);
+}
+/* d(a - b) = dy, -dy (negated after the sum back to b's shape: one rounding less) */
+static bool sub_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *bb = node->src[1];
+    if (!gml_backward_add(b, node->src[0], dy)) return false;
+    if (!gml_backward_needs(b, bb)) return true;
+    gml_tensor *g = gml_same_shape(bb, dy)
+                        ? dy
+                        : gml_sum_to(ctx, dy, bb->n_dims, bb->ne + GML_MAX_DIMS - bb->n_dims);
+    return gml_backward_add(b, bb, gml_neg(ctx, g));
+}
+/* d(a * b) = dy * b, dy * a */
+static bool mul_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *a = node->src[0], *bb = node->src[1];
+    if (gml_backward_needs(b, a) && !gml_backward_add(b, a, gml_mul(ctx, dy, bb))) return false;
+    return !gml_backward_needs(b, bb) || gml_backward_add(b, bb, gml_mul(ctx, dy, a));
+}
+/* d(a / b) = dy / b, -(dy / b) * (a / b): the second from the first and the
+ * result y = a / b (-dy a / b^2, without squaring b) */
+static bool div_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *a = node->src[0], *bb = node->src[1];
+    gml_tensor *da = gml_div(ctx, dy, bb);
+    if (gml_backward_needs(b, a) && !gml_backward_add(b, a, da)) return false;
+    if (!gml_backward_needs(b, bb)) return true;
+    gml_tensor *t = gml_mul(ctx, da, node);
+    if (t && !gml_same_shape(t, bb))
+        t = gml_sum_to(ctx, t, bb->n_dims, bb->ne + GML_MAX_DIMS - bb->n_dims);
+    return gml_backward_add(b, bb, gml_neg(ctx, t));
+}
+/* d(a s) = dy s */
+static bool scale_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return gml_backward_add(b, node->src[0], gml_scale(gml_backward_context(b), dy, scale_of(node)));
+}
+
 /* In place (GML_OPF_INPLACE): the thread that writes out[i] reads a[i], and
  * every variant loads a block of a before it stores that block of out. */
 const gml_op_def gml_opdef_add = {
@@ -338,6 +381,7 @@ const gml_op_def gml_opdef_add = {
     .get_args = gml_args_from_srcs,
     .doc_args = "broadcast as in PyTorch; b may be `none`",
     .doc_result = "a + b; with b none: a",
+    .backward = add_backward,
 };
 const gml_op_def gml_opdef_mul = {
     .forward = gml_f32_mul,
@@ -349,6 +393,7 @@ const gml_op_def gml_opdef_mul = {
     .get_args = gml_args_from_srcs,
     .doc_args = "broadcast as in PyTorch; b may be `none`",
     .doc_result = "a * b; with b none: a",
+    .backward = mul_backward,
 };
 const gml_op_def gml_opdef_scale = {
     .forward = gml_f32_scale,
@@ -360,6 +405,7 @@ const gml_op_def gml_opdef_scale = {
     .get_args = scale_args,
     .doc_args = "s a number",
     .doc_result = "a * s",
+    .backward = scale_backward,
 };
 const gml_op_def gml_opdef_sub = {
     .forward = gml_f32_sub,
@@ -371,6 +417,7 @@ const gml_op_def gml_opdef_sub = {
     .get_args = gml_args_from_srcs,
     .doc_args = "broadcast as in PyTorch",
     .doc_result = "a - b",
+    .backward = sub_backward,
 };
 const gml_op_def gml_opdef_div = {
     .forward = gml_f32_div,
@@ -382,4 +429,5 @@ const gml_op_def gml_opdef_div = {
     .get_args = gml_args_from_srcs,
     .doc_args = "broadcast as in PyTorch",
     .doc_result = "a / b (IEEE: x / 0 is +-inf, 0 / 0 NaN)",
+    .backward = div_backward,
 };

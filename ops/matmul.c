@@ -158,6 +158,42 @@ gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tenso
     return bias ? gml_add(ctx, y, bias) : y;
 }
 
+/* Backward (gml_grad) of out = a @ b, a [.., M, K], b [.., K, N], dy [.., M, N]:
+ *   da = dy @ b^T  [.., M, K], summed over the batch dims a broadcasts;
+ *   db = a^T @ dy  [.., K, N], likewise for b. When b is one matrix for
+ *   every batch (a weight), the batches fold into the rows instead: a and dy
+ *   as [B M, K] and [B M, N] (made contiguous first where they are not),
+ *   db = a^T @ dy in one product summing over all B M rows in its own fixed
+ *   order. A q8_0 b gives no gradient to a (its transpose is no matmul
+ *   operand). */
+static bool matmul_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *a = node->src[0], *bm = node->src[1];
+    char sb[GML_SHAPE_MAX];
+    if (gml_backward_needs(b, a)) {
+        if (bm->type == GML_Q8_0)
+            return gml_backward_fail(b, "the gradient of '%s' through a q8_0 b '%s' %s is not "
+                                     "computed (use an f32, f16 or bf16 weight)", a->name,
+                                     bm->name, GML_SHAPE(bm, sb));
+        if (!gml_backward_add(b, a, gml_matmul(ctx, dy, gml_transpose(ctx, bm, -1, -2))))
+            return false;
+    }
+    if (!gml_backward_needs(b, bm)) return true;
+    const int64_t batches = node->ne[0] * node->ne[1];
+    if (bm->ne[0] * bm->ne[1] == 1 && batches > 1) {
+        const int64_t rows = batches * a->ne[2];
+        gml_tensor *ac = gml_is_contiguous(a) ? a : gml_cont(ctx, a);
+        gml_tensor *dc = gml_is_contiguous(dy) ? dy : gml_cont(ctx, dy);
+        gml_tensor *a2 = gml_reshape(ctx, ac, 2, (int64_t[]){rows, a->ne[3]});
+        gml_tensor *d2 = gml_reshape(ctx, dc, 2, (int64_t[]){rows, dy->ne[3]});
+        gml_tensor *g = gml_matmul(ctx, gml_transpose(ctx, a2, 0, 1), d2);
+        if (g && bm->n_dims != 2)
+            g = gml_reshape(ctx, g, bm->n_dims, bm->ne + GML_MAX_DIMS - bm->n_dims);
+        return gml_backward_add(b, bm, g);
+    }
+    return gml_backward_add(b, bm, gml_matmul(ctx, gml_transpose(ctx, a, -1, -2), dy));
+}
+
 static gml_tensor *build_matmul(gml_context *ctx, const gml_arg *v) {
     return gml_matmul(ctx, v[0].t, v[1].t);
 }
@@ -173,6 +209,7 @@ const gml_op_def gml_opdef_matmul = {
     .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast; a f32, b f32, "
                 "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight",
     .doc_result = "`[..., M, N]` (torch.matmul; any strides)",
+    .backward = matmul_backward,
 };
 
 static gml_tensor *build_linear(gml_context *ctx, const gml_arg *v) {

@@ -194,3 +194,96 @@ const gml_op_def gml_opdef_max = {
     .doc_result = "`[..., 1]`: the max over the last dim, NaN if the row has a NaN "
                   "(torch.amax(x, -1, keepdim=True))",
 };
+
+/* ---- sum_to: a broadcast undone ------------------------------------------------
+ * x [...] -> out [ne...] (x's shape is ne broadcast), each output element the
+ * sum of the elements of x that broadcast from it: the gradient of a
+ * broadcast operand. One kernel (it is both): each output element's terms
+ * in row-major order of x's index, added in double and rounded once, so the
+ * result does not depend on how threads split the outputs. */
+
+/* Output elements one thread sums at a time, side by side, along the last
+ * dim (when it is not summed over): each term of the block is read with one
+ * pass over the summed dims. */
+#define SUM_TO_BLOCK 64
+
+static void gml_f32_sum_to__ref(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0];
+    int red[GML_MAX_DIMS], n_red = 0; /* the dims summed over, outermost first */
+    int64_t n_terms = 1;
+    for (int k = 0; k < GML_MAX_DIMS; k++)
+        if (dst->ne[k] == 1 && x->ne[k] > 1) {
+            red[n_red++] = k;
+            n_terms *= x->ne[k];
+        }
+    const int64_t n3 = dst->ne[3], blocks = (n3 + SUM_TO_BLOCK - 1) / SUM_TO_BLOCK;
+    int64_t u0, u1;
+    gml_split(gml_nrows(dst) * blocks, p->ith, p->nth, &u0, &u1);
+    double acc[SUM_TO_BLOCK];
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t o[GML_MAX_DIMS];
+        gml_row_index(dst, u / blocks, &o[0], &o[1], &o[2]);
+        const int64_t j0 = u % blocks * SUM_TO_BLOCK, len = GML_MIN((int64_t)SUM_TO_BLOCK, n3 - j0);
+        for (int64_t j = 0; j < len; j++) acc[j] = 0;
+        for (int64_t r = 0; r < n_terms; r++) {
+            int64_t i[GML_MAX_DIMS] = {o[0], o[1], o[2], j0};
+            int64_t rest = r; /* r in row-major order over the summed dims */
+            for (int k = n_red - 1; k >= 0; k--) {
+                i[red[k]] = rest % x->ne[red[k]];
+                rest /= x->ne[red[k]];
+            }
+            const char *px = gml_ptr(x, i[0], i[1], i[2], i[3]);
+            const int64_t sx = (int64_t)x->nb[3];
+            for (int64_t j = 0; j < len; j++) acc[j] += *(const float *)(px + j * sx);
+        }
+        float *out = (float *)gml_ptr(dst, o[0], o[1], o[2], j0);
+        for (int64_t j = 0; j < len; j++) out[j] = (float)acc[j];
+    }
+}
+
+/* x [...] -> [ne...], x's shape ne broadcast */
+gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, const int64_t *ne) {
+    if (!x || !ne) return NULL;
+    if (!gml_expect_type(ctx, "sum_to", x, GML_F32)) return NULL;
+    char sx[GML_SHAPE_MAX], sn[GML_SHAPE_MAX];
+    bool ok = n_dims >= 1 && n_dims <= x->n_dims;
+    for (int i = 0; ok && i < n_dims; i++) {
+        const int64_t xi = x->ne[GML_MAX_DIMS - n_dims + i];
+        ok = ne[i] == 1 || ne[i] == xi;
+    }
+    if (!ok) {
+        size_t k = (size_t)snprintf(sn, sizeof sn, "[");
+        for (int i = 0; i < n_dims && i < GML_MAX_DIMS && k < sizeof sn; i++)
+            k += (size_t)snprintf(sn + k, sizeof sn - k, "%s%" PRId64, i ? "," : "", ne[i]);
+        if (k < sizeof sn) snprintf(sn + k, sizeof sn - k, "]");
+        return gml_fail(ctx, "sum_to(%s): %s %s is not a broadcast of %s (each of its last %d "
+                        "dims must be 1 or equal)", x->name, x->name, GML_SHAPE(x, sx), sn,
+                        n_dims);
+    }
+    return gml_new_op(ctx, GML_OP_SUM_TO, GML_F32, n_dims, ne, &x, 1);
+}
+
+static gml_tensor *build_sum_to(gml_context *ctx, const gml_arg *v) {
+    return gml_sum_to(ctx, v[0].t, v[1].n, v[1].list);
+}
+
+static void sum_to_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].n = t->n_dims;
+    memcpy(v[1].list, t->ne + GML_MAX_DIMS - t->n_dims, (size_t)t->n_dims * sizeof *t->ne);
+}
+
+static double sum_to_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
+
+const gml_op_def gml_opdef_sum_to = {
+    .forward = gml_f32_sum_to__ref,
+    .reference = gml_f32_sum_to__ref,
+    .flops = sum_to_flops,
+    .flags = GML_OPF_MOVES_VALUES,
+    GML_ARGS(GML_T("x"), GML_REQ("shape", INTS)),
+    .build = build_sum_to,
+    .get_args = sum_to_args,
+    .doc_args = "x `[...]` whose shape is `shape` broadcast",
+    .doc_result = "`[shape]`: x summed over the broadcast dims (x.sum_to_size(shape)), each sum in "
+                  "row-major order, in double",
+};

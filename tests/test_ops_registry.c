@@ -145,6 +145,11 @@ static gml_tensor *ex_arange(gml_context *ctx) { return gml_arange(ctx, 7, -3); 
 static gml_tensor *ex_rope(gml_context *ctx) {
     return gml_rope(ctx, F32("q", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f, true);
 }
+static gml_tensor *ex_full(gml_context *ctx) { return gml_full(ctx, 2, (int64_t[]){3, 5}, -0.25f); }
+/* x [2, 3, 4] summed back to [3, 1] (over dims 0 and 2) */
+static gml_tensor *ex_sum_to(gml_context *ctx) {
+    return gml_sum_to(ctx, F32("x", 2, 3, 4), 2, (int64_t[]){3, 1});
+}
 
 /* the training ops: the forward keeping its lse, the backwards */
 static gml_tensor *ex_flash_attn_lse(gml_context *ctx) { /* 2 query heads on 1 kv head, sinks */
@@ -219,6 +224,8 @@ static const struct example {
     {GML_OP_FLASH_ATTN_PARTIAL, ex_flash_attn_partial},
     {GML_OP_ATTN_PARTIAL_MERGE, ex_attn_partial_merge},
     {GML_OP_ATTN_PARTIAL_FINISH, ex_attn_partial_finish},
+    {GML_OP_FULL, ex_full},
+    {GML_OP_SUM_TO, ex_sum_to},
     {GML_OP_FLASH_ATTN_LSE, ex_flash_attn_lse},
     {GML_OP_FLASH_ATTN_BACK, ex_flash_attn_back},
     {GML_OP_SOFTMAX_BACK, ex_softmax_back},

@@ -54,5 +54,6 @@ GML_API const char *gml_version(void);
 #include <ggmlite/tensor.h>
 #include <ggmlite/registry.h>
 #include <ggmlite/compute.h>
+#include <ggmlite/grad.h>
 
 #endif /* GGMLITE_H */

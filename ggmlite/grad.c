@@ -1,0 +1,262 @@
+/* Reverse mode: gml_grad builds the gradients of a set of tensors as graph
+ * nodes, calling each op's backward (its gml_op_def's, in the op's file) on
+ * the nodes between them and the output, last node first. */
+#include "internal.h"
+
+#include <ggmlite/hashindex.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct gml_backward_ctx {
+    gml_context *ctx;
+    gml_tensor **topo;  /* every tensor out depends on, sources before their consumers */
+    int n;
+    gml_hashindex ix;   /* tensor -> its place in topo */
+    bool *needs;        /* [n]: needs a gradient */
+    gml_tensor **grad;  /* [n]: the sum of the contributions so far, or NULL */
+    const gml_tensor *node; /* the node whose backward runs */
+};
+
+static bool same_ptr(const void *user, int val, const void *key) {
+    return ((gml_tensor *const *)user)[val] == key;
+}
+
+static int find(const gml_backward_ctx *b, const gml_tensor *t) {
+    return gml_hashindex_find(&b->ix, gml_hash_ptr(t), same_ptr, b->topo, t);
+}
+
+static bool is_float(gml_type t) { return t == GML_F32 || t == GML_F16 || t == GML_BF16; }
+
+gml_context *gml_backward_context(const gml_backward_ctx *b) { return b->ctx; }
+
+bool gml_backward_needs(const gml_backward_ctx *b, const gml_tensor *t) {
+    const int i = t ? find(b, t) : -1;
+    return i >= 0 && b->needs[i];
+}
+
+bool gml_backward_fail(gml_backward_ctx *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gml_set_error_v(b->ctx, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool gml_backward_add(gml_backward_ctx *b, gml_tensor *src, gml_tensor *g) {
+    if (!g) return false;
+    const int i = find(b, src);
+    if (i < 0 || !b->needs[i]) return true;
+    char ss[GML_SHAPE_MAX], sg[GML_SHAPE_MAX];
+    if (g->type != GML_F32)
+        return gml_backward_fail(b, "the gradient for '%s' %s is %s %s, not f32", src->name,
+                                 GML_SHAPE(src, ss), gml_type_name(g->type), GML_SHAPE(g, sg));
+    if (!gml_same_shape(src, g)) {
+        if (src->n_dims > g->n_dims || !gml_broadcasts_to(src, g))
+            return gml_backward_fail(b, "the gradient for '%s' %s has shape %s, which '%s' does "
+                                     "not broadcast to", src->name, GML_SHAPE(src, ss),
+                                     GML_SHAPE(g, sg), src->name);
+        g = gml_sum_to(b->ctx, g, src->n_dims, src->ne + GML_MAX_DIMS - src->n_dims);
+        if (!g) return false;
+    }
+    b->grad[i] = b->grad[i] ? gml_add(b->ctx, b->grad[i], g) : g;
+    return b->grad[i] != NULL;
+}
+
+/* Every tensor out depends on through src[], each once, in post-order (a
+ * tensor after all its sources) of a DFS that takes the sources left to
+ * right: the order gradients are summed in follows from it. */
+static gml_status collect(gml_backward_ctx *b, gml_tensor *out) {
+    int cap = 64, depth = 0, stack_cap = 64;
+    b->topo = malloc((size_t)cap * sizeof *b->topo);
+    struct frame {
+        gml_tensor *t;
+        int next;
+    } *stack = malloc((size_t)stack_cap * sizeof *stack);
+    gml_hashindex seen = {0}; /* values: 0 (visited), in a table of its own */
+    gml_tensor **seen_keys = malloc((size_t)cap * sizeof *seen_keys);
+    int n_seen = 0, seen_cap = cap;
+    gml_status st = GML_OK;
+    if (!b->topo || !stack || !seen_keys) {
+        st = GML_ERR_NOMEM;
+        goto done;
+    }
+#define PUSH_SEEN(t)                                                                       \
+    do {                                                                                   \
+        if (n_seen == seen_cap) {                                                          \
+            gml_tensor **k = realloc(seen_keys, (size_t)(seen_cap *= 2) * sizeof *k);      \
+            if (!k) { st = GML_ERR_NOMEM; goto done; }                                     \
+            seen_keys = k;                                                                 \
+        }                                                                                  \
+        seen_keys[n_seen] = (t);                                                           \
+        if (!gml_hashindex_add(&seen, gml_hash_ptr(t), n_seen)) { st = GML_ERR_NOMEM; goto done; } \
+        n_seen++;                                                                          \
+    } while (0)
+    PUSH_SEEN(out);
+    stack[depth++] = (struct frame){out, 0};
+    while (depth > 0) {
+        struct frame *f = &stack[depth - 1];
+        gml_tensor *next = NULL;
+        while (f->next < GML_MAX_SRC && !next) {
+            gml_tensor *s = f->t->src[f->next++];
+            if (s && gml_hashindex_find(&seen, gml_hash_ptr(s), same_ptr, seen_keys, s) < 0)
+                next = s;
+        }
+        if (next) {
+            PUSH_SEEN(next);
+            if (depth == stack_cap) {
+                void *p = realloc(stack, (size_t)(stack_cap *= 2) * sizeof *stack);
+                if (!p) { st = GML_ERR_NOMEM; goto done; }
+                stack = p;
+            }
+            stack[depth++] = (struct frame){next, 0};
+            continue;
+        }
+        if (b->n == cap) {
+            gml_tensor **p = realloc(b->topo, (size_t)(cap *= 2) * sizeof *p);
+            if (!p) { st = GML_ERR_NOMEM; goto done; }
+            b->topo = p;
+        }
+        b->topo[b->n] = f->t;
+        if (!gml_hashindex_add(&b->ix, gml_hash_ptr(f->t), b->n)) { st = GML_ERR_NOMEM; goto done; }
+        b->n++;
+        depth--;
+    }
+#undef PUSH_SEEN
+done:
+    free(stack);
+    free(seen_keys);
+    gml_hashindex_free(&seen);
+    return st;
+}
+
+/* "no backward for op ..." naming the first wrt (in the caller's order) that
+ * a source of node needing a gradient leads to. */
+static gml_status refuse(gml_backward_ctx *b, const gml_tensor *node, gml_tensor *const *wrt,
+                         int n_wrt) {
+    const char *want = wrt[0]->name;
+    bool *below = calloc((size_t)b->n, sizeof *below); /* reached from node's sources */
+    if (below) {
+        const int at = find(b, node);
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            if (node->src[s] && gml_backward_needs(b, node->src[s])) below[find(b, node->src[s])] = true;
+        for (int i = at - 1; i >= 0; i--) /* sources sit before their consumers */
+            for (int s = 0; below[i] && s < GML_MAX_SRC; s++)
+                if (b->topo[i]->src[s]) below[find(b, b->topo[i]->src[s])] = true;
+        for (int w = 0; w < n_wrt; w++)
+            if (below[find(b, wrt[w])]) {
+                want = wrt[w]->name;
+                break;
+            }
+        free(below);
+    }
+    gml_set_error(b->ctx, "grad: no backward for op '%s' (node '%s'), needed for the gradient of "
+                  "'%s'", gml_op_name(node->op), node->name, want);
+    return GML_ERR_INVALID;
+}
+
+static gml_status run(gml_backward_ctx *b, gml_tensor *out, gml_tensor *dout,
+                      gml_tensor *const *wrt, int n_wrt, gml_tensor **grads) {
+    gml_context *ctx = b->ctx;
+    char s1[GML_SHAPE_MAX], s2[GML_SHAPE_MAX];
+    for (int w = 0; w < n_wrt; w++) {
+        if (!wrt[w]) {
+            gml_set_error(ctx, "grad(%s): wrt[%d] is NULL", out->name, w);
+            return GML_ERR_INVALID;
+        }
+        if (!is_float(wrt[w]->type)) {
+            gml_set_error(ctx, "grad(%s): '%s' is %s %s; gradients are taken with respect to "
+                          "f32, f16 or bf16 tensors", out->name, wrt[w]->name,
+                          gml_type_name(wrt[w]->type), GML_SHAPE(wrt[w], s1));
+            return GML_ERR_INVALID;
+        }
+    }
+    if (out->type != GML_F32) {
+        gml_set_error(ctx, "grad(%s): the output is %s %s; it must be f32", out->name,
+                      gml_type_name(out->type), GML_SHAPE(out, s1));
+        return GML_ERR_INVALID;
+    }
+    if (dout && (dout->type != GML_F32 || !gml_same_shape(dout, out))) {
+        gml_set_error(ctx, "grad(%s, %s): the output's gradient is %s %s, the output %s; they "
+                      "must have one shape, f32", out->name, dout->name,
+                      gml_type_name(dout->type), GML_SHAPE(dout, s1), GML_SHAPE(out, s2));
+        return GML_ERR_INVALID;
+    }
+    if (!dout && gml_nelements(out) != 1) {
+        gml_set_error(ctx, "grad(%s): the output %s has %" PRId64 " elements; without its "
+                      "gradient (dout) it must be a loss of one element", out->name,
+                      GML_SHAPE(out, s1), gml_nelements(out));
+        return GML_ERR_INVALID;
+    }
+    gml_status st = collect(b, out);
+    if (st != GML_OK) return st;
+    b->needs = calloc((size_t)b->n, sizeof *b->needs);
+    b->grad = calloc((size_t)b->n, sizeof *b->grad);
+    if (!b->needs || !b->grad) return GML_ERR_NOMEM;
+    for (int w = 0; w < n_wrt; w++) {
+        const int i = find(b, wrt[w]);
+        if (i < 0) {
+            gml_set_error(ctx, "grad(%s): '%s' %s is not among the tensors '%s' is computed from",
+                          out->name, wrt[w]->name, GML_SHAPE(wrt[w], s1), out->name);
+            return GML_ERR_INVALID;
+        }
+        b->needs[i] = true;
+    }
+    for (int i = 0; i < b->n; i++) { /* sources come first */
+        const gml_tensor *t = b->topo[i];
+        if (b->needs[i] || !is_float(t->type)) continue;
+        for (int s = 0; s < GML_MAX_SRC && !b->needs[i]; s++)
+            b->needs[i] = t->src[s] && b->needs[find(b, t->src[s])];
+    }
+    b->grad[b->n - 1] = dout ? dout : gml_full(ctx, out->n_dims, out->ne + GML_MAX_DIMS - out->n_dims, 1.0f);
+    if (!b->grad[b->n - 1]) return GML_ERR_INVALID;
+    for (int i = b->n - 1; i >= 0; i--) {
+        gml_tensor *t = b->topo[i];
+        if (!b->needs[i] || !b->grad[i] || t->op == GML_OP_NONE) continue;
+        bool any = false;
+        for (int s = 0; s < GML_MAX_SRC; s++) any |= t->src[s] && gml_backward_needs(b, t->src[s]);
+        if (!any) continue; /* a wrt whose own sources need nothing */
+        const gml_op_def *def = gml_op_get(t->op);
+        if (!def->backward) return refuse(b, t, wrt, n_wrt);
+        b->node = t;
+        if (!def->backward(b, t, b->grad[i])) {
+            char msg[GML_ERR_MAX];
+            snprintf(msg, sizeof msg, "%s", gml_last_error(ctx));
+            gml_set_error(ctx, "grad: backward of %s (node '%s'): %s", gml_op_name(t->op),
+                          t->name, msg[0] ? msg : "failed");
+            return GML_ERR_INVALID;
+        }
+    }
+    /* grads is written only on success: the results go to grad[] first */
+    for (int w = 0; w < n_wrt; w++) {
+        const int i = find(b, wrt[w]);
+        gml_tensor *g = b->grad[i];
+        if (!g) /* only overwritten values lead from it to out */
+            g = gml_full(ctx, wrt[w]->n_dims, wrt[w]->ne + GML_MAX_DIMS - wrt[w]->n_dims, 0.0f);
+        else if (!gml_is_contiguous(g))
+            g = gml_cont(ctx, g);
+        if (!g) return GML_ERR_INVALID;
+        b->grad[i] = g; /* a wrt given twice: the same tensor */
+    }
+    for (int w = 0; w < n_wrt; w++) grads[w] = b->grad[find(b, wrt[w])];
+    return GML_OK;
+}
+
+gml_status gml_grad(gml_context *ctx, gml_tensor *out, gml_tensor *dout, gml_tensor *const *wrt,
+                    int n_wrt, gml_tensor **grads) {
+    if (!ctx) return GML_ERR_INVALID;
+    if (!out || !wrt || !grads || n_wrt < 1) {
+        gml_set_error(ctx, "grad: %s", !out ? "the output is NULL"
+                                       : n_wrt < 1 ? "no tensor to differentiate with respect to"
+                                                   : "wrt or grads is NULL");
+        return GML_ERR_INVALID;
+    }
+    gml_backward_ctx b = {.ctx = ctx};
+    gml_status st = run(&b, out, dout, wrt, n_wrt, grads);
+    if (st == GML_ERR_NOMEM) gml_set_error(ctx, "grad(%s): out of memory", out->name);
+    free(b.topo);
+    free(b.needs);
+    free(b.grad);
+    gml_hashindex_free(&b.ix);
+    return st;
+}

@@ -1,0 +1,65 @@
+/* ggmlite's reverse mode: gradients built as graph nodes. Part of
+ * <ggmlite/ggmlite.h>, which includes it. What has a backward, the order
+ * gradients add up in and what is refused: docs/training.md. */
+#ifndef GGMLITE_GRAD_H
+#define GGMLITE_GRAD_H
+
+#include <ggmlite/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- gradients ------------------------------------------------------------
+ * In the spirit of torch.autograd.grad(out, wrt, dout): builds, as ordinary
+ * nodes of ctx, grads[i] = dL/d wrt[i] for L = sum(out * dout), then the
+ * caller builds a graph with the grads among its outputs and plans and
+ * computes it as any other (the forward nodes they need come with them).
+ *
+ *     gml_tensor *loss = gml_mean(ctx, ...);                  // [1]
+ *     gml_tensor *dw[2];
+ *     if (gml_grad(ctx, loss, NULL, (gml_tensor *[]){w, b}, 2, dw) != GML_OK)
+ *         fprintf(stderr, "%s\n", gml_last_error(ctx));
+ *     gml_graph *g = gml_build_graph(ctx, (gml_tensor *[]){loss, dw[0], dw[1]}, 3);
+ *
+ * out: any f32 tensor; dout: f32 of out's shape (any strides), or NULL for
+ * a loss of one element (then dout is 1). wrt: n_wrt >= 1 float tensors
+ * (f32, f16, bf16; leafs or nodes) that out depends on. Each grads[i] is f32,
+ * contiguous, of wrt[i]'s shape (an f16 weight's gradient is f32); zeros
+ * when wrt[i] reaches out only through values that are overwritten (cpy's
+ * destination).
+ *
+ * Determinism: where a tensor feeds several nodes, its gradient is the sum
+ * of their contributions taken in one fixed order (the consumers in reverse
+ * topological order of a DFS from out, each consumer's sources left to
+ * right, summed left to right); a broadcast operand's gradient is summed
+ * back to its shape by sum_to in a fixed order. So gradients are the same
+ * bits at every thread count, as forward results are.
+ *
+ * Errors (GML_ERR_INVALID, the message on ctx, grads untouched): a gradient
+ * that must pass through an op with no backward, "grad: no backward for op
+ * 'x' (node 'name'), needed for the gradient of 'w'"; a wrt out does not
+ * depend on, an integer or q8_0 wrt, a dout of another shape (both shapes
+ * named), an out of more than one element without dout; a backward that
+ * cannot build (its op and node named, then why). GML_ERR_NOMEM: malloc
+ * failed; a full arena is the builders' own message (INVALID). NULL ctx,
+ * out, wrt or grads: GML_ERR_INVALID, nothing recorded when ctx is NULL. */
+GML_API gml_status gml_grad(gml_context *ctx, gml_tensor *out, gml_tensor *dout,
+                            gml_tensor *const *wrt, int n_wrt, gml_tensor **grads);
+
+/* ---- ops the backwards build (each also a call form of graph files) ------- */
+
+/* -> [ne...] f32 contiguous, every element value (torch.full). 1-D to 4-D. */
+GML_API gml_tensor *gml_full(gml_context *ctx, int n_dims, const int64_t *ne, float value);
+/* x [...] f32 (any strides) -> [ne...]: x summed over the dims that ne
+ * broadcasts (x's shape is ne broadcast: right-aligned, each of ne's dims 1
+ * or equal, ne no longer than x), as x.sum_to_size(ne). Each output element
+ * is the sum of its elements of x in row-major order, in double, rounded
+ * once: the same bits at every thread count and ISA. */
+GML_API gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, const int64_t *ne);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GGMLITE_GRAD_H */
