@@ -446,7 +446,55 @@ static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
     v[11].f = p.alibi;
 }
 
+/* ---- backward (gml_grad) --------------------------------------------------
+ * flash_attn_back from the node's sources and options: dQ, dK, dV (summed
+ * over the query heads of each kv head) and dsinks. fwd is a flash_attn_lse
+ * of the same inputs: flash_attn's backward builds one (the forward again,
+ * keeping the lse: one more forward's time, no [Tq, Tk] kept), while
+ * flash_attn_lse's is its own node. The mask is data: a gradient that would
+ * have to reach it is refused by name (valid lengths and positions are
+ * integers: none needed). */
+static bool flash_backward_from(gml_backward_ctx *b, gml_tensor *node, gml_tensor *fwd,
+                                gml_tensor *dout) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *mask = node->src[SRC_MASK], *sinks = node->src[SRC_SINKS];
+    if (mask && gml_backward_needs(b, mask))
+        return gml_backward_fail(b, "no gradient flows to the mask '%s' (an additive input "
+                                 "held constant); make it a leaf no gradient is asked for",
+                                 mask->name);
+    const gml_attn_params par = params_of(node);
+    const gml_attn_opts o = {.mask = mask, .valid_lens = node->src[SRC_LENS],
+                             .positions = node->src[SRC_POS], .sinks = sinks,
+                             .causal = (gml_causal)par.causal, .window = par.window,
+                             .softcap = par.softcap, .alibi_max_bias = par.alibi};
+    gml_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    if (!fwd) fwd = gml_flash_attn_lse(ctx, q, k, v, par.scale, &o);
+    gml_tensor *back = gml_flash_attn_back(ctx, q, k, v, fwd, dout, par.scale, &o);
+    gml_tensor *dq, *dk, *dv, *ds;
+    if (!back || !gml_flash_attn_back_views(ctx, back, &dq, &dk, &dv, &ds)) return false;
+    return gml_backward_add(b, q, dq) && gml_backward_add(b, k, dk) &&
+           gml_backward_add(b, v, dv) && (!sinks || gml_backward_add(b, sinks, ds));
+}
+
+static bool flash_attn_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dout) {
+    return flash_backward_from(b, node, NULL, dout);
+}
+
+/* The gradient of the output columns only: the lse and sink-weight columns
+ * are for the backward (a gradient reaching them is not propagated). */
+static bool flash_attn_lse_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dnode) {
+    gml_context *ctx = gml_backward_context(b);
+    int64_t ne[GML_MAX_DIMS];
+    memcpy(ne, dnode->ne, sizeof ne);
+    ne[3] -= 2;
+    const int n = dnode->n_dims;
+    gml_tensor *dout = gml_new_view(ctx, GML_OP_VIEW, dnode, n, ne + GML_MAX_DIMS - n,
+                                    dnode->nb + GML_MAX_DIMS - n, 0, "dout");
+    return dout && flash_backward_from(b, node, node, dout);
+}
+
 const gml_op_def gml_opdef_flash_attn = {
+    .backward = flash_attn_backward,
     .forward = gml_f32_flash_attn,
     .reference = gml_f32_flash_attn__ref,
     .work_size = flash_attn_work_size,
@@ -478,6 +526,7 @@ const gml_op_def gml_opdef_flash_attn = {
  * flash_attn's, bitwise, on the prefill path whatever the rows (the decode
  * kernels keep no lse). */
 const gml_op_def gml_opdef_flash_attn_lse = {
+    .backward = flash_attn_lse_backward,
     .forward = gml_f32_flash_attn,
     .reference = gml_f32_flash_attn__ref,
     .work_size = flash_attn_work_size,

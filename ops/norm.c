@@ -211,10 +211,36 @@ static void layer_norm_args(const gml_tensor *t, gml_arg *v) {
     v[3].f = eps_of(t);
 }
 
+/* Backwards (gml_grad): dx by rms_norm_back / layer_norm_back; the weight's
+ * gradient sum_rows(dy * the norm of x without w and b) and the bias's
+ * sum_rows(dy), each summed by sum_to in one fixed order. */
+static bool norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy, bool layer) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0], *w = node->src[1], *bias = layer ? node->src[2] : NULL;
+    const float eps = eps_of(node);
+    if (gml_backward_needs(b, x) &&
+        !gml_backward_add(b, x, layer ? gml_layer_norm_back(ctx, x, dy, w, eps)
+                                      : gml_rms_norm_back(ctx, x, dy, w, eps)))
+        return false;
+    const int64_t d = x->ne[3];
+    if (w && gml_backward_needs(b, w)) {
+        gml_tensor *xh = layer ? gml_layer_norm(ctx, x, NULL, NULL, eps) : gml_rms_norm(ctx, x, NULL, eps);
+        if (!gml_backward_add(b, w, gml_sum_to(ctx, gml_mul(ctx, dy, xh), 1, &d))) return false;
+    }
+    return !bias || !gml_backward_needs(b, bias) || gml_backward_add(b, bias, gml_sum_to(ctx, dy, 1, &d));
+}
+static bool rms_norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return norm_backward(b, node, dy, false);
+}
+static bool layer_norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return norm_backward(b, node, dy, true);
+}
+
 /* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
  * every kernel reads x[j] for the statistics before it writes any out[j],
  * then reads x[j] just before it writes out[j]. */
 const gml_op_def gml_opdef_rms_norm = {
+    .backward = rms_norm_backward,
     .forward = gml_f32_rms_norm,
     .reference = gml_f32_rms_norm__ref,
     .flops = rms_norm_flops,
@@ -226,6 +252,7 @@ const gml_op_def gml_opdef_rms_norm = {
     .doc_result = "x / sqrt(mean(x^2 over the last dim) + eps) * w (Llama's RMSNorm in float32)",
 };
 const gml_op_def gml_opdef_layer_norm = {
+    .backward = layer_norm_backward,
     .forward = gml_f32_layer_norm,
     .reference = gml_f32_layer_norm__ref,
     .flops = layer_norm_flops,

@@ -282,9 +282,18 @@ static void rope_args(const gml_tensor *t, gml_arg *v) {
     v[6].i = p.interleaved;
 }
 
+/* Backward (gml_grad): rope_back of dy, the inverse rotation. */
+static bool rope_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    const rope_params p = params_of(node);
+    return gml_backward_add(b, node->src[0],
+                            gml_rope_back(gml_backward_context(b), dy, node->src[1], p.seq_dim,
+                                          p.rotary_dim, p.theta, p.pos_scale, p.interleaved != 0));
+}
+
 /* In place (GML_OPF_INPLACE): each row is read and written by one thread,
  * and both kernels read the two elements of a pair before writing them. */
 const gml_op_def gml_opdef_rope = {
+    .backward = rope_backward,
     .forward = gml_f32_rope,
     .reference = gml_f32_rope__ref,
     .work_size = rope_work_size,

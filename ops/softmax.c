@@ -329,9 +329,35 @@ static void softmax_args(const gml_tensor *t, gml_arg *v) {
     v[9].f = p.alibi;
 }
 
+/* Backward (gml_grad): dx by softmax_back; the sinks' gradient, a sink's
+ * weight in a row being 1 - sum_j y_j, as the composition
+ *     dsinks[h] = sum over (b, i) of (sum_j y - 1) (sum_j y dy)
+ * (sum over the last dim, then sum_to [H], a fixed order). The mask gets
+ * none: a gradient that would reach it is refused by name. */
+static bool softmax_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0], *mask = node->src[1], *sinks = node->src[SRC_SINKS];
+    const softmax_params par = params_of(node);
+    if (mask && gml_backward_needs(b, mask))
+        return gml_backward_fail(b, "no gradient flows to the mask '%s' (an additive input "
+                                 "held constant); make it a leaf no gradient is asked for",
+                                 mask->name);
+    if (!gml_backward_add(b, x, gml_softmax_back(ctx, node, dy, x, par.scale, par.softcap)))
+        return false;
+    if (!sinks || !gml_backward_needs(b, sinks)) return true;
+    gml_tensor *rs = gml_sum(ctx, node), *dd = gml_sum(ctx, gml_mul(ctx, node, dy));
+    gml_tensor *t = gml_sub(ctx, gml_mul(ctx, rs, dd), dd); /* [B, H, Tq, 1] */
+    if (!t) return false;
+    gml_tensor *t3 = gml_reshape(ctx, t, 3, node->ne); /* [B, H, Tq] */
+    gml_tensor *per_h = t3 ? gml_sum_to(ctx, t3, 2, (int64_t[]){node->ne[1], 1}) : NULL;
+    gml_tensor *ds = per_h ? gml_reshape(ctx, per_h, 1, (int64_t[]){node->ne[1]}) : NULL;
+    return gml_backward_add(b, sinks, ds);
+}
+
 /* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
  * every variant reads x[j] only in its first pass, before it stores out[j]. */
 const gml_op_def gml_opdef_softmax = {
+    .backward = softmax_backward,
     .forward = gml_f32_softmax,
     .reference = gml_f32_softmax__ref,
     .flops = softmax_flops,
