@@ -209,13 +209,14 @@ static back_variant pick_back(gml_isa isa) {
 #define BACK_TILE_MAX 32
 #define FL(n) gml_align_up((size_t)(n), GML_ALIGN / sizeof(float)) /* floats, 64-byte pieces */
 
-/* Per thread, in floats: K, V, dK, dV [Tk, d]; qt, qr [d_k, tile], dqt
+/* Per thread, in floats: K, V, dK, dV, K for dQ [Tk, d]; K's bad rows [Tk]
+ * (bytes); qt, qr [d_k, tile], dqt
  * [d_k + 16, tile] (the variants' column tiles, padded); dot,
  * dor [d_v, tile]; lse, dd, slope, qpos [tile]; n_keys, first_key [tile]
  * (int32); mask rows [tile] (pointers, 2 floats each); the variant's work. */
 static size_t fast_thread_floats(const back_dims *d) {
     const size_t t = BACK_TILE_MAX;
-    return 2 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + 3 * FL((size_t)(d->dk + 16) * t) +
+    return 3 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
            2 * FL((size_t)d->dv * t) + 6 * FL(t) + FL(2 * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
 }
 
@@ -245,7 +246,9 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     double *part = (double *)p->wdata;
     float *w = (float *)(void *)((char *)p->wdata + part_bytes(&d)) + (size_t)p->ith * fast_thread_floats(&d);
     float *kp = w, *vp = kp + FL(d.Tk * d.dk), *dka = vp + FL(d.Tk * d.dv), *dva = dka + FL(d.Tk * d.dk);
-    float *qt = dva + FL(d.Tk * d.dv), *qr = qt + FL(d.dk * tile), *dqt = qr + FL(d.dk * tile);
+    float *kz = dva + FL(d.Tk * d.dv);
+    uint8_t *kbad = (uint8_t *)(void *)(kz + FL(d.Tk * d.dk));
+    float *qt = (float *)(void *)(kbad + 4 * FL(d.Tk)), *qr = qt + FL(d.dk * tile), *dqt = qr + FL(d.dk * tile);
     float *dot = dqt + FL((d.dk + 16) * tile), *dor = dot + FL(d.dv * tile);
     float *lse = dor + FL(d.dv * tile), *dd = lse + FL(tile), *slope = dd + FL(tile);
     float *qpos = slope + FL(tile);
@@ -270,6 +273,23 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
         const int64_t b = task / d.G, g = task % d.G;
         pack_f32(k, b, g, d.Tk, d.dk, kp);
         pack_f32(v, b, g, d.Tk, d.dv, vp);
+        /* K rows with a NaN or inf (rare: a padded cache): zeros in kz for
+         * dQ, their share added lane by lane (ops/flash_back.h) */
+        bool any_bad = false;
+        for (int64_t j = 0; j < d.Tk; j++) {
+            float z = 0;
+            for (int64_t c = 0; c < d.dk; c++) z += kp[j * d.dk + c] * 0.0f; /* NaN iff one is not finite */
+            kbad[j] = z != z;
+            any_bad |= kbad[j];
+        }
+        a.kz = kp;
+        a.kbad = NULL;
+        if (any_bad) {
+            for (int64_t j = 0; j < d.Tk; j++)
+                for (int64_t c = 0; c < d.dk; c++) kz[j * d.dk + c] = kbad[j] ? 0.0f : kp[j * d.dk + c];
+            a.kz = kz;
+            a.kbad = kbad;
+        }
         memset(dka, 0, (size_t)(d.Tk * d.dk) * sizeof(float));
         memset(dva, 0, (size_t)(d.Tk * d.dv) * sizeof(float));
         for (int64_t hh = 0; hh < d.r; hh++) part[b * d.H + g * d.r + hh] = 0;
@@ -514,7 +534,7 @@ static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
                 }
                 if (a->slope) dot += a->slope[l] * ((float)jj - a->qpos[l]);
                 const float pr = seen ? expf(dot - a->lse[l]) : 0.0f;
-                float ds = pr * (g - a->dd[l]);
+                float ds = pr == 0 ? 0.0f : pr * (g - a->dd[l]); /* hidden: 0, whatever v holds */
                 if (a->softcap > 0) ds *= 1.0f - t * t;
                 s[j * tile + l] = pr;
                 dp[j * tile + l] = ds;
@@ -527,11 +547,12 @@ static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
                 for (size_t c = 0; c < dv; c++) dvj[c] = fmaf(pr, a->dor[l * dv + c], dvj[c]);
                 for (size_t c = 0; c < dk; c++) dkj[c] = fmaf(ds, a->qr[l * dk + c], dkj[c]);
             }
-            const float *kj = a->k + (j0 + j) * dk;
+            const float *kj = a->kz + (j0 + j) * dk;
             for (size_t c = 0; c < dk; c++)
                 for (size_t l = 0; l < tile; l++)
                     a->dqt[c * tile + l] = fmaf(kj[c], dp[j * tile + l], a->dqt[c * tile + l]);
         }
+        gml_flash_back_bad_rows(a, tile, j0, nk, dp);
     }
 }
 

@@ -195,7 +195,10 @@ static GML_SIMD_INLINE void back_block(const gml_flash_back_args *a, const int N
             }
         if (a->mask)
             for (size_t l = 0; l < nq; l++)
-                for (size_t j = 0; j < nk; j++) s[j * tile + l] += a->mask[l][(j0 + j) * a->mask_stride];
+                for (size_t j = 0; j < nk; j++) { /* -inf hides whatever the score holds */
+                    const float mv = a->mask[l][(j0 + j) * a->mask_stride];
+                    s[j * tile + l] = mv == -INFINITY ? -INFINITY : s[j * tile + l] + mv;
+                }
         for (size_t j = 0; j < nk; j++) {
             const gml_vi jj = gml_vi_set1((int32_t)(j0 + j)), jj1 = gml_vi_set1((int32_t)(j0 + j + 1));
             const gml_vf jf = gml_vf_set1((float)(j0 + j));
@@ -214,12 +217,15 @@ static GML_SIMD_INLINE void back_block(const gml_flash_back_args *a, const int N
                     ds = gml_vf_mul(ds, gml_vf_fnma(t, t, one));
                 }
                 gml_vf_storea(s + o, pr);
-                gml_vf_storea(dp + o, gml_vf_select(seen, ds, zero));
+                /* a weight of 0 (a hidden key) gives 0, even where the key's v
+                 * row holds a NaN or inf (dp) */
+                gml_vf_storea(dp + o, gml_vf_select(gml_vf_eq(pr, zero), zero, ds));
             }
         }
         /* dQ^T += K^T dS over the block's keys */
         for (size_t ct = 0; ct < dk; ct += (size_t)MR)
-            cols_by_lanes(a->k + j0 * dk, dk, nk, dk, ct, dp, a->dqt, NV, MR);
+            cols_by_lanes(a->kz + j0 * dk, dk, nk, dk, ct, dp, a->dqt, NV, MR);
+        gml_flash_back_bad_rows(a, tile, j0, nk, dp);
         /* dV += P^T dO, dK += dS^T (q scale) */
         keys_all_cols(s, tile, nq, a->dor, dv, nk, a->dv_acc + j0 * dv, MRJ, NC);
         keys_all_cols(dp, tile, nq, a->qr, dk, nk, a->dk_acc + j0 * dk, MRJ, NC);

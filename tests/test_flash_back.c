@@ -28,6 +28,8 @@ typedef struct bcase {
     int mask;    /* 0 none, 1 [B, H, Tq, Tk] with -inf, 2 [Tq, Tk] */
     int layout;  /* chk_layout of q, k, v */
     bool empty;  /* batch 0 sees no key (lens 0) */
+    bool nan_pad; /* keys 1 and Tk - 2 hidden by the mask ([Tq, Tk]) from every query, their
+                     k and v rows NaN and inf (a padded batch's garbage) */
     float amp;   /* q, k in [-amp, amp] */
 } bcase;
 
@@ -191,6 +193,8 @@ static void run_case(const bcase *c, uint64_t seed) {
         float *m = malloc((size_t)(mne[0] * mne[1] * mne[2] * mne[3]) * sizeof *m);
         for (int64_t e = 0; e < mne[0] * mne[1] * mne[2] * mne[3]; e++)
             m[e] = chk_randint(&rng, 0, 5) == 0 ? -INFINITY : chk_uniform(&rng, -1, 1);
+        for (int i = 0; i < c->Tq && c->nan_pad; i++)
+            m[i * c->Tk + 1] = m[i * c->Tk + c->Tk - 2] = -INFINITY;
         chk_write(o.mask, m);
         d.mask = m;
         for (int i = 0; i < 4; i++) d.mne[i] = (int)mne[i];
@@ -204,6 +208,19 @@ static void run_case(const bcase *c, uint64_t seed) {
             d.lens[0] = 0;
             chk_write(o.valid_lens, d.lens);
         }
+    }
+    if (c->nan_pad) { /* keys no query sees: their rows must not reach any gradient */
+        float *kd = chk_dense(k), *vd = chk_dense(v);
+        for (int b = 0; b < c->B; b++)
+            for (int g = 0; g < c->G; g++)
+                for (int j = 1; j < c->Tk; j += c->Tk - 3) {
+                    kd[((b * c->G + g) * c->Tk + j) * c->dk] = NAN;
+                    kd[((b * c->G + g) * c->Tk + j) * c->dk + 1] = INFINITY;
+                    vd[((b * c->G + g) * c->Tk + j) * c->dv + c->dv - 1] = INFINITY;
+                }
+        chk_write(k, kd);
+        chk_write(v, vd);
+        free(kd), free(vd);
     }
     if (c->positions) {
         o.positions = gml_new_tensor_2d(ctx, GML_I32, c->B, c->Tq);
@@ -319,6 +336,8 @@ int main(void) {
         {"sinks", 2, 2, 2, 5, 6, 4, 3, .sinks = true},
         {"valid lengths [B]", 2, 2, 2, 5, 8, 4, 3, .lens = 1},
         {"valid lengths [B, Tq] + a batch with none", 2, 2, 2, 5, 8, 4, 3, .lens = 2, .empty = true},
+        {"NaN and inf in k and v rows the mask hides", 2, 2, 1, 9, 70, 4, 3, .mask = 2,
+         .nan_pad = true},
         {"mask [B, H, Tq, Tk]", 2, 2, 2, 5, 7, 4, 3, .mask = 1},
         {"mask [Tq, Tk]", 1, 2, 2, 5, 7, 4, 3, .mask = 2},
         {"positions", 2, 2, 2, 5, 8, 4, 3, .positions = true, .causal = GML_CAUSAL_BOTTOM_RIGHT},
