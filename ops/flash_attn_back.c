@@ -225,6 +225,11 @@ static size_t part_bytes(const back_dims *d) {
 }
 
 static void pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64_t dd, float *o) {
+    if (t->type == GML_F32 && (dd == 1 || t->nb[3] == sizeof(float))) { /* rows of floats */
+        for (int64_t j = 0; j < n; j++)
+            memcpy(o + j * dd, gml_ptr(t, b, g, j, 0), (size_t)dd * sizeof(float));
+        return;
+    }
     for (int64_t j = 0; j < n; j++)
         for (int64_t c = 0; c < dd; c++) o[j * dd + c] = kv_f(t, b, g, j, c);
 }
