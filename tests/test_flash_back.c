@@ -31,6 +31,7 @@ typedef struct bcase {
     bool nan_pad; /* keys 1 and Tk - 2 hidden by the mask ([Tq, Tk]) from every query, their
                      k and v rows NaN and inf (a padded batch's garbage) */
     float amp;   /* q, k in [-amp, amp] */
+    gml_type kv; /* K and V's type (f16, bf16; 0: f32); their gradients f32 */
 } bcase;
 
 typedef struct bdata {
@@ -171,13 +172,31 @@ static void run_case(const bcase *c, uint64_t seed) {
     const int64_t qne[4] = {c->B, c->H, c->Tq, c->dk}, kne[4] = {c->B, c->G, c->Tk, c->dk},
                   vne[4] = {c->B, c->G, c->Tk, c->dv}, one[4] = {c->B, c->H, c->Tq, c->dv};
     gml_tensor *q = chk_new_layout(ctx, GML_F32, 4, qne, (chk_layout)c->layout, "q");
-    gml_tensor *k = chk_new_layout(ctx, GML_F32, 4, kne, (chk_layout)c->layout, "k");
-    gml_tensor *v = chk_new_layout(ctx, GML_F32, 4, vne, (chk_layout)c->layout, "v");
+    const bool typed = c->kv == GML_F16 || c->kv == GML_BF16;
+    gml_tensor *k = typed ? gml_new_tensor(ctx, c->kv, 4, kne)
+                          : chk_new_layout(ctx, GML_F32, 4, kne, (chk_layout)c->layout, "k");
+    gml_tensor *v = typed ? gml_new_tensor(ctx, c->kv, 4, vne)
+                          : chk_new_layout(ctx, GML_F32, 4, vne, (chk_layout)c->layout, "v");
     gml_tensor *dout = gml_new_tensor(ctx, GML_F32, 4, one);
     const float amp = c->amp > 0 ? c->amp : 1.0f;
     chk_fill_uniform(q, &rng, -amp, amp);
-    chk_fill_uniform(k, &rng, -amp, amp);
-    chk_fill_uniform(v, &rng, -1, 1);
+    double *typed_kv[2] = {NULL, NULL}; /* the values K and V hold, as doubles */
+    if (typed) {
+        gml_tensor *t2[2] = {k, v};
+        for (int t = 0; t < 2; t++) {
+            const int64_t n = chk_numel(t2[t]);
+            uint16_t *h = t2[t]->data;
+            typed_kv[t] = malloc((size_t)n * sizeof(double));
+            for (int64_t e = 0; e < n; e++) {
+                const float x = chk_uniform(&rng, t ? -1.0f : -amp, t ? 1.0f : amp);
+                h[e] = c->kv == GML_F16 ? gml_fp32_to_fp16(x) : gml_fp32_to_bf16(x);
+                typed_kv[t][e] = c->kv == GML_F16 ? gml_fp16_to_fp32(h[e]) : gml_bf16_to_fp32(h[e]);
+            }
+        }
+    } else {
+        chk_fill_uniform(k, &rng, -amp, amp);
+        chk_fill_uniform(v, &rng, -1, 1);
+    }
     chk_fill_uniform(dout, &rng, -1, 1);
     bdata d = {.c = c, .scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->dk)};
     gml_attn_opts o = {.causal = c->causal, .window = c->window, .softcap = c->softcap,
@@ -236,8 +255,13 @@ static void run_case(const bcase *c, uint64_t seed) {
         free(tmp);                                                         \
     } while (0)
     DENSE(q, d.q);
-    DENSE(k, d.k);
-    DENSE(v, d.v);
+    if (typed) {
+        d.k = typed_kv[0];
+        d.v = typed_kv[1];
+    } else {
+        DENSE(k, d.k);
+        DENSE(v, d.v);
+    }
     DENSE(dout, d.g);
     if (c->sinks) DENSE(o.sinks, d.sinks);
 #undef DENSE
@@ -338,6 +362,10 @@ int main(void) {
         {"valid lengths [B, Tq] + a batch with none", 2, 2, 2, 5, 8, 4, 3, .lens = 2, .empty = true},
         {"NaN and inf in k and v rows the mask hides", 2, 2, 1, 9, 70, 4, 3, .mask = 2,
          .nan_pad = true},
+        {"f16 K and V, GQA, causal", 1, 4, 2, 7, 9, 4, 3, .kv = GML_F16,
+         .causal = GML_CAUSAL_BOTTOM_RIGHT},
+        {"bf16 K and V, sinks, softcap", 2, 2, 1, 6, 8, 5, 4, .kv = GML_BF16, .sinks = true,
+         .softcap = 2.0f},
         {"mask [B, H, Tq, Tk]", 2, 2, 2, 5, 7, 4, 3, .mask = 1},
         {"mask [Tq, Tk]", 1, 2, 2, 5, 7, 4, 3, .mask = 2},
         {"positions", 2, 2, 2, 5, 8, 4, 3, .positions = true, .causal = GML_CAUSAL_BOTTOM_RIGHT},
