@@ -422,7 +422,8 @@ gml_tensor *gml_new_tensor_4d(gml_context *ctx, gml_type type, int64_t n0, int64
 /* The one place where the types beyond f32 and i32 (f16, bf16, q8_0) are
  * let into an op (see gml_type in ggmlite.h): cpy converts any pair; cont
  * moves f16 and bf16 too; matmul takes them as b, get_rows as the table,
- * flash_attn and flash_attn_partial f16/bf16 as k and v.
+ * flash_attn, flash_attn_partial, flash_attn_lse and flash_attn_back
+ * f16/bf16 as k and v.
  * Every other op, and these in any other role, refuses them here, so no
  * kernel ever sees a type it was not written for. (The builders check their
  * own i32 and f32 rules before.) */
@@ -432,15 +433,17 @@ static bool types_taken(gml_context *ctx, const struct caller *who, gml_op op, g
         if (!s || s->type == GML_F32 || s->type == GML_I32) continue;
         const bool ok = (op == GML_OP_CONT && s->type != GML_Q8_0) ||
                         (op == GML_OP_MATMUL && i == 1) || (op == GML_OP_GET_ROWS && i == 0) ||
-                        ((op == GML_OP_FLASH_ATTN || op == GML_OP_FLASH_ATTN_PARTIAL) && (i == 1 || i == 2) &&
-                         s->type != GML_Q8_0);
+                        ((op == GML_OP_FLASH_ATTN || op == GML_OP_FLASH_ATTN_PARTIAL ||
+                          op == GML_OP_FLASH_ATTN_LSE || op == GML_OP_FLASH_ATTN_BACK) &&
+                         (i == 1 || i == 2) && s->type != GML_Q8_0);
         if (ok) continue;
         char call[GML_CALL_MAX], shape[GML_SHAPE_MAX];
         const char *takes = op == GML_OP_CONT    ? "f32, i32, f16 or bf16"
                             : op == GML_OP_MATMUL ? "an f32 a (b may be f16, bf16 or q8_0)"
                             : op == GML_OP_GET_ROWS ? "an f32, f16, bf16 or q8_0 table and i32 "
                                                       "indices"
-                            : op == GML_OP_FLASH_ATTN || op == GML_OP_FLASH_ATTN_PARTIAL
+                            : op == GML_OP_FLASH_ATTN || op == GML_OP_FLASH_ATTN_PARTIAL ||
+                                      op == GML_OP_FLASH_ATTN_LSE || op == GML_OP_FLASH_ATTN_BACK
                                 ? "an f32 q and f32, f16 or bf16 k and v"
                                                     : "f32 (and i32 where it says)";
         gml_fail(ctx, "%s: '%s' is %s %s; %s takes %s (convert it with cpy into an f32 tensor "

@@ -96,7 +96,7 @@ static size_t kv_block_floats(const gml_tensor *dst) {
     if (!kv_typed(dst)) return 0;
     return gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->src[0]->ne[3],
                         GML_ALIGN / sizeof(float)) +
-           gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->ne[3],
+           gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->src[2]->ne[3],
                         GML_ALIGN / sizeof(float));
 }
 
@@ -106,7 +106,7 @@ static size_t kv_block_floats(const gml_tensor *dst) {
 /* Per thread: q^T, the variant's scratch, the lane tables and the packed K
  * and V blocks (when packed); 64-byte aligned pieces. */
 static size_t fast_work_bytes(const gml_tensor *dst) {
-    const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->ne[3];
+    const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->src[2]->ne[3];
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
            gml_align_up(tile * LANE_BYTES, GML_ALIGN) +
@@ -148,7 +148,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const gml_attn_params par = params_of(dst);
     const float scale = par.scale;
-    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = dst->ne[3], Tk = k->ne[2];
+    const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = v->ne[3], Tk = k->ne[2];
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
     const flash_variant var = pick_variant(p->isa, rows <= (int64_t)pick_variant(p->isa, true).tile);
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
@@ -181,7 +181,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         .out = out_rows, .work = work,
                         .first_key = par.window > 0 ? first_key : NULL, .softcap = par.softcap,
                         .slope = par.alibi > 0 ? slope : NULL, .qpos = qpos,
-                        .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL};
+                        .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL,
+                        .lse = dst->op == GML_OP_FLASH_ATTN_LSE};
     /* q rows of contiguous floats, 4-byte aligned: transposed in runs */
     const bool q_runs = (q->ne[3] == 1 || q->nb[3] == sizeof(float)) &&
                         (uintptr_t)q->data % sizeof(float) == 0 &&
@@ -294,7 +295,7 @@ static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
 static double flash_attn_flops(const gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1];
     const double rows = (double)gml_nrows(dst), tk = (double)k->ne[2];
-    return rows * tk * (2.0 * (double)(q->ne[3] + dst->ne[3]) + 5.0);
+    return rows * tk * (2.0 * (double)(q->ne[3] + dst->src[2]->ne[3]) + 5.0);
 }
 
 /* ---- builder -------------------------------------------------------------- */
@@ -358,18 +359,19 @@ bool gml_flash_check(gml_context *ctx, const char *op, gml_tensor *q, gml_tensor
     return gml_attn_opts_check(ctx, op, q->name, o, true, B, H, Tq, Tk);
 }
 
-gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
-                               float scale, const gml_attn_opts *opts) {
-    GML_ENTER(ctx, 3, q, k, v);
-    GML_ENTER_OPTS(ctx, opts);
+/* flash_attn (extra 0) and flash_attn_lse (extra 2: the lse and the sink's
+ * weight after each row's d_v outputs). */
+static gml_tensor *flash_node(gml_context *ctx, gml_op op, gml_tensor *q, gml_tensor *k,
+                              gml_tensor *v, float scale, const gml_attn_opts *opts, int64_t extra) {
+    if (!q || !k || !v) return NULL;
     const gml_attn_opts none = {0};
     const gml_attn_opts *o = opts ? opts : &none;
-    if (!gml_flash_check(ctx, "flash_attn", q, k, v, scale, o)) return NULL;
+    if (!gml_flash_check(ctx, gml_op_name(op), q, k, v, scale, o)) return NULL;
     gml_tensor *mask = o->mask, *valid_lens = o->valid_lens;
     const int64_t B = q->ne[0], H = q->ne[1], Tq = q->ne[2];
     const int n = q->n_dims;
-    int64_t ne[GML_MAX_DIMS] = {B, H, Tq, v->ne[3]};
-    gml_tensor *t = gml_new_op(ctx, GML_OP_FLASH_ATTN, GML_F32, n, ne + GML_MAX_DIMS - n,
+    int64_t ne[GML_MAX_DIMS] = {B, H, Tq, v->ne[3] + extra};
+    gml_tensor *t = gml_new_op(ctx, op, GML_F32, n, ne + GML_MAX_DIMS - n,
                                (gml_tensor *[]){q, k, v, mask, valid_lens, o->positions, o->sinks},
                                7);
     if (!t) return NULL;
@@ -385,6 +387,31 @@ gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, g
     return t;
 }
 
+gml_tensor *gml_flash_attn_ext(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                               float scale, const gml_attn_opts *opts) {
+    GML_ENTER(ctx, 3, q, k, v);
+    GML_ENTER_OPTS(ctx, opts);
+    return flash_node(ctx, GML_OP_FLASH_ATTN, q, k, v, scale, opts, 0);
+}
+
+/* as gml_flash_attn_ext -> [B, H, Tq, d_v + 2]: row (out, lse, sink weight),
+ * stored as [B, Tq, H, d_v + 2] */
+gml_tensor *gml_flash_attn_lse(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                               float scale, const gml_attn_opts *opts) {
+    GML_ENTER(ctx, 3, q, k, v);
+    GML_ENTER_OPTS(ctx, opts);
+    return flash_node(ctx, GML_OP_FLASH_ATTN_LSE, q, k, v, scale, opts, 2);
+}
+
+gml_tensor *gml_flash_attn_lse_out(gml_context *ctx, gml_tensor *fwd) {
+    GML_ENTER(ctx, 1, fwd);
+    int64_t ne[GML_MAX_DIMS];
+    memcpy(ne, fwd->ne, sizeof ne);
+    ne[3] -= 2;
+    return gml_new_view(ctx, GML_OP_VIEW, fwd, fwd->n_dims, ne + GML_MAX_DIMS - fwd->n_dims,
+                        fwd->nb + GML_MAX_DIMS - fwd->n_dims, 0, "out");
+}
+
 gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                            gml_tensor *mask, gml_tensor *valid_lens, float scale, bool causal) {
     GML_ENTER(ctx, 3, q, k, v, mask, valid_lens);
@@ -394,7 +421,7 @@ gml_tensor *gml_flash_attn(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_t
 }
 
 /* scale: 1/sqrt(d_k) unless given */
-static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
+static gml_tensor *build_flash(gml_context *ctx, const gml_arg *v, gml_op op) {
     const float scale = v[5].given ? v[5].f : (float)(1.0 / sqrt((double)v[0].t->ne[3]));
 #define GIVEN(a, field) (v[a].given ? v[a].field : 0) /* optional ones left out: none */
     const gml_attn_opts o = {.mask = GIVEN(3, t), .valid_lens = GIVEN(4, t),
@@ -402,7 +429,14 @@ static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
                              .sinks = GIVEN(8, t), .window = GIVEN(9, i),
                              .softcap = GIVEN(10, f), .alibi_max_bias = GIVEN(11, f)};
 #undef GIVEN
-    return gml_flash_attn_ext(ctx, v[0].t, v[1].t, v[2].t, scale, &o);
+    return flash_node(ctx, op, v[0].t, v[1].t, v[2].t, scale, &o,
+                      op == GML_OP_FLASH_ATTN_LSE ? 2 : 0);
+}
+static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
+    return build_flash(ctx, v, GML_OP_FLASH_ATTN);
+}
+static gml_tensor *build_flash_attn_lse(gml_context *ctx, const gml_arg *v) {
+    return build_flash(ctx, v, GML_OP_FLASH_ATTN_LSE);
 }
 
 static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
@@ -417,7 +451,55 @@ static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
     v[11].f = p.alibi;
 }
 
+/* ---- backward (gml_grad) --------------------------------------------------
+ * flash_attn_back from the node's sources and options: dQ, dK, dV (summed
+ * over the query heads of each kv head) and dsinks. fwd is a flash_attn_lse
+ * of the same inputs: flash_attn's backward builds one (the forward again,
+ * keeping the lse: one more forward's time, no [Tq, Tk] kept), while
+ * flash_attn_lse's is its own node. The mask is data: a gradient that would
+ * have to reach it is refused by name (valid lengths and positions are
+ * integers: none needed). */
+static bool flash_backward_from(gml_backward_ctx *b, gml_tensor *node, gml_tensor *fwd,
+                                gml_tensor *dout) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *mask = node->src[SRC_MASK], *sinks = node->src[SRC_SINKS];
+    if (mask && gml_backward_needs(b, mask))
+        return gml_backward_fail(b, "no gradient flows to the mask '%s' (an additive input "
+                                 "held constant); make it a leaf no gradient is asked for",
+                                 mask->name);
+    const gml_attn_params par = params_of(node);
+    const gml_attn_opts o = {.mask = mask, .valid_lens = node->src[SRC_LENS],
+                             .positions = node->src[SRC_POS], .sinks = sinks,
+                             .causal = (gml_causal)par.causal, .window = par.window,
+                             .softcap = par.softcap, .alibi_max_bias = par.alibi};
+    gml_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    if (!fwd) fwd = gml_flash_attn_lse(ctx, q, k, v, par.scale, &o);
+    gml_tensor *back = gml_flash_attn_back(ctx, q, k, v, fwd, dout, par.scale, &o);
+    gml_tensor *dq, *dk, *dv, *ds;
+    if (!back || !gml_flash_attn_back_views(ctx, back, &dq, &dk, &dv, &ds)) return false;
+    return gml_backward_add(b, q, dq) && gml_backward_add(b, k, dk) &&
+           gml_backward_add(b, v, dv) && (!sinks || gml_backward_add(b, sinks, ds));
+}
+
+static bool flash_attn_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dout) {
+    return flash_backward_from(b, node, NULL, dout);
+}
+
+/* The gradient of the output columns only: the lse and sink-weight columns
+ * are for the backward (a gradient reaching them is not propagated). */
+static bool flash_attn_lse_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dnode) {
+    gml_context *ctx = gml_backward_context(b);
+    int64_t ne[GML_MAX_DIMS];
+    memcpy(ne, dnode->ne, sizeof ne);
+    ne[3] -= 2;
+    const int n = dnode->n_dims;
+    gml_tensor *dout = gml_new_view(ctx, GML_OP_VIEW, dnode, n, ne + GML_MAX_DIMS - n,
+                                    dnode->nb + GML_MAX_DIMS - n, 0, "dout");
+    return dout && flash_backward_from(b, node, node, dout);
+}
+
 const gml_op_def gml_opdef_flash_attn = {
+    .backward = flash_attn_backward,
     .forward = gml_f32_flash_attn,
     .reference = gml_f32_flash_attn__ref,
     .work_size = flash_attn_work_size,
@@ -441,4 +523,29 @@ const gml_op_def gml_opdef_flash_attn = {
                   "the denominator) v in one op (online "
                   "softmax, no scores); query head h reads kv head h / (H/G); stored as "
                   "`[B, Tq, H, d_v]`, so `permute(.., [0, 2, 1, 3])` is contiguous",
+};
+
+/* The forward that keeps what flash_attn_back needs: each row's log-sum-exp
+ * and its sink's weight, two floats after its d_v outputs (the lse from the
+ * kernel's running max and sum, log in float). The same outputs as
+ * flash_attn's, bitwise, on the prefill path whatever the rows (the decode
+ * kernels keep no lse). */
+const gml_op_def gml_opdef_flash_attn_lse = {
+    .backward = flash_attn_lse_backward,
+    .forward = gml_f32_flash_attn,
+    .reference = gml_f32_flash_attn__ref,
+    .work_size = flash_attn_work_size,
+    .flops = flash_attn_flops,
+    GML_ARGS(GML_T("q"), GML_T("k"), GML_T("v"), GML_OPT("mask", OPT_TENSOR, "none"),
+             GML_OPT("valid_lens", OPT_TENSOR, "none"), GML_OPT("scale", FLOAT, "1/sqrt(d_k)"),
+             GML_OPT_ENUM("causal", "false", gml_causal_names),
+             GML_OPT("positions", OPT_TENSOR, "none"), GML_OPT("sinks", OPT_TENSOR, "none"),
+             GML_OPT_Z("window", INT), GML_OPT_Z("softcap", FLOAT),
+             GML_OPT_Z("alibi", FLOAT)),
+    .build = build_flash_attn_lse,
+    .get_args = flash_attn_args,
+    .doc_args = "as flash_attn's",
+    .doc_result = "`[B, H, Tq, d_v + 2]`: row (flash_attn's output, its log-sum-exp (the sink "
+                  "included; -inf where no key is seen), the sink's weight exp(sink - lse)), "
+                  "for flash_attn_back; stored as `[B, Tq, H, d_v + 2]`",
 };

@@ -68,7 +68,10 @@ static inline int64_t key0_of(const gml_tensor *dst) {
     return is_partial(dst) ? pp.key0 : 0;
 }
 
+/* flash_attn_lse (the log-sum-exp kept for the backward) takes the prefill
+ * path whatever its rows: the decode kernels keep no lse. */
 static inline bool dec_eligible(const gml_tensor *dst) {
+    if (dst->op == GML_OP_FLASH_ATTN_LSE) return false;
     return is_partial(dst) || (dst->ne[1] / dst->src[1]->ne[1]) * dst->ne[2] <= GML_FLASH_DEC_MAX_ROWS;
 }
 
@@ -93,5 +96,19 @@ void gml_flash_kv_load_rows(const char *base, size_t row, size_t el, gml_type ty
  * (ops/flash_attn.c). */
 bool gml_flash_check(gml_context *ctx, const char *op, gml_tensor *q, gml_tensor *k,
                      gml_tensor *v, float scale, const gml_attn_opts *o);
+
+/* The training pair (ops/flash_attn.c, ops/flash_attn_back.c; docs/training.md):
+ * flash_attn_lse, the forward keeping each row's log-sum-exp and sink
+ * weight: as gml_flash_attn_ext -> [B, H, Tq, d_v + 2]; its output alone as a
+ * view [B, H, Tq, d_v] (gml_flash_attn_lse_out); the backward, f32 [n]
+ * holding dQ, dK, dV, dsinks, and views of those pieces. */
+gml_tensor *gml_flash_attn_lse(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                               float scale, const gml_attn_opts *opts);
+gml_tensor *gml_flash_attn_lse_out(gml_context *ctx, gml_tensor *fwd);
+gml_tensor *gml_flash_attn_back(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
+                                gml_tensor *fwd, gml_tensor *dout, float scale,
+                                const gml_attn_opts *opts);
+bool gml_flash_attn_back_views(gml_context *ctx, gml_tensor *back, gml_tensor **dq,
+                               gml_tensor **dk, gml_tensor **dv, gml_tensor **dsinks);
 
 #endif /* GGMLITE_FLASH_ATTN_H */

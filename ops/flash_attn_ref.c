@@ -30,7 +30,8 @@ void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const gml_attn_params par = params_of(dst);
     const double scale = par.scale, cap = par.softcap;
-    const int64_t H = dst->ne[1], Tq = q->ne[2], Tk = k->ne[2], dv = dst->ne[3], dk = q->ne[3];
+    const int64_t H = dst->ne[1], Tq = q->ne[2], Tk = k->ne[2], dv = v->ne[3], dk = q->ne[3];
+    const bool keep_lse = dst->op == GML_OP_FLASH_ATTN_LSE;
     const int64_t rep = H / k->ne[1]; /* query heads per kv head */
     double *s = (double *)p->wdata + (size_t)p->ith * ref_work_doubles(dst);
     double *acc = s + REF_KEY_BLOCK;
@@ -96,8 +97,13 @@ void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
         /* a NaN or inf in a v row the row sees: NaN (0 * inf too, as the
          * weights may underflow); the sums cannot overflow in double */
         for (int64_t c = 0; c < dv; c++) nan |= !isfinite(acc[c]);
+        double lse = -INFINITY, psink = 0; /* flash_attn_lse's columns dv, dv + 1 */
+        if (l > 0) lse = m + log(l);
         if (l > 0 && dst->src[SRC_SINKS]) { /* the sink joins the max and the sum */
             const double sk = sink_of(dst, h);
+            const double top = sk > m ? sk : m;
+            lse = top + log(l * exp(m - top) + exp(sk - top));
+            psink = exp(sk - lse);
             if (isnan(sk) || sk == INFINITY) nan = true; /* MASKS: NaN row */
             else if (sk > m) {
                 const double f = exp(m - sk);
@@ -113,6 +119,10 @@ void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
             *(float *)(out + c * (int64_t)dst->nb[3]) = nan     ? NAN
                                                         : l > 0 ? (float)(acc[c] / l)
                                                                 : 0.0f;
+        if (keep_lse) {
+            *(float *)(void *)(out + dv * (int64_t)dst->nb[3]) = nan ? NAN : (float)lse;
+            *(float *)(void *)(out + (dv + 1) * (int64_t)dst->nb[3]) = nan ? NAN : (float)psink;
+        }
     }
 }
 

@@ -210,7 +210,7 @@ static GML_SIMD_INLINE void alibi_window_block(const gml_flash_args *a, size_t j
 static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l, const float *ot,
                                       const int NV) {
     const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
-    if (a->sink) return false;
+    if (a->sink || a->lse) return false;
     const gml_vf inf = gml_vf_set1(INFINITY), zero = gml_vf_zero();
     gml_vf inv[NV_MAX];
     gml_vm live[NV_MAX], bad[NV_MAX];

@@ -24,10 +24,27 @@ static float fold_sink(float s, float m, float *sum) {
     return 1.0f;
 }
 
+/* out[dv] = log(sum e^(s_j) + e^sink) from the lane's running max m and sum
+ * (> 0), out[dv + 1] = e^(sink - lse) (0 without a sink). */
+static void store_lse(const gml_flash_args *a, size_t l, float sum, float m, float *out) {
+    if (sum == 0) { /* no key seen: the row is zeros, its weights all 0 */
+        out[a->dv] = -INFINITY;
+        out[a->dv + 1] = 0.0f;
+        return;
+    }
+    const float s = a->sink ? a->sink[l] : -INFINITY;
+    const float top = s > m ? s : m;
+    const float total = sum * expf(m - top) + (a->sink ? expf(s - top) : 0.0f);
+    const float lse = top + logf(total);
+    out[a->dv] = lse;
+    out[a->dv + 1] = a->sink ? expf(s - lse) : 0.0f;
+}
+
 bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, const float *m,
                       float *ot, bool exact) {
     for (size_t l = 0; l < a->nq; l++) {
         float *out = a->out[l];
+        if (a->lse) store_lse(a, l, sum[l], m[l], out);
         if (sum[l] == 0) { /* no key seen: zeros, also where ot holds 0 * inf */
             for (size_t c = 0; c < a->dv; c++) out[c] = 0.0f;
             continue;

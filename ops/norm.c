@@ -15,6 +15,7 @@
  * variance taken in a second pass over x - mean (the float mean), not
  * from E[x^2] - mean^2. */
 #include "norm.h"
+#include "ops_back.h"
 
 #include <math.h>
 
@@ -212,10 +213,36 @@ static void layer_norm_args(const gml_tensor *t, gml_arg *v) {
     v[3].f = eps_of(t);
 }
 
+/* Backwards (gml_grad): dx by rms_norm_back / layer_norm_back; the weight's
+ * gradient sum_rows(dy * the norm of x without w and b) and the bias's
+ * sum_rows(dy), each summed by sum_to in one fixed order. */
+static bool norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy, bool layer) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0], *w = node->src[1], *bias = layer ? node->src[2] : NULL;
+    const float eps = eps_of(node);
+    if (gml_backward_needs(b, x) &&
+        !gml_backward_add(b, x, layer ? gml_layer_norm_back(ctx, x, dy, w, eps)
+                                      : gml_rms_norm_back(ctx, x, dy, w, eps)))
+        return false;
+    const int64_t d = x->ne[3];
+    if (w && gml_backward_needs(b, w)) {
+        gml_tensor *xh = layer ? gml_layer_norm(ctx, x, NULL, NULL, eps) : gml_rms_norm(ctx, x, NULL, eps);
+        if (!gml_backward_add(b, w, gml_sum_to(ctx, gml_mul(ctx, dy, xh), 1, &d))) return false;
+    }
+    return !bias || !gml_backward_needs(b, bias) || gml_backward_add(b, bias, gml_sum_to(ctx, dy, 1, &d));
+}
+static bool rms_norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return norm_backward(b, node, dy, false);
+}
+static bool layer_norm_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    return norm_backward(b, node, dy, true);
+}
+
 /* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
  * every kernel reads x[j] for the statistics before it writes any out[j],
  * then reads x[j] just before it writes out[j]. */
 const gml_op_def gml_opdef_rms_norm = {
+    .backward = rms_norm_backward,
     .forward = gml_f32_rms_norm,
     .reference = gml_f32_rms_norm__ref,
     .flops = rms_norm_flops,
@@ -227,6 +254,7 @@ const gml_op_def gml_opdef_rms_norm = {
     .doc_result = "x / sqrt(mean(x^2 over the last dim) + eps) * w (Llama's RMSNorm in float32)",
 };
 const gml_op_def gml_opdef_layer_norm = {
+    .backward = layer_norm_backward,
     .forward = gml_f32_layer_norm,
     .reference = gml_f32_layer_norm__ref,
     .flops = layer_norm_flops,
@@ -238,4 +266,124 @@ const gml_op_def gml_opdef_layer_norm = {
     .doc_args = "x `[..., d]`; w, b `[d]` or none",
     .doc_result = "(x - mean) / sqrt(var + eps) * w + b over the last dim, biased variance "
                   "(torch.nn.LayerNorm)",
+};
+
+/* ---- backwards ------------------------------------------------------------------
+ * dx of rms_norm and layer_norm from x, dy and w (NULL: 1), per row in double
+ * with the forward's statistics (mean, r = 1 / sqrt(var + eps)), one rounding:
+ *     rms_norm:   g = dy w;  dx = r g - x r^3 mean(g x)
+ *     layer_norm: g = dy w;  xh = (x - mean) r;  dx = r (g - mean(g) - xh mean(g xh))
+ * The weight's and the bias's gradients are sums over the rows, which are
+ * compositions (docs/training.md): dw = sum_rows(dy * norm(x) without w and
+ * b), db = sum_rows(dy). One kernel (the reference's arithmetic at every
+ * ISA); any strides. */
+static void norm_back(const gml_compute_params *p, gml_tensor *dst, bool layer) {
+    const gml_tensor *x = dst->src[0], *dy = dst->src[1], *w = dst->src[2];
+    const double eps = eps_of(dst);
+    const int64_t d = x->ne[3], sx = (int64_t)x->nb[3], sg = (int64_t)dy->nb[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0), *gr = gml_ptr(dy, i0, i1, i2, 0);
+#define XV(j) ((double)*(const float *)(const void *)(xr + (j) * sx))
+#define GV(j) ((double)*(const float *)(const void *)(gr + (j) * sg) * \
+               (w ? (double)*(const float *)(const void *)gml_ptr(w, 0, 0, 0, j) : 1.0))
+        double mean = 0, var = 0, mg = 0, mgx = 0;
+        if (layer) {
+            for (int64_t j = 0; j < d; j++) mean += XV(j);
+            mean /= (double)d;
+        }
+        for (int64_t j = 0; j < d; j++) var += (XV(j) - mean) * (XV(j) - mean);
+        const double rr = 1.0 / sqrt(var / (double)d + eps);
+        for (int64_t j = 0; j < d; j++) {
+            mg += GV(j);
+            mgx += GV(j) * (XV(j) - mean) * rr;
+        }
+        mg /= (double)d;
+        mgx /= (double)d;
+        float *out = (float *)(void *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j = 0; j < d; j++) {
+            const double xh = (XV(j) - mean) * rr;
+            out[j] = (float)(layer ? rr * (GV(j) - mg - xh * mgx) : rr * (GV(j) - xh * mgx));
+        }
+#undef XV
+#undef GV
+    }
+}
+
+static void gml_f32_rms_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+    norm_back(p, dst, false);
+}
+static void gml_f32_layer_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+    norm_back(p, dst, true);
+}
+
+static gml_tensor *norm_back_node(gml_context *ctx, gml_op op, gml_tensor *x, gml_tensor *dy,
+                                  gml_tensor *w, float eps) {
+    if (!x || !dy) return NULL;
+    const char *name = gml_op_name(op);
+    gml_tensor *src[3] = {x, dy, w};
+    char call[GML_CALL_MAX], sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
+    gml_format_call(name, src, 3, call, sizeof call);
+    if (!gml_expect_type(ctx, name, x, GML_F32) || !gml_expect_type(ctx, name, dy, GML_F32))
+        return NULL;
+    if (dy->n_dims != x->n_dims || memcmp(dy->ne, x->ne, sizeof x->ne) != 0)
+        return gml_fail(ctx, "%s: dy %s %s must have x's shape %s", call, dy->name,
+                        GML_SHAPE(dy, sa), GML_SHAPE(x, sb));
+    if (!check_vec(ctx, call, name, x, w, "weight")) return NULL;
+    if (!isfinite(eps) || eps < 0)
+        return gml_fail(ctx, "%s: eps %g must be finite and >= 0", call, (double)eps);
+    gml_tensor *t = gml_new_op(ctx, op, GML_F32, x->n_dims, x->ne + GML_MAX_DIMS - x->n_dims, src, 3);
+    if (!t) return NULL;
+    gml_set_params(t, &(norm_params){eps}, sizeof(norm_params));
+    return t;
+}
+
+/* x [..., d] (the forward's input), dy [..., d], w [d] or NULL -> dx [..., d] */
+gml_tensor *gml_rms_norm_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_tensor *w,
+                              float eps) {
+    return norm_back_node(ctx, GML_OP_RMS_NORM_BACK, x, dy, w, eps);
+}
+gml_tensor *gml_layer_norm_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_tensor *w,
+                                float eps) {
+    return norm_back_node(ctx, GML_OP_LAYER_NORM_BACK, x, dy, w, eps);
+}
+
+static gml_tensor *build_rms_norm_back(gml_context *ctx, const gml_arg *v) {
+    return gml_rms_norm_back(ctx, v[0].t, v[1].t, v[2].t, v[3].given ? v[3].f : 1e-6f);
+}
+static gml_tensor *build_layer_norm_back(gml_context *ctx, const gml_arg *v) {
+    return gml_layer_norm_back(ctx, v[0].t, v[1].t, v[2].t, v[3].given ? v[3].f : 1e-5f);
+}
+static void norm_back_args(const gml_tensor *t, gml_arg *v) {
+    v[0].t = t->src[0];
+    v[1].t = t->src[1];
+    v[2].t = t->src[2];
+    v[3].f = eps_of(t);
+}
+static double norm_back_flops(const gml_tensor *dst) { return 10.0 * (double)gml_nelements(dst); }
+
+const gml_op_def gml_opdef_rms_norm_back = {
+    .forward = gml_f32_rms_norm_back,
+    .reference = gml_f32_rms_norm_back,
+    .flops = norm_back_flops,
+    GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT("w", OPT_TENSOR, "none"),
+             GML_OPT("eps", FLOAT, "1e-6")),
+    .build = build_rms_norm_back,
+    .get_args = norm_back_args,
+    .doc_args = "x `[..., d]` rms_norm's input, dy its output's gradient; w `[d]` or none",
+    .doc_result = "dx: r (dy w) - x r^3 mean(dy w x), r = 1/sqrt(mean(x^2) + eps)",
+};
+const gml_op_def gml_opdef_layer_norm_back = {
+    .forward = gml_f32_layer_norm_back,
+    .reference = gml_f32_layer_norm_back,
+    .flops = norm_back_flops,
+    GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT("w", OPT_TENSOR, "none"),
+             GML_OPT("eps", FLOAT, "1e-5")),
+    .build = build_layer_norm_back,
+    .get_args = norm_back_args,
+    .doc_args = "x `[..., d]` layer_norm's input, dy its output's gradient; w `[d]` or none",
+    .doc_result = "dx: r (g - mean(g) - xh mean(g xh)), g = dy w, xh = (x - mean) r",
 };

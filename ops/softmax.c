@@ -2,6 +2,7 @@
  * causal masking. */
 #include "attn_opts.h"
 #include "ukernels.h"
+#include "ops_back.h"
 
 #include <math.h>
 
@@ -330,9 +331,35 @@ static void softmax_args(const gml_tensor *t, gml_arg *v) {
     v[9].f = p.alibi;
 }
 
+/* Backward (gml_grad): dx by softmax_back; the sinks' gradient, a sink's
+ * weight in a row being 1 - sum_j y_j, as the composition
+ *     dsinks[h] = sum over (b, i) of (sum_j y - 1) (sum_j y dy)
+ * (sum over the last dim, then sum_to [H], a fixed order). The mask gets
+ * none: a gradient that would reach it is refused by name. */
+static bool softmax_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *dy) {
+    gml_context *ctx = gml_backward_context(b);
+    gml_tensor *x = node->src[0], *mask = node->src[1], *sinks = node->src[SRC_SINKS];
+    const softmax_params par = params_of(node);
+    if (mask && gml_backward_needs(b, mask))
+        return gml_backward_fail(b, "no gradient flows to the mask '%s' (an additive input "
+                                 "held constant); make it a leaf no gradient is asked for",
+                                 mask->name);
+    if (!gml_backward_add(b, x, gml_softmax_back(ctx, node, dy, x, par.scale, par.softcap)))
+        return false;
+    if (!sinks || !gml_backward_needs(b, sinks)) return true;
+    gml_tensor *rs = gml_sum(ctx, node), *dd = gml_sum(ctx, gml_mul(ctx, node, dy));
+    gml_tensor *t = gml_sub(ctx, gml_mul(ctx, rs, dd), dd); /* [B, H, Tq, 1] */
+    if (!t) return false;
+    gml_tensor *t3 = gml_reshape(ctx, t, 3, node->ne); /* [B, H, Tq] */
+    gml_tensor *per_h = t3 ? gml_sum_to(ctx, t3, 2, (int64_t[]){node->ne[1], 1}) : NULL;
+    gml_tensor *ds = per_h ? gml_reshape(ctx, per_h, 1, (int64_t[]){node->ne[1]}) : NULL;
+    return gml_backward_add(b, sinks, ds);
+}
+
 /* In place (GML_OPF_INPLACE): a row is read and written by one thread, and
  * every variant reads x[j] only in its first pass, before it stores out[j]. */
 const gml_op_def gml_opdef_softmax = {
+    .backward = softmax_backward,
     .forward = gml_f32_softmax,
     .reference = gml_f32_softmax__ref,
     .flops = softmax_flops,
@@ -351,4 +378,109 @@ const gml_op_def gml_opdef_softmax = {
     .doc_result = "softmax over the last dim of x*scale (capped) + mask (+ alibi, sink in the "
                   "denominator); causal: query i sees key j iff "
                   "j <= i + (Tk - Tq) (top_left: j <= i); a row with no key left is all 0",
+};
+
+/* ---- softmax_back -------------------------------------------------------------
+ * The gradient of softmax with respect to x, from its output y, the output's
+ * gradient dy and x (read for a softcap only):
+ *     dx_j = scale y_j (dy_j - sum_k y_k dy_k) (1 - tanh^2(x_j scale / c) with a softcap)
+ * The mask, ALiBi, causality, windows, valid lengths and positions are
+ * additive or hide keys: a hidden key has y_j = 0 and gets 0; the mask gets
+ * no gradient. A sink only enlarges the denominator: the formula stands (its
+ * own gradient, -sum_rows (1 - sum_j y_j) sum_j y_j dy_j, is a composition,
+ * docs/training.md). Per row in double, one rounding: one kernel, the
+ * reference's arithmetic at every ISA. */
+typedef struct softmax_back_params {
+    float scale, softcap;
+} softmax_back_params;
+GML_PARAMS_FIT(softmax_back_params);
+
+static void gml_f32_softmax_back(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *y = dst->src[0], *dy = dst->src[1], *x = dst->src[2];
+    softmax_back_params par;
+    gml_get_params(dst, &par, sizeof par);
+    const int64_t tk = dst->ne[3];
+    const int64_t sy = (int64_t)y->nb[3], sg = (int64_t)dy->nb[3];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *yr = gml_ptr(y, i0, i1, i2, 0), *gr = gml_ptr(dy, i0, i1, i2, 0);
+        double dot = 0;
+        for (int64_t j = 0; j < tk; j++) {
+            const float yv = *(const float *)(const void *)(yr + j * sy);
+            if (yv != 0) dot += (double)yv * *(const float *)(const void *)(gr + j * sg);
+        }
+        float *out = (float *)(void *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j = 0; j < tk; j++) {
+            const double yv = *(const float *)(const void *)(yr + j * sy);
+            if (yv == 0) { /* hidden or underflowed: nothing flows back */
+                out[j] = 0.0f;
+                continue;
+            }
+            double g = (double)par.scale * yv *
+                       (*(const float *)(const void *)(gr + j * sg) - dot);
+            if (par.softcap > 0) {
+                const double t = tanh((double)*(const float *)(const void *)gml_ptr(x, i0, i1, i2, j) *
+                                      par.scale / par.softcap);
+                g *= 1 - t * t;
+            }
+            out[j] = (float)g;
+        }
+    }
+}
+
+/* y [.., Tq, Tk] (softmax's output), dy as y, x softmax's input (its
+ * softcap's derivative), scale and softcap as softmax's -> dx as y */
+gml_tensor *gml_softmax_back(gml_context *ctx, gml_tensor *y, gml_tensor *dy, gml_tensor *x,
+                             float scale, float softcap) {
+    if (!y || !dy || !x) return NULL;
+    gml_tensor *src[3] = {y, dy, x};
+    char call[GML_CALL_MAX], sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
+    gml_format_call("softmax_back", src, 3, call, sizeof call);
+    for (int i = 0; i < 3; i++) {
+        if (!gml_expect_type(ctx, "softmax_back", src[i], GML_F32)) return NULL;
+        if (i > 0 && (src[i]->n_dims != y->n_dims ||
+                      memcmp(src[i]->ne, y->ne, sizeof y->ne) != 0))
+            return gml_fail(ctx, "%s: %s %s must have y's shape %s", call, src[i]->name,
+                            GML_SHAPE(src[i], sa), GML_SHAPE(y, sb));
+    }
+    if (!isfinite(scale) || !isfinite(softcap) || softcap < 0)
+        return gml_fail(ctx, "%s: scale %g and softcap %g must be finite (softcap >= 0)", call,
+                        (double)scale, (double)softcap);
+    gml_tensor *t = gml_new_op(ctx, GML_OP_SOFTMAX_BACK, GML_F32, y->n_dims,
+                               y->ne + GML_MAX_DIMS - y->n_dims, src, 3);
+    if (!t) return NULL;
+    gml_set_params(t, &(softmax_back_params){scale, softcap}, sizeof(softmax_back_params));
+    return t;
+}
+
+static gml_tensor *build_softmax_back(gml_context *ctx, const gml_arg *v) {
+    return gml_softmax_back(ctx, v[0].t, v[1].t, v[2].t, v[3].given ? v[3].f : 1.0f,
+                            v[4].given ? v[4].f : 0.0f);
+}
+
+static void softmax_back_args(const gml_tensor *t, gml_arg *v) {
+    softmax_back_params par;
+    gml_get_params(t, &par, sizeof par);
+    gml_args_from_srcs(t, v);
+    v[3].f = par.scale;
+    v[4].f = par.softcap;
+}
+
+static double softmax_back_flops(const gml_tensor *dst) { return 4.0 * (double)gml_nelements(dst); }
+
+const gml_op_def gml_opdef_softmax_back = {
+    .forward = gml_f32_softmax_back,
+    .reference = gml_f32_softmax_back,
+    .flops = softmax_back_flops,
+    GML_ARGS(GML_T("y"), GML_T("dy"), GML_T("x"), GML_OPT("scale", FLOAT, "1"),
+             GML_OPT_Z("softcap", FLOAT)),
+    .build = build_softmax_back,
+    .get_args = softmax_back_args,
+    .doc_args = "y softmax's output, dy its gradient, x softmax's input (all one shape); scale, "
+                "softcap as softmax's",
+    .doc_result = "dx: scale y (dy - sum(y dy)) over the last dim (times 1 - tanh^2 with a "
+                  "softcap); masks and hidden keys get 0",
 };

@@ -200,6 +200,9 @@ typedef struct gml_flash_args {
     const float *slope, *qpos; /* NULL, or [tile]: ALiBi, + slope[l] (j - qpos[l]) after the
                                   mask (lanes >= nq 0) */
     const float *sink;        /* NULL, or [tile]: lane l's sink logit (gml_flash_finish) */
+    bool lse;                 /* also out[l][dv] = the row's log-sum-exp (sink included, -inf
+                                 for a row that sees no key) and out[l][dv + 1] = the sink's
+                                 weight exp(sink - lse) (0 without one): flash_attn_lse */
     /* NULL for f32 K and V read in place (k, v above). Else K and V are f16
      * or bf16 (either may be f32 too) and k, v are NULL: the variants take
      * each key block's rows through gml_flash_kv_rows, which converts them

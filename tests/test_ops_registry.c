@@ -13,6 +13,8 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, open_memstream */
 #include "check.h"
 #include "internal.h"
+#include "../ops/flash_attn.h"
+#include "../ops/ops_back.h"
 
 #include <ggmlite/io.h>
 
@@ -163,6 +165,36 @@ static gml_tensor *ex_max_back(gml_context *ctx) {
     return gml_max_back(ctx, x, gml_max(ctx, x), F32("dy", 3, 1));
 }
 
+/* the training ops: the forward keeping its lse, the backwards */
+static gml_tensor *ex_flash_attn_lse(gml_context *ctx) { /* 2 query heads on 1 kv head, sinks */
+    const gml_attn_opts o = {.sinks = F32("sinks", 2), .causal = GML_CAUSAL_BOTTOM_RIGHT};
+    return gml_flash_attn_lse(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                              F32("v", 1, 1, 5, 6), 0.3f, &o);
+}
+static gml_tensor *ex_flash_attn_back(gml_context *ctx) { /* every option */
+    const gml_attn_opts o = {.mask = F32("mask", 1, 1, 3, 5), .valid_lens = I32("valid_lens", 1),
+                             .positions = I32("pos", 1, 3), .sinks = F32("sinks", 2),
+                             .causal = GML_CAUSAL_TOP_LEFT, .window = 2, .softcap = 30.0f,
+                             .alibi_max_bias = 0.5f};
+    return gml_flash_attn_back(ctx, F32("q", 1, 2, 3, 4), F32("k", 1, 1, 5, 4),
+                               F32("v", 1, 1, 5, 6), F32("fwd", 1, 2, 3, 8),
+                               F32("dout", 1, 2, 3, 6), 0.3f, &o);
+}
+static gml_tensor *ex_softmax_back(gml_context *ctx) {
+    return gml_softmax_back(ctx, F32("y", 2, 3, 5), F32("dy", 2, 3, 5), F32("x", 2, 3, 5), 0.5f,
+                            20.0f);
+}
+static gml_tensor *ex_rms_norm_back(gml_context *ctx) {
+    return gml_rms_norm_back(ctx, F32("x", 2, 3, 8), F32("dy", 2, 3, 8), F32("w", 8), 1e-6f);
+}
+static gml_tensor *ex_layer_norm_back(gml_context *ctx) { /* no weight */
+    return gml_layer_norm_back(ctx, F32("x", 3, 6), F32("dy", 3, 6), NULL, 1e-5f);
+}
+static gml_tensor *ex_rope_back(gml_context *ctx) {
+    return gml_rope_back(ctx, F32("dy", 2, 3, 2, 6), I32("pos", 2, 3), -3, 4, 500000.0f, 0.1f,
+                         true);
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -212,6 +244,12 @@ static const struct example {
     {GML_OP_GET_ROWS_BACK, ex_get_rows_back},
     {GML_OP_UNARY_BACK, ex_unary_back},
     {GML_OP_MAX_BACK, ex_max_back},
+    {GML_OP_FLASH_ATTN_LSE, ex_flash_attn_lse},
+    {GML_OP_FLASH_ATTN_BACK, ex_flash_attn_back},
+    {GML_OP_SOFTMAX_BACK, ex_softmax_back},
+    {GML_OP_RMS_NORM_BACK, ex_rms_norm_back},
+    {GML_OP_LAYER_NORM_BACK, ex_layer_norm_back},
+    {GML_OP_ROPE_BACK, ex_rope_back},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 
