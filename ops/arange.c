@@ -81,7 +81,8 @@ static void gml_f32_full__ref(const gml_compute_params *p, gml_tensor *dst) {
 
 /* -> [ne...] f32, every element value */
 gml_tensor *gml_full(gml_context *ctx, int n_dims, const int64_t *ne, float value) {
-    if (!ctx || !ne) return NULL;
+    GML_ENTER_CTX(ctx);
+    if (!ne) return gml_fail(ctx, "gml_full: ne is NULL");
     gml_tensor *t = gml_new_op(ctx, GML_OP_FULL, GML_F32, n_dims, ne, NULL, 0);
     if (!t) return NULL;
     gml_set_params(t, &(full_params){value}, sizeof(full_params));

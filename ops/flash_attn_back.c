@@ -423,7 +423,8 @@ static gml_tensor *back_node(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml
 gml_tensor *gml_flash_attn_back(gml_context *ctx, gml_tensor *q, gml_tensor *k, gml_tensor *v,
                                 gml_tensor *fwd, gml_tensor *dout, float scale,
                                 const gml_attn_opts *opts) {
-    if (!q || !k || !v) return NULL;
+    GML_ENTER(ctx, 5, q, k, v, fwd, dout);
+    GML_ENTER_OPTS(ctx, opts);
     if (opts && opts->sinks &&
         !gml_attn_opts_check(ctx, "flash_attn_back", q->name, &(gml_attn_opts){.sinks = opts->sinks},
                              true, q->ne[0], q->ne[1], q->ne[2], k->ne[2]))

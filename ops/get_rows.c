@@ -276,7 +276,7 @@ static void gml_f32_get_rows_back__ref(const gml_compute_params *p, gml_tensor *
 
 /* dy [.., d] (idx's shape, then d), idx i32 [..] -> [n_rows, d] */
 gml_tensor *gml_get_rows_back(gml_context *ctx, gml_tensor *dy, gml_tensor *idx, int64_t n_rows) {
-    if (!dy || !idx) return NULL;
+    GML_ENTER(ctx, 2, dy, idx);
     if (!gml_expect_type(ctx, "get_rows_back", dy, GML_F32) ||
         !gml_expect_type(ctx, "get_rows_back", idx, GML_I32))
         return NULL;

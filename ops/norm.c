@@ -344,10 +344,12 @@ static gml_tensor *norm_back_node(gml_context *ctx, gml_op op, gml_tensor *x, gm
 /* x [..., d] (the forward's input), dy [..., d], w [d] or NULL -> dx [..., d] */
 gml_tensor *gml_rms_norm_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_tensor *w,
                               float eps) {
+    GML_ENTER(ctx, 2, x, dy, w);
     return norm_back_node(ctx, GML_OP_RMS_NORM_BACK, x, dy, w, eps);
 }
 gml_tensor *gml_layer_norm_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_tensor *w,
                                 float eps) {
+    GML_ENTER(ctx, 2, x, dy, w);
     return norm_back_node(ctx, GML_OP_LAYER_NORM_BACK, x, dy, w, eps);
 }
 

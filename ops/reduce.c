@@ -277,7 +277,8 @@ static void gml_f32_sum_to__ref(const gml_compute_params *p, gml_tensor *dst) {
 
 /* x [...] -> [ne...], x's shape ne broadcast */
 gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, const int64_t *ne) {
-    if (!x || !ne) return NULL;
+    GML_ENTER(ctx, 1, x);
+    if (!ne) return gml_fail(ctx, "gml_sum_to: ne is NULL");
     if (!gml_expect_type(ctx, "sum_to", x, GML_F32)) return NULL;
     char sx[GML_SHAPE_MAX], sn[GML_SHAPE_MAX];
     bool ok = n_dims >= 1 && n_dims <= x->n_dims;
@@ -347,7 +348,7 @@ static void gml_f32_max_back__ref(const gml_compute_params *p, gml_tensor *dst) 
 
 /* x [..., n], y [..., 1], dy [..., 1] -> [..., n] */
 gml_tensor *gml_max_back(gml_context *ctx, gml_tensor *x, gml_tensor *y, gml_tensor *dy) {
-    if (!x || !y || !dy) return NULL;
+    GML_ENTER(ctx, 3, x, y, dy);
     if (!gml_expect_type(ctx, "max_back", x, GML_F32) || !gml_expect_type(ctx, "max_back", y, GML_F32) ||
         !gml_expect_type(ctx, "max_back", dy, GML_F32))
         return NULL;

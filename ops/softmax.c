@@ -435,7 +435,7 @@ static void gml_f32_softmax_back(const gml_compute_params *p, gml_tensor *dst) {
  * softcap's derivative), scale and softcap as softmax's -> dx as y */
 gml_tensor *gml_softmax_back(gml_context *ctx, gml_tensor *y, gml_tensor *dy, gml_tensor *x,
                              float scale, float softcap) {
-    if (!y || !dy || !x) return NULL;
+    GML_ENTER(ctx, 3, y, dy, x);
     gml_tensor *src[3] = {y, dy, x};
     char call[GML_CALL_MAX], sa[GML_SHAPE_MAX], sb[GML_SHAPE_MAX];
     gml_format_call("softmax_back", src, 3, call, sizeof call);

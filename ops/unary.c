@@ -227,7 +227,7 @@ static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst
 
 /* x [...], dy [...] (x's shape) -> [...] = dy * f'(x) */
 gml_tensor *gml_unary_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy, gml_op op) {
-    if (!x || !dy) return NULL;
+    GML_ENTER(ctx, 2, x, dy);
     if (!gml_expect_type(ctx, "unary_back", x, GML_F32) ||
         !gml_expect_type(ctx, "unary_back", dy, GML_F32))
         return NULL;

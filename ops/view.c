@@ -527,7 +527,8 @@ static void gml_f32_view_back__ref(const gml_compute_params *p, gml_tensor *dst)
  * out. */
 gml_tensor *gml_view_back(gml_context *ctx, gml_tensor *dy, int n_dims, const int64_t *ne,
                           const int64_t *strides, int64_t offset) {
-    if (!dy || !ne || !strides) return NULL;
+    GML_ENTER(ctx, 1, dy);
+    if (!ne || !strides) return gml_fail(ctx, "gml_view_back: %s is NULL", !ne ? "ne" : "strides");
     if (!gml_expect_type(ctx, "view_back", dy, GML_F32)) return NULL;
     gml_tensor *t = gml_new_op(ctx, GML_OP_VIEW_BACK, GML_F32, n_dims, ne, &dy, 1);
     if (!t) return NULL;
