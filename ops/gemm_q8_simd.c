@@ -1,0 +1,151 @@
+/* The int8 GEMM micro-kernel and the activation quantizer of ops/gemm_q8.h,
+ * written once over the SIMD layer and compiled once per ISA; the
+ * micro-kernel again with -mavx512vnni or -mavxvnni (GML_SIMD_VNNI), where
+ * gml_vi_dot4_u8s8 is vpdpbusd. Every variant gives the bits gemm_q8.h
+ * defines. */
+#include "gemm_q8.h"
+#include "simd/simd.h"
+
+#if defined(GML_SIMD_VNNI)
+#if defined(GML_SIMD_AVX512)
+#define Q8_TAG avx512vnni
+#elif defined(GML_SIMD_AVX2)
+#define Q8_TAG avx2vnni
+#else
+#error "GML_SIMD_VNNI is for the AVX2 and AVX-512 objects"
+#endif
+#else
+#define Q8_TAG GML_SIMD_TAG
+#endif
+
+/* Tiles (gemm_q8.inc): MR rows of A x NV vectors of GML_VL rows of W. */
+#define MR 4
+#if defined(GML_SIMD_AVX2)
+#define NV 1
+#define TILE 4x8
+#elif defined(GML_SIMD_AVX512)
+#define NV 2
+#define TILE 4x32
+#else
+#define NV 2
+#define TILE 4x8
+#endif
+#define NR (NV * GML_VL)
+
+#define Q8_NAME(kind, tag, tile) Q8_NAME_(kind, tag, tile)
+#define Q8_NAME_(kind, tag, tile) gml_##kind##_ukernel__##tag##_##tile
+#define Q8_QNAME(tag) Q8_QNAME_(tag)
+#define Q8_QNAME_(tag) gml_q8_quantize_ukernel__##tag
+
+/* The tile for M rows of A (M known, so the sums stay in registers). Per
+ * block: the int32 sums start from the panel's corrections (-128 sum q of
+ * each row of W: the +128 on A), take the 8 groups of 4 k, then
+ * c = fma((float)s, da * dw, c) per lane. */
+static GML_SIMD_INLINE void q8_tile(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
+                                    size_t ldd, const char *panel, gml_vf acc[MR][NV],
+                                    const int M) {
+    for (size_t b = 0; b < nblk; b++) {
+        const char *blk = panel + b * GML_Q8_PANEL_BLOCK(NR);
+        const int32_t *corr = (const int32_t *)(const void *)blk;
+        const float *dw = (const float *)(const void *)(blk + 4 * NR);
+        const char *q = blk + 8 * NR;
+        gml_vi s[MR][NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            const gml_vi c0 = gml_vi_load(corr + v * GML_VL);
+#pragma GCC unroll 4
+            for (int i = 0; i < M; i++) s[i][v] = c0;
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            gml_vi w[NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                w[v] = gml_vi_load((const int32_t *)(const void *)(q + (g * NR + v * GML_VL) * 4));
+#pragma GCC unroll 4
+            for (int i = 0; i < M; i++) {
+                const gml_vi a4 = gml_vi_bcast4(aq + i * lda + 32 * b + 4 * g);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) s[i][v] = gml_vi_dot4_u8s8(s[i][v], a4, w[v]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < M; i++) {
+            const gml_vf da = gml_vf_set1(ad[i * ldd + b]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = gml_vf_fma(gml_vf_from_vi(s[i][v]),
+                                       gml_vf_mul(da, gml_vf_load(dw + v * GML_VL)), acc[i][v]);
+        }
+    }
+}
+
+void Q8_NAME(q8_gemm, Q8_TAG, TILE)(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
+                                    size_t ldd, int m, const void *panel, int n, float *c,
+                                    size_t ldc) {
+    gml_vf acc[MR][NV];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < NV; v++) acc[i][v] = gml_vf_zero();
+    const char *pp = panel;
+    switch (m) {
+    case 1: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 1); break;
+    case 2: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 2); break;
+    case 3: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 3); break;
+    default: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 4); break;
+    }
+    for (int i = 0; i < m; i++)
+        for (int v = 0; v < NV; v++) {
+            const int nv = n - v * GML_VL;
+            if (nv <= 0) break;
+            if (nv >= GML_VL)
+                gml_vf_store(c + i * ldc + v * GML_VL, acc[i][v]);
+            else
+                gml_vf_store_m(c + i * ldc + v * GML_VL, gml_vm_first_i(nv), acc[i][v]);
+        }
+}
+
+#if !defined(GML_SIMD_VNNI)
+/* roundf's rounding (to nearest, ties away from zero) of integral-range
+ * floats: the truncation, plus the sign of y where the part cut off is at
+ * least one half (y - trunc(y) is exact). */
+static inline gml_vf round_away(gml_vf y) {
+    const gml_vf t = gml_vf_trunc(y), one = gml_vf_set1(1.0f);
+    const gml_vf step = gml_vf_select(gml_vf_lt(y, gml_vf_zero()), gml_vf_set1(-1.0f), one);
+    const gml_vm up = gml_vf_ge(gml_vf_abs(gml_vf_sub(y, t)), gml_vf_set1(0.5f));
+    return gml_vf_add(t, gml_vf_zero_unless(up, step));
+}
+
+/* One row into q8 blocks (gemm_q8.h): per block the max |x| (max is exact
+ * in any order) and whether any value is inf or NaN (x * 0 is NaN), the
+ * scale in scalar code as gml_quantize_row_q8_0 makes it, the values
+ * rounded as roundf does, stored as int8 and moved to uint8 by + 128. */
+void Q8_QNAME(GML_SIMD_TAG)(size_t nblk, const float *x, uint8_t *aq, float *ad) {
+    enum { NQ = 32 / GML_VL };
+    for (size_t b = 0; b < nblk; b++, x += 32, aq += 32) {
+        gml_vf v[NQ], mx = gml_vf_zero();
+        gml_vm bad = gml_vf_unord(mx, mx);
+        for (int h = 0; h < NQ; h++) {
+            v[h] = gml_vf_load(x + h * GML_VL);
+            const gml_vf z = gml_vf_mul(v[h], gml_vf_zero());
+            bad = gml_vm_or(bad, gml_vf_unord(z, z));
+            mx = gml_vf_max(mx, gml_vf_abs(v[h]));
+        }
+        if (gml_vm_any(bad)) {
+            ad[b] = gml_fp16_to_fp32(0x7e00u);
+            memset(aq, 128, 32);
+            continue;
+        }
+        const float d = gml_vf_hmax(mx) / 127.0f;
+        const uint16_t dh = gml_fp32_to_fp16(d);
+        ad[b] = gml_fp16_to_fp32(dh);
+        if ((dh & 0x7fffu) == 0) {
+            memset(aq, 128, 32);
+            continue;
+        }
+        const gml_vf id = gml_vf_set1(1.0f / d);
+        int8_t q[32];
+        for (int h = 0; h < NQ; h++) gml_vf_store_i8(q + h * GML_VL, round_away(gml_vf_mul(v[h], id)));
+        for (int k = 0; k < 32; k++) aq[k] = (uint8_t)(q[k] + 128);
+    }
+}
+#endif
