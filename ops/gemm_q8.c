@@ -42,7 +42,7 @@ const char *gml_q8_feature_name(int f) {
 /* ---- variants ---------------------------------------------------------------- */
 
 const gml_q8_gemm_variant gml_q8_gemm_variants[] = {
-#define GML_Q8_UKERNEL(isa, feat, fn, mr, nr) {isa, feat, fn, mr, nr, #fn},
+#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr) {isa, feat, fn, pack, mr, nr, #fn},
 #define GML_Q8_QUANTIZE(isa, fn)
 #include "gemm_q8.inc"
 #undef GML_Q8_UKERNEL
@@ -65,7 +65,7 @@ static const struct {
     gml_isa isa;
     gml_q8_quantize_fn fn;
 } QUANTIZERS[] = {
-#define GML_Q8_UKERNEL(isa, feat, fn, mr, nr)
+#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr)
 #define GML_Q8_QUANTIZE(isa, fn) {isa, fn},
 #include "gemm_q8.inc"
 #undef GML_Q8_UKERNEL
@@ -136,6 +136,10 @@ void gml_q8_pack_panel(const char *w, size_t ldw, int n, int nr, size_t nblk, vo
             corr[j] = -128 * sum;
         }
     }
+}
+
+void gml_q8_pack_ukernel__scalar_x16(const char *w, size_t ldw, int n, size_t nblk, void *panel) {
+    gml_q8_pack_panel(w, ldw, n, 16, nblk, panel);
 }
 
 void gml_q8_gemm_ukernel__scalar_4x16(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
@@ -223,8 +227,7 @@ void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
     for (int64_t ch; (ch = gml_chunk_next(p)) < n_chunks;) {
         const int64_t bt = ch / panels, j0 = ch % panels * v->nr;
         const int n = (int)GML_MIN((int64_t)v->nr, d->N - j0);
-        gml_q8_pack_panel(b_mat(d, bt) + j0 * d->b_cs, (size_t)d->b_cs, n, v->nr, (size_t)nblk,
-                          panel);
+        v->pack(b_mat(d, bt) + j0 * d->b_cs, (size_t)d->b_cs, n, (size_t)nblk, panel);
         for (int64_t m0 = 0; m0 < d->M; m0 += v->mr) {
             const int64_t r = bt * d->M + m0;
             const int m = (int)GML_MIN((int64_t)v->mr, d->M - m0);

@@ -56,7 +56,8 @@ const char *gml_q8_feature_name(int f);
 #define GML_Q8_NR_MAX 32 /* the widest panel of any variant */
 
 /* Packs rows [0, n) of W (row j at w + j * ldw bytes, nblk q8_0 blocks
- * each) into a panel of nr >= n rows (rows past n zero). */
+ * each) into a panel of nr >= n rows (rows past n zero): the definition of
+ * the layout, in plain C. */
 void gml_q8_pack_panel(const char *w, size_t ldw, int n, int nr, size_t nblk, void *panel);
 
 /* One row of K = 32 nblk floats x (contiguous) into nblk q8 blocks as
@@ -71,9 +72,14 @@ typedef void (*gml_q8_gemm_ukernel_fn)(size_t nblk, const uint8_t *aq, size_t ld
                                        const float *ad, size_t ldd, int m, const void *panel,
                                        int n, float *c, size_t ldc);
 
-#define GML_Q8_UKERNEL(isa, feat, fn, mr, nr)                                               \
+/* A variant's packing: gml_q8_pack_panel for its NR, written over the SIMD
+ * layer (rows past n may hold anything: their lanes are never stored). */
+typedef void (*gml_q8_pack_fn)(const char *w, size_t ldw, int n, size_t nblk, void *panel);
+
+#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr)                                         \
     void fn(size_t nblk, const uint8_t *aq, size_t lda, const float *ad, size_t ldd, int m, \
-            const void *panel, int n, float *c, size_t ldc);
+            const void *panel, int n, float *c, size_t ldc);                                 \
+    void pack(const char *w, size_t ldw, int n, size_t nblk, void *panel);
 #define GML_Q8_QUANTIZE(isa, fn) void fn(size_t nblk, const float *x, uint8_t *aq, float *ad);
 #include "gemm_q8.inc"
 #undef GML_Q8_UKERNEL
@@ -83,6 +89,7 @@ typedef struct gml_q8_gemm_variant {
     gml_isa isa;
     int feature; /* GML_Q8_FEAT_* */
     gml_q8_gemm_ukernel_fn fn;
+    gml_q8_pack_fn pack;
     int mr, nr;
     const char *name;
 } gml_q8_gemm_variant;

@@ -23,12 +23,15 @@
 #if defined(GML_SIMD_AVX2)
 #define NV 1
 #define TILE 4x8
+#define PACK x8
 #elif defined(GML_SIMD_AVX512)
 #define NV 2
 #define TILE 4x32
+#define PACK x32
 #else
 #define NV 2
 #define TILE 4x8
+#define PACK x8
 #endif
 #define NR (NV * GML_VL)
 
@@ -102,6 +105,46 @@ void Q8_NAME(q8_gemm, Q8_TAG, TILE)(size_t nblk, const uint8_t *aq, size_t lda, 
             else
                 gml_vf_store_m(c + i * ldc + v * GML_VL, gml_vm_first_i(nv), acc[i][v]);
         }
+}
+
+/* W's rows [0, n) (row j at w + j * ldw, nblk q8_0 blocks) into a panel of
+ * NR rows as gemm_q8.h lays it out, GML_VL rows at a time: per block, the
+ * rows' 32 values copied side by side (8 int32 each) and transposed as
+ * floats (bits kept), so that lane j of vector g holds 4 k of row j; the
+ * scales gathered as f16; the corrections -128 sum q from dot4 with 128s.
+ * Rows past n repeat row 0 (their lanes are never stored by the tile). */
+void Q8_NAME(q8_pack, Q8_TAG, PACK)(const char *w, size_t ldw, int n, size_t nblk, void *panel) {
+    enum { NB = GML_VL > 8 ? GML_VL : 8 };
+    float buf[GML_VL][NB];
+    memset(buf, 0, sizeof buf);
+    const gml_vi bias = gml_vi_set1((int32_t)0x80808080u);
+    for (int v = 0; v < NV; v++) {
+        const char *row[GML_VL];
+        for (int j = 0; j < GML_VL; j++) {
+            const int jj = v * GML_VL + j;
+            row[j] = w + (size_t)(jj < n ? jj : 0) * ldw;
+        }
+        for (size_t b = 0; b < nblk; b++) {
+            char *blk = (char *)panel + b * GML_Q8_PANEL_BLOCK(NR);
+            int32_t *corr = (int32_t *)(void *)blk;
+            float *dw = (float *)(void *)(blk + 4 * NR);
+            float *q = (float *)(void *)(blk + 8 * NR);
+            const size_t off = b * sizeof(gml_block_q8_0);
+            gml_vf_store(dw + v * GML_VL, gml_vf_gather_f16(row, off));
+            for (int j = 0; j < GML_VL; j++) memcpy(buf[j], row[j] + off + 2, 32);
+            gml_vi sum = gml_vi_set1(0);
+            for (int g0 = 0; g0 < 8; g0 += GML_VL) {
+                gml_vf r[GML_VL];
+                for (int j = 0; j < GML_VL; j++) r[j] = gml_vf_load(buf[j] + g0);
+                gml_vf_transpose(r);
+                for (int g = 0; g < GML_MIN(GML_VL, 8); g++) {
+                    gml_vf_store(q + (g0 + g) * NR + v * GML_VL, r[g]);
+                    sum = gml_vi_dot4_u8s8(sum, bias, gml_vf_as_vi(r[g]));
+                }
+            }
+            gml_vi_store(corr + v * GML_VL, gml_vi_sub(gml_vi_set1(0), sum));
+        }
+    }
 }
 
 #if !defined(GML_SIMD_VNNI)

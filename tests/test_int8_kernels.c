@@ -32,7 +32,7 @@ typedef struct {
     const char *name;
 } quantizer;
 static const quantizer QUANTIZERS[] = {
-#define GML_Q8_UKERNEL(isa, feat, fn, mr, nr)
+#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr)
 #define GML_Q8_QUANTIZE(isa, fn) {isa, fn, #fn},
 #include "../ops/gemm_q8.inc"
 #undef GML_Q8_UKERNEL
@@ -141,26 +141,47 @@ static void test_ukernels(void) {
                     for (int k = 0; k < 32; k++) aq[i * lda + 32 * b + k] = (uint8_t)(a[i][b].qs[k] + 128);
                 }
             void *panel = aligned_alloc(64, nblk * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX));
+            void *mine = aligned_alloc(64, nblk * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX));
             for (int m = 1; m <= v->mr; m++)
-                for (int n = 1; n <= v->nr; n++) {
-                    gml_q8_pack_panel((const char *)w, sizeof w[0], n, v->nr, nblk, panel);
-                    const size_t ldc = (size_t)v->nr + 3;
-                    float c[6 * (GML_Q8_NR_MAX + 3)];
-                    for (size_t e = 0; e < sizeof c / sizeof c[0]; e++) c[e] = -7.0f;
-                    v->fn(nblk, aq, lda, ad, ldd, m, panel, n, c, ldc);
-                    bool ok = true;
-                    for (int i = 0; i < 6 && ok; i++)
-                        for (size_t j = 0; j < ldc && ok; j++) {
-                            const float got = c[i * ldc + j];
-                            const bool in = i < m && (int)j < n;
-                            const float want = in ? def_dot(a[i], w[j], nblk) : -7.0f;
-                            ok = CHECK(memcmp(&got, &want, 4) == 0,
-                                       "%s nblk=%zu m=%d n=%d: c[%d][%zu] = %.9g, want %.9g%s",
-                                       v->name, nblk, m, n, i, j, got, want,
-                                       in ? "" : " (outside the tile: must be untouched)");
+                for (int n = 1; n <= v->nr; n++)
+                    for (int own = 0; own < 2; own++) {
+                        /* the variant's packing holds the layout's bytes in rows < n */
+                        gml_q8_pack_panel((const char *)w, sizeof w[0], n, v->nr, nblk, panel);
+                        if (own) {
+                            memset(mine, 0x5a, nblk * GML_Q8_PANEL_BLOCK(v->nr));
+                            v->pack((const char *)w, sizeof w[0], n, nblk, mine);
+                            for (size_t b = 0; b < nblk; b++) {
+                                const char *p0 = (const char *)panel + b * GML_Q8_PANEL_BLOCK(v->nr);
+                                const char *p1 = (const char *)mine + b * GML_Q8_PANEL_BLOCK(v->nr);
+                                for (int j = 0; j < n; j++) {
+                                    bool same = memcmp(p0 + 4 * j, p1 + 4 * j, 4) == 0 &&
+                                                memcmp(p0 + 4 * (v->nr + j), p1 + 4 * (v->nr + j), 4) == 0;
+                                    for (int g = 0; g < 8; g++)
+                                        same = same && memcmp(p0 + 8 * v->nr + (g * v->nr + j) * 4,
+                                                              p1 + 8 * v->nr + (g * v->nr + j) * 4, 4) == 0;
+                                    CHECK(same, "%s's packing, nblk=%zu n=%d: block %zu row %d differs "
+                                          "from gml_q8_pack_panel's", v->name, nblk, n, b, j);
+                                }
+                            }
                         }
-                }
+                        const size_t ldc = (size_t)v->nr + 3;
+                        float c[6 * (GML_Q8_NR_MAX + 3)];
+                        for (size_t e = 0; e < sizeof c / sizeof c[0]; e++) c[e] = -7.0f;
+                        v->fn(nblk, aq, lda, ad, ldd, m, own ? mine : panel, n, c, ldc);
+                        bool ok = true;
+                        for (int i = 0; i < 6 && ok; i++)
+                            for (size_t j = 0; j < ldc && ok; j++) {
+                                const float got = c[i * ldc + j];
+                                const bool in = i < m && (int)j < n;
+                                const float want = in ? def_dot(a[i], w[j], nblk) : -7.0f;
+                                ok = CHECK(memcmp(&got, &want, 4) == 0,
+                                           "%s nblk=%zu m=%d n=%d%s: c[%d][%zu] = %.9g, want %.9g%s",
+                                           v->name, nblk, m, n, own ? " (own packing)" : "", i, j, got, want,
+                                           in ? "" : " (outside the tile: must be untouched)");
+                            }
+                    }
             free(panel);
+            free(mine);
         }
     }
 }

@@ -255,6 +255,10 @@ static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float ou
 }
 
 /* ---- for int8 (ops/gemm_q8_simd.c) ---- */
+/* bits of a float vector as int32 lanes; int32 store and difference */
+static inline gml_vi gml_vf_as_vi(gml_vf v) { return _mm512_castps_si512(v); }
+static inline void gml_vi_store(int32_t *p, gml_vi v) { _mm512_storeu_si512(p, v); }
+static inline gml_vi gml_vi_sub(gml_vi a, gml_vi b) { return _mm512_sub_epi32(a, b); }
 /* The 4 bytes at p (any alignment) in every int32 lane */
 static inline gml_vi gml_vi_bcast4(const uint8_t *p) {
     int32_t x;
