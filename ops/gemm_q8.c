@@ -144,9 +144,11 @@ void gml_q8_pack_ukernel__scalar_x16(const char *w, size_t ldw, int n, size_t nb
 
 void gml_q8_gemm_ukernel__scalar_4x16(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
                                       size_t ldd, int m, const void *panel, int n, float *c,
-                                      size_t ldc) {
+                                      size_t ldc, bool acc_c) {
     enum { NRS = 16 };
     float acc[4][NRS] = {{0}};
+    for (int i = 0; i < m && acc_c; i++)
+        for (int j = 0; j < n; j++) acc[i][j] = c[i * ldc + (size_t)j];
     for (size_t b = 0; b < nblk; b++) {
         const char *blk = (const char *)panel + b * GML_Q8_PANEL_BLOCK(NRS);
         const int32_t *corr = (const int32_t *)(const void *)blk;
@@ -188,6 +190,9 @@ static const float *a_floats(const gml_gemm_desc *d, int64_t r, float *tmp) {
     return tmp;
 }
 
+/* Blocks of K per packed piece of a panel (gml_q8_gemm) */
+enum { KB = 16 };
+
 /* Scratch: the quantized rows of A (all batches), then per thread a panel
  * of the widest variant and K floats (a gathered row). */
 static size_t aq_bytes(const gml_gemm_desc *d) {
@@ -222,18 +227,25 @@ void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
         quantize((size_t)nblk, a_floats(d, r, tmp), aq + r * d->K, ad + r * nblk);
     gml_barrier(p);
 
-    /* chunks: (batch, NR rows of W), against every row of A of the batch */
+    /* chunks: (batch, NR rows of W), against every row of A of the batch,
+     * K in steps of KB blocks so that the packed piece of the panel stays
+     * in L1 (NR = 32: 20 KiB) while the rows of A pass by */
     const int64_t panels = (d->N + v->nr - 1) / v->nr, n_chunks = d->nb0 * d->nb1 * panels;
     for (int64_t ch; (ch = gml_chunk_next(p)) < n_chunks;) {
         const int64_t bt = ch / panels, j0 = ch % panels * v->nr;
         const int n = (int)GML_MIN((int64_t)v->nr, d->N - j0);
-        v->pack(b_mat(d, bt) + j0 * d->b_cs, (size_t)d->b_cs, n, (size_t)nblk, panel);
-        for (int64_t m0 = 0; m0 < d->M; m0 += v->mr) {
-            const int64_t r = bt * d->M + m0;
-            const int m = (int)GML_MIN((int64_t)v->mr, d->M - m0);
-            float *c = (float *)(void *)(c_row(d, r) + j0 * (int64_t)sizeof(float));
-            v->fn((size_t)nblk, aq + r * d->K, (size_t)d->K, ad + r * nblk, (size_t)nblk, m,
-                  panel, n, c, (size_t)(d->c_rs / (int64_t)sizeof(float)));
+        for (int64_t kb = 0; kb < nblk; kb += KB) {
+            const int64_t nb = GML_MIN(KB, nblk - kb);
+            v->pack(b_mat(d, bt) + j0 * d->b_cs + kb * d->b_rs, (size_t)d->b_cs, n, (size_t)nb,
+                    panel);
+            for (int64_t m0 = 0; m0 < d->M; m0 += v->mr) {
+                const int64_t r = bt * d->M + m0;
+                const int m = (int)GML_MIN((int64_t)v->mr, d->M - m0);
+                float *c = (float *)(void *)(c_row(d, r) + j0 * (int64_t)sizeof(float));
+                v->fn((size_t)nb, aq + r * d->K + 32 * kb, (size_t)d->K, ad + r * nblk + kb,
+                      (size_t)nblk, m, panel, n, c, (size_t)(d->c_rs / (int64_t)sizeof(float)),
+                      kb > 0);
+            }
         }
     }
 }

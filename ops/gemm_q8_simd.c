@@ -94,10 +94,15 @@ static GML_SIMD_INLINE void q8_tile(size_t nblk, const uint8_t *aq, size_t lda, 
 
 void Q8_NAME(q8_gemm, Q8_TAG, TILE)(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
                                     size_t ldd, int m, const void *panel, int n, float *c,
-                                    size_t ldc) {
+                                    size_t ldc, bool acc_c) {
     gml_vf acc[MR][NV];
     for (int i = 0; i < MR; i++)
-        for (int v = 0; v < NV; v++) acc[i][v] = gml_vf_zero();
+        for (int v = 0; v < NV; v++) {
+            const int nv = n - v * GML_VL;
+            acc[i][v] = !acc_c || i >= m || nv <= 0 ? gml_vf_zero()
+                        : nv >= GML_VL ? gml_vf_load(c + i * ldc + v * GML_VL)
+                                       : gml_vf_load_m(c + i * ldc + v * GML_VL, gml_vm_first_i(nv));
+        }
     const char *pp = panel;
     switch (m) {
     case 1: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 1); break;

@@ -9,7 +9,7 @@
  *    n <= NR, and C outside the tile untouched;
  *  - the whole product (gml_q8_gemm) with every micro-kernel the CPU can
  *    run, at 1-4 and 7 threads, bitwise equal to the reference
- *    (gml_q8_gemm_ref), on odd M and N, K = 32 to 288, strided and
+ *    (gml_q8_gemm_ref), on odd M and N, K = 32 to 1056 (past a step of K), strided and
  *    transposed activations, batches with their own and with a shared
  *    weight; the reference within its rounding bound of a double product of
  *    the same quantized operands (quantized here by gml_quantize_row_q8_0),
@@ -109,9 +109,8 @@ static void rand_q8(gml_block_q8_0 *blk, int64_t n) {
     }
 }
 
-/* The definition: (m, n) of A's rows (q8 blocks) x W's rows */
-static float def_dot(const gml_block_q8_0 *a, const gml_block_q8_0 *w, size_t nblk) {
-    float c = 0.0f;
+/* The definition: (m, n) of A's rows (q8 blocks) x W's rows, from c */
+static float def_dot(const gml_block_q8_0 *a, const gml_block_q8_0 *w, size_t nblk, float c) {
     for (size_t b = 0; b < nblk; b++) {
         int32_t s = 0;
         for (int k = 0; k < 32; k++) s += a[b].qs[k] * w[b].qs[k];
@@ -167,13 +166,18 @@ static void test_ukernels(void) {
                         const size_t ldc = (size_t)v->nr + 3;
                         float c[6 * (GML_Q8_NR_MAX + 3)];
                         for (size_t e = 0; e < sizeof c / sizeof c[0]; e++) c[e] = -7.0f;
-                        v->fn(nblk, aq, lda, ad, ldd, m, own ? mine : panel, n, c, ldc);
+                        /* own packing: C's tile taken as the start of each chain (acc) */
+                        for (int i = 0; i < m && own; i++)
+                            for (int j = 0; j < n; j++) c[i * ldc + (size_t)j] = (float)(i - j) * 0.25f;
+                        v->fn(nblk, aq, lda, ad, ldd, m, own ? mine : panel, n, c, ldc, own);
                         bool ok = true;
                         for (int i = 0; i < 6 && ok; i++)
                             for (size_t j = 0; j < ldc && ok; j++) {
                                 const float got = c[i * ldc + j];
                                 const bool in = i < m && (int)j < n;
-                                const float want = in ? def_dot(a[i], w[j], nblk) : -7.0f;
+                                const float want =
+                                    in ? def_dot(a[i], w[j], nblk, own ? (float)(i - (int)j) * 0.25f : 0.0f)
+                                       : -7.0f;
                                 ok = CHECK(memcmp(&got, &want, 4) == 0,
                                            "%s nblk=%zu m=%d n=%d%s: c[%d][%zu] = %.9g, want %.9g%s",
                                            v->name, nblk, m, n, own ? " (own packing)" : "", i, j, got, want,
@@ -335,6 +339,8 @@ int main(void) {
         {1, 1, 1, 1, 32, 0, true},     {1, 1, 5, 7, 64, 0, true},    {1, 1, 13, 37, 96, 0, true},
         {1, 1, 33, 65, 160, 1, true},  {1, 1, 3, 100, 256, 2, true}, {1, 1, 9, 33, 288, 2, true},
         {2, 3, 5, 11, 64, 0, false},   {2, 3, 7, 9, 96, 1, true},    {1, 1, 66, 47, 128, 0, true},
+        /* K past one step of the packed panel (16 blocks) */
+        {1, 1, 6, 35, 544, 2, true},   {1, 1, 3, 20, 1056, 0, true}, {2, 1, 1, 9, 1024, 1, false},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_product(&shapes[i]);
     return chk_summary();
