@@ -193,16 +193,21 @@ static const float *a_floats(const gml_gemm_desc *d, int64_t r, float *tmp) {
 /* Blocks of K per packed piece of a panel (gml_q8_gemm) */
 enum { KB = 16 };
 
-/* Scratch: the quantized rows of A (all batches), then per thread a panel
- * of the widest variant and K floats (a gathered row). */
+/* Scratch: the quantized rows of A (all batches), then per thread KB
+ * blocks of a panel of the widest variant (the reference: one quantized
+ * row and its scales) and K floats (a gathered row). */
 static size_t aq_bytes(const gml_gemm_desc *d) {
     const int64_t rows = d->nb0 * d->nb1 * d->M;
     return gml_align_up((size_t)(rows * d->K), 64) +
            gml_align_up((size_t)(rows * (d->K / 32)) * sizeof(float), 64);
 }
+static size_t panel_bytes(const gml_gemm_desc *d) {
+    const size_t ref_row = gml_align_up((size_t)d->K, 64) +
+                           gml_align_up((size_t)(d->K / 32) * sizeof(float), 64);
+    return GML_MAX(KB * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX), ref_row);
+}
 static size_t thread_bytes(const gml_gemm_desc *d) {
-    return gml_align_up((size_t)(d->K / 32) * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX), 64) +
-           gml_align_up((size_t)d->K * sizeof(float), 64);
+    return panel_bytes(d) + gml_align_up((size_t)d->K * sizeof(float), 64);
 }
 
 size_t gml_q8_gemm_work_size(const gml_gemm_desc *d, int nth) {
@@ -217,7 +222,7 @@ void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
     float *ad = (float *)(void *)((char *)p->wdata + gml_align_up((size_t)(rows * d->K), 64));
     char *mine = (char *)p->wdata + aq_bytes(d) + (size_t)p->ith * thread_bytes(d);
     void *panel = mine;
-    float *tmp = (float *)(void *)(mine + gml_align_up((size_t)nblk * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX), 64));
+    float *tmp = (float *)(void *)(mine + panel_bytes(d));
 
     /* A's rows, quantized once: rows split among the threads */
     const gml_q8_quantize_fn quantize = gml_q8_quantize_pick(p->isa);
@@ -255,7 +260,7 @@ void gml_q8_gemm_ref(const gml_compute_params *p, const gml_gemm_desc *d) {
     char *mine = (char *)p->wdata + aq_bytes(d) + (size_t)p->ith * thread_bytes(d);
     int8_t *qa = (int8_t *)mine; /* K values */
     float *da = (float *)(void *)(mine + gml_align_up((size_t)d->K, 64)); /* nblk scales */
-    float *tmp = (float *)(void *)(mine + gml_align_up((size_t)nblk * GML_Q8_PANEL_BLOCK(GML_Q8_NR_MAX), 64));
+    float *tmp = (float *)(void *)(mine + panel_bytes(d));
     int64_t r0, r1;
     gml_split(rows, p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
