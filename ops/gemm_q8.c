@@ -6,37 +6,22 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 /* ---- CPU features ---------------------------------------------------------- */
-
-#if defined(__x86_64__) || defined(__i386__)
-/* CPUID.(7,0):ECX bit 11 AVX512_VNNI; CPUID.(7,1):EAX bit 4 AVX_VNNI. Their
- * registers are the AVX-512 and AVX ones, whose OS support gml_cpu_has
- * checks. */
-static bool cpuid7(unsigned sub, unsigned reg, unsigned bit) {
-    unsigned r[4];
-    if (__get_cpuid_max(0, NULL) < 7) return false;
-    __cpuid_count(7, sub, r[0], r[1], r[2], r[3]);
-    return (r[reg] >> bit) & 1u;
-}
-#endif
 
 bool gml_q8_cpu_has(int f) {
     switch (f) {
     case GML_Q8_FEAT_NONE: return true;
-#if defined(__x86_64__) || defined(__i386__)
-    case GML_Q8_FEAT_AVX512_VNNI: return gml_cpu_has(GML_ISA_AVX512) && cpuid7(0, 2, 11);
-    case GML_Q8_FEAT_AVX_VNNI: return gml_cpu_has(GML_ISA_AVX2) && cpuid7(1, 0, 4);
-#endif
+    case GML_Q8_FEAT_AVX512_VNNI: return gml_cpu_has_feature(GML_CPU_AVX512_VNNI);
+    case GML_Q8_FEAT_AVX_VNNI: return gml_cpu_has_feature(GML_CPU_AVX_VNNI);
     default: return false;
     }
 }
 
 const char *gml_q8_feature_name(int f) {
-    return f == GML_Q8_FEAT_AVX512_VNNI ? "avx512_vnni" : f == GML_Q8_FEAT_AVX_VNNI ? "avx_vnni" : "";
+    return f == GML_Q8_FEAT_AVX512_VNNI ? gml_cpu_feature_name(GML_CPU_AVX512_VNNI)
+           : f == GML_Q8_FEAT_AVX_VNNI  ? gml_cpu_feature_name(GML_CPU_AVX_VNNI)
+                                        : "";
 }
 
 /* ---- variants ---------------------------------------------------------------- */

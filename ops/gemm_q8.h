@@ -38,7 +38,8 @@
 
 #include "gemm.h"
 
-/* CPU features a variant needs beyond its ISA (gml_q8_cpu_has). */
+/* CPU features a variant needs beyond its ISA (gml_q8_cpu_has: the
+ * public gml_cpu_has_feature's answer). */
 enum {
     GML_Q8_FEAT_NONE = 0,
     GML_Q8_FEAT_AVX512_VNNI, /* vpdpbusd on zmm (AVX512-VNNI) */

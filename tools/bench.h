@@ -24,6 +24,11 @@ typedef struct bench_limits {
     bool read_huge;                         /* on 2 MiB pages (madvise), as ggmlite's arenas */
     size_t llc_bytes;                       /* the last-level cache, from sysfs (0: unknown) */
     const char *fma_what;                   /* the loop, e.g. "AVX-512 FMA, 16 zmm chains" */
+    /* The int8 peak (bench_measure_int8_peak): vpdpbusd as the FMA peak is
+     * measured, in GOP/s (a product and its add count 2: 128 per zmm
+     * instruction), 0 where the CPU lacks the VNNI of the ISA. */
+    double int8_gops[BENCH_MAX_THREADS];
+    const char *int8_what;
 } bench_limits;
 
 /* Measures the limits at isa for 1 thread and each count in threads[0..n),
@@ -33,6 +38,8 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
 void bench_print_limits(const bench_limits *l);
 /* The FMA peak and read bandwidth at nth threads (0: not measured). */
 double bench_fma_peak(const bench_limits *l, int nth);
+/* The int8 peak at nth threads (0: not measured). */
+double bench_int8_peak(const bench_limits *l, int nth);
 double bench_read_bw(const bench_limits *l, int nth);
 /* "83.1%" of rate against limit into buf, "-" when the limit is unknown. */
 const char *bench_pct(char *buf, size_t size, double rate, double limit);
@@ -47,5 +54,12 @@ const char *bench_pct(char *buf, size_t size, double rate, double limit);
 float bench_fma_avx2(int64_t iters);
 float bench_fma_avx512(int64_t iters);
 float bench_read_avx2(const float *p, size_t n);
+/* bench_limits_vnni.c: iters rounds of BENCH_VNNI_CHAINS (zmm, AVX512-VNNI)
+ * or BENCH_VNNI_CHAINS_AVX2 (ymm, AVX-VNNI) independent vpdpbusd; each
+ * function compiled for its extension only, run only where the CPU has it. */
+#define BENCH_VNNI_CHAINS 16
+#define BENCH_VNNI_CHAINS_AVX2 12
+int32_t bench_vnni_avx512(int64_t iters);
+int32_t bench_vnni_avx2(int64_t iters);
 
 #endif

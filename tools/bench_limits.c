@@ -36,7 +36,8 @@ enum { FMA_REPS = 200, READ_PASSES = 2 };
 
 static double now_s(void) { return rg_now_ms() * 1e-3; }
 
-typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
+typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN, JOB_VNNI_AVX2,
+               JOB_VNNI_AVX512 } job_kind;
 
 typedef struct job {
     job_kind kind;
@@ -74,10 +75,21 @@ static void *run_job(void *arg) {
         }
         break;
     case JOB_READ_AVX2: j->sink = bench_read_avx2(j->p, j->n); break;
+    case JOB_VNNI_AVX2:
+    case JOB_VNNI_AVX512:
+        for (int r = 0; r < j->reps; r++) {
+            const double t = now_s();
+            j->sink = (float)(j->kind == JOB_VNNI_AVX2 ? bench_vnni_avx2(j->iters)
+                                                       : bench_vnni_avx512(j->iters));
+            if (now_s() - t < j->best) j->best = now_s() - t;
+        }
+        break;
 #else /* the x86 loops are not built here, and gml_cpu_has never asks for them */
     case JOB_FMA_AVX2:
     case JOB_FMA_AVX512:
-    case JOB_READ_AVX2: break;
+    case JOB_READ_AVX2:
+    case JOB_VNNI_AVX2:
+    case JOB_VNNI_AVX512: break;
 #endif
     case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
     }
@@ -205,6 +217,38 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
         l->read_gbs[k] = (double)(chunk * sizeof(float)) / best * 1e-9;
     }
     free(buf);
+    measure_int8_peak(l);
+}
+
+/* The int8 peak, measured as the FMA peak is (calibrated runs, the sum of
+ * each thread's fastest): vpdpbusd on zmm at AVX-512 with AVX512-VNNI, on
+ * ymm at AVX2 with AVX-VNNI (what the int8 kernels of that ISA run). */
+static void measure_int8_peak(bench_limits *l) {
+    const bool z = l->isa == GML_ISA_AVX512 && gml_cpu_has_feature(GML_CPU_AVX512_VNNI);
+    const bool y = l->isa == GML_ISA_AVX2 && gml_cpu_has_feature(GML_CPU_AVX_VNNI);
+    l->int8_what = z   ? "AVX512-VNNI vpdpbusd zmm, 16 independent chains per thread"
+                   : y ? "AVX-VNNI vpdpbusd ymm, 12 independent chains per thread"
+                       : "none (no VNNI at this ISA)";
+    if (!z && !y) return;
+    const job_kind k = z ? JOB_VNNI_AVX512 : JOB_VNNI_AVX2;
+    const double ops_per_iter = z ? 2.0 * 64 * BENCH_VNNI_CHAINS : 2.0 * 32 * BENCH_VNNI_CHAINS_AVX2;
+    int64_t iters = 1 << 16;
+    double best[BENCH_MAX_THREADS];
+    run_threads(k, 1, 8 * iters, 1, NULL, NULL, 0);
+    run_threads(k, 1, iters, 5, best, NULL, 0);
+    iters = (int64_t)((double)iters * FMA_RUN_S / (best[0] > 1e-7 ? best[0] : 1e-7)) + 1;
+    for (int i = 0; i < l->n; i++) {
+        run_threads(k, l->threads[i], iters, FMA_REPS, best, NULL, 0);
+        l->int8_gops[i] = 0;
+        for (int t = 0; t < l->threads[i]; t++)
+            l->int8_gops[i] += ops_per_iter * (double)iters / best[t] * 1e-9;
+    }
+}
+
+double bench_int8_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->int8_gops[k];
+    return 0;
 }
 
 double bench_fma_peak(const bench_limits *l, int nth) {
@@ -240,12 +284,16 @@ void bench_print_limits(const bench_limits *l) {
            "aggregate GB/s\n",
            READ_PASSES, (double)l->read_bytes / mib, (double)l->llc_bytes / mib,
            l->read_huge ? "2 MiB (advised)" : "4 KiB", (double)READ_CHUNK / mib);
-    printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
+    printf("  int8 peak: %s; timed as the FMA peak, GOP/s (a product and its add count 2)\n",
+           l->int8_what);
+    printf("%7s %14s %12s %12s\n", "threads", "FMA GFLOP/s", "read GB/s", "int8 GOP/s");
     for (int k = 0; k < l->n; k++) {
-        char f[32];
+        char f[32], q[32];
         if (l->fma_gflops[k] > 0) snprintf(f, sizeof f, "%.1f", l->fma_gflops[k]);
         else snprintf(f, sizeof f, "-");
-        printf("%7d %14s %12.1f\n", l->threads[k], f, l->read_gbs[k]);
+        if (l->int8_gops[k] > 0) snprintf(q, sizeof q, "%.1f", l->int8_gops[k]);
+        else snprintf(q, sizeof q, "-");
+        printf("%7d %14s %12.1f %12s\n", l->threads[k], f, l->read_gbs[k], q);
     }
     fflush(stdout);
 }
