@@ -1,6 +1,7 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
 #include "gemm.h"
 #include "gemm_bf16.h"
+#include "gemm_q8.h"
 #include "view.h"
 
 /* A matmul node's parameters: its compute precision (gml_compute; 0, f32,
@@ -42,6 +43,11 @@ static inline double b_elem(const gml_tensor *b, const char *bmat, int64_t k, in
 static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
     if (gml_matmul_compute(dst) == GML_COMPUTE_BF16) {
         gml_bf16_matmul__ref(p, dst);
+        return;
+    }
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8) { /* ops/gemm_q8.h */
+        const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
+        gml_q8_gemm_ref(p, &d);
         return;
     }
     const gml_tensor *a = dst->src[0], *b = dst->src[1];
@@ -104,13 +110,17 @@ static void gml_f32_matmul(const gml_compute_params *p, gml_tensor *dst) {
         return;
     }
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
-    gml_gemm(p, &d, gml_gemm_pick(p->isa));
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8)
+        gml_q8_gemm(p, &d, gml_q8_gemm_pick(p->isa));
+    else
+        gml_gemm(p, &d, gml_gemm_pick(p->isa));
 }
 
 static size_t matmul_work_size(const gml_tensor *dst, int nth) {
     if (gml_matmul_compute(dst) == GML_COMPUTE_BF16) return gml_bf16_matmul_work_size(dst, nth);
     /* any variant's size */
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], GML_ISA_REFERENCE);
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8) return gml_q8_gemm_work_size(&d, nth);
     return gml_gemm_work_size(&d, nth);
 }
 
@@ -173,8 +183,12 @@ static const char *compute_refused(gml_compute c, const gml_tensor *b) {
         return b->type == GML_F32 || b->type == GML_F16 || b->type == GML_BF16
                    ? NULL
                    : "bf16 compute takes a b of f32, f16 or bf16 (a q8_0 b: f32 compute)";
-    case GML_COMPUTE_INT8:
-        return "int8 compute (a q8_0 b against a quantized per row) has no kernels yet";
+    case GML_COMPUTE_INT8: /* K is a multiple of 32: a q8_0 b is blocked along K */
+        return b->type == GML_Q8_0
+                   ? NULL
+                   : "int8 compute takes a q8_0 b (a q8_0 weight against a quantized per row); "
+                     "quantize the weight to q8_0 first (gml_cpy into a q8_0 tensor, run-graph "
+                     "--weights-dtype q8_0) or keep f32 compute";
     default: return "not a gml_compute value";
     }
 }
@@ -213,10 +227,9 @@ gml_compute gml_get_compute(const gml_tensor *op) {
 
 gml_status gml_set_default_compute(gml_context *ctx, gml_compute c) {
     if (!ctx) return GML_ERR_INVALID;
-    if ((unsigned)c >= GML_COMPUTE_COUNT || c == GML_COMPUTE_INT8) {
-        gml_set_error(ctx, "gml_set_default_compute(%s): %s", gml_compute_name(c),
-                      c == GML_COMPUTE_INT8 ? "int8 compute has no kernels yet"
-                                            : "not a gml_compute value (f32, bf16, int8)");
+    if ((unsigned)c >= GML_COMPUTE_COUNT) {
+        gml_set_error(ctx, "gml_set_default_compute(%s): not a gml_compute value (f32, bf16, int8)",
+                      gml_compute_name(c));
         return GML_ERR_INVALID;
     }
     ctx->compute = c;
@@ -273,8 +286,8 @@ const gml_op_def gml_opdef_matmul = {
     .build = build_matmul,
     .get_args = matmul_get_args,
     .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast; a f32, b f32, "
-                "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight; compute f32, or bf16 "
-                "(b f32, f16, bf16; docs/numerics.md)",
+                "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight; compute f32, bf16 "
+                "(b f32, f16, bf16) or int8 (b q8_0; docs/numerics.md)",
     .doc_result = "`[..., M, N]` (torch.matmul; any strides)",
 };
 
