@@ -148,6 +148,8 @@ static size_t llc_bytes(void) {
     return best;
 }
 
+static void measure_int8_peak(bench_limits *l);
+
 void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n) {
     *l = (bench_limits){.isa = isa, .threads = {1}, .n = 1};
     for (int i = 0; i < n; i++) { /* 1 and each count asked for, once */
