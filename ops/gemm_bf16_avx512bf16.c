@@ -1,0 +1,47 @@
+/* The AVX512-BF16 micro-kernel of the pairs-order bf16 GEMM (gemm_bf16.h,
+ * ops/gemm_bf16.inc): VDPBF16PS on a 14 x 32 register tile. Only one ISA
+ * has the instruction, so it is written here with its intrinsics rather
+ * than over the SIMD layer; it is compiled in the AVX-512 objects with a
+ * target attribute adding AVX512_BF16 (the other AVX-512 kernels must run
+ * on CPUs without it) and runs only where gml_cpu_has_feature says the
+ * CPU has it (gml_bf16_gemm_pick). */
+#include "gemm_bf16.h"
+
+#include <immintrin.h>
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+enum { MR = 14, NR = 32 };
+
+BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32_t *a,
+                                                         const uint32_t *b, float *c, size_t ldc,
+                                                         int m, int n, bool acc) {
+    const __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    const __mmask16 k1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++) {
+        c0[i] = _mm512_setzero_ps();
+        c1[i] = _mm512_setzero_ps();
+        if (acc && i < m) {
+            c0[i] = _mm512_maskz_loadu_ps(k0, c + (size_t)i * ldc);
+            c1[i] = _mm512_maskz_loadu_ps(k1, c + (size_t)i * ldc + 16);
+        }
+    }
+    for (size_t p = 0; p < kp; p++, a += MR, b += NR) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+#pragma GCC unroll 14
+        for (int i = 0; i < MR; i++) {
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+            c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
+            c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
+        }
+    }
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; i++)
+        if (i < m) {
+            _mm512_mask_storeu_ps(c + (size_t)i * ldc, k0, c0[i]);
+            _mm512_mask_storeu_ps(c + (size_t)i * ldc + 16, k1, c1[i]);
+        }
+}
