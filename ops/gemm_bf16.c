@@ -23,6 +23,9 @@
 
 #include <assert.h>
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* ---- the reference micro-kernel: VDPBF16PS emulated ----------------------- */
 
@@ -124,36 +127,54 @@ static bf16_pack pack_of(const gml_gemm_desc *d, int mr, int nr, int nth) {
     k.b_pairs = (size_t)(k.b_panels * nr * k.kp);
     k.a_bytes = gml_align_up(k.a_pairs * (size_t)k.a_batches * 4, GML_ALIGN);
     k.b_bytes = gml_align_up(k.b_pairs * (size_t)k.b_batches * 4, GML_ALIGN);
-    /* a row of K, or two rows of a B panel */
-    k.tmp_bytes = gml_align_up((size_t)GML_MAX(2 * k.kp, (int64_t)(2 * nr)) * 2, GML_ALIGN) * (size_t)nth;
+    /* two rows of K (A), or two rows of a B panel */
+    k.tmp_bytes = gml_align_up((size_t)GML_MAX(4 * k.kp, (int64_t)(2 * nr)) * 2, GML_ALIGN) * (size_t)nth;
     return k;
 }
 
-/* The pairs of one row of bf16 (2 kp values, the last 0 when K is odd)
- * spread with stride `step` pairs into dst. */
-static void spread_pairs(const uint16_t *row, int64_t kp, uint32_t *dst, int64_t step) {
-    for (int64_t p = 0; p < kp; p++) {
-        uint32_t pair;
-        memcpy(&pair, row + 2 * p, 4);
-        dst[p * step] = pair;
+/* Rows r0 and r1 of bf16 (2 kp values each) as pairs into an MR-row
+ * panel: pair p of r0 at dst[p * mr], of r1 at dst[p * mr + 1]. */
+static void spread_two(const uint16_t *r0, const uint16_t *r1, int64_t kp, uint32_t *dst, int mr) {
+    int64_t p = 0;
+#ifdef __SSE2__
+    for (; p + 4 <= kp; p += 4) { /* 4 pairs of each row: 4 stores of a pair of pairs */
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(r0 + 2 * p));
+        const __m128i y = _mm_loadu_si128((const __m128i *)(const void *)(r1 + 2 * p));
+        const __m128i lo = _mm_unpacklo_epi32(x, y), hi = _mm_unpackhi_epi32(x, y);
+        _mm_storel_epi64((__m128i *)(void *)(dst + (p + 0) * mr), lo);
+        _mm_storel_epi64((__m128i *)(void *)(dst + (p + 1) * mr), _mm_unpackhi_epi64(lo, lo));
+        _mm_storel_epi64((__m128i *)(void *)(dst + (p + 2) * mr), hi);
+        _mm_storel_epi64((__m128i *)(void *)(dst + (p + 3) * mr), _mm_unpackhi_epi64(hi, hi));
+    }
+#endif
+    for (; p < kp; p++) {
+        uint32_t x, y;
+        memcpy(&x, r0 + 2 * p, 4);
+        memcpy(&y, r1 + 2 * p, 4);
+        dst[p * mr] = x;
+        dst[p * mr + 1] = y;
     }
 }
 
-/* A's panel g of batch bi (rows g MR .., all of K). */
+/* A's panel g of batch bi (rows g MR .., all of K), two rows at a time
+ * (MR even). */
 static void pack_a_group(const gml_gemm_desc *d, const bf16_pack *k, int mr, int64_t bi, int64_t g,
                          uint32_t *apk, uint16_t *row) {
-    const int64_t i0 = bi / d->nb1, i1 = bi % d->nb1;
+    const int64_t i0 = bi / d->nb1, i1 = bi % d->nb1, rl = 2 * k->kp; /* values per row */
     uint32_t *dst = apk + (size_t)bi * k->a_pairs + (size_t)(g * mr * k->kp);
-    row[2 * k->kp - 1] = 0; /* K odd: the pad */
-    for (int i = 0; i < mr; i++) {
-        const int64_t m = g * mr + i;
-        if (m >= d->M) {
-            for (int64_t p = 0; p < k->kp; p++) dst[p * mr + i] = 0;
-            continue;
+    uint16_t *r[2] = {row, row + rl};
+    for (int i = 0; i < mr; i += 2) {
+        for (int t = 0; t < 2; t++) {
+            const int64_t m = g * mr + i + t;
+            r[t][rl - 1] = 0; /* K odd: the pad */
+            if (m >= d->M) {
+                memset(r[t], 0, (size_t)rl * 2);
+                continue;
+            }
+            const char *src = d->a + i0 * d->a_bs[0] + i1 * d->a_bs[1] + m * d->a_rs;
+            to_bf16(d->isa, GML_F32, src, d->a_cs, d->K, r[t]);
         }
-        const char *src = d->a + i0 * d->a_bs[0] + i1 * d->a_bs[1] + m * d->a_rs;
-        to_bf16(d->isa, GML_F32, src, d->a_cs, d->K, row);
-        spread_pairs(row, k->kp, dst + i, mr);
+        spread_two(r[0], r[1], k->kp, dst + i, mr);
     }
 }
 
@@ -167,11 +188,16 @@ static void pack_b_panel(const gml_gemm_desc *d, const bf16_pack *k, int nr, int
     const char *b = d->b + i0 * d->b_bs[0] + i1 * d->b_bs[1];
     const int64_t es = d->b_type == GML_F32 ? 4 : 2, n0 = q * nr;
     const int cols = (int)GML_MIN((int64_t)nr, d->N - n0);
-    if (d->b_rs == es) { /* k contiguous: W^T */
-        row[2 * k->kp - 1] = 0;
-        for (int j = 0; j < cols; j++) {
-            to_bf16(d->isa, d->b_type, b + (n0 + j) * d->b_cs, d->b_rs, d->K, row);
-            spread_pairs(row, k->kp, dst + j, nr);
+    if (d->b_rs == es) { /* k contiguous: W^T; two columns at a time (NR even) */
+        const int64_t rl = 2 * k->kp;
+        uint16_t *r[2] = {row, row + rl};
+        for (int j = 0; j < cols; j += 2) {
+            for (int t = 0; t < 2; t++) {
+                r[t][rl - 1] = 0; /* K odd: the pad */
+                if (j + t < cols) to_bf16(d->isa, d->b_type, b + (n0 + j + t) * d->b_cs, d->b_rs, d->K, r[t]);
+                else memset(r[t], 0, (size_t)rl * 2);
+            }
+            spread_two(r[0], r[1], k->kp, dst + j, nr);
         }
     } else { /* a row of the panel (cols values along n) per k */
         uint16_t *lo = row, *hi = row + nr;
@@ -181,7 +207,16 @@ static void pack_b_panel(const gml_gemm_desc *d, const bf16_pack *k, int nr, int
                 to_bf16(d->isa, d->b_type, b + (2 * p + 1) * d->b_rs + n0 * d->b_cs, d->b_cs, cols, hi);
             else
                 memset(hi, 0, (size_t)cols * 2);
-            for (int j = 0; j < cols; j++) dst[p * nr + j] = (uint32_t)lo[j] | (uint32_t)hi[j] << 16;
+            int j = 0;
+#ifdef __SSE2__
+            for (; j + 8 <= cols; j += 8) { /* 8 values of each row: 8 pairs */
+                const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(lo + j));
+                const __m128i y = _mm_loadu_si128((const __m128i *)(const void *)(hi + j));
+                _mm_storeu_si128((__m128i *)(void *)(dst + p * nr + j), _mm_unpacklo_epi16(x, y));
+                _mm_storeu_si128((__m128i *)(void *)(dst + p * nr + j + 4), _mm_unpackhi_epi16(x, y));
+            }
+#endif
+            for (; j < cols; j++) dst[p * nr + j] = (uint32_t)lo[j] | (uint32_t)hi[j] << 16;
         }
     }
     for (int64_t p = 0; p < k->kp && cols < nr; p++)

@@ -8,6 +8,7 @@
 #include "gemm_bf16.h"
 
 #include <immintrin.h>
+#include <stdint.h>
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
@@ -28,16 +29,30 @@ BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32
             c1[i] = _mm512_maskz_loadu_ps(k1, c + (size_t)i * ldc + 16);
         }
     }
-    for (size_t p = 0; p < kp; p++, a += MR, b += NR) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-#pragma GCC unroll 14
-        for (int i = 0; i < MR; i++) {
-            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
-            c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
-            c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
-        }
+    /* one pair of k: 2 vectors of B, 14 broadcasts of A, 28 VDPBF16PS */
+#define BF16_STEP()                                                                  \
+    do {                                                                             \
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);                         \
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);                    \
+        _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {                      \
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);              \
+            c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);                                 \
+            c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);                                 \
+        }                                                                            \
+        a += MR, b += NR;                                                            \
+    } while (0)
+    /* the first MR pairs also fetch the C tile MR rows below (the next
+     * call's, in gemm_bf16.c's loops) a row per pair, so that its loads hit
+     * L1 (prefetches never fault: past C's end they do nothing) */
+    size_t p = 0;
+    for (; p < kp && p < MR; p++) {
+        const uintptr_t next = (uintptr_t)c + (MR + p) * ldc * sizeof(float);
+        __builtin_prefetch((const void *)next, 1, 3);
+        __builtin_prefetch((const void *)(next + 64), 1, 3);
+        BF16_STEP();
     }
+    for (; p < kp; p++) BF16_STEP();
+#undef BF16_STEP
 #pragma GCC unroll 14
     for (int i = 0; i < MR; i++)
         if (i < m) {
