@@ -1,6 +1,7 @@
 /* matmul with compute bf16 (ops/gemm_bf16.h): the reference loop, and the
- * fast kernel: the chain order through the f32 GEMM on rounded copies, or
- * the pairs order of the AVX512-BF16 GEMM (ops/gemm_bf16.c). */
+ * fast kernel: the pairs order of the AVX512-BF16 GEMM (ops/gemm_bf16.c)
+ * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16, the chain
+ * order through the f32 GEMM on rounded copies elsewhere. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -148,9 +149,17 @@ static size_t chain_work_size(const gml_tensor *dst, int nth) {
 }
 
 void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst) {
-    chain_matmul(p, dst);
+    const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(p->isa);
+    if (!v) {
+        chain_matmul(p, dst);
+        return;
+    }
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
+    gml_bf16_gemm(p, &d, v);
 }
 
+/* Either order's scratch (the plan does not know which ISA will run). */
 size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth) {
-    return chain_work_size(dst, nth);
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], GML_ISA_REFERENCE);
+    return GML_MAX(chain_work_size(dst, nth), gml_bf16_gemm_work_size(&d, nth));
 }

@@ -22,6 +22,7 @@
  * result bitwise the same at 1, 2, 3, 4 and 7 threads (CHECK_RUN), under
  * the reference kernels and each ISA the CPU has. */
 #include "check.h"
+#include "../ops/gemm_bf16.h"
 
 #include <ggmlite/io.h>
 
@@ -71,8 +72,7 @@ static float pairs_dot(int64_t K, const float *a, int64_t as, const float *b, in
 
 /* Whether the kernels of isa multiply in the pairs order. */
 static bool pairs_order(gml_isa isa) {
-    (void)isa; /* no kernel multiplies in it yet */
-    return false;
+    return isa == GML_ISA_AVX512 && gml_cpu_has_feature(GML_CPU_AVX512_BF16);
 }
 
 /* ---- filling inputs of any type -------------------------------------------- */
@@ -310,8 +310,8 @@ static void run_case(int nd, const int64_t *ba, const int64_t *bb, int64_t M, in
     for (int i = 0; i < n_isas; i++) {
         CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_bf16, .user = &c, .isa = isas[i]);
         const char *kern = gml_graph_node_kernel(g, -1);
-        CHECK(kern && (strstr(kern, "bf16") != NULL), "%s ran a bf16 kernel: %s", gml_isa_name(isas[i]),
-              kern ? kern : "(none)");
+        CHECK(kern && strstr(kern, pairs_order(isas[i]) ? "avx512bf16_14x32 (pairs)" : "bf16_gemm__chain"),
+              "%s ran the bf16 kernel of its order: %s", gml_isa_name(isas[i]), kern ? kern : "(none)");
     }
     gml_graph_free(g);
     free_case(&c);
@@ -393,6 +393,74 @@ static void test_nonfinite(void) {
     gml_free(ctx);
 }
 
+/* The pairs-order micro-kernels (ops/gemm_bf16.inc) against this file's
+ * emulation of VDPBF16PS, on packed panels of random pairs (normal,
+ * subnormal and zero bf16 of both signs): every m <= MR, n <= NR, several
+ * kp, with and without accumulating into C. */
+static void test_ukernels(void) {
+    chk_rng r = chk_seed(77);
+    for (int vi = 0; vi < gml_bf16_gemm_n_variants; vi++) {
+        const gml_bf16_gemm_variant *v = &gml_bf16_gemm_variants[vi];
+        chk_case("micro-kernel %s", v->name);
+        if (!gml_cpu_has(v->isa) || (v->isa == GML_ISA_AVX512 && !gml_cpu_has_feature(GML_CPU_AVX512_BF16))) {
+            printf("skipped %s: the CPU lacks %s\n", v->name,
+                   v->isa == GML_ISA_AVX512 ? "avx512_bf16" : gml_isa_name(v->isa));
+            continue;
+        }
+        static const size_t kps[] = {0, 1, 2, 7, 64, 131};
+        for (size_t t = 0; t < sizeof kps / sizeof *kps; t++) {
+            const size_t kp = kps[t];
+            uint32_t *a = malloc((kp * (size_t)v->mr + 1) * 4), *b = malloc((kp * (size_t)v->nr + 1) * 4);
+            for (size_t i = 0; i < kp * (size_t)v->mr; i++) {
+                float x = chk_uniform(&r, -2, 2), y = chk_uniform(&r, -2, 2);
+                const int kind = chk_randint(&r, 0, 9);
+                if (kind == 0) x *= 1e-39f; /* a subnormal bf16 */
+                if (kind == 1) y = -0.0f;
+                a[i] = (uint32_t)gml_fp32_to_bf16(x) | (uint32_t)gml_fp32_to_bf16(y) << 16;
+            }
+            for (size_t i = 0; i < kp * (size_t)v->nr; i++) {
+                float x = chk_uniform(&r, -2, 2), y = chk_uniform(&r, -2, 2);
+                if (chk_randint(&r, 0, 9) == 0) y *= 1e-36f; /* products near the subnormals */
+                b[i] = (uint32_t)gml_fp32_to_bf16(x) | (uint32_t)gml_fp32_to_bf16(y) << 16;
+            }
+            enum { LDC = 40 };
+            float c0[16 * LDC], got[16 * LDC], want[16 * LDC];
+            for (int i = 0; i < 16 * LDC; i++) c0[i] = chk_uniform(&r, -4, 4);
+            for (int m = 1; m <= v->mr; m++)
+                for (int n = 1; n <= v->nr; n++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        memcpy(got, c0, sizeof got);
+                        v->fn(kp, a, b, got, LDC, m, n, acc);
+                        for (int i = 0; i < 16; i++)
+                            for (int j = 0; j < LDC; j++) {
+                                float s = c0[i * LDC + j];
+                                if (i < m && j < n) {
+                                    float x[2 * 200], y[2 * 200];
+                                    if (!acc) s = 0.0f;
+                                    for (size_t p = 0; p < kp; p++) {
+                                        x[2 * p] = gml_bf16_to_fp32((uint16_t)a[p * (size_t)v->mr + (size_t)i]);
+                                        x[2 * p + 1] = gml_bf16_to_fp32((uint16_t)(a[p * (size_t)v->mr + (size_t)i] >> 16));
+                                        y[2 * p] = gml_bf16_to_fp32((uint16_t)b[p * (size_t)v->nr + (size_t)j]);
+                                        y[2 * p + 1] = gml_bf16_to_fp32((uint16_t)(b[p * (size_t)v->nr + (size_t)j] >> 16));
+                                    }
+                                    for (size_t p = 0; p < kp; p++) {
+                                        s = dp_step(s, x[2 * p + 1], y[2 * p + 1]);
+                                        s = dp_step(s, x[2 * p], y[2 * p]);
+                                    }
+                                }
+                                want[i * LDC + j] = s;
+                            }
+                        if (!CHECK(memcmp(got, want, sizeof got) == 0,
+                                   "%s: kp %zu, m %d, n %d, acc %d: not the emulated VDPBF16PS bits "
+                                   "(or wrote outside its tile)", v->name, kp, m, n, acc))
+                            m = v->mr + 1, n = v->nr + 1, acc = 2; /* one report per kp */
+                    }
+            free(a);
+            free(b);
+        }
+    }
+}
+
 /* The CPU features against Linux's /proc/cpuinfo flags (which name them
  * alike), where it is there; and what each implies. */
 static void test_cpu_features(void) {
@@ -426,6 +494,7 @@ static void test_cpu_features(void) {
 
 int main(void) {
     test_cpu_features();
+    test_ukernels();
     if (!gml_cpu_has(GML_ISA_AVX512))
         printf("note: no AVX-512 here: the pairs order (VDPBF16PS) is not run\n");
     else if (!gml_cpu_has_feature(GML_CPU_AVX512_BF16))

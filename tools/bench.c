@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|attention|window|decode|weights|decode_types|int8]
+ *         [--only matmul|bf16|attention|window|decode|weights|decode_types|int8]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -17,7 +17,9 @@
  * --isa-run ISA.
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
- * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
+ * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
+ * nn.Linear rows against a bf16 weight, beside f32, as shares of the
+ * VDPBF16PS peak); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
@@ -322,6 +324,78 @@ static void bench_matmul(const opts *o) {
         }
         fflush(stdout);
         mm_setup_free(&s);
+    }
+}
+
+/* ---- matmul in bf16 ---------------------------------------------------------
+ * The same products with compute bf16 (gml_set_compute) on a b stored in
+ * bf16 (a bf16 checkpoint's weight), against ggmlite's f32 product of the
+ * shape on an f32 b, the two taking turns run by run; the bf16 rate as a
+ * share of the bf16 peak (VDPBF16PS, where the ISA has it) and as a ratio
+ * to the f32 rate. */
+static gml_graph *mm_graph(gml_context **ctx, const mm_case *c, gml_compute compute) {
+    const gml_type bt = compute == GML_COMPUTE_BF16 ? GML_BF16 : GML_F32;
+    const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
+    *ctx = gml_init((gml_init_params){.mem_size = (na + nb + ny) * sizeof(float) + (1 << 20)});
+    gml_tensor *a = *ctx ? gml_new_tensor_2d(*ctx, GML_F32, c->M, c->K) : NULL;
+    gml_tensor *b = !a ? NULL
+                    : c->linear ? gml_new_tensor_2d(*ctx, bt, c->N, c->K)
+                                : gml_new_tensor_2d(*ctx, bt, c->K, c->N);
+    gml_tensor *y = !b ? NULL : c->linear ? gml_linear(*ctx, a, b, NULL) : gml_matmul(*ctx, a, b);
+    if (y && gml_set_compute(*ctx, y, compute) != GML_OK) y = NULL;
+    gml_graph *g = y ? gml_build_graph(*ctx, &y, 1) : NULL;
+    if (!g) {
+        fprintf(stderr, "bench: %s: %s\n", c->what, *ctx ? gml_last_error(*ctx) : "out of memory");
+        exit(1);
+    }
+    fill(a->data, (int64_t)na, 1);
+    if (bt == GML_F32) {
+        fill(b->data, (int64_t)nb, 2);
+    } else {
+        float *tmp = malloc(nb * sizeof(float));
+        if (!tmp) exit(1);
+        fill(tmp, (int64_t)nb, 2);
+        for (size_t i = 0; i < nb; i++) ((uint16_t *)b->data)[i] = gml_fp32_to_bf16(tmp[i]);
+        free(tmp);
+    }
+    return g;
+}
+
+static void bench_matmul_bf16(const opts *o) {
+    static const mm_case cases[] = {
+        {"bf16 1024^3", 1024, 1024, 1024, false},
+        {"bf16 2048^3", 2048, 2048, 2048, false},
+        {"bf16 M=20 N=K=4096 lin", 20, 4096, 4096, true},
+        {"bf16 M=512 N=K=4096 lin", 512, 4096, 4096, true},
+    };
+    printf("\nmatmul bf16 (GFLOP/s; compute bf16 on a bf16 b, beside ggmlite's f32 product of the\n"
+           "shape on an f32 b, the two taking turns run by run; %%bf16: of the bf16 (VDPBF16PS)\n"
+           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32)\n");
+    printf("%-24s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
+           "%FMA", "ratio");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mm_case *c = &cases[i];
+        if (!c->linear && c->M > o->max_cube) continue;
+        const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        gml_context *cb, *cf;
+        gml_graph *gb = mm_graph(&cb, c, GML_COMPUTE_BF16), *gf = mm_graph(&cf, c, GML_COMPUTE_F32);
+        const timed t[2] = {{run_graph, gb}, {run_graph, gf}};
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[2];
+            measure(o, ROUNDS, t, 2, nth, o->runs, sec);
+            const double rb = flop / sec[0] * 1e-9, rf = flop / sec[1] * 1e-9;
+            char p[3][16];
+            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f\n", c->what, nth, rb,
+                   bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
+                   pct_fma(p[2], o, rf, nth), rb / rf);
+        }
+        printf("%-24s kernel: %s\n", "", gml_graph_node_kernel(gb, -1) ? gml_graph_node_kernel(gb, -1) : "?");
+        fflush(stdout);
+        gml_graph_free(gb);
+        gml_graph_free(gf);
+        gml_free(cb);
+        gml_free(cf);
     }
 }
 
@@ -1169,6 +1243,7 @@ static const struct section {
     bool in_table; /* run without --only */
 } SECTIONS[] = {
     {"matmul", bench_matmul, true},
+    {"bf16", bench_matmul_bf16, true},
     {"attention", bench_attention, true},
     {"window", bench_window, false},
     {"decode", bench_decode, true},
@@ -1181,7 +1256,7 @@ static const struct section {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types|int8] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|decode|weights|decode_types|int8] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }
