@@ -109,7 +109,8 @@ static const flag FLAGS[] = {
     [F_COMPUTE] = {"--compute", "f32|bf16|int8", M_MHA | M_GQA | M_MAT | M_LAYER,
      "the matmuls' precision (docs/types.md): f32 (default); bf16 rounds both operands to bf16 "
      "and sums in f32 (weights f32, f16 or bf16; matmul: a and b, random or --bind, rounded to "
-     "bf16 values); int8 takes --weights-dtype q8_0 (not supported yet)", NULL, NULL},
+     "bf16 values); int8 quantizes the activations per row against --weights-dtype q8_0 "
+     "weights (int32 sums, f32 scales)", NULL, NULL},
     [F_INPUT] = {"--input", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC, "self-attention input .npy [B, T, D]", NULL, "x .npy f32 [B, T, D] (default: random); --parallel: read by rank 0"},
     [F_QUERY] = {"--query", "FILE", M_ATTN, "cross-attention query .npy [B, T, D]", NULL, NULL},
     [F_KEY] = {"--key", "FILE", M_ATTN, "cross-attention key .npy [B, S, D] (default: the query)", NULL, NULL},
