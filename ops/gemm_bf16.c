@@ -14,10 +14,14 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
- * B is packed per product, not once per weight: a weight used by several
- * products (or several computes) is converted each time. That costs K N
- * conversions against M N K multiply-adds (a few percent at M = 20, K = N
- * = 4096; less for more rows). */
+ * A bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows 4-byte
+ * aligned: a bf16 checkpoint's nn.Linear) is its own pairs along its rows:
+ * with few rows (M <= 64: decoding, small batches) the product runs as
+ * C^T = W A^T (run_swapped), W read in place as the micro-kernel's A
+ * operand and only A^T packed, so the weight is read once and never
+ * copied. Otherwise B is packed per product, not once per weight: a weight
+ * used by several products (or computes) is converted each time, K N
+ * conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -40,13 +44,15 @@ static inline float dpbf16(float c, uint32_t a, uint32_t b) {
     return flush_sub(fmaf(flush_sub(bf16_lo(a)), flush_sub(bf16_lo(b)), c));
 }
 
-void gml_bf16_gemm_ukernel__scalar_14x32(size_t kp, const uint32_t *a, const uint32_t *b, float *c,
-                                         size_t ldc, int m, int n, bool acc) {
+void gml_bf16_gemm_ukernel__scalar_14x32(size_t kp, const uint32_t *a, size_t lda, const uint32_t *b,
+                                         float *c, size_t ldc, int m, int n, bool acc) {
     enum { MR = 14, NR = 32 };
+    const size_t a_rs = lda ? lda : 1, a_ps = lda ? 1 : MR; /* row and pair steps */
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float s = acc ? c[(size_t)i * ldc + j] : 0.0f;
-            for (size_t p = 0; p < kp; p++) s = dpbf16(s, a[p * MR + (size_t)i], b[p * NR + (size_t)j]);
+            for (size_t p = 0; p < kp; p++)
+                s = dpbf16(s, a[(size_t)i * a_rs + p * a_ps], b[p * NR + (size_t)j]);
             c[(size_t)i * ldc + j] = s;
         }
 }
@@ -108,27 +114,47 @@ static void to_bf16(gml_isa isa, gml_type t, const char *src, int64_t stride, in
 }
 
 /* The packed operands of a product: sizes in uint32 pairs. */
+enum {
+    MAX_KC = 512,    /* the largest K block, in pairs */
+    SWAP_MAX_M = 64, /* swapped up to this many rows */
+};
+
 typedef struct bf16_pack {
     int64_t kp;           /* pairs of k */
+    bool swap;            /* C^T = W A^T (swapped) */
     int64_t a_batches, b_batches; /* 1 when the operand is one matrix for every batch */
     int64_t a_groups, b_panels;   /* MR-row panels per A batch, NR-column panels per B batch */
     size_t a_pairs, b_pairs;      /* pairs per A batch, per B batch */
     size_t a_bytes, b_bytes, tmp_bytes; /* tmp: one row of K bf16 per thread */
 } bf16_pack;
 
+/* Whether the product runs swapped: few rows (M <= 64) against W^T of a
+ * bf16 weight whose rows are its own pairs (K even, rows and batches
+ * 4-byte aligned): C^T = W A^T, W read in place. More rows reuse each
+ * packed B panel better (512 x 2048 x 2048, one thread on a loaded
+ * machine: 83-114 GFLOP/s packed against 48-57 swapped). */
+static bool swapped(const gml_gemm_desc *d) {
+    return d->M <= SWAP_MAX_M && d->b_type == GML_BF16 && d->b_rs == 2 && d->K % 2 == 0 && d->b_cs % 4 == 0 &&
+           (uintptr_t)d->b % 4 == 0 && d->b_bs[0] % 4 == 0 && d->b_bs[1] % 4 == 0;
+}
+
 static bf16_pack pack_of(const gml_gemm_desc *d, int mr, int nr, int nth) {
-    bf16_pack k = {.kp = cdiv(d->K, 2)};
+    bf16_pack k = {.kp = cdiv(d->K, 2), .swap = swapped(d)};
     const int64_t nbat = d->nb0 * d->nb1;
     k.a_batches = d->a_bs[0] == 0 && d->a_bs[1] == 0 ? 1 : nbat;
     k.b_batches = d->b_bs[0] == 0 && d->b_bs[1] == 0 ? 1 : nbat;
-    k.a_groups = cdiv(d->M, mr);
-    k.b_panels = cdiv(d->N, nr);
-    k.a_pairs = (size_t)(k.a_groups * mr * k.kp);
+    /* swapped: A^T in NR-column panels (A's rows as columns), W not packed */
+    k.a_groups = k.swap ? cdiv(d->M, nr) : cdiv(d->M, mr);
+    k.b_panels = k.swap ? 0 : cdiv(d->N, nr);
+    k.a_pairs = (size_t)(k.a_groups * (k.swap ? nr : mr) * k.kp);
     k.b_pairs = (size_t)(k.b_panels * nr * k.kp);
     k.a_bytes = gml_align_up(k.a_pairs * (size_t)k.a_batches * 4, GML_ALIGN);
     k.b_bytes = gml_align_up(k.b_pairs * (size_t)k.b_batches * 4, GML_ALIGN);
-    /* two rows of K (A), or two rows of a B panel */
-    k.tmp_bytes = gml_align_up((size_t)GML_MAX(4 * k.kp, (int64_t)(2 * nr)) * 2, GML_ALIGN) * (size_t)nth;
+    /* two rows of K (A), or two rows of a B panel; swapped: also the last
+     * rows of W packed (at most MAX_KC pairs of MR rows) */
+    size_t tmp = (size_t)GML_MAX(4 * k.kp, (int64_t)(2 * nr)) * 2;
+    if (k.swap) tmp = GML_MAX(tmp, (size_t)MAX_KC * (size_t)mr * 4);
+    k.tmp_bytes = gml_align_up(tmp, GML_ALIGN) * (size_t)nth;
     return k;
 }
 
@@ -223,10 +249,32 @@ static void pack_b_panel(const gml_gemm_desc *d, const bf16_pack *k, int nr, int
         for (int j = cols; j < nr; j++) dst[p * nr + j] = 0;
 }
 
+/* A^T's panel g of batch bi (swapped): A's rows g NR .. as its columns,
+ * two at a time (rows past M zero). */
+static void pack_at_panel(const gml_gemm_desc *d, const bf16_pack *k, int nr, int64_t bi, int64_t g,
+                          uint32_t *apk, uint16_t *row) {
+    const int64_t i0 = bi / d->nb1, i1 = bi % d->nb1, rl = 2 * k->kp;
+    uint32_t *dst = apk + (size_t)bi * k->a_pairs + (size_t)(g * nr * k->kp);
+    uint16_t *r[2] = {row, row + rl};
+    for (int j = 0; j < nr; j += 2) {
+        for (int t = 0; t < 2; t++) {
+            const int64_t m = g * nr + j + t;
+            r[t][rl - 1] = 0;
+            if (m < d->M)
+                to_bf16(d->isa, GML_F32, d->a + i0 * d->a_bs[0] + i1 * d->a_bs[1] + m * d->a_rs,
+                        d->a_cs, d->K, r[t]);
+            else
+                memset(r[t], 0, (size_t)rl * 2);
+        }
+        spread_two(r[0], r[1], k->kp, dst + j, nr);
+    }
+}
+
 /* ---- the product ---------------------------------------------------------------- */
 
 enum {
     BF16_MIN_CHUNK_FLOPS = 4 << 20, /* smaller tiles cost more than they balance */
+    GML_BF16_TILE_MAX = 16 * 32,    /* the largest MR x NR of gemm_bf16.inc */
 };
 
 /* Cache blocks in pairs and rows, as gemm.h's "Cache blocks" for f32
@@ -235,7 +283,7 @@ enum {
 static void blocks(int mr, int nr, int64_t *kc, int64_t *mc) {
     int64_t c[3];
     gml_gemm_caches(c);
-    *kc = GML_MIN(GML_MAX(c[0] / 2 / (4 * nr) / 8 * 8, (int64_t)64), (int64_t)512);
+    *kc = GML_MIN(GML_MAX(c[0] / 2 / (4 * nr) / 8 * 8, (int64_t)64), (int64_t)MAX_KC);
     *mc = GML_MIN(GML_MAX(c[1] / 4 / (4 * *kc) / mr * mr, (int64_t)mr), (int64_t)(4096 / mr * mr));
 }
 
@@ -261,6 +309,68 @@ static void tiles(const gml_gemm_desc *d, int mr, int nr, int nth, int64_t *tm, 
     *tn = cdiv(cdiv(d->N, nt), nr) * nr;
 }
 
+/* Swapped (C^T = W A^T, W a bf16 weight read in place): tiles of C over
+ * (batch, N in MR rows of W, M in NR columns of A^T), per tile
+ *
+ *   for in in the tile's N, step MR       MR rows of W in place  (L2)
+ *     for jm in the tile's M, step NR     an A^T panel           (L2/L3)
+ *       ukernel(all of K) -> C^T tile, stored transposed
+ *
+ * The last rows of W of a tile, fewer than MR, are packed into wpk first
+ * (the kernel reads MR rows in place), MAX_KC pairs at a time. Each C^T
+ * element is C's, in the same pairs order. */
+static void run_swapped(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v,
+                        const bf16_pack *k, const uint32_t *apk, uint32_t *wpk) {
+    const int mr = v->mr, nr = v->nr;
+    /* all of K in one block: C^T's tiles are stored transposed, and
+     * reloading them per K block cost more than the blocks saved (512 x
+     * 2048 x 2048: 21 GFLOP/s with KC = 192 on a loaded core) */
+    const int64_t kc = GML_MAX(k->kp, (int64_t)1);
+    int64_t tm, tn;
+    tiles(d, nr, mr, p->nth, &tm, &tn); /* M in NR units, N in MR units */
+    const int64_t mt = cdiv(d->M, tm), nt = cdiv(d->N, tn), n_chunks = d->nb0 * d->nb1 * mt * nt;
+    const size_t ldc = (size_t)d->c_rs / sizeof(float), ldw = (size_t)d->b_cs / 4;
+    float tile[GML_BF16_TILE_MAX];
+    assert(mr * nr <= GML_BF16_TILE_MAX);
+    for (int64_t chunk; (chunk = gml_chunk_next(p)) < n_chunks;) {
+        const int64_t tj = chunk % nt, ti = chunk / nt % mt, bi = chunk / (nt * mt);
+        const int64_t i0 = bi / d->nb1, i1 = bi % d->nb1;
+        const int64_t m0 = ti * tm, m1 = GML_MIN(m0 + tm, d->M);
+        const int64_t n0 = tj * tn, n1 = GML_MIN(n0 + tn, d->N);
+        const uint32_t *at = apk + (size_t)(k->a_batches > 1 ? bi : 0) * k->a_pairs;
+        const uint32_t *w = (const uint32_t *)(const void *)(d->b + i0 * d->b_bs[0] + i1 * d->b_bs[1]);
+        float *c = (float *)(void *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1]);
+        for (int64_t in = n0; in < n1; in += mr) {
+            const int rows = (int)GML_MIN((int64_t)mr, n1 - in);
+            const uint32_t *wa = w + (size_t)in * ldw;
+            /* MR rows in place: all of K at once; fewer: packed (rows past
+             * N zero) MAX_KC pairs at a time, C^T reloaded between blocks */
+            const int64_t step = rows == mr ? kc : MAX_KC;
+            for (int64_t pc = 0; pc < k->kp || (pc == 0 && k->kp == 0); pc += step) {
+                const int64_t kb = GML_MIN(step, k->kp - pc);
+                const uint32_t *a = wa + pc;
+                size_t lda = ldw;
+                if (rows < mr) {
+                    for (int64_t q = 0; q < kb; q++)
+                        for (int i = 0; i < mr; i++) wpk[q * mr + i] = i < rows ? a[(size_t)i * ldw + (size_t)q] : 0;
+                    a = wpk;
+                    lda = 0;
+                }
+                for (int64_t jm = m0; jm < m1; jm += nr) {
+                    const int cols = (int)GML_MIN((int64_t)nr, m1 - jm);
+                    const uint32_t *bp = at + (size_t)(jm / nr * nr * k->kp + pc * nr);
+                    if (pc > 0)
+                        for (int i = 0; i < rows; i++)
+                            for (int j = 0; j < cols; j++) tile[i * nr + j] = c[(jm + j) * (int64_t)ldc + in + i];
+                    v->fn((size_t)kb, a, lda, bp, tile, (size_t)nr, rows, cols, pc > 0);
+                    for (int i = 0; i < rows; i++)
+                        for (int j = 0; j < cols; j++) c[(jm + j) * (int64_t)ldc + in + i] = tile[i * nr + j];
+                }
+            }
+        }
+    }
+}
+
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_bf16_gemm_n_variants; i++) {
@@ -284,10 +394,15 @@ void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gm
     const int64_t na = k.a_batches * k.a_groups, nbp = k.b_batches * k.b_panels;
     if (k.kp > 0)
         for (int64_t u; (u = gml_chunk_next(p)) < na + nbp;) {
-            if (u < na) pack_a_group(d, &k, mr, u / k.a_groups, u % k.a_groups, apk, row);
+            if (u < na && k.swap) pack_at_panel(d, &k, nr, u / k.a_groups, u % k.a_groups, apk, row);
+            else if (u < na) pack_a_group(d, &k, mr, u / k.a_groups, u % k.a_groups, apk, row);
             else pack_b_panel(d, &k, nr, (u - na) / k.b_panels, (u - na) % k.b_panels, bpk, row);
         }
     gml_barrier(p);
+    if (k.swap) {
+        run_swapped(p, d, v, &k, apk, (uint32_t *)(void *)row);
+        return;
+    }
 
     int64_t kc, mc, tm, tn;
     blocks(mr, nr, &kc, &mc);
@@ -313,7 +428,7 @@ void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gm
                     for (int64_t ir = ic; ir < ie; ir += mr) {
                         const int m = (int)GML_MIN((int64_t)mr, ie - ir);
                         const uint32_t *ap = a + (size_t)(ir / mr * mr * k.kp + pc * mr);
-                        v->fn((size_t)kb, ap, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
+                        v->fn((size_t)kb, ap, 0, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
                     }
                 }
             }

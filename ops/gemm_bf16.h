@@ -49,10 +49,14 @@ static inline float gml_round_bf16(float x) { return gml_bf16_to_fp32(gml_fp32_t
  * The micro-kernel: C[m x n] (row stride ldc floats, 1 <= m <= MR,
  * 1 <= n <= NR) = (acc ? C : 0) + kp pairs of the panels from a and b, in
  * the pairs order; a K block only stores and reloads the running sums, so
- * the result is the same for every block size and thread count. */
+ * the result is the same for every block size and thread count. The A
+ * operand is packed (lda == 0) or read in place (lda > 0, m == MR): row
+ * i's pair p at a[i * lda + p] (a bf16 weight W [N, K] with K
+ * even is its own pairs: gml_bf16_gemm multiplies C^T = W A^T then, W read
+ * in place as the A operand, A^T packed as the B one). */
 #include "gemm_bf16.inc"
-typedef void gml_bf16_gemm_ukernel_fn(size_t kp, const uint32_t *a, const uint32_t *b, float *c,
-                                      size_t ldc, int m, int n, bool acc);
+typedef void gml_bf16_gemm_ukernel_fn(size_t kp, const uint32_t *a, size_t lda, const uint32_t *b,
+                                      float *c, size_t ldc, int m, int n, bool acc);
 #define GML_DECLARE_BF16_GEMM(isa, fn, mr, nr) gml_bf16_gemm_ukernel_fn fn;
 GML_BF16_GEMM_UKERNELS(GML_DECLARE_BF16_GEMM)
 #undef GML_DECLARE_BF16_GEMM

@@ -14,9 +14,10 @@
 
 enum { MR = 14, NR = 32 };
 
-BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32_t *a,
-                                                         const uint32_t *b, float *c, size_t ldc,
-                                                         int m, int n, bool acc) {
+/* The tile over kp pairs, A's pair p of row i at a[i * ars + p * aps]. */
+static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, const uint32_t *a, size_t ars,
+                                                                  size_t aps, const uint32_t *b, float *c,
+                                                                  size_t ldc, int m, int n, bool acc) {
     const __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
     const __mmask16 k1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
     __m512 c0[MR], c1[MR];
@@ -35,11 +36,11 @@ BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);                         \
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);                    \
         _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {                      \
-            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);              \
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[(size_t)i * ars]); \
             c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);                                 \
             c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);                                 \
         }                                                                            \
-        a += MR, b += NR;                                                            \
+        a += aps, b += NR;                                                           \
     } while (0)
     /* the first MR pairs also fetch the C tile MR rows below (the next
      * call's, in gemm_bf16.c's loops) a row per pair, so that its loads hit
@@ -59,4 +60,13 @@ BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32
             _mm512_mask_storeu_ps(c + (size_t)i * ldc, k0, c0[i]);
             _mm512_mask_storeu_ps(c + (size_t)i * ldc + 16, k1, c1[i]);
         }
+}
+
+/* Packed A (lda == 0), or MR rows in place (lda > 0, m == MR): each a
+ * copy of the tile with its steps. */
+BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32_t *a, size_t lda,
+                                                         const uint32_t *b, float *c, size_t ldc,
+                                                         int m, int n, bool acc) {
+    if (lda == 0) tile(kp, a, 1, MR, b, c, ldc, m, n, acc);
+    else tile(kp, a, lda, 1, b, c, ldc, MR, n, acc);
 }

@@ -338,6 +338,21 @@ static void test_shapes(void) {
         }
 }
 
+/* A bf16 weight W [N, K] with K even, as linear gives it: up to 64 rows,
+ * C^T = W A^T with W read in place (ops/gemm_bf16.c, swapped), in the same
+ * pairs order; N not a multiple of the tile's 14 rows, M past one 32-row
+ * panel, K past MAX_KC (the last rows of W packed in blocks), 70 rows
+ * (packed); and a W whose rows are not 4-byte aligned (sliced: packed). */
+static void test_bf16_weights(void) {
+    static const int64_t mnk[][3] = {{1, 1, 2}, {3, 15, 2}, {20, 45, 300}, {70, 31, 130},
+                                     {33, 100, 1100}, {5, 14, 64}, {64, 27, 1030}};
+    for (size_t s = 0; s < sizeof mnk / sizeof *mnk; s++)
+        run_case(2, NULL, NULL, mnk[s][0], mnk[s][1], mnk[s][2], s % 2 ? CHK_SLICED : CHK_CONTIGUOUS,
+                 GML_BF16, s == 5 ? CHK_SLICED_TRANSPOSED : CHK_TRANSPOSED, 1.0f, true, 700 + (uint64_t)s);
+    static const int64_t ba[2] = {2, 3}, bb[2] = {1, 3};
+    run_case(4, ba, bb, 7, 19, 34, CHK_CONTIGUOUS, GML_BF16, CHK_TRANSPOSED, 1.0f, true, 720);
+}
+
 /* Batches, broadcast either way, and batches folded into M (a weight
  * shared by every batch). */
 static void test_batched(void) {
@@ -430,7 +445,7 @@ static void test_ukernels(void) {
                 for (int n = 1; n <= v->nr; n++)
                     for (int acc = 0; acc < 2; acc++) {
                         memcpy(got, c0, sizeof got);
-                        v->fn(kp, a, b, got, LDC, m, n, acc);
+                        v->fn(kp, a, 0, b, got, LDC, m, n, acc);
                         for (int i = 0; i < 16; i++)
                             for (int j = 0; j < LDC; j++) {
                                 float s = c0[i * LDC + j];
@@ -455,6 +470,21 @@ static void test_ukernels(void) {
                                    "(or wrote outside its tile)", v->name, kp, m, n, acc))
                             m = v->mr + 1, n = v->nr + 1, acc = 2; /* one report per kp */
                     }
+            /* rows in place (lda > 0, m = MR): the packed panel's bits */
+            const size_t lda = kp + 3;
+            uint32_t *ar = calloc((size_t)v->mr * lda + 1, 4);
+            for (size_t p = 0; p < kp; p++)
+                for (int i = 0; i < v->mr; i++) ar[(size_t)i * lda + p] = a[p * (size_t)v->mr + (size_t)i];
+            for (int n = 1; n <= v->nr; n += 7)
+                for (int acc = 0; acc < 2; acc++) {
+                    memcpy(got, c0, sizeof got);
+                    memcpy(want, c0, sizeof want);
+                    v->fn(kp, a, 0, b, want, LDC, v->mr, n, acc);
+                    v->fn(kp, ar, lda, b, got, LDC, v->mr, n, acc);
+                    CHECK(memcmp(got, want, sizeof got) == 0, "%s: kp %zu, n %d, acc %d: rows in place "
+                          "differ from the packed panel", v->name, kp, n, acc);
+                }
+            free(ar);
             free(a);
             free(b);
         }
@@ -503,6 +533,7 @@ int main(void) {
     test_api();
     test_graph_text();
     test_shapes();
+    test_bf16_weights();
     test_batched();
     test_subnormal();
     test_nonfinite();
