@@ -9,8 +9,9 @@
 # of the other ops round otherwise, and test_int8_matmul holds the int8
 # reference to the same bits); the unfused graph
 # file it saves says compute=int8 on the weights' matmuls only (q k^T and
-# p v stay f32) and gives the flag's bits; gpt2's q8_0 Conv1D weights stay
-# refused with their message.
+# p v stay f32) and gives the flag's bits; a packed in_proj_weight's q8_0
+# row-block views take int8 too; gpt2's q8_0 Conv1D weights stay refused
+# with their message.
 # usage: test_int8_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR
 set -u
 RG=$(realpath "$1") CHECK=$(realpath "$2") SRC=$(realpath "$3")
@@ -64,6 +65,17 @@ check "mha --attn unfused --compute int8 runs" test -n "$d"
 check "the graph file gives the flag's bits" test "$(text_digest "$T/mha.graph" \
     --weights "$T/in/weights.safetensors" --input "$T/in/x.npy" --heads 2 --weights-dtype q8_0 \
     --threads 3)" = "$d"
+
+# nn.MultiheadAttention's packed in_proj_weight as q8_0: its q, k, v row
+# blocks are views of one q8_0 leaf, multiplied in int8 as they are
+MT="$SRC/tests/fixtures/mha_torch_native"
+args="mha --heads 4 --weights $MT/weights.safetensors --input $MT/x.npy --weights-dtype q8_0"
+expect_ok "in_proj_weight, f32 compute" $args --output "$T/pf.npy"
+expect_ok "in_proj_weight --compute int8" $args --compute int8 --output "$T/pi.npy"
+check "in_proj_weight --compute int8 within $TOL of f32 compute" "$CHECK" near "$T/pi.npy" "$T/pf.npy" $TOL
+d=$(text_digest $args --compute int8 --threads 1)
+check "in_proj_weight --compute int8 at 3 threads" test -n "$d" -a \
+    "$(text_digest $args --compute int8 --threads 3)" = "$d"
 
 # gpt2's Conv1D weights [in, out] take no q8_0 (their blocks would run along out)
 run gpt2 --seq 5 --d-model 64 --heads 2 --weights-dtype q8_0 --compute int8
