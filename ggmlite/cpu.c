@@ -79,6 +79,46 @@ bool gml_cpu_has(gml_isa isa) {
     }
 }
 
+static const char *const FEATURE_NAMES[GML_CPU_FEATURE_COUNT] = {
+    [GML_CPU_AVX512_BF16] = "avx512_bf16", [GML_CPU_AVX512_VNNI] = "avx512_vnni",
+    [GML_CPU_AVX_VNNI] = "avx_vnni",       [GML_CPU_AMX_TILE] = "amx_tile",
+    [GML_CPU_AMX_BF16] = "amx_bf16",       [GML_CPU_AMX_INT8] = "amx_int8",
+};
+
+const char *gml_cpu_feature_name(gml_cpu_feature f) {
+    return (unsigned)f < GML_CPU_FEATURE_COUNT ? FEATURE_NAMES[f] : "?";
+}
+
+bool gml_cpu_has_feature(gml_cpu_feature f) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a0, b0, c0, d0, a1, b1, c1, d1;
+    if (!__get_cpuid_count(7, 0, &a0, &b0, &c0, &d0)) return false;
+    /* subleaf 1 exists when leaf 7 subleaf 0 reports a max subleaf >= 1 */
+    if (a0 < 1 || !__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) a1 = b1 = c1 = d1 = 0;
+    /* XCR0 bits 17 and 18: the AMX tile configuration and tile data */
+    const uint32_t amx_state = (1u << 17) | (1u << 18);
+    switch (f) {
+    case GML_CPU_AVX512_BF16: /* CPUID.(7,1):EAX bit 5 */
+        return gml_cpu_has(GML_ISA_AVX512) && (a1 & (1u << 5));
+    case GML_CPU_AVX512_VNNI: /* CPUID.(7,0):ECX bit 11 */
+        return gml_cpu_has(GML_ISA_AVX512) && (c0 & (1u << 11));
+    case GML_CPU_AVX_VNNI:    /* CPUID.(7,1):EAX bit 4 */
+        return gml_cpu_has(GML_ISA_AVX2) && (a1 & (1u << 4));
+    case GML_CPU_AMX_TILE:    /* CPUID.(7,0):EDX bit 24 */
+        return (d0 & (1u << 24)) && os_saves(amx_state);
+    case GML_CPU_AMX_BF16:    /* CPUID.(7,0):EDX bit 22 */
+        return (d0 & (1u << 22)) && gml_cpu_has_feature(GML_CPU_AMX_TILE);
+    case GML_CPU_AMX_INT8:    /* CPUID.(7,0):EDX bit 25 */
+        return (d0 & (1u << 25)) && gml_cpu_has_feature(GML_CPU_AMX_TILE);
+    default:
+        return false;
+    }
+#else
+    (void)f;
+    return false;
+#endif
+}
+
 static gml_isa best_isa(void) {
     if (gml_cpu_has(GML_ISA_NEON)) return GML_ISA_NEON;
     if (gml_cpu_has(GML_ISA_AVX512)) return GML_ISA_AVX512;

@@ -43,6 +43,7 @@ struct gml_context {
     int n_tensors;
     struct gml_object *first, *last;
     char err[GML_ERR_MAX];
+    gml_compute compute; /* gml_set_default_compute's: matmuls built after take it */
 };
 
 /* Records a message on the context (replacing any earlier one) and returns
@@ -353,6 +354,8 @@ typedef struct gml_op_def {
 #define GML_OPT_Z(n, kind) {n, GML_ARG_##kind, true, "0", NULL, true}
 /* optional ENUM, names a NULL-terminated list (value i is names[i]) */
 #define GML_OPT_ENUM(n, def, names) {n, GML_ARG_ENUM, true, def, names, false}
+/* optional ENUM, default names[0], printed only when not names[0] */
+#define GML_OPT_ENUM_Z(n, def, names) {n, GML_ARG_ENUM, true, def, names, true}
 
 #define GML_OP(id, name) extern const gml_op_def gml_opdef_##name;
 #define GML_FORM(name) extern const gml_op_def gml_form_##name;

@@ -177,6 +177,7 @@ int gml_format_node(const gml_tensor *node, const char *(*name)(void *user, cons
         const gml_arg_spec *spec = &f->def->args[i];
         if (spec->optional && spec->kind == GML_ARG_OPT_TENSOR && !args[i].t) continue;
         if (spec->omit_zero && ((spec->kind == GML_ARG_INT && args[i].i == 0) ||
+                                (spec->kind == GML_ARG_ENUM && args[i].i == 0) ||
                                 (spec->kind == GML_ARG_FLOAT && args[i].f == 0)))
             continue;
         put(&o, "%s", first ? "" : ", ");

@@ -42,6 +42,21 @@ bool gml_type_from_name(const char *name, gml_type *out) {
     return false;
 }
 
+static const char *const COMPUTE_NAMES[GML_COMPUTE_COUNT] = {"f32", "bf16", "int8"};
+
+const char *gml_compute_name(gml_compute c) {
+    return (unsigned)c < GML_COMPUTE_COUNT ? COMPUTE_NAMES[c] : "?";
+}
+
+bool gml_compute_from_name(const char *name, gml_compute *out) {
+    for (int c = 0; c < GML_COMPUTE_COUNT; c++)
+        if (name && strcmp(name, COMPUTE_NAMES[c]) == 0) {
+            *out = (gml_compute)c;
+            return true;
+        }
+    return false;
+}
+
 static uint32_t f32_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);

@@ -1,6 +1,23 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
 #include "gemm.h"
+#include "gemm_bf16.h"
+#include "gemm_q8.h"
 #include "view.h"
+
+/* A matmul node's parameters: its compute precision (gml_compute; 0, f32,
+ * unless set, so older graphs keep their digest). */
+typedef struct matmul_params {
+    int32_t compute;
+} matmul_params;
+GML_PARAMS_FIT(matmul_params);
+
+static const char *compute_refused(gml_compute c, const gml_tensor *b);
+
+gml_compute gml_matmul_compute(const gml_tensor *node) {
+    matmul_params mp;
+    gml_get_params(node, &mp, sizeof mp);
+    return (gml_compute)mp.compute;
+}
 
 /* Element (k, n) of b's matrix bmat as f32: f32, f16, bf16 through b's
  * strides; q8_0 (the transpose of a q8_0 leaf: nb[2] the block size, nb[3]
@@ -24,6 +41,15 @@ static inline double b_elem(const gml_tensor *b, const char *bmat, int64_t k, in
  * Reference: one output row per step, double accumulation in k order; b's
  * values converted to f32 first (f16, bf16, q8_0: d * q). */
 static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
+    if (gml_matmul_compute(dst) == GML_COMPUTE_BF16) {
+        gml_bf16_matmul__ref(p, dst);
+        return;
+    }
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8) { /* ops/gemm_q8.h */
+        const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
+        gml_q8_gemm_ref(p, &d);
+        return;
+    }
     const gml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t N = dst->ne[3], K = a->ne[3];
     int64_t r0, r1;
@@ -49,8 +75,8 @@ static void gml_f32_matmul__ref(const gml_compute_params *p, gml_tensor *dst) {
  * batch (a weight) and A's rows follow each other uniformly across batches
  * ([B, T, K] contiguous or row-sliced), the batches fold into M, so the
  * weight is read once for all B*T rows. */
-static gml_gemm_desc matmul_desc(const gml_tensor *dst, gml_isa isa) {
-    const gml_tensor *a = dst->src[0], *b = dst->src[1];
+gml_gemm_desc gml_matmul_desc(const gml_tensor *dst, const gml_tensor *a, const gml_tensor *b,
+                              gml_isa isa) {
     gml_gemm_desc d = {
         .M = dst->ne[2], .N = dst->ne[3], .K = a->ne[3], .nb0 = dst->ne[0], .nb1 = dst->ne[1],
         .a = a->data, .a_rs = (int64_t)a->nb[2], .a_cs = (int64_t)a->nb[3],
@@ -79,12 +105,22 @@ static gml_gemm_desc matmul_desc(const gml_tensor *dst, gml_isa isa) {
 /* Fast path: the packed GEMM of ops/gemm.c with the micro-kernel of the
  * plan's ISA. */
 static void gml_f32_matmul(const gml_compute_params *p, gml_tensor *dst) {
-    const gml_gemm_desc d = matmul_desc(dst, p->isa);
-    gml_gemm(p, &d, gml_gemm_pick(p->isa));
+    if (gml_matmul_compute(dst) == GML_COMPUTE_BF16) {
+        gml_bf16_matmul(p, dst);
+        return;
+    }
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8)
+        gml_q8_gemm(p, &d, gml_q8_gemm_pick(p->isa));
+    else
+        gml_gemm(p, &d, gml_gemm_pick(p->isa));
 }
 
 static size_t matmul_work_size(const gml_tensor *dst, int nth) {
-    const gml_gemm_desc d = matmul_desc(dst, GML_ISA_REFERENCE); /* any variant's size */
+    if (gml_matmul_compute(dst) == GML_COMPUTE_BF16) return gml_bf16_matmul_work_size(dst, nth);
+    /* any variant's size */
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], GML_ISA_REFERENCE);
+    if (gml_matmul_compute(dst) == GML_COMPUTE_INT8) return gml_q8_gemm_work_size(&d, nth);
     return gml_gemm_work_size(&d, nth);
 }
 
@@ -132,8 +168,78 @@ gml_tensor *gml_matmul(gml_context *ctx, gml_tensor *a, gml_tensor *b) {
                             b->name, GML_SHAPE(a, sa), GML_SHAPE(b, sb));
         ne[i] = GML_MAX(a->ne[i], b->ne[i]);
     }
-    return gml_new_op(ctx, GML_OP_MATMUL, GML_F32, n, ne + GML_MAX_DIMS - n,
-                      (gml_tensor *[]){a, b}, 2);
+    gml_tensor *y = gml_new_op(ctx, GML_OP_MATMUL, GML_F32, n, ne + GML_MAX_DIMS - n,
+                               (gml_tensor *[]){a, b}, 2);
+    if (y && ctx->compute != GML_COMPUTE_F32 && !compute_refused(ctx->compute, b))
+        gml_set_params(y, &(matmul_params){ctx->compute}, sizeof(matmul_params));
+    return y;
+}
+
+/* ---- compute precision (<ggmlite/tensor.h>, docs/numerics.md) ---------- */
+
+/* NULL if a matmul with b can compute in c, else what c takes. */
+static const char *compute_refused(gml_compute c, const gml_tensor *b) {
+    switch (c) {
+    case GML_COMPUTE_F32: return NULL;
+    case GML_COMPUTE_BF16:
+        return b->type == GML_F32 || b->type == GML_F16 || b->type == GML_BF16
+                   ? NULL
+                   : "bf16 compute takes a b of f32, f16 or bf16 (a q8_0 b: f32 compute)";
+    case GML_COMPUTE_INT8: /* K is a multiple of 32: a q8_0 b is blocked along K */
+        return b->type == GML_Q8_0
+                   ? NULL
+                   : "int8 compute takes a q8_0 b (a q8_0 weight against a quantized per row); "
+                     "quantize the weight to q8_0 first (gml_cpy into a q8_0 tensor, run-graph "
+                     "--weights-dtype q8_0) or keep f32 compute";
+    default: return "not a gml_compute value";
+    }
+}
+
+gml_status gml_set_compute(gml_context *ctx, gml_tensor *op, gml_compute c) {
+    char sb[GML_SHAPE_MAX];
+    if (!op) {
+        gml_set_error(ctx, "gml_set_compute: the node is NULL");
+        return GML_ERR_INVALID;
+    }
+    if (op->op != GML_OP_MATMUL) {
+        gml_set_error(ctx, "gml_set_compute(%s, %s): '%s' is a %s node; only matmul nodes "
+                      "(gml_matmul, the matmul gml_linear writes) take a compute precision",
+                      op->name, gml_compute_name(c), op->name,
+                      op->op == GML_OP_NONE ? "leaf" : gml_op_name(op->op));
+        return GML_ERR_INVALID;
+    }
+    const gml_tensor *b = op->src[1];
+    const char *why = compute_refused(c, b);
+    if (why) {
+        if ((unsigned)c >= GML_COMPUTE_COUNT)
+            gml_set_error(ctx, "gml_set_compute(%s, %d): %s (f32, bf16, int8)", op->name, (int)c, why);
+        else
+            gml_set_error(ctx, "gml_set_compute(%s, %s): matmul(%s, %s) with b %s %s: %s", op->name,
+                          gml_compute_name(c), op->src[0]->name, b->name, gml_type_name(b->type),
+                          GML_SHAPE(b, sb), why);
+        return GML_ERR_INVALID;
+    }
+    gml_set_params(op, &(matmul_params){c}, sizeof(matmul_params));
+    return GML_OK;
+}
+
+gml_compute gml_get_compute(const gml_tensor *op) {
+    return op && op->op == GML_OP_MATMUL ? gml_matmul_compute(op) : GML_COMPUTE_F32;
+}
+
+gml_status gml_set_default_compute(gml_context *ctx, gml_compute c) {
+    if (!ctx) return GML_ERR_INVALID;
+    if ((unsigned)c >= GML_COMPUTE_COUNT) {
+        gml_set_error(ctx, "gml_set_default_compute(%s): not a gml_compute value (f32, bf16, int8)",
+                      gml_compute_name(c));
+        return GML_ERR_INVALID;
+    }
+    ctx->compute = c;
+    return GML_OK;
+}
+
+gml_compute gml_get_default_compute(const gml_context *ctx) {
+    return ctx ? ctx->compute : GML_COMPUTE_F32;
 }
 
 /* x [.., in] (1-D to 4-D), w [out, in], bias [out] or NULL -> [.., out] = x w^T + bias */
@@ -197,19 +303,29 @@ static bool matmul_backward(gml_backward_ctx *b, gml_tensor *node, gml_tensor *d
 }
 
 static gml_tensor *build_matmul(gml_context *ctx, const gml_arg *v) {
-    return gml_matmul(ctx, v[0].t, v[1].t);
+    gml_tensor *y = gml_matmul(ctx, v[0].t, v[1].t);
+    if (y && v[2].given && gml_set_compute(ctx, y, (gml_compute)v[2].i) != GML_OK) return NULL;
+    return y;
 }
+
+static void matmul_get_args(const gml_tensor *node, gml_arg *args) {
+    gml_args_from_srcs(node, args);
+    args[2].i = gml_matmul_compute(node);
+}
+
+static const char *const compute_names[] = {"f32", "bf16", "int8", NULL};
 
 const gml_op_def gml_opdef_matmul = {
     .forward = gml_f32_matmul,
     .reference = gml_f32_matmul__ref,
     .work_size = matmul_work_size,
     .flops = matmul_flops,
-    GML_ARGS(GML_T("a"), GML_T("b")),
+    GML_ARGS(GML_T("a"), GML_T("b"), GML_OPT_ENUM_Z("compute", "f32", compute_names)),
     .build = build_matmul,
-    .get_args = gml_args_from_srcs,
+    .get_args = matmul_get_args,
     .doc_args = "`[..., M, K] @ [..., K, N]`, 2-D to 4-D, leading dims broadcast; a f32, b f32, "
-                "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight",
+                "f16, bf16, or q8_0 as transpose(w) of a q8_0 weight; compute f32, bf16 "
+                "(b f32, f16, bf16) or int8 (b q8_0; docs/numerics.md)",
     .doc_result = "`[..., M, N]` (torch.matmul; any strides)",
     .backward = matmul_backward,
 };

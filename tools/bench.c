@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|attention|window|decode|weights|decode_types]
+ *         [--only matmul|bf16|attention|window|decode|weights|decode_types|int8]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -17,12 +17,15 @@
  * --isa-run ISA.
  *
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
- * nn.Linear layout, the decoding shape); attention forward (C1..C5, each
+ * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
+ * nn.Linear rows against a bf16 weight, beside f32, as shares of the
+ * VDPBF16PS peak); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
  * q8_0 weights; a whole attention block's decoding step at C4's dimensions
- * with those weights and an f16 KV cache (decode_types).
+ * with those weights and an f16 KV cache (decode_types); int8 compute on
+ * q8_0 weights: a linear product and C3's and C5's prefill (int8).
  *
  * The sections are a table (SECTIONS, what --only picks from), the
  * attention cases too (CASES: the README's C1..C5, whose dimensions the
@@ -321,6 +324,78 @@ static void bench_matmul(const opts *o) {
         }
         fflush(stdout);
         mm_setup_free(&s);
+    }
+}
+
+/* ---- matmul in bf16 ---------------------------------------------------------
+ * The same products with compute bf16 (gml_set_compute) on a b stored in
+ * bf16 (a bf16 checkpoint's weight), against ggmlite's f32 product of the
+ * shape on an f32 b, the two taking turns run by run; the bf16 rate as a
+ * share of the bf16 peak (VDPBF16PS, where the ISA has it) and as a ratio
+ * to the f32 rate. */
+static gml_graph *mm_graph(gml_context **ctx, const mm_case *c, gml_compute compute) {
+    const gml_type bt = compute == GML_COMPUTE_BF16 ? GML_BF16 : GML_F32;
+    const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
+    *ctx = gml_init((gml_init_params){.mem_size = (na + nb + ny) * sizeof(float) + (1 << 20)});
+    gml_tensor *a = *ctx ? gml_new_tensor_2d(*ctx, GML_F32, c->M, c->K) : NULL;
+    gml_tensor *b = !a ? NULL
+                    : c->linear ? gml_new_tensor_2d(*ctx, bt, c->N, c->K)
+                                : gml_new_tensor_2d(*ctx, bt, c->K, c->N);
+    gml_tensor *y = !b ? NULL : c->linear ? gml_linear(*ctx, a, b, NULL) : gml_matmul(*ctx, a, b);
+    if (y && gml_set_compute(*ctx, y, compute) != GML_OK) y = NULL;
+    gml_graph *g = y ? gml_build_graph(*ctx, &y, 1) : NULL;
+    if (!g) {
+        fprintf(stderr, "bench: %s: %s\n", c->what, *ctx ? gml_last_error(*ctx) : "out of memory");
+        exit(1);
+    }
+    fill(a->data, (int64_t)na, 1);
+    if (bt == GML_F32) {
+        fill(b->data, (int64_t)nb, 2);
+    } else {
+        float *tmp = malloc(nb * sizeof(float));
+        if (!tmp) exit(1);
+        fill(tmp, (int64_t)nb, 2);
+        for (size_t i = 0; i < nb; i++) ((uint16_t *)b->data)[i] = gml_fp32_to_bf16(tmp[i]);
+        free(tmp);
+    }
+    return g;
+}
+
+static void bench_matmul_bf16(const opts *o) {
+    static const mm_case cases[] = {
+        {"bf16 1024^3", 1024, 1024, 1024, false},
+        {"bf16 2048^3", 2048, 2048, 2048, false},
+        {"bf16 M=20 N=K=4096 lin", 20, 4096, 4096, true},
+        {"bf16 M=512 N=K=4096 lin", 512, 4096, 4096, true},
+    };
+    printf("\nmatmul bf16 (GFLOP/s; compute bf16 on a bf16 b, beside ggmlite's f32 product of the\n"
+           "shape on an f32 b, the two taking turns run by run; %%bf16: of the bf16 (VDPBF16PS)\n"
+           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32)\n");
+    printf("%-24s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
+           "%FMA", "ratio");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mm_case *c = &cases[i];
+        if (!c->linear && c->M > o->max_cube) continue;
+        const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
+        gml_context *cb, *cf;
+        gml_graph *gb = mm_graph(&cb, c, GML_COMPUTE_BF16), *gf = mm_graph(&cf, c, GML_COMPUTE_F32);
+        const timed t[2] = {{run_graph, gb}, {run_graph, gf}};
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[2];
+            measure(o, ROUNDS, t, 2, nth, o->runs, sec);
+            const double rb = flop / sec[0] * 1e-9, rf = flop / sec[1] * 1e-9;
+            char p[3][16];
+            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f\n", c->what, nth, rb,
+                   bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
+                   pct_fma(p[2], o, rf, nth), rb / rf);
+        }
+        printf("%-24s kernel: %s\n", "", gml_graph_node_kernel(gb, -1) ? gml_graph_node_kernel(gb, -1) : "?");
+        fflush(stdout);
+        gml_graph_free(gb);
+        gml_graph_free(gf);
+        gml_free(cb);
+        gml_free(cf);
     }
 }
 
@@ -965,6 +1040,158 @@ static void bench_decode_types(const opts *o) {
     for (int c = 0; c < 2; c++) gml_kv_cache_free(cache[c]);
 }
 
+/* ---- int8 compute --------------------------------------------------------------
+ * q8_0 weights against activations quantized per row (--compute int8,
+ * ops/gemm_q8.h). An nn.Linear product x [M, K] @ w^T, w q8_0 [N, K], in
+ * int8 and in f32 compute on the same weight, as GOP/s (a product and its
+ * add count 2) and shares of the int8 peak (vpdpbusd, bench_limits.c) and
+ * of the FMA peak; then C3's and C5's attention prefill (fused) with q8_0
+ * weights in int8 compute, against the same case with f32 weights and with
+ * q8_0 weights in f32 compute (the issue's target: int8 at least 3x f32).
+ * Attention's own products (q k^T, p v) stay f32 in every row. */
+
+/* w's rows (q8_0 [N, K]) from deterministic values. */
+static void fill_q8_0(gml_block_q8_0 *w, int64_t N, int64_t K, uint32_t seed) {
+    float *row = malloc(sizeof(float) * (size_t)K);
+    if (!row) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    for (int64_t n = 0; n < N; n++) {
+        fill(row, K, seed + (uint32_t)n);
+        gml_quantize_row_q8_0(row, w + n * (K / GML_QK8_0), K);
+    }
+    free(row);
+}
+
+/* linear(x [M, K], w q8_0 [N, K]) computed in c; exits on failure. */
+static gml_graph *int8_linear_graph(gml_context **ctx, int64_t M, int64_t N, int64_t K,
+                                    gml_compute c) {
+    *ctx = gml_init((gml_init_params){.mem_size = (size_t)(4 * M * K + 4 * M * N) +
+                                                  gml_row_size(GML_Q8_0, K) * (size_t)N + (1 << 20)});
+    gml_tensor *x = *ctx ? gml_new_tensor_2d(*ctx, GML_F32, M, K) : NULL;
+    gml_tensor *w = x ? gml_new_tensor_2d(*ctx, GML_Q8_0, N, K) : NULL;
+    gml_tensor *y = w ? gml_linear(*ctx, x, w, NULL) : NULL;
+    gml_graph *g = y && gml_set_compute(*ctx, y, c) == GML_OK ? gml_build_graph(*ctx, &y, 1) : NULL;
+    if (!g) {
+        fprintf(stderr, "bench: int8 linear: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
+        exit(1);
+    }
+    fill(x->data, M * K, 41);
+    fill_q8_0(w->data, N, K, 42);
+    return g;
+}
+
+/* The case's fused graph with weights of type wt (f32, q8_0), matmuls in c
+ * where they take it (the context's default), planned and filled. */
+static gml_graph *int8_attn_graph(gml_context **ctx, const attn_case *c, gml_type wt,
+                                  gml_compute comp) {
+    const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
+    *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+    if (!*ctx || gml_set_default_compute(*ctx, comp) != GML_OK) {
+        fprintf(stderr, "bench: int8: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
+        exit(1);
+    }
+    const gml_attn_weights w = {
+        .w_q = gml_new_tensor_2d(*ctx, wt, c->D, c->D),
+        .w_k = gml_new_tensor_2d(*ctx, wt, dkv, c->D),
+        .w_v = gml_new_tensor_2d(*ctx, wt, dkv, c->D),
+        .w_o = gml_new_tensor_2d(*ctx, wt, c->D, c->D),
+    };
+    const gml_attn_inputs in = {.query = gml_new_tensor_3d(*ctx, GML_F32, c->B, c->T, c->D)};
+    const gml_attn_config cfg = {.dims = {.n_heads = c->H, .n_kv_heads = c->G},
+                                 .graph.impl = GML_ATTN_FUSED};
+    gml_attn_result r = c->G == c->H ? gml_mha(*ctx, cfg, &w, in) : gml_gqa(*ctx, cfg, &w, in);
+    gml_graph *g = r.out ? gml_build_graph(*ctx, &r.out, 1) : NULL;
+    if (!g || gml_graph_plan(g, NULL) != GML_OK) {
+        fprintf(stderr, "bench: int8 %s: %s\n", c->id, g ? gml_graph_error(g) : gml_last_error(*ctx));
+        exit(1);
+    }
+    for (int l = 0; l < gml_graph_n_leafs(g); l++) {
+        gml_tensor *t = gml_graph_leaf(g, l);
+        if (t->type == GML_Q8_0)
+            fill_q8_0(gml_graph_data(g, t), t->ne[2], t->ne[3], 51 + (uint32_t)l);
+        else
+            fill(gml_graph_data(g, t), gml_nelements(t), 51 + (uint32_t)l);
+    }
+    return g;
+}
+
+static const char *pct_int8(char *buf, const opts *o, double gops, int nth) {
+    return bench_pct(buf, 16, gops, bench_int8_peak(o->lim, nth));
+}
+
+static void bench_int8(const opts *o) {
+    static const struct {
+        const char *what;
+        int64_t M, N, K;
+    } lin[] = {
+        {"1024^3 linear", 1024, 1024, 1024},
+        {"2048^3 linear", 2048, 2048, 2048},
+        {"M=20 N=K=4096 linear", 20, 4096, 4096},
+    };
+    printf("\nint8 compute, q8_0 weights (GOP/s; x [M,K] @ w^T, w q8_0 [N,K]; %%int8: of the "
+           "int8 peak,\n%%FMA: of the FMA peak, at the threads; f32: the same q8_0 weight in f32 "
+           "compute; ratio: int8 / f32)\n");
+    printf("%-22s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "int8", "%int8", "%FMA",
+           "f32", "%FMA", "ratio");
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+        if (lin[i].M > 20 && lin[i].M > o->max_cube) continue;
+        const double flop = 2.0 * (double)lin[i].M * (double)lin[i].N * (double)lin[i].K;
+        gml_context *ctx[2];
+        gml_graph *g[2] = {int8_linear_graph(&ctx[0], lin[i].M, lin[i].N, lin[i].K, GML_COMPUTE_INT8),
+                           int8_linear_graph(&ctx[1], lin[i].M, lin[i].N, lin[i].K, GML_COMPUTE_F32)};
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[2];
+            const timed t[2] = {{run_graph, g[0]}, {run_graph, g[1]}};
+            measure(o, TURNS_WITH_REFERENCE, t, 2, nth, 0, sec);
+            const double q = flop / sec[0] * 1e-9, f = flop / sec[1] * 1e-9;
+            char p[3][16];
+            printf("%-22s %7d %9.1f %6s %6s %9.1f %6s %5.2fx\n", lin[i].what, nth, q,
+                   pct_int8(p[0], o, q, nth), pct_fma(p[1], o, q, nth), f, pct_fma(p[2], o, f, nth),
+                   sec[1] / sec[0]);
+        }
+        fflush(stdout);
+        for (int k = 0; k < 2; k++) {
+            gml_graph_free(g[k]);
+            gml_free(ctx[k]);
+        }
+    }
+
+    printf("\nint8 prefill, fused attention (ms; f32: f32 weights; q8_0: q8_0 weights in f32 "
+           "compute;\nint8: q8_0 weights in int8 compute; GOP/s and %%int8: the graph's "
+           "operations over the int8 time)\n");
+    printf("%-22s %7s %9s %9s %9s %8s %9s %6s\n", "case", "threads", "f32", "q8_0", "int8",
+           "vs f32", "GOP/s", "%int8");
+    const char *ids[] = {"C3", "C5"};
+    for (int i = 0; i < 2; i++) {
+        const attn_case *c = case_of(ids[i]);
+        char name[64];
+        case_name(c, name, sizeof name);
+        gml_context *ctx[3];
+        gml_graph *g[3] = {int8_attn_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
+                           int8_attn_graph(&ctx[1], c, GML_Q8_0, GML_COMPUTE_F32),
+                           int8_attn_graph(&ctx[2], c, GML_Q8_0, GML_COMPUTE_INT8)};
+        const double flop = gml_graph_flops(g[2]);
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[3];
+            const timed t[3] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
+            measure(o, ROUNDS, t, 3, nth, o->runs, sec);
+            char p[16];
+            const double q = flop / sec[2] * 1e-9;
+            printf("%-22s %7d %9.3f %9.3f %9.3f %7.2fx %9.1f %6s\n", name, nth, sec[0] * 1e3,
+                   sec[1] * 1e3, sec[2] * 1e3, sec[0] / sec[2], q, pct_int8(p, o, q, nth));
+        }
+        fflush(stdout);
+        for (int k = 0; k < 3; k++) {
+            gml_graph_free(g[k]);
+            gml_free(ctx[k]);
+        }
+    }
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 #ifdef GML_BENCH_OPENBLAS
@@ -1016,18 +1243,20 @@ static const struct section {
     bool in_table; /* run without --only */
 } SECTIONS[] = {
     {"matmul", bench_matmul, true},
+    {"bf16", bench_matmul_bf16, true},
     {"attention", bench_attention, true},
     {"window", bench_window, false},
     {"decode", bench_decode, true},
     {"decode", bench_decode_layers, true},
     {"weights", bench_weights, true},
     {"decode_types", bench_decode_types, true},
+    {"int8", bench_int8, true},
 };
 #define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|attention|window|decode|weights|decode_types] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|decode|weights|decode_types|int8] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }

@@ -24,6 +24,15 @@ typedef struct bench_limits {
     bool read_huge;                         /* on 2 MiB pages (madvise), as ggmlite's arenas */
     size_t llc_bytes;                       /* the last-level cache, from sysfs (0: unknown) */
     const char *fma_what;                   /* the loop, e.g. "AVX-512 FMA, 16 zmm chains" */
+    /* The int8 peak (bench_measure_int8_peak): vpdpbusd as the FMA peak is
+     * measured, in GOP/s (a product and its add count 2: 128 per zmm
+     * instruction), 0 where the CPU lacks the VNNI of the ISA. */
+    double int8_gops[BENCH_MAX_THREADS];
+    const char *int8_what;
+    /* The bf16 dot-product peak: each thread a loop of independent
+     * VDPBF16PS (AVX-512 with avx512_bf16 only; 0 elsewhere); a VDPBF16PS
+     * on zmm counts 64 flops (16 lanes, 2 products, multiply and add). */
+    double bf16_gflops[BENCH_MAX_THREADS];
 } bench_limits;
 
 /* Measures the limits at isa for 1 thread and each count in threads[0..n),
@@ -33,7 +42,10 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
 void bench_print_limits(const bench_limits *l);
 /* The FMA peak and read bandwidth at nth threads (0: not measured). */
 double bench_fma_peak(const bench_limits *l, int nth);
+/* The int8 peak at nth threads (0: not measured). */
+double bench_int8_peak(const bench_limits *l, int nth);
 double bench_read_bw(const bench_limits *l, int nth);
+double bench_bf16_peak(const bench_limits *l, int nth);
 /* "83.1%" of rate against limit into buf, "-" when the limit is unknown. */
 const char *bench_pct(char *buf, size_t size, double rate, double limit);
 
@@ -47,5 +59,16 @@ const char *bench_pct(char *buf, size_t size, double rate, double limit);
 float bench_fma_avx2(int64_t iters);
 float bench_fma_avx512(int64_t iters);
 float bench_read_avx2(const float *p, size_t n);
+/* bench_limits_vnni.c: iters rounds of BENCH_VNNI_CHAINS (zmm, AVX512-VNNI)
+ * or BENCH_VNNI_CHAINS_AVX2 (ymm, AVX-VNNI) independent vpdpbusd; each
+ * function compiled for its extension only, run only where the CPU has it. */
+#define BENCH_VNNI_CHAINS 16
+#define BENCH_VNNI_CHAINS_AVX2 12
+int32_t bench_vnni_avx512(int64_t iters);
+int32_t bench_vnni_avx2(int64_t iters);
+/* iters rounds of BENCH_DP_CHAINS_AVX512BF16 independent VDPBF16PS on zmm
+ * (run only when the CPU has avx512_bf16). */
+#define BENCH_DP_CHAINS_AVX512BF16 16
+float bench_dpbf16_avx512(int64_t iters);
 
 #endif

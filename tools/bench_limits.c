@@ -36,7 +36,8 @@ enum { FMA_REPS = 200, READ_PASSES = 2 };
 
 static double now_s(void) { return rg_now_ms() * 1e-3; }
 
-typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_READ_AVX2, JOB_READ_PLAIN } job_kind;
+typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_DP_BF16, JOB_READ_AVX2, JOB_READ_PLAIN,
+               JOB_VNNI_AVX2, JOB_VNNI_AVX512 } job_kind;
 
 typedef struct job {
     job_kind kind;
@@ -67,17 +68,32 @@ static void *run_job(void *arg) {
 #if defined(__x86_64__) || defined(__i386__)
     case JOB_FMA_AVX2:
     case JOB_FMA_AVX512:
+    case JOB_DP_BF16:
         for (int r = 0; r < j->reps; r++) {
             const double t = now_s();
-            j->sink = j->kind == JOB_FMA_AVX2 ? bench_fma_avx2(j->iters) : bench_fma_avx512(j->iters);
+            j->sink = j->kind == JOB_FMA_AVX2     ? bench_fma_avx2(j->iters)
+                      : j->kind == JOB_FMA_AVX512 ? bench_fma_avx512(j->iters)
+                                                  : bench_dpbf16_avx512(j->iters);
             if (now_s() - t < j->best) j->best = now_s() - t;
         }
         break;
     case JOB_READ_AVX2: j->sink = bench_read_avx2(j->p, j->n); break;
+    case JOB_VNNI_AVX2:
+    case JOB_VNNI_AVX512:
+        for (int r = 0; r < j->reps; r++) {
+            const double t = now_s();
+            j->sink = (float)(j->kind == JOB_VNNI_AVX2 ? bench_vnni_avx2(j->iters)
+                                                       : bench_vnni_avx512(j->iters));
+            if (now_s() - t < j->best) j->best = now_s() - t;
+        }
+        break;
 #else /* the x86 loops are not built here, and gml_cpu_has never asks for them */
     case JOB_FMA_AVX2:
     case JOB_FMA_AVX512:
-    case JOB_READ_AVX2: break;
+    case JOB_DP_BF16:
+    case JOB_READ_AVX2:
+    case JOB_VNNI_AVX2:
+    case JOB_VNNI_AVX512: break;
 #endif
     case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
     }
@@ -136,6 +152,24 @@ static size_t llc_bytes(void) {
     return best;
 }
 
+/* The peak of loop kind at each thread count of l into gflops[]: runs of
+ * FMA_RUN_S seconds (calibrated on 1 thread, the fastest of 5), the
+ * threads side by side, FMA_REPS runs each, the sum of their fastest. */
+static void peak_loop(const bench_limits *l, job_kind kind, double flop_per_iter, double *gflops) {
+    int64_t iters = 1 << 16;
+    double best[BENCH_MAX_THREADS];
+    run_threads(kind, 1, 8 * iters, 1, NULL, NULL, 0); /* wakes the vector units up */
+    run_threads(kind, 1, iters, 5, best, NULL, 0);
+    iters = (int64_t)((double)iters * FMA_RUN_S / (best[0] > 1e-7 ? best[0] : 1e-7)) + 1;
+    for (int k = 0; k < l->n; k++) {
+        run_threads(kind, l->threads[k], iters, FMA_REPS, best, NULL, 0);
+        gflops[k] = 0;
+        for (int i = 0; i < l->threads[k]; i++) gflops[k] += flop_per_iter * (double)iters / best[i] * 1e-9;
+    }
+}
+
+static void measure_int8_peak(bench_limits *l);
+
 void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n) {
     *l = (bench_limits){.isa = isa, .threads = {1}, .n = 1};
     for (int i = 0; i < n; i++) { /* 1 and each count asked for, once */
@@ -151,19 +185,9 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
     l->fma_what = avx512 ? "AVX-512 vfmadd231ps zmm, 16 independent chains per thread"
                   : avx2 ? "AVX2 vfmadd231ps ymm, 12 independent chains per thread"
                          : "none (no FMA loop for this ISA)";
-    if (avx2 || avx512) {
-        int64_t iters = 1 << 16; /* calibrate: FMA_RUN_S seconds on 1 thread, the fastest of 5 */
-        double best[BENCH_MAX_THREADS];
-        run_threads(fk, 1, 8 * iters, 1, NULL, NULL, 0); /* wakes the vector units up */
-        run_threads(fk, 1, iters, 5, best, NULL, 0);
-        iters = (int64_t)((double)iters * FMA_RUN_S / (best[0] > 1e-7 ? best[0] : 1e-7)) + 1;
-        for (int k = 0; k < l->n; k++) {
-            run_threads(fk, l->threads[k], iters, FMA_REPS, best, NULL, 0);
-            l->fma_gflops[k] = 0;
-            for (int i = 0; i < l->threads[k]; i++)
-                l->fma_gflops[k] += flop_per_iter * (double)iters / best[i] * 1e-9;
-        }
-    }
+    if (avx2 || avx512) peak_loop(l, fk, flop_per_iter, l->fma_gflops);
+    if (avx512 && gml_cpu_has_feature(GML_CPU_AVX512_BF16))
+        peak_loop(l, JOB_DP_BF16, 64.0 * BENCH_DP_CHAINS_AVX512BF16, l->bf16_gflops);
     /* Reads: max(1 GiB, 4x the last-level cache), halved while it cannot be
      * had (down to 256 MiB). */
     l->llc_bytes = llc_bytes();
@@ -205,11 +229,38 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
         l->read_gbs[k] = (double)(chunk * sizeof(float)) / best * 1e-9;
     }
     free(buf);
+    measure_int8_peak(l);
+}
+
+/* The int8 peak, measured as the FMA peak is (peak_loop): vpdpbusd on zmm
+ * at AVX-512 with AVX512-VNNI, on ymm at AVX2 with AVX-VNNI (what the int8
+ * kernels of that ISA run). */
+static void measure_int8_peak(bench_limits *l) {
+    const bool z = l->isa == GML_ISA_AVX512 && gml_cpu_has_feature(GML_CPU_AVX512_VNNI);
+    const bool y = l->isa == GML_ISA_AVX2 && gml_cpu_has_feature(GML_CPU_AVX_VNNI);
+    l->int8_what = z   ? "AVX512-VNNI vpdpbusd zmm, 16 independent chains per thread"
+                   : y ? "AVX-VNNI vpdpbusd ymm, 12 independent chains per thread"
+                       : "none (no VNNI at this ISA)";
+    if (!z && !y) return;
+    const double ops_per_iter = z ? 2.0 * 64 * BENCH_VNNI_CHAINS : 2.0 * 32 * BENCH_VNNI_CHAINS_AVX2;
+    peak_loop(l, z ? JOB_VNNI_AVX512 : JOB_VNNI_AVX2, ops_per_iter, l->int8_gops);
+}
+
+double bench_int8_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->int8_gops[k];
+    return 0;
 }
 
 double bench_fma_peak(const bench_limits *l, int nth) {
     for (int k = 0; k < l->n; k++)
         if (l->threads[k] == nth) return l->fma_gflops[k];
+    return 0;
+}
+
+double bench_bf16_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->bf16_gflops[k];
     return 0;
 }
 
@@ -240,12 +291,23 @@ void bench_print_limits(const bench_limits *l) {
            "aggregate GB/s\n",
            READ_PASSES, (double)l->read_bytes / mib, (double)l->llc_bytes / mib,
            l->read_huge ? "2 MiB (advised)" : "4 KiB", (double)READ_CHUNK / mib);
-    printf("%7s %14s %12s\n", "threads", "FMA GFLOP/s", "read GB/s");
+    printf("  bf16 peak: %s\n", l->bf16_gflops[0] > 0
+                                     ? "AVX512-BF16 vdpbf16ps zmm, 16 independent chains per thread, "
+                                       "64 flops each, timed as the FMA peak"
+                                     : "none (no avx512_bf16 at this ISA)");
+    printf("  int8 peak: %s; timed as the FMA peak, GOP/s (a product and its add count 2)\n",
+           l->int8_what);
+    printf("%7s %14s %14s %12s %12s\n", "threads", "FMA GFLOP/s", "bf16 GFLOP/s", "int8 GOP/s",
+           "read GB/s");
     for (int k = 0; k < l->n; k++) {
-        char f[32];
+        char f[32], b[32], q[32];
         if (l->fma_gflops[k] > 0) snprintf(f, sizeof f, "%.1f", l->fma_gflops[k]);
         else snprintf(f, sizeof f, "-");
-        printf("%7d %14s %12.1f\n", l->threads[k], f, l->read_gbs[k]);
+        if (l->bf16_gflops[k] > 0) snprintf(b, sizeof b, "%.1f", l->bf16_gflops[k]);
+        else snprintf(b, sizeof b, "-");
+        if (l->int8_gops[k] > 0) snprintf(q, sizeof q, "%.1f", l->int8_gops[k]);
+        else snprintf(q, sizeof q, "-");
+        printf("%7d %14s %14s %12s %12.1f\n", l->threads[k], f, b, q, l->read_gbs[k]);
     }
     fflush(stdout);
 }

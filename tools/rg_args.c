@@ -50,7 +50,7 @@ enum {
 
 typedef enum flag_id {
     F_DIM, /* first RG_NSYM entries: the sizes, in RG_SYM order */
-    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_CACHE_DTYPE, F_WEIGHTS, F_WEIGHTS_DTYPE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
+    F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_CACHE_DTYPE, F_WEIGHTS, F_WEIGHTS_DTYPE, F_COMPUTE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_PREFIX, F_NON_STRICT, F_SEQ_FIRST, F_ATTN_MASK, F_KEY_PADDING_MASK,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
@@ -106,6 +106,11 @@ static const flag FLAGS[] = {
      "converts the f32 weight matrices (2-D) to this type at load (biases and "
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
      "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL, "converts the f32 weight matrices (2-D) to this type at load (norm weights and biases stay f32; a file's F16/BF16 matrices are used as they are; gpt2 takes no q8_0)"},
+    [F_COMPUTE] = {"--compute", "f32|bf16|int8", M_MHA | M_GQA | M_MAT | M_LAYER,
+     "the matmuls' precision (docs/types.md): f32 (default); bf16 rounds both operands to bf16 "
+     "and sums in f32 (weights f32, f16 or bf16; matmul: a and b, random or --bind, rounded to "
+     "bf16 values); int8 quantizes the activations per row against --weights-dtype q8_0 "
+     "weights (int32 sums, f32 scales)", NULL, NULL},
     [F_INPUT] = {"--input", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC, "self-attention input .npy [B, T, D]", NULL, "x .npy f32 [B, T, D] (default: random); --parallel: read by rank 0"},
     [F_QUERY] = {"--query", "FILE", M_ATTN, "cross-attention query .npy [B, T, D]", NULL, NULL},
     [F_KEY] = {"--key", "FILE", M_ATTN, "cross-attention key .npy [B, S, D] (default: the query)", NULL, NULL},
@@ -472,6 +477,10 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
             return rg_fail(e, RG_USAGE, "--weights-dtype: '%s' is not f32, f16, bf16 or q8_0", v);
         o->has_weights_dtype = true;
         return true;
+    case F_COMPUTE:
+        if (!gml_compute_from_name(v, &o->compute))
+            return rg_fail(e, RG_USAGE, "--compute: '%s' is not f32, bf16 or int8", v);
+        return true;
     case F_INPUT: o->input = v; return true;
     case F_QUERY: o->query = v; return true;
     case F_KEY: o->key = v; return true;
@@ -591,6 +600,27 @@ static bool refuse(const flag *fl, const char *mode, const char *see, rg_err *e)
                    modes_of(fl, list, sizeof list), see);
 }
 
+/* --compute against the weights' type: the pairings there are kernels for. */
+static bool check_compute(const rg_opts *o, rg_err *e) {
+    static const char *const SUPPORTED =
+        "supported: --compute f32 with any --weights-dtype, --compute bf16 with f32, f16 or bf16 "
+        "weights (--weights-dtype bf16 for bf16 checkpoints), --compute int8 with --weights-dtype q8_0";
+    const gml_type wt = o->has_weights_dtype ? o->weights_dtype : GML_F32;
+    if (o->compute == GML_COMPUTE_F32) return true;
+    if (o->decode)
+        return rg_fail(e, RG_USAGE, "--compute %s does not apply with --decode (the decoding steps "
+                       "compute in f32)", gml_compute_name(o->compute));
+    if (o->compute == GML_COMPUTE_INT8 && o->mode == RG_MODE_SINGLE && o->kind == RG_MATMUL)
+        return rg_fail(e, RG_USAGE, "--compute int8 multiplies q8_0 weights; matmul takes f32 "
+                       "operands (supported for matmul: --compute f32 or bf16)");
+    if (o->compute == GML_COMPUTE_INT8 && wt != GML_Q8_0)
+        return rg_fail(e, RG_USAGE, "--compute int8 needs q8_0 weights, got %s (%s)",
+                       o->has_weights_dtype ? gml_type_name(wt) : "f32, no --weights-dtype", SUPPORTED);
+    if (o->compute == GML_COMPUTE_BF16 && wt == GML_Q8_0)
+        return rg_fail(e, RG_USAGE, "--compute bf16 does not take q8_0 weights (%s)", SUPPORTED);
+    return true;
+}
+
 /* Flags that only make sense together, and files given two ways. */
 static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     static const char *const KIND[] = {"mha", "gqa", "relpos", "matmul", "graph files"};
@@ -641,7 +671,7 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
         return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
                        o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");
-    return true;
+    return check_compute(o, e);
 }
 
 gml_attn_config rg_attn_config(const rg_opts *o) {
@@ -749,7 +779,7 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
     }
     if ((o->prefix || o->non_strict) && !o->weights)
         return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
-    return true;
+    return check_compute(o, e);
 }
 
 /* --parallel heads|context (without --decode): mode "heads" or "context". */

@@ -60,6 +60,7 @@ typedef struct lopts {
     gml_type dtype;
     bool json, nan_trap, print_graph; /* --json, --nan-trap, --print-graph */
     const char *model;   /* as given */
+    gml_compute compute; /* --compute */
 } lopts;
 
 /* The options of the layers from the parse (rg_parse_args). */
@@ -73,7 +74,8 @@ static lopts options(const rg_opts *g) {
                    .rms_eps = g->rms_eps, .softcap = g->softcap, .window = g->window,
                    .lens = g->valid_lens, .n_lens = g->n_valid_lens,
                    .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype, .json = g->json,
-                   .nan_trap = g->nan_trap, .print_graph = g->print_graph, .model = g->model};
+                   .nan_trap = g->nan_trap, .print_graph = g->print_graph, .model = g->model,
+                   .compute = g->compute};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -499,6 +501,11 @@ static bool execute(run *r, rg_err *e) {
     const size_t arena = (size_t)(80 * o->layers + 64) * gml_tensor_overhead();
     gml_context *gctx = gml_init((gml_init_params){.mem_size = arena, .no_alloc = true});
     if (!gctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+    if (gml_set_default_compute(gctx, o->compute) != GML_OK) { /* --compute: the layers' matmuls */
+        rg_fail(e, RG_USAGE, "--compute %s: %s", gml_compute_name(o->compute), gml_last_error(gctx));
+        gml_free(gctx);
+        return false;
+    }
     bool ok = build(r, gctx, e);
     if (ok) {
         r->g = gml_build_graph(gctx, &r->out, 1);

@@ -15,6 +15,17 @@
 
 static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
     if (o->kind == RG_MATMUL) { /* a [M, K] @ b [K, N] -> [M, N] */
+        /* --compute bf16: both operands' values rounded to bf16 where they are
+         * (random or --bind), kept as f32 (matmul's a is f32, and .npy, which
+         * --save-inputs writes, has no bf16); the product rounds them again,
+         * which changes nothing */
+        if (o->compute == GML_COMPUTE_BF16)
+            for (int i = 0; i < 2; i++) {
+                gml_tensor *t = i ? d->b : d->a;
+                float *x = t->data;
+                for (int64_t k = 0; gml_is_contiguous(t) && k < gml_nelements(t); k++)
+                    x[k] = gml_bf16_to_fp32(gml_fp32_to_bf16(x[k]));
+            }
         m->outs[0] = gml_set_name(gml_matmul(ctx, d->a, d->b), "out");
         if (!m->outs[0]) return rg_fail(e, RG_RUNTIME, "matmul: %s", gml_last_error(ctx));
         m->out = m->outs[0];
@@ -257,6 +268,10 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
         const size_t arena = headers * gml_tensor_overhead();
         m->ctx = gml_init((gml_init_params){.mem_size = arena, .no_alloc = true});
         if (!m->ctx) return rg_fail(e, RG_RUNTIME, "out of memory");
+        /* --compute: the matmuls built from here on (a graph file says its own) */
+        if (o->kind != RG_GRAPH && gml_set_default_compute(m->ctx, o->compute) != GML_OK)
+            return rg_fail(e, RG_USAGE, "--compute %s: %s", gml_compute_name(o->compute),
+                           gml_last_error(m->ctx));
         rg_err attempt = {0};
         if (build(o, d, m->ctx, m, &attempt)) break;
         if (gml_mem_required(m->ctx) <= arena || headers >= ((size_t)1 << 22)) {

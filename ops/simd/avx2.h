@@ -269,4 +269,34 @@ static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float ou
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
 
+/* ---- for int8 (ops/gemm_q8_simd.c) ---- */
+/* bits of a float vector as int32 lanes; int32 store and difference */
+static inline gml_vi gml_vf_as_vi(gml_vf v) { return _mm256_castps_si256(v); }
+static inline void gml_vi_store(int32_t *p, gml_vi v) { _mm256_storeu_si256((__m256i *)p, v); }
+static inline gml_vi gml_vi_sub(gml_vi a, gml_vi b) { return _mm256_sub_epi32(a, b); }
+/* The 4 bytes at p (any alignment) in every int32 lane */
+static inline gml_vi gml_vi_bcast4(const uint8_t *p) {
+    int32_t x;
+    __builtin_memcpy(&x, p, 4);
+    return _mm256_set1_epi32(x);
+}
+/* int32 lanes as floats (exact for |x| < 2^24) */
+static inline gml_vf gml_vf_from_vi(gml_vi v) { return _mm256_cvtepi32_ps(v); }
+/* acc + in each int32 lane l the sum of the 4 products of a's bytes
+ * 4l .. 4l + 3 (uint8) with w's (int8): vpdpbusd under AVX-VNNI (the VEX
+ * form); otherwise the even and the odd bytes widened to int16 and
+ * multiplied exactly by vpmaddwd (vpmaddubsw would saturate 255 * -128 * 2) */
+static inline gml_vi gml_vi_dot4_u8s8(gml_vi acc, gml_vi a, gml_vi w) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, a, w);
+#else
+    const __m256i lo8 = _mm256_set1_epi16(0x00ff);
+    const __m256i a_even = _mm256_and_si256(a, lo8), a_odd = _mm256_srli_epi16(a, 8);
+    const __m256i w_even = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8);
+    const __m256i w_odd = _mm256_srai_epi16(w, 8);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(a_even, w_even),
+                                                  _mm256_madd_epi16(a_odd, w_odd)));
+#endif
+}
+
 #endif /* GGMLITE_SIMD_AVX2_H */

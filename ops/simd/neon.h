@@ -264,4 +264,30 @@ static inline void gml_vf_hsum4(gml_vf a, gml_vf b, gml_vf c, gml_vf d, float ou
     vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
 }
 
+/* ---- for int8 (ops/gemm_q8_simd.c) ---- */
+/* bits of a float vector as int32 lanes; int32 store and difference */
+static inline gml_vi gml_vf_as_vi(gml_vf v) { return vreinterpretq_s32_f32(v); }
+static inline void gml_vi_store(int32_t *p, gml_vi v) { vst1q_s32(p, v); }
+static inline gml_vi gml_vi_sub(gml_vi a, gml_vi b) { return vsubq_s32(a, b); }
+/* The 4 bytes at p (any alignment) in every int32 lane */
+static inline gml_vi gml_vi_bcast4(const uint8_t *p) {
+    int32_t x;
+    __builtin_memcpy(&x, p, 4);
+    return vdupq_n_s32(x);
+}
+/* int32 lanes as floats (exact for |x| < 2^24) */
+static inline gml_vf gml_vf_from_vi(gml_vi v) { return vcvtq_f32_s32(v); }
+/* acc + in each int32 lane l the sum of the 4 products of a's bytes
+ * 4l .. 4l + 3 (uint8) with w's (int8), on baseline Armv8-A (no dotprod):
+ * products exact in int16 (255 * -128 fits), pairs summed twice */
+static inline gml_vi gml_vi_dot4_u8s8(gml_vi acc, gml_vi a, gml_vi w) {
+    const uint8x16_t au = vreinterpretq_u8_s32(a);
+    const int8x16_t ws = vreinterpretq_s8_s32(w);
+    const int16x8_t lo = vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(au))),
+                                   vmovl_s8(vget_low_s8(ws)));
+    const int16x8_t hi = vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(au))),
+                                   vmovl_s8(vget_high_s8(ws)));
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+}
+
 #endif /* GGMLITE_SIMD_NEON_H */

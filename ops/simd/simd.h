@@ -49,6 +49,11 @@
  *     floats repeated 4 times), gml_vf_transpose_quarters (quarter t of q[g] ->
  *     quarter g of q[t])
  *   flash_attn: gml_vi_load/set1/gt, ldexp_flush, transpose, load_f16/bf16, hsum4 (ISA order)
+ *   int8: gml_vi_bcast4(p) (4 bytes in every int32 lane), gml_vf_from_vi (exact below
+ *     2^24), gml_vi_dot4_u8s8(acc, a, w) (acc + per int32 lane the 4 products of a's
+ *     bytes as uint8 with w's as int8, exact: vpdpbusd where compiled with
+ *     -mavx512vnni / -mavxvnni, else exact int16 products), gml_vf_as_vi (the bits),
+ *     gml_vi_store, gml_vi_sub
  * The math on top of these (exp, tanh, sigmoid, gelu) is ops/simd/vmath.h.
  *
  * Kernel names: GML_SIMD_UKERNEL(f32_vadd, GML_SIMD_U2) is

@@ -86,6 +86,26 @@ GML_API bool gml_cpu_has(gml_isa isa);
 GML_API const char *gml_isa_name(gml_isa isa);
 /* "avx2" -> GML_ISA_AVX2; false if unknown. */
 GML_API bool gml_isa_from_name(const char *name, gml_isa *out);
+/* CPU features beyond the ISA levels above, which single kernels look for
+ * (within the AVX-512 level, AVX512_BF16's VDPBF16PS runs bf16 compute:
+ * docs/numerics.md). True when CPUID lists the feature and the OS saves the
+ * registers it uses (XCR0: zmm state for the AVX-512 ones, ymm for
+ * AVX_VNNI, the tile state for AMX). AMX also needs Linux's per-process
+ * permission (arch_prctl ARCH_REQ_XCOMP_PERM), which an AMX kernel asks
+ * for itself: this says only that the CPU and OS have it. False off x86. */
+typedef enum gml_cpu_feature {
+    GML_CPU_AVX512_BF16 = 0, /* VDPBF16PS, VCVTNE2PS2BF16 */
+    GML_CPU_AVX512_VNNI,     /* VPDPBUSD on zmm */
+    GML_CPU_AVX_VNNI,        /* VPDPBUSD on ymm, VEX-encoded */
+    GML_CPU_AMX_TILE,
+    GML_CPU_AMX_BF16,        /* TDPBF16PS */
+    GML_CPU_AMX_INT8,        /* TDPBSSD, TDPBUSD */
+    GML_CPU_FEATURE_COUNT
+} gml_cpu_feature;
+GML_API bool gml_cpu_has_feature(gml_cpu_feature f);
+/* "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16",
+ * "amx_int8"; "?" for an unknown value. */
+GML_API const char *gml_cpu_feature_name(gml_cpu_feature f);
 /* Which code node i (negative: from the end) ran in the last compute of g:
  * the micro-kernel, XNNPACK-style, with its path when the op has several,
  * e.g. "gml_f32_flash_ukernel__avx512_x32", "gml_f32_gemm_ukernel__avx2_6x16

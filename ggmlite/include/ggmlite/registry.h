@@ -37,7 +37,7 @@ typedef struct gml_arg_spec {
                                  the first is the one printed; an ENUM whose first
                                  names are false and true also takes a whole number
                                  as BOOL does: 0 is names[0], any other names[1] */
-    bool omit_zero;           /* INT, FLOAT: left out of printed calls when 0 (options
+    bool omit_zero;           /* INT, FLOAT, ENUM: left out of printed calls when 0 (options
                                  added later: older calls print as they did) */
 } gml_arg_spec;
 

@@ -60,6 +60,25 @@ typedef enum gml_type {
     GML_TYPE_COUNT
 } gml_type;
 
+/* Compute precision of an op that multiplies (matmul, and linear through
+ * it): what its products are computed in, per node (gml_set_compute,
+ * <ggmlite/tensor.h>; a context's default for the nodes built after it).
+ * The values are stored in the node (graph files write "compute=bf16"), so
+ * they never change: new ones go at the end. docs/numerics.md gives each
+ * one's arithmetic and error bound.
+ *   F32:  the default: products and sums in f32 (b of f16, bf16, q8_0
+ *         converted exactly to f32 first), as ggmlite always computed.
+ *   BF16: a and b rounded to bf16 (nearest, ties to even), products summed
+ *         in f32 in a fixed order, f32 out; b f32, f16 or bf16.
+ *   INT8: a quantized per row to int8 against a q8_0 b, int32 sums scaled
+ *         in f32 (ggml's q8_0 x q8 dot products). */
+typedef enum gml_compute {
+    GML_COMPUTE_F32 = 0,
+    GML_COMPUTE_BF16 = 1,
+    GML_COMPUTE_INT8 = 2,
+    GML_COMPUTE_COUNT
+} gml_compute;
+
 #define GML_QK8_0 32 /* values per q8_0 block */
 typedef struct gml_block_q8_0 {
     uint16_t d;             /* the scale, an IEEE binary16 */
@@ -124,6 +143,11 @@ GML_API size_t gml_row_size(gml_type type, int64_t n);
  * name is none of them). */
 GML_API const char *gml_type_name(gml_type type);
 GML_API bool gml_type_from_name(const char *name, gml_type *out);
+
+/* "f32", "bf16", "int8" (graph files, run-graph --compute); "?" for an
+ * unknown value. gml_compute_from_name is the reverse (false if unknown). */
+GML_API const char *gml_compute_name(gml_compute c);
+GML_API bool gml_compute_from_name(const char *name, gml_compute *out);
 
 /* ---- conversions -------------------------------------------------------------
  * f32 -> f16 and f32 -> bf16 round to nearest, ties to even; values past

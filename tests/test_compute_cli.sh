@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# run-graph --compute (docs/types.md, "Compute precision"): the flag reaches
+# the matmuls of matmul, mha, gqa, llama, gpt2 and bert; matmul stores b in
+# bf16; the results are the same at every thread count and, in the chain
+# order, on the reference, scalar and AVX2 kernels; a graph file's
+# compute=bf16 gives what the flag gives; the pairings the kernels do not
+# take (int8 without q8_0 weights, bf16 with q8_0, int8 for matmul, any
+# with --decode) are usage errors saying what is supported.
+# usage: test_compute_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR
+set -u
+RG=$(realpath "$1") CHECK=$(realpath "$2") SRC=$(realpath "$3")
+T=$(mktemp -d /tmp/test_compute_cli.XXXXXX) || exit 2
+trap 'rm -rf "$T"' EXIT
+source "$SRC/tests/cli_lib.sh"
+
+# expect_usage DESCRIPTION MESSAGE ARGS...: exit status 2, MESSAGE in stderr.
+expect_usage() {
+    local desc=$1 msg=$2
+    shift 2
+    run "$@"
+    if [ "$rc" -eq 2 ] && grep -qF -- "$msg" "$T/err"; then pass
+    else fail "$desc: exit $rc, stderr: $(cat "$T/err")"; fi
+}
+
+# text_digest ARGS...: the xxh3 of the summary's output line (the layers
+# have no --json), empty on failure.
+text_digest() {
+    "$RG" "$@" 2>"$T/d.err" | sed -n 's/^output .* xxh3 \([0-9a-f]*\)$/\1/p'
+}
+
+# ---- matmul: a and b rounded to bf16, the same bits at every thread count ----
+MM="matmul --m 37 --n 29 --k 65"
+f32=$(digest $MM --threads 2)
+b1=$(digest $MM --compute bf16 --threads 1)
+check "matmul --compute bf16 runs" test -n "$b1"
+check "matmul --compute bf16 differs from f32" test "$b1" != "$f32"
+check "matmul --compute f32 is the default" test "$(digest $MM --compute f32 --threads 2)" = "$f32"
+for th in 2 3 4 7; do
+    check "matmul --compute bf16 at $th threads" test "$(digest $MM --compute bf16 --threads $th)" = "$b1"
+done
+# the chain order: the reference kernels, scalar and AVX2 agree bitwise
+ref=$(digest $MM --compute bf16 --threads 3 --isa reference)
+for isa in scalar avx2; do
+    if "$RG" $MM --isa $isa >/dev/null 2>&1; then
+        check "matmul --compute bf16 --isa $isa is the reference's" \
+            test "$(digest $MM --compute bf16 --threads 3 --isa $isa)" = "$ref"
+    else
+        echo "skipped --isa $isa: this CPU lacks it"
+    fi
+done
+# the stored graph says bf16 and reads back to the same bits; the saved
+# inputs hold the rounded values
+expect_ok "matmul --compute bf16 --save-graph" $MM --compute bf16 --save-graph "$T/mm.graph" \
+    --save-inputs "$T/in"
+check "the graph file holds compute=bf16" grep -q "matmul(a, b, compute=bf16)" "$T/mm.graph"
+check "the graph file gives the flag's bits" test "$(digest "$T/mm.graph" --bind a="$T/in/a.npy" \
+    --bind b="$T/in/b.npy" --threads 2)" = "$b1"
+check "the saved inputs are the rounded ones: --compute f32 on them is not the f32 digest" \
+    test "$(digest matmul --bind a="$T/in/a.npy" --bind b="$T/in/b.npy" --threads 2)" != "$f32"
+expect_ok "the f32 inputs" $MM --save-inputs "$T/in32"
+# --bind'ed inputs are rounded: the f32 inputs bound give what the random ones gave
+check "matmul --compute bf16 with --bind" test "$(digest matmul --bind a="$T/in32/a.npy" \
+    --bind b="$T/in32/b.npy" --compute bf16 --threads 2)" = "$b1"
+# a graph file of its own saying compute=bf16 on the f32 inputs gives the same bits (rounded by the product)
+printf 'input a f32 [37, 65]\ninput b f32 [65, 29]\nout = matmul(a, b, compute=bf16)\noutput out\n' >"$T/own.graph"
+check "a graph file's compute=bf16 gives the flag's bits" test "$(digest "$T/own.graph" \
+    --bind a="$T/in32/a.npy" --bind b="$T/in32/b.npy" --threads 3)" = "$b1"
+
+# ---- the blocks and layers: the flag changes their matmuls, not the thread-invariance
+for m in mha gqa llama gpt2 bert; do
+    args="$m --seq 5 --d-model 64 --heads 4"
+    f=$(text_digest $args --threads 2)
+    b=$(text_digest $args --compute bf16 --threads 1)
+    check "$m --compute bf16 runs ($(cat "$T/d.err"))" test -n "$b"
+    check "$m --compute bf16 differs from f32" test "$b" != "$f"
+    check "$m --compute bf16 at 3 threads" test "$(text_digest $args --compute bf16 --threads 3)" = "$b"
+done
+expect_ok "mha --weights-dtype bf16 --compute bf16" mha --seq 5 --d-model 64 --heads 4 --weights-dtype bf16 --compute bf16
+expect_ok "mha --attn unfused --compute bf16 --save-graph" mha --seq 5 --d-model 64 --heads 4 \
+    --attn unfused --compute bf16 --save-graph "$T/mha.graph"
+check "mha's graph file: its matmuls in bf16" grep -q "compute=bf16" "$T/mha.graph"
+
+# ---- pairings ------------------------------------------------------------------
+expect_usage "int8 needs q8_0 weights" "--compute int8 needs q8_0 weights, got f32" mha --compute int8
+expect_usage "int8 with bf16 weights" "supported: --compute f32 with any --weights-dtype" \
+    llama --compute int8 --weights-dtype bf16
+expect_usage "bf16 takes no q8_0 weights" "--compute bf16 does not take q8_0 weights" \
+    gqa --compute bf16 --weights-dtype q8_0
+expect_usage "int8 is not for matmul" "supported for matmul: --compute f32 or bf16" matmul --compute int8
+expect_usage "a bad precision" "--compute: 'f16' is not f32, bf16 or int8" mha --compute f16
+expect_usage "not with --decode" "--compute bf16 does not apply with --decode" mha --decode 2 --compute bf16
+expect_usage "not for relpos" "--compute does not apply to relpos" relpos --compute bf16
+
+echo "$n_checks checks, $n_failed failed"
+[ "$n_failed" -eq 0 ]
