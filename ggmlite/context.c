@@ -297,22 +297,42 @@ gml_tensor *gml_new_op(gml_context *ctx, gml_op op, gml_type type, int n_dims, c
     return t;
 }
 
+/* Whether a view [ne...] with byte strides nb at offset of the q8_0 leaf a
+ * is a block of its whole rows: a's dims and strides, its last dim whole, at
+ * a multiple of a row's bytes. */
+static bool q8_0_rows_of(const gml_tensor *a, int n_dims, const int64_t *ne, const size_t *nb,
+                         size_t offset) {
+    if (n_dims != a->n_dims || ne[n_dims - 1] != a->ne[GML_MAX_DIMS - 1]) return false;
+    for (int i = 0; i < n_dims; i++)
+        if (nb[i] != a->nb[GML_MAX_DIMS - n_dims + i]) return false;
+    return offset % a->nb[GML_MAX_DIMS - 2] == 0;
+}
+
+/* Whether t is such a block of rows of a q8_0 leaf (a view the rule above let in). */
+static bool q8_0_rows(const gml_tensor *t) {
+    return t->op == GML_OP_VIEW && t->view_src && t->src[0] == t->view_src;
+}
+
 gml_tensor *gml_new_view(gml_context *ctx, gml_op op, gml_tensor *a, int n_dims,
                          const int64_t *ne, const size_t *nb, size_t offset, const char *what) {
     if (!valid_sizes(ctx, gml_op_name(op), n_dims, ne)) return NULL;
     const struct caller who = {gml_op_name(op), &a, 1};
-    /* A q8_0 tensor's blocks run along its last dim: only a permutation of
-     * a whole leaf (w^T for matmul) keeps them addressable, and the writes
-     * of cpy land on a whole q8_0 leaf. */
+    /* A q8_0 tensor's blocks run along its last dim: a block of whole rows
+     * of a leaf (a view with the leaf's strides at a row offset: its rows are
+     * whole blocks) and a permutation of a leaf or of such a block (w^T for
+     * matmul) keep them addressable, and the writes of cpy land on a whole
+     * q8_0 leaf. */
     if (a->type == GML_Q8_0 &&
-        !(((op == GML_OP_TRANSPOSE || op == GML_OP_PERMUTE) && !a->view_src) ||
+        !(((op == GML_OP_TRANSPOSE || op == GML_OP_PERMUTE) && (!a->view_src || q8_0_rows(a))) ||
+          (op == GML_OP_VIEW && !a->view_src && q8_0_rows_of(a, n_dims, ne, nb, offset)) ||
           (op == GML_OP_CPY && !a->view_src && gml_is_contiguous(a)) ||
           (op == GML_OP_AFTER && !a->view_src))) {
         char shape[GML_SHAPE_MAX];
         return gml_fail(ctx, "%s(%s): '%s' is q8_0 %s%s; of its views only transpose and permute "
-                        "of a q8_0 leaf are supported (its blocks of 32 run along the last dim)",
-                        gml_op_name(op), a->name, a->name, GML_SHAPE(a, shape),
-                        a->view_src ? " (a view)" : "");
+                        "of a q8_0 leaf and a block of a leaf's whole rows (view with the leaf's "
+                        "strides at a row offset; also transposed or permuted) are supported (its "
+                        "blocks of 32 run along the last dim)", gml_op_name(op), a->name, a->name,
+                        GML_SHAPE(a, shape), a->view_src ? " (a view)" : "");
     }
     gml_tensor *t = new_object(ctx, &who, a->type, n_dims, ne, true);
     if (!t) return NULL;

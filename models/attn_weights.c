@@ -90,13 +90,14 @@ bool gml_attn_check_weights(gml_context *ctx, const gml_attn_plan *p, const gml_
                  p->G == p->H ? "d_model" : "kv_heads*d_k");
         if (!gml_attn_check_param(ctx, p, w->in_proj_weight, "in_proj_weight", D + 2 * kv, D, what))
             return false;
-        if (w->in_proj_weight->type == GML_Q8_0) {
+        /* q8_0: the q, k, v row blocks are views at a row offset; whole rows are
+         * whole blocks when d_model is a multiple of 32 (a q8_0 tensor's rows are) */
+        if (w->in_proj_weight->type == GML_Q8_0 && D % GML_QK8_0) {
             char st[GML_SHAPE_MAX];
             return gml_attn_fail(ctx,
-                                 "%s: in_proj_weight is q8_0 %s: a q8_0 tensor cannot be split "
-                                 "into the q, k, v row blocks (no views of q8_0 but its "
-                                 "transpose); give w_q, w_k, w_v separately, or f32/f16/bf16",
-                                 p->block, GML_SHAPE(w->in_proj_weight, st));
+                                 "%s: in_proj_weight is q8_0 %s: its rows of d_model %" PRId64
+                                 " values are not whole q8_0 blocks of %d",
+                                 p->block, GML_SHAPE(w->in_proj_weight, st), D, GML_QK8_0);
         }
         if (w->in_proj_bias && !gml_attn_check_param(ctx, p, w->in_proj_bias, "in_proj_bias",
                                                      D + 2 * kv, -1, "b_q, b_k, b_v"))

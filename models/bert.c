@@ -1,5 +1,6 @@
 /* The BERT layer (layers.h): self-attention with biases and a padding mask,
- * post-LayerNorm residuals, GELU (erf) MLP. As HF's BertLayer computes it. */
+ * post-LayerNorm residuals, GELU (erf) MLP. As HF's BertLayer computes it,
+ * also for an item of valid length 0 (no_key_context). */
 #include "layers_internal.h"
 
 #include <math.h>
@@ -43,6 +44,30 @@ static bool check(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_w
            lay_check_param(ctx, L, w->ln2_b, "output.LayerNorm.bias", true, d, -1, "[D]");
 }
 
+/* What HF's BertLayer adds for an item whose valid length is 0. HF masks
+ * padding keys with the additive finfo(float32).min, a finite value: with no
+ * valid key every score of the row rounds to that same value in float32, so
+ * its softmax is uniform over all T keys and the context is the mean of v
+ * over T (through W_o: u = mean_T(v) W_o^T, b_o being the block's). The
+ * engine's own rule for a row with no visible key is zeros (flash_attn,
+ * docs/contracts.md): the block's output there is b_o alone, so u is added,
+ * selected per item by z = 1 when the length is 0, else 0:
+ *     u = (mean_T(x) W_v^T + b_v) W_o^T       [B, 1, D]  (v is linear in x)
+ *     keep0 = exp(valid_len_mask(lens)[.., 0]) [B, 1, 1, 1]: 1 when key 0 is valid
+ *     z = exp(-1e30 keep0)                    1 when the length is 0, else 0
+ * Lengths >= 1 add z u = 0: their output keeps its bits. */
+static gml_tensor *no_key_context(gml_context *ctx, const gml_bert_weights *w, gml_tensor *x,
+                                  gml_tensor *lens, int64_t B, int64_t T, int64_t D) {
+    gml_tensor *xm = gml_mean(ctx, gml_transpose(ctx, x, 1, 2));              /* [B, D, 1] */
+    xm = gml_reshape(ctx, xm, 3, (int64_t[]){B, 1, D});                        /* [B, 1, D] */
+    gml_tensor *u = gml_linear(ctx, gml_linear(ctx, xm, w->wv, w->bv), w->wo, NULL);
+    gml_tensor *m = gml_valid_len_mask(ctx, lens, T);                          /* [B, 1, 1, T] */
+    gml_tensor *m0 = m ? gml_view(ctx, m, 3, (int64_t[]){B, 1, 1}, (size_t[]){m->nb[0], m->nb[2], m->nb[3]}, 0)
+                       : NULL;                                                 /* key 0: [B, 1, 1] */
+    gml_tensor *z = gml_exp(ctx, gml_scale(ctx, gml_exp(ctx, m0), -1e30f));
+    return gml_set_name(gml_mul(ctx, z, u), "no_key_context");                 /* [B, 1, D] */
+}
+
 gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
                            gml_tensor *x, gml_tensor *valid_lens) {
     if (!ctx) return NULL;
@@ -52,12 +77,12 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
     }
     int64_t B, T, D, F;
     if (!check(ctx, cfg, w, x, valid_lens, &B, &T, &D, &F)) return NULL;
-    (void)B, (void)T;
     const float eps = cfg->eps != 0 ? cfg->eps : 1e-12f;
     gml_attn_weights aw = {.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
                            .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo};
     gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads}};
     gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = x, .valid_lens = valid_lens}).out;
+    if (valid_lens) att = gml_add(ctx, att, no_key_context(ctx, w, x, valid_lens, B, T, D));
     gml_tensor *s = gml_add(ctx, att, x); /* dense (W_o) is the block's */
     gml_tensor *h = gml_set_name(gml_layer_norm(ctx, s, w->ln1_w, w->ln1_b, eps), "attn_out");
     gml_tensor *i = gml_set_name(gml_gelu(ctx, gml_linear(ctx, h, w->wi, w->bi)), "intermediate");

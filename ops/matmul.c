@@ -119,13 +119,15 @@ static double matmul_flops(const gml_tensor *dst) {
 }
 
 /* A q8_0 b is usable when its dim -2 (K) is its leaf's last dim (the one
- * blocked): b is a transpose or permute of a q8_0 leaf (context.c allows
- * no other view of one) that moves the leaf's last dim to -2. Told from
- * which of the leaf's dims the view put there (ops/view.h), as strides alone
- * cannot tell a [32, 32] w^T from w. */
+ * blocked): b is a transpose or permute of a q8_0 leaf, or of a block of
+ * its whole rows (context.c allows no other view of one), that moves the
+ * leaf's last dim to -2. Told from which of the leaf's dims (the block's
+ * are the leaf's) the view put there (ops/view.h), as strides alone cannot
+ * tell a [32, 32] w^T from w. */
 static bool q8_0_is_w_t(const gml_tensor *b) {
     const int n = b->n_dims;
-    if (!b->view_src || b->src[0] != b->view_src) return false;
+    const gml_tensor *s = b->src[0];
+    if (!b->view_src || (s != b->view_src && s->op != GML_OP_VIEW)) return false;
     const int from = gml_view_source_dim(b, n - 2); /* the leaf's dim that b's dim n - 2 is */
     return from == n - 1 && b->nb[GML_MAX_DIMS - 2] == gml_type_size(GML_Q8_0);
 }
@@ -231,10 +233,10 @@ gml_compute gml_get_default_compute(const gml_context *ctx) {
 gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *bias) {
     if (!x || !w) return NULL;
     char sx[GML_SHAPE_MAX], sw[GML_SHAPE_MAX], sbias[GML_SHAPE_MAX];
-    if (w->n_dims != 2 || w->type == GML_I32 || (w->type == GML_Q8_0 && w->view_src))
+    if (w->n_dims != 2 || w->type == GML_I32 || (w->type == GML_Q8_0 && w->view_src && w->op != GML_OP_VIEW))
         return gml_fail(ctx, "linear(%s, %s): weight must be [out, in] of f32, f16, bf16 or q8_0 "
-                        "(a q8_0 one a whole tensor), got %s %s%s", x->name, w->name,
-                        gml_type_name(w->type), GML_SHAPE(w, sw), w->view_src ? " (a view)" : "");
+                        "(a q8_0 one a whole tensor or a block of its rows), got %s %s%s", x->name,
+                        w->name, gml_type_name(w->type), GML_SHAPE(w, sw), w->view_src ? " (a view)" : "");
     if (x->ne[3] != w->ne[3])
         return gml_fail(ctx, "linear(%s, %s): input has %" PRId64 " features, weight [out, in] "
                         "expects %" PRId64 ": %s vs %s", x->name, w->name, x->ne[3], w->ne[3],

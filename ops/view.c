@@ -50,16 +50,21 @@ gml_tensor *gml_view(gml_context *ctx, gml_tensor *a, int n_dims, const int64_t 
                         n_dims, GML_MAX_DIMS);
     format_list(sn, sizeof sn, n_dims, ne);
     int64_t nbi[GML_MAX_DIMS];
-    size_t esize = gml_type_size(a->type);
-    size_t last = offset; /* byte offset of the last element */
+    size_t esize = gml_type_size(a->type); /* q8_0: one block of 32, the last dim's stride */
+    const int64_t blk = gml_type_block_size(a->type);
+    size_t last = offset; /* byte offset of the last element (block) */
     bool overflow = false;
     for (int i = 0; i < n_dims; i++) {
         nbi[i] = (int64_t)nb[i];
         if (ne[i] < 1)
             return gml_fail(ctx, "view(%s): size %" PRId64 " of dim %d in %s; sizes must be >= 1",
                             a->name, ne[i], i, sn);
-        if (nb[i] && (uint64_t)(ne[i] - 1) > (SIZE_MAX - last) / nb[i]) overflow = true;
-        else last += (size_t)(ne[i] - 1) * nb[i];
+        if (blk > 1 && i == n_dims - 1 && ne[i] % blk)
+            return gml_fail(ctx, "view(%s): the last dim of %s is not whole %s blocks of %" PRId64
+                            " values", a->name, sn, gml_type_name(a->type), blk);
+        const int64_t n = blk > 1 && i == n_dims - 1 ? ne[i] / blk : ne[i]; /* blocks along a row */
+        if (nb[i] && (uint64_t)(n - 1) > (SIZE_MAX - last) / nb[i]) overflow = true;
+        else last += (size_t)(n - 1) * nb[i];
     }
     format_list(sb, sizeof sb, n_dims, nbi);
     for (int i = 0; i < n_dims; i++)

@@ -590,6 +590,16 @@ for m in llama gpt2 bert; do
 done
 expect_error 1 "gpt2: attn.c_attn.weight is q8_0 [64,192]: Conv1D weights [in, out]" \
     "gpt2 takes no q8_0 Conv1D weights" gpt2 --seq 5 --d-model 64 --heads 2 --weights-dtype q8_0
+# nn.MultiheadAttention's packed in_proj_weight as q8_0: its q, k, v row blocks are views
+MT=$FIX/mha_torch_native
+d_q8=$(digest mha --heads 4 --weights "$MT/weights.safetensors" --input "$MT/x.npy" --weights-dtype q8_0 --threads 1)
+check "mha --weights-dtype q8_0 on in_proj_weight runs ($d_q8), not the f32 result" test -n "$d_q8" -a \
+    "$d_q8" != "$(digest mha --heads 4 --weights "$MT/weights.safetensors" --input "$MT/x.npy")"
+for th in 2 3 4 7; do
+    same_digest "mha --weights-dtype q8_0 on in_proj_weight: $th threads as 1" \
+        "mha --heads 4 --weights $MT/weights.safetensors --input $MT/x.npy --weights-dtype q8_0 --threads 1" \
+        "mha --heads 4 --weights $MT/weights.safetensors --input $MT/x.npy --weights-dtype q8_0 --threads $th"
+done
 expect_error 1 "has rows of 48 values, not a multiple of 32" "llama --weights-dtype q8_0, F = 48" \
     llama --seq 5 --d-model 64 --heads 2 --ffn 48 --weights-dtype q8_0
 # bf16 weights are saved as BF16 and read back as they are: the folder's args

@@ -29,7 +29,8 @@
 static const char *const CASES[] = {"llama_gqa",   "llama_mha_bias", "llama_mqa_stack2",
                                     "llama_sinks", "llama_softcap",  "gpt2",
                                     "gpt2_stack2", "bert_padding",   "bert_stack2",
-                                    "llama_window", "llama_all_opts"};
+                                    "llama_window", "llama_all_opts", "bert_len0",
+                                    "bert_len0_stack2"};
 
 typedef enum { LLAMA, GPT2, BERT } kind;
 

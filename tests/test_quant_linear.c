@@ -205,6 +205,27 @@ static void check_errors(void) {
     gml_clear_error(ctx);
     gml_tensor *x33 = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 3, 33), "x33");
     CHECK(!gml_linear(ctx, x33, q, NULL), "K mismatch");
+    /* views of q8_0: a block of whole rows at a row offset, and nothing else */
+    gml_clear_error(ctx);
+    gml_tensor *rows = gml_view(ctx, q, 2, (int64_t[]){16, 64}, (size_t[]){q->nb[2], q->nb[3]}, 8 * q->nb[2]);
+    CHECK(rows && gml_linear(ctx, x, rows, NULL) && gml_matmul(ctx, x, gml_transpose(ctx, rows, 0, 1)),
+          "rows 8..23 of a q8_0 weight: %s", gml_last_error(ctx));
+    CHECK(!gml_view(ctx, rows, 2, (int64_t[]){8, 64}, (size_t[]){q->nb[2], q->nb[3]}, 0), "a view of the view");
+    CHECK_CONTAINS(gml_last_error(ctx), "(a view); of its views only transpose and permute of a q8_0 leaf and a block of a leaf's whole rows");
+    gml_clear_error(ctx);
+    CHECK(!gml_view(ctx, q, 2, (int64_t[]){16, 32}, (size_t[]){q->nb[2], q->nb[3]}, 0), "half rows");
+    CHECK_CONTAINS(gml_last_error(ctx), "view(q): 'q' is q8_0 [64,64]; of its views only transpose and permute");
+    gml_clear_error(ctx);
+    CHECK(!gml_view(ctx, q, 2, (int64_t[]){16, 64}, (size_t[]){q->nb[2], q->nb[3]}, q->nb[3]),
+          "an offset of one block (mid-row)");
+    CHECK_CONTAINS(gml_last_error(ctx), "and a block of a leaf's whole rows (view with the leaf's strides at a row offset");
+    gml_clear_error(ctx);
+    CHECK(!gml_view(ctx, q, 2, (int64_t[]){16, 48}, (size_t[]){q->nb[2], q->nb[3]}, 0), "48 values a row");
+    CHECK_CONTAINS(gml_last_error(ctx), "view(q): the last dim of [16,48] is not whole q8_0 blocks of 32");
+    gml_clear_error(ctx);
+    CHECK(!gml_view(ctx, q, 2, (int64_t[]){16, 64}, (size_t[]){q->nb[2], q->nb[3]}, 49 * q->nb[2]),
+          "rows past the end");
+    CHECK_CONTAINS(gml_last_error(ctx), "past the 4352 bytes of 'q' [64,64]");
     gml_free(ctx);
 }
 

@@ -4,9 +4,13 @@
  * dequantized) values within 1e-5 relative (of the output's largest
  * magnitude), at every ISA and 1 and 3 threads; the largest distance seen is
  * printed (0 with more than 4 rows: the GEMM path is bitwise the f32 one;
- * with up to 4 rows the matrix-vector kernels sum in another order). Also: the refusals (a typed bias, packed q8_0 in_proj_weight,
- * GPT-2's q8_0 Conv1D) with their messages. */
+ * with up to 4 rows the matrix-vector kernels sum in another order). A
+ * packed q8_0 in_proj_weight (row blocks as views) is bitwise the block on
+ * separate q8_0 w_q, w_k, w_v. Also: the refusals (a typed bias, GPT-2's
+ * q8_0 Conv1D) with their messages. */
 #include "check.h"
+
+#include <inttypes.h>
 
 #include <ggmlite/attention.h>
 #include <ggmlite/kv_cache.h>
@@ -117,7 +121,7 @@ static void attention_blocks(gml_type t) {
     gml_attn_qkv qf = gml_attn_project(ctx, &c, &wf, (gml_attn_inputs){.query = x});
     compare(ctx, t, qt.k, qf.k);
     compare(ctx, t, gml_attn_merge(ctx, &wt, qt.q), gml_attn_merge(ctx, &wf, qf.q));
-    if (t != GML_Q8_0) { /* packed q | k | v rows, MHA */
+    { /* packed q | k | v rows, MHA (q8_0: the row blocks are views at row offsets) */
         gml_attn_weights pt = {0}, pf = {0};
         make_pair(ctx, t, 3 * D, D, &r, &pt.in_proj_weight, &pf.in_proj_weight);
         make_pair(ctx, t, 3 * D, 0, &r, &pt.in_proj_bias, &pf.in_proj_bias);
@@ -184,6 +188,77 @@ static void bert_gpt2(gml_type t) {
     gml_free(ctx);
 }
 
+/* The q8_0 bytes of rows [r0, r0 + n) of w [R, C] (f32 elements of a vector)
+ * in a new tensor of the same type. */
+static gml_tensor *rows_copy(gml_context *ctx, const gml_tensor *w, int64_t r0, int64_t n) {
+    gml_tensor *t = w->n_dims == 2 ? gml_new_tensor_2d(ctx, w->type, n, w->ne[3])
+                                   : gml_new_tensor_1d(ctx, w->type, n);
+    const size_t row = w->n_dims == 2 ? w->nb[2] : w->nb[3];
+    memcpy(t->data, (const char *)w->data + (size_t)r0 * row, (size_t)n * row);
+    return t;
+}
+
+/* nn.MultiheadAttention's packed in_proj_weight as q8_0 [D + 2 kv, D]: its q,
+ * k, v row blocks are views at row offsets (D and kv rows, so offsets of D and
+ * D + kv rows), bitwise the block on three separate q8_0 tensors holding the
+ * same rows, at every ISA and 1, 2, 3, 4 and 7 threads, and the same bits at
+ * every thread count; MHA and packed GQA (kv < D), fused and unfused, a
+ * prompt (the GEMM) and 3 rows (the matrix-vector kernels). */
+static void packed_q8_0(void) {
+    chk_case("packed in_proj_weight, q8_0");
+    chk_rng r = {314};
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    const int64_t D = 96, H = 6;
+    for (int G = 6; G >= 2; G -= 4) {
+        const int64_t kv = G * D / H;
+        gml_attn_weights pk = {0}, sp = {0};
+        gml_tensor *unused;
+        make_pair(ctx, GML_Q8_0, D + 2 * kv, D, &r, &pk.in_proj_weight, &unused);
+        make_pair(ctx, GML_Q8_0, D + 2 * kv, 0, &r, &pk.in_proj_bias, &unused);
+        make_pair(ctx, GML_Q8_0, D, D, &r, &pk.w_o, &unused);
+        sp.w_q = rows_copy(ctx, pk.in_proj_weight, 0, D), sp.b_q = rows_copy(ctx, pk.in_proj_bias, 0, D);
+        sp.w_k = rows_copy(ctx, pk.in_proj_weight, D, kv), sp.b_k = rows_copy(ctx, pk.in_proj_bias, D, kv);
+        sp.w_v = rows_copy(ctx, pk.in_proj_weight, D + kv, kv);
+        sp.b_v = rows_copy(ctx, pk.in_proj_bias, D + kv, kv);
+        sp.w_o = pk.w_o;
+        for (int impl = GML_ATTN_FUSED; impl <= GML_ATTN_UNFUSED; impl++)
+            for (int64_t T = 3; T <= 11; T += 8) { /* B T = 3 rows (matrix-vector), 22 (GEMM) */
+                gml_tensor *x = input(ctx, T == 3 ? 1 : 2, T, D, &r);
+                gml_attn_config c = {.dims = {.n_heads = (int)H, .n_kv_heads = G},
+                                     .score.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                                     .graph.impl = (gml_attn_impl)impl};
+                gml_tensor *a = gml_gqa(ctx, c, &pk, (gml_attn_inputs){.query = x}).out;
+                gml_tensor *b = gml_gqa(ctx, c, &sp, (gml_attn_inputs){.query = x}).out;
+                if (!CHECK(a && b, "G %d, T %" PRId64 ": %s", G, T, gml_last_error(ctx))) continue;
+                gml_graph *g = gml_build_graph(ctx, (gml_tensor *[]){a, b}, 2);
+                if (!CHECK(g, "graph: %s", gml_last_error(ctx))) continue;
+                const size_t n = (size_t)gml_nelements(a);
+                float *first = malloc(n * sizeof *first);
+                for (size_t i = 0; i < sizeof ISAS / sizeof *ISAS; i++) {
+                    if (!gml_cpu_has(ISAS[i])) continue;
+                    gml_set_isa(ISAS[i]);
+                    static const int THREADS[] = {1, 2, 3, 4, 7};
+                    for (int k = 0; k < 5; k++) {
+                        if (!CHECK(gml_graph_compute(g, THREADS[k]) == GML_OK, "%s", gml_graph_error(g)))
+                            continue;
+                        const float *pa = gml_graph_data(g, a), *pb = gml_graph_data(g, b);
+                        CHECK(memcmp(pa, pb, n * sizeof *pa) == 0, "G %d, T %" PRId64 ", %s, %s, %d "
+                              "threads: packed differs from separate q8_0 weights", G, T,
+                              impl == GML_ATTN_FUSED ? "fused" : "unfused", gml_isa_name(ISAS[i]),
+                              THREADS[k]);
+                        if (k == 0) memcpy(first, pa, n * sizeof *pa);
+                        else CHECK(memcmp(pa, first, n * sizeof *pa) == 0, "G %d, T %" PRId64 ", %s: "
+                                   "%d threads differ from 1", G, T, gml_isa_name(ISAS[i]), THREADS[k]);
+                    }
+                }
+                gml_set_isa(GML_ISA_AUTO);
+                free(first);
+                gml_graph_free(g);
+            }
+    }
+    gml_free(ctx);
+}
+
 static void expect_error(gml_context *ctx, const void *result, const char *want) {
     const char *msg = gml_last_error(ctx);
     CHECK(!result && strstr(msg, want), "want an error containing \"%s\", got \"%s\"", want, msg);
@@ -208,15 +283,6 @@ static void refusals(void) {
 
     ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
     x = input(ctx, 1, 3, D, &r);
-    gml_attn_weights p = {0};
-    make_pair(ctx, GML_Q8_0, 3 * D, D, &r, &p.in_proj_weight, &unused);
-    make_pair(ctx, GML_Q8_0, D, D, &r, &p.w_o, &unused);
-    expect_error(ctx, gml_mha(ctx, c, &p, (gml_attn_inputs){.query = x}).out,
-                 "mha: in_proj_weight is q8_0 [192,64]: a q8_0 tensor cannot be split");
-    gml_free(ctx);
-
-    ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
-    x = input(ctx, 1, 3, D, &r);
     gml_gpt2_weights g = {0};
     make_pair(ctx, GML_F32, D, 0, &r, &g.ln1_w, &unused), make_pair(ctx, GML_F32, D, 0, &r, &g.ln1_b, &unused);
     make_pair(ctx, GML_Q8_0, D, 3 * D, &r, &g.attn_w, &unused);
@@ -237,6 +303,7 @@ int main(void) {
         llama(types[i]);
         bert_gpt2(types[i]);
     }
+    packed_q8_0();
     refusals();
     printf("typed weights vs f32 weights holding their values, max |diff| / max |out|: "
            "f16 %.2g, bf16 %.2g, q8_0 %.2g\n", worst[0], worst[1], worst[2]);

@@ -101,7 +101,7 @@ static const flag FLAGS[] = {
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC,
      "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
-     "Data (without files: deterministic random data from --seed)", "safetensors (default: deterministic random weights, the same in every mode); --parallel heads: each rank reads only its share; context: mapped by every rank"},
+     "Data (without files: deterministic random data from --seed)", "safetensors (default: deterministic random weights, the same in every mode); --parallel: the ranks check they read the same tensors (digests), then heads computes on each rank's share only; context: mapped by every rank"},
     [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN | M_LAYER | M_CDEC,
      "converts the f32 weight matrices (2-D) to this type at load (biases and "
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "

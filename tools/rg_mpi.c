@@ -4,9 +4,10 @@
  *   mpirun -np 4 run-graph gqa --heads 16 --kv-heads 4 --weights w.safetensors \
  *       --input x.npy --output y.npy --parallel heads
  *
- * Rank 0 reads the input and broadcasts it; every rank maps the weights file
- * and reads only its share (views into the mapping), builds its partial
- * graph, computes it; the partials are summed in rank order on rank 0 (the
+ * Rank 0 reads the input and broadcasts it; every rank maps the weights file,
+ * the ranks agree on its tensors (gml_mpi_weights_agree: names, shapes, XXH3
+ * digests), and each computes on its share only (views into the mapping):
+ * it builds its partial graph, computes it; the partials are summed in rank order on rank 0 (the
  * LLaMA layer: after the attention, then broadcast for the MLP, and after
  * the MLP); rank 0 writes the output and reports. A step that fails on any
  * rank is followed by a status exchange, so every rank stops with "rank R:
@@ -114,6 +115,13 @@ bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xc
     if (step && rank == 0 && input) step = rg_mpi_read_x(input, xctx, xdim, msg, sizeof msg);
     if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) return rg_fail(e, RG_RUNTIME, "%s", why);
     MPI_Bcast(xdim, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    return true;
+}
+
+bool rg_mpi_weights_agree(const gml_context *wctx, rg_err *e) {
+    char why[1600];
+    if (gml_mpi_weights_agree(MPI_COMM_WORLD, wctx, why, sizeof why) != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "%s", why);
     return true;
 }
 
@@ -478,11 +486,17 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
     int64_t xdim[3] = {0, 0, 0};
     bool step = true;
     ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
-    /* 2. every rank: its weights (mapped, or random), sizes, share, graphs */
+    /* 2. every rank: its weights (mapped, or random), sizes, share, graphs; a weights
+     * file's tensors the same on every rank (names, shapes, digests) before any share */
     if (ok) {
         r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
-        step = (!r.weights || map_weights(&r, msg, sizeof msg)) && settle(&r, xdim, msg, sizeof msg) &&
-               (r.wctx || random_weights(&r, msg, sizeof msg)) && build(&r, msg, sizeof msg);
+        step = !r.weights || map_weights(&r, msg, sizeof msg);
+        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+    }
+    ok = ok && rg_mpi_weights_agree(r.o.weights ? r.wctx : NULL, &e);
+    if (ok) {
+        step = settle(&r, xdim, msg, sizeof msg) && (r.wctx || random_weights(&r, msg, sizeof msg)) &&
+               build(&r, msg, sizeof msg);
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the input, from rank 0 */

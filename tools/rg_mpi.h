@@ -68,6 +68,11 @@ bool rg_mpi_read_x(const char *path, gml_context **xctx, int64_t xdim[3], char *
  * message on every rank, in e) and rank 0's dims are broadcast to xdim. */
 bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xctx,
                   int64_t xdim[3], rg_err *e);
+/* Collective: every rank holds the same weights (gml_mpi_weights_agree over
+ * wctx, the file's tensors as loaded; NULL on every rank for random weights,
+ * made alike from the seed); false on every rank, with the message naming
+ * the ranks and tensors that differ, otherwise. */
+bool rg_mpi_weights_agree(const gml_context *wctx, rg_err *e);
 /* The end of every mode: the cause said (rank 0 for all; a runtime cause by
  * each rank with it), MPI_Finalize, run-graph's exit status. */
 int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e);

@@ -400,9 +400,14 @@ int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, con
         MPI_Bcast(dims, 5, MPI_INT64_T, 0, MPI_COMM_WORLD);
         r.B = dims[0], r.T = dims[1], r.D = dims[2], r.H = dims[3], r.G = dims[4];
         r.N = r.o.decode;
-        /* 2. every rank: the weights (mapped or random), the shard, the graphs */
-        step = (r.rank == 0 || load(&r, msg, sizeof msg)) && setup(&r, msg, sizeof msg) &&
-               build(&r, msg, sizeof msg);
+        /* 2. every rank: the weights (mapped or random), the same on every rank (names,
+         * shapes, digests), the shard, the graphs */
+        step = r.rank == 0 || load(&r, msg, sizeof msg);
+        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+    }
+    ok = ok && rg_mpi_weights_agree(r.o.weights ? r.d.wctx : NULL, &e);
+    if (ok) {
+        step = setup(&r, msg, sizeof msg) && build(&r, msg, sizeof msg);
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the prompt rows, from rank 0 */

@@ -149,11 +149,16 @@ int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const
     int64_t xdim[3] = {0, 0, 0};
     bool step = true;
     ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
-    /* 2. every rank: the weights (mapped, or random), sizes */
+    /* 2. every rank: the weights (mapped, or random), the same on every rank (names,
+     * shapes, digests), sizes */
     if (ok) {
         r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
-        step = (!r.weights || rg_mpi_map_weights(&r, msg, sizeof msg)) && rg_mpi_settle(&r, xdim, msg, sizeof msg) &&
-               (r.wctx || rg_mpi_random_weights(&r, msg, sizeof msg));
+        step = !r.weights || rg_mpi_map_weights(&r, msg, sizeof msg);
+        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
+    }
+    ok = ok && rg_mpi_weights_agree(r.o.weights ? r.wctx : NULL, &e);
+    if (ok) {
+        step = rg_mpi_settle(&r, xdim, msg, sizeof msg) && (r.wctx || rg_mpi_random_weights(&r, msg, sizeof msg));
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the runner (collective: its failure on any rank is everyone's) */

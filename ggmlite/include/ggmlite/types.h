@@ -40,8 +40,10 @@ extern "C" {
  * gml_block_q8_0 (an f16 scale d and 32 int8 q, value = d * q), so the last
  * dim must be a multiple of 32 and a row of n values takes n / 32 * 34
  * bytes; nb[3] of a q8_0 tensor is the block size, 34. A q8_0 tensor is a
- * leaf (gml_new_tensor) or a transpose/permute of one (B = w^T for
- * gml_matmul); other views of it are refused. Which ops take which types:
+ * leaf (gml_new_tensor), a block of a leaf's whole rows (gml_view with the
+ * leaf's strides at a multiple of a row's bytes: rows [r0, r0 + n) of a
+ * weight [R, K], as linear's w) or a transpose/permute of either (B = w^T
+ * for gml_matmul); other views of it are refused. Which ops take which types:
  * every op takes f32; cpy converts between f32, f16, bf16 and q8_0 (any
  * pair); cont takes f16 and bf16 as well; matmul's b (linear's w) may be
  * f16, bf16 or q8_0 against an f32 a; get_rows reads f16, bf16 and q8_0

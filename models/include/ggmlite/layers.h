@@ -19,7 +19,8 @@
  *          transposed views, no copy).
  *   BERT   a   = LayerNorm(x + dense(attn(query(x), key(x), value(x))))
  *          out = LayerNorm(a + output.dense(gelu(intermediate.dense(a))))
- *          (post-LN); keys j >= valid_lens[b] are masked (padding).
+ *          (post-LN); keys j >= valid_lens[b] are masked (padding; a
+ *          length of 0 attends uniformly over all keys, as HF's finite mask).
  *
  * Options of the LLaMA layer (gpt-oss, Mistral, Gemma 2 style), the
  * attention stages' scoring options (fused: one gml_flash_attn_ext):
@@ -123,9 +124,13 @@ typedef struct gml_bert_weights {
 } gml_bert_weights;
 
 /* x f32 [B, T, D] -> [B, T, D]; valid_lens i32 [B] (keys j >= len are
- * padding, as HF's attention_mask of len ones then zeros) or NULL. HF adds
- * finfo.min to padded keys, we drop them: the same weights whenever a row
- * sees a key (len >= 1); a row seeing none is zeros here. */
+ * padding, as HF's attention_mask of len ones then zeros; 0 <= len <= T) or
+ * NULL. HF adds finfo(float32).min to padded keys, we drop them: the same
+ * weights whenever a row sees a key (len >= 1). An item of length 0 is
+ * computed as HF computes it: its finite mask makes every score of a row the
+ * same float, so each query attends uniformly over all T keys (the mean of
+ * v over T), not the zeros of the engine's rule for a row with no visible
+ * key (which flash_attn and the attention blocks keep). */
 GML_API gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
                            gml_tensor *x, gml_tensor *valid_lens);
 

@@ -137,6 +137,30 @@ GML_API gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int ro
  * an error on every rank and never a hang. msg is cut at 1023 bytes. */
 GML_API bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
 
+/* The ranks agree on their weights before computing (mpi/weights.c). On a
+ * cluster each rank reads its own copy of a checkpoint; a stale or other
+ * copy on one rank would otherwise give a wrong result with no error. Each
+ * rank describes every tensor of wctx (its whole weights as it loaded them,
+ * before any slicing to its share): name, type, shape and the XXH3-64 digest
+ * of its bytes (row-major; a strided tensor hashes as its contiguous copy).
+ * Rank 0 broadcasts its list; every other rank compares its own with it, in
+ * rank 0's order (then any name rank 0 lacks). Collective over comm, called
+ * by every rank after loading (wctx NULL: no tensors). Every rank returns
+ * GML_OK when every rank holds the same names, and for each name the same
+ * type, shape and digest; otherwise every rank returns GML_ERR_INVALID with
+ * the same message in err, naming each rank that differs from rank 0 (the
+ * first 4, then how many more), its first differing tensor and how, e.g.
+ *     the ranks' weights differ (every rank must read the same checkpoint):
+ *     rank 1: tensor 'mlp.gate_proj.weight' is f32 [96,64], rank 0's is f32
+ *     [128,64] (shape); rank 2: tensor 'w_q.weight' f32 [64,64] has XXH3
+ *     5d1c..., rank 0's 0e27... (digest: same name and shape, other values)
+ * ("rank 2 has no tensor 'x' ... (names)", "... (dtype)" likewise). A
+ * tensor without data (no_alloc) is an error on every rank. Reads every
+ * byte of wctx once (XXH3 runs at memory speed: mapped weights are paged
+ * in); P = 1 returns GML_OK at once. */
+GML_API gml_status gml_mpi_weights_agree(MPI_Comm comm, const gml_context *wctx, char *err,
+                                         size_t err_size);
+
 /* ---- context-parallel decoding: a KV cache sharded by position (shard.c) ---
  *
  * The KV cache of one attention block, positions 0 .. P C - 1, cut into P
