@@ -12,7 +12,8 @@
 #   llama   the LLaMA layer on PyTorch fixtures (tests/fixtures/layers): GQA, biases,
 #           sinks; random weights with uneven MLP rows
 #   faults  a truncated weights file or another model's weights on one rank: every
-#           rank exits non-zero naming that rank and the cause, no hang; usage errors
+#           rank exits non-zero naming that rank and the cause, no hang; an extra
+#           tensor (refused; --non-strict: ignored, heads and context); usage errors
 #   off     (a build without MPI) --parallel heads and context say how to build it
 #
 # Every mpirun is oversubscribed (P may exceed the cores) and, as root, allowed
@@ -127,6 +128,19 @@ faults)
         extra=out_proj.bais; then
         refuse "an extra tensor (strict)" nz "rank 0 .*: .*1 tensor not used by mha: 'out_proj.bais'" \
             "${mpi[@]}" -np 2 "$rg" mha --weights "$tmp/extra.safetensors" --heads 4 --threads 1 --parallel heads
+        # --non-strict lets it pass, as in the single process: the output is the file's without it
+        for mode in heads context; do
+            checks=$((checks + 1))
+            a=$(digest_of "${mpi[@]}" -np 2 "$rg" mha --weights "$tmp/extra.safetensors" --heads 4 --threads 1 \
+                --non-strict --parallel $mode)
+            b=$(digest_of "${mpi[@]}" -np 2 "$rg" mha --weights "$fx/mha_bias_causal/weights.safetensors" \
+                --heads 4 --threads 1 --parallel $mode)
+            if [[ -n $a && $a == "$b" ]]; then
+                echo "ok --non-strict, --parallel $mode: the extra tensor ignored (xxh3 $a as without it)"
+            else
+                fail "--non-strict, --parallel $mode: xxh3 '$a', without the extra tensor '$b'"
+            fi
+        done
     else
         fail "loading_files (built beside mpi_check) could not add a tensor"
     fi
@@ -135,6 +149,10 @@ faults)
         --input "$tmp/no-such.npy" --threads 1 --parallel heads
     refuse "more ranks than heads" nz "heads 4 cannot be split over 5 ranks" "${mpi[@]}" -np 5 "$rg" mha \
         --heads 4 --threads 1 --parallel heads
+    refuse "--non-strict without --weights" 2 "--non-strict is for --weights" "$rg" mha --non-strict \
+        --parallel heads
+    refuse "--prefix (the block's names only)" 2 "--prefix: not a flag of --parallel heads" "$rg" mha \
+        --prefix a. --weights "$fx/mha_bias_causal/weights.safetensors" --parallel heads
     refuse "ALiBi refused" 2 "not a flag of --parallel heads" "$rg" mha --alibi --parallel heads
     refuse "--parallel context --decode of llama" 2 "--parallel context --decode runs mha or gqa, not 'llama'" \
         "$rg" llama --decode 2 --parallel context

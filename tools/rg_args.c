@@ -122,7 +122,7 @@ static const flag FLAGS[] = {
      "'layers.0.self_attn'); default: detected when the file holds one block", NULL,
      "--weights: the layers' list as PyTorch names it, layer i under P.<i>. ('model.layers', "
      "'transformer.h'; one layer: also the layer itself); default: detected"},
-    [F_NON_STRICT] = {"--non-strict", NULL, M_ATTN | M_LAYER | M_CDEC,
+    [F_NON_STRICT] = {"--non-strict", NULL, M_ATTN | M_LAYER | M_PAR | M_CDEC,
      "allow tensors under the prefix that the block does not use (by default an error, as "
      "load_state_dict(strict=True)), and tensors of a sharded index's shards that its weight_map "
      "leaves out (ignored, with a note)", NULL,
@@ -814,6 +814,7 @@ static bool parse_parallel(const item *it, int n, const char *mode, rg_opts *o, 
         if (!apply(o, (flag_id)(fl - FLAGS), a->v, false, e)) return false;
     }
     if (!o->model) return rg_fail(e, RG_USAGE, "--parallel %s: give the MODEL: mha, gqa or llama", mode);
+    if (o->non_strict && !o->weights) return rg_fail(e, RG_USAGE, "--non-strict is for --weights");
     return true;
 }
 

@@ -147,7 +147,7 @@ static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
                  .threads = g->threads, .repeat = g->repeat, .causal = g->causal, .rope = g->rope,
                  .done = g->help, .rope_theta = g->rope_theta, .rms_eps = g->rms_eps,
                  .softcap = g->softcap, .seed = g->seed, .context = context, .sinks = g->sinks,
-                 .alibi = g->alibi, .zigzag = g->zigzag};
+                 .alibi = g->alibi, .zigzag = g->zigzag, .non_strict = g->non_strict};
     if (o->done) return true;
     if (o->kind == K_LLAMA && (o->sinks || o->alibi))
         return rg_fail(e, RG_USAGE, "%s is for mha and gqa (llama's sinks come from its weights, "
@@ -165,8 +165,10 @@ static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
 
 
 /* Strict, as the single-process run-graph (load_state_dict(strict=True)):
- * every tensor of the file is one the block binds. */
+ * every tensor of the file is one the block binds; --non-strict lets the
+ * others pass, as there. */
 static bool check_all_used(const prun *r, char *msg, size_t size) {
+    if (r->o.non_strict) return true;
     const gml_llama_weights *l = &r->lw;
     const gml_tensor *const layer[] = {l->attn_norm, l->wq, l->bq, l->wk, l->bk, l->wv, l->bv,
                                        l->wo, l->bo, l->sinks, l->mlp_norm, l->w_gate, l->b_gate,
@@ -181,7 +183,7 @@ static bool check_all_used(const prun *r, char *msg, size_t size) {
     if (!unused) return true;
     rg_names_end(list, sizeof list, unused);
     return snprintf(msg, size, "%s: %d tensor%s not used by %s: %s (strict, as the single-process "
-                    "run-graph; another block's weights?)", r->weights, unused, unused == 1 ? "" : "s",
+                    "run-graph; another block's weights? --non-strict allows extra tensors)", r->weights, unused, unused == 1 ? "" : "s",
                     KIND[r->o.kind], list), false;
 }
 
@@ -194,9 +196,10 @@ static bool map_weights(prun *r, char *msg, size_t size) {
     r->wctx = gml_init((gml_init_params){.mem_size = (size_t)(n + 8) * gml_tensor_overhead(), .no_alloc = true});
     if (!r->wctx) return snprintf(msg, size, "out of memory"), false;
     for (int i = 0; i < n; i++) {
+        if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME && r->o.non_strict) continue;
         if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME) /* no block's name: strict below */
             return snprintf(msg, size, "%s: tensor '%.120s...' is not used by %s (strict, as the "
-                            "single-process run-graph)", r->weights, gml_safetensors_name(r->st, i),
+                            "single-process run-graph; --non-strict allows extra tensors)", r->weights, gml_safetensors_name(r->st, i),
                             KIND[r->o.kind]), false;
         if (!gml_safetensors_tensor(r->st, i, r->wctx, NULL, msg, size)) return false;
     }

@@ -24,6 +24,7 @@ typedef struct popts {
     bool context;      /* --parallel context (set before parsing) */
     bool sinks, alibi; /* --sinks, --alibi (mha, gqa; context only) */
     bool zigzag;       /* --zigzag (context only): the load-balanced layout */
+    bool non_strict;   /* --non-strict: the file's tensors the block does not bind are allowed */
 } popts;
 
 /* One rank's state (the heads mode's graphs at the end). */
