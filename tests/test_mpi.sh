@@ -13,7 +13,8 @@
 #           sinks; random weights with uneven MLP rows
 #   faults  a truncated weights file or another model's weights on one rank: every
 #           rank exits non-zero naming that rank and the cause, no hang; an extra
-#           tensor (refused; --non-strict: ignored, heads and context); usage errors
+#           tensor (refused; --non-strict: ignored, heads and context); --nan-trap
+#           naming the rank and the node; usage errors
 #   off     (a build without MPI) --parallel heads and context say how to build it
 #
 # Every mpirun is oversubscribed (P may exceed the cores) and, as root, allowed
@@ -149,6 +150,21 @@ faults)
         --input "$tmp/no-such.npy" --threads 1 --parallel heads
     refuse "more ranks than heads" nz "heads 4 cannot be split over 5 ranks" "${mpi[@]}" -np 5 "$rg" mha \
         --heads 4 --threads 1 --parallel heads
+    # --nan-trap: each rank traps in its own graphs; every rank names the rank and the node
+    nan_npy "$tmp/nan.npy" 1 5 32
+    refuse "--nan-trap, P=2" 1 "rank 0 \(and 1 more\): compute failed: nan trap: node .*\(matmul\)" \
+        "${mpi[@]}" -np 2 "$rg" mha --heads 4 --input "$tmp/nan.npy" --threads 1 --nan-trap --parallel heads
+    checks=$((checks + 1))
+    if grep -c "rank 0 (and 1 more): compute failed: nan trap" "$tmp/log" | grep -qx 2; then
+        echo "ok both ranks say so"
+    else
+        fail "not every rank printed the trap:"
+        cat "$tmp/log"
+    fi
+    refuse "--nan-trap, llama P=2 (the layer's first node)" 1 "nan trap: node 0 'attn_norm'" \
+        "${mpi[@]}" -np 2 "$rg" llama --heads 4 --input "$tmp/nan.npy" --threads 1 --nan-trap --parallel heads
+    refuse "--nan-trap in context mode (the ring runner has no trap)" 2 "--nan-trap: not a flag of --parallel context" \
+        "$rg" mha --nan-trap --parallel context
     refuse "--non-strict without --weights" 2 "--non-strict is for --weights" "$rg" mha --non-strict \
         --parallel heads
     refuse "--prefix (the block's names only)" 2 "--prefix: not a flag of --parallel heads" "$rg" mha \

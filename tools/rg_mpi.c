@@ -147,7 +147,8 @@ static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
                  .threads = g->threads, .repeat = g->repeat, .causal = g->causal, .rope = g->rope,
                  .done = g->help, .rope_theta = g->rope_theta, .rms_eps = g->rms_eps,
                  .softcap = g->softcap, .seed = g->seed, .context = context, .sinks = g->sinks,
-                 .alibi = g->alibi, .zigzag = g->zigzag, .non_strict = g->non_strict};
+                 .alibi = g->alibi, .zigzag = g->zigzag, .nan_trap = g->nan_trap,
+                 .non_strict = g->non_strict};
     if (o->done) return true;
     if (o->kind == K_LLAMA && (o->sinks || o->alibi))
         return rg_fail(e, RG_USAGE, "%s is for mha and gqa (llama's sinks come from its weights, "
@@ -352,6 +353,8 @@ static bool build(prun *r, char *msg, size_t size) {
         return snprintf(msg, size, "placing the graph's tensors: %s", gml_graph_error(r->g1)), false;
     if (r->g2 && gml_graph_plan(r->g2, NULL) != GML_OK)
         return snprintf(msg, size, "placing the graph's tensors: %s", gml_graph_error(r->g2)), false;
+    gml_graph_set_nan_trap(r->g1, r->o.nan_trap); /* a trap names the node; the exchange, the rank */
+    if (r->g2) gml_graph_set_nan_trap(r->g2, r->o.nan_trap);
     if (r->rank == 0) {
         r->out = gml_set_name(gml_new_tensor_3d(r->dctx, GML_F32, r->B, r->T, r->D), "out");
         if (!r->out) return snprintf(msg, size, "out of memory for the output: %s", gml_last_error(r->dctx)), false;
