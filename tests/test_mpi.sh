@@ -6,7 +6,7 @@
 #
 #   mha     random weights, and a fixture's mapped weights and input: P = 1 bitwise,
 #           P = 2, 3, 4 within 1e-6 of the largest output (mpi_check.c); sinks (--sinks,
-#           random or a file's; a file's without it refused as unused)
+#           random or a file's; a file's without it refused as unused); --json (also llama)
 #   gqa     kv heads split (P divides G) and replicated (groups spanning ranks),
 #           rope, window, softcap; a PyTorch fixture
 #   llama   the LLaMA layer on PyTorch fixtures (tests/fixtures/layers): GQA, biases,
@@ -69,6 +69,8 @@ L=$fx/layers
 case $group in
 mha)
     at mha_random 1e-6 "1 2 3 4" mha --seq 13 --d-model 96 --heads 8 --causal
+    json_report "mha --json, P=2" heads 2 "${mpi[@]}" -np 2 "$rg" mha --seq 13 --d-model 96 --heads 8 \
+        --causal --threads 1 --parallel heads
     at mha_rope 1e-6 3 mha --batch 1 --seq 21 --d-model 64 --heads 4 --rope --window 5
     # mapped weights and an input file (a PyTorch fixture: also within its tolerance of torch)
     file=(mha --heads 4 --causal --weights "$fx/mha_bias_causal/weights.safetensors"
@@ -105,6 +107,8 @@ llama)
     done
     # random weights: F = 352 rows split 117+117+118 at P = 3
     at llama_random 1e-6 3 llama --seq 7 --d-model 128 --heads 8 --kv-heads 2
+    json_report "llama --json, P=2" heads 2 "${mpi[@]}" -np 2 "$rg" llama --seq 7 --d-model 128 --heads 8 \
+        --kv-heads 2 --threads 1 --parallel heads
     ;;
 faults)
     w=$L/llama_gqa/weights.safetensors

@@ -8,7 +8,7 @@
 #   mha     random weights at P = 1, 2, 4 (causal; rope; ALiBi + window + softcap),
 #           a PyTorch fixture's mapped weights and input: within 1e-6 of the
 #           largest output (mpi_check.c); P = 1 bitwise when the single
-#           process's prompt is a decode-sized step (T H / G <= 8)
+#           process's prompt is a decode-sized step (T H / G <= 8); --json (gqa, P = 2)
 #   gqa     G = 2 with rope and sinks, B = 3; f16 and bf16 shards (--cache-dtype);
 #           a fixture's weights (H 16, G 4)
 #   long    a context longer than one rank's cache: prompt 40 + 24 tokens with
@@ -81,6 +81,8 @@ every() {
 case $group in
 mha)
     at mha_random 1e-6 "1 2 4" mha --batch 2 --seq 13 --d-model 64 --heads 4 --decode 7
+    json_report "gqa --json, P=2" context 2 "${mpi[@]}" -np 2 "$rg" gqa --seq 5 --d-model 64 --heads 4 \
+        --kv-heads 2 --decode 3 --threads 1 --parallel context
     # P = 1 is bitwise the single process when its prompt step is a decode step too (at most
     # 8 query rows per kv head: the same flash_attn kernels over the same keys)
     bitwise=1

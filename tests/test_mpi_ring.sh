@@ -9,7 +9,7 @@
 #           window (chunks wholly outside every query's window skipped), sinks and
 #           ALiBi; a fixture's mapped weights: P = 1 bitwise, P = 2, 3, 4 within 1e-6
 #           of the largest output (mpi_check.c), 2 runs bitwise alike; a wrong
-#           reference must fail
+#           reference must fail; --json (mha, llama)
 #   gqa     G < H (G = 2, 1), rope, softcap, window; a PyTorch fixture
 #   llama   the LLaMA layer on PyTorch fixtures (tests/fixtures/layers: GQA, biases,
 #           sinks, softcap, window), and random weights; B > 1
@@ -109,6 +109,10 @@ case $group in
 mha)
     at mha_causal "1 2 3 4" mha --seq 13 --d-model 96 --heads 8 --causal
     at mha_full 3 mha --seq 10 --d-model 64 --heads 4
+    json_report "mha --json, P=2" context 2 "${mpi[@]}" -np 2 "$rg" mha --seq 13 --d-model 96 --heads 8 \
+        --causal --threads 1 --parallel context
+    json_report "llama --json, P=2" context 2 "${mpi[@]}" -np 2 "$rg" llama --seq 7 --d-model 128 --heads 8 \
+        --kv-heads 2 --threads 1 --parallel context
     # rank 3's rows 15..20 cannot see chunk 0 (rows 0..4) through a window of 5: skipped
     at mha_rope_window 4 mha --batch 1 --seq 21 --d-model 64 --heads 4 --rope --window 5
     at mha_sinks_alibi 4 mha --seq 11 --d-model 64 --heads 4 --sinks --alibi

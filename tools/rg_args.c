@@ -153,7 +153,8 @@ static const flag FLAGS[] = {
     [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL | M_LAYER | M_HEADS | M_CDEC, "stop at the first node that makes a NaN or Inf, and name it", NULL,
      "stop at the first node that makes a NaN or Inf, and name it (--parallel heads: and the rank; not context: its ring runner has no trap)"},
     [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL | M_LAYER, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
-    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER, "prints one JSON object on stdout instead of the summary", NULL, NULL},
+    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER | M_PAR | M_CDEC, "prints one JSON object on stdout instead of the summary", NULL,
+     "prints one JSON object on stdout instead of the summary; --parallel: rank 0 does, with ranks and parallel"},
     [F_HELP] = {"--help", NULL, M_EVERY, "this text", "Other", NULL},
     [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL, NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL, NULL},
@@ -311,7 +312,8 @@ static const page PAGES[] = {
      "and writes the output [B, N, D], as run-graph ... --decode N in one process.\n"
      "The flags are the single process's (run-graph --help) for mha and gqa; --threads is\n"
      "per rank (default the cores over the ranks on the machine).\n",
-     "Not: --max-len (use --cache-per-rank), --json, --print-graph.\n"},
+     "--json: rank 0 prints the single process's --decode keys (flops, gflops, peak_bytes null),\n"
+     "with parallel, ranks, cache_per_rank. Not: --max-len (use --cache-per-rank), --print-graph.\n"},
 };
 
 /* text at column 25, wrapped at 100 columns */

@@ -30,6 +30,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include <xxhash.h>
 #endif
 
@@ -147,8 +148,8 @@ static bool options(const rg_opts *g, bool context, popts *o, rg_err *e) {
                  .threads = g->threads, .repeat = g->repeat, .causal = g->causal, .rope = g->rope,
                  .done = g->help, .rope_theta = g->rope_theta, .rms_eps = g->rms_eps,
                  .softcap = g->softcap, .seed = g->seed, .context = context, .sinks = g->sinks,
-                 .alibi = g->alibi, .zigzag = g->zigzag, .nan_trap = g->nan_trap,
-                 .non_strict = g->non_strict};
+                 .alibi = g->alibi, .zigzag = g->zigzag, .json = g->json,
+                 .nan_trap = g->nan_trap, .non_strict = g->non_strict};
     if (o->done) return true;
     if (o->kind == K_LLAMA && (o->sinks || o->alibi))
         return rg_fail(e, RG_USAGE, "%s is for mha and gqa (llama's sinks come from its weights, "
@@ -431,8 +432,36 @@ static void split_text(const prun *r, char *buf, size_t size) {
     }
 }
 
+/* --json: the keys of the single process's report (rg_json_head; flops summed
+ * over the ranks, peak_bytes the largest rank's), then the mode's. */
+static bool finish_json(const prun *r, uint64_t digest, const double *ms, const double *comm,
+                        const double *wait, double flops, double peak, rg_err *e) {
+    const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_S] = r->T, [RG_D] = r->D,
+                                  [RG_H] = r->H, [RG_G] = r->G};
+    const bool shown[RG_NSYM] = {[RG_B] = true, [RG_T] = true, [RG_S] = r->o.kind != K_LLAMA, /* S = T */
+                                 [RG_D] = true, [RG_H] = true, [RG_G] = r->o.kind != K_MHA};
+    const int mid = r->o.repeat / 2;
+    cJSON *j = rg_json_head(&(rg_summary){
+        .model = KIND[r->o.kind], .dim = dim, .shown = shown, .causal = r->o.kind == K_LLAMA || r->o.causal,
+        .out = r->out, .digest = digest, .threads = r->o.threads, .runs = r->o.repeat, .median_ms = ms[mid],
+        .min_ms = ms[0], .flops = flops, .peak_bytes = (size_t)peak, .random_weights = r->random_weights,
+        .random_inputs = r->random_input});
+    if (!j) return rg_fail(e, RG_RUNTIME, "out of memory");
+    char split[512];
+    split_text(r, split, sizeof split);
+    if (r->o.kind == K_LLAMA) cJSON_AddNumberToObject(j, "ffn", (double)r->F);
+    cJSON_AddStringToObject(j, "parallel", "heads");
+    cJSON_AddNumberToObject(j, "ranks", r->P);
+    cJSON_AddStringToObject(j, "split", split);
+    cJSON_AddNumberToObject(j, "sums", r->o.kind == K_LLAMA ? 2 : 1);
+    cJSON_AddNumberToObject(j, "sum_ms", comm[mid]);
+    cJSON_AddNumberToObject(j, "wait_ms", wait[mid]);
+    return rg_json_print(j, e);
+}
+
 /* Rank 0: the output checked, written, reported. */
-static bool finish(prun *r, const double *ms, const double *comm, const double *wait, rg_err *e) {
+static bool finish(prun *r, const double *ms, const double *comm, const double *wait, double flops,
+                   double peak, rg_err *e) {
     const size_t n = (size_t)(r->B * r->T * r->D);
     const float *o = r->out->data;
     for (size_t i = 0; i < n; i++)
@@ -442,6 +471,8 @@ static bool finish(prun *r, const double *ms, const double *comm, const double *
     char err[1024], shape[64], split[512];
     if (r->o.output && gml_save_npy(r->o.output, r->out, err, sizeof err) != GML_OK)
         return rg_fail(e, RG_RUNTIME, "%s", err);
+    if (r->o.json)
+        return finish_json(r, (uint64_t)XXH3_64bits(o, n * sizeof *o), ms, comm, wait, flops, peak, e);
     printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d G=%d", KIND[r->o.kind], r->B, r->T, r->D, r->H, r->G);
     if (r->o.kind == K_LLAMA) printf(" F=%" PRId64 ", causal", r->F);
     else if (r->o.causal) printf(", causal");
@@ -533,11 +564,20 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
             wait[i] = w;
         }
     }
+    /* the work over all ranks and the largest rank's memory, for --json */
+    double flops = 0, peak = 0;
+    if (ok && r.o.json) {
+        const double f = gml_graph_flops(r.g1) + (r.g2 ? gml_graph_flops(r.g2) : 0);
+        const size_t p1 = gml_graph_plan_peak(r.g1), p2 = r.g2 ? gml_graph_plan_peak(r.g2) : 0;
+        const double p = (double)(p1 > p2 ? p1 : p2);
+        MPI_Reduce(&f, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&p, &peak, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    }
     if (ok && r.rank == 0) {
         qsort(ms, (size_t)r.o.repeat, sizeof *ms, rg_cmp_double);
         qsort(comm, (size_t)r.o.repeat, sizeof *comm, rg_cmp_double);
         qsort(wait, (size_t)r.o.repeat, sizeof *wait, rg_cmp_double);
-        ok = finish(&r, ms, comm, wait, &e);
+        ok = finish(&r, ms, comm, wait, flops, peak, &e);
     }
     free(ms);
     free(comm);

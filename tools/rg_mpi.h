@@ -24,6 +24,7 @@ typedef struct popts {
     bool context;      /* --parallel context (set before parsing) */
     bool sinks, alibi; /* --sinks, --alibi (mha, gqa; context only) */
     bool zigzag;       /* --zigzag (context only): the load-balanced layout */
+    bool json;         /* --json: rank 0 prints one JSON object instead of the summary */
     bool nan_trap;     /* --nan-trap (heads only): each rank traps in its own graphs */
     bool non_strict;   /* --non-strict: the file's tensors the block does not bind are allowed */
 } popts;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include <xxhash.h>
 
 /* ---- one rank's state ------------------------------------------------------------ */
@@ -303,6 +304,39 @@ static bool decode(drun *r, double *ms, double *comm_ms, double *wait_ms, char *
     return true;
 }
 
+/* --json: the keys of the single process's --decode report (rg_json_head; the
+ * times of one token), then the mode's. The steps are several graphs on
+ * several ranks: flops, gflops and peak_bytes are null. */
+static bool finish_json(const drun *r, uint64_t digest, double ms, double min_ms, double comp, double comm,
+                        double wait, rg_err *e) {
+    bool shown[RG_NSYM];
+    for (int i = 0; i < RG_NSYM; i++) shown[i] = r->d.known[i] && rg_size_applies(r->o.kind, i);
+    cJSON *j = rg_json_head(&(rg_summary){
+        .model = r->o.model, .dim = r->d.dim, .shown = shown, .causal = r->o.causal, .out = r->out,
+        .digest = digest, .threads = r->o.threads, .runs = r->o.repeat, .median_ms = ms, .min_ms = min_ms,
+        .random_weights = r->d.random_weights, .random_inputs = r->d.random_inputs});
+    if (!j) return rg_fail(e, RG_RUNTIME, "out of memory");
+    cJSON_ReplaceItemInObject(j, "flops", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "gflops", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "peak_bytes", cJSON_CreateNull());
+    cJSON_AddNumberToObject(j, "prompt_tokens", (double)r->T);
+    cJSON_AddNumberToObject(j, "decode_tokens", (double)r->N);
+    cJSON_AddNumberToObject(j, "max_len", (double)(r->P * r->C)); /* the positions of all shards */
+    cJSON_AddNumberToObject(j, "prompt_ms", r->prompt_ms);
+    cJSON_AddNumberToObject(j, "ms_per_token", ms);
+    cJSON_AddNumberToObject(j, "min_ms_per_token", min_ms);
+    cJSON_AddNumberToObject(j, "tokens_per_s", ms > 0 ? 1e3 / ms : 0);
+    cJSON_AddNumberToObject(j, "cache_bytes", (double)gml_kv_shard_bytes(r->shard) * r->P); /* equal shards */
+    cJSON_AddStringToObject(j, "cache_dtype", gml_type_name(r->o.cache_dtype));
+    cJSON_AddStringToObject(j, "parallel", "context");
+    cJSON_AddNumberToObject(j, "ranks", r->P);
+    cJSON_AddNumberToObject(j, "cache_per_rank", (double)r->C);
+    cJSON_AddNumberToObject(j, "compute_ms", comp);
+    cJSON_AddNumberToObject(j, "comm_ms", comm);
+    cJSON_AddNumberToObject(j, "wait_ms", wait);
+    return rg_json_print(j, e);
+}
+
 /* Rank 0: the output checked, written, reported. */
 static bool finish(drun *r, double ms, double min_ms, double comp, double comm, double wait, rg_err *e) {
     const size_t n = (size_t)(r->B * r->N * r->D);
@@ -322,6 +356,7 @@ static bool finish(drun *r, double ms, double min_ms, double comp, double comm, 
     if (!dense) return rg_fail(e, RG_RUNTIME, "out of memory");
     const uint64_t digest = XXH3_64bits(dense, n_bytes);
     free(dense);
+    if (r->o.json) return finish_json(r, digest, ms, min_ms, comp, comm, wait, e);
     char shape[64], opts[160];
     const bool rw = r->d.random_weights, ri = r->d.random_inputs;
     printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%" PRId64 " G=%" PRId64 ", causal%s%s; decoding %"
@@ -378,7 +413,6 @@ int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, con
     if (ok && r.o.max_len)
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
                      "--cache-per-rank C (positions per rank)");
-    if (ok && r.o.json) ok = rg_fail(&e, RG_USAGE, "--json: not reported by --parallel context yet");
     if (ok && r.o.print_graph)
         ok = rg_fail(&e, RG_USAGE, "--print-graph: not printed by --parallel context yet");
     char msg[1536] = "", why[1600] = "";

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 #include <xxhash.h>
 
 static gml_cp_layout layout_of(const prun *r) { return r->o.zigzag ? GML_CP_ZIGZAG : GML_CP_CONTIGUOUS; }
@@ -94,6 +95,40 @@ static void rows_text(const prun *r, char *buf, size_t size) {
                                 : "causal: rank r computes chunks 0..r only");
 }
 
+/* --json: the keys of the single process's report (rg_json_head), then the
+ * mode's. The ring runner counts no flops and plans no single graph: flops,
+ * gflops and peak_bytes are null. */
+static bool report_json(const prun *r, const gml_tensor *out, uint64_t digest, const double *ms,
+                        const double *cmp, const double *wait, const double *wait_max, double mib,
+                        rg_err *e) {
+    const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_S] = r->T, [RG_D] = r->D,
+                                  [RG_H] = r->H, [RG_G] = r->G};
+    const bool shown[RG_NSYM] = {[RG_B] = true, [RG_T] = true, [RG_S] = r->o.kind != K_LLAMA, /* S = T */
+                                 [RG_D] = true, [RG_H] = true, [RG_G] = r->o.kind != K_MHA};
+    const int mid = r->o.repeat / 2;
+    cJSON *j = rg_json_head(&(rg_summary){
+        .model = RG_MPI_KIND[r->o.kind], .dim = dim, .shown = shown,
+        .causal = r->o.kind == K_LLAMA || r->o.causal, .out = out, .digest = digest, .threads = r->o.threads,
+        .runs = r->o.repeat, .median_ms = ms[mid], .min_ms = ms[0], .random_weights = r->random_weights,
+        .random_inputs = r->random_input});
+    if (!j) return rg_fail(e, RG_RUNTIME, "out of memory");
+    cJSON_ReplaceItemInObject(j, "flops", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "gflops", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "peak_bytes", cJSON_CreateNull());
+    char rows[512];
+    rows_text(r, rows, sizeof rows);
+    if (r->o.kind == K_LLAMA) cJSON_AddNumberToObject(j, "ffn", (double)r->F);
+    cJSON_AddStringToObject(j, "parallel", "context");
+    cJSON_AddNumberToObject(j, "ranks", r->P);
+    cJSON_AddStringToObject(j, "rows", rows);
+    cJSON_AddBoolToObject(j, "zigzag", r->o.zigzag);
+    cJSON_AddNumberToObject(j, "kv_sent_mib", mib);
+    cJSON_AddNumberToObject(j, "compute_ms", cmp[mid]);
+    cJSON_AddNumberToObject(j, "wait_ms", wait[mid]);
+    cJSON_AddNumberToObject(j, "wait_max_ms", wait_max[mid]);
+    return rg_json_print(j, e);
+}
+
 /* Rank 0: checked, written, reported. */
 static bool report(const prun *r, const gml_tensor *out, const double *ms, const double *cmp,
                    const double *wait, const double *wait_max, double mib, rg_err *e) {
@@ -106,6 +141,8 @@ static bool report(const prun *r, const gml_tensor *out, const double *ms, const
     char err[1024], shape[64], rows[512];
     if (r->o.output && gml_save_npy(r->o.output, out, err, sizeof err) != GML_OK)
         return rg_fail(e, RG_RUNTIME, "%s", err);
+    if (r->o.json)
+        return report_json(r, out, (uint64_t)XXH3_64bits(o, n * sizeof *o), ms, cmp, wait, wait_max, mib, e);
     printf("%s: B=%" PRId64 " T=%" PRId64 " D=%" PRId64 " H=%d G=%d", RG_MPI_KIND[r->o.kind], r->B, r->T,
            r->D, r->H, r->G);
     if (r->o.kind == K_LLAMA) printf(" F=%" PRId64 ", causal", r->F);
