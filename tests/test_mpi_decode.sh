@@ -140,7 +140,7 @@ faults)
         --input "$tmp/no-such.npy" --decode 4 --threads 1 --parallel context
     refuse "--max-len" 2 "--max-len: with --parallel context the cache is sharded: give --cache-per-rank" \
         "$rg" mha --decode 4 --max-len 100 --parallel context
-    refuse "--print-graph (was ignored)" 2 "--print-graph: not printed by --parallel context yet" \
+    refuse "--print-graph (was ignored)" 2 "--print-graph does not apply to --parallel context --decode" \
         "$rg" mha --decode 4 --print-graph --parallel context
     refuse "--cache-per-rank 0" 2 "--cache-per-rank: '0' is not a whole number" "$rg" mha --decode 4 \
         --cache-per-rank 0 --parallel context

@@ -733,7 +733,7 @@ static bool parse_single(const item *it, int n, bool cdec, rg_opts *o, rg_err *e
         const flag *fl = a->fl;
         if (cdec && fl && (fl == &FLAGS[F_PARALLEL] || fl == &FLAGS[F_CACHE_PER_RANK])) continue;
         if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag; see --help", a->len, a->arg);
-        if (cdec && !(fl->models & M_CDEC) && (fl == &FLAGS[F_JSON] || fl == &FLAGS[F_PRINT_GRAPH]))
+        if (cdec && !(fl->models & M_CDEC) && fl == &FLAGS[F_PRINT_GRAPH])
             return refuse(fl, "--parallel context --decode", "mpirun ... --decode N --parallel context --help", e);
         if (!(fl->models & M_ALL)) /* a flag of the layers' or --parallel's; the MODEL may come later */
             return refuse(fl, !o->model ? "mha, gqa, relpos, matmul or graph files"

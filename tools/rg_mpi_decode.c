@@ -413,8 +413,6 @@ int rg_mpi_decode_main(int argc, char **argv, const rg_opts *g, bool parsed, con
     if (ok && r.o.max_len)
         ok = rg_fail(&e, RG_USAGE, "--max-len: with --parallel context the cache is sharded: give "
                      "--cache-per-rank C (positions per rank)");
-    if (ok && r.o.print_graph)
-        ok = rg_fail(&e, RG_USAGE, "--print-graph: not printed by --parallel context yet");
     char msg[1536] = "", why[1600] = "";
     if (ok && !r.o.threads) r.o.threads = rg_mpi_default_threads();
     /* 1. the ISA (machines may differ); rank 0 reads the prompt and weights; sizes to all */
