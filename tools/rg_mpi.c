@@ -185,8 +185,8 @@ static bool check_all_used(const prun *r, char *msg, size_t size) {
     if (!unused) return true;
     rg_names_end(list, sizeof list, unused);
     return snprintf(msg, size, "%s: %d tensor%s not used by %s: %s (strict, as the single-process "
-                    "run-graph; another block's weights? --non-strict allows extra tensors)", r->weights, unused, unused == 1 ? "" : "s",
-                    KIND[r->o.kind], list), false;
+                    "run-graph; another block's weights? --non-strict allows extra tensors)", r->weights,
+                    unused, unused == 1 ? "" : "s", KIND[r->o.kind], list), false;
 }
 
 /* The file's tensors as headers pointing into the mapping: nothing is read
@@ -201,8 +201,8 @@ static bool map_weights(prun *r, char *msg, size_t size) {
         if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME && r->o.non_strict) continue;
         if (strlen(gml_safetensors_name(r->st, i)) >= GML_MAX_NAME) /* no block's name: strict below */
             return snprintf(msg, size, "%s: tensor '%.120s...' is not used by %s (strict, as the "
-                            "single-process run-graph; --non-strict allows extra tensors)", r->weights, gml_safetensors_name(r->st, i),
-                            KIND[r->o.kind]), false;
+                            "single-process run-graph; --non-strict allows extra tensors)", r->weights,
+                            gml_safetensors_name(r->st, i), KIND[r->o.kind]), false;
         if (!gml_safetensors_tensor(r->st, i, r->wctx, NULL, msg, size)) return false;
     }
     if (r->o.kind == K_LLAMA) { /* the layer's prefix: none, model.layers.0. or layers.0. */
@@ -433,7 +433,8 @@ static void split_text(const prun *r, char *buf, size_t size) {
 }
 
 /* --json: the keys of the single process's report (rg_json_head; flops summed
- * over the ranks, peak_bytes the largest rank's), then the mode's. */
+ * over the ranks, peak_bytes the largest rank's: its largest graph's plan and
+ * the data its leafs hold, as the single process counts), then the mode's. */
 static bool finish_json(const prun *r, uint64_t digest, const double *ms, const double *comm,
                         const double *wait, double flops, double peak, rg_err *e) {
     const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_S] = r->T, [RG_D] = r->D,
@@ -568,7 +569,8 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
     double flops = 0, peak = 0;
     if (ok && r.o.json) {
         const double f = gml_graph_flops(r.g1) + (r.g2 ? gml_graph_flops(r.g2) : 0);
-        const size_t p1 = gml_graph_plan_peak(r.g1), p2 = r.g2 ? gml_graph_plan_peak(r.g2) : 0;
+        const size_t p1 = gml_graph_plan_peak(r.g1) + rg_leaf_bytes(r.g1),
+                     p2 = r.g2 ? gml_graph_plan_peak(r.g2) + rg_leaf_bytes(r.g2) : 0;
         const double p = (double)(p1 > p2 ? p1 : p2);
         MPI_Reduce(&f, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         MPI_Reduce(&p, &peak, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
