@@ -8,11 +8,21 @@
  * with no live context to keep it, gml_last_error(NULL) / gml_graph_error(NULL)),
  * or do nothing: never crash, never read or write freed memory (run under
  * ASan/UBSan as well). Each case runs in a child process, so a crash fails
- * that case and the others still run. */
+ * that case and the others still run.
+ *
+ * The same for the other libraries' public functions: <ggmlite/io.h>
+ * (io_* cases) and <ggmlite/attention.h>, <ggmlite/kv_cache.h>,
+ * <ggmlite/layers.h> (models_* cases), each given NULL for each pointer
+ * argument; the message goes into err where the function takes one, and
+ * for the thread. <ggmlite/mpi.h>: test_mpi_misuse (label mpi). */
 #define _POSIX_C_SOURCE 200809L /* fork, waitpid, strsignal */
 #include "check.h"
 
+#include <ggmlite/attention.h>
 #include <ggmlite/hashindex.h>
+#include <ggmlite/io.h>
+#include <ggmlite/kv_cache.h>
+#include <ggmlite/layers.h>
 
 #include <limits.h>
 #include <signal.h>
@@ -565,6 +575,147 @@ static void case_nested_compute(void) {
     gml_free(ctx);
 }
 
+/* ---- io: NULL for each pointer argument ------------------------------------- */
+
+/* err holds "<fn>: <arg> is NULL" and so does the thread's message */
+#define ERR_HAS(fn, arg)                                                                      \
+    do {                                                                                      \
+        CHECK(MSG_HAS(err, fn ": " arg " is NULL"), "err: \"%s\"", err);                       \
+        CHECK(TLS_HAS(fn ": " arg " is NULL"), "thread: \"%s\"", gml_last_error(NULL));        \
+    } while (0)
+
+static void case_io_null(void) {
+    char err[256], path[64];
+    snprintf(path, sizeof path, "misuse_%d.safetensors", (int)getpid());
+    gml_context *ctx = new_ctx(false);
+    gml_tensor *x = f32(ctx, "x", 2, 3);
+    fill(x, 1);
+    /* loaders and parsers */
+    CHECK(!gml_load_safetensors(NULL, err, sizeof err), "load_safetensors");
+    ERR_HAS("gml_load_safetensors", "path");
+    CHECK(!gml_load_safetensors(NULL, NULL, 0), "load_safetensors, no err");
+    CHECK(TLS_HAS("gml_load_safetensors: path is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_open(NULL, err, sizeof err), "open");
+    ERR_HAS("gml_safetensors_open", "path");
+    CHECK(!gml_safetensors_open_flags(NULL, 0, err, sizeof err), "open_flags");
+    ERR_HAS("gml_safetensors_open_flags", "path");
+    CHECK(!gml_load_npy(NULL, "x", err, sizeof err), "load_npy");
+    ERR_HAS("gml_load_npy", "path");
+    CHECK(!gml_load_npy_converted(NULL, "x", NULL, err, sizeof err), "load_npy_converted");
+    ERR_HAS("gml_load_npy_converted", "path");
+    const char bytes[16] = {0};
+    CHECK(!gml_parse_npy(NULL, 16, "b", "x", err, sizeof err), "parse_npy");
+    ERR_HAS("gml_parse_npy", "buf");
+    CHECK(!gml_parse_npy(bytes, 16, NULL, "x", err, sizeof err), "parse_npy what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    CHECK(!gml_parse_npy_converted(NULL, 16, "b", "x", NULL, err, sizeof err), "parse_npy_converted");
+    ERR_HAS("gml_parse_npy_converted", "buf");
+    CHECK(!gml_parse_npy_converted(bytes, 16, NULL, "x", NULL, err, sizeof err), "parse_npy_converted what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    CHECK(!gml_parse_safetensors(NULL, 16, "b", err, sizeof err), "parse_safetensors");
+    ERR_HAS("gml_parse_safetensors", "buf");
+    CHECK(!gml_parse_safetensors(bytes, 16, NULL, err, sizeof err), "parse_safetensors what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    gml_st_index_entry *ents = NULL;
+    int n_ents = 0;
+    const char idx[] = "{\"weight_map\": {\"x\": \"a.safetensors\"}}";
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, "i", NULL, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID, "index entries");
+    ERR_HAS("gml_parse_safetensors_index", "entries");
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, "i", &ents, NULL, err, sizeof err) ==
+              GML_ERR_INVALID, "index n");
+    ERR_HAS("gml_parse_safetensors_index", "n");
+    CHECK(gml_parse_safetensors_index(NULL, 10, "i", &ents, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID && !ents, "index buf");
+    ERR_HAS("gml_parse_safetensors_index", "buf");
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, NULL, &ents, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID && !ents, "index what");
+    ERR_HAS("gml_parse_safetensors_index", "what");
+    gml_free_safetensors_index(NULL, 3);
+    /* savers */
+    const gml_tensor *ts[1] = {x};
+    CHECK(gml_save_safetensors(NULL, ts, 1, err, sizeof err) == GML_ERR_INVALID, "save_safetensors");
+    ERR_HAS("gml_save_safetensors", "path");
+    CHECK(gml_save_safetensors(path, NULL, 1, err, sizeof err) == GML_ERR_INVALID, "save tensors");
+    ERR_HAS("gml_save_safetensors", "tensors");
+    CHECK(gml_save_npy(NULL, x, err, sizeof err) == GML_ERR_INVALID, "save_npy");
+    ERR_HAS("gml_save_npy", "path");
+    CHECK(gml_save_npy("misuse_x.npy", NULL, err, sizeof err) == GML_ERR_INVALID, "save_npy t");
+    ERR_HAS("gml_save_npy", "t");
+    /* a mapped file's accessors given NULL */
+    CHECK(gml_safetensors_count(NULL) == 0, "count");
+    CHECK(TLS_HAS("gml_safetensors_count: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    const char *file = NULL;
+    CHECK(!gml_safetensors_unlisted(NULL, 0, &file), "unlisted");
+    CHECK(TLS_HAS("gml_safetensors_unlisted: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_name(NULL, 0), "name");
+    CHECK(TLS_HAS("gml_safetensors_name: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_file(NULL, 0), "file");
+    CHECK(TLS_HAS("gml_safetensors_file: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_safetensors_find(NULL, "x") == -1, "find");
+    CHECK(TLS_HAS("gml_safetensors_find: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_tensor(NULL, 0, ctx, NULL, err, sizeof err), "tensor st");
+    ERR_HAS("gml_safetensors_tensor", "st");
+    gml_safetensors_close(NULL);
+    CHECK(gml_save_safetensors(path, ts, 1, err, sizeof err) == GML_OK, "save %s: %s", path, err);
+    gml_safetensors *st = gml_safetensors_open(path, err, sizeof err);
+    if (CHECK(st != NULL, "open %s: %s", path, err)) {
+        CHECK(gml_safetensors_find(st, NULL) == -1, "find name");
+        CHECK(TLS_HAS("gml_safetensors_find: name is NULL"), "\"%s\"", gml_last_error(NULL));
+        CHECK(!gml_safetensors_tensor(st, 0, NULL, NULL, err, sizeof err), "tensor ctx");
+        ERR_HAS("gml_safetensors_tensor", "ctx");
+        /* a context freed before the call: the engine refuses it */
+        gml_context *dead = new_ctx(false);
+        gml_free(dead);
+        CHECK(!gml_safetensors_tensor(st, 0, dead, NULL, err, sizeof err), "tensor into a freed context");
+        gml_safetensors_close(st);
+    }
+    remove(path);
+    /* temporary files */
+    CHECK(gml_cleanup_register(NULL) == -1, "cleanup_register");
+    CHECK(TLS_HAS("gml_cleanup_register: path is NULL"), "\"%s\"", gml_last_error(NULL));
+    gml_cleanup_unregister(-1);
+    /* graph files */
+    const char text[] = "input x f32 [2, 3]\ny = neg(x)\noutput y\n";
+    gml_tensor *outs[2];
+    CHECK(gml_parse_graph(NULL, text, sizeof text - 1, "g", NULL, outs, 2, err, sizeof err) == -1,
+          "parse_graph ctx");
+    ERR_HAS("gml_parse_graph", "ctx");
+    CHECK(gml_parse_graph(ctx, NULL, 10, "g", NULL, outs, 2, err, sizeof err) == -1, "parse_graph text");
+    ERR_HAS("gml_parse_graph", "text");
+    CHECK(gml_parse_graph(ctx, text, sizeof text - 1, "g", NULL, NULL, 2, err, sizeof err) == -1,
+          "parse_graph outputs");
+    ERR_HAS("gml_parse_graph", "outputs");
+    gml_graph_binder binder = {.n_syms = 1};
+    CHECK(gml_parse_graph(ctx, text, sizeof text - 1, "g", &binder, outs, 2, err, sizeof err) == -1,
+          "parse_graph sym_names");
+    ERR_HAS("gml_parse_graph", "binder->sym_names");
+    CHECK(gml_load_graph(NULL, "g.graph", NULL, outs, 2, err, sizeof err) == -1, "load_graph ctx");
+    ERR_HAS("gml_load_graph", "ctx");
+    CHECK(gml_load_graph(ctx, NULL, NULL, outs, 2, err, sizeof err) == -1, "load_graph path");
+    ERR_HAS("gml_load_graph", "path");
+    CHECK(gml_load_graph(ctx, "g.graph", NULL, NULL, 2, err, sizeof err) == -1, "load_graph outputs");
+    ERR_HAS("gml_load_graph", "outputs");
+    gml_tensor *y = gml_neg(ctx, x);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(gml_save_graph(NULL, g, &y, 1, err, sizeof err) == GML_ERR_INVALID, "save_graph path");
+    ERR_HAS("gml_save_graph", "path");
+    CHECK(gml_save_graph("misuse.graph", NULL, &y, 1, err, sizeof err) == GML_ERR_INVALID, "save_graph g");
+    ERR_HAS("gml_save_graph", "g");
+    CHECK(gml_save_graph("misuse.graph", g, NULL, 1, err, sizeof err) == GML_ERR_INVALID,
+          "save_graph outputs");
+    ERR_HAS("gml_save_graph", "outputs");
+    gml_write_op_table(NULL);
+    CHECK(TLS_HAS("gml_write_op_table: f is NULL"), "\"%s\"", gml_last_error(NULL));
+    /* a graph parsed into a freed context: the engine refuses it */
+    gml_context *dead = new_ctx(false);
+    gml_free(dead);
+    CHECK(gml_parse_graph(dead, text, sizeof text - 1, "g", NULL, outs, 2, err, sizeof err) == -1,
+          "parse_graph into a freed context");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
 /* ---- the runner ------------------------------------------------------------- */
 
 static const struct {
@@ -582,6 +733,7 @@ static const struct {
     {"graph_after_own_context", case_graph_after_own_context},
     {"foreign_tensor", case_foreign_tensor},
     {"nested_compute", case_nested_compute},
+    {"io_null", case_io_null},
 };
 
 int main(int argc, char **argv) {
