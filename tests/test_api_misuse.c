@@ -716,6 +716,152 @@ static void case_io_null(void) {
     gml_free(ctx);
 }
 
+/* ---- models: NULL for each pointer argument --------------------------------- */
+
+/* a builder's message: on ctx when it is live, else the thread's */
+#define CTX_HAS(ctx, fn, arg)                                                                 \
+    do {                                                                                      \
+        CHECK(MSG_HAS(gml_last_error(ctx), fn ": " arg " is NULL"), "\"%s\"", gml_last_error(ctx)); \
+        gml_clear_error(ctx);                                                                 \
+    } while (0)
+
+static void case_models_null(void) {
+    char err[256];
+    gml_context *ctx = new_ctx(false);
+    gml_tensor *x = f32(ctx, "x", 3, 8); /* [3, 8] as [B, T, D] below */
+    x = gml_reshape(ctx, x, 3, (int64_t[]){1, 3, 8});
+    gml_attn_config cfg = {.dims = {.d_model = 8, .n_heads = 2}};
+    gml_attn_weights w = {0};
+    gml_attn_inputs in = {.query = x};
+    /* the blocks and stages */
+    CHECK(!gml_mha(NULL, cfg, &w, in).out, "mha ctx");
+    CHECK(TLS_HAS("gml_mha: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_mha(ctx, cfg, NULL, in).out, "mha w");
+    CTX_HAS(ctx, "gml_mha", "w");
+    CHECK(!gml_gqa(NULL, cfg, &w, in).out, "gqa ctx");
+    CHECK(TLS_HAS("gml_gqa: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_gqa(ctx, cfg, NULL, in).out, "gqa w");
+    CTX_HAS(ctx, "gml_gqa", "w");
+    CHECK(!gml_relpos_attn(NULL, cfg, 4, &w, in).out, "relpos ctx");
+    CHECK(TLS_HAS("gml_relpos_attn: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_relpos_attn(ctx, cfg, 4, NULL, in).out, "relpos w");
+    CTX_HAS(ctx, "gml_relpos_attn", "w");
+    CHECK(!gml_attn_project(NULL, &cfg, &w, in).q, "project ctx");
+    CHECK(TLS_HAS("gml_attn_project: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_project(ctx, NULL, &w, in).q, "project cfg");
+    CTX_HAS(ctx, "gml_attn_project", "cfg");
+    CHECK(!gml_attn_project(ctx, &cfg, NULL, in).q, "project w");
+    CTX_HAS(ctx, "gml_attn_project", "w");
+    gml_attn_qkv qkv = {x, x, x};
+    CHECK(!gml_attn_position(NULL, &cfg, qkv, in).q, "position ctx");
+    CHECK(TLS_HAS("gml_attn_position: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_position(ctx, NULL, qkv, in).q, "position cfg");
+    CTX_HAS(ctx, "gml_attn_position", "cfg");
+    CHECK(!gml_attn_attend(NULL, &cfg, qkv, in, NULL).heads, "attend ctx");
+    CHECK(TLS_HAS("gml_attn_attend: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_attend(ctx, NULL, qkv, in, NULL).heads, "attend cfg");
+    CTX_HAS(ctx, "gml_attn_attend", "cfg");
+    CHECK(!gml_attn_merge(NULL, &w, x), "merge ctx");
+    CHECK(TLS_HAS("gml_attn_merge: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_attn_weights_find(NULL, &w, err, sizeof err) == GML_ERR_INVALID, "weights_find wctx");
+    ERR_HAS("gml_attn_weights_find", "wctx");
+    CHECK(gml_attn_weights_find(ctx, NULL, err, sizeof err) == GML_ERR_INVALID, "weights_find w");
+    ERR_HAS("gml_attn_weights_find", "w");
+    CHECK(gml_attn_weights_find(NULL, &w, NULL, 64) == GML_ERR_INVALID, "weights_find err NULL");
+    CHECK(!gml_attn_weight_name_known(NULL), "weight_name_known");
+    CHECK(TLS_HAS("gml_attn_weight_name_known: name is NULL"), "\"%s\"", gml_last_error(NULL));
+    /* the KV cache */
+    gml_kv_cache *c = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 2,
+                                                             .max_len = 8, .d_k = 4}, err, sizeof err);
+    CHECK(c != NULL, "kv_cache_new: %s", err);
+    CHECK(!gml_kv_cache_new((gml_kv_cache_params){0}, NULL, 64), "kv_cache_new(bad, err NULL)");
+    gml_kv_cache_free(NULL);
+    CHECK(gml_kv_cache_get_params(NULL).n_layers == 0, "get_params");
+    CHECK(TLS_HAS("gml_kv_cache_get_params: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_k(NULL, 0), "cache_k");
+    CHECK(TLS_HAS("gml_kv_cache_k: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_v(NULL, 0), "cache_v");
+    CHECK(TLS_HAS("gml_kv_cache_v: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_kv_cache_len(NULL) == 0, "cache_len");
+    CHECK(TLS_HAS("gml_kv_cache_len: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_kv_cache_bytes(NULL) == 0, "cache_bytes");
+    CHECK(TLS_HAS("gml_kv_cache_bytes: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_truncate(NULL, 0), "truncate");
+    CHECK(TLS_HAS("gml_kv_cache_truncate: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_step_new(NULL, c, 1).pos, "step_new ctx");
+    CHECK(TLS_HAS("gml_kv_step_new: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_step_new(ctx, NULL, 1).pos, "step_new c");
+    CTX_HAS(ctx, "gml_kv_step_new", "c");
+    gml_kv_step step = gml_kv_step_new(ctx, c, 1);
+    CHECK(step.pos != NULL, "a step: %s", gml_last_error(ctx));
+    CHECK(!gml_attn_decode(NULL, cfg, &w, x, &step, 0), "decode ctx");
+    CHECK(TLS_HAS("gml_attn_decode: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_decode(ctx, cfg, NULL, x, &step, 0), "decode w");
+    CTX_HAS(ctx, "gml_attn_decode", "w");
+    CHECK(!gml_attn_decode(ctx, cfg, &w, x, NULL, 0), "decode step");
+    CTX_HAS(ctx, "gml_attn_decode", "step");
+    gml_tensor *y = gml_neg(ctx, x);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(gml_kv_step_compute(NULL, g, 1, err, sizeof err) == GML_ERR_INVALID, "step_compute s");
+    ERR_HAS("gml_kv_step_compute", "s");
+    CHECK(gml_kv_step_compute(&step, NULL, 1, err, sizeof err) == GML_ERR_INVALID, "step_compute g");
+    ERR_HAS("gml_kv_step_compute", "g");
+    CHECK(gml_kv_step_compute(&step, NULL, 1, NULL, 64) == GML_ERR_INVALID, "step_compute err NULL");
+    /* the layers */
+    gml_llama_config lc = {.n_heads = 2};
+    gml_llama_weights lw = {0};
+    CHECK(!gml_llama_layer(NULL, &lc, &lw, x, NULL), "llama ctx");
+    CHECK(TLS_HAS("gml_llama_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_llama_layer(ctx, NULL, &lw, x, NULL), "llama cfg");
+    CTX_HAS(ctx, "gml_llama_layer", "cfg");
+    CHECK(!gml_llama_layer(ctx, &lc, NULL, x, NULL), "llama w");
+    CTX_HAS(ctx, "gml_llama_layer", "w");
+    CHECK(!gml_llama_decode(NULL, &lc, &lw, x, &step, 0), "llama_decode ctx");
+    CHECK(TLS_HAS("gml_llama_decode: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_llama_decode(ctx, NULL, &lw, x, &step, 0), "llama_decode cfg");
+    CTX_HAS(ctx, "gml_llama_decode", "cfg");
+    CHECK(!gml_llama_decode(ctx, &lc, NULL, x, &step, 0), "llama_decode w");
+    CTX_HAS(ctx, "gml_llama_decode", "w");
+    gml_gpt2_config gc = {.n_heads = 2};
+    gml_gpt2_weights gw = {0};
+    CHECK(!gml_gpt2_layer(NULL, &gc, &gw, x), "gpt2 ctx");
+    CHECK(TLS_HAS("gml_gpt2_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_gpt2_layer(ctx, NULL, &gw, x), "gpt2 cfg");
+    CTX_HAS(ctx, "gml_gpt2_layer", "cfg");
+    CHECK(!gml_gpt2_layer(ctx, &gc, NULL, x), "gpt2 w");
+    CTX_HAS(ctx, "gml_gpt2_layer", "w");
+    gml_bert_config bc = {.n_heads = 2};
+    gml_bert_weights bw = {0};
+    CHECK(!gml_bert_layer(NULL, &bc, &bw, x, NULL), "bert ctx");
+    CHECK(TLS_HAS("gml_bert_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_bert_layer(ctx, NULL, &bw, x, NULL), "bert cfg");
+    CTX_HAS(ctx, "gml_bert_layer", "cfg");
+    CHECK(!gml_bert_layer(ctx, &bc, NULL, x, NULL), "bert w");
+    CTX_HAS(ctx, "gml_bert_layer", "w");
+    CHECK(gml_llama_weights_find(NULL, "", &lw, err, sizeof err) == GML_ERR_INVALID, "llama find wctx");
+    ERR_HAS("gml_llama_weights_find", "wctx");
+    CHECK(gml_llama_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "llama find w");
+    ERR_HAS("gml_llama_weights_find", "w");
+    CHECK(gml_gpt2_weights_find(NULL, "", &gw, err, sizeof err) == GML_ERR_INVALID, "gpt2 find wctx");
+    ERR_HAS("gml_gpt2_weights_find", "wctx");
+    CHECK(gml_gpt2_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "gpt2 find w");
+    ERR_HAS("gml_gpt2_weights_find", "w");
+    CHECK(gml_bert_weights_find(NULL, "", &bw, err, sizeof err) == GML_ERR_INVALID, "bert find wctx");
+    ERR_HAS("gml_bert_weights_find", "wctx");
+    CHECK(gml_bert_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "bert find w");
+    ERR_HAS("gml_bert_weights_find", "w");
+    CHECK(gml_bert_weights_find(NULL, "", &bw, NULL, 64) == GML_ERR_INVALID, "bert find err NULL");
+    /* a context freed before the call: refused, nothing read of it */
+    gml_context *dead = new_ctx(false);
+    gml_free(dead);
+    CHECK(!gml_mha(dead, cfg, &w, in).out, "mha into a freed context");
+    CHECK(!gml_llama_layer(dead, &lc, &lw, x, NULL), "llama into a freed context");
+    CHECK(!gml_kv_step_new(dead, c, 1).pos, "kv_step into a freed context");
+    gml_graph_free(g);
+    gml_kv_cache_free(c);
+    gml_free(ctx);
+}
+
 /* ---- the runner ------------------------------------------------------------- */
 
 static const struct {
@@ -734,6 +880,7 @@ static const struct {
     {"foreign_tensor", case_foreign_tensor},
     {"nested_compute", case_nested_compute},
     {"io_null", case_io_null},
+    {"models_null", case_models_null},
 };
 
 int main(int argc, char **argv) {
