@@ -51,7 +51,8 @@
  * tensors (positions, x_new of a step with no new rows), the buffers of a
  * collective when their count is 0, gml_mpi_gather_f32's recv on a rank
  * other than root (root's is not checked: telling it would take a
- * collective), and gml_mpi_agree's msg and out (see there). A freed
+ * collective), gml_mpi_agree's msg and out and gml_mpi_weights_agree's
+ * wctx (see there). A freed
  * context is refused by the engine calls these make; a tensor of a freed
  * context, a freed gml_kv_shard or gml_cp cannot be told from a live one.
  *
