@@ -1,6 +1,7 @@
 /* Stage 3, attention over the heads: the fused graph (one
  * gml_flash_attn_ext) or the unfused one (attn_unfused.c), with the
  * attention weights when asked. */
+#include "misuse.h"
 #include "attn_internal.h"
 
 gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
@@ -21,6 +22,8 @@ gml_attn_heads gml_attn_attend_p(gml_context *ctx, const gml_attn_plan *p, gml_a
 
 gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in, gml_tensor *sinks) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_heads){0});
+    GML_MODELS_NONNULL(ctx, cfg, (gml_attn_heads){0});
     gml_attn_plan p;
     if (!gml_attn_plan_qkv(ctx, "attn_attend", cfg, qkv, &p) ||
         !gml_attn_check_config(ctx, &p, cfg, true) || !gml_attn_check_masks(ctx, &p, &in, sinks) ||

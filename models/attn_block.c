@@ -15,6 +15,7 @@
  * the softmax. That is the unfused graph, which gives the weights; the fused
  * one replaces scores, softmax and context by one
  * gml_flash_attn and needs no copy at all. */
+#include "misuse.h"
 #include "attn_internal.h"
 
 gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_attn_config *cfg,
@@ -37,6 +38,8 @@ gml_attn_result gml_attn_block(gml_context *ctx, const char *block, const gml_at
 
 gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_result){0});
+    GML_MODELS_NONNULL(ctx, w, (gml_attn_result){0});
     if (ctx && cfg.dims.n_kv_heads != 0 && cfg.dims.n_kv_heads != cfg.dims.n_heads) {
         gml_set_error(ctx, "mha: kv_heads %d differs from heads %d; grouped-query attention is "
                       "gml_gqa", cfg.dims.n_kv_heads, cfg.dims.n_heads);
@@ -48,6 +51,8 @@ gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_we
 
 gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                         gml_attn_inputs in) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_result){0});
+    GML_MODELS_NONNULL(ctx, w, (gml_attn_result){0});
     /* the fused graph reads kv head h / (H/G) in place */
     return gml_attn_block(ctx, "gqa", &cfg, w, &in);
 }

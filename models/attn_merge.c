@@ -1,5 +1,6 @@
 /* Stage 4, the merge: heads [B, H, Tq, d_k] back to [B, Tq, D], then the
  * output projection W_o. */
+#include "misuse.h"
 #include "attn_internal.h"
 
 /* heads [B, H, Tq, d_k] -> out [B, Tq, D] */
@@ -14,7 +15,7 @@ gml_tensor *gml_attn_merge_p(gml_context *ctx, const gml_attn_plan *p, const gml
 }
 
 gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, gml_tensor *heads) {
-    if (!ctx) return NULL;
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
     if (!heads) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, "attn_merge: heads is NULL");
         return NULL;

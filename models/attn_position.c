@@ -1,5 +1,6 @@
 /* Stage 2, the position encoding: rope on q and k (with no encoding, q and
  * k pass as they are). */
+#include "misuse.h"
 #include "attn_internal.h"
 
 gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_attn_qkv qkv,
@@ -26,6 +27,8 @@ gml_attn_qkv gml_attn_position_p(gml_context *ctx, const gml_attn_plan *p, gml_a
 
 gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
                                gml_attn_inputs in) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_qkv){0});
+    GML_MODELS_NONNULL(ctx, cfg, (gml_attn_qkv){0});
     gml_attn_plan p;
     if (!gml_attn_plan_qkv(ctx, "attn_position", cfg, qkv, &p) ||
         !gml_attn_check_config(ctx, &p, cfg, true) ||

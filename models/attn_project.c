@@ -1,5 +1,6 @@
 /* Stage 1, the projections: q, k, v = x W^T + b, from separate or packed
  * (in_proj_weight) weights, split into heads as views. */
+#include "misuse.h"
 #include "attn_internal.h"
 
 /* Rows [r0, r0 + n) of a packed [R, C] matrix, or elements of a [R] vector:
@@ -50,6 +51,9 @@ gml_attn_qkv gml_attn_project_p(gml_context *ctx, const gml_attn_plan *p,
 
 gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
                               const gml_attn_weights *w, gml_attn_inputs in) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_qkv){0});
+    GML_MODELS_NONNULL(ctx, cfg, (gml_attn_qkv){0});
+    GML_MODELS_NONNULL(ctx, w, (gml_attn_qkv){0});
     gml_attn_plan p;
     gml_attn_weights wt_;
     if (!gml_attn_plan_inputs(ctx, "attn_project", cfg, &in, true, &p) ||

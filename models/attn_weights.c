@@ -1,6 +1,7 @@
 /* The projection weights: their checks against a plan (shapes and types),
  * binding them by name (gml_attn_weights_find), GPT-2's Conv1D weights seen
  * as nn.Linear's, and parameter counts. */
+#include "misuse.h"
 #include "attn_internal.h"
 
 #include <string.h>
@@ -203,16 +204,18 @@ static int name_index(const char *name) {
     return -1;
 }
 
-bool gml_attn_weight_name_known(const char *name) { return name && name_index(name) >= 0; }
+bool gml_attn_weight_name_known(const char *name) {
+    GML_MODELS_NONNULL(NULL, name, false);
+    return name_index(name) >= 0;
+}
 
 gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
                                  size_t err_size) {
+    GML_MODELS_NONNULL_ERR(wctx, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
+    if (!err) err_size = 0;
     *w = (gml_attn_weights){0};
     if (err_size) err[0] = '\0';
-    if (!wctx) {
-        if (err_size) snprintf(err, err_size, "attention weights: no weights context (NULL)");
-        return GML_ERR_INVALID;
-    }
     char problem[512] = "";
     const char *bound[sizeof(gml_attn_weights) / sizeof(gml_tensor *) + 1] = {0};
     int conv = -1;

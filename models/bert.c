@@ -1,6 +1,7 @@
 /* The BERT layer (layers.h): self-attention with biases and a padding mask,
  * post-LayerNorm residuals, GELU (erf) MLP. As HF's BertLayer computes it,
  * also for an item of valid length 0 (no_key_context). */
+#include "misuse.h"
 #include "layers_internal.h"
 
 #include <math.h>
@@ -70,7 +71,9 @@ static gml_tensor *no_key_context(gml_context *ctx, const gml_bert_weights *w, g
 
 gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
                            gml_tensor *x, gml_tensor *valid_lens) {
-    if (!ctx) return NULL;
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
+    GML_MODELS_NONNULL(ctx, cfg, NULL);
+    GML_MODELS_NONNULL(ctx, w, NULL);
     if (!x) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
         return NULL;
@@ -92,6 +95,9 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
 
 gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert_weights *w,
                                  char *err, size_t err_size) {
+    GML_MODELS_NONNULL_ERR(wctx, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
+    if (!err) err_size = 0;
 #define N(name, field) {name, offsetof(gml_bert_weights, field), true}
     static const lay_name names[] = {
         N("attention.self.query.weight", wq),       N("attention.self.query.bias", bq),

@@ -1,6 +1,7 @@
 /* The GPT-2 layer (layers.h): pre-LayerNorm, causal multi-head attention with
  * biases, GELU-tanh MLP; Conv1D weights [in, out] used as they are. As HF's
  * GPT2Block computes it. */
+#include "misuse.h"
 #include "layers_internal.h"
 
 #include <math.h>
@@ -66,7 +67,9 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
 
 gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
                            gml_tensor *x) {
-    if (!ctx) return NULL;
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
+    GML_MODELS_NONNULL(ctx, cfg, NULL);
+    GML_MODELS_NONNULL(ctx, w, NULL);
     if (!x) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
         return NULL;
@@ -99,6 +102,9 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
 
 gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
                                  char *err, size_t err_size) {
+    GML_MODELS_NONNULL_ERR(wctx, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
+    if (!err) err_size = 0;
 #define N(name, field) {name, offsetof(gml_gpt2_weights, field), true}
     static const lay_name names[] = {
         N("ln_1.weight", ln1_w),          N("ln_1.bias", ln1_b),

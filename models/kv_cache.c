@@ -1,6 +1,7 @@
 /* The KV cache and the decode step (see kv_cache.h). */
 #include <ggmlite/kv_cache.h>
 
+#include "misuse.h"
 #include "attn_internal.h"
 
 #include <stdlib.h>
@@ -15,7 +16,7 @@ struct gml_kv_cache {
 
 static void errf(char *err, size_t size, const char *fmt, ...) GML_PRINTF(3, 4);
 static void errf(char *err, size_t size, const char *fmt, ...) {
-    if (!size) return;
+    if (!err || !size) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, size, fmt, ap);
@@ -94,23 +95,33 @@ void gml_kv_cache_free(gml_kv_cache *c) {
     free(c);
 }
 
-gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c) { return c->p; }
+gml_kv_cache_params gml_kv_cache_get_params(const gml_kv_cache *c) {
+    GML_MODELS_NONNULL(NULL, c, (gml_kv_cache_params){0});
+    return c->p;
+}
 
 gml_tensor *gml_kv_cache_k(const gml_kv_cache *c, int layer) {
+    GML_MODELS_NONNULL(NULL, c, NULL);
     return layer >= 0 && layer < c->p.n_layers ? c->k[layer] : NULL;
 }
 
 gml_tensor *gml_kv_cache_v(const gml_kv_cache *c, int layer) {
+    GML_MODELS_NONNULL(NULL, c, NULL);
     return layer >= 0 && layer < c->p.n_layers ? c->v[layer] : NULL;
 }
 
-int64_t gml_kv_cache_len(const gml_kv_cache *c) { return c->len; }
+int64_t gml_kv_cache_len(const gml_kv_cache *c) {
+    GML_MODELS_NONNULL(NULL, c, 0);
+    return c->len;
+}
 
 size_t gml_kv_cache_bytes(const gml_kv_cache *c) {
+    GML_MODELS_NONNULL(NULL, c, 0);
     return 2 * (size_t)c->p.n_layers * gml_nbytes(c->k[0]);
 }
 
 bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len) {
+    GML_MODELS_NONNULL(NULL, c, false);
     if (len < 0 || len > c->len) return false;
     c->len = len;
     return true;
@@ -118,11 +129,8 @@ bool gml_kv_cache_truncate(gml_kv_cache *c, int64_t len) {
 
 gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
     gml_kv_step s = {.cache = c, .n = n};
-    if (!ctx) return s;
-    if (!c) {
-        gml_set_error(ctx, "kv_step: no cache (NULL)");
-        return s;
-    }
+    GML_MODELS_NONNULL(NULL, ctx, s);
+    GML_MODELS_NONNULL(ctx, c, s);
     if (n < 1 || n > c->p.max_len) {
         gml_set_error(ctx, "kv_step: %" PRId64 " new tokens per step, but the cache holds %" PRId64
                       " (max_len)", n, c->p.max_len);
@@ -141,8 +149,11 @@ gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n) {
 /* x [B, n, D] -> out [B, n, D] over the cache of layer */
 gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
                             gml_tensor *x, const gml_kv_step *step, int layer) {
-    if (!ctx) return NULL;
-    if (!x || !step || !step->pos) {
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
+    GML_MODELS_NONNULL(ctx, w, NULL);
+    GML_MODELS_NONNULL(ctx, step, NULL);
+    GML_MODELS_NONNULL(ctx, step->cache, NULL);
+    if (!x || !step->pos) {
         if (!gml_last_error(ctx)[0])
             gml_set_error(ctx, "decode: %s is NULL", !x ? "x" : "the step (or its positions)");
         return NULL;
@@ -191,9 +202,12 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
 
 gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,
                                size_t err_size) {
+    GML_MODELS_NONNULL_ERR(s, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(g, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(s->cache, GML_ERR_INVALID, err, err_size);
     errf(err, err_size, "%s", "");
-    if (!s || !s->pos || !g) {
-        errf(err, err_size, "kv_step: no %s", !g ? "graph" : "step");
+    if (!s->pos) {
+        errf(err, err_size, "kv_step: no step (its positions are NULL)");
         return GML_ERR_INVALID;
     }
     gml_kv_cache *c = s->cache;

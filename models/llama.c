@@ -1,6 +1,7 @@
 /* The LLaMA-style decoder layer (layers.h): RMSNorm, grouped-query attention
  * with rope, residual, RMSNorm, SwiGLU MLP, residual; and its KV-cache
  * decode step. As HF's LlamaDecoderLayer computes it in float32. */
+#include "misuse.h"
 #include "layers_internal.h"
 
 #include <math.h>
@@ -91,7 +92,9 @@ static gml_tensor *finish(gml_context *ctx, const dims *d, const gml_llama_weigh
 
 gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
                             const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions) {
-    if (!ctx) return NULL;
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
+    GML_MODELS_NONNULL(ctx, cfg, NULL);
+    GML_MODELS_NONNULL(ctx, w, NULL);
     if (!x) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, L ": x is NULL");
         return NULL;
@@ -108,8 +111,11 @@ gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
 gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *x, const gml_kv_step *step,
                              int layer) {
-    if (!ctx) return NULL;
-    if (!x || !step || !step->pos) {
+    GML_MODELS_NONNULL(NULL, ctx, NULL);
+    GML_MODELS_NONNULL(ctx, cfg, NULL);
+    GML_MODELS_NONNULL(ctx, w, NULL);
+    GML_MODELS_NONNULL(ctx, step, NULL);
+    if (!x || !step->pos) {
         if (!gml_last_error(ctx)[0])
             gml_set_error(ctx, L " decode: %s is NULL", !x ? "x" : "the step (or its positions)");
         return NULL;
@@ -124,6 +130,9 @@ gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
 
 gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,
                                   char *err, size_t err_size) {
+    GML_MODELS_NONNULL_ERR(wctx, GML_ERR_INVALID, err, err_size);
+    GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
+    if (!err) err_size = 0;
 #define N(name, field, req) {name, offsetof(gml_llama_weights, field), req}
     static const lay_name names[] = {
         N("input_layernorm.weight", attn_norm, true),

@@ -17,6 +17,7 @@
  * a^V [Tq, 1, Tk, d_k] = [Tq, B, H, d_k], added to the context while its
  * heads are merged (the add writes [B, Tq, H, d_k] contiguous, so it replaces
  * the merge's copy). */
+#include "misuse.h"
 #include "attn_internal.h"
 
 /* table must be f32 [2P+1, d_k] */
@@ -37,6 +38,8 @@ static gml_tensor *gather(gml_context *ctx, const gml_attn_plan *p, gml_tensor *
 
 gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_rel,
                                 const gml_attn_weights *w, gml_attn_inputs in) {
+    GML_MODELS_NONNULL(NULL, ctx, (gml_attn_result){0});
+    GML_MODELS_NONNULL(ctx, w, (gml_attn_result){0});
     const gml_attn_result fail = {0};
     gml_attn_plan p;
     gml_attn_weights wt_;

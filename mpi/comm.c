@@ -2,6 +2,8 @@
  * status exchange. */
 #include <ggmlite/mpi.h>
 
+#include "misuse.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@ static gml_status mpi_error(int rc, const char *what, char *err, size_t err_size
 
 gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char *err,
                              size_t err_size) {
+    if (n > 0) GML_MPI_NONNULL_ERR(buf, GML_ERR_INVALID, err, err_size);
     for (size_t i = 0; i < n; i += CHUNK) {
         const size_t c = n - i < CHUNK ? n - i : CHUNK;
         int rc = MPI_Bcast(buf + i, (int)c, MPI_FLOAT, root, comm);
@@ -29,6 +32,7 @@ gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int root, char
 
 gml_status gml_mpi_sum_ordered(MPI_Comm comm, float *buf, size_t n, bool all, char *err,
                                size_t err_size) {
+    if (n > 0) GML_MPI_NONNULL_ERR(buf, GML_ERR_INVALID, err, err_size);
     int rank, size, rc;
     if ((rc = MPI_Comm_rank(comm, &rank)) != MPI_SUCCESS || (rc = MPI_Comm_size(comm, &size)) != MPI_SUCCESS)
         return mpi_error(rc, "MPI_Comm_rank", err, err_size);

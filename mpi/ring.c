@@ -5,6 +5,8 @@
  * in key order. Graphs of public ops and attention stages only. */
 #include <ggmlite/mpi.h>
 
+#include "misuse.h"
+
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -132,12 +134,16 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
 gml_cp *gml_cp_attn_create(MPI_Comm comm, const gml_attn_config *cfg, const gml_attn_weights *w,
                            gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
                            size_t err_size) {
+    GML_MPI_NONNULL_ERR(cfg, NULL, err, err_size);
+    GML_MPI_NONNULL_ERR(w, NULL, err, err_size);
     return create(comm, cfg, w, NULL, NULL, layout, B, T, D, err, err_size);
 }
 
 gml_cp *gml_cp_llama_create(MPI_Comm comm, const gml_llama_config *cfg, const gml_llama_weights *w,
                             gml_cp_layout layout, int64_t B, int64_t T, int64_t D, char *err,
                             size_t err_size) {
+    GML_MPI_NONNULL_ERR(cfg, NULL, err, err_size);
+    GML_MPI_NONNULL_ERR(w, NULL, err, err_size);
     return create(comm, NULL, NULL, cfg, w, layout, B, T, D, err, err_size);
 }
 
@@ -405,6 +411,8 @@ static gml_cp *create(MPI_Comm comm, const gml_attn_config *acfg, const gml_attn
 }
 
 int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2], int64_t n[2]) {
+    GML_MPI_NONNULL(NULL, t0, 0);
+    GML_MPI_NONNULL(NULL, n, 0);
     if (layout != GML_CP_ZIGZAG) {
         gml_tp_range(T, P, r, &t0[0], &n[0]);
         return 1;
@@ -415,7 +423,9 @@ int gml_cp_rows_of(int64_t T, int P, int r, gml_cp_layout layout, int64_t t0[2],
 }
 
 int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]) {
-    if (!cp) return 0;
+    GML_MPI_NONNULL(NULL, cp, 0);
+    GML_MPI_NONNULL(NULL, t0, 0);
+    GML_MPI_NONNULL(NULL, n, 0);
     for (int xs = 0; xs < cp->ns; xs++) {
         t0[xs] = cp->seg0[cp->mine[xs]];
         n[xs] = cp->segn[cp->mine[xs]];
@@ -423,10 +433,14 @@ int gml_cp_rows(const gml_cp *cp, int64_t t0[2], int64_t n[2]) {
     return cp->ns;
 }
 
-float *gml_cp_input(gml_cp *cp) { return cp ? cp->x : NULL; }
+float *gml_cp_input(gml_cp *cp) {
+    GML_MPI_NONNULL(NULL, cp, NULL);
+    return cp->x;
+}
 
 const float *gml_cp_output(const gml_cp *cp) {
-    const gml_graph *g = cp ? (cp->whole ? cp->whole : cp->merge) : NULL;
+    GML_MPI_NONNULL(NULL, cp, NULL);
+    const gml_graph *g = cp->whole ? cp->whole : cp->merge;
     return g ? gml_graph_data(g, cp->out) : NULL;
 }
 
@@ -452,7 +466,7 @@ static gml_status mpi_fail(int rc, const char *what, char *err, size_t size) {
 }
 
 gml_status gml_cp_run(gml_cp *cp, int n_threads, gml_cp_stats *stats, char *err, size_t err_size) {
-    if (!cp) return cp_fail(err, err_size, CP ": no runner (NULL)"), GML_ERR_INVALID;
+    GML_MPI_NONNULL_ERR(cp, GML_ERR_INVALID, err, err_size);
     gml_cp_stats st = {0};
     char msg[1024] = "";
     bool ok = true;

@@ -5,6 +5,8 @@
 #include <ggmlite/kv_cache.h>
 #include <ggmlite/mpi.h>
 
+#include "misuse.h"
+
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -71,12 +73,30 @@ void gml_kv_shard_free(gml_kv_shard *s) {
     free(s);
 }
 
-gml_kv_shard_params gml_kv_shard_get_params(const gml_kv_shard *s) { return s->p; }
-gml_tensor *gml_kv_shard_k(const gml_kv_shard *s) { return gml_kv_cache_k(s->cache, 0); }
-gml_tensor *gml_kv_shard_v(const gml_kv_shard *s) { return gml_kv_cache_v(s->cache, 0); }
-int64_t gml_kv_shard_len(const gml_kv_shard *s) { return s->len; }
-int64_t gml_kv_shard_first(const gml_kv_shard *s) { return (int64_t)s->p.rank * s->p.capacity; }
-size_t gml_kv_shard_bytes(const gml_kv_shard *s) { return gml_kv_cache_bytes(s->cache); }
+gml_kv_shard_params gml_kv_shard_get_params(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, (gml_kv_shard_params){0});
+    return s->p;
+}
+gml_tensor *gml_kv_shard_k(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, NULL);
+    return gml_kv_cache_k(s->cache, 0);
+}
+gml_tensor *gml_kv_shard_v(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, NULL);
+    return gml_kv_cache_v(s->cache, 0);
+}
+int64_t gml_kv_shard_len(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, 0);
+    return s->len;
+}
+int64_t gml_kv_shard_first(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, 0);
+    return (int64_t)s->p.rank * s->p.capacity;
+}
+size_t gml_kv_shard_bytes(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, 0);
+    return gml_kv_cache_bytes(s->cache);
+}
 
 /* Positions of [a, b) in this rank's range [first, first + C). */
 static int64_t held_of(const gml_kv_shard *s, int64_t a, int64_t b) {
@@ -85,17 +105,23 @@ static int64_t held_of(const gml_kv_shard *s, int64_t a, int64_t b) {
     return hi > lo ? hi - lo : 0;
 }
 
-int64_t gml_kv_shard_held(const gml_kv_shard *s) { return held_of(s, 0, s->len); }
+int64_t gml_kv_shard_held(const gml_kv_shard *s) {
+    GML_MPI_NONNULL(NULL, s, 0);
+    return held_of(s, 0, s->len);
+}
 int64_t gml_kv_shard_owned(const gml_kv_shard *s, int64_t n) {
+    GML_MPI_NONNULL(NULL, s, 0);
     return n > 0 ? held_of(s, s->len, s->len + n) : 0;
 }
 
 int gml_kv_shard_owner(const gml_kv_shard *s, int64_t pos) {
+    GML_MPI_NONNULL(NULL, s, -1);
     if (pos < 0 || pos >= s->p.capacity * s->p.n_ranks) return -1;
     return (int)(pos / s->p.capacity);
 }
 
 bool gml_kv_shard_truncate(gml_kv_shard *s, int64_t len) {
+    GML_MPI_NONNULL(NULL, s, false);
     if (len < 0 || len > s->len) return false;
     s->len = len;
     return true;
@@ -104,7 +130,8 @@ bool gml_kv_shard_truncate(gml_kv_shard *s, int64_t len) {
 gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64_t n_new,
                                         int64_t n_query) {
     gml_kv_shard_step st = {.shard = s, .n_new = n_new, .n_query = n_query};
-    if (!ctx) return st;
+    GML_MPI_NONNULL(NULL, ctx, st);
+    GML_MPI_NONNULL(ctx, s, st);
     if (!s) {
         gml_set_error(ctx, "kv_shard_step: no shard (NULL)");
         return st;
@@ -135,7 +162,10 @@ gml_kv_shard_step gml_kv_shard_step_new(gml_context *ctx, gml_kv_shard *s, int64
 gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
                                    const gml_attn_weights *w, gml_tensor *x_new, gml_tensor *x_q,
                                    const gml_kv_shard_step *st) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
+    GML_MPI_NONNULL(ctx, st, NULL);
     if (!x_q || !st || !st->q_pos || (st->n_new && !x_new)) {
         if (!gml_last_error(ctx)[0])
             gml_set_error(ctx, S ": %s is NULL", !x_q ? "x_q" : !st || !st->q_pos ? "the step (or its "
@@ -207,7 +237,9 @@ gml_tensor *gml_shard_attn_partial(gml_context *ctx, const gml_attn_config *cfg,
 
 gml_tensor *gml_shard_attn_out(gml_context *ctx, const gml_attn_config *cfg,
                                const gml_attn_weights *w, gml_tensor *parts, int n_ranks) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
     if (!parts) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, S ": parts is NULL");
         return NULL;
@@ -279,7 +311,10 @@ static gml_tensor *llama_fail(gml_context *ctx) {
 gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cfg,
                                     const gml_llama_weights *w, gml_tensor *x_new, gml_tensor *x_q,
                                     const gml_kv_shard_step *step) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
+    GML_MPI_NONNULL(ctx, step, NULL);
     if (!x_q) return gml_last_error(ctx)[0] ? NULL : gml_set_error(ctx, LL ": x_q is NULL");
     gml_attn_config ac;
     gml_attn_weights aw;
@@ -297,7 +332,9 @@ gml_tensor *gml_shard_llama_partial(gml_context *ctx, const gml_llama_config *cf
 gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
                                 const gml_llama_weights *w, gml_tensor *parts, int n_ranks,
                                 gml_tensor *x_q) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
     if (!x_q) return gml_last_error(ctx)[0] ? NULL : gml_set_error(ctx, LL ": x_q is NULL");
     gml_attn_config ac;
     gml_attn_weights aw;
@@ -316,6 +353,8 @@ gml_tensor *gml_shard_llama_out(gml_context *ctx, const gml_llama_config *cfg,
 
 gml_status gml_kv_shard_step_compute(gml_kv_shard_step *st, gml_graph *g, int64_t n,
                                      int n_threads, char *err, size_t err_size) {
+    GML_MPI_NONNULL_ERR(st, GML_ERR_INVALID, err, err_size);
+    GML_MPI_NONNULL_ERR(g, GML_ERR_INVALID, err, err_size);
     errf(err, err_size, "%s", "");
     if (!st || !st->q_pos || !g) {
         errf(err, err_size, "kv_shard_step: no %s", !g ? "graph" : "step");
@@ -371,6 +410,7 @@ gml_status gml_kv_shard_step_compute(gml_kv_shard_step *st, gml_graph *g, int64_
 
 gml_status gml_mpi_gather_f32(MPI_Comm comm, const float *send, size_t n, float *recv, int root,
                               char *err, size_t err_size) {
+    if (n > 0) GML_MPI_NONNULL_ERR(send, GML_ERR_INVALID, err, err_size);
     if (n > INT_MAX) {
         errf(err, err_size, "MPI_Gather: %zu floats per rank exceed MPI's int count", n);
         return GML_ERR_INVALID;

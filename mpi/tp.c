@@ -2,6 +2,8 @@
  * (ggmlite/mpi.h), from public ops and the attention stages only; no MPI here. */
 #include <ggmlite/mpi.h>
 
+#include "misuse.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,6 +13,8 @@
 #define SHAPE(t, buf) gml_format_shape((t), (buf), sizeof(buf))
 
 void gml_tp_range(int64_t n, int p, int r, int64_t *start, int64_t *len) {
+    GML_MPI_NONNULL(NULL, start, );
+    GML_MPI_NONNULL(NULL, len, );
     /* floor(r n / p) without overflow for the sizes we take (n < 2^40) */
     const int64_t a = n * r / p, b = n * (r + 1) / p;
     *start = a;
@@ -31,7 +35,7 @@ static gml_status share_fail(char *err, size_t size, const char *fmt, ...) {
 gml_status gml_tp_share_of(int n_heads, int n_kv_heads, int64_t ffn, int n_ranks, int rank,
                            gml_tp_share *s, char *err, size_t err_size) {
     const int H = n_heads, G = n_kv_heads ? n_kv_heads : n_heads, P = n_ranks;
-    if (!s) return share_fail(err, err_size, "tp_share: no share to fill (NULL)");
+    GML_MPI_NONNULL_ERR(s, GML_ERR_INVALID, err, err_size);
     *s = (gml_tp_share){0};
     if (P < 1 || rank < 0 || rank >= P)
         return share_fail(err, err_size, "tp_share: rank %d of %d ranks", rank, P);
@@ -149,7 +153,10 @@ static gml_tensor *segment(gml_context *ctx, const gml_attn_config *cfg, gml_ten
 gml_tensor *gml_tp_attn(gml_context *ctx, const gml_attn_config *cfg, const gml_attn_weights *w,
                         gml_tensor *x, gml_tensor *positions, const gml_tp_share *s,
                         bool with_out_bias) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
+    GML_MPI_NONNULL(ctx, s, NULL);
     if (!x) {
         if (!gml_last_error(ctx)[0]) gml_set_error(ctx, A ": x is NULL");
         return NULL;
@@ -259,7 +266,10 @@ static bool llama_dims(gml_context *ctx, const gml_llama_config *cfg, const gml_
 gml_tensor *gml_tp_llama_attn(gml_context *ctx, const gml_llama_config *cfg,
                               const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions,
                               const gml_tp_share *s, bool with_out_bias) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
+    GML_MPI_NONNULL(ctx, s, NULL);
     int64_t D;
     float eps;
     if (!llama_dims(ctx, cfg, w, x, &D, &eps)) return NULL;
@@ -298,7 +308,10 @@ gml_tensor *gml_tp_llama_attn(gml_context *ctx, const gml_llama_config *cfg,
 gml_tensor *gml_tp_llama_mlp(gml_context *ctx, const gml_llama_config *cfg,
                              const gml_llama_weights *w, gml_tensor *h, const gml_tp_share *s,
                              bool with_out_bias) {
-    if (!ctx) return NULL;
+    GML_MPI_NONNULL(NULL, ctx, NULL);
+    GML_MPI_NONNULL(ctx, cfg, NULL);
+    GML_MPI_NONNULL(ctx, w, NULL);
+    GML_MPI_NONNULL(ctx, s, NULL);
     int64_t D;
     float eps;
     if (!llama_dims(ctx, cfg, w, h, &D, &eps)) return NULL;

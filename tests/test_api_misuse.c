@@ -8,11 +8,21 @@
  * with no live context to keep it, gml_last_error(NULL) / gml_graph_error(NULL)),
  * or do nothing: never crash, never read or write freed memory (run under
  * ASan/UBSan as well). Each case runs in a child process, so a crash fails
- * that case and the others still run. */
+ * that case and the others still run.
+ *
+ * The same for the other libraries' public functions: <ggmlite/io.h>
+ * (io_* cases) and <ggmlite/attention.h>, <ggmlite/kv_cache.h>,
+ * <ggmlite/layers.h> (models_* cases), each given NULL for each pointer
+ * argument; the message goes into err where the function takes one, and
+ * for the thread. <ggmlite/mpi.h>: test_mpi_misuse (label mpi). */
 #define _POSIX_C_SOURCE 200809L /* fork, waitpid, strsignal */
 #include "check.h"
 
+#include <ggmlite/attention.h>
 #include <ggmlite/hashindex.h>
+#include <ggmlite/io.h>
+#include <ggmlite/kv_cache.h>
+#include <ggmlite/layers.h>
 
 #include <limits.h>
 #include <signal.h>
@@ -565,6 +575,293 @@ static void case_nested_compute(void) {
     gml_free(ctx);
 }
 
+/* ---- io: NULL for each pointer argument ------------------------------------- */
+
+/* err holds "<fn>: <arg> is NULL" and so does the thread's message */
+#define ERR_HAS(fn, arg)                                                                      \
+    do {                                                                                      \
+        CHECK(MSG_HAS(err, fn ": " arg " is NULL"), "err: \"%s\"", err);                       \
+        CHECK(TLS_HAS(fn ": " arg " is NULL"), "thread: \"%s\"", gml_last_error(NULL));        \
+    } while (0)
+
+static void case_io_null(void) {
+    char err[256], path[64];
+    snprintf(path, sizeof path, "misuse_%d.safetensors", (int)getpid());
+    gml_context *ctx = new_ctx(false);
+    gml_tensor *x = f32(ctx, "x", 2, 3);
+    fill(x, 1);
+    /* loaders and parsers */
+    CHECK(!gml_load_safetensors(NULL, err, sizeof err), "load_safetensors");
+    ERR_HAS("gml_load_safetensors", "path");
+    CHECK(!gml_load_safetensors(NULL, NULL, 0), "load_safetensors, no err");
+    CHECK(TLS_HAS("gml_load_safetensors: path is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_open(NULL, err, sizeof err), "open");
+    ERR_HAS("gml_safetensors_open", "path");
+    CHECK(!gml_safetensors_open_flags(NULL, 0, err, sizeof err), "open_flags");
+    ERR_HAS("gml_safetensors_open_flags", "path");
+    CHECK(!gml_load_npy(NULL, "x", err, sizeof err), "load_npy");
+    ERR_HAS("gml_load_npy", "path");
+    CHECK(!gml_load_npy_converted(NULL, "x", NULL, err, sizeof err), "load_npy_converted");
+    ERR_HAS("gml_load_npy_converted", "path");
+    const char bytes[16] = {0};
+    CHECK(!gml_parse_npy(NULL, 16, "b", "x", err, sizeof err), "parse_npy");
+    ERR_HAS("gml_parse_npy", "buf");
+    CHECK(!gml_parse_npy(bytes, 16, NULL, "x", err, sizeof err), "parse_npy what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    CHECK(!gml_parse_npy_converted(NULL, 16, "b", "x", NULL, err, sizeof err), "parse_npy_converted");
+    ERR_HAS("gml_parse_npy_converted", "buf");
+    CHECK(!gml_parse_npy_converted(bytes, 16, NULL, "x", NULL, err, sizeof err), "parse_npy_converted what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    CHECK(!gml_parse_safetensors(NULL, 16, "b", err, sizeof err), "parse_safetensors");
+    ERR_HAS("gml_parse_safetensors", "buf");
+    CHECK(!gml_parse_safetensors(bytes, 16, NULL, err, sizeof err), "parse_safetensors what: \"<memory>\"");
+    CHECK(strstr(err, "<memory>") != NULL, "\"%s\"", err);
+    gml_st_index_entry *ents = NULL;
+    int n_ents = 0;
+    const char idx[] = "{\"weight_map\": {\"x\": \"a.safetensors\"}}";
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, "i", NULL, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID, "index entries");
+    ERR_HAS("gml_parse_safetensors_index", "entries");
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, "i", &ents, NULL, err, sizeof err) ==
+              GML_ERR_INVALID, "index n");
+    ERR_HAS("gml_parse_safetensors_index", "n");
+    CHECK(gml_parse_safetensors_index(NULL, 10, "i", &ents, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID && !ents, "index buf");
+    ERR_HAS("gml_parse_safetensors_index", "buf");
+    CHECK(gml_parse_safetensors_index(idx, sizeof idx - 1, NULL, &ents, &n_ents, err, sizeof err) ==
+              GML_ERR_INVALID && !ents, "index what");
+    ERR_HAS("gml_parse_safetensors_index", "what");
+    gml_free_safetensors_index(NULL, 3);
+    /* savers */
+    const gml_tensor *ts[1] = {x};
+    CHECK(gml_save_safetensors(NULL, ts, 1, err, sizeof err) == GML_ERR_INVALID, "save_safetensors");
+    ERR_HAS("gml_save_safetensors", "path");
+    CHECK(gml_save_safetensors(path, NULL, 1, err, sizeof err) == GML_ERR_INVALID, "save tensors");
+    ERR_HAS("gml_save_safetensors", "tensors");
+    CHECK(gml_save_npy(NULL, x, err, sizeof err) == GML_ERR_INVALID, "save_npy");
+    ERR_HAS("gml_save_npy", "path");
+    CHECK(gml_save_npy("misuse_x.npy", NULL, err, sizeof err) == GML_ERR_INVALID, "save_npy t");
+    ERR_HAS("gml_save_npy", "t");
+    /* a mapped file's accessors given NULL */
+    CHECK(gml_safetensors_count(NULL) == 0, "count");
+    CHECK(TLS_HAS("gml_safetensors_count: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    const char *file = NULL;
+    CHECK(!gml_safetensors_unlisted(NULL, 0, &file), "unlisted");
+    CHECK(TLS_HAS("gml_safetensors_unlisted: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_name(NULL, 0), "name");
+    CHECK(TLS_HAS("gml_safetensors_name: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_file(NULL, 0), "file");
+    CHECK(TLS_HAS("gml_safetensors_file: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_safetensors_find(NULL, "x") == -1, "find");
+    CHECK(TLS_HAS("gml_safetensors_find: st is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_safetensors_tensor(NULL, 0, ctx, NULL, err, sizeof err), "tensor st");
+    ERR_HAS("gml_safetensors_tensor", "st");
+    gml_safetensors_close(NULL);
+    CHECK(gml_save_safetensors(path, ts, 1, err, sizeof err) == GML_OK, "save %s: %s", path, err);
+    gml_safetensors *st = gml_safetensors_open(path, err, sizeof err);
+    if (CHECK(st != NULL, "open %s: %s", path, err)) {
+        CHECK(gml_safetensors_find(st, NULL) == -1, "find name");
+        CHECK(TLS_HAS("gml_safetensors_find: name is NULL"), "\"%s\"", gml_last_error(NULL));
+        CHECK(!gml_safetensors_tensor(st, 0, NULL, NULL, err, sizeof err), "tensor ctx");
+        ERR_HAS("gml_safetensors_tensor", "ctx");
+        /* a context freed before the call: the engine refuses it */
+        gml_context *dead = new_ctx(false);
+        gml_free(dead);
+        CHECK(!gml_safetensors_tensor(st, 0, dead, NULL, err, sizeof err), "tensor into a freed context");
+        gml_safetensors_close(st);
+    }
+    remove(path);
+    /* temporary files */
+    CHECK(gml_cleanup_register(NULL) == -1, "cleanup_register");
+    CHECK(TLS_HAS("gml_cleanup_register: path is NULL"), "\"%s\"", gml_last_error(NULL));
+    gml_cleanup_unregister(-1);
+    /* graph files */
+    const char text[] = "input x f32 [2, 3]\ny = neg(x)\noutput y\n";
+    gml_tensor *outs[2];
+    CHECK(gml_parse_graph(NULL, text, sizeof text - 1, "g", NULL, outs, 2, err, sizeof err) == -1,
+          "parse_graph ctx");
+    ERR_HAS("gml_parse_graph", "ctx");
+    CHECK(gml_parse_graph(ctx, NULL, 10, "g", NULL, outs, 2, err, sizeof err) == -1, "parse_graph text");
+    ERR_HAS("gml_parse_graph", "text");
+    CHECK(gml_parse_graph(ctx, text, sizeof text - 1, "g", NULL, NULL, 2, err, sizeof err) == -1,
+          "parse_graph outputs");
+    ERR_HAS("gml_parse_graph", "outputs");
+    gml_graph_binder binder = {.n_syms = 1};
+    CHECK(gml_parse_graph(ctx, text, sizeof text - 1, "g", &binder, outs, 2, err, sizeof err) == -1,
+          "parse_graph sym_names");
+    ERR_HAS("gml_parse_graph", "binder->sym_names");
+    CHECK(gml_load_graph(NULL, "g.graph", NULL, outs, 2, err, sizeof err) == -1, "load_graph ctx");
+    ERR_HAS("gml_load_graph", "ctx");
+    CHECK(gml_load_graph(ctx, NULL, NULL, outs, 2, err, sizeof err) == -1, "load_graph path");
+    ERR_HAS("gml_load_graph", "path");
+    CHECK(gml_load_graph(ctx, "g.graph", NULL, NULL, 2, err, sizeof err) == -1, "load_graph outputs");
+    ERR_HAS("gml_load_graph", "outputs");
+    gml_tensor *y = gml_neg(ctx, x);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(gml_save_graph(NULL, g, &y, 1, err, sizeof err) == GML_ERR_INVALID, "save_graph path");
+    ERR_HAS("gml_save_graph", "path");
+    CHECK(gml_save_graph("misuse.graph", NULL, &y, 1, err, sizeof err) == GML_ERR_INVALID, "save_graph g");
+    ERR_HAS("gml_save_graph", "g");
+    CHECK(gml_save_graph("misuse.graph", g, NULL, 1, err, sizeof err) == GML_ERR_INVALID,
+          "save_graph outputs");
+    ERR_HAS("gml_save_graph", "outputs");
+    gml_write_op_table(NULL);
+    CHECK(TLS_HAS("gml_write_op_table: f is NULL"), "\"%s\"", gml_last_error(NULL));
+    /* a graph parsed into a freed context: the engine refuses it */
+    gml_context *dead = new_ctx(false);
+    gml_free(dead);
+    CHECK(gml_parse_graph(dead, text, sizeof text - 1, "g", NULL, outs, 2, err, sizeof err) == -1,
+          "parse_graph into a freed context");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+/* ---- models: NULL for each pointer argument --------------------------------- */
+
+/* a builder's message: on ctx when it is live, else the thread's */
+#define CTX_HAS(ctx, fn, arg)                                                                 \
+    do {                                                                                      \
+        CHECK(MSG_HAS(gml_last_error(ctx), fn ": " arg " is NULL"), "\"%s\"", gml_last_error(ctx)); \
+        gml_clear_error(ctx);                                                                 \
+    } while (0)
+
+static void case_models_null(void) {
+    char err[256];
+    gml_context *ctx = new_ctx(false);
+    gml_tensor *x = f32(ctx, "x", 3, 8); /* [3, 8] as [B, T, D] below */
+    x = gml_reshape(ctx, x, 3, (int64_t[]){1, 3, 8});
+    gml_attn_config cfg = {.dims = {.d_model = 8, .n_heads = 2}};
+    gml_attn_weights w = {0};
+    gml_attn_inputs in = {.query = x};
+    /* the blocks and stages */
+    CHECK(!gml_mha(NULL, cfg, &w, in).out, "mha ctx");
+    CHECK(TLS_HAS("gml_mha: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_mha(ctx, cfg, NULL, in).out, "mha w");
+    CTX_HAS(ctx, "gml_mha", "w");
+    CHECK(!gml_gqa(NULL, cfg, &w, in).out, "gqa ctx");
+    CHECK(TLS_HAS("gml_gqa: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_gqa(ctx, cfg, NULL, in).out, "gqa w");
+    CTX_HAS(ctx, "gml_gqa", "w");
+    CHECK(!gml_relpos_attn(NULL, cfg, 4, &w, in).out, "relpos ctx");
+    CHECK(TLS_HAS("gml_relpos_attn: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_relpos_attn(ctx, cfg, 4, NULL, in).out, "relpos w");
+    CTX_HAS(ctx, "gml_relpos_attn", "w");
+    CHECK(!gml_attn_project(NULL, &cfg, &w, in).q, "project ctx");
+    CHECK(TLS_HAS("gml_attn_project: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_project(ctx, NULL, &w, in).q, "project cfg");
+    CTX_HAS(ctx, "gml_attn_project", "cfg");
+    CHECK(!gml_attn_project(ctx, &cfg, NULL, in).q, "project w");
+    CTX_HAS(ctx, "gml_attn_project", "w");
+    gml_attn_qkv qkv = {x, x, x};
+    CHECK(!gml_attn_position(NULL, &cfg, qkv, in).q, "position ctx");
+    CHECK(TLS_HAS("gml_attn_position: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_position(ctx, NULL, qkv, in).q, "position cfg");
+    CTX_HAS(ctx, "gml_attn_position", "cfg");
+    CHECK(!gml_attn_attend(NULL, &cfg, qkv, in, NULL).heads, "attend ctx");
+    CHECK(TLS_HAS("gml_attn_attend: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_attend(ctx, NULL, qkv, in, NULL).heads, "attend cfg");
+    CTX_HAS(ctx, "gml_attn_attend", "cfg");
+    CHECK(!gml_attn_merge(NULL, &w, x), "merge ctx");
+    CHECK(TLS_HAS("gml_attn_merge: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_attn_weights_find(NULL, &w, err, sizeof err) == GML_ERR_INVALID, "weights_find wctx");
+    ERR_HAS("gml_attn_weights_find", "wctx");
+    CHECK(gml_attn_weights_find(ctx, NULL, err, sizeof err) == GML_ERR_INVALID, "weights_find w");
+    ERR_HAS("gml_attn_weights_find", "w");
+    CHECK(gml_attn_weights_find(NULL, &w, NULL, 64) == GML_ERR_INVALID, "weights_find err NULL");
+    CHECK(!gml_attn_weight_name_known(NULL), "weight_name_known");
+    CHECK(TLS_HAS("gml_attn_weight_name_known: name is NULL"), "\"%s\"", gml_last_error(NULL));
+    /* the KV cache */
+    gml_kv_cache *c = gml_kv_cache_new((gml_kv_cache_params){.n_layers = 1, .batch = 1, .n_kv_heads = 2,
+                                                             .max_len = 8, .d_k = 4}, err, sizeof err);
+    CHECK(c != NULL, "kv_cache_new: %s", err);
+    CHECK(!gml_kv_cache_new((gml_kv_cache_params){0}, NULL, 64), "kv_cache_new(bad, err NULL)");
+    gml_kv_cache_free(NULL);
+    CHECK(gml_kv_cache_get_params(NULL).n_layers == 0, "get_params");
+    CHECK(TLS_HAS("gml_kv_cache_get_params: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_k(NULL, 0), "cache_k");
+    CHECK(TLS_HAS("gml_kv_cache_k: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_v(NULL, 0), "cache_v");
+    CHECK(TLS_HAS("gml_kv_cache_v: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_kv_cache_len(NULL) == 0, "cache_len");
+    CHECK(TLS_HAS("gml_kv_cache_len: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(gml_kv_cache_bytes(NULL) == 0, "cache_bytes");
+    CHECK(TLS_HAS("gml_kv_cache_bytes: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_cache_truncate(NULL, 0), "truncate");
+    CHECK(TLS_HAS("gml_kv_cache_truncate: c is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_step_new(NULL, c, 1).pos, "step_new ctx");
+    CHECK(TLS_HAS("gml_kv_step_new: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_kv_step_new(ctx, NULL, 1).pos, "step_new c");
+    CTX_HAS(ctx, "gml_kv_step_new", "c");
+    gml_kv_step step = gml_kv_step_new(ctx, c, 1);
+    CHECK(step.pos != NULL, "a step: %s", gml_last_error(ctx));
+    CHECK(!gml_attn_decode(NULL, cfg, &w, x, &step, 0), "decode ctx");
+    CHECK(TLS_HAS("gml_attn_decode: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_attn_decode(ctx, cfg, NULL, x, &step, 0), "decode w");
+    CTX_HAS(ctx, "gml_attn_decode", "w");
+    CHECK(!gml_attn_decode(ctx, cfg, &w, x, NULL, 0), "decode step");
+    CTX_HAS(ctx, "gml_attn_decode", "step");
+    gml_tensor *y = gml_neg(ctx, x);
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    CHECK(gml_kv_step_compute(NULL, g, 1, err, sizeof err) == GML_ERR_INVALID, "step_compute s");
+    ERR_HAS("gml_kv_step_compute", "s");
+    CHECK(gml_kv_step_compute(&step, NULL, 1, err, sizeof err) == GML_ERR_INVALID, "step_compute g");
+    ERR_HAS("gml_kv_step_compute", "g");
+    CHECK(gml_kv_step_compute(&step, NULL, 1, NULL, 64) == GML_ERR_INVALID, "step_compute err NULL");
+    /* the layers */
+    gml_llama_config lc = {.n_heads = 2};
+    gml_llama_weights lw = {0};
+    CHECK(!gml_llama_layer(NULL, &lc, &lw, x, NULL), "llama ctx");
+    CHECK(TLS_HAS("gml_llama_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_llama_layer(ctx, NULL, &lw, x, NULL), "llama cfg");
+    CTX_HAS(ctx, "gml_llama_layer", "cfg");
+    CHECK(!gml_llama_layer(ctx, &lc, NULL, x, NULL), "llama w");
+    CTX_HAS(ctx, "gml_llama_layer", "w");
+    CHECK(!gml_llama_decode(NULL, &lc, &lw, x, &step, 0), "llama_decode ctx");
+    CHECK(TLS_HAS("gml_llama_decode: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_llama_decode(ctx, NULL, &lw, x, &step, 0), "llama_decode cfg");
+    CTX_HAS(ctx, "gml_llama_decode", "cfg");
+    CHECK(!gml_llama_decode(ctx, &lc, NULL, x, &step, 0), "llama_decode w");
+    CTX_HAS(ctx, "gml_llama_decode", "w");
+    gml_gpt2_config gc = {.n_heads = 2};
+    gml_gpt2_weights gw = {0};
+    CHECK(!gml_gpt2_layer(NULL, &gc, &gw, x), "gpt2 ctx");
+    CHECK(TLS_HAS("gml_gpt2_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_gpt2_layer(ctx, NULL, &gw, x), "gpt2 cfg");
+    CTX_HAS(ctx, "gml_gpt2_layer", "cfg");
+    CHECK(!gml_gpt2_layer(ctx, &gc, NULL, x), "gpt2 w");
+    CTX_HAS(ctx, "gml_gpt2_layer", "w");
+    gml_bert_config bc = {.n_heads = 2};
+    gml_bert_weights bw = {0};
+    CHECK(!gml_bert_layer(NULL, &bc, &bw, x, NULL), "bert ctx");
+    CHECK(TLS_HAS("gml_bert_layer: ctx is NULL"), "\"%s\"", gml_last_error(NULL));
+    CHECK(!gml_bert_layer(ctx, NULL, &bw, x, NULL), "bert cfg");
+    CTX_HAS(ctx, "gml_bert_layer", "cfg");
+    CHECK(!gml_bert_layer(ctx, &bc, NULL, x, NULL), "bert w");
+    CTX_HAS(ctx, "gml_bert_layer", "w");
+    CHECK(gml_llama_weights_find(NULL, "", &lw, err, sizeof err) == GML_ERR_INVALID, "llama find wctx");
+    ERR_HAS("gml_llama_weights_find", "wctx");
+    CHECK(gml_llama_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "llama find w");
+    ERR_HAS("gml_llama_weights_find", "w");
+    CHECK(gml_gpt2_weights_find(NULL, "", &gw, err, sizeof err) == GML_ERR_INVALID, "gpt2 find wctx");
+    ERR_HAS("gml_gpt2_weights_find", "wctx");
+    CHECK(gml_gpt2_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "gpt2 find w");
+    ERR_HAS("gml_gpt2_weights_find", "w");
+    CHECK(gml_bert_weights_find(NULL, "", &bw, err, sizeof err) == GML_ERR_INVALID, "bert find wctx");
+    ERR_HAS("gml_bert_weights_find", "wctx");
+    CHECK(gml_bert_weights_find(ctx, "", NULL, err, sizeof err) == GML_ERR_INVALID, "bert find w");
+    ERR_HAS("gml_bert_weights_find", "w");
+    CHECK(gml_bert_weights_find(NULL, "", &bw, NULL, 64) == GML_ERR_INVALID, "bert find err NULL");
+    /* a context freed before the call: refused, nothing read of it */
+    gml_context *dead = new_ctx(false);
+    gml_free(dead);
+    CHECK(!gml_mha(dead, cfg, &w, in).out, "mha into a freed context");
+    CHECK(!gml_llama_layer(dead, &lc, &lw, x, NULL), "llama into a freed context");
+    CHECK(!gml_kv_step_new(dead, c, 1).pos, "kv_step into a freed context");
+    gml_graph_free(g);
+    gml_kv_cache_free(c);
+    gml_free(ctx);
+}
+
 /* ---- the runner ------------------------------------------------------------- */
 
 static const struct {
@@ -582,6 +879,8 @@ static const struct {
     {"graph_after_own_context", case_graph_after_own_context},
     {"foreign_tensor", case_foreign_tensor},
     {"nested_compute", case_nested_compute},
+    {"io_null", case_io_null},
+    {"models_null", case_models_null},
 };
 
 int main(int argc, char **argv) {

@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     refused(&cfg, &wb, GML_CP_CONTIGUOUS, T, "bias_k/bias_v is not supported");
     refused(&cfg, &w, (gml_cp_layout)7, T, "layout 7 is not GML_CP_CONTIGUOUS or GML_CP_ZIGZAG");
     refused(&cfg, &w, GML_CP_ZIGZAG, 1, "1 rows of the sequence cannot be split over 1 ranks in zigzag segments");
-    refused(&cfg, NULL, GML_CP_CONTIGUOUS, T, "context_parallel: no weights (NULL)");
+    refused(&cfg, NULL, GML_CP_CONTIGUOUS, T, "gml_cp_attn_create: w is NULL");
     gml_attn_weights wk = w;
     wk.w_k = w.w_q; /* [D, D] where [G*d_k, D] belongs: the block's own message */
     refused(&cfg, &wk, GML_CP_CONTIGUOUS, T, "gqa: w_k.weight");

@@ -23,6 +23,11 @@ bool gml_errf(char *err, size_t err_size, const char *fmt, ...) {
     return false;
 }
 
+void gml_io_null(const char *fn, const char *arg, char *err, size_t err_size) {
+    gml_errf(err, err_size, "%s: %s is NULL", fn, arg);
+    gml_set_error(NULL, "%s: %s is NULL", fn, arg);
+}
+
 static bool plain(unsigned char c) { return c >= 0x20 && c != 0x7f && c != '\\'; }
 
 const char *gml_printable_n(const char *s, size_t n, char *buf, size_t size) {
@@ -182,6 +187,7 @@ static void cleanup_set(int slot, const char *path) {
 }
 
 int gml_cleanup_register(const char *path) {
+    GML_IO_NONNULL(path, -1, NULL, 0);
     if (!path || strlen(path) >= CLEANUP_PATH) return -1;
     for (int i = 0; i < GML_CLEANUP_SLOTS; i++) {
         int expected = SLOT_FREE;

@@ -28,6 +28,18 @@ static inline size_t gml_round_up(size_t n, size_t a) { return (n + a - 1) / a *
  * returns false, so readers can `return gml_errf(err, size, ...)`. */
 bool gml_errf(char *err, size_t err_size, const char *fmt, ...) GML_PRINTF(3, 4);
 
+/* Where each public function of io.h starts (its "Misuse" rule): if p is
+ * NULL, writes "<function>: <p> is NULL" into err (nothing if err is NULL)
+ * and for the calling thread (gml_last_error(NULL)), and returns ret. */
+void gml_io_null(const char *fn, const char *arg, char *err, size_t err_size);
+#define GML_IO_NONNULL(p, ret, err, err_size)                   \
+    do {                                                        \
+        if (!(p)) {                                             \
+            gml_io_null(__func__, #p, (err), (err_size));       \
+            return ret;                                         \
+        }                                                       \
+    } while (0)
+
 /* s (text from a file: any bytes) fit for a one-line message: bytes below
  * 0x20, 0x7f and backslashes as \xNN, cut to size - 1 bytes with "..." at
  * the end when too long (size >= 8). Returns buf. */

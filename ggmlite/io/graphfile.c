@@ -632,6 +632,13 @@ static bool statement(parser *p, gml_tensor **outputs, int max_outputs, int *n_o
 int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *what,
                     const gml_graph_binder *binder, gml_tensor **outputs, int max_outputs,
                     char *err, size_t err_size) {
+    GML_IO_NONNULL(ctx, -1, err, err_size);
+    GML_IO_NONNULL(text, -1, err, err_size);
+    if (max_outputs > 0) GML_IO_NONNULL(outputs, -1, err, err_size);
+    if (binder && binder->n_syms > 0) {
+        GML_IO_NONNULL(binder->sym_names, -1, err, err_size);
+        GML_IO_NONNULL(binder->sym_values, -1, err, err_size);
+    }
     parser p = {.ctx = ctx, .what = what ? what : "<graph>", .binder = binder, .err = err,
                 .err_size = err_size};
     int n_outputs = 0;
@@ -668,6 +675,9 @@ int gml_parse_graph(gml_context *ctx, const char *text, size_t len, const char *
 
 int gml_load_graph(gml_context *ctx, const char *path, const gml_graph_binder *binder,
                    gml_tensor **outputs, int max_outputs, char *err, size_t err_size) {
+    GML_IO_NONNULL(ctx, -1, err, err_size);
+    GML_IO_NONNULL(path, -1, err, err_size);
+    if (max_outputs > 0) GML_IO_NONNULL(outputs, -1, err, err_size);
     void *buf;
     size_t len;
     if (!gml_read_file(path, &buf, &len, err, err_size)) return -1;
@@ -763,6 +773,9 @@ static gml_status name_entries(namer *nm, const char *path, char *err, size_t er
 
 gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *const *outputs,
                           int n_outputs, char *err, size_t err_size) {
+    GML_IO_NONNULL(path, GML_ERR_INVALID, err, err_size);
+    GML_IO_NONNULL(g, GML_ERR_INVALID, err, err_size);
+    if (n_outputs > 0) GML_IO_NONNULL(outputs, GML_ERR_INVALID, err, err_size);
     namer nm = {.g = g, .names = calloc((size_t)gml_graph_n_tensors(g), GML_MAX_NAME)};
     if (!nm.names) return gml_errf(err, err_size, "%s: out of memory", path), GML_ERR_NOMEM;
     gml_status st = name_entries(&nm, path, err, err_size);
@@ -805,6 +818,7 @@ gml_status gml_save_graph(const char *path, const gml_graph *g, gml_tensor *cons
 /* ---- the op table ------------------------------------------------------------ */
 
 void gml_write_op_table(FILE *f) {
+    GML_IO_NONNULL(f, , NULL, 0);
     fputs("| op | arguments | result |\n| --- | --- | --- |\n", f);
     for (int i = 0; i < gml_form_count(); i++) {
         const gml_op_form *form = gml_form_at(i);

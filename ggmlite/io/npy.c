@@ -413,12 +413,14 @@ static gml_context *read_npy_as(const gml_source *s, const char *name, bool conv
 gml_context *gml_parse_npy_converted(const void *buf, size_t len, const char *what,
                                      const char *name, const char **converted_from, char *err,
                                      size_t err_size) {
+    GML_IO_NONNULL(buf, NULL, err, err_size);
     gml_source s = gml_source_memory(buf, len, what);
     return read_npy_as(&s, name, true, converted_from, err, err_size);
 }
 
 gml_context *gml_load_npy_converted(const char *path, const char *name,
                                     const char **converted_from, char *err, size_t err_size) {
+    GML_IO_NONNULL(path, NULL, err, err_size);
     if (converted_from) *converted_from = NULL;
     gml_source s;
     if (!gml_source_open(&s, path, err, err_size)) return NULL;
@@ -429,11 +431,13 @@ gml_context *gml_load_npy_converted(const char *path, const char *name,
 
 gml_context *gml_parse_npy(const void *buf, size_t len, const char *what, const char *name,
                            char *err, size_t err_size) {
+    GML_IO_NONNULL(buf, NULL, err, err_size);
     gml_source s = gml_source_memory(buf, len, what);
     return read_npy(&s, name, err, err_size);
 }
 
 gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t err_size) {
+    GML_IO_NONNULL(path, NULL, err, err_size);
     gml_source s;
     if (!gml_source_open(&s, path, err, err_size)) return NULL;
     gml_context *ctx = read_npy(&s, name, err, err_size);
@@ -444,8 +448,8 @@ gml_context *gml_load_npy(const char *path, const char *name, char *err, size_t 
 /* ---- saving --------------------------------------------------------------- */
 
 gml_status gml_save_npy(const char *path, const gml_tensor *t, char *err, size_t err_size) {
-    if (!path) return gml_errf(err, err_size, "save_npy: no path given"), GML_ERR_INVALID;
-    if (!t) return gml_errf(err, err_size, "%s: no tensor given", path), GML_ERR_INVALID;
+    GML_IO_NONNULL(path, GML_ERR_INVALID, err, err_size);
+    GML_IO_NONNULL(t, GML_ERR_INVALID, err, err_size);
     char shown[100];
     if (t->type != GML_F32 && t->type != GML_I32 && t->type != GML_F16)
         return gml_errf(err, err_size, "%s: tensor '%s' is %s, which .npy has no dtype for (f32, "

@@ -699,11 +699,13 @@ done:
 
 gml_context *gml_parse_safetensors(const void *buf, size_t len, const char *what, char *err,
                                    size_t err_size) {
+    GML_IO_NONNULL(buf, NULL, err, err_size);
     gml_source s = gml_source_memory(buf, len, what);
     return read_safetensors(&s, err, err_size);
 }
 
 gml_context *gml_load_safetensors(const char *path, char *err, size_t err_size) {
+    GML_IO_NONNULL(path, NULL, err, err_size);
     gml_source s;
     if (!gml_source_open(&s, path, err, err_size)) return NULL;
     gml_context *ctx = read_safetensors(&s, err, err_size);
@@ -897,8 +899,12 @@ static bool index_strings_check(const char *s, size_t len, const char *what, cha
 gml_status gml_parse_safetensors_index(const void *buf, size_t len, const char *what,
                                        gml_st_index_entry **entries, int *n, char *err,
                                        size_t err_size) {
+    GML_IO_NONNULL(entries, GML_ERR_INVALID, err, err_size);
+    GML_IO_NONNULL(n, GML_ERR_INVALID, err, err_size);
     *entries = NULL;
     *n = 0;
+    GML_IO_NONNULL(buf, GML_ERR_INVALID, err, err_size);
+    GML_IO_NONNULL(what, GML_ERR_INVALID, err, err_size);
     char shown[100], sh2[100];
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, false);
@@ -1083,7 +1089,7 @@ static gml_safetensors *open_index(gml_safetensors *st, const char *path, unsign
 
 gml_safetensors *gml_safetensors_open_flags(const char *path, unsigned flags, char *err,
                                             size_t err_size) {
-    if (!path) return gml_errf(err, err_size, "(null): no path given"), NULL;
+    GML_IO_NONNULL(path, NULL, err, err_size);
     if (flags & ~(unsigned)GML_ST_UNLISTED)
         return gml_errf(err, err_size, "%s: unknown flags 0x%x", path, flags), NULL;
     gml_safetensors *st = calloc(1, sizeof *st);
@@ -1098,26 +1104,35 @@ gml_safetensors *gml_safetensors_open_flags(const char *path, unsigned flags, ch
 }
 
 gml_safetensors *gml_safetensors_open(const char *path, char *err, size_t err_size) {
+    GML_IO_NONNULL(path, NULL, err, err_size);
     return gml_safetensors_open_flags(path, 0, err, err_size);
 }
 
-int gml_safetensors_count(const gml_safetensors *st) { return st ? st->n : 0; }
+int gml_safetensors_count(const gml_safetensors *st) {
+    GML_IO_NONNULL(st, 0, NULL, 0);
+    return st->n;
+}
 
 const char *gml_safetensors_unlisted(const gml_safetensors *st, int i, const char **file) {
+    GML_IO_NONNULL(st, NULL, NULL, 0);
     if (!st || i < 0 || i >= st->n_unlisted) return NULL;
     if (file) *file = st->maps[st->unlisted[i].shard].path;
     return st->unlisted[i].name;
 }
 
 const char *gml_safetensors_name(const gml_safetensors *st, int i) {
+    GML_IO_NONNULL(st, NULL, NULL, 0);
     return st && i >= 0 && i < st->n ? st->items[i].name : NULL;
 }
 
 const char *gml_safetensors_file(const gml_safetensors *st, int i) {
+    GML_IO_NONNULL(st, NULL, NULL, 0);
     return st && i >= 0 && i < st->n ? st->maps[st->items[i].shard].path : NULL;
 }
 
 int gml_safetensors_find(const gml_safetensors *st, const char *name) {
+    GML_IO_NONNULL(st, -1, NULL, 0);
+    GML_IO_NONNULL(name, -1, NULL, 0);
     for (int i = 0; st && name && i < st->n; i++)
         if (strcmp(st->items[i].name, name) == 0) return i;
     return -1;
@@ -1125,6 +1140,8 @@ int gml_safetensors_find(const gml_safetensors *st, const char *name) {
 
 gml_tensor *gml_safetensors_tensor(gml_safetensors *st, int i, gml_context *ctx, const char *name,
                                    char *err, size_t err_size) {
+    GML_IO_NONNULL(st, NULL, err, err_size);
+    GML_IO_NONNULL(ctx, NULL, err, err_size);
     if (!st || i < 0 || i >= st->n || !ctx)
         return gml_errf(err, err_size, "safetensors: tensor %d: no such tensor (or no context)", i),
                NULL;
@@ -1261,7 +1278,8 @@ static bool check_save_args(const char *path, const gml_tensor *const *ts, int n
 
 gml_status gml_save_safetensors(const char *path, const gml_tensor *const *tensors, int n,
                                 char *err, size_t err_size) {
-    if (!path) return gml_errf(err, err_size, "save_safetensors: no path given"), GML_ERR_INVALID;
+    GML_IO_NONNULL(path, GML_ERR_INVALID, err, err_size);
+    if (n > 0) GML_IO_NONNULL(tensors, GML_ERR_INVALID, err, err_size);
     if (!check_save_args(path, tensors, n, err, err_size)) return GML_ERR_INVALID;
 
     strbuf b = {0};

@@ -80,6 +80,23 @@
  *
  * The builders never touch tensor data, so graphs also build in a no_alloc
  * context.
+ *
+ * Misuse (MISUSE in docs/contracts.md, as <ggmlite/ggmlite.h> states it),
+ * for this header, kv_cache.h and layers.h: every function given NULL for
+ * a pointer argument returns its error value (a result whose tensors are
+ * NULL, NULL, false, 0, GML_ERR_INVALID; a zero gml_kv_cache_params; a
+ * step without positions) with the message "<function>: <arg> is NULL"
+ * ("gml_mha: w is NULL"), kept on ctx when the call has a live one
+ * (gml_last_error(ctx)), else for the calling thread (gml_last_error(NULL)),
+ * and written into err too where the function takes one; or does nothing
+ * (gml_kv_cache_free). It never crashes. The exceptions are declared where
+ * they apply: optional tensors (key, value, masks, positions, biases,
+ * sinks), an err of NULL (no message written there), a prefix of NULL ("").
+ * A NULL input tensor keeps the message ctx holds already (it says why the
+ * input is NULL), else records "mha: query is NULL". A context freed before
+ * the call is refused by the engine calls these make (the message for the
+ * thread); a tensor of a freed context, or a freed gml_kv_cache, cannot be
+ * told here from a live one (the blocks read a tensor's shape first).
  */
 #ifndef GGMLITE_ATTENTION_H
 #define GGMLITE_ATTENTION_H

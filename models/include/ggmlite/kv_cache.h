@@ -33,6 +33,9 @@
  * tokens see each other causally, exactly as the full forward's. Decoding T
  * tokens one at a time gives the outputs of the full causal forward over
  * those T tokens (tests/test_kv_cache.c). All batch rows share one length.
+ *
+ * Misuse: NULL arguments are refused with a message naming the function
+ * and the argument, never a crash (attention.h, "Misuse", states the rule).
  */
 #ifndef GGMLITE_KV_CACHE_H
 #define GGMLITE_KV_CACHE_H

@@ -33,6 +33,9 @@
  * message on ctx naming the layer, the tensor (by its HF name) and the shapes,
  * e.g. "llama: self_attn.k_proj.weight is f32 [16,48], expected f32 [24,48] ([G*hd, D])".
  * Builders never touch tensor data: graphs build in no_alloc contexts.
+ *
+ * Misuse: NULL arguments are refused with a message naming the function
+ * and the argument, never a crash (attention.h, "Misuse", states the rule).
  */
 #ifndef GGMLITE_LAYERS_H
 #define GGMLITE_LAYERS_H

@@ -39,6 +39,23 @@
  * (Context-parallel decoding, the KV cache sharded by position over the
  * ranks: gml_kv_shard and gml_shard_*, in the section at the end.)
  *
+ * Misuse (MISUSE in docs/contracts.md, as <ggmlite/ggmlite.h> states it):
+ * every function here given NULL for a pointer argument returns its error
+ * value (NULL, false, 0, -1 for gml_kv_shard_owner, GML_ERR_INVALID, a
+ * zero gml_kv_shard_params, a step without positions) with the message
+ * "<function>: <arg> is NULL", kept on ctx when the call has a live one,
+ * else for the calling thread (gml_last_error(NULL)), and written into err
+ * too where the function takes one; or does nothing (gml_tp_range, the
+ * freers). The check comes before any MPI call, so it holds before
+ * MPI_Init as well. May be NULL: err (no message written there), optional
+ * tensors (positions, x_new of a step with no new rows), the buffers of a
+ * collective when their count is 0, gml_mpi_gather_f32's recv on a rank
+ * other than root (root's is not checked: telling it would take a
+ * collective), gml_mpi_agree's msg and out and gml_mpi_weights_agree's
+ * wctx (see there). A freed
+ * context is refused by the engine calls these make; a tensor of a freed
+ * context, a freed gml_kv_shard or gml_cp cannot be told from a live one.
+ *
  * Numerics. Every query head is computed as the single-process block
  * computes it (same ops, same shapes per head). The output projection
  * differs: a single process sums over all H*d_k inputs of W_o in one dot
@@ -134,7 +151,9 @@ GML_API gml_status gml_mpi_bcast_f32(MPI_Comm comm, float *buf, size_t n, int ro
  * <R's msg>" for the lowest failing rank R ("rank R (and 2 more): ..." when
  * several failed). Call it after each step that can fail on one rank only
  * (loading a slice, computing), before the next collective, so a failure is
- * an error on every rank and never a hang. msg is cut at 1023 bytes. */
+ * an error on every rank and never a hang. msg is cut at 1023 bytes; msg
+ * NULL or "" is "failed (no message)"; out NULL (or out_size 0): not
+ * written. */
 GML_API bool gml_mpi_agree(MPI_Comm comm, bool ok, const char *msg, char *out, size_t out_size);
 
 /* The ranks agree on their weights before computing (mpi/weights.c). On a

@@ -2,6 +2,22 @@
  * ggmlite/io.h: file formats over the engine (library ggmlite::io): NumPy
  * .npy and safetensors tensors, and graph files (a text form of graphs).
  * The only part of ggmlite that needs cJSON.
+ *
+ * Misuse (MISUSE in docs/contracts.md, as <ggmlite/ggmlite.h> states it):
+ * every function here given NULL for a pointer argument returns its error
+ * value (NULL, -1, 0, GML_ERR_INVALID) with the message "<function>: <arg>
+ * is NULL" written into err (when err is given) and kept for the calling
+ * thread (gml_last_error(NULL)), or does nothing (the closers and freers,
+ * gml_write_op_table); it never crashes. Arguments that may be NULL say so
+ * where they are declared: err (no message written), a loader's name,
+ * converted_from, gml_safetensors_unlisted's file, gml_safetensors_tensor's
+ * name, what of gml_parse_npy, gml_parse_npy_converted,
+ * gml_parse_safetensors ("<memory>" in messages) and gml_parse_graph
+ * ("<graph>"), a graph parser's binder, outputs when max_outputs or
+ * n_outputs is 0, tensors when n is 0. A context freed before the call is
+ * refused by the engine's calls these functions make (gml_new_tensor
+ * first), with the engine's message; a freed graph or gml_safetensors
+ * cannot be told from a live one.
  */
 #ifndef GGMLITE_IO_H
 #define GGMLITE_IO_H
