@@ -132,7 +132,10 @@ void gml_quantize_row_q8_0(const float *x, gml_block_q8_0 *y, int64_t n) {
             memset(y[b].qs, 0, sizeof y[b].qs);
             continue;
         }
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f;
+        /* 1/d overflows when d < 1/FLT_MAX: d's f16 is then 0 and so are the
+         * values; q is 0 there (x * inf cast to int8 is undefined) */
+        const float id = d != 0.0f && isfinite(1.0f / d) ? 1.0f / d : 0.0f;
         y[b].d = gml_fp32_to_fp16(d);
         for (int j = 0; j < GML_QK8_0; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
     }

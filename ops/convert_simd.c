@@ -59,7 +59,8 @@ void GML_SIMD_UKERNEL(f32_q8_0_cvt, 32)(size_t n, const void *x, void *y) {
             gml_quantize_row_q8_0(s, b + k, GML_QK8_0);
             continue;
         }
-        const float d = gml_vf_hmax(amax) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = gml_vf_hmax(amax) / 127.0f;
+        const float id = d != 0.0f && isfinite(1.0f / d) ? 1.0f / d : 0.0f; /* as the scalar */
         b[k].d = gml_fp32_to_fp16(d);
         for (int j = 0; j < QV; j++) {
             const gml_vf q = gml_vf_mul(v[j], gml_vf_set1(id));
