@@ -65,13 +65,14 @@ memcheck() {
 
 # mpi: one more Release build, with -DGGMLITE_MPI=ON, of what the MPI tests run
 # (run-graph, mpi_check, loading_files, the in-process tests test_tp, test_shard,
-# test_ring, and test_mpi_weights, which mpirun starts), and those tests (label
-# mpi: mpirun at P = 1..4 and 7; test_install_mpi).
+# test_ring and test_mpi_misuse, and test_mpi_weights, which mpirun starts), and
+# those tests (label mpi: mpirun at P = 1..4 and 7; test_install_mpi).
 mpi() {
     echo "== mpi (gcc, Open MPI)"
     cmake -S . -B build-mpi -G Ninja -DGGMLITE_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER=gcc -DGGMLITE_MPI=ON >/dev/null
-    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp test_shard test_ring test_mpi_weights
+    cmake --build build-mpi -j "$JOBS" --target run-graph mpi_check loading_files test_tp test_shard test_ring \
+        test_mpi_misuse test_mpi_weights
     ctest --test-dir build-mpi -L mpi -j "$JOBS" --output-on-failure --timeout 300
 }
 
