@@ -12,6 +12,7 @@
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers
+ *   rg_grad.c    --grad-output/--grads: the gradients of every weight and input
  *   rg_mpi.c     --parallel: the dispatch, and heads (mha, gqa, llama split by heads; GGMLITE_MPI)
  *   rg_mpi_decode.c  --parallel context --decode: the KV cache sharded by position (GGMLITE_MPI)
  *   rg_mpi_ring.c --parallel context: the prompt split by rows, ring attention (rg_mpi.h)
@@ -103,6 +104,7 @@ typedef struct rg_opts {
     uint64_t seed;
     /* outputs */
     const char *output, *attn_weights, *attn_svg, *dot, *save_graph, *save_inputs;
+    const char *grad_output, *grads; /* --grad-output DY.npy, --grads OUT.safetensors */
     const char *tokens, *query_tokens; /* comma-separated labels for --attn-svg */
     int attn_batch;                    /* which batch element --attn-svg draws */
     /* running */
@@ -254,6 +256,7 @@ typedef struct rg_model {
     const gml_tensor *attn; /* attention weights [B, H, Tq, Tk], or NULL */
     gml_tensor *outs[2];
     int n_outs;
+    struct rg_grads *grads; /* --grads: the gradients the graph computes besides, or NULL */
     size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */
     size_t naive_bytes; /* the same without reusing memory */
 } rg_model;
@@ -380,6 +383,40 @@ struct cJSON *rg_json_head(const rg_summary *s);
 struct cJSON *rg_json_shape(const gml_tensor *t);
 /* Prints j on one line on stdout and frees it. */
 bool rg_json_print(struct cJSON *j, rg_err *e);
+
+/* ---- gradients (rg_grad.c) ------------------------------------------------------- */
+
+/* --grad-output DY.npy --grads OUT.safetensors: dL/d(each weight and input)
+ * for L = sum(out * DY), built by gml_grad beside the forward and computed
+ * in the same graph. Every mode that takes the flags: rg_grads_load_dy,
+ * rg_grads_add for each tensor the gradients may be asked for (under the
+ * name it is written with), rg_grads_build before the graph is built (the
+ * graph's outputs: the forward's, then gr->grad[0 .. n)), rg_grads_save
+ * after the compute. */
+typedef struct rg_grads {
+    gml_context *dctx; /* DY's data */
+    gml_tensor *dy;    /* f32 of the output's shape ([B, T, D] under --seq-first) */
+    int n, cap;
+    gml_tensor **wrt, **grad; /* [n]: the tensor, its gradient (a node of the graph's context) */
+    char **name;              /* [n]: the name it is written under */
+    bool *seq_first;          /* [n]: an input read [T, B, D] (--seq-first), written so */
+    int n_inputs;             /* of them, inputs (the rest are weights) */
+} rg_grads;
+
+/* DY from --grad-output, checked against out (its shape as written: [T, B,
+ * D] under --seq-first, then read as [B, T, D]). */
+bool rg_grads_load_dy(const rg_opts *o, const gml_tensor *out, rg_grads *gr, rg_err *e);
+/* t may get a gradient, written under name (an input, else a weight; a
+ * tensor or name given twice is taken once). */
+bool rg_grads_add(rg_grads *gr, gml_tensor *t, const char *name, bool is_input, bool seq_first, rg_err *e);
+/* Keeps the tensors the forward outs[0 .. n_outs) reads (q8_0 ones are
+ * refused), then builds their gradients with gml_grad in ctx. */
+bool rg_grads_build(gml_context *ctx, gml_tensor *const *outs, int n_outs, rg_grads *gr, rg_err *e);
+/* Writes the gradients, g's data, to path (staged in s): F32 safetensors. */
+bool rg_grads_save(rg_stage *s, const char *path, const gml_graph *g, const rg_grads *gr, rg_err *e);
+/* "N gradients (W weights, I inputs)" for the summaries. */
+void rg_grads_describe(const rg_grads *gr, const char *path, char *buf, size_t size);
+void rg_grads_free(rg_grads *gr);
 
 /* ---- whole layers (rg_layers.c) ----------------------------------------------------- */
 

@@ -53,6 +53,7 @@ typedef enum flag_id {
     F_CAUSAL = RG_NSYM, F_VALID_LENS, F_ATTN, F_DECODE, F_MAX_LEN, F_CACHE_DTYPE, F_WEIGHTS, F_WEIGHTS_DTYPE, F_COMPUTE, F_INPUT, F_QUERY, F_KEY, F_VALUE, F_BIND, F_SEED,
     F_PREFIX, F_NON_STRICT, F_SEQ_FIRST, F_ATTN_MASK, F_KEY_PADDING_MASK,
     F_OUTPUT, F_ATTN_WEIGHTS, F_ATTN_SVG, F_TOKENS, F_QUERY_TOKENS, F_ATTN_BATCH, F_DOT,
+    F_GRAD_OUTPUT, F_GRADS,
     F_SAVE_GRAPH, F_SAVE_INPUTS, F_THREADS, F_REPEAT, F_ISA, F_PROFILE, F_NAN_TRAP, F_PRINT_GRAPH,
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
     F_CAUSAL_TOP_LEFT, F_WINDOW, F_ALIBI, F_SOFTCAP, F_SINKS, F_ROPE, F_ROPE_THETA,
@@ -144,6 +145,17 @@ static const flag FLAGS[] = {
     [F_QUERY_TOKENS] = {"--query-tokens", "A,B,..", M_ATTN, "--attn-svg labels of the T queries", NULL, NULL},
     [F_ATTN_BATCH] = {"--attn-batch", "I", M_ATTN, "--attn-svg draws batch element I (default 0)", NULL, NULL},
     [F_DOT] = {"--dot", "FILE", M_ALL, "writes the graph as Graphviz DOT", NULL, NULL},
+    [F_GRAD_OUTPUT] = {"--grad-output", "DY.npy", M_ALL | M_LAYER,
+     "--grads: dL/d(output), f32 of the output's shape (--seq-first: [T, B, D])", NULL, NULL},
+    [F_GRADS] = {"--grads", "FILE", M_ALL | M_LAYER,
+     "writes dL/d(every weight) and dL/d(every input) for L = sum(out * DY) (the forward, then "
+     "gml_grad), F32 safetensors: each weight under its name in --weights (prefix included; random "
+     "weights: the block's own names), each input under its flag's name (input, query, key, value; "
+     "a --bind NAME); f16/bf16 weights get f32 gradients, q8_0 weights are refused; needs "
+     "--grad-output", NULL,
+     "writes dL/d(every weight) and dL/d(input) for L = sum(out * DY), F32 safetensors: each weight "
+     "under its name in --weights (prefix included; random weights: the layers' own names), the "
+     "input as 'input'; f16/bf16 weights get f32 gradients, q8_0 is refused; needs --grad-output"},
     [F_SAVE_GRAPH] = {"--save-graph", "FILE", M_ALL, "writes the graph as a graph file (tools/graphs/README.md)", NULL, NULL},
     [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy, and DIR/args, the arguments that run the same case in DIR (every option that changes the result: sizes, masks, --attn, --seq-first, the scoring and position flags)", NULL, NULL},
     [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "compute threads (default: all cores)", "Running", "compute threads (default: all cores); --parallel: per rank, default the cores over the ranks on the machine"},
@@ -532,6 +544,8 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
         o->attn_batch = (int)n;
         return true;
     case F_DOT: o->dot = v; return true;
+    case F_GRAD_OUTPUT: o->grad_output = v; return true;
+    case F_GRADS: o->grads = v; return true;
     case F_SAVE_GRAPH: o->save_graph = v; return true;
     case F_SAVE_INPUTS: o->save_inputs = v; return true;
     case F_THREADS:
@@ -627,6 +641,23 @@ static bool check_compute(const rg_opts *o, rg_err *e) {
     return true;
 }
 
+/* --grads and --grad-output: each needs the other; no gradient of q8_0
+ * weights (nor of decoding). */
+static bool check_grads(const rg_opts *o, rg_err *e) {
+    if (o->grads && !o->grad_output)
+        return rg_fail(e, RG_USAGE, "--grads needs --grad-output DY.npy: the gradient of the output "
+                       "(L = sum(out * DY)), of the output's shape");
+    if (o->grad_output && !o->grads)
+        return rg_fail(e, RG_USAGE, "--grad-output is for --grads: give --grads OUT.safetensors too");
+    if (o->grads && o->decode)
+        return rg_fail(e, RG_USAGE, "--grads does not apply with --decode (the gradients are of one "
+                       "forward pass)");
+    if (o->grads && o->has_weights_dtype && o->weights_dtype == GML_Q8_0)
+        return rg_fail(e, RG_USAGE, "--grads: q8_0 weights have no gradient (their values are "
+                       "quantized blocks); give --weights-dtype f32, f16 or bf16");
+    return true;
+}
+
 /* Flags that only make sense together, and files given two ways. */
 static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     static const char *const KIND[] = {"mha", "gqa", "relpos", "matmul", "graph files"};
@@ -677,7 +708,7 @@ static bool check(rg_opts *o, rg_err *e, const unsigned given[N_FLAGS]) {
     if ((o->tokens || o->query_tokens || given[F_ATTN_BATCH]) && !o->attn_svg)
         return rg_fail(e, RG_USAGE, "%s is for the --attn-svg heatmap: give --attn-svg too",
                        o->tokens ? "--tokens" : o->query_tokens ? "--query-tokens" : "--attn-batch");
-    return check_compute(o, e);
+    return check_grads(o, e) && check_compute(o, e);
 }
 
 gml_attn_config rg_attn_config(const rg_opts *o) {
@@ -785,7 +816,7 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
     }
     if ((o->prefix || o->non_strict) && !o->weights)
         return rg_fail(e, RG_USAGE, "%s is for --weights", o->prefix ? "--prefix" : "--non-strict");
-    return check_compute(o, e);
+    return check_grads(o, e) && check_compute(o, e);
 }
 
 /* --parallel heads|context (without --decode): mode "heads" or "context". */

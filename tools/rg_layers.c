@@ -61,6 +61,7 @@ typedef struct lopts {
     bool json, nan_trap, print_graph; /* --json, --nan-trap, --print-graph */
     const char *model;   /* as given */
     gml_compute compute; /* --compute */
+    const rg_opts *args; /* the parse's options (--grads, --grad-output) */
 } lopts;
 
 /* The options of the layers from the parse (rg_parse_args). */
@@ -75,7 +76,7 @@ static lopts options(const rg_opts *g) {
                    .lens = g->valid_lens, .n_lens = g->n_valid_lens,
                    .has_dtype = g->has_weights_dtype, .dtype = g->weights_dtype, .json = g->json,
                    .nan_trap = g->nan_trap, .print_graph = g->print_graph, .model = g->model,
-                   .compute = g->compute};
+                   .compute = g->compute, .args = g};
 }
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -97,6 +98,7 @@ typedef struct run {
                            * holds it: names too long) and "%d." (none for one layer) */
     bool noted;          /* --non-strict's note said */
     lweights *w;
+    rg_grads grads; /* --grads */
     int64_t B, T, D, F;
     int H, G;
     bool random_weights, random_input;
@@ -465,6 +467,20 @@ static bool build(run *r, gml_context *gctx, rg_err *e) {
     return true;
 }
 
+/* --grads: the input as 'input' and every weight under its name in the file
+ * (or the random weights' own), their gradients as nodes of gctx. */
+static bool build_grads(run *r, gml_context *gctx, rg_err *e) {
+    rg_grads *gr = &r->grads;
+    if (!rg_grads_load_dy(r->o.args, r->out, gr, e) || !rg_grads_add(gr, r->x, "input", true, false, e))
+        return false;
+    for (gml_tensor *t = gml_get_first_tensor(r->wctx); t; t = gml_get_next_tensor(r->wctx, t)) {
+        char name[sizeof r->d.prefix + GML_MAX_NAME];
+        snprintf(name, sizeof name, "%s%s", r->d.st ? r->d.prefix : "", t->name);
+        if (!rg_grads_add(gr, t, name, false, false, e)) return false;
+    }
+    return rg_grads_build(gctx, &r->out, 1, gr, e);
+}
+
 /* One compute of the layers' graph (rg_timed_run). */
 static bool compute(void *user, int i, double *ms) {
     (void)i, (void)ms; /* timed as a whole */
@@ -493,12 +509,14 @@ static bool report_json(const run *r, const gml_tensor *out, uint64_t digest, do
     cJSON_AddStringToObject(j, "graph_digest", hex);
     cJSON_AddNumberToObject(j, "layers", o->layers);
     cJSON_AddBoolToObject(j, "valid_lens", r->lens != NULL);
+    if (o->args->grads) cJSON_AddNumberToObject(j, "grads", r->grads.n);
     return rg_json_print(j, e);
 }
 
 static bool execute(run *r, rg_err *e) {
     const lopts *o = &r->o;
-    const size_t arena = (size_t)(80 * o->layers + 64) * gml_tensor_overhead();
+    /* headers: the forward's, and with --grads the backward's */
+    const size_t arena = (size_t)((o->args->grads ? 640 : 80) * o->layers + 64) * gml_tensor_overhead();
     gml_context *gctx = gml_init((gml_init_params){.mem_size = arena, .no_alloc = true});
     if (!gctx) return rg_fail(e, RG_RUNTIME, "out of memory");
     if (gml_set_default_compute(gctx, o->compute) != GML_OK) { /* --compute: the layers' matmuls */
@@ -506,9 +524,13 @@ static bool execute(run *r, rg_err *e) {
         gml_free(gctx);
         return false;
     }
-    bool ok = build(r, gctx, e);
-    if (ok) {
-        r->g = gml_build_graph(gctx, &r->out, 1);
+    bool ok = build(r, gctx, e) && (!o->args->grads || build_grads(r, gctx, e));
+    if (ok) { /* the output, then the gradients */
+        gml_tensor **outs = malloc((size_t)(1 + r->grads.n) * sizeof *outs);
+        if (!outs) ok = rg_fail(e, RG_RUNTIME, "out of memory");
+        for (int i = 0; ok && i < 1 + r->grads.n; i++) outs[i] = i ? r->grads.grad[i - 1] : r->out;
+        r->g = ok ? gml_build_graph(gctx, outs, 1 + r->grads.n) : NULL;
+        free(outs);
         if (!r->g) ok = rg_fail(e, RG_RUNTIME, "%s", gml_last_error(gctx));
     }
     ok = ok && rg_place(r->g, "the graph's tensors", rg_leaf_bytes(r->g), e);
@@ -528,8 +550,20 @@ static bool execute(run *r, rg_err *e) {
                          "inputs or weights may hold NaN or inf%s", dense[i], i,
                          o->nan_trap ? "" : " (--nan-trap names the first node that makes one)");
     char err[1024];
-    if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK)
+    if (ok && o->args->grads) { /* both files, or neither */
+        rg_stage st = {0};
+        const char *tmp = o->output ? rg_stage_add(&st, o->output) : NULL;
+        if (o->output && !tmp) ok = rg_fail(e, RG_RUNTIME, "out of memory");
+        if (ok && tmp && gml_save_npy(tmp, out, err, sizeof err) != GML_OK) {
+            rg_stage_message(&st, err, sizeof err);
+            ok = rg_fail(e, RG_RUNTIME, "%s", err);
+        }
+        ok = ok && rg_grads_save(&st, o->args->grads, r->g, &r->grads, e);
+        if (ok) ok = rg_stage_commit(&st, e);
+        else rg_stage_abort(&st);
+    } else if (ok && o->output && gml_save_npy(o->output, out, err, sizeof err) != GML_OK) {
         ok = rg_fail(e, RG_RUNTIME, "%s", err);
+    }
     if (ok && o->json) ok = report_json(r, out, XXH3_64bits(dense, n_bytes), ms, e);
     else if (ok) {
         const double med = rg_median(ms, o->repeat), flops = gml_graph_flops(r->g);
@@ -557,6 +591,11 @@ static bool execute(run *r, rg_err *e) {
                (double)(gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
                (double)(gml_graph_plan_naive(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
                gml_graph_n_nodes(r->g));
+        if (o->args->grads) {
+            char line[1024];
+            rg_grads_describe(&r->grads, o->args->grads, line, sizeof line);
+            printf("grads   %s\n", line);
+        }
     }
     free(dense);
     free(ms);
@@ -573,6 +612,7 @@ int rg_layers_main(const rg_opts *g) {
     bool ok = r.w || rg_fail(&e, RG_RUNTIME, "out of memory");
     ok = ok && load(&r, &e) && execute(&r, &e);
     free(r.w);
+    rg_grads_free(&r.grads);
     gml_free(r.ctx);
     if (r.wctx != r.d.wctx) gml_free(r.wctx); /* the random weights */
     gml_free(r.xctx);

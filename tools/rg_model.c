@@ -234,8 +234,37 @@ static bool fill_made_leafs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e
     return true;
 }
 
+/* --grads: the tensors that may get a gradient, under the names they are
+ * written with, then their gradients as nodes of ctx (rg_grad.c). */
+static bool build_grads(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
+    rg_grads *gr = m->grads;
+    rg_grads_free(gr);
+    if (!rg_grads_load_dy(o, m->outs[0], gr, e)) return false;
+    /* the inputs under their flags' names (matmul's and --bind's: their NAME) */
+    gml_tensor *const in[] = {d->x, d->query, d->key, d->value, d->a, d->b};
+    static const char *const IN_NAME[] = {"input", "query", "key", "value", "a", "b"};
+    for (int i = 0; i < 6; i++)
+        if (!rg_grads_add(gr, in[i], IN_NAME[i], true, o->seq_first && i < 4, e)) return false;
+    for (int i = 0; i < o->n_bind; i++)
+        if (!rg_grads_add(gr, d->bound[i], o->bind[i].name, true, false, e)) return false;
+    /* the weights under their names in the file (prefix included), or their own */
+    for (int i = 0; d->st && i < d->n_w; i++)
+        if (!rg_grads_add(gr, d->w_tensor[i], gml_safetensors_name(d->st, d->w_index[i]), false, false, e))
+            return false;
+    for (gml_tensor *t = d->st || !d->wctx ? NULL : gml_get_first_tensor(d->wctx); t;
+         t = gml_get_next_tensor(d->wctx, t))
+        if (!rg_grads_add(gr, t, t->name, false, false, e)) return false;
+    /* a graph file's own leafs (random params, inputs no file gives) */
+    for (gml_tensor *t = o->kind == RG_GRAPH ? gml_get_first_tensor(ctx) : NULL; t; t = gml_get_next_tensor(ctx, t))
+        if (t->op == GML_OP_NONE && !t->view_src && t != d->mask && strcmp(t->name, "attn_mask") != 0 &&
+            !rg_grads_add(gr, t, t->name, !(t->flags & GML_FLAG_PARAM), false, e))
+            return false;
+    return rg_grads_build(ctx, m->outs, m->n_outs, gr, e);
+}
+
 static bool build(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, rg_err *e) {
-    return o->kind == RG_GRAPH ? load_graph(o, d, ctx, m, e) : build_block(o, d, ctx, m, e);
+    if (!(o->kind == RG_GRAPH ? load_graph(o, d, ctx, m, e) : build_block(o, d, ctx, m, e))) return false;
+    return !m->grads || build_grads(o, d, ctx, m, e);
 }
 
 /* Gives the graph's tensors without data (intermediates, and leafs a graph
@@ -261,6 +290,7 @@ static bool place(rg_model *m, rg_err *e) {
 
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     *m = (rg_model){0};
+    if (o->grads && !(m->grads = calloc(1, sizeof *m->grads))) return rg_fail(e, RG_RUNTIME, "out of memory");
     /* Headers only: the planner places the data. How many tensors a graph
      * file makes is known only once it is parsed: build in a small arena,
      * and again in a larger one while the arena is what ran out. */
@@ -282,7 +312,17 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
         m->ctx = NULL;
     }
     if (o->kind != RG_GRAPH) flag_leafs(d);
-    m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
+    if (m->grads) { /* the forward's outputs, then the gradients */
+        const int n = m->n_outs + m->grads->n;
+        gml_tensor **all = malloc((size_t)n * sizeof *all);
+        if (!all) return rg_fail(e, RG_RUNTIME, "out of memory");
+        memcpy(all, m->outs, (size_t)m->n_outs * sizeof *all);
+        memcpy(all + m->n_outs, m->grads->grad, (size_t)m->grads->n * sizeof *all);
+        m->g = gml_build_graph(m->ctx, all, n);
+        free(all);
+    } else {
+        m->g = gml_build_graph(m->ctx, m->outs, m->n_outs);
+    }
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
     if (!place(m, e) || (o->kind == RG_GRAPH && !fill_made_leafs(o, d, m, e))) return false;
     if (o->kind != RG_MATMUL && !rg_check_unused_weights(o, d, m->g, NULL, e)) return false;
@@ -296,5 +336,7 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
 void rg_model_free(rg_model *m) {
     if (m->g) gml_graph_free(m->g);
     if (m->ctx) gml_free(m->ctx);
+    rg_grads_free(m->grads);
+    free(m->grads);
     *m = (rg_model){0};
 }

@@ -138,9 +138,9 @@ static bool canonical_path(const char *path, char out[PATH_MAX]) {
 
 bool rg_check_output_paths(const rg_opts *o, rg_err *e) {
     const char *const flag[] = {"--output", "--attn-weights", "--attn-svg", "--dot", "--save-graph",
-                                "--save-inputs"};
+                                "--grads", "--save-inputs"};
     const char *const path[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph,
-                                o->save_inputs};
+                                o->grads, o->save_inputs};
     enum { N = sizeof path / sizeof *path, SAVE_INPUTS = N - 1 };
     static char canon[N][PATH_MAX];
     for (int i = 0; i < N; i++) {
@@ -365,6 +365,7 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
                      library_failed(&s, err, e));
     }
     if (ok && o->save_inputs) ok = save_inputs(o, d, m, &s, e);
+    if (ok && o->grads && m->grads) ok = rg_grads_save(&s, o->grads, m->g, m->grads, e);
     if (!ok) {
         rg_stage_abort(&s);
         return false;

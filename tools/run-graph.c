@@ -86,6 +86,7 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
+    if (m->grads) cJSON_AddNumberToObject(j, "grads", m->grads->n);
     if (t->node_ms) {
         cJSON *p = cJSON_AddArrayToObject(j, "profile");
         for (int i = 0; i < gml_graph_n_nodes(m->g); i++) {
@@ -124,6 +125,11 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     if (t->median_ms > 0 && t->flops > 0) printf(", %.2f GFLOP/s", t->flops / (t->median_ms * 1e6));
     printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
            (double)m->peak_bytes / (1 << 20), (double)m->naive_bytes / (1 << 20), gml_graph_n_nodes(m->g));
+    if (m->grads) {
+        char line[1024];
+        rg_grads_describe(m->grads, o->grads, line, sizeof line);
+        printf("grads   %s\n", line);
+    }
 }
 
 /* --decode's report: --json, or the summary. */
