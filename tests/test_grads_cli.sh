@@ -4,7 +4,7 @@
 #   - every case (mha, gqa, relpos, matmul, graph files, llama, gpt2, bert;
 #     fused and unfused, causal both ways, valid lengths, masks, window,
 #     soft-capping, ALiBi, sinks, rope, cross-attention, --seq-first, stacked
-#     layers, f16/bf16 weights) run as its args say: every gradient under its
+#     layers, f16/bf16 weights, bias_k/bias_v and --add-zero-attn) run as its args say: every gradient under its
 #     name within the bound of grads_check close, and the output within the
 #     fixtures' tolerance; at 1, 2, 3, 4 and 7 threads the same bytes; on
 #     every ISA the CPU has (at 1 and 3 threads, the same bytes);
@@ -65,7 +65,7 @@ for name in $(cat "$FIX/CASES"); do
         check "$name --isa $isa: 3 threads the same bytes as 1" cmp "$T/i1.safetensors" "$T/i3.safetensors"
     done
 done
-check "cases run ($n_cases, want 20)" test "$n_cases" -ge 20
+check "cases run ($n_cases, want 21)" test "$n_cases" -ge 21
 
 # ---- --json ----------------------------------------------------------------------
 dir=$FIX/mha_causal_prefix
