@@ -105,17 +105,20 @@ bool rg_grads_build(gml_context *ctx, gml_tensor *const *outs, int n_outs, rg_gr
      * (--non-strict), an integer input, have no gradient to ask for */
     gml_graph *fwd = gml_build_graph(ctx, outs, n_outs);
     if (!fwd) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(ctx));
-    int kept = 0, inputs = 0;
     for (int i = 0; i < gr->n; i++) {
-        gml_tensor *t = gr->wrt[i];
-        const bool read = gml_graph_tensor_index(fwd, t) >= 0;
-        if (read && t->type == GML_Q8_0) {
-            char s[64];
+        const gml_tensor *t = gr->wrt[i];
+        char s[64];
+        if (t->type == GML_Q8_0 && gml_graph_tensor_index(fwd, t) >= 0) {
             gml_graph_free(fwd);
             return rg_fail(e, RG_RUNTIME, "--grads: '%s' %s is q8_0, which has no gradient (its values are "
                            "quantized blocks); give the weights as f32, f16 or bf16 (--weights-dtype)",
                            gr->name[i], gml_format_shape(t, s, sizeof s));
         }
+    }
+    int kept = 0, inputs = 0;
+    for (int i = 0; i < gr->n; i++) {
+        gml_tensor *t = gr->wrt[i];
+        const bool read = gml_graph_tensor_index(fwd, t) >= 0;
         if (!read || (t->type != GML_F32 && t->type != GML_F16 && t->type != GML_BF16)) {
             free(gr->name[i]);
             continue;
