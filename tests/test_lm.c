@@ -490,13 +490,13 @@ static void errors(const char *root) {
  * every element, under the reference kernels and every ISA the CPU has, at
  * 1, 2, 3, 4 and 7 threads, bitwise equal across thread counts. Tokens
  * repeat (the embedding's rows gather several gradients; a tied head adds its
- * own to the same tensor). */
-static void grad_case(gml_lm_arch arch, int layers, bool tied, const char *label) {
+ * own to the same tensor). One LLaMA soft-caps its attention scores. */
+static void grad_case(gml_lm_arch arch, int layers, bool tied, float softcap, const char *label) {
     chk_case("grad %s", label);
     chk_rng r = {arch == GML_LM_GPT2 ? 11u : 12u};
     gml_context *w = tiny_weights(arch, "", layers, tied, NULL, &r);
     const gml_lm_config cfg = {.arch = arch, .gpt2 = {.n_heads = 2},
-                               .llama = {.n_heads = 2, .n_kv_heads = 1, .rope_theta = 100}};
+                               .llama = {.n_heads = 2, .n_kv_heads = 1, .rope_theta = 100, .softcap = softcap}};
     char err[1024] = "";
     gml_lm lm;
     if (!CHECK(gml_lm_find(w, &cfg, &lm, err, sizeof err) == GML_OK, "%s: %s", label, err)) {
@@ -525,10 +525,10 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) run_case(argv[1], CASES[i]);
     errors(argv[1]);
-    grad_case(GML_LM_GPT2, 1, true, "gpt2 lm, 1 layer, tied head");
-    grad_case(GML_LM_GPT2, 2, false, "gpt2 lm, 2 layers, lm_head");
-    grad_case(GML_LM_LLAMA, 2, false, "llama lm, 2 layers, GQA, lm_head");
-    grad_case(GML_LM_LLAMA, 1, true, "llama lm, 1 layer, GQA, tied head");
+    grad_case(GML_LM_GPT2, 1, true, 0, "gpt2 lm, 1 layer, tied head");
+    grad_case(GML_LM_GPT2, 2, false, 0, "gpt2 lm, 2 layers, lm_head");
+    grad_case(GML_LM_LLAMA, 2, false, 0, "llama lm, 2 layers, GQA, lm_head");
+    grad_case(GML_LM_LLAMA, 1, true, 0.8f, "llama lm, 1 layer, GQA, softcap, tied");
     printf("largest |g - fd| / (|fd| + max|fd|) over every check: %.2e\n", grad_check_max_rel);
     return chk_summary();
 }
