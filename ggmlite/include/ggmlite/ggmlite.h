@@ -68,5 +68,6 @@ GML_API const char *gml_version(void);
 #include <ggmlite/compute.h>
 #include <ggmlite/grad.h>
 #include <ggmlite/loss.h>
+#include <ggmlite/optim.h>
 
 #endif /* GGMLITE_H */
