@@ -69,7 +69,6 @@ typedef struct flag {
     const char *help;
     const char *group; /* starts a group in the single process's --help */
     const char *help2; /* the help in the layers' and --parallel's pages when it differs */
-    const char *help_train; /* the help in train's page when it differs from help */
 } flag;
 
 /* Indexed by flag_id (the sizes first, in RG_SYM order); --help prints them in
@@ -79,8 +78,8 @@ static const flag FLAGS[] = {
     [RG_T] = {"--seq", "T", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query length", NULL, "query length (default 10)"},
     [RG_S] = {"--kv-seq", "S", M_ATTN, "key/value length (default T; S != T makes random inputs cross-attention)", NULL, NULL},
     [RG_D] = {"--d-model", "D", M_ATTN | M_LAYER | M_PAR | M_CDEC, "model width d_model", NULL, "model width d_model (default: the weights'; random: 256, --parallel mha and gqa 512)"},
-    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC | M_TRAIN, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL, "query heads (required with --weights unless llama's self_attn.sinks tells; default 8)", "query heads (required)"},
-    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "key/value heads, dividing H (gqa default H/4)", NULL, "key/value heads (default: from the weights' k_proj rows, else H/4)", "llama: key/value heads (default: layer 0's k_proj rows over the head size)"},
+    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC | M_TRAIN, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL, "query heads (required with --weights unless llama's self_attn.sinks tells; default 8)"},
+    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "key/value heads, dividing H (gqa default H/4)", NULL, "key/value heads (default: from the weights' k_proj rows, else H/4)"},
     [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P] (P = 0 allowed)", NULL, NULL},
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL, NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL, NULL},
@@ -105,8 +104,7 @@ static const flag FLAGS[] = {
     [F_WEIGHTS] = {"--weights", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC | M_TRAIN,
      "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
-     "Data (without files: deterministic random data from --seed)", "safetensors (default: deterministic random weights, the same in every mode); --parallel: the ranks check they read the same tensors (digests), then heads computes on each rank's share only; context: mapped by every rank",
-     "INIT.safetensors (required): the whole model under Hugging Face's names, every tensor f32 and a parameter (one group)"},
+     "Data (without files: deterministic random data from --seed)", "safetensors (default: deterministic random weights, the same in every mode); --parallel: the ranks check they read the same tensors (digests), then heads computes on each rank's share only; context: mapped by every rank"},
     [F_WEIGHTS_DTYPE] = {"--weights-dtype", "f32|f16|bf16|q8_0", M_ATTN | M_LAYER | M_CDEC,
      "converts the f32 weight matrices (2-D) to this type at load (biases and "
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
@@ -162,9 +160,7 @@ static const flag FLAGS[] = {
     [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL | M_LAYER, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
     [F_JSON] = {"--json", NULL, M_ALL | M_LAYER | M_PAR | M_CDEC | M_TRAIN,
      "prints one JSON object on stdout instead of the summary", NULL,
-     "prints one JSON object on stdout instead of the summary; --parallel: rank 0 does, with ranks and parallel",
-     "prints one JSON object on stdout (losses, median_ms per step with the first excluded, tokens_per_s, ...) "
-     "instead of the summary, and no line per step"},
+     "prints one JSON object on stdout instead of the summary; --parallel: rank 0 does, with ranks and parallel"},
     [F_HELP] = {"--help", NULL, M_EVERY, "this text", "Other", NULL},
     [F_LIST_OPS] = {"--list-ops", NULL, M_ALL, "the ops a graph file can call, as the Markdown table of tools/graphs/README.md", NULL, NULL},
     [F_VERSION] = {"--version", NULL, M_ALL, "the version", NULL, NULL},
@@ -184,7 +180,7 @@ static const flag FLAGS[] = {
     [F_ROPE] = {"--rope", NULL, M_MHA | M_GQA | M_PAR | M_CDEC,
      "rotary position embeddings on q and k (Hugging Face's rotate_half), queries and keys at "
      "0 .. T-1 (cross-attention: queries at S - T + i, or i with --causal-top-left)", NULL, NULL},
-    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "--rope's base (default 10000)", NULL, "rope base (default 10000)", "llama: rope base (default 10000)"},
+    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "--rope's base (default 10000)", NULL, "rope base (default 10000)"},
     [F_LAYERS] = {"--layers", "N", M_LAYER, "layers stacked (default 1)", NULL, NULL},
     [F_FFN] = {"--ffn", "F", M_LAYER | M_PAR,
      "the MLP's width for random weights (default 4D; llama 8D/3 rounded up to 16)", NULL, NULL},
@@ -215,12 +211,24 @@ static const flag FLAGS[] = {
      "(torch.nn.utils.clip_grad_norm_; default: none)", NULL, NULL},
     [F_STEPS] = {"--steps", "S", M_TRAIN, "steps to train, at most the data's S (default S)", NULL, NULL},
     [F_LOG] = {"--log", "LOSSES.npy", M_TRAIN, "writes each step's loss (before its update), f32 [S]", NULL, NULL},
-    [F_SAVE_WEIGHTS] = {"--save-weights", "OUT.safetensors", M_TRAIN,
-     "writes every tensor of --weights after the last step, under its name", NULL, NULL},
-    [F_GRADS] = {"--grads", "STEP0.safetensors", M_TRAIN,
-     "writes the first step's gradients (before clipping), f32, under the parameters' names", NULL, NULL},
+    [F_SAVE_WEIGHTS] = {"--save-weights", "FILE", M_TRAIN,
+     "writes every tensor of --weights after the last step, under its name (safetensors)", NULL, NULL},
+    [F_GRADS] = {"--grads", "FILE", M_TRAIN,
+     "writes the first step's gradients (before clipping), f32, under the parameters' names (safetensors)",
+     NULL, NULL},
 };
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
+
+/* The help in train's page where it differs from the flag's help. */
+static const char *const TRAIN_HELP[N_FLAGS] = {
+    [RG_H] = "query heads (required)",
+    [RG_G] = "llama: key/value heads (default: layer 0's k_proj rows over the head size)",
+    [F_WEIGHTS] = "INIT.safetensors (required): the whole model under Hugging Face's names, every tensor f32 "
+                 "and a parameter (one group)",
+    [F_JSON] = "prints one JSON object on stdout (losses, median_ms per step with the first excluded, "
+              "tokens_per_s, ...) instead of the summary, and no line per step",
+    [F_ROPE_THETA] = "llama: rope base (default 10000)",
+};
 _Static_assert(sizeof FLAGS / sizeof *FLAGS == F_GRADS + 1, "FLAGS follows flag_id");
 
 bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
@@ -235,7 +243,6 @@ typedef struct page {
     const char *const *names; /* of the mode bits, from bit 0 */
     bool groups, help2;       /* the table's groups; the help2 texts */
     const char *head, *tail;
-    bool help_train; /* the help_train texts */
 } page;
 
 static const char *const MODE_NAMES[] = {"mha", "gqa", "relpos", "matmul", "graph files",
@@ -367,8 +374,7 @@ static const page PAGES[] = {
      "\n"
      "Example:\n"
      "  run-graph train gpt2 --weights init.safetensors --data tokens.npy --heads 8 \\\n"
-     "      --optimizer adamw --lr 3e-4 --log losses.npy --save-weights trained.safetensors\n",
-     true},
+     "      --optimizer adamw --lr 3e-4 --log losses.npy --save-weights trained.safetensors\n"},
 };
 
 /* text at column 25, wrapped at 100 columns */
@@ -402,7 +408,7 @@ void rg_print_help(FILE *f, rg_mode mode) {
         snprintf(left, sizeof left, "%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
         fprintf(f, "  %-22s ", left);
         /* the help, then the page's modes it applies to when not all */
-        const char *help = p->help_train && fl->help_train ? fl->help_train
+        const char *help = mode == RG_MODE_TRAIN && TRAIN_HELP[i] ? TRAIN_HELP[i]
                            : p->help2 && fl->help2       ? fl->help2
                                                          : fl->help;
         size_t k = (size_t)snprintf(text, sizeof text, "%s", help);
