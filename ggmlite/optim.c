@@ -135,7 +135,8 @@ gml_optim *gml_optim_new(const gml_optim_params *p, gml_tensor *const *params, i
         if (t->type != GML_F32 || !t->data) {
             set_err(err, err_size, "gml_optim_new: parameter %d '%s' %s %s must be f32 with data%s",
                     i, t->name, gml_type_name(t->type), GML_SHAPE(t, s),
-                    t->data ? "" : " (it has none: a no_alloc context's tensor not yet placed)");
+                    t->data ? "" : " (it has none: a no_alloc context's tensor; a planned graph's "
+                                   "is gml_graph_tensor(g, t))");
             return NULL;
         }
         gml_overlap_witness w;
@@ -312,7 +313,8 @@ gml_status gml_optim_step(gml_optim *o, gml_tensor *const *grads, int n_threads,
             snprintf(o->err, sizeof o->err, "gml_optim_step: gradient %d '%s' %s %s does not fit "
                      "parameter '%s' f32 %s (want f32 of its shape, computed)%s", i, g->name,
                      gml_type_name(g->type), GML_SHAPE(g, sg), p->name, GML_SHAPE(p, sp),
-                     g->data ? "" : ": it has no data");
+                     g->data ? "" : ": it has no data (a planned graph's output: pass "
+                                    "gml_graph_tensor(g, t))");
             return GML_ERR_INVALID;
         }
     }

@@ -9,13 +9,20 @@
  *   mse_loss(a [...], b [...]) -> [1]
  *       mean((a - b)^2)
  *
- * Every kernel here is its op's reference and its fast kernel at once:
- * each row's arithmetic in double (max, then the sum of exp(x - max) in
- * order), each output rounded once; a loss's terms are summed after a
- * barrier by thread 0 in row-major order, so the result does not depend on
- * how threads split the rows. */
+ * The reference kernels do each row's arithmetic in double (max, then the
+ * sum of exp(x - max) in order), each output rounded once. cross_entropy's
+ * fast kernels are made of existing micro-kernels, picked by the plan's ISA:
+ * a row's max (reduce's rmax), x - max (binary's vsubc), exp (softmax's
+ * vexp), their sum (reduce's rsum, in double), and for the backward the
+ * scale (vmulc); rmax and rsum give the same bits on every ISA, vexp on
+ * every vector ISA (the scalar one is libm's expf). mse_loss has one plain
+ * kernel, its reference. A loss's row terms are summed after a barrier by
+ * thread 0 in row-major order, so no result depends on how threads split
+ * the rows. */
 #include "internal.h"
 #include "ops_back.h"
+#include "reduce.h"
+#include "ukernels.h"
 
 #include <math.h>
 
@@ -71,11 +78,62 @@ static void row_stats(const char *xr, int64_t n, int64_t sx, double *max, double
     *sum = s;
 }
 
+/* ---- the fast kernels' row --------------------------------------------------------- */
+
+typedef struct ce_ukernels {
+    gml_f32_rmax_ukernel *rmax;
+    gml_f32_rsum_ukernel *rsum;
+    gml_f32_vbinary_ukernel *vsubc, *vmulc;
+    gml_f32_vexp_ukernel *vexp;
+} ce_ukernels;
+
+static ce_ukernels ce_pick(const gml_compute_params *p) {
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(p->isa, GML_F32_VEXP_UKERNELS));
+    return (ce_ukernels){
+        GML_PICK_UKERNEL(p->isa, GML_F32_RMAX_UKERNELS, gml_f32_rmax_ukernel),
+        GML_PICK_UKERNEL(p->isa, GML_F32_RSUM_UKERNELS, gml_f32_rsum_ukernel),
+        GML_PICK_UKERNEL(p->isa, GML_F32_VSUBC_UKERNELS, gml_f32_vbinary_ukernel),
+        GML_PICK_UKERNEL(p->isa, GML_F32_VMULC_UKERNELS, gml_f32_vbinary_ukernel),
+        GML_PICK_UKERNEL(p->isa, GML_F32_VEXP_UKERNELS, gml_f32_vexp_ukernel),
+    };
+}
+
+/* A row of logits as a contiguous run: the row itself, or gathered into buf. */
+static const float *ce_row(const gml_tensor *logits, int64_t i0, int64_t i1, int64_t i2,
+                           float *buf) {
+    const char *xr = gml_ptr(logits, i0, i1, i2, 0);
+    const int64_t V = logits->ne[3], sx = (int64_t)logits->nb[3];
+    if (sx == (int64_t)sizeof(float) || V == 1) return (const float *)(const void *)xr;
+    for (int64_t j = 0; j < V; j++) memcpy(&buf[j], xr + j * sx, sizeof(float));
+    return buf;
+}
+
+/* e[j] = exp(x[j] - max) for a row x of n, its max into *m; returns the sum
+ * of e in double (reduce.h's order); NaN when max is not finite (a NaN, an
+ * inf, or every element -inf: the reference's NaN too). */
+static double ce_exps(const ce_ukernels *u, size_t n, const float *x, float *e, float *m) {
+    *m = u->rmax(n, x);
+    if (!isfinite(*m)) return NAN;
+    u->vsubc(n, x, m, e);
+    u->vexp(n, e, e);
+    return u->rsum(n, e);
+}
+
+/* The scratch of a row per thread, aligned. */
+static size_t ce_row_bytes(const gml_tensor *dst) {
+    return gml_align_up((size_t)dst->src[0]->ne[3] * sizeof(float), GML_ALIGN);
+}
+
 /* ---- cross_entropy ------------------------------------------------------------- */
 
 static size_t rows_work_size(const gml_tensor *dst, int nth) {
     GML_UNUSED(nth);
     return (size_t)gml_nrows(dst->src[0]) * sizeof(double);
+}
+
+/* the row terms, then a row of scratch per thread */
+static size_t ce_work_size(const gml_tensor *dst, int nth) {
+    return gml_align_up(rows_work_size(dst, nth), GML_ALIGN) + (size_t)nth * ce_row_bytes(dst);
 }
 
 /* Each thread its rows' terms into the scratch; after a barrier thread 0
@@ -94,6 +152,34 @@ static void gml_f32_cross_entropy__ref(const gml_compute_params *p, gml_tensor *
         double m, s;
         row_stats(xr, V, sx, &m, &s);
         term[r] = t >= 0 && t < V ? m + log(s) - *(const float *)(const void *)(xr + t * sx) : NAN;
+    }
+    gml_barrier(p);
+    if (p->ith != 0 || !targets_ok(p, dst, "cross_entropy")) return;
+    double sum = 0;
+    for (int64_t r = 0; r < N; r++) sum += term[r];
+    *(float *)dst->data = (float)(sum / (double)N);
+}
+
+/* The same from the micro-kernels: each row's max, exp(x - max) in f32, their
+ * sum in double; the term m + log(sum) - x[t] in double. */
+static void gml_f32_cross_entropy(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *logits = dst->src[0], *targets = dst->src[1];
+    const int64_t V = logits->ne[3], N = gml_nrows(logits);
+    const ce_ukernels u = ce_pick(p);
+    double *term = p->wdata;
+    float *buf = (float *)(void *)((char *)p->wdata + gml_align_up(rows_work_size(dst, p->nth), GML_ALIGN) +
+                                   (size_t)p->ith * ce_row_bytes(dst));
+    int64_t r0, r1;
+    gml_split(N, p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(logits, r, &i0, &i1, &i2);
+        const float *x = ce_row(logits, i0, i1, i2, buf);
+        const int32_t t = target_at(targets, i0, i1, i2);
+        const float xt = t >= 0 && t < V ? x[t] : NAN; /* before buf holds the exps */
+        float m;
+        const double s = ce_exps(&u, (size_t)V, x, buf, &m);
+        term[r] = (double)m + log(s) - xt;
     }
     gml_barrier(p);
     if (p->ith != 0 || !targets_ok(p, dst, "cross_entropy")) return;
@@ -141,9 +227,9 @@ static bool cross_entropy_backward(gml_backward_ctx *b, gml_tensor *node, gml_te
 }
 
 const gml_op_def gml_opdef_cross_entropy = {
-    .forward = gml_f32_cross_entropy__ref,
+    .forward = gml_f32_cross_entropy,
     .reference = gml_f32_cross_entropy__ref,
-    .work_size = rows_work_size,
+    .work_size = ce_work_size,
     .flops = ce_flops,
     GML_ARGS(GML_T("logits"), GML_T("targets")),
     .build = build_cross_entropy,
@@ -181,6 +267,42 @@ static void gml_f32_cross_entropy_back__ref(const gml_compute_params *p, gml_ten
     }
 }
 
+/* The same from the micro-kernels: exp(x - max) into the output row, their
+ * sum s, the row scaled by dy / (N s) in f32; the target's element in
+ * double from the same s, as the reference (no cancellation in p - 1). */
+static void gml_f32_cross_entropy_back(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *logits = dst->src[0], *targets = dst->src[1], *dy = dst->src[2];
+    const ce_ukernels u = ce_pick(p);
+    if (!targets_ok(p, dst, "cross_entropy_back")) return;
+    const int64_t V = logits->ne[3], N = gml_nrows(logits);
+    const double g = (double)*(const float *)dy->data / (double)N;
+    float *buf = (float *)(void *)((char *)p->wdata + (size_t)p->ith * ce_row_bytes(dst));
+    int64_t r0, r1;
+    gml_split(N, p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(logits, r, &i0, &i1, &i2);
+        const float *x = ce_row(logits, i0, i1, i2, buf);
+        const int32_t t = target_at(targets, i0, i1, i2);
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        float m;
+        const double s = ce_exps(&u, (size_t)V, x, out, &m);
+        if (s != s) {
+            for (int64_t j = 0; j < V; j++) out[j] = NAN;
+            continue;
+        }
+        const float c = (float)(g / s);
+        u.vmulc((size_t)V, out, &c, out);
+        out[t] = (float)((exp((double)x[t] - m) / s - 1.0) * g);
+    }
+}
+
+/* gathered rows: a row of scratch per thread */
+static size_t ce_back_work_size(const gml_tensor *dst, int nth) {
+    const gml_tensor *x = dst->src[0];
+    return x->ne[3] > 1 && x->nb[3] != sizeof(float) ? (size_t)nth * ce_row_bytes(dst) : 0;
+}
+
 /* logits [..., V], targets [...], dy [1] -> [..., V] */
 gml_tensor *gml_cross_entropy_back(gml_context *ctx, gml_tensor *logits, gml_tensor *targets,
                                    gml_tensor *dy) {
@@ -204,8 +326,9 @@ static gml_tensor *build_cross_entropy_back(gml_context *ctx, const gml_arg *v) 
 }
 
 const gml_op_def gml_opdef_cross_entropy_back = {
-    .forward = gml_f32_cross_entropy_back__ref,
+    .forward = gml_f32_cross_entropy_back,
     .reference = gml_f32_cross_entropy_back__ref,
+    .work_size = ce_back_work_size,
     .flops = ce_flops,
     GML_ARGS(GML_T("logits"), GML_T("targets"), GML_T("dy")),
     .build = build_cross_entropy_back,

@@ -103,6 +103,18 @@ static void test_cross_entropy(void) {
         gml_graph *g = gml_build_graph(ctx, (gml_tensor *[]){c.loss, c.dx}, 2);
         CHECK_RUN(g, .outs = (gml_tensor *[]){c.loss, c.dx}, .n_outs = 2, .verify = verify_ce,
                   .user = &c);
+        /* the fast kernels ran (the last compute is under the CPU's best):
+         * both name the vexp micro-kernel of that ISA */
+        char want[64];
+        snprintf(want, sizeof want, "gml_f32_vexp_ukernel__%s",
+                 gml_get_isa() == GML_ISA_REFERENCE ? "" : gml_isa_name(gml_get_isa()));
+        for (int i = 0; gml_get_isa() != GML_ISA_REFERENCE && i < gml_graph_n_nodes(g); i++) {
+            const gml_op op = gml_graph_node(g, i)->op;
+            if (op != GML_OP_CROSS_ENTROPY && op != GML_OP_CROSS_ENTROPY_BACK) continue;
+            const char *kn = gml_graph_node_kernel(g, i);
+            CHECK(kn && strstr(kn, want), "node %d ran %s, want %s...", i, kn ? kn : "(null)",
+                  want);
+        }
         gml_graph_free(g);
         free(x);
         free(t);

@@ -525,6 +525,81 @@ done:
     gml_free(ctx);
 }
 
+/* ---- a training loop: gml_grad, a planned graph, the optimizer -------------------------
+ * y = x w^T + b against targets, mse_loss, three AdamW steps (clipped), in an
+ * allocating context and in a no_alloc one planned once (the gradients are
+ * the graph's own copies); the same bits either way, and the loss falls. */
+static void train(bool planned, float *w_out, float *b_out, float *losses) {
+    gml_context *wctx = chk_ctx(1 << 20); /* the parameters, with data */
+    gml_tensor *w = gml_set_name(gml_new_tensor_2d(wctx, GML_F32, 3, 5), "w");
+    gml_tensor *b = gml_set_name(gml_new_tensor_1d(wctx, GML_F32, 3), "b");
+    chk_rng r = chk_seed(77);
+    chk_fill_uniform(w, &r, -1, 1);
+    chk_fill_uniform(b, &r, -1, 1);
+    gml_context *ctx = planned ? gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true})
+                               : chk_ctx(1 << 20);
+    gml_tensor *x = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 8, 5), "x");
+    gml_tensor *y = gml_set_name(gml_new_tensor_2d(ctx, GML_F32, 8, 3), "y");
+    gml_tensor *loss = gml_mse_loss(ctx, gml_linear(ctx, x, w, b), y);
+    gml_tensor *grads[2];
+    CHECK(gml_grad(ctx, loss, NULL, (gml_tensor *[]){w, b}, 2, grads) == GML_OK, "grad: %s",
+          gml_last_error(ctx));
+    gml_graph *g = gml_build_graph(ctx, (gml_tensor *[]){loss, grads[0], grads[1]}, 3);
+    if (planned) CHECK(gml_graph_plan(g, NULL) == GML_OK, "plan: %s", gml_graph_error(g));
+    float xv[40], yv[24];
+    for (int e = 0; e < 40; e++) xv[e] = chk_uniform(&r, -1, 1);
+    for (int e = 0; e < 24; e++) yv[e] = chk_uniform(&r, -1, 1);
+    memcpy(planned ? gml_graph_data(g, x) : x->data, xv, sizeof xv);
+    memcpy(planned ? gml_graph_data(g, y) : y->data, yv, sizeof yv);
+    gml_tensor *gs[2] = {grads[0], grads[1]};
+    if (planned) {
+        gs[0] = (gml_tensor *)gml_graph_tensor(g, grads[0]);
+        gs[1] = (gml_tensor *)gml_graph_tensor(g, grads[1]);
+        char err[512];
+        CHECK(!gml_optim_new(&(gml_optim_params){.kind = GML_OPTIM_SGD, .lr = 0.1f},
+                             (gml_tensor *[]){grads[0]}, 1, err, sizeof err) &&
+              strstr(err, "a planned graph's is gml_graph_tensor(g, t)"),
+              "a planned tensor's header as a parameter: %s", err);
+    }
+    gml_optim_params hp = gml_optim_defaults(GML_OPTIM_ADAMW);
+    hp.lr = 0.05f;
+    hp.clip_grad_norm = 0.5f;
+    char err[512];
+    gml_optim *o = gml_optim_new(&hp, (gml_tensor *[]){w, b}, 2, err, sizeof err);
+    CHECK(o, "gml_optim_new: %s", err);
+    if (planned) {
+        CHECK(gml_optim_step(o, grads, 2, NULL) == GML_ERR_INVALID &&
+              strstr(gml_optim_error(o), "'w' f32 [3,5] (want f32 of its shape, computed): it has "
+                                         "no data (a planned graph's output: pass "
+                                         "gml_graph_tensor(g, t))"),
+              "the planned gradient's header: %s", gml_optim_error(o));
+    }
+    for (int s = 0; s < 4 && o; s++) {
+        CHECK(gml_graph_compute(g, 3) == GML_OK, "compute: %s", gml_graph_error(g));
+        losses[s] = *(const float *)(planned ? gml_graph_data(g, loss) : loss->data);
+        if (s < 3) CHECK(gml_optim_step(o, gs, 3, NULL) == GML_OK, "step: %s", gml_optim_error(o));
+    }
+    memcpy(w_out, w->data, 15 * sizeof(float));
+    memcpy(b_out, b->data, 3 * sizeof(float));
+    gml_optim_free(o);
+    gml_graph_free(g);
+    gml_free(ctx);
+    gml_free(wctx);
+}
+
+static void test_training_loop(void) {
+    chk_case("a training loop, allocating and planned");
+    float w[2][15], b[2][3], losses[2][4];
+    train(false, w[0], b[0], losses[0]);
+    train(true, w[1], b[1], losses[1]);
+    CHECK(memcmp(w[0], w[1], sizeof w[0]) == 0 && memcmp(b[0], b[1], sizeof b[0]) == 0 &&
+          memcmp(losses[0], losses[1], sizeof losses[0]) == 0,
+          "planned and allocating graphs train to the same bits");
+    CHECK(losses[0][3] < losses[0][2] && losses[0][2] < losses[0][1] && losses[0][1] < losses[0][0],
+          "the loss falls: %g %g %g %g", (double)losses[0][0], (double)losses[0][1],
+          (double)losses[0][2], (double)losses[0][3]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_optim FIXTURES_DIR (tests/fixtures/optim)\n");
@@ -537,6 +612,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) test_fixture(cases[k]);
     test_double_loop();
     test_errors();
+    test_training_loop();
     printf("largest |w - want| / (|want| + 1): against PyTorch %.2e, against the double loop "
            "%.2e\n", worst_torch, worst_rel);
     return chk_summary();

@@ -75,6 +75,9 @@ GML_API gml_optim *gml_optim_new(const gml_optim_params *p, gml_tensor *const *p
  * double in a fixed order, rounded once; the update is elementwise, so
  * params and state are the same bits at every n_threads. The gradients are
  * read, never written (clipping scales them as they are read).
+ * A graph planned in a no_alloc context computes its nodes in its own
+ * buffer, their headers without data: pass the graph's copies,
+ * (gml_tensor *)gml_graph_tensor(g, grads[i]) (the step only reads them).
  * GML_ERR_INVALID, nothing updated, the message for gml_optim_error: o or
  * grads NULL, a gradient NULL, not f32, of another shape than its
  * parameter (both named with their shapes) or without data.
