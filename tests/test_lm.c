@@ -7,7 +7,9 @@
  * 1, 2, 3, 4 and 7 threads (bitwise equal across thread counts), with the
  * tokens contiguous and as a transposed and a sliced view, and must match
  * logits.npy within 2e-4 + 2e-4 |want|. Max errors are printed per case.
- * Then the binding's and the builder's errors, with their messages. */
+ * f16 and bf16 matrices give the bits of f32 ones holding their values.
+ * Then the binding's and the builder's errors, with their messages, and
+ * gml_grad through tiny whole models against finite differences. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 
 #include <ggmlite/io.h>
@@ -234,6 +236,68 @@ static gml_context *tiny_weights(gml_lm_arch arch, const char *prefix, int layer
         else chk_fill_int(x, r, 0, 3);
     }
     return w;
+}
+
+/* ---- half-precision weights ------------------------------------------------------ */
+
+/* The case's weights with every matrix in f16 (GPT-2) or bf16 (LLaMA),
+ * vectors f32, bound and run, against the same model with f32 matrices
+ * holding the rounded values: the same bits (get_rows converts rows exactly;
+ * matmul over more than 4 rows gives what an f32 b of the converted values
+ * gives), at 1-4 and 7 threads. */
+static void half_case(const char *root, const char *name, gml_type half) {
+    chk_case("%s, %s matrices", name, gml_type_name(half));
+    fixture f;
+    if (!load(root, name, &f)) {
+        unload(&f);
+        return;
+    }
+    gml_context *wh = chk_ctx(2 << 20), *wr = chk_ctx(2 << 20);
+    for (gml_tensor *t = gml_get_first_tensor(f.w); t; t = gml_get_next_tensor(f.w, t)) {
+        const bool mat = t->n_dims == 2;
+        gml_tensor *h = gml_new_tensor(wh, mat ? half : GML_F32, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims);
+        gml_tensor *r = gml_new_tensor(wr, GML_F32, t->n_dims, t->ne + GML_MAX_DIMS - t->n_dims);
+        gml_set_name(h, t->name);
+        gml_set_name(r, t->name);
+        const float *src = t->data;
+        for (int64_t i = 0; i < gml_nelements(t); i++) {
+            float v = src[i];
+            if (mat) {
+                const uint16_t b = half == GML_F16 ? gml_fp32_to_fp16(v) : gml_fp32_to_bf16(v);
+                memcpy((uint16_t *)h->data + i, &b, 2);
+                v = half == GML_F16 ? gml_fp16_to_fp32(b) : gml_bf16_to_fp32(b);
+            } else {
+                ((float *)h->data)[i] = v;
+            }
+            ((float *)r->data)[i] = v;
+        }
+    }
+    char err[1024] = "";
+    gml_lm lh, lr;
+    const bool ok_h = CHECK(gml_lm_find(wh, &f.cfg, &lh, err, sizeof err) == GML_OK, "%s: %s", name, err);
+    const bool ok_r = CHECK(gml_lm_find(wr, &f.cfg, &lr, err, sizeof err) == GML_OK, "%s: %s", name, err);
+    if (ok_h && ok_r) {
+        CHECK(lh.tok_emb->type == half && lh.head->type == half, "%s: half embedding and head", name);
+        const gml_tensor *tok0 = gml_get_first_tensor(f.tok);
+        gml_context *ctx = chk_ctx(32 << 20);
+        gml_tensor *tok = gml_set_name(gml_new_tensor(ctx, GML_I32, 2, tok0->ne + 2), "tokens");
+        memcpy(tok->data, tok0->data, (size_t)gml_nelements(tok0) * sizeof(int32_t));
+        gml_tensor *y[2] = {gml_lm_logits(ctx, &lh, tok), gml_lm_logits(ctx, &lr, tok)};
+        gml_graph *g = y[0] && y[1] ? gml_build_graph(ctx, y, 2) : NULL;
+        if (CHECK(g, "%s: %s", name, gml_last_error(ctx))) {
+            CHECK_RUN(g, .outs = y, .n_outs = 2);
+            CHECK(memcmp(y[0]->data, y[1]->data, gml_nbytes(y[0])) == 0,
+                  "%s: %s matrices differ from f32 ones of the rounded values", name,
+                  gml_type_name(half));
+            gml_graph_free(g);
+        }
+        gml_free(ctx);
+    }
+    gml_lm_free(&lh);
+    gml_lm_free(&lr);
+    gml_free(wh);
+    gml_free(wr);
+    unload(&f);
 }
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -524,6 +588,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) run_case(argv[1], CASES[i]);
+    half_case(argv[1], "gpt2_tied", GML_F16);
+    half_case(argv[1], "llama_head", GML_BF16);
     errors(argv[1]);
     grad_case(GML_LM_GPT2, 1, true, 0, "gpt2 lm, 1 layer, tied head");
     grad_case(GML_LM_GPT2, 2, false, 0, "gpt2 lm, 2 layers, lm_head");
