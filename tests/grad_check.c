@@ -415,6 +415,30 @@ static bool ev_node(ev *e, const gml_tensor *t) {
         }
         return true;
     }
+    case GML_OP_CROSS_ENTROPY: { /* [1]: mean over rows of log(sum exp(row)) - row[target] */
+        const int64_t V = a->ne[3], rows = a->ne[0] * a->ne[1] * a->ne[2];
+        double s = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i0 = r / (a->ne[1] * a->ne[2]), i1 = r / a->ne[2] % a->ne[1],
+                          i2 = r % a->ne[2];
+            double z = 0;
+            for (int64_t k = 0; k < V; k++) z += exp(*vat4(&va, i0, i1, i2, k));
+            const int64_t tgt = (int64_t)*vat4(&vb, 0, i0, i1, i2);
+            s += log(z) - *vat4(&va, i0, i1, i2, tgt);
+        }
+        *vat4(&vt, 0, 0, 0, 0) = s / (double)rows;
+        return true;
+    }
+    case GML_OP_MSE_LOSS: { /* [1]: mean((a - b)^2) */
+        double s = 0;
+        for (int64_t f = 0; f < numel(a); f++) {
+            unflat(a, f, i);
+            const double d = *vat(&va, i) - *vat(&vb, i);
+            s += d * d;
+        }
+        *vat4(&vt, 0, 0, 0, 0) = s / (double)numel(a);
+        return true;
+    }
     case GML_OP_RMS_NORM:   /* x [..., d], w [d] or none, eps */
     case GML_OP_LAYER_NORM: /* x [..., d], w, b [d] or none, eps */
         return ev_norm(e, t);
