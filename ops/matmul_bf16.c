@@ -155,7 +155,12 @@ void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst) {
         return;
     }
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
-    gml_bf16_gemm(p, &d, v);
+    gml_bf16_gemm_kept(p, &d, v, p->const_srcs & 2 ? p->kept : NULL);
+}
+
+size_t gml_bf16_matmul_kept_size(const gml_gemm_desc *d) {
+    const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(d->isa);
+    return v ? gml_bf16_gemm_packed_size(d, v) : 0;
 }
 
 /* Either order's scratch (the plan does not know which ISA will run). */
