@@ -14,14 +14,16 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
- * A bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows 4-byte
- * aligned: a bf16 checkpoint's nn.Linear) is its own pairs along its rows:
- * with few rows (M <= 64: decoding, small batches) the product runs as
- * C^T = W A^T (run_swapped), W read in place as the micro-kernel's A
- * operand and only A^T packed, so the weight is read once and never
- * copied. Otherwise B is packed per product, not once per weight: a weight
- * used by several products (or computes) is converted each time, K N
- * conversions against M N K multiply-adds. */
+ * A constant B of a graph (a weight: compute.c's const_srcs) is packed
+ * whole once, into memory the graph keeps (gml_bf16_gemm_kept), and only
+ * A is packed per product; the product then never runs swapped, and a
+ * packed A of 1 to 4 rows (decoding) computes only those rows of the
+ * micro-kernel's tile. Otherwise B is packed per product: a B of a bf16
+ * weight (B = W^T, W [N, K] bf16 with K even and its rows 4-byte aligned)
+ * is its own pairs along its rows, so with few rows (M <= 64) the product
+ * runs as C^T = W A^T (run_swapped), W read in place as the micro-kernel's
+ * A operand and only A^T packed; any other B is converted at each product,
+ * K N conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 

@@ -21,8 +21,9 @@
  *   one order, so results are bitwise the same across ISAs and threads.
  *
  * Kernels. A's rows are quantized once per product into the scratch buffer
- * (q + 128 as uint8, the scale as f32); W is packed per chunk, NR rows at a
- * time, into panels where every 4 k of NR rows sit side by side (the
+ * (q + 128 as uint8, the scale as f32); W is packed once and kept by the
+ * graph when it is a constant of it (a weight: gml_q8_gemm_kept), else per
+ * chunk, NR rows at a time, into panels where every 4 k of NR rows sit side by side (the
  * operand layout of VNNI's vpdpbusd: u8 x s8, 4 products summed into each
  * int32 lane), with -128 * sum q per row and block (what the +128 on A adds
  * to each block's sum) and the NR scales. A micro-kernel computes an MR x NR
