@@ -34,10 +34,11 @@ gml_gemm_desc gml_matmul_desc(const gml_tensor *dst, const gml_tensor *a, const 
 void gml_bf16_matmul__ref(const gml_compute_params *p, gml_tensor *dst);
 void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst);
 size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth);
-/* Bytes a matmul node with compute bf16 keeps for its constant b packed
- * (d's ISA): gml_bf16_gemm_packed_size where the pairs order runs there,
- * else 0 (the chain order rounds b per compute). */
-size_t gml_bf16_matmul_kept_size(const gml_gemm_desc *d);
+/* Bytes a matmul node with compute bf16 keeps for its constant b at ISA
+ * isa: b packed in pairs (gml_bf16_gemm_packed_size) where the pairs order
+ * runs there, else b's copy rounded to bf16 values in f32, which the chain
+ * order's f32 GEMM multiplies. */
+size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa);
 
 /* x rounded to bf16 and widened back to f32 (exact). */
 static inline float gml_round_bf16(float x) { return gml_bf16_to_fp32(gml_fp32_to_bf16(x)); }

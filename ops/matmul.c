@@ -125,14 +125,14 @@ static size_t matmul_work_size(const gml_tensor *dst, int nth) {
 }
 
 /* A constant b (a weight: compute.c's const_srcs) packed once into the
- * kernel's layout and kept by the graph: int8's panels of q8_0 rows, and
- * bf16's pairs where the ISA has VDPBF16PS (gml_matmul_compute_packed). */
+ * kernel's layout and kept by the graph: int8's panels of q8_0 rows,
+ * bf16's pairs where the ISA has VDPBF16PS, else its rounded f32 copy. */
 static size_t matmul_kept_size(const gml_tensor *dst, unsigned const_srcs, gml_isa isa) {
     if (!(const_srcs & 2)) return 0;
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
     switch (gml_matmul_compute(dst)) {
     case GML_COMPUTE_INT8: return gml_q8_gemm_packed_size(&d, gml_q8_gemm_pick(isa));
-    case GML_COMPUTE_BF16: return gml_bf16_matmul_kept_size(&d);
+    case GML_COMPUTE_BF16: return gml_bf16_matmul_kept_size(dst, isa);
     default: return 0;
     }
 }
