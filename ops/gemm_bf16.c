@@ -14,16 +14,16 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
- * A constant B of a graph (a weight: compute.c's const_srcs) is packed
- * whole once, into memory the graph keeps (gml_bf16_gemm_kept), and only
- * A is packed per product; the product then never runs swapped, and a
- * packed A of 1 to 4 rows (decoding) computes only those rows of the
- * micro-kernel's tile. Otherwise B is packed per product: a B of a bf16
- * weight (B = W^T, W [N, K] bf16 with K even and its rows 4-byte aligned)
- * is its own pairs along its rows, so with few rows (M <= 64) the product
- * runs as C^T = W A^T (run_swapped), W read in place as the micro-kernel's
- * A operand and only A^T packed; any other B is converted at each product,
- * K N conversions against M N K multiply-adds. */
+ * A B of a bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows
+ * 4-byte aligned) is its own pairs along its rows, so with few rows
+ * (M <= 64) the product runs as C^T = W A^T (run_swapped), W read in place
+ * as the micro-kernel's A operand and only A^T packed. A constant B of a
+ * graph (a weight: compute.c's const_srcs) is packed whole once instead,
+ * into memory the graph keeps (gml_bf16_gemm_kept), except such a bf16
+ * weight against 5 to 64 rows (gml_bf16_gemm_packs); only A is packed per
+ * product then, never swapped, and a packed A of 1 to 4 rows (decoding)
+ * computes only those rows of the micro-kernel's tile. Any other B is
+ * converted at each product, K N conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -119,6 +119,11 @@ static void to_bf16(gml_isa isa, gml_type t, const char *src, int64_t stride, in
 enum {
     MAX_KC = 512,    /* the largest K block, in pairs */
     SWAP_MAX_M = 64, /* swapped up to this many rows */
+    /* a bf16 weight that runs swapped is kept packed only up to this many
+     * rows: the swapped tile spends 32 columns on them (one row: 1 of 32);
+     * from 5 rows on it reads the weight in place as fast as the packed
+     * one streams (nothing to pack: it is its own pairs) */
+    BF16_PACK_SWAPPED_MAX_M = 4,
 };
 
 typedef struct bf16_pack {
@@ -386,6 +391,8 @@ size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     return most;
 }
 
+bool gml_bf16_gemm_packs(const gml_gemm_desc *d) { return !swapped(d) || d->M <= BF16_PACK_SWAPPED_MAX_M; }
+
 size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v) {
     const bf16_pack k = pack_of(d, v->mr, v->nr, 1, false);
     return k.b_pairs * (size_t)k.b_batches * 4;
@@ -407,7 +414,8 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
     const uint64_t key[6] = {(uint64_t)(uintptr_t)d->b, (uint64_t)d->b_rs, (uint64_t)d->b_cs,
                              (uint64_t)d->b_bs[0], (uint64_t)d->b_bs[1],
                              (uint64_t)(uintptr_t)v ^ (uint64_t)d->b_type << 56};
-    uint32_t *whole = kept && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
+    uint32_t *whole =
+        kept && kept->data && gml_bf16_gemm_packs(d) && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
     const bool repack = whole && !(kept->valid && memcmp(kept->key, key, sizeof key) == 0);
     const bf16_pack k = pack_of(d, mr, nr, p->nth, !whole && swapped(d));
     assert(k.a_bytes + k.b_bytes + k.tmp_bytes <= p->wsize);
