@@ -19,13 +19,15 @@
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
  * nn.Linear rows against a bf16 weight, beside f32, as shares of the
- * VDPBF16PS peak); attention forward (C1..C5, each
+ * VDPBF16PS peak, beside PyTorch's bf16 matmul and nn.Linear where
+ * /usr/bin/python3 has torch); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
  * a decoding step's weight products at C4's dimensions with f32, bf16 and
  * q8_0 weights; a whole attention block's decoding step at C4's dimensions
  * with those weights and an f16 KV cache (decode_types); int8 compute on
- * q8_0 weights: a linear product and C3's and C5's prefill (int8). With
+ * q8_0 weights: linear products (decoding's 1 to 4 rows at C5's D among
+ * them) and C3's and C5's prefill (int8). With
  * --only train (not in the default table): one training step of a GPT-2-style
  * LM (train), beside PyTorch's (tools/bench_train_torch.py) when
  * /usr/bin/python3 has torch.
@@ -336,7 +338,64 @@ static void bench_matmul(const opts *o) {
  * bf16 (a bf16 checkpoint's weight), against ggmlite's f32 product of the
  * shape on an f32 b, the two taking turns run by run; the bf16 rate as a
  * share of the bf16 peak (VDPBF16PS, where the ISA has it) and as a ratio
- * to the f32 rate. */
+ * to the f32 rate; and PyTorch's bf16 torch.matmul and nn.Linear of the
+ * shape where /usr/bin/python3 has torch (tools/bench_torch_bf16.py, run
+ * once per thread count before ggmlite's rows, in its own process; the
+ * columns say "-" without it). The weight is packed once, by the first
+ * compute (compute.h, gml_graph_weights_changed), as PyTorch's oneDNN
+ * reorders it once per call of a linear: the rows time what a model's
+ * repeated steps cost. */
+
+#define GML_BENCH_TORCH_BF16 GML_BENCH_SOURCE_DIR "/tools/bench_torch_bf16.py"
+#define TORCH_PYTHON "/usr/bin/python3"
+
+/* PyTorch's GFLOP/s of each case at nth threads into gflops[] (0 where it
+ * gave none); false, with why, when it cannot run (no python3 or torch). */
+static bool torch_bf16_rates(const mm_case *cases, int n, const bool *run, int nth, int runs,
+                             double *gflops, char *why, size_t why_size) {
+    for (int i = 0; i < n; i++) gflops[i] = 0;
+    if (access(TORCH_PYTHON, X_OK) != 0) {
+        snprintf(why, why_size, "no %s", TORCH_PYTHON);
+        return false;
+    }
+    char cmd[2048];
+    int k = snprintf(cmd, sizeof cmd, "%s '%s' %d %d", TORCH_PYTHON, GML_BENCH_TORCH_BF16, nth, runs);
+    for (int i = 0; i < n && k < (int)sizeof cmd; i++)
+        if (run[i])
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %lld,%lld,%lld,%s", (long long)cases[i].M,
+                          (long long)cases[i].N, (long long)cases[i].K, cases[i].linear ? "linear" : "matmul");
+    if (k >= (int)sizeof cmd - 32) {
+        snprintf(why, why_size, "command too long");
+        return false;
+    }
+    snprintf(cmd + k, sizeof cmd - (size_t)k, " 2>/dev/null");
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        snprintf(why, why_size, "cannot run %s", TORCH_PYTHON);
+        return false;
+    }
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long long M, N, K;
+        char kind[16];
+        double r;
+        if (sscanf(line, "%lld,%lld,%lld,%15s %lf", &M, &N, &K, kind, &r) != 5) continue;
+        kind[strcspn(kind, " ")] = '\0';
+        for (int i = 0; i < n; i++)
+            if (run[i] && cases[i].M == M && cases[i].N == N && cases[i].K == K &&
+                cases[i].linear == (strncmp(kind, "linear", 6) == 0))
+                gflops[i] = r;
+    }
+    const int st = pclose(f);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(why, why_size, WIFEXITED(st) && WEXITSTATUS(st) == 3 ? "torch not installed for %s"
+                                                                      : "%s bench_torch_bf16.py failed",
+                 TORCH_PYTHON);
+        return false;
+    }
+    return true;
+}
 static gml_graph *mm_graph(gml_context **ctx, const mm_case *c, gml_compute compute) {
     const gml_type bt = compute == GML_COMPUTE_BF16 ? GML_BF16 : GML_F32;
     const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
@@ -369,17 +428,36 @@ static void bench_matmul_bf16(const opts *o) {
     static const mm_case cases[] = {
         {"bf16 1024^3", 1024, 1024, 1024, false},
         {"bf16 2048^3", 2048, 2048, 2048, false},
+        {"bf16 4096^3", 4096, 4096, 4096, false},
         {"bf16 M=20 N=K=4096 lin", 20, 4096, 4096, true},
         {"bf16 M=512 N=K=4096 lin", 512, 4096, 4096, true},
+        /* decoding at C5's dimensions (D 1024): 1 to 4 rows */
+        {"bf16 M=1 N=K=1024 lin", 1, 1024, 1024, true},
+        {"bf16 M=4 N=K=1024 lin", 4, 1024, 1024, true},
     };
+    enum { NC = sizeof cases / sizeof cases[0] };
+    bool run[NC];
+    for (int i = 0; i < NC; i++) run[i] = cases[i].linear || cases[i].M <= o->max_cube;
+    double torch[MAX_THREADS][NC];
+    char why[128] = "";
+    bool have_torch = true;
+    for (int j = 0; j < o->n_threads && have_torch; j++)
+        have_torch = torch_bf16_rates(cases, NC, run, o->threads[j], o->runs, torch[j], why, sizeof why);
+    if (!have_torch)
+        for (int j = 0; j < o->n_threads; j++)
+            for (int i = 0; i < NC; i++) torch[j][i] = 0;
     printf("\nmatmul bf16 (GFLOP/s; compute bf16 on a bf16 b, beside ggmlite's f32 product of the\n"
            "shape on an f32 b, the two taking turns run by run; %%bf16: of the bf16 (VDPBF16PS)\n"
-           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32)\n");
-    printf("%-24s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
-           "%FMA", "ratio");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32; torch: PyTorch's\n"
+           "bf16 torch.matmul or nn.Linear, vs torch: ggmlite's bf16 over it)\n");
+    if (have_torch) printf("PyTorch: %s %s, its own process, before each thread count's rows\n", TORCH_PYTHON,
+                           GML_BENCH_TORCH_BF16);
+    else printf("PyTorch: none (%s)\n", why);
+    printf("%-24s %7s %9s %6s %6s %9s %6s %6s %9s %8s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
+           "%FMA", "ratio", "torch", "vs torch");
+    for (size_t i = 0; i < NC; i++) {
         const mm_case *c = &cases[i];
-        if (!c->linear && c->M > o->max_cube) continue;
+        if (!run[i]) continue;
         const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
         gml_context *cb, *cf;
         gml_graph *gb = mm_graph(&cb, c, GML_COMPUTE_BF16), *gf = mm_graph(&cf, c, GML_COMPUTE_F32);
@@ -390,9 +468,15 @@ static void bench_matmul_bf16(const opts *o) {
             measure(o, ROUNDS, t, 2, nth, o->runs, sec);
             const double rb = flop / sec[0] * 1e-9, rf = flop / sec[1] * 1e-9;
             char p[3][16];
-            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f\n", c->what, nth, rb,
+            const double rt = torch[j][i];
+            char ts[16] = "-", vs[16] = "-";
+            if (rt > 0) {
+                snprintf(ts, sizeof ts, "%.1f", rt);
+                snprintf(vs, sizeof vs, "%.2fx", rb / rt);
+            }
+            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f %9s %8s\n", c->what, nth, rb,
                    bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
-                   pct_fma(p[2], o, rf, nth), rb / rf);
+                   pct_fma(p[2], o, rf, nth), rb / rf, ts, vs);
         }
         printf("%-24s kernel: %s\n", "", gml_graph_node_kernel(gb, -1) ? gml_graph_node_kernel(gb, -1) : "?");
         fflush(stdout);
@@ -1052,6 +1136,8 @@ static void bench_decode_types(const opts *o) {
  * of the FMA peak; then C3's and C5's attention prefill (fused) with q8_0
  * weights in int8 compute, against the same case with f32 weights and with
  * q8_0 weights in f32 compute (the issue's target: int8 at least 3x f32).
+ * The q8_0 weight is packed once, by the first compute (compute.h,
+ * gml_graph_weights_changed): the rows time a model's repeated steps.
  * Attention's own products (q k^T, p v) stay f32 in every row. */
 
 /* w's rows (q8_0 [N, K]) from deterministic values. */
@@ -1133,6 +1219,11 @@ static void bench_int8(const opts *o) {
         {"1024^3 linear", 1024, 1024, 1024},
         {"2048^3 linear", 2048, 2048, 2048},
         {"M=20 N=K=4096 linear", 20, 4096, 4096},
+        /* decoding at C5's dimensions (D 1024): 1 to 4 rows */
+        {"M=1 N=K=1024 linear", 1, 1024, 1024},
+        {"M=2 N=K=1024 linear", 2, 1024, 1024},
+        {"M=3 N=K=1024 linear", 3, 1024, 1024},
+        {"M=4 N=K=1024 linear", 4, 1024, 1024},
     };
     printf("\nint8 compute, q8_0 weights (GOP/s; x [M,K] @ w^T, w q8_0 [N,K]; %%int8: of the "
            "int8 peak,\n%%FMA: of the FMA peak, at the threads; f32: the same q8_0 weight in f32 "
