@@ -43,6 +43,37 @@ bool gml_backward_fail(gml_backward_ctx *b, const char *fmt, ...) {
     return false;
 }
 
+/* sum + g, both of sum's shape. When sum is a permutation of a contiguous
+ * tensor r (the gradient of a weight used through a transpose, as linear
+ * does), the sum is taken in r's layout, permute(add(r, g permuted back)),
+ * so that the planner can write it over r when r dies there (an add writes
+ * in place only over a contiguous left source). The same pairs are added,
+ * sum's element on the left: the same bits either way. */
+static gml_tensor *accumulate(gml_context *ctx, gml_tensor *sum, gml_tensor *g) {
+    gml_tensor *r = sum->src[0];
+    const int n = sum->n_dims, o = GML_MAX_DIMS - n;
+    if (gml_is_contiguous(sum) || !sum->view_src || !r || r->n_dims != n ||
+        !gml_is_contiguous(r) || r->type != sum->type || sum->view_offs != r->view_offs ||
+        (r->view_src ? r->view_src : r) != sum->view_src)
+        return gml_add(ctx, sum, g);
+    /* perm[i]: the dim of r that sum's dim i walks (sizes equal, strides
+     * equal unless the size is 1), each dim of r once */
+    int perm[GML_MAX_DIMS], inv[GML_MAX_DIMS];
+    bool used[GML_MAX_DIMS] = {false};
+    for (int i = 0; i < n; i++) {
+        perm[i] = -1;
+        for (int k = 0; k < n && perm[i] < 0; k++)
+            if (!used[k] && sum->ne[o + i] == r->ne[o + k] &&
+                (sum->ne[o + i] == 1 || sum->nb[o + i] == r->nb[o + k]))
+                perm[i] = k;
+        if (perm[i] < 0) return gml_add(ctx, sum, g);
+        used[perm[i]] = true;
+        inv[perm[i]] = i;
+    }
+    gml_tensor *s = gml_add(ctx, r, gml_permute(ctx, g, inv)); /* [r's shape] */
+    return s ? gml_permute(ctx, s, perm) : NULL;
+}
+
 bool gml_backward_add(gml_backward_ctx *b, gml_tensor *src, gml_tensor *g) {
     if (!g) return false;
     const int i = find(b, src);
@@ -59,7 +90,7 @@ bool gml_backward_add(gml_backward_ctx *b, gml_tensor *src, gml_tensor *g) {
         g = gml_sum_to(b->ctx, g, src->n_dims, src->ne + GML_MAX_DIMS - src->n_dims);
         if (!g) return false;
     }
-    b->grad[i] = b->grad[i] ? gml_add(b->ctx, b->grad[i], g) : g;
+    b->grad[i] = b->grad[i] ? accumulate(b->ctx, b->grad[i], g) : g;
     return b->grad[i] != NULL;
 }
 
