@@ -13,9 +13,17 @@
  *              it (nn.Linear's contributions arrive transposed), and the
  *              gradient is bitwise the sum, in gml_grad's order, of the
  *              three contributions taken from an untied copy of the graph.
- */
+ *   checkpoint gml_checkpoint: three LLaMA-style layers (rms_norm, GQA with
+ *              rope, causal, SwiGLU) through fused and unfused attention,
+ *              recomputing the attention or each whole layer: every gradient
+ *              is bitwise the one without recomputation (at 1, 2, 3, 4 and 7
+ *              threads, on every ISA the CPU has); no backward node reads a
+ *              marked node (they die in the forward); the planned peak drops;
+ *              the public gml_llama_layer takes it too; its errors. */
 #include "check.h"
 
+#include <ggmlite/attention.h>
+#include <ggmlite/layers.h>
 
 static const int THREADS[] = {1, 2, 3, 4, 7};
 #define N_THREADS (int)(sizeof THREADS / sizeof *THREADS)
@@ -174,8 +182,190 @@ static void test_accumulate(void) {
     gml_free(data);
 }
 
+/* ---- checkpoint ---------------------------------------------------------- */
+
+enum { CK_B = 2, CK_T = 33, CK_D = 16, CK_H = 2, CK_G = 1, CK_F = 24, CK_L = 4, CK_HD = CK_D / CK_H };
+enum { CK_NONE, CK_ATTN, CK_LAYER, CK_LLAMA }; /* what is recomputed (LLAMA: gml_llama_layer's) */
+static const char *const CK_NAMES[] = {"none", "attention", "layer", "gml_llama_layer"};
+#define CK_NW 9
+
+typedef struct ck_model {
+    gml_context *data;
+    gml_tensor *w[CK_L][CK_NW]; /* attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down */
+    gml_tensor *x, *dy;
+} ck_model;
+
+static ck_model ck_model_new(void) {
+    ck_model m = {.data = gml_init((gml_init_params){.mem_size = 4 << 20})};
+    const int64_t kd = CK_G * CK_HD;
+    const int64_t shapes[CK_NW][2] = {{CK_D, 0},  {CK_D, CK_D}, {kd, CK_D},
+                                      {kd, CK_D}, {CK_D, CK_D}, {CK_D, 0},
+                                      {CK_F, CK_D}, {CK_F, CK_D}, {CK_D, CK_F}};
+    chk_rng r = chk_seed(7);
+    for (int l = 0; l < CK_L; l++)
+        for (int k = 0; k < CK_NW; k++) {
+            gml_tensor *t = m.w[l][k] = shapes[k][1] ? gml_new_tensor_2d(m.data, GML_F32, shapes[k][0], shapes[k][1])
+                                                     : gml_new_tensor_1d(m.data, GML_F32, shapes[k][0]);
+            chk_fill_uniform(t, &r, shapes[k][1] ? -0.3f : 0.5f, shapes[k][1] ? 0.3f : 1.5f);
+        }
+    m.x = gml_new_tensor_3d(m.data, GML_F32, CK_B, CK_T, CK_D);
+    m.dy = gml_new_tensor_3d(m.data, GML_F32, CK_B, CK_T, CK_D);
+    chk_fill_uniform(m.x, &r, -1.0f, 1.0f);
+    chk_fill_uniform(m.dy, &r, -1.0f, 1.0f);
+    return m;
+}
+
+/* One LLaMA-style layer, as gml_llama_layer computes it, its attention
+ * fused or not; mode says what is marked for recomputation. */
+static gml_tensor *ck_layer(gml_context *ctx, gml_tensor *const *w, gml_tensor *x,
+                            gml_attn_impl impl, int mode) {
+    if (mode == CK_LLAMA) {
+        const gml_llama_config cfg = {.n_heads = CK_H, .n_kv_heads = CK_G};
+        const gml_llama_weights lw = {.attn_norm = w[0], .wq = w[1], .wk = w[2], .wv = w[3],
+                                      .wo = w[4], .mlp_norm = w[5], .w_gate = w[6],
+                                      .w_up = w[7], .w_down = w[8]};
+        gml_tensor *y = gml_llama_layer(ctx, &cfg, &lw, x, NULL);
+        return y && gml_checkpoint(ctx, y, &x, 1) == GML_OK ? y : NULL;
+    }
+    const gml_attn_config cfg = {
+        .dims = {.d_model = CK_D, .n_heads = CK_H, .n_kv_heads = CK_G},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT},
+        .pos = {.kind = GML_POS_ROPE, .rope = {.theta = 10000.0f}},
+        .graph = {.impl = impl},
+    };
+    const gml_attn_weights aw = {.w_q = w[1], .w_k = w[2], .w_v = w[3], .w_o = w[4]};
+    gml_tensor *h = gml_rms_norm(ctx, x, w[0], 1e-6f);                          /* [B, T, D] */
+    gml_tensor *att = gml_gqa(ctx, cfg, &aw, (gml_attn_inputs){.query = h}).out; /* [B, T, D] */
+    if (!att || (mode == CK_ATTN && gml_checkpoint(ctx, att, &h, 1) != GML_OK)) return NULL;
+    gml_tensor *r = gml_add(ctx, x, att);
+    gml_tensor *n = gml_rms_norm(ctx, r, w[5], 1e-6f);
+    gml_tensor *gate = gml_silu(ctx, gml_linear(ctx, n, w[6], NULL));           /* [B, T, F] */
+    gml_tensor *up = gml_linear(ctx, n, w[7], NULL);                            /* [B, T, F] */
+    gml_tensor *y = gml_add(ctx, r, gml_linear(ctx, gml_mul(ctx, gate, up), w[8], NULL));
+    if (mode == CK_LAYER && gml_checkpoint(ctx, y, &x, 1) != GML_OK) return NULL;
+    return y;
+}
+
+typedef struct ck_graph {
+    gml_context *ctx;
+    gml_graph *g;
+    gml_tensor *grads[CK_L * CK_NW + 1];
+    int last_forward_id;
+} ck_graph;
+
+static bool ck_graph_new(ck_graph *c, const ck_model *m, gml_attn_impl impl, int mode) {
+    c->ctx = gml_init((gml_init_params){.mem_size = 8 << 20, .no_alloc = true});
+    gml_tensor *y = m->x, *wrt[CK_L * CK_NW + 1];
+    for (int l = 0; l < CK_L && y; l++) y = ck_layer(c->ctx, m->w[l], y, impl, mode);
+    if (!CHECK(y, "build the layers: %s", gml_last_error(c->ctx))) return false;
+    c->last_forward_id = y->id;
+    for (int l = 0; l < CK_L; l++)
+        for (int k = 0; k < CK_NW; k++) wrt[l * CK_NW + k] = m->w[l][k];
+    wrt[CK_L * CK_NW] = m->x;
+    if (!CHECK(gml_grad(c->ctx, y, m->dy, wrt, CK_L * CK_NW + 1, c->grads) == GML_OK, "grad: %s",
+               gml_last_error(c->ctx)))
+        return false;
+    /* The gradients in the order the backward makes them, the last layer's
+     * first: the graph's order is a depth-first walk from its outputs in
+     * their order, and a first output of layer 0 would have the walk make
+     * the input gradients of every layer before any weight gradient, which
+     * keeps every layer's activations alive until then. */
+    gml_tensor *outs[CK_L * CK_NW + 1];
+    for (int i = 0; i < CK_L * CK_NW; i++) outs[i] = c->grads[CK_L * CK_NW - 1 - i];
+    outs[CK_L * CK_NW] = c->grads[CK_L * CK_NW];
+    c->g = gml_build_graph(c->ctx, outs, CK_L * CK_NW + 1);
+    return CHECK(c->g && gml_graph_plan(c->g, NULL) == GML_OK, "plan: %s",
+                 c->g ? gml_graph_error(c->g) : gml_last_error(c->ctx));
+}
+
+static void ck_graph_free(ck_graph *c) {
+    gml_graph_free(c->g);
+    gml_free(c->ctx);
+}
+
+static void test_checkpoint_case(const ck_model *m, gml_attn_impl impl, int mode) {
+    const char *iname = impl == GML_ATTN_FUSED ? "fused" : "unfused";
+    chk_case("checkpoint %s, %s recomputed", iname, CK_NAMES[mode]);
+    ck_graph plain = {0}, ck = {0};
+    if (!ck_graph_new(&plain, m, impl, CK_NONE) || !ck_graph_new(&ck, m, impl, mode)) return;
+    /* the marked nodes are read in the forward only */
+    int marked = 0, late = 0;
+    for (int j = 0; j < gml_graph_n_nodes(ck.g); j++) {
+        const gml_tensor *t = gml_graph_node(ck.g, j);
+        for (int s = 0; s < GML_MAX_SRC; s++) {
+            const gml_tensor *r = t->src[s] ? root_of(t->src[s]) : NULL;
+            if (!r || !(r->flags & GML_FLAG_RECOMPUTE) || r->op == GML_OP_NONE) continue;
+            marked++;
+            if (t->id > ck.last_forward_id) {
+                late++;
+                CHECK(false, "backward node '%s' reads the marked node '%s'", t->name, r->name);
+            }
+        }
+    }
+    CHECK(marked > 0 && late == 0, "%d reads of marked nodes, %d in the backward", marked, late);
+    const size_t p0 = gml_graph_plan_peak(plain.g), p1 = gml_graph_plan_peak(ck.g);
+    printf("%d LLaMA layers B=%d T=%d D=%d H=%d G=%d F=%d, %s attention, %s recomputed: "
+           "planned peak %zu bytes, %zu without (%.0f%%), %d nodes, %d without\n", CK_L, CK_B,
+           CK_T, CK_D, CK_H, CK_G, CK_F, iname, CK_NAMES[mode], p1, p0, 100.0 * (double)p1 / (double)p0,
+           gml_graph_n_nodes(ck.g), gml_graph_n_nodes(plain.g));
+    CHECK(gml_graph_n_nodes(ck.g) > gml_graph_n_nodes(plain.g), "nothing recomputed");
+    CHECK(p1 < p0, "planned peak %zu with recomputation, %zu without", p1, p0);
+    static const gml_isa isas[] = {GML_TEST_ISAS};
+    for (int k = 0; k < GML_TEST_N_ISAS; k++) {
+        if (!gml_cpu_has(isas[k])) continue;
+        gml_set_isa(isas[k]);
+        for (int i = 0; i < N_THREADS; i++) {
+            chk_case("checkpoint %s, %s recomputed, %s, %d threads", iname, CK_NAMES[mode],
+                     gml_isa_name(isas[k]), THREADS[i]);
+            if (!CHECK(gml_graph_compute(plain.g, THREADS[i]) == GML_OK &&
+                           gml_graph_compute(ck.g, THREADS[i]) == GML_OK,
+                       "compute: %s %s", gml_graph_error(plain.g), gml_graph_error(ck.g)))
+                continue;
+            for (int w = 0; w < CK_L * CK_NW + 1; w++) {
+                float *want = chk_dense(gml_graph_tensor(plain.g, plain.grads[w]));
+                CHECK_EQUAL(gml_graph_tensor(ck.g, ck.grads[w]), want, "gradient %d (layer %d)",
+                            w, w / CK_NW);
+                free(want);
+            }
+        }
+    }
+    gml_set_isa(GML_ISA_AUTO);
+    ck_graph_free(&plain);
+    ck_graph_free(&ck);
+}
+
+static void test_checkpoint_errors(const ck_model *m) {
+    chk_case("checkpoint errors");
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
+    gml_tensor *a = gml_tanh(ctx, m->x), *b = gml_tanh(ctx, a), *other = gml_neg(ctx, m->dy);
+    gml_set_name(other, "other");
+    CHECK(gml_checkpoint(ctx, b, &other, 1) == GML_ERR_INVALID, "an input b does not read");
+    CHECK_CONTAINS(gml_last_error(ctx), "checkpoint(node_");
+    CHECK_CONTAINS(gml_last_error(ctx), "input 'other' [2,33,16] is not among the tensors");
+    CHECK(!(a->flags & GML_FLAG_RECOMPUTE), "marked on an error");
+    gml_clear_error(ctx);
+    CHECK(gml_checkpoint(ctx, NULL, &a, 1) == GML_ERR_INVALID, "NULL out");
+    CHECK_CONTAINS(gml_last_error(ctx), "checkpoint: out is NULL");
+    gml_clear_error(ctx);
+    CHECK(gml_checkpoint(NULL, b, &a, 1) == GML_ERR_INVALID, "NULL ctx");
+    CHECK(gml_checkpoint(ctx, b, NULL, 1) == GML_ERR_INVALID, "NULL inputs");
+    gml_clear_error(ctx);
+    CHECK(gml_checkpoint(ctx, b, &m->x, 1) == GML_OK, "%s", gml_last_error(ctx));
+    CHECK((a->flags & GML_FLAG_RECOMPUTE) && !(b->flags & GML_FLAG_RECOMPUTE) &&
+              !(m->x->flags & GML_FLAG_RECOMPUTE),
+          "marks: a %d, out %d, the input %d", a->flags, b->flags, m->x->flags);
+    gml_free(ctx);
+}
+
 int main(void) {
     test_lifetime();
     test_accumulate();
+    ck_model m = ck_model_new();
+    const gml_attn_impl impls[] = {GML_ATTN_FUSED, GML_ATTN_UNFUSED};
+    for (int i = 0; i < 2; i++)
+        for (int mode = CK_ATTN; mode <= CK_LAYER; mode++) test_checkpoint_case(&m, impls[i], mode);
+    test_checkpoint_case(&m, GML_ATTN_FUSED, CK_LLAMA);
+    test_checkpoint_errors(&m);
+    gml_free(m.data);
     return chk_summary();
 }
