@@ -358,6 +358,96 @@ static gml_tensor *stand_in(gml_backward_ctx *b, int i, gml_tensor *dy) {
     return c;
 }
 
+/* The contributions one node's backward made (before[s]: src[s]'s sum
+ * before it) are computed together: each one to a source computed from
+ * others (an activation, whose gradient flows on) is read through
+ * after(it, c) for each contribution c to a source that is a leaf's storage
+ * (a weight, directly or through a view: its gradient flows no further).
+ * The graph's depth-first order then makes a layer's weight gradients as
+ * the gradient passes the layer, whatever order the caller lists the
+ * gradients in, and the activations they read die there, not after every
+ * layer's input gradient. Views: no value changes. */
+static bool together(gml_backward_ctx *b, const gml_tensor *t, gml_tensor **before) {
+    gml_tensor *dep[GML_MAX_SRC];
+    int n_dep = 0;
+    for (int s = 0; s < GML_MAX_SRC; s++) {
+        const int k = t->src[s] ? find(b, t->src[s]) : -1;
+        const gml_tensor *r = k >= 0 ? (t->src[s]->view_src ? t->src[s]->view_src : t->src[s]) : NULL;
+        if (r && r->op == GML_OP_NONE && b->grad[k] && b->grad[k] != before[s]) dep[n_dep++] = b->grad[k];
+    }
+    for (int s = 0; s < GML_MAX_SRC && n_dep > 0; s++) {
+        const int k = t->src[s] ? find(b, t->src[s]) : -1;
+        const gml_tensor *r = k >= 0 ? (t->src[s]->view_src ? t->src[s]->view_src : t->src[s]) : NULL;
+        if (!r || r->op == GML_OP_NONE || !b->grad[k] || b->grad[k] == before[s]) continue;
+        for (int d = 0; d < n_dep && b->grad[k]; d++) b->grad[k] = gml_after(b->ctx, b->grad[k], dep[d]);
+        if (!b->grad[k]) return false;
+        for (int u = s + 1; u < GML_MAX_SRC; u++) /* a source given twice: done */
+            if (t->src[u] && find(b, t->src[u]) == k) before[u] = b->grad[k];
+    }
+    return true;
+}
+
+/* Whether u, a tensor a backward made (id >= first_id in b's context) or
+ * one it reads, is computed from a gradient: a forward tensor (in topo, or
+ * a copy standing in for one) is not, a tensor made before this backward
+ * (a gradient) is. The new nodes that are not, say flash_attn's forward
+ * recomputed as flash_attn_lse from q, k, v, would be placed by the graph's
+ * depth-first walk as soon as their sources are there, in the forward, and
+ * live until the backward reads them: each reads its first computed source
+ * (else its first) through after(source, dy), so that it is made in the
+ * backward. seen: the new tensors met, with their answer in from[]. */
+static int from_gradient(gml_backward_ctx *b, gml_tensor *u, int first_id, gml_tensor *dy,
+                         gml_tensor **seen, bool *from, int *n_seen, int cap) {
+    if (find(b, u) >= 0) return 0;
+    if (u->id < first_id) return 1;
+    for (int k = 0; k < *n_seen; k++)
+        if (seen[k] == u) return from[k];
+    bool any = false;
+    for (int s = 0; s < GML_MAX_SRC; s++) {
+        if (!u->src[s]) continue;
+        const int r = from_gradient(b, u->src[s], first_id, dy, seen, from, n_seen, cap);
+        if (r < 0) return r;
+        any |= r;
+    }
+    if (!any && !u->view_src && u->op != GML_OP_NONE) {
+        int w = -1;
+        for (int s = 0; s < GML_MAX_SRC; s++) {
+            const gml_tensor *a = u->src[s];
+            if (!a || a->type == GML_Q8_0) continue;
+            if (w < 0 || ((a->view_src ? a->view_src : a)->op != GML_OP_NONE &&
+                          (u->src[w]->view_src ? u->src[w]->view_src : u->src[w])->op == GML_OP_NONE))
+                w = s;
+        }
+        if (w >= 0) {
+            gml_tensor *e = gml_after(b->ctx, u->src[w], dy);
+            if (!e) return -1;
+            u->src[w] = e;
+            any = true;
+        }
+    }
+    if (*n_seen < cap) {
+        seen[*n_seen] = u;
+        from[(*n_seen)++] = any;
+    }
+    return any;
+}
+
+/* from_gradient over the contributions node t's backward made. */
+static bool wait_for_dy(gml_backward_ctx *b, const gml_tensor *t, gml_tensor *const *before,
+                        int first_id, gml_tensor *dy) {
+    enum { CAP = 256 };
+    gml_tensor *seen[CAP];
+    bool from[CAP];
+    int n_seen = 0;
+    for (int s = 0; s < GML_MAX_SRC; s++) {
+        const int k = t->src[s] ? find(b, t->src[s]) : -1;
+        if (k >= 0 && b->grad[k] && b->grad[k] != before[s] &&
+            from_gradient(b, b->grad[k], first_id, dy, seen, from, &n_seen, CAP) < 0)
+            return false;
+    }
+    return true;
+}
+
 static gml_status run(gml_backward_ctx *b, gml_tensor *out, gml_tensor *dout,
                       gml_tensor *const *wrt, int n_wrt, gml_tensor **grads) {
     gml_context *ctx = b->ctx;
@@ -431,7 +521,12 @@ static gml_status run(gml_backward_ctx *b, gml_tensor *out, gml_tensor *dout,
         if (!def->backward) return refuse(b, t, wrt, n_wrt);
         b->node = t;
         gml_tensor *node = b->any_marked ? stand_in(b, i, b->grad[i]) : t;
-        if (!node || !def->backward(b, node, b->grad[i])) {
+        gml_tensor *before[GML_MAX_SRC];
+        for (int s = 0; s < GML_MAX_SRC; s++)
+            before[s] = t->src[s] && find(b, t->src[s]) >= 0 ? b->grad[find(b, t->src[s])] : NULL;
+        const int first_id = ctx->n_tensors;
+        if (!node || !def->backward(b, node, b->grad[i]) ||
+            !wait_for_dy(b, t, before, first_id, b->grad[i]) || !together(b, t, before)) {
             char msg[GML_ERR_MAX];
             snprintf(msg, sizeof msg, "%s", gml_last_error(ctx));
             gml_set_error(ctx, "grad: backward of %s (node '%s'): %s", gml_op_name(t->op),

@@ -251,12 +251,17 @@ typedef struct ck_graph {
     gml_graph *g;
     gml_tensor *grads[CK_L * CK_NW + 1];
     int last_forward_id;
+    int layer_end[CK_L]; /* id of each layer's output: layer l built ids (end[l-1], end[l]] */
 } ck_graph;
 
-static bool ck_graph_new(ck_graph *c, const ck_model *m, gml_attn_impl impl, int mode) {
+static bool ck_graph_new(ck_graph *c, const ck_model *m, gml_attn_impl impl, int mode,
+                         bool reversed) {
     c->ctx = gml_init((gml_init_params){.mem_size = 8 << 20, .no_alloc = true});
     gml_tensor *y = m->x, *wrt[CK_L * CK_NW + 1];
-    for (int l = 0; l < CK_L && y; l++) y = ck_layer(c->ctx, m->w[l], y, impl, mode);
+    for (int l = 0; l < CK_L && y; l++) {
+        y = ck_layer(c->ctx, m->w[l], y, impl, mode);
+        c->layer_end[l] = y ? y->id : 0;
+    }
     if (!CHECK(y, "build the layers: %s", gml_last_error(c->ctx))) return false;
     c->last_forward_id = y->id;
     for (int l = 0; l < CK_L; l++)
@@ -265,13 +270,9 @@ static bool ck_graph_new(ck_graph *c, const ck_model *m, gml_attn_impl impl, int
     if (!CHECK(gml_grad(c->ctx, y, m->dy, wrt, CK_L * CK_NW + 1, c->grads) == GML_OK, "grad: %s",
                gml_last_error(c->ctx)))
         return false;
-    /* The gradients in the order the backward makes them, the last layer's
-     * first: the graph's order is a depth-first walk from its outputs in
-     * their order, and a first output of layer 0 would have the walk make
-     * the input gradients of every layer before any weight gradient, which
-     * keeps every layer's activations alive until then. */
+    /* reversed: the last layer's gradients first (x's still last) */
     gml_tensor *outs[CK_L * CK_NW + 1];
-    for (int i = 0; i < CK_L * CK_NW; i++) outs[i] = c->grads[CK_L * CK_NW - 1 - i];
+    for (int i = 0; i < CK_L * CK_NW; i++) outs[i] = c->grads[reversed ? CK_L * CK_NW - 1 - i : i];
     outs[CK_L * CK_NW] = c->grads[CK_L * CK_NW];
     c->g = gml_build_graph(c->ctx, outs, CK_L * CK_NW + 1);
     return CHECK(c->g && gml_graph_plan(c->g, NULL) == GML_OK, "plan: %s",
@@ -287,7 +288,8 @@ static void test_checkpoint_case(const ck_model *m, gml_attn_impl impl, int mode
     const char *iname = impl == GML_ATTN_FUSED ? "fused" : "unfused";
     chk_case("checkpoint %s, %s recomputed", iname, CK_NAMES[mode]);
     ck_graph plain = {0}, ck = {0};
-    if (!ck_graph_new(&plain, m, impl, CK_NONE) || !ck_graph_new(&ck, m, impl, mode)) return;
+    if (!ck_graph_new(&plain, m, impl, CK_NONE, false) || !ck_graph_new(&ck, m, impl, mode, false))
+        return;
     /* the marked nodes are read in the forward only */
     int marked = 0, late = 0;
     for (int j = 0; j < gml_graph_n_nodes(ck.g); j++) {
@@ -334,6 +336,47 @@ static void test_checkpoint_case(const ck_model *m, gml_attn_impl impl, int mode
     ck_graph_free(&ck);
 }
 
+/* The backward passes the layers one at a time, last first, whatever the
+ * order the gradients are given to gml_build_graph in: every activation of
+ * layer l (a node built in layer l, its output excepted: the next layer's
+ * input) has its last reader before the first backward node that reads an
+ * activation of layer l - 1; so the planned peak hardly depends on that
+ * order (listing layer 0's gradients first would otherwise have the graph
+ * make every layer's input gradient before any weight gradient, each
+ * layer's activations alive until the end). */
+static void test_backward_order(const ck_model *m, gml_attn_impl impl) {
+    const char *iname = impl == GML_ATTN_FUSED ? "fused" : "unfused";
+    chk_case("backward order, %s", iname);
+    ck_graph c[2] = {{0}, {0}};
+    if (!ck_graph_new(&c[0], m, impl, CK_NONE, false) || !ck_graph_new(&c[1], m, impl, CK_NONE, true))
+        return;
+    const gml_graph *g = c[0].g;
+    int last[CK_L], first[CK_L]; /* per layer: last use of an activation, first backward read */
+    for (int l = 0; l < CK_L; l++) last[l] = -1, first[l] = gml_graph_n_nodes(g);
+    for (int j = 0; j < gml_graph_n_nodes(g); j++) {
+        const gml_tensor *t = gml_graph_node(g, j);
+        for (int s = 0; s < GML_MAX_SRC; s++) {
+            const gml_tensor *r = t->src[s] ? root_of(t->src[s]) : NULL;
+            if (!r || r->op == GML_OP_NONE || r->id > c[0].last_forward_id) continue;
+            int l = 0;
+            while (r->id > c[0].layer_end[l]) l++;
+            if (r->id == c[0].layer_end[l]) continue; /* a layer's output */
+            if (j > last[l]) last[l] = j;
+            if (!t->view_src && t->id > c[0].last_forward_id && j < first[l]) first[l] = j;
+        }
+    }
+    for (int l = 1; l < CK_L; l++)
+        CHECK(last[l] < first[l - 1], "layer %d's activations are last read at node %d, after the "
+              "backward reads layer %d's at node %d", l, last[l], l - 1, first[l - 1]);
+    const size_t p0 = gml_graph_plan_peak(c[0].g), p1 = gml_graph_plan_peak(c[1].g);
+    printf("%d LLaMA layers, %s attention: planned peak %zu bytes with the gradients listed "
+           "first layer first, %zu last layer first\n", CK_L, iname, p0, p1);
+    CHECK((double)p0 <= 1.1 * (double)p1 && (double)p1 <= 1.1 * (double)p0,
+          "planned peaks %zu and %zu: the order gradients are listed in matters", p0, p1);
+    ck_graph_free(&c[0]);
+    ck_graph_free(&c[1]);
+}
+
 static void test_checkpoint_errors(const ck_model *m) {
     chk_case("checkpoint errors");
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
@@ -365,6 +408,7 @@ int main(void) {
     for (int i = 0; i < 2; i++)
         for (int mode = CK_ATTN; mode <= CK_LAYER; mode++) test_checkpoint_case(&m, impls[i], mode);
     test_checkpoint_case(&m, GML_ATTN_FUSED, CK_LLAMA);
+    for (int i = 0; i < 2; i++) test_backward_order(&m, impls[i]);
     test_checkpoint_errors(&m);
     gml_free(m.data);
     return chk_summary();
