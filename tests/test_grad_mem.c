@@ -19,7 +19,12 @@
  *              is bitwise the one without recomputation (at 1, 2, 3, 4 and 7
  *              threads, on every ISA the CPU has); no backward node reads a
  *              marked node (they die in the forward); the planned peak drops;
- *              the public gml_llama_layer takes it too; its errors. */
+ *              the public gml_llama_layer takes it too; its errors.
+ *   order      the backward passes the layers one at a time, last first,
+ *              whichever order the gradients are given to gml_build_graph
+ *              in: each layer's activations are last read before the
+ *              backward reads the layer below's; the planned peak is about
+ *              the same for both orders. */
 #include "check.h"
 
 #include <ggmlite/attention.h>

@@ -36,6 +36,13 @@ extern "C" {
  * back to its shape by sum_to in a fixed order. So gradients are the same
  * bits at every thread count, as forward results are.
  *
+ * Memory: the graph made from the gradients computes each layer's backward
+ * as the gradient passes that layer, whatever order the gradients are given
+ * to gml_build_graph in, so that the planner frees each activation in its
+ * layer's backward; a gradient summed from several contributions is summed
+ * in place (docs/training.md, "Memory"). gml_checkpoint below trades
+ * activations for recomputation.
+ *
  * Errors (GML_ERR_INVALID, the message on ctx, grads untouched): a gradient
  * that must pass through an op with no backward, "grad: no backward for op
  * 'x' (node 'name'), needed for the gradient of 'w'"; a wrt out does not
