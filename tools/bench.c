@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train]
+ *         [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train|train_mem]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -30,7 +30,8 @@
  * them) and C3's and C5's prefill (int8). With
  * --only train (not in the default table): one training step of a GPT-2-style
  * LM (train), beside PyTorch's (tools/bench_train_torch.py) when
- * /usr/bin/python3 has torch.
+ * /usr/bin/python3 has torch; the planned memory of one LLaMA layer's
+ * training step at T=8192, fused and unfused (train_mem).
  *
  * The sections are a table (SECTIONS, what --only picks from), the
  * attention cases too (CASES: the README's C1..C5, whose dimensions the
@@ -1443,6 +1444,94 @@ static const char *blas_coretype(gml_isa isa) {
 }
 #endif
 
+/* ---- training memory -----------------------------------------------------
+ * The planned peak of one training step of one LLaMA layer (RMSNorm, GQA
+ * with rope, causal, SwiGLU; C5's heads: D 1024, H 16, G 4, F 2816), B 1:
+ * the layer's output and the gradients of its input and of every weight
+ * (L = sum(out * dy), dy an input), planned (measure_only, nothing
+ * allocated, nothing computed) with the weights, x, dy, the output and the
+ * gradients in the buffer beside the intermediates. Fused: one flash_attn
+ * and its FlashAttention-2 backward; unfused: scores, softmax and context,
+ * [B, H, T, T] each, and their backwards. The issue's target: fused at most
+ * 1/10 of unfused at T 8192. A planned number, no timing. */
+typedef struct train_peak {
+    size_t peak, naive;
+    int nodes;
+} train_peak;
+
+/* -> the plan's sizes; exits (message printed) when a build or plan fails */
+static train_peak llama_train_peak(int64_t T, gml_attn_impl impl) {
+    const int64_t B = 1, D = 1024, H = 16, G = 4, F = 2816, kd = G * (D / H);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 8 << 20, .no_alloc = true});
+    if (!ctx) exit(1);
+    gml_tensor *an = gml_new_tensor_1d(ctx, GML_F32, D), *mn = gml_new_tensor_1d(ctx, GML_F32, D);
+    const gml_attn_weights aw = {
+        .w_q = gml_new_tensor_2d(ctx, GML_F32, D, D),  .w_k = gml_new_tensor_2d(ctx, GML_F32, kd, D),
+        .w_v = gml_new_tensor_2d(ctx, GML_F32, kd, D), .w_o = gml_new_tensor_2d(ctx, GML_F32, D, D),
+    };
+    gml_tensor *wg = gml_new_tensor_2d(ctx, GML_F32, F, D), *wu = gml_new_tensor_2d(ctx, GML_F32, F, D);
+    gml_tensor *wd = gml_new_tensor_2d(ctx, GML_F32, D, F);
+    gml_tensor *x = gml_new_tensor_3d(ctx, GML_F32, B, T, D), *dy = gml_new_tensor_3d(ctx, GML_F32, B, T, D);
+    const gml_attn_config cfg = {
+        .dims = {.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT},
+        .pos = {.kind = GML_POS_ROPE, .rope = {.theta = 10000.0f}},
+        .graph = {.impl = impl},
+    };
+    /* as gml_llama_layer, the attention's graph chosen */
+    gml_tensor *h = gml_rms_norm(ctx, x, an, 1e-6f);                                 /* [B, T, D] */
+    gml_tensor *att = gml_gqa(ctx, cfg, &aw, (gml_attn_inputs){.query = h}).out;      /* [B, T, D] */
+    gml_tensor *r = att ? gml_add(ctx, x, att) : NULL;
+    gml_tensor *n = gml_rms_norm(ctx, r, mn, 1e-6f);
+    gml_tensor *m = gml_mul(ctx, gml_silu(ctx, gml_linear(ctx, n, wg, NULL)),
+                            gml_linear(ctx, n, wu, NULL));                            /* [B, T, F] */
+    gml_tensor *y = gml_add(ctx, r, gml_linear(ctx, m, wd, NULL));                    /* [B, T, D] */
+    gml_tensor *wrt[] = {an, aw.w_q, aw.w_k, aw.w_v, aw.w_o, mn, wg, wu, wd, x}, *outs[11];
+    enum { N_WRT = sizeof wrt / sizeof *wrt };
+    gml_graph *g = NULL;
+    if (y && gml_grad(ctx, y, dy, wrt, N_WRT, outs + 1) == GML_OK) {
+        outs[0] = y;
+        g = gml_build_graph(ctx, outs, N_WRT + 1);
+    }
+    if (!g || gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) != GML_OK) {
+        fprintf(stderr, "bench: LLaMA layer training step, T=%lld: %s\n", (long long)T,
+                g ? gml_graph_error(g) : gml_last_error(ctx));
+        exit(1);
+    }
+    const train_peak p = {gml_graph_plan_peak(g), gml_graph_plan_naive(g), gml_graph_n_nodes(g)};
+    gml_graph_free(g);
+    gml_free(ctx);
+    return p;
+}
+
+/* The section's table at the sequence lengths T[0..n-1]. */
+static void print_train_peaks(const int64_t *T, int n) {
+    printf("\ntraining step memory, planned (one LLaMA layer: D=1024 H=16 G=4 F=2816 B=1, "
+           "causal, rope; output and the gradients of x and every weight; measure_only)\n");
+    printf("%-8s %-8s %6s %14s %14s %14s\n", "T", "graph", "nodes", "planned MiB",
+           "unplanned MiB", "fused/unfused");
+    const double mib = 1024.0 * 1024.0;
+    for (int i = 0; i < n; i++) {
+        train_peak p[2];
+        for (int fused = 0; fused < 2; fused++) {
+            p[fused] = llama_train_peak(T[i], fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED);
+            char ratio[32] = "";
+            if (fused)
+                snprintf(ratio, sizeof ratio, "1/%.1f%s", (double)p[0].peak / (double)p[1].peak,
+                         10 * p[1].peak <= p[0].peak ? "" : " (target 1/10)");
+            printf("%-8lld %-8s %6d %14.1f %14.1f %14s\n", (long long)T[i],
+                   fused ? "fused" : "unfused", p[fused].nodes, (double)p[fused].peak / mib,
+                   (double)p[fused].naive / mib, ratio);
+        }
+    }
+    fflush(stdout);
+}
+
+static void bench_train_mem(const opts *o) {
+    (void)o;
+    print_train_peaks((const int64_t[]){8192}, 1);
+}
+
 static void print_machine(const opts *o) {
     char model[256] = "unknown CPU";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -1494,12 +1583,13 @@ static const struct section {
     {"decode_types", bench_decode_types, true},
     {"int8", bench_int8, true},
     {"train", bench_train, false},
+    {"train_mem", bench_train_mem, true},
 };
 #define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train|train_mem] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }
