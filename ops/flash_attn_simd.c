@@ -622,6 +622,7 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
     return gml_flash_finish(a, tile, sum, mx, ot, SAFE);
 }
 
+#if !defined(GML_SIMD_BF16) /* the f32 variants (the bf16 objects: flash_bf16 below) */
 /* A lane whose output came out NaN or inf though its sum is finite: a v
  * row with NaN or inf, hidden (0 * NaN) or not. The block is computed again
  * with those rows skipped and the lanes that see them NaN: the others get
@@ -636,6 +637,7 @@ static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const i
     if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, false, false))
         flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, false, false);
 }
+#endif
 
 /* ---- the register tiles, per ISA ---------------------------------------------
  * flash(a, NV, MRK, MR, KB, BMAX_MEM): NV vectors of query rows, MRK keys a
