@@ -91,9 +91,10 @@ static gml_cvt_ukernel *kv_cvt(gml_isa isa, const gml_tensor *t) {
     return gml_cvt_to_f32(isa, t->type, &name);
 }
 
-/* Floats of the typed K and V block buffers. */
+/* Floats of the typed K and V block buffers (compute bf16: every K and V,
+ * rounded as they are converted). */
 static size_t kv_block_floats(const gml_tensor *dst) {
-    if (!kv_typed(dst)) return 0;
+    if (!kv_typed(dst) && gml_flash_compute(dst) != GML_COMPUTE_BF16) return 0;
     return gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->src[0]->ne[3],
                         GML_ALIGN / sizeof(float)) +
            gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dst->src[2]->ne[3],
@@ -103,25 +104,32 @@ static size_t kv_block_floats(const gml_tensor *dst) {
 /* Per lane: n_keys, first_key, slope, qpos, sink, the mask and out rows. */
 #define LANE_BYTES (2 * sizeof(int32_t) + 3 * sizeof(float) + 2 * sizeof(void *))
 
-/* Per thread: q^T, the variant's scratch, the lane tables and the packed K
- * and V blocks (when packed); 64-byte aligned pieces. */
+/* Per thread: q^T, the variant's scratch, the lane tables, the packed K
+ * and V blocks (when packed) and the bf16 pairs (compute bf16); 64-byte
+ * aligned pieces. */
 static size_t fast_work_bytes(const gml_tensor *dst) {
     const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->src[2]->ne[3];
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
            gml_align_up(tile * LANE_BYTES, GML_ALIGN) +
            (packed_floats(dst->src[1]) + packed_floats(dst->src[2]) + kv_block_floats(dst)) *
-               sizeof(float);
+               sizeof(float) +
+           gml_align_up(gml_flash_bf16_pair_words(dst, tile) * sizeof(uint32_t), GML_ALIGN) +
+           (gml_flash_compute(dst) == GML_COMPUTE_BF16
+                ? gml_align_up(gml_flash_bf16_head_words(dst) * sizeof(uint32_t), GML_ALIGN)
+                : 0);
 }
 
 typedef struct flash_variant {
     gml_f32_flash_ukernel *fn;
     size_t tile;
     const char *name, *packed_name, *typed_name; /* K or V packed; f16/bf16 K or V */
+    const char *chain_name;                      /* compute bf16 on this ISA */
 } flash_variant;
 
-#define FLASH_ENTRY(isa, fn, tile) \
-    {fn, tile, #fn, #fn " (K/V rows packed)", #fn " (f16/bf16 K/V converted per key block)"},
+#define FLASH_ENTRY(isa, fn, tile)                                                        \
+    {fn, tile, #fn, #fn " (K/V rows packed)", #fn " (f16/bf16 K/V converted per key block)", \
+     #fn " (compute bf16, chain: bf16 operands, f32 products)"},
 static flash_variant pick_variant(gml_isa isa, bool few) {
     static const flash_variant wide[] = {GML_F32_FLASH_UKERNELS(FLASH_ENTRY)};
     static const flash_variant narrow[] = {GML_F32_FLASH_FEW_UKERNELS(FLASH_ENTRY)};
@@ -150,10 +158,26 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     const float scale = par.scale;
     const int64_t B = dst->ne[0], H = dst->ne[1], Tq = dst->ne[2], dv = v->ne[3], Tk = k->ne[2];
     const int64_t G = k->ne[1], dk = q->ne[3], r = H / G, rows = r * Tq;
-    const flash_variant var = pick_variant(p->isa, rows <= (int64_t)pick_variant(p->isa, true).tile);
+    flash_variant var = pick_variant(p->isa, rows <= (int64_t)pick_variant(p->isa, true).tile);
+    /* compute bf16 (ops/flash_attn_bf16.c): K and V always through the
+     * converting path, rounded; q^T rounded; each weight rounded by the
+     * variant (round_p); VDPBF16PS's variants where the CPU has them */
+    const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
+    gml_flash_bf16_variant bv;
+    bool head = false; /* K and V of each (b, g) in pairs, for the VDPBF16PS variants */
+    if (bf16 && gml_flash_bf16_pick(p->isa, rows, &bv)) {
+        var.fn = bv.fn;
+        var.tile = bv.tile;
+        var.chain_name = bv.name;
+        head = gml_flash_bf16_head_words(dst) > 0;
+    }
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
-    const bool pack_k = !rows_dense(k), pack_v = !rows_dense(v), typed = kv_typed(dst);
-    gml_kernel_note(p, typed ? var.typed_name : pack_k || pack_v ? var.packed_name : var.name);
+    const bool pack_k = !bf16 && !rows_dense(k), pack_v = !bf16 && !rows_dense(v);
+    const bool typed = kv_typed(dst) || bf16;
+    gml_kernel_note(p, bf16    ? var.chain_name
+                       : typed ? var.typed_name
+                       : pack_k || pack_v ? var.packed_name
+                                          : var.name);
 
     char *w = (char *)p->wdata + (size_t)p->ith * fast_work_bytes(dst);
     float *qt = (float *)w;
@@ -167,9 +191,15 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     w += gml_align_up((size_t)tile * LANE_BYTES, GML_ALIGN);
     float *k_packed = (float *)w, *v_packed = k_packed + packed_floats(k);
     float *k_block = v_packed + packed_floats(v);
+    uint32_t *pairs = bf16 ? (uint32_t *)(void *)(k_block + kv_block_floats(dst)) : NULL;
+    uint32_t *head_words =
+        pairs ? pairs + gml_align_up(gml_flash_bf16_pair_words(dst, 32), GML_ALIGN / sizeof(uint32_t))
+              : NULL;
     gml_flash_kv kv = {.k_row = k->nb[2], .v_row = v->nb[2], .k_el = k->nb[3], .v_el = v->nb[3],
                        .k_type = k->type, .v_type = v->type, .cvt_k = kv_cvt(p->isa, k),
                        .cvt_v = kv_cvt(p->isa, v), .kbuf = k_block,
+                       .to_bf16 = bf16 ? gml_cvt_from_f32(p->isa, GML_BF16, NULL) : NULL,
+                       .from_bf16 = bf16 ? gml_cvt_to_f32(p->isa, GML_BF16, NULL) : NULL,
                        .vbuf = k_block + gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dk,
                                                       GML_ALIGN / sizeof(float))};
 
@@ -182,7 +212,9 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         .first_key = par.window > 0 ? first_key : NULL, .softcap = par.softcap,
                         .slope = par.alibi > 0 ? slope : NULL, .qpos = qpos,
                         .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL,
-                        .lse = dst->op == GML_OP_FLASH_ATTN_LSE};
+                        .lse = dst->op == GML_OP_FLASH_ATTN_LSE, .round_p = bf16,
+                        .pairs = pairs, .kpairs = head ? head_words : NULL,
+                        .vpairs = head ? head_words + k->ne[2] * ((dk + 1) / 2) : NULL};
     /* q rows of contiguous floats, 4-byte aligned: transposed in runs */
     const bool q_runs = (q->ne[3] == 1 || q->nb[3] == sizeof(float)) &&
                         (uintptr_t)q->data % sizeof(float) == 0 &&
@@ -202,14 +234,15 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
      * holds its output rows, mostly cache misses (perf: gml_chunk_next's
      * share of flash_attn, B=4 T=256 H=8, was 3.3%). */
     const int64_t per_task =
-        (pack_k || pack_v) && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
+        (pack_k || pack_v || head) && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
     for (int64_t task = gml_chunk_next(p), next = 0, blk = task * per_task; blk < B * G * blocks;
          blk = (blk + 1) % per_task ? blk + 1 : (task = next) * per_task) {
         const int64_t b = blk / (G * blocks), g = blk / blocks % G, row0 = blk % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
-        if ((pack_k || pack_v) && packed_bg != b * G + g) {
+        if ((pack_k || pack_v || head) && packed_bg != b * G + g) {
             if (pack_k) pack_rows(k, b, g, k_packed);
             if (pack_v) pack_rows(v, b, g, v_packed);
+            if (head) gml_flash_bf16_pack_head(p->isa, dst, b, g, head_words);
             packed_bg = b * G + g;
         }
         if (typed) { /* rows converted per key block (gml_flash_kv_rows) */
@@ -279,6 +312,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
             out_rows[l] = (float *)(void *)gml_ptr(dst, b, h, i, 0);
         }
         a.key0 = par.window > 0 ? (size_t)key0 : 0;
+        if (bf16) gml_flash_bf16_round_q(qt, (size_t)dk, (size_t)tile, a.nq);
         if ((blk + 1) % per_task == 0) next = gml_chunk_next(p); /* its task's last block */
         var.fn(&a);
     }
@@ -380,10 +414,15 @@ static gml_tensor *flash_node(gml_context *ctx, gml_op op, gml_tensor *q, gml_te
         t->nb[2] = t->nb[1] * (size_t)H;
         t->nb[0] = t->nb[2] * (size_t)Tq;
     }
+    /* a context's default compute bf16 reaches flash_attn (not the
+     * training pair: flash_attn_lse stays f32; int8 is for matmuls) */
+    const int32_t compute = op == GML_OP_FLASH_ATTN && ctx->compute == GML_COMPUTE_BF16
+                                ? GML_COMPUTE_BF16 : GML_COMPUTE_F32;
     gml_set_params(t,
-                   &(gml_attn_params){scale, (int32_t)o->causal, o->window, o->softcap,
-                                      o->alibi_max_bias},
-                   sizeof(gml_attn_params));
+                   &(gml_flash_params){{scale, (int32_t)o->causal, o->window, o->softcap,
+                                        o->alibi_max_bias},
+                                       compute, 0},
+                   sizeof(gml_flash_params));
     return t;
 }
 
@@ -429,8 +468,12 @@ static gml_tensor *build_flash(gml_context *ctx, const gml_arg *v, gml_op op) {
                              .sinks = GIVEN(8, t), .window = GIVEN(9, i),
                              .softcap = GIVEN(10, f), .alibi_max_bias = GIVEN(11, f)};
 #undef GIVEN
-    return flash_node(ctx, op, v[0].t, v[1].t, v[2].t, scale, &o,
-                      op == GML_OP_FLASH_ATTN_LSE ? 2 : 0);
+    gml_tensor *t = flash_node(ctx, op, v[0].t, v[1].t, v[2].t, scale, &o,
+                               op == GML_OP_FLASH_ATTN_LSE ? 2 : 0);
+    if (t && op == GML_OP_FLASH_ATTN && v[12].given &&
+        gml_flash_attn_set_compute(ctx, t, (gml_compute)v[12].i) != GML_OK)
+        return NULL;
+    return t;
 }
 static gml_tensor *build_flash_attn(gml_context *ctx, const gml_arg *v) {
     return build_flash(ctx, v, GML_OP_FLASH_ATTN);
@@ -450,6 +493,11 @@ static void flash_attn_args(const gml_tensor *t, gml_arg *v) {
     v[10].f = p.softcap;
     v[11].f = p.alibi;
 }
+static void flash_attn_compute_args(const gml_tensor *t, gml_arg *v) {
+    flash_attn_args(t, v);
+    v[12].i = gml_flash_compute(t);
+}
+static const char *const compute_names[] = {"f32", "bf16", "int8", NULL};
 
 /* ---- backward (gml_grad) --------------------------------------------------
  * flash_attn_back from the node's sources and options: dQ, dK, dV (summed
@@ -463,6 +511,10 @@ static bool flash_backward_from(gml_backward_ctx *b, gml_tensor *node, gml_tenso
                                 gml_tensor *dout) {
     gml_context *ctx = gml_backward_context(b);
     gml_tensor *mask = node->src[SRC_MASK], *sinks = node->src[SRC_SINKS];
+    if (gml_flash_compute(node) == GML_COMPUTE_BF16)
+        return gml_backward_fail(b, "flash_attn computes in bf16, whose backward is not "
+                                 "implemented; build it with f32 compute (gml_set_compute(ctx, "
+                                 "node, GML_COMPUTE_F32), or no bf16 default on the context)");
     if (mask && gml_backward_needs(b, mask))
         return gml_backward_fail(b, "no gradient flows to the mask '%s' (an additive input "
                                  "held constant); make it a leaf no gradient is asked for",
@@ -509,16 +561,17 @@ const gml_op_def gml_opdef_flash_attn = {
              GML_OPT_ENUM("causal", "false", gml_causal_names),
              GML_OPT("positions", OPT_TENSOR, "none"), GML_OPT("sinks", OPT_TENSOR, "none"),
              GML_OPT_Z("window", INT), GML_OPT_Z("softcap", FLOAT),
-             GML_OPT_Z("alibi", FLOAT)),
+             GML_OPT_Z("alibi", FLOAT), GML_OPT_ENUM_Z("compute", "f32", compute_names)),
     .build = build_flash_attn,
-    .get_args = flash_attn_args,
+    .get_args = flash_attn_compute_args,
     .doc_args = "q `[B, H, Tq, d_k]`, k `[B, G, Tk, d_k]`, v `[B, G, Tk, d_v]` (G divides H; k, "
                 "v f32, f16 or bf16, converted per key block); "
                 "mask as softmax's; valid_lens i32 `[B]` or `[B, Tq]`; causal false, true "
                 "(= bottom_right: query i at i + Tk - Tq) or top_left (at i); positions i32 "
                 "`[B, Tq]` (each query's i', instead); sinks f32 `[H]`; window W: key j seen iff "
                 "0 <= i' - j < W (implies causal); softcap c: s -> c tanh(s/c); alibi: max bias "
-                "(slopes as ggml's)",
+                "(slopes as ggml's); compute f32 or bf16 (q, k, v and the weights rounded to bf16, "
+                "statistics and output f32; docs/numerics.md)",
     .doc_result = "`[B, H, Tq, d_v]`: softmax(q k^T * scale (capped) + masks + alibi, sink in "
                   "the denominator) v in one op (online "
                   "softmax, no scores); query head h reads kv head h / (H/G); stored as "

@@ -53,6 +53,26 @@ static inline const char *fast_refusal(const gml_tensor *dst) {
     return NULL;
 }
 
+/* flash_attn's params: the options, then its compute precision
+ * (gml_compute; 0, f32, unless set: a graph without it keeps its digest).
+ * bf16 (ops/flash_attn_bf16.c, docs/numerics.md "bf16 compute"): q (scaled),
+ * k and v rounded to bf16, each p = exp(s - m) rounded to bf16 before it
+ * weighs v and joins the sum, the statistics and the output f32. */
+typedef struct gml_flash_params {
+    gml_attn_params attn;
+    int32_t compute;
+    int32_t unused; /* 0 (no padding in params) */
+} gml_flash_params;
+GML_PARAMS_FIT(gml_flash_params);
+
+/* The compute precision of a flash_attn node (f32 for the other flash ops). */
+static inline gml_compute gml_flash_compute(const gml_tensor *dst) {
+    if (dst->op != GML_OP_FLASH_ATTN) return GML_COMPUTE_F32;
+    gml_flash_params fp;
+    gml_get_params(dst, &fp, sizeof fp);
+    return (gml_compute)fp.compute;
+}
+
 /* flash_attn_partial's params: flash_attn's, then the absolute position of
  * its first key. */
 typedef struct gml_partial_params {
@@ -72,11 +92,14 @@ static inline int64_t key0_of(const gml_tensor *dst) {
  * path whatever its rows: the decode kernels keep no lse. */
 static inline bool dec_eligible(const gml_tensor *dst) {
     if (dst->op == GML_OP_FLASH_ATTN_LSE) return false;
+    if (gml_flash_compute(dst) == GML_COMPUTE_BF16) return false; /* the decode kernels are f32 */
     return is_partial(dst) || (dst->ne[1] / dst->src[1]->ne[1]) * dst->ne[2] <= GML_FLASH_DEC_MAX_ROWS;
 }
 
-/* The reference kernels (ops/flash_attn_ref.c). */
+/* The reference kernels (ops/flash_attn_ref.c; compute bf16:
+ * ops/flash_attn_bf16_ref.c). */
 void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst);
+void gml_bf16_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst);
 void gml_f32_flash_partial__ref(const gml_compute_params *p, gml_tensor *dst);
 
 /* The decoding path (ops/flash_attn_dec.c): its scratch per thread and
@@ -91,6 +114,34 @@ void gml_flash_dec_forward(const gml_compute_params *p, gml_tensor *dst);
  * + c * el) as f32 rows of d floats into buf (ops/flash_common.c). */
 void gml_flash_kv_load_rows(const char *base, size_t row, size_t el, gml_type type,
                             gml_cvt_ukernel *cvt, size_t j0, size_t n, size_t d, float *buf);
+
+/* Compute bf16 (ops/flash_attn_bf16.c): gml_set_compute's check of a
+ * flash_attn node (NULL: it can take c; else why not); the pair words of
+ * the fast kernel's scratch per thread (0 for f32 compute); the VDPBF16PS
+ * variant for rows query rows of a kv head (false: the plan's ISA is not
+ * AVX-512 or the CPU lacks AVX512_BF16, and the f32 variants run on the
+ * rounded operands). */
+const char *gml_flash_bf16_refusal(const gml_tensor *node, gml_compute c);
+size_t gml_flash_bf16_pair_words(const gml_tensor *dst, size_t tile);
+typedef struct gml_flash_bf16_variant {
+    gml_f32_flash_ukernel *fn;
+    size_t tile;
+    const char *name;
+} gml_flash_bf16_variant;
+bool gml_flash_bf16_pick(gml_isa isa, int64_t rows, gml_flash_bf16_variant *out);
+/* The VDPBF16PS variants' K and V of one (batch, kv head): the words of
+ * scratch (0: more than GML_FLASH_BF16_HEAD_MAX_BYTES, and each key block
+ * is packed as it comes), and the packing into them: K in pairs of d
+ * [Tk][ceil(dk / 2)], then V in pairs of keys [ceil(Tk / 2)][dv]
+ * (gml_flash_args.kpairs, vpairs), rounded as gml_fp32_to_bf16. */
+#define GML_FLASH_BF16_HEAD_MAX_BYTES ((size_t)16 << 20)
+size_t gml_flash_bf16_head_words(const gml_tensor *dst);
+void gml_flash_bf16_pack_head(gml_isa isa, const gml_tensor *dst, int64_t b, int64_t g,
+                              uint32_t *words);
+/* Lanes l < nq of q^T [dk][tile] rounded to bf16 values. */
+void gml_flash_bf16_round_q(float *qt, size_t dk, size_t tile, size_t nq);
+/* gml_set_compute on a flash_attn node (ops/matmul.c hands it over). */
+gml_status gml_flash_attn_set_compute(gml_context *ctx, gml_tensor *node, gml_compute c);
 
 /* The builders' checks of flash_attn and flash_attn_partial
  * (ops/flash_attn.c). */

@@ -27,6 +27,10 @@ static double kv_at(const gml_tensor *t, const char *row, int64_t d) {
  * outside [lo, hi) (causal, window, lengths) never read; the sink joins the
  * max and the sum at the end. */
 void gml_f32_flash_attn__ref(const gml_compute_params *p, gml_tensor *dst) {
+    if (gml_flash_compute(dst) == GML_COMPUTE_BF16) { /* ops/flash_attn_bf16_ref.c */
+        gml_bf16_flash_attn__ref(p, dst);
+        return;
+    }
     const gml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const gml_attn_params par = params_of(dst);
     const double scale = par.scale, cap = par.softcap;

@@ -56,8 +56,10 @@ static void flash_block_scalar(const gml_flash_args *a, size_t tile) {
             const float alpha = expf_nosub(m[l] - base);
             float bsum = 0;
             for (size_t j = 0; j < nk; j++) {
-                s[j * tile + l] = expf_nosub(s[j * tile + l] - base);
-                bsum += s[j * tile + l];
+                float e = expf_nosub(s[j * tile + l] - base);
+                if (a->round_p) e = gml_bf16_to_fp32(gml_fp32_to_bf16(e)); /* compute bf16 */
+                s[j * tile + l] = e;
+                bsum += e;
             }
             sum[l] = sum[l] * alpha + bsum;
             if (alpha != 1.0f)

@@ -16,13 +16,21 @@
  *   values   ot[c][l] += sum_j v[j][c] p[j][l]      (MR output columns x NV
  *            vectors; v broadcast from its rows in place)
  *
- * then out[l][c] = ot[c][l] / l[l]. */
+ * then out[l][c] = ot[c][l] / l[l].
+ *
+ * Compute bf16 (ops/flash_attn_bf16.c): every variant rounds each p[j] to
+ * bf16 (round_p; its operands come rounded), and compiled once more for
+ * AVX-512 with AVX512_BF16 (GML_SIMD_BF16) this file gives the bf16
+ * variants, whose two products are VDPBF16PS on pairs of bf16: scores over
+ * pairs of d (q^T and each K block packed so), values over pairs of keys
+ * (each V block and the weights packed so). */
 #include "simd/simd.h"
 #include "simd/vmath.h"
 #include "ukernels.h"
 
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #define NV_MAX 4  /* vectors of query rows */
 #define MR_MAX 16 /* keys or columns of a register tile */
@@ -250,11 +258,187 @@ static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l,
     return true;
 }
 
+#if defined(GML_SIMD_BF16)
+/* ---- the pairs (compute bf16 with VDPBF16PS) ---------------------------------
+ * Operands hold bf16 values as floats (low 16 bits 0): a pair is the two
+ * top halves, the even element low (gml_vf_pack_bf16_pairs). */
+
+static inline uint32_t pair_of(float lo, float hi) {
+    uint32_t a, b;
+    memcpy(&a, &lo, 4);
+    memcpy(&b, &hi, 4);
+    return a >> 16 | (b & 0xffff0000u);
+}
+
+/* q^T [dk][tile] -> qp [ceil(dk / 2)][tile] (pairs of d; an odd dk's last
+ * pair has 0 above) */
+static GML_SIMD_INLINE void pack_q_pairs(const gml_flash_args *a, size_t tile, uint32_t *qp) {
+    const size_t dk = a->dk;
+    for (size_t d = 0; d < dk; d += 2)
+        for (size_t l = 0; l < tile; l += GML_VL) {
+            const gml_vf lo = gml_vf_loada(a->qt + d * tile + l);
+            const gml_vf hi = d + 1 < dk ? gml_vf_loada(a->qt + (d + 1) * tile + l) : gml_vf_zero();
+            gml_vi_store((int32_t *)(void *)(qp + d / 2 * tile + l), gml_vf_pack_bf16_pairs(lo, hi));
+        }
+}
+
+/* rows j < nk of a K block -> kp [nk][ceil(dk / 2)] (pairs of d) */
+static GML_SIMD_INLINE void pack_k_pairs(const gml_flash_args *a, const float *kb, size_t nk,
+                                         uint32_t *kp) {
+    const size_t dk = a->dk, dkp = (dk + 1) / 2;
+    for (size_t j = 0; j < nk; j++) {
+        const float *kr = kb + j * a->ldk;
+        uint32_t *o = kp + j * dkp;
+        for (size_t d = 0; d + 1 < dk; d += 2) o[d / 2] = pair_of(kr[d], kr[d + 1]);
+        if (dk % 2) o[dkp - 1] = pair_of(kr[dk - 1], 0.0f);
+    }
+}
+
+/* rows j < nk of a V block -> vp [ceil(nk / 2)][dv] (pairs of keys; the
+ * partner of an odd nk's last key, and rows skip marks, 0) */
+static GML_SIMD_INLINE void pack_v_pairs(const gml_flash_args *a, const float *vb, size_t nk,
+                                         const uint8_t *skip, uint32_t *vp) {
+    const size_t dv = a->dv;
+    for (size_t j = 0; j < nk; j += 2) {
+        const bool z0 = skip && skip[j], z1 = j + 1 >= nk || (skip && skip[j + 1]);
+        const float *r0 = vb + j * a->ldv, *r1 = vb + (j + 1) * a->ldv;
+        uint32_t *o = vp + j / 2 * dv;
+        for (size_t c = 0; c < dv; c += GML_VL) {
+            const gml_vm m = gml_vm_first_i((int)GML_MIN((size_t)GML_VL, dv - c));
+            const gml_vf lo = z0 ? gml_vf_zero() : gml_vf_load_m(r0 + c, m);
+            const gml_vf hi = z1 ? gml_vf_zero() : gml_vf_load_m(r1 + c, m);
+            gml_vf_store_m((float *)(void *)(o + c), m,
+                           gml_vi_as_vf(gml_vf_pack_bf16_pairs(lo, hi)));
+        }
+    }
+}
+
+/* weights p[j][.], j < nk -> pp [ceil(nk / 2)][tile] (pairs of keys) */
+static GML_SIMD_INLINE void pack_p_pairs(const float *p, size_t nk, size_t tile, uint32_t *pp) {
+    for (size_t j = 0; j < nk; j += 2)
+        for (size_t l = 0; l < tile; l += GML_VL) {
+            const gml_vf lo = gml_vf_loada(p + j * tile + l);
+            const gml_vf hi = j + 1 < nk ? gml_vf_loada(p + (j + 1) * tile + l) : gml_vf_zero();
+            gml_vi_store((int32_t *)(void *)(pp + j / 2 * tile + l), gml_vf_pack_bf16_pairs(lo, hi));
+        }
+}
+
+/* scores() in pairs of d: s[j][.] = the VDPBF16PS chain over the pairs of
+ * kp's row j and qp, rows past nk read as row nk - 1 */
+static GML_SIMD_INLINE bool scores_bf16(const gml_flash_args *a, const uint32_t *kp,
+                                        const uint32_t *qp, size_t nk, size_t nkp, float *s,
+                                        gml_vf *bmax, const int NV, const int MR,
+                                        const bool BMAX_MEM) {
+    const size_t tile = GML_VL * (size_t)NV, dkp = (a->dk + 1) / 2;
+    const gml_vf big = gml_vf_set1(0x1p102f);
+    _Alignas(64) float bm[NV_MAX * GML_VL];
+    gml_vm rare = gml_vm_first(0);
+    for (int v = 0; v < NV; v++) {
+        bmax[v] = gml_vf_set1(-INFINITY);
+        if (BMAX_MEM) gml_vf_storea(bm + GML_VL * v, bmax[v]);
+    }
+    for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
+        const uint32_t *kr[MR_MAX];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) kr[r] = kp + GML_MIN(jt + (size_t)r, nk - 1) * dkp;
+        gml_vf acc[MR_MAX][NV_MAX];
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_zero();
+#pragma GCC unroll 2
+        for (size_t d = 0; d < dkp; d++) {
+            gml_vi b[NV_MAX];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                b[v] = gml_vi_load((const int32_t *)(const void *)(qp + d * tile + GML_VL * (size_t)v));
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; r++) {
+                const gml_vi x = gml_vi_set1((int32_t)kr[r][d]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_dot_bf16(acc[r][v], x, b[v]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                rare = gml_vm_or(rare, gml_vm_not(gml_vf_lt(gml_vf_abs(acc[r][v]), big)));
+                gml_vf_storea(s + (jt + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
+                if (jt + (size_t)r >= nk) continue;
+                if (BMAX_MEM)
+                    gml_vf_storea(bm + GML_VL * v,
+                                  gml_vf_max(acc[r][v], gml_vf_loada(bm + GML_VL * v)));
+                else
+                    bmax[v] = gml_vf_max(acc[r][v], bmax[v]);
+            }
+    }
+    if (BMAX_MEM)
+        for (int v = 0; v < NV; v++) bmax[v] = gml_vf_loada(bm + GML_VL * v);
+    return gml_vm_any(rare);
+}
+
+/* values_group() in pairs of keys: ot[c][.] (alpha) + the VDPBF16PS chain
+ * over the pairs of vp's column c and pp, c in [ct, ct + MR) (past dv:
+ * column dv - 1, into padding rows of ot) */
+static GML_SIMD_INLINE void values_group_bf16(const gml_flash_args *a, const uint32_t *vp,
+                                              size_t nkh, size_t ct, const uint32_t *pp, float *ot,
+                                              const gml_vf *alpha, const int NV, const int MR) {
+    const size_t tile = GML_VL * (size_t)NV, dv = a->dv;
+    size_t off[MR_MAX];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
+    gml_vf acc[MR_MAX][NV_MAX];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            acc[r][v] = gml_vf_loada(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v);
+            if (alpha) acc[r][v] = gml_vf_mul(acc[r][v], alpha[v]);
+        }
+    for (size_t i = 0; i < nkh; i++) {
+        const uint32_t *vr = vp + i * dv;
+        gml_vi w[NV_MAX];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            w[v] = gml_vi_load((const int32_t *)(const void *)(pp + i * tile + GML_VL * (size_t)v));
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++) {
+            const gml_vi x = gml_vi_set1((int32_t)vr[off[r]]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_dot_bf16(acc[r][v], x, w[v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            gml_vf_storea(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
+}
+
+/* values() in pairs of keys: the column groups as values() makes them */
+static GML_SIMD_INLINE void values_bf16(const gml_flash_args *a, const uint32_t *vp, size_t nkh,
+                                        const uint32_t *pp, float *ot, const gml_vf *alpha,
+                                        const int NV, const int MR) {
+    const size_t dv = a->dv;
+    size_t ct = 0;
+    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
+        values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, MR);
+    if (ct == dv) return;
+    if (dv - ct <= GML_VL / 4) values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, GML_VL / 4);
+    else if (dv - ct <= GML_VL / 2 && MR > GML_VL / 2)
+        values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, GML_VL / 2);
+    else values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, MR);
+}
+#endif /* GML_SIMD_BF16 */
+
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
- * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys. */
+ * time, key blocks of KB <= GML_FLASH_MAX_KEY_BLOCK keys; RP: each weight
+ * rounded to bf16 (compute bf16), BF: both products in pairs of bf16
+ * (VDPBF16PS; GML_SIMD_BF16 objects only, RP with it). */
 static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
                                         const int MR, const int KB, const bool BMAX_MEM,
-                                        const bool SAFE) {
+                                        const bool SAFE, const bool RP, const bool BF) {
     const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
     const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
@@ -275,14 +459,39 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
         nmin = GML_MIN(nmin, a->n_keys[i]);
     }
     for (size_t i = 0; i < dvp * tile; i += GML_VL) gml_vf_storea(ot + i, zero);
+#if defined(GML_SIMD_BF16)
+    /* the pairs: q^T once, then each block's K, V and weights */
+    const size_t dkp = (a->dk + 1) / 2;
+    uint32_t *qp = a->pairs, *kp = qp + dkp * tile, *vp = kp + (size_t)GML_FLASH_MAX_KEY_BLOCK * dkp;
+    uint32_t *pp = vp + (size_t)GML_FLASH_MAX_KEY_BLOCK / 2 * dv;
+    if (BF) pack_q_pairs(a, tile, qp);
+    /* the head's K and V in pairs (a->kpairs): blocks from an even key, so
+     * that a block's pairs of keys are the head's (a key before every
+     * lane's first weighs 0) */
+    const bool head = BF && a->kpairs;
+    const size_t jstart = head ? a->key0 & ~(size_t)1 : a->key0;
+#else
+    (void)BF;
+    const size_t jstart = a->key0;
+#endif
 
-    for (size_t j0 = a->key0; j0 < (size_t)nmax; j0 += (size_t)KB) {
+    for (size_t j0 = jstart; j0 < (size_t)nmax; j0 += (size_t)KB) {
         const size_t nk = GML_MIN((size_t)KB, (size_t)nmax - j0);
-        const float *kb, *vb; /* rows j0 .. j0 + nk - 1, converted when typed */
-        gml_flash_kv_rows(a, j0, nk, &kb, &vb);
+        const float *kb = NULL, *vb = NULL; /* rows j0 .. j0 + nk - 1, converted when typed */
+#if defined(GML_SIMD_BF16)
+        if (!head)
+#endif
+            gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
         gml_vf smax[NV_MAX];
+#if defined(GML_SIMD_BF16)
+        const uint32_t *kpb = head ? a->kpairs + j0 * dkp : kp;
+        if (BF && !head) pack_k_pairs(a, kb, nk, kp);
+        const bool rare = BF ? scores_bf16(a, kpb, qp, nk, nkp, s, smax, NV, MRK, BMAX_MEM)
+                             : scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK, BMAX_MEM);
+#else
         const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK, BMAX_MEM);
+#endif
         /* smax holds the block's max unless something below changes scores */
         const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
                            j0 + nk <= (size_t)nmin;
@@ -322,10 +531,21 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
 
         if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
             for (size_t j = 0; j < nk; j++) {
-                const float *vr = vb + j * a->ldv;
-                float z = 0;
-                for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
-                skip[j] = z != z;
+#if defined(GML_SIMD_BF16)
+                if (head) { /* from the pairs: a bf16 exponent of all ones */
+                    const uint32_t *pr = a->vpairs + (j0 + j) / 2 * dv;
+                    const unsigned sh = (unsigned)((j0 + j) % 2) * 16;
+                    bool bad = false;
+                    for (size_t c = 0; c < dv; c++) bad |= (pr[c] >> sh & 0x7f80u) == 0x7f80u;
+                    skip[j] = bad;
+                } else
+#endif
+                {
+                    const float *vr = vb + j * a->ldv;
+                    float z = 0;
+                    for (size_t c = 0; c < dv; c++) z += vr[c] * 0.0f; /* NaN iff one is not finite */
+                    skip[j] = z != z;
+                }
                 if (skip[j])
                     for (int v = 0; v < NV; v++) {
                         const gml_vf sj = gml_vf_loada(s + j * tile + GML_VL * (size_t)v);
@@ -359,7 +579,8 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
             gml_vf acc = zero;
             for (size_t j = 0; j < nk; j++) {
                 float *sj = s + j * tile + GML_VL * (size_t)v;
-                const gml_vf e = vexp_nonpos(gml_vf_sub(gml_vf_loada(sj), base[v]));
+                gml_vf e = vexp_nonpos(gml_vf_sub(gml_vf_loada(sj), base[v]));
+                if (RP) e = gml_vf_round_bf16(e); /* compute bf16: p rounded before use */
                 gml_vf_storea(sj, e);
                 acc = gml_vf_add(acc, e);
             }
@@ -367,6 +588,26 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
         }
         /* where the max grew in some lane, what it weighted is rescaled as
          * the value loop loads it */
+#if defined(GML_SIMD_BF16)
+        if (BF) {
+            const uint32_t *vpb = vp;
+            if (head && !SAFE) {
+                vpb = a->vpairs + j0 / 2 * dv; /* in place */
+            } else if (head) { /* a copy with the halves of skipped rows, and of a key
+                                  past the block, 0 */
+                memcpy(vp, a->vpairs + j0 / 2 * dv, (nk + 1) / 2 * dv * sizeof(uint32_t));
+                for (size_t j = 0; j < nk + 1; j++)
+                    if (j == nk ? nk % 2 == 1 : skip[j])
+                        for (size_t c = 0; c < dv; c++)
+                            vp[j / 2 * dv + c] &= j % 2 ? 0x0000ffffu : 0xffff0000u;
+            } else {
+                pack_v_pairs(a, vb, nk, SAFE ? skip : NULL, vp);
+            }
+            pack_p_pairs(s, nk, tile, pp);
+            values_bf16(a, vpb, (nk + 1) / 2, pp, ot, moved ? alpha : NULL, NV, MR);
+            continue;
+        }
+#endif
         values(a, vb, nk, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
     }
 
@@ -381,15 +622,22 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
     return gml_flash_finish(a, tile, sum, mx, ot, SAFE);
 }
 
+#if !defined(GML_SIMD_BF16) /* the f32 variants (the bf16 objects: flash_bf16 below) */
 /* A lane whose output came out NaN or inf though its sum is finite: a v
  * row with NaN or inf, hidden (0 * NaN) or not. The block is computed again
  * with those rows skipped and the lanes that see them NaN: the others get
  * bitwise what they got (but for the sign of a zero). */
 static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const int MRK,
                                   const int MR, const int KB, const bool BMAX_MEM) {
-    if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false))
-        flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true);
+    if (a->round_p) { /* compute bf16 in the chain order (ops/flash_attn_bf16.c) */
+        if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, true, false))
+            flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, true, false);
+        return;
+    }
+    if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, false, false))
+        flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, false, false);
 }
+#endif
 
 /* ---- the register tiles, per ISA ---------------------------------------------
  * flash(a, NV, MRK, MR, KB, BMAX_MEM): NV vectors of query rows, MRK keys a
@@ -397,7 +645,17 @@ static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const i
  * registers for the operands), key blocks of KB (a multiple of MRK whose K,
  * V, scores, q^T and o fit L1), the block max in memory when the score tile
  * leaves no register for it. */
-#if defined(GML_SIMD_AVX512)
+#if defined(GML_SIMD_BF16)
+/* compute bf16 with VDPBF16PS, the tiles of the AVX-512 f32 variants; key
+ * blocks of 64 (an even count: pairs of keys never straddle two blocks) */
+static GML_SIMD_INLINE void flash_bf16(const gml_flash_args *a, const int NV, const int MRK,
+                                       const int MR) {
+    if (!flash_block(a, NV, MRK, MR, 64, false, false, true, true))
+        flash_block(a, NV, MRK, MR, 64, false, true, true, true);
+}
+void gml_bf16_flash_ukernel__avx512bf16_x32(const gml_flash_args *a) { flash_bf16(a, 2, 8, 8); }
+void gml_bf16_flash_ukernel__avx512bf16_x16(const gml_flash_args *a) { flash_bf16(a, 1, 16, 16); }
+#elif defined(GML_SIMD_AVX512)
 /* 32 zmm: 16 score accumulators and 8 (16 rows: 16) value accumulators */
 void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash(a, 2, 8, 8, 64, false); }
 void gml_f32_flash_ukernel__avx512_x16(const gml_flash_args *a) { flash(a, 1, 16, 16, 64, false); }

@@ -89,7 +89,8 @@ void gml_flash_lane_exact(const gml_flash_args *a, size_t tile, size_t l, float 
             for (size_t c = 0; c < dv; c++) acc[c * acc_stride] *= alpha;
             m = s;
         }
-        const float e = expf(s - m);
+        float e = expf(s - m);
+        if (a->round_p) e = gml_bf16_to_fp32(gml_fp32_to_bf16(e));
         sum += e;
         for (size_t c = 0; c < dv; c++) acc[c * acc_stride] += e * vj[c];
     }
@@ -149,6 +150,10 @@ void gml_flash_kv_load_rows(const char *base, size_t row, size_t el, gml_type ty
             cvt(d, r, o);
             continue;
         }
+        if (type == GML_F32 && el == sizeof(float)) { /* compute bf16 on f32 rows */
+            memcpy(o, r, d * sizeof(float));
+            continue;
+        }
         for (size_t c = 0; c < d; c++) {
             const char *e = r + c * el;
             uint16_t h;
@@ -162,8 +167,24 @@ void gml_flash_kv_load_rows(const char *base, size_t row, size_t el, gml_type ty
     }
 }
 
+/* n floats of x rounded to bf16 values in place (compute bf16): through
+ * the ISA's conversion micro-kernels, a run at a time. */
+static void round_bf16(const gml_flash_kv *kv, size_t n, float *x) {
+    enum { RUN = 256 };
+    uint16_t tmp[RUN];
+    for (size_t i = 0; i < n; i += RUN) {
+        const size_t m = GML_MIN((size_t)RUN, n - i);
+        kv->to_bf16(m, x + i, tmp);
+        kv->from_bf16(m, tmp, x + i);
+    }
+}
+
 void gml_flash_kv_load(const gml_flash_args *a, size_t j0, size_t n) {
     const gml_flash_kv *kv = a->kv;
     gml_flash_kv_load_rows(kv->k, kv->k_row, kv->k_el, kv->k_type, kv->cvt_k, j0, n, a->dk, kv->kbuf);
     gml_flash_kv_load_rows(kv->v, kv->v_row, kv->v_el, kv->v_type, kv->cvt_v, j0, n, a->dv, kv->vbuf);
+    if (kv->to_bf16) {
+        round_bf16(kv, n * a->dk, kv->kbuf);
+        round_bf16(kv, n * a->dv, kv->vbuf);
+    }
 }

@@ -1,4 +1,5 @@
 /* Matrix multiplication with torch.matmul semantics, and nn.Linear on top. */
+#include "flash_attn.h"
 #include "gemm.h"
 #include "gemm_bf16.h"
 #include "gemm_q8.h"
@@ -214,9 +215,11 @@ gml_status gml_set_compute(gml_context *ctx, gml_tensor *op, gml_compute c) {
         gml_set_error(ctx, "gml_set_compute: the node is NULL");
         return GML_ERR_INVALID;
     }
+    if (op->op == GML_OP_FLASH_ATTN) return gml_flash_attn_set_compute(ctx, op, c);
     if (op->op != GML_OP_MATMUL) {
         gml_set_error(ctx, "gml_set_compute(%s, %s): '%s' is a %s node; only matmul nodes "
-                      "(gml_matmul, the matmul gml_linear writes) take a compute precision",
+                      "(gml_matmul, the matmul gml_linear writes) and flash_attn nodes take a "
+                      "compute precision",
                       op->name, gml_compute_name(c), op->name,
                       op->op == GML_OP_NONE ? "leaf" : gml_op_name(op->op));
         return GML_ERR_INVALID;
@@ -237,6 +240,7 @@ gml_status gml_set_compute(gml_context *ctx, gml_tensor *op, gml_compute c) {
 }
 
 gml_compute gml_get_compute(const gml_tensor *op) {
+    if (op && op->op == GML_OP_FLASH_ATTN) return gml_flash_compute(op);
     return op && op->op == GML_OP_MATMUL ? gml_matmul_compute(op) : GML_COMPUTE_F32;
 }
 

@@ -208,6 +208,18 @@ typedef struct gml_flash_args {
      * each key block's rows through gml_flash_kv_rows, which converts them
      * into kv->kbuf / kv->vbuf (ldk = dk, ldv = dv); never the whole head. */
     struct gml_flash_kv *kv;
+    /* Compute bf16 (ops/flash_attn_bf16.c): qt, K and V hold bf16 values
+     * (kv->round) and each weight p = exp(s - m) is rounded to bf16 (as
+     * gml_fp32_to_bf16) before it joins the sum and weighs its v row, in
+     * every variant and gml_flash_lane_exact. pairs: the bf16 variants'
+     * scratch (GML_FLASH_BF16_PAIR_WORDS), NULL for the others. */
+    bool round_p;
+    uint32_t *pairs;
+    /* NULL, or the bf16 variants' K and V of the whole head in pairs, K
+     * [Tk][ceil(dk / 2)], V [ceil(Tk / 2)][dv] (pairs of keys 2i, 2i + 1;
+     * a 0 after an odd Tk): then the variants read no K or V rows, and
+     * start their key blocks at an even key. */
+    const uint32_t *kpairs, *vpairs;
 } gml_flash_args;
 
 /* Typed K and V of one (batch, kv head): rows j at k + j * k_row bytes,
@@ -221,6 +233,10 @@ typedef struct gml_flash_kv {
     gml_type k_type, v_type;
     gml_cvt_ukernel *cvt_k, *cvt_v;
     float *kbuf, *vbuf;
+    /* compute bf16: the rows, once f32, rounded to bf16 values through
+     * to_bf16 then from_bf16 (the conversion micro-kernels of the ISA: the
+     * bits of gml_fp32_to_bf16) */
+    gml_cvt_ukernel *to_bf16, *from_bf16;
 } gml_flash_kv;
 
 /* Converts rows [j0, j0 + n) (n <= GML_FLASH_MAX_KEY_BLOCK) of a->kv's K and
@@ -265,6 +281,17 @@ typedef void gml_f32_flash_ukernel(const gml_flash_args *a);
 #define GML_DECLARE_FLASH(isa, fn, tile) gml_f32_flash_ukernel fn;
 GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
 GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
+GML_BF16_FLASH_UKERNELS(GML_DECLARE_FLASH)
+
+/* The bf16 variants (VDPBF16PS) take the operands in pairs of bf16 (a
+ * uint32: the element of even index in the low half): q^T in pairs of d
+ * [ceil(dk / 2)][tile], each key block's K rows in pairs of d
+ * [KB][ceil(dk / 2)], its V in pairs of keys [KB / 2][dv rounded up to 16]
+ * and its weights in pairs of keys [KB / 2][tile]. */
+#define GML_FLASH_BF16_PAIR_WORDS(tile, dk, dv)                                              \
+    (((size_t)(dk) + 1) / 2 * (size_t)(tile) +                                                \
+     (size_t)GML_FLASH_MAX_KEY_BLOCK * (((size_t)(dk) + 1) / 2) +                             \
+     (size_t)GML_FLASH_MAX_KEY_BLOCK / 2 * (gml_align_up((size_t)(dv), 16) + (size_t)(tile)) + 64)
 
 /* The end of every variant (ops/flash_common.c): out[l] = ot[:, l] / sum[l]
  * for l < nq (ot[c * tile + l], sum[tile], m[tile] the lanes' running max,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run-graph --compute (docs/types.md, "Compute precision"): the flag reaches
-# the matmuls of matmul, mha, gqa, llama, gpt2 and bert; matmul stores b in
+# the matmuls of matmul, mha, gqa, llama, gpt2 and bert, and their fused
+# attention (flash_attn in bf16); matmul stores b in
 # bf16; the results are the same at every thread count and, in the chain
 # order, on the reference, scalar and AVX2 kernels; a graph file's
 # compute=bf16 gives what the flag gives; the pairings the kernels do not
@@ -79,6 +80,33 @@ expect_ok "mha --weights-dtype bf16 --compute bf16" mha --seq 5 --d-model 64 --h
 expect_ok "mha --attn unfused --compute bf16 --save-graph" mha --seq 5 --d-model 64 --heads 4 \
     --attn unfused --compute bf16 --save-graph "$T/mha.graph"
 check "mha's graph file: its matmuls in bf16" grep -q "compute=bf16" "$T/mha.graph"
+
+# ---- the fused attention (the default --attn) computes in bf16 too: its
+# flash_attn node says so (graph, kernel), its bits are the same at every
+# thread count, and differ from the fused attention in f32 with bf16 matmuls
+for m in mha gqa llama gpt2 bert; do
+    args="$m --seq 7 --d-model 64 --heads 4"
+    check "$m --compute bf16: its flash_attn in bf16" \
+        sh -c "'$RG' $args --compute bf16 --print-graph 2>&1 | grep -q 'flash_attn(.*compute=bf16'"
+    check "$m --compute f32: its flash_attn in f32" \
+        sh -c "! '$RG' $args --print-graph 2>&1 | grep -q 'flash_attn(.*compute='"
+done
+for m in mha gqa; do
+    args="$m --seq 37 --d-model 80 --heads 5"
+    check "$m --compute bf16: the bf16 flash_attn kernel ran" \
+        sh -c "'$RG' $args --compute bf16 --profile 2>&1 | grep 'flash_attn ' | grep -q 'compute bf16'"
+    for isa in reference scalar avx2 avx512; do
+        "$RG" $args --isa $isa >/dev/null 2>&1 || { echo "skipped --isa $isa: this CPU lacks it"; continue; }
+        b1=$(text_digest $args --compute bf16 --isa $isa --threads 1)
+        for th in 2 3 7; do
+            check "$m --compute bf16 --isa $isa at $th threads" \
+                test "$(text_digest $args --compute bf16 --isa $isa --threads $th)" = "$b1"
+        done
+    done
+done
+expect_ok "mha --compute bf16 --save-graph (fused)" mha --seq 5 --d-model 64 --heads 4 --compute bf16 \
+    --save-graph "$T/mhaf.graph"
+check "mha's graph file: its flash_attn in bf16" grep -q "flash_attn(.*compute=bf16" "$T/mhaf.graph"
 
 # ---- pairings ------------------------------------------------------------------
 expect_usage "int8 needs q8_0 weights" "--compute int8 needs q8_0 weights, got f32" mha --compute int8

@@ -95,7 +95,7 @@ typedef struct rg_opts {
     const char *weights, *input, *query, *key, *value;
     gml_type weights_dtype; /* --weights-dtype (has_weights_dtype): 2-D f32 weights made this */
     bool has_weights_dtype;
-    gml_compute compute;        /* --compute: the matmuls' precision (default f32) */
+    gml_compute compute;        /* --compute: the matmuls' and flash_attn's precision (default f32) */
     const char *prefix;         /* --prefix: the module's tensors in --weights, NULL: detected */
     bool non_strict;            /* --non-strict: tensors under the prefix the block does not use are allowed */
     bool seq_first;             /* --seq-first: inputs and output [T, B, D] (batch_first=False) */

@@ -111,8 +111,9 @@ static const flag FLAGS[] = {
      "norm weights stay f32; q8_0 needs rows of a multiple of 32). F16 and BF16 matrices of a "
      "--weights file are used as they are; its 1-D F16/BF16 tensors are made f32", NULL, "converts the f32 weight matrices (2-D) to this type at load (norm weights and biases stay f32; a file's F16/BF16 matrices are used as they are; gpt2 takes no q8_0)"},
     [F_COMPUTE] = {"--compute", "f32|bf16|int8", M_MHA | M_GQA | M_MAT | M_LAYER,
-     "the matmuls' precision (docs/types.md): f32 (default); bf16 rounds both operands to bf16 "
-     "and sums in f32 (weights f32, f16 or bf16; matmul: a and b, random or --bind, rounded to "
+     "the matmuls' and the fused attention's precision (docs/types.md): f32 (default); bf16 "
+     "rounds both operands to bf16 and sums in f32 (weights f32, f16 or bf16; the fused "
+     "attention: q, k, v and the softmax weights; matmul: a and b, random or --bind, rounded to "
      "bf16 values); int8 quantizes the activations per row against --weights-dtype q8_0 "
      "weights (int32 sums, f32 scales)", NULL, NULL},
     [F_INPUT] = {"--input", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC, "self-attention input .npy [B, T, D]", NULL, "x .npy f32 [B, T, D] (default: random); --parallel: read by rank 0"},

@@ -201,6 +201,16 @@ static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
     const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
     _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
 }
+static inline gml_vf gml_vf_round_bf16(gml_vf v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i hi16 = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), hi16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), hi16);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+}
 static inline gml_vf gml_vf_load_i8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }

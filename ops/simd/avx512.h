@@ -177,6 +177,17 @@ static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
 }
+static inline gml_vf gml_vf_round_bf16(gml_vf v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb),
+                                       _mm512_set1_epi32((int)0xffff0000u));
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i q = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x400000)),
+                                       _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, q));
+}
 static inline gml_vf gml_vf_load_i8(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
@@ -290,5 +301,22 @@ static inline gml_vi gml_vi_dot4_u8s8(gml_vi acc, gml_vi a, gml_vi w) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 #endif
 }
+
+/* ---- for compute bf16 (ops/flash_attn_simd.c compiled with -mavx512bf16) ---- */
+#if defined(__AVX512BF16__)
+/* lanes of lo and hi holding bf16 values (low 16 bits 0) -> pairs: lo's
+ * bf16 in the low half of each int32 lane, hi's in the high half */
+static inline gml_vi gml_vf_pack_bf16_pairs(gml_vf lo, gml_vf hi) {
+    return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(lo), 16),
+                           _mm512_castps_si512(hi));
+}
+/* the bits of int32 lanes as floats */
+static inline gml_vf gml_vi_as_vf(gml_vi v) { return _mm512_castsi512_ps(v); }
+/* VDPBF16PS: per lane acc + a.hi b.hi + a.lo b.lo, an fma each, odd pair
+ * first, subnormal inputs and results as 0 (Intel SDM; ops/gemm_bf16.h) */
+static inline gml_vf gml_vf_dot_bf16(gml_vf acc, gml_vi a, gml_vi b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+#endif
 
 #endif /* GGMLITE_SIMD_AVX512_H */

@@ -201,6 +201,14 @@ static inline void gml_vf_store_bf16(uint16_t *p, gml_vf v) {
     const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
     vst1_u16(p, vmovn_u32(vbslq_u32(nan, q, r)));
 }
+static inline gml_vf gml_vf_round_bf16(gml_vf v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v), hi16 = vdupq_n_u32(0xffff0000u);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vandq_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb), hi16);
+    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+    const uint32x4_t q = vandq_u32(vorrq_u32(u, vdupq_n_u32(0x400000)), hi16);
+    return vreinterpretq_f32_u32(vbslq_u32(nan, q, r));
+}
 static inline gml_vf gml_vf_load_i8(const int8_t *p) {
     int8x8_t b = vdup_n_s8(0);
     b = vld1_lane_s8(p, b, 0);

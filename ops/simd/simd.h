@@ -39,7 +39,8 @@
  *   softmax: gml_vd_hsum (one double from the lanes, in THIS ISA's order, as hsum)
  *   repeat: gml_vi_load; gml_vf_permute(v, idx): lane l is v's lane idx[l] (0 <= idx < GML_VL)
  *   copy: gml_vf_transpose(r[GML_VL]): r[i] lane j becomes r[j] lane i (bits kept)
- *   convert: trunc; load/store_f16 (RNE), _bf16 (as gml_fp32_to_bf16), _i8 (integral floats)
+ *   convert: trunc; load/store_f16 (RNE), _bf16 (as gml_fp32_to_bf16), _i8 (integral floats);
+ *     round_bf16 (a float rounded to a bf16 value, as store_bf16 then load_bf16)
  *   for gemm: gml_vm_first_i(n) (lanes i < n, any int n), gml_vf_transpose
  *     (GML_VL x GML_VL), gml_vf_load_f16 / _bf16 / _i8 (GML_VL values as floats),
  *     gml_vf_set1_f16, gml_vf_gather_f16 (lane j from p[j] + off), gml_vf_sum16
@@ -49,6 +50,9 @@
  *     floats repeated 4 times), gml_vf_transpose_quarters (quarter t of q[g] ->
  *     quarter g of q[t])
  *   flash_attn: gml_vi_load/set1/gt, ldexp_flush, transpose, load_f16/bf16, hsum4 (ISA order)
+ *   bf16 (AVX-512 compiled with -mavx512bf16 only): gml_vf_pack_bf16_pairs(lo, hi) (two
+ *     vectors of bf16 values as pairs), gml_vf_dot_bf16(acc, a, b) (VDPBF16PS),
+ *     gml_vi_as_vf (the bits)
  *   int8: gml_vi_bcast4(p) (4 bytes in every int32 lane), gml_vf_from_vi (exact below
  *     2^24), gml_vi_dot4_u8s8(acc, a, w) (acc + per int32 lane the 4 products of a's
  *     bytes as uint8 with w's as int8, exact: vpdpbusd where compiled with

@@ -185,25 +185,30 @@ GML_API gml_tensor *gml_linear(gml_context *ctx, gml_tensor *x, gml_tensor *w, g
 /* ---- compute precision (gml_compute, <ggmlite/types.h>; docs/numerics.md)
  * Per op, as ggml's ggml_mul_mat_set_prec: gml_set_compute sets the
  * precision of node op, a matmul (gml_linear's too: with a bias it returns
- * the add, whose src[0] is the matmul). GML_OK, or GML_ERR_INVALID with the
- * message on ctx (naming the node, its operands and what is supported)
- * when the node cannot compute in c: an op other than matmul, BF16 with a
- * q8_0 b, INT8 with any b but a q8_0 one (quantize an f32 weight to q8_0
- * first), a value outside gml_compute. A message is
+ * the add, whose src[0] is the matmul) or a flash_attn (F32 or BF16: q, k,
+ * v and the softmax weights rounded to bf16, statistics and output f32).
+ * GML_OK, or GML_ERR_INVALID with the message on ctx (naming the node, its
+ * operands and what is supported) when the node cannot compute in c: an op
+ * other than matmul and flash_attn, BF16 with a q8_0 b, INT8 with any b but
+ * a q8_0 one (quantize an f32 weight to q8_0 first) or on a flash_attn, a
+ * value outside gml_compute. A message is
  * a builder's error: gml_build_graph refuses ctx until gml_clear_error.
  * ctx may be NULL (no message). The choice is stored in the node (graph
- * files write matmul(a, b, compute=bf16)); set it before building the
- * graph that computes the node.
+ * files write matmul(a, b, compute=bf16), flash_attn(..., compute=bf16));
+ * set it before building the graph that computes the node. gml_grad
+ * refuses a gradient through a bf16 flash_attn.
  *
  * Per context, as PyTorch's autocast: gml_set_default_compute makes every
  * matmul built on ctx after the call (gml_matmul, gml_linear, the attention
  * blocks' projections, graph files' matmuls without compute=) take c where
  * its b allows it and F32 where it does not (a q8_0 b under BF16, any
- * other b under INT8: q k^T stays f32). Nodes built before keep theirs; F32
+ * other b under INT8: q k^T stays f32), and every flash_attn built after
+ * it (gml_flash_attn_ext, the fused attention of the blocks and layers)
+ * take BF16 under BF16 (F32 under INT8). Nodes built before keep theirs; F32
  * until set. GML_ERR_INVALID (message on ctx) for values outside
  * gml_compute, or a NULL ctx. */
 GML_API gml_status gml_set_compute(gml_context *ctx, gml_tensor *op, gml_compute c);
-GML_API gml_compute gml_get_compute(const gml_tensor *op); /* F32 for any op but a matmul */
+GML_API gml_compute gml_get_compute(const gml_tensor *op); /* F32 for any op but matmul, flash_attn */
 GML_API gml_status gml_set_default_compute(gml_context *ctx, gml_compute c);
 GML_API gml_compute gml_get_default_compute(const gml_context *ctx); /* F32 for NULL */
 /* a + b, a * b: shapes broadcast as in PyTorch (right-aligned, 1 or equal). */

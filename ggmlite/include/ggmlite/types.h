@@ -61,7 +61,7 @@ typedef enum gml_type {
 } gml_type;
 
 /* Compute precision of an op that multiplies (matmul, and linear through
- * it): what its products are computed in, per node (gml_set_compute,
+ * it; flash_attn, F32 and BF16): what its products are computed in, per node (gml_set_compute,
  * <ggmlite/tensor.h>; a context's default for the nodes built after it).
  * The values are stored in the node (graph files write "compute=bf16"), so
  * they never change: new ones go at the end. docs/numerics.md gives each
