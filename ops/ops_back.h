@@ -20,5 +20,9 @@ gml_tensor *gml_layer_norm_back(gml_context *ctx, gml_tensor *x, gml_tensor *dy,
 /* dy as rope's x, its pos and parameters -> dx (the inverse rotation) */
 gml_tensor *gml_rope_back(gml_context *ctx, gml_tensor *dy, gml_tensor *pos, int seq_dim,
                           int rotary_dim, float theta, float pos_scale, bool interleaved);
+/* logits [..., V], targets i32 [...], dy [1] (cross_entropy's gradient) ->
+ * d logits [..., V]: (softmax(row) - onehot(target)) * dy / N (ops/loss.c) */
+gml_tensor *gml_cross_entropy_back(gml_context *ctx, gml_tensor *logits, gml_tensor *targets,
+                                   gml_tensor *dy);
 
 #endif /* GGMLITE_OPS_BACK_H */

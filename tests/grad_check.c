@@ -139,6 +139,130 @@ static double unary(gml_op op, double x) {
     }
 }
 
+/* rms_norm and layer_norm over the last dim, from their definitions:
+ * rms: x / sqrt(mean(x^2) + eps) * w; layer: (x - mean) / sqrt(var + eps) * w
+ * + b, the biased variance. */
+static bool ev_norm(ev *e, const gml_tensor *t) {
+    const bool layer = t->op == GML_OP_LAYER_NORM;
+    const gml_tensor *a = t->src[0], *w = arg(t, 1).t, *b = layer ? arg(t, 2).t : NULL;
+    const double eps = arg(t, layer ? 3 : 2).f;
+    const ev_view vt = ev_view_of(e, t), va = ev_view_of(e, a), vw = ev_view_of(e, w),
+                  vb = ev_view_of(e, b);
+    const int64_t d = a->ne[3];
+    for (int64_t r = 0; r < numel(a) / d; r++) {
+        int64_t i[GML_MAX_DIMS];
+        unflat(a, r * d, i);
+        double mean = 0, ss = 0;
+        if (layer) {
+            for (int64_t k = 0; k < d; k++) mean += *vat4(&va, i[0], i[1], i[2], k);
+            mean /= (double)d;
+        }
+        for (int64_t k = 0; k < d; k++) {
+            const double x = *vat4(&va, i[0], i[1], i[2], k) - mean;
+            ss += x * x;
+        }
+        const double inv = 1 / sqrt(ss / (double)d + eps);
+        for (int64_t k = 0; k < d; k++) {
+            double y = (*vat4(&va, i[0], i[1], i[2], k) - mean) * inv;
+            if (w) y *= *vat4(&vw, 0, 0, 0, k);
+            if (b) y += *vat4(&vb, 0, 0, 0, k);
+            *vat4(&vt, i[0], i[1], i[2], k) = y;
+        }
+    }
+    return true;
+}
+
+/* rope from its definition (ggmlite.h, gml_rope): pair (j, j + r/2), or
+ * (2j, 2j + 1) interleaved, of a row at position p rotated by the angle
+ * (p / pos_scale) theta^(-2j / r); dims r.. pass through. */
+static bool ev_rope(ev *e, const gml_tensor *t) {
+    const gml_tensor *a = t->src[0], *pos = arg(t, 1).t;
+    const int seq_axis = GML_MAX_DIMS + (int)arg(t, 2).i; /* seq_dim -2 or -3 */
+    const int64_t d = a->ne[3], r = arg(t, 3).i ? arg(t, 3).i : d;
+    const double theta = arg(t, 4).f, pos_scale = arg(t, 5).f;
+    const bool inter = arg(t, 6).i != 0;
+    const ev_view vt = ev_view_of(e, t), va = ev_view_of(e, a), vp = ev_view_of(e, pos);
+    if (seq_axis < 1 || seq_axis > 2) {
+        snprintf(e->err, sizeof e->err, "rope '%s': seq_dim %d", t->name, (int)arg(t, 2).i);
+        return false;
+    }
+    for (int64_t f = 0; f < numel(t); f++) {
+        int64_t i[GML_MAX_DIMS];
+        unflat(t, f, i);
+        const int64_t k = i[3];
+        if (k >= r) {
+            *vat(&vt, i) = *vat(&va, i);
+            continue;
+        }
+        const int64_t tpos = i[seq_axis];
+        const double p = pos->n_dims == 1 ? *vat4(&vp, 0, 0, 0, tpos) : *vat4(&vp, 0, 0, i[0], tpos);
+        const int64_t j = inter ? k / 2 : k % (r / 2);                 /* the pair */
+        const bool second = inter ? k % 2 == 1 : k >= r / 2;
+        const int64_t k0 = inter ? 2 * j : j, k1 = inter ? 2 * j + 1 : j + r / 2;
+        const double ang = p / pos_scale * pow(theta, -2.0 * (double)j / (double)r);
+        int64_t i0[GML_MAX_DIMS], i1[GML_MAX_DIMS];
+        memcpy(i0, i, sizeof i0);
+        memcpy(i1, i, sizeof i1);
+        i0[3] = k0, i1[3] = k1;
+        const double x0 = *vat(&va, i0), x1 = *vat(&va, i1);
+        *vat(&vt, i) = second ? x1 * cos(ang) + x0 * sin(ang) : x0 * cos(ang) - x1 * sin(ang);
+    }
+    return true;
+}
+
+/* flash_attn from its definition: softmax over the keys query i sees of
+ * q k^T * scale (softcapped), times v; query head h reads kv head h / (H/G);
+ * causal bottom-right (query i at i + Tk - Tq) or top-left (at i); a row
+ * that sees no key is zeros. Masks, valid lengths, positions, sinks,
+ * windows and ALiBi are not written here: refused by name. */
+static bool ev_flash_attn(ev *e, const gml_tensor *t) {
+    const gml_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    static const char *const opt[] = {"mask", "valid_lens", "positions", "sinks"};
+    const int opt_arg[] = {3, 4, 7, 8};
+    for (int o = 0; o < 4; o++)
+        if (arg(t, opt_arg[o]).t) {
+            snprintf(e->err, sizeof e->err, "the evaluator has no flash_attn %s (node '%s')",
+                     opt[o], t->name);
+            return false;
+        }
+    if (arg(t, 9).i || arg(t, 11).f != 0) {
+        snprintf(e->err, sizeof e->err, "the evaluator has no flash_attn window or alibi (node '%s')",
+                 t->name);
+        return false;
+    }
+    const double scale = arg(t, 5).f, cap = arg(t, 10).f;
+    const int64_t causal = arg(t, 6).i; /* 0 none, 1 bottom-right, 2 top-left */
+    const ev_view vt = ev_view_of(e, t), vq = ev_view_of(e, q), vk = ev_view_of(e, k),
+                  vv = ev_view_of(e, v);
+    const int64_t B = q->ne[0], H = q->ne[1], Tq = q->ne[2], dk = q->ne[3];
+    const int64_t G = k->ne[1], Tk = k->ne[2], dv = v->ne[3];
+    double *s = malloc((size_t)Tk * sizeof *s);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Tq; i++) {
+                const int64_t g = h / (H / G), last = causal == 1 ? i + Tk - Tq : causal == 2 ? i : Tk - 1;
+                double m = -INFINITY, z = 0;
+                for (int64_t j = 0; j < Tk && j <= last; j++) {
+                    double x = 0;
+                    for (int64_t c = 0; c < dk; c++)
+                        x += *vat4(&vq, b, h, i, c) * *vat4(&vk, b % k->ne[0], g, j, c);
+                    x *= scale;
+                    if (cap > 0) x = cap * tanh(x / cap);
+                    s[j] = x;
+                    m = fmax(m, x);
+                }
+                for (int64_t j = 0; j < Tk && j <= last; j++) z += exp(s[j] - m);
+                for (int64_t c = 0; c < dv; c++) {
+                    double o = 0;
+                    for (int64_t j = 0; j < Tk && j <= last; j++)
+                        o += exp(s[j] - m) / z * *vat4(&vv, b % v->ne[0], g, j, c);
+                    *vat4(&vt, b, h, i, c) = o;
+                }
+            }
+    free(s);
+    return true;
+}
+
 /* Computes node t from its sources' cells into its own. */
 static bool ev_node(ev *e, const gml_tensor *t) {
     const gml_tensor *a = t->src[0], *b = t->src[1];
@@ -291,6 +415,37 @@ static bool ev_node(ev *e, const gml_tensor *t) {
         }
         return true;
     }
+    case GML_OP_CROSS_ENTROPY: { /* [1]: mean over rows of log(sum exp(row)) - row[target] */
+        const int64_t V = a->ne[3], rows = a->ne[0] * a->ne[1] * a->ne[2];
+        double s = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t i0 = r / (a->ne[1] * a->ne[2]), i1 = r / a->ne[2] % a->ne[1],
+                          i2 = r % a->ne[2];
+            double z = 0;
+            for (int64_t k = 0; k < V; k++) z += exp(*vat4(&va, i0, i1, i2, k));
+            const int64_t tgt = (int64_t)*vat4(&vb, 0, i0, i1, i2);
+            s += log(z) - *vat4(&va, i0, i1, i2, tgt);
+        }
+        *vat4(&vt, 0, 0, 0, 0) = s / (double)rows;
+        return true;
+    }
+    case GML_OP_MSE_LOSS: { /* [1]: mean((a - b)^2) */
+        double s = 0;
+        for (int64_t f = 0; f < numel(a); f++) {
+            unflat(a, f, i);
+            const double d = *vat(&va, i) - *vat(&vb, i);
+            s += d * d;
+        }
+        *vat4(&vt, 0, 0, 0, 0) = s / (double)numel(a);
+        return true;
+    }
+    case GML_OP_RMS_NORM:   /* x [..., d], w [d] or none, eps */
+    case GML_OP_LAYER_NORM: /* x [..., d], w, b [d] or none, eps */
+        return ev_norm(e, t);
+    case GML_OP_ROPE: /* x [B, H, T, d] or [B, T, H, d], pos [T] or [B, T] */
+        return ev_rope(e, t);
+    case GML_OP_FLASH_ATTN: /* q [B, H, Tq, dk], k [B, G, Tk, dk], v [B, G, Tk, dv] */
+        return ev_flash_attn(e, t);
     default:
         snprintf(e->err, sizeof e->err, "the evaluator has no op '%s' (node '%s')",
                  gml_op_name(t->op), t->name);
@@ -348,9 +503,9 @@ int grad_check(const char *name, gml_context *ctx, gml_tensor *out, gml_tensor *
         return fails;
     }
     chk_fill_uniform(dy, &rng, -1.0f, 1.0f);
-    gml_tensor *grads[16];
-    if (n_wrt > 16) {
-        FAIL("at most 16 wrt");
+    gml_tensor *grads[GRAD_CHECK_MAX_WRT];
+    if (n_wrt > GRAD_CHECK_MAX_WRT) {
+        FAIL("at most %d wrt", GRAD_CHECK_MAX_WRT);
         return fails;
     }
     if (gml_grad(ctx, out, dy, wrt, n_wrt, grads) != GML_OK) {

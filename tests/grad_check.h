@@ -46,6 +46,9 @@ typedef struct grad_check_opts {
     int64_t samples;
 } grad_check_opts;
 
+/* At most this many wrt per check (a whole tiny model's parameters). */
+#define GRAD_CHECK_MAX_WRT 32
+
 /* Checks the gradients of out with respect to wrt[0..n_wrt-1] (ctx
  * allocating, the leafs' data set); name labels the printed lines. Returns
  * the number of failures, each printed; prints one summary line. opts may

@@ -277,6 +277,57 @@ static void test_composites(void) {
     gml_free(ctx);
 }
 
+/* The losses: cross_entropy (its own backward op) and mse_loss (built of
+ * binary ops), on odd shapes and strided inputs and targets, and each at
+ * the end of a small network. */
+static void test_losses(void) {
+    static const struct {
+        const char *name;
+        int n;
+        int64_t ne[4];
+        chk_layout lx, lt;
+    } ce[] = {
+        {"cross_entropy [5,19]", 2, {5, 19}, CHK_SLICED, CHK_CONTIGUOUS},
+        {"cross_entropy [2,3,7] (targets transposed)", 3, {2, 3, 7}, CHK_TRANSPOSED,
+         CHK_TRANSPOSED},
+        {"cross_entropy [2,2,3,5]", 4, {2, 2, 3, 5}, CHK_REVERSED, CHK_SLICED},
+        {"cross_entropy [3,1] (V = 1)", 2, {3, 1}, CHK_CONTIGUOUS, CHK_CONTIGUOUS},
+    };
+    for (size_t k = 0; k < sizeof ce / sizeof *ce; k++) {
+        chk_rng r = chk_seed(150 + k);
+        gml_context *ctx = chk_ctx(16 << 20);
+        gml_tensor *x = in(ctx, "logits", ce[k].n, ce[k].ne, ce[k].lx, &r, -3, 3);
+        const int64_t V = ce[k].ne[ce[k].n - 1];
+        gml_tensor *t = chk_new_input(ctx, GML_I32, ce[k].n - 1, ce[k].ne, ce[k].lt, "targets", &r,
+                                      0, (float)(V - 1));
+        run(ce[k].name, ctx, gml_cross_entropy(ctx, x, t), &x, 1);
+        gml_free(ctx);
+    }
+    chk_rng r = chk_seed(160);
+    gml_context *ctx = chk_ctx(16 << 20);
+    /* logits of a linear layer: x [2, 4, 6] @ w^T [6, 11] + b */
+    gml_tensor *x = in(ctx, "x", SHAPE(2, 4, 6), CHK_SLICED, &r, -1, 1);
+    gml_tensor *w = in(ctx, "w", SHAPE(11, 6), CHK_TRANSPOSED, &r, -1, 1);
+    gml_tensor *b = in(ctx, "b", SHAPE(11), CHK_CONTIGUOUS, &r, -1, 1);
+    gml_tensor *t = chk_new_input(ctx, GML_I32, 2, (int64_t[]){2, 4}, CHK_CONTIGUOUS, "targets", &r,
+                                  0, 10);
+    run("cross_entropy(linear(x, w, b))", ctx, gml_cross_entropy(ctx, gml_linear(ctx, x, w, b), t),
+        (gml_tensor *[]){x, w, b}, 3);
+    /* the loss scaled: its dy is not 1 */
+    run("3 * cross_entropy", ctx,
+        gml_scale(ctx, gml_cross_entropy(ctx, gml_linear(ctx, x, w, NULL), t), 3.0f),
+        (gml_tensor *[]){x, w}, 2);
+    gml_tensor *a = in(ctx, "a", SHAPE(3, 2, 17), CHK_REVERSED, &r, -2, 2);
+    gml_tensor *c = in(ctx, "c", SHAPE(3, 2, 17), CHK_SLICED, &r, -2, 2);
+    run("mse_loss", ctx, gml_mse_loss(ctx, a, c), (gml_tensor *[]){a, c}, 2);
+    run("mse_loss (b only)", ctx, gml_mse_loss(ctx, a, c), &c, 1);
+    run("mse_loss(tanh(a), a)", ctx, gml_mse_loss(ctx, gml_tanh(ctx, a), a), &a, 1);
+    gml_tensor *v = in(ctx, "v", SHAPE(9), CHK_CONTIGUOUS, &r, -2, 2);
+    gml_tensor *u = in(ctx, "u", SHAPE(9), CHK_CONTIGUOUS, &r, -2, 2);
+    run("mse_loss 1-D", ctx, gml_mse_loss(ctx, v, u), (gml_tensor *[]){v, u}, 2);
+    gml_free(ctx);
+}
+
 /* Shapes large enough that compute splits the backward's nodes across
  * threads (every element the same bits at 1-4 and 7 threads), the
  * differences taken for 40 elements of each gradient; in the quick mode
@@ -319,6 +370,12 @@ static void test_large(void) {
     /* repeat_interleave: sum_to over the repeats */
     gml_tensor *rx = in(ctx, "rx", SHAPE(8, 64, 128), CHK_CONTIGUOUS, &r, -1, 1);
     RUN_LARGE("large: repeat_interleave", gml_repeat_interleave(ctx, rx, 4, 0), rx);
+    /* cross_entropy over [3, 100, 1001] logits (rows split), mse_loss over 300k */
+    gml_tensor *lg = in(ctx, "lg", SHAPE(3, 100, 1001), CHK_SLICED, &r, -4, 4);
+    gml_tensor *tg = gml_set_name(gml_new_tensor_2d(ctx, GML_I32, 3, 100), "tg");
+    chk_fill_int(tg, &r, 0, 1000);
+    RUN_LARGE("large: cross_entropy", gml_cross_entropy(ctx, lg, tg), lg);
+    RUN_LARGE("large: mse_loss", gml_mse_loss(ctx, a, gml_slice(ctx, s, 0, 0, 300)), a, s);
 #undef RUN_LARGE
     gml_free(ctx);
 }
@@ -334,6 +391,7 @@ int main(void) {
     test_repeat();
     test_index_ops();
     test_composites();
+    test_losses();
     test_large();
     printf("largest |g - fd| / (|fd| + max|fd|) over every check: %.2e\n", grad_check_max_rel);
     return chk_summary();

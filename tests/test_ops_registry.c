@@ -195,6 +195,17 @@ static gml_tensor *ex_rope_back(gml_context *ctx) {
                          true);
 }
 
+/* targets 1, 2, 0, ... (fill_leafs): valid for V 5 */
+static gml_tensor *ex_cross_entropy(gml_context *ctx) {
+    return gml_cross_entropy(ctx, F32("logits", 2, 3, 5), I32("targets", 2, 3));
+}
+static gml_tensor *ex_cross_entropy_back(gml_context *ctx) {
+    return gml_cross_entropy_back(ctx, F32("logits", 4, 7), I32("targets", 4), F32("dy", 1));
+}
+static gml_tensor *ex_mse_loss(gml_context *ctx) {
+    return gml_mse_loss(ctx, F32("a", 3, 5), F32("b", 3, 5));
+}
+
 static const struct example {
     gml_op op;
     gml_tensor *(*make)(gml_context *ctx);
@@ -250,6 +261,9 @@ static const struct example {
     {GML_OP_RMS_NORM_BACK, ex_rms_norm_back},
     {GML_OP_LAYER_NORM_BACK, ex_layer_norm_back},
     {GML_OP_ROPE_BACK, ex_rope_back},
+    {GML_OP_CROSS_ENTROPY, ex_cross_entropy},
+    {GML_OP_CROSS_ENTROPY_BACK, ex_cross_entropy_back},
+    {GML_OP_MSE_LOSS, ex_mse_loss},
 };
 #define N_EXAMPLES (int)(sizeof EXAMPLES / sizeof *EXAMPLES)
 

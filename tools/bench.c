@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8]
+ *         [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -23,10 +23,13 @@
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); fused attention's backward at C3's shapes, beside its forward
  * and PyTorch's SDPA backward (grad); decoding through the KV cache (C5's
- * dimensions, context 2048); a decoding step's weight products at C4's dimensions with f32, bf16 and
- * q8_0 weights; a whole attention block's decoding step at C4's dimensions
+ * dimensions, context 2048); a decoding step's weight products at C4's
+ * dimensions with f32, bf16 and q8_0 weights; a whole attention block's decoding step at C4's dimensions
  * with those weights and an f16 KV cache (decode_types); int8 compute on
- * q8_0 weights: a linear product and C3's and C5's prefill (int8).
+ * q8_0 weights: a linear product and C3's and C5's prefill (int8). With
+ * --only train (not in the default table): one training step of a GPT-2-style
+ * LM (train), beside PyTorch's (tools/bench_train_torch.py) when
+ * /usr/bin/python3 has torch.
  *
  * The sections are a table (SECTIONS, what --only picks from), the
  * attention cases too (CASES: the README's C1..C5, whose dimensions the
@@ -38,6 +41,7 @@
 #include <ggmlite/attention.h>
 #include <ggmlite/ggmlite.h>
 #include <ggmlite/kv_cache.h>
+#include <ggmlite/train.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -1379,6 +1383,153 @@ static void bench_int8(const opts *o) {
     }
 }
 
+/* ---- a training step ----------------------------------------------------------
+ * ISSUE24's target: a GPT-2-style LM (V 4096, D 512, H 8, 4 layers, n_ctx T,
+ * head tied to wte) trained on B 4 x T 256 tokens a step with AdamW, through
+ * the library's trainer (<ggmlite/train.h>: forward, cross-entropy, every
+ * gradient, the update). ms per step (the step's first run excluded: it
+ * makes the kernels' scratch and AdamW's first state), GFLOP/s and share of
+ * the FMA peak for FLOPs = 6 x params x tokens + 12 x layers x B x T^2 x D
+ * (the parameters' forward and backward products, and attention's), and
+ * PyTorch's step on the same model (tools/bench_train_torch.py, plain torch
+ * as HF computes, torch.optim.AdamW) at the same threads, run as
+ * /usr/bin/python3 when it has torch; the column says why it is absent
+ * otherwise. */
+
+enum { TR_V = 4096, TR_D = 512, TR_H = 8, TR_L = 4, TR_B = 4, TR_T = 256 };
+
+typedef struct train_bench {
+    gml_trainer *tr;
+    int32_t *x, *y; /* [B, T] */
+} train_bench;
+
+static double run_train_step(void *user, int nth) {
+    train_bench *b = user;
+    const double t0 = now_s();
+    if (gml_trainer_step(b->tr, b->x, b->y, nth, NULL) != GML_OK) {
+        fprintf(stderr, "bench: train: %s\n", gml_trainer_error(b->tr));
+        exit(1);
+    }
+    return now_s() - t0;
+}
+
+/* Random GPT-2 weights under HF's names in an allocating context: norms'
+ * weights 1 and biases 0, the rest N(0, 0.02)-sized uniform values. */
+static gml_context *train_weights(int64_t *n_params) {
+    const int64_t D = TR_D, F = 4 * TR_D;
+    const struct { const char *name; int64_t r, c; } top[] = {
+        {"wte.weight", TR_V, D}, {"wpe.weight", TR_T, D}, {"ln_f.weight", 0, D}, {"ln_f.bias", 0, D}};
+    const struct { const char *name; int64_t r, c; } layer[] = {
+        {"ln_1.weight", 0, D}, {"ln_1.bias", 0, D}, {"attn.c_attn.weight", D, 3 * D}, {"attn.c_attn.bias", 0, 3 * D},
+        {"attn.c_proj.weight", D, D}, {"attn.c_proj.bias", 0, D}, {"ln_2.weight", 0, D}, {"ln_2.bias", 0, D},
+        {"mlp.c_fc.weight", D, F}, {"mlp.c_fc.bias", 0, F}, {"mlp.c_proj.weight", F, D}, {"mlp.c_proj.bias", 0, D}};
+    const int n_top = 4, n_layer = 12;
+    int64_t count = 0;
+    for (int i = 0; i < n_top; i++) count += (top[i].r ? top[i].r : 1) * top[i].c;
+    for (int i = 0; i < n_layer; i++) count += TR_L * (layer[i].r ? layer[i].r : 1) * layer[i].c;
+    *n_params = count;
+    gml_context *w = gml_init((gml_init_params){
+        .mem_size = (size_t)count * 4 + (size_t)(n_top + TR_L * n_layer) * (gml_tensor_overhead() + 64) + (1 << 20)});
+    if (!w) return NULL;
+    uint32_t seed = 7;
+    for (int l = -1; l < TR_L; l++)
+        for (int i = 0; i < (l < 0 ? n_top : n_layer); i++) {
+            const char *base = l < 0 ? top[i].name : layer[i].name;
+            const int64_t r = l < 0 ? top[i].r : layer[i].r, c = l < 0 ? top[i].c : layer[i].c;
+            gml_tensor *t = r ? gml_new_tensor_2d(w, GML_F32, r, c) : gml_new_tensor_1d(w, GML_F32, c);
+            char name[GML_MAX_NAME];
+            if (l < 0) snprintf(name, sizeof name, "%s", base);
+            else snprintf(name, sizeof name, "h.%d.%s", l, base);
+            if (!t) return gml_free(w), NULL;
+            gml_set_name(t, name);
+            float *v = t->data;
+            const int64_t n = gml_nelements(t);
+            const bool norm_w = strstr(base, "ln_") && strstr(base, ".weight");
+            fill(v, n, seed++);
+            for (int64_t k = 0; k < n; k++) v[k] = r ? v[k] * 0.035f : norm_w ? 1.0f : 0.0f;
+        }
+    return w;
+}
+
+/* PyTorch's median ms per step at nth threads, or 0 with why in `why`. */
+static double torch_train_ms(int nth, char *why, size_t size) {
+    static const char *const py = "/usr/bin/python3";
+    if (access(py, X_OK) != 0) return snprintf(why, size, "no %s", py), 0;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s/tools/bench_train_torch.py --threads %d --vocab %d --d-model %d --heads %d "
+             "--layers %d --batch %d --seq %d --runs 5 2>/dev/null", py, GML_BENCH_SOURCE_DIR, nth, TR_V, TR_D,
+             TR_H, TR_L, TR_B, TR_T);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    char line[512] = "";
+    const bool got = f && fgets(line, sizeof line, f);
+    const int status = f ? pclose(f) : -1;
+    const char *at = got ? strstr(line, "\"median_ms\": ") : NULL;
+    if (status != 0 || !at) {
+        snprintf(why, size, "%s", WIFEXITED(status) && WEXITSTATUS(status) == 3 ? "no torch" : "its script failed");
+        return 0;
+    }
+    return atof(at + strlen("\"median_ms\": "));
+}
+
+static void bench_train(const opts *o) {
+    printf("\ntraining step: GPT-2-style LM, V %d, D %d, H %d, %d layers, B %d x T %d tokens, AdamW "
+           "(forward, cross-entropy, every gradient, the update)\n", TR_V, TR_D, TR_H, TR_L, TR_B, TR_T);
+    int64_t n_params = 0;
+    gml_context *w = train_weights(&n_params);
+    char err[1024] = "out of memory";
+    gml_lm lm;
+    const gml_lm_config lc = {.arch = GML_LM_GPT2, .gpt2 = {.n_heads = TR_H}};
+    if (!w || gml_lm_find(w, &lc, &lm, err, sizeof err) != GML_OK) {
+        fprintf(stderr, "bench: train: %s\n", err);
+        exit(1);
+    }
+    const gml_trainer_config tc = {.batch = TR_B, .seq = TR_T, .optim = gml_optim_defaults(GML_OPTIM_ADAMW)};
+    train_bench b = {.tr = gml_trainer_new(&lm, w, &tc, err, sizeof err)};
+    b.x = malloc(2 * TR_B * TR_T * sizeof *b.x);
+    if (!b.tr || !b.x) {
+        fprintf(stderr, "bench: train: %s\n", err);
+        exit(1);
+    }
+    b.y = b.x + TR_B * TR_T;
+    for (int i = 0; i < TR_B * TR_T + TR_B; i++) { /* a window of T+1 tokens per row */
+        const int32_t id = (int32_t)((i * 2654435761u >> 7) % TR_V);
+        const int row = i / (TR_T + 1), col = i % (TR_T + 1);
+        if (row >= TR_B) break;
+        if (col < TR_T) b.x[row * TR_T + col] = id;
+        if (col > 0) b.y[row * TR_T + col - 1] = id;
+    }
+    const double flops = 6.0 * (double)n_params * TR_B * TR_T + 12.0 * TR_L * TR_B * (double)TR_T * TR_T * TR_D;
+    printf("%.1fM parameters; %.1f GFLOP a step (6 x params x tokens + 12 x layers x B x T^2 x D); planned "
+           "%.1f MiB, %d nodes\n", (double)n_params / 1e6, flops / 1e9,
+           (double)gml_graph_plan_peak(gml_trainer_graph(b.tr)) / (1 << 20), gml_graph_n_nodes(gml_trainer_graph(b.tr)));
+    printf("(ms: median per step, the first excluded; %%FMA: of the FMA peak at the threads; PyTorch: "
+           "eager torch, torch.optim.AdamW, same threads; ratio: PyTorch's time over ggmlite's)\n");
+    printf("%-8s %10s %10s %8s %10s %12s %8s\n", "threads", "ms/step", "GFLOP/s", "%FMA", "tokens/s", "PyTorch ms",
+           "ratio");
+    run_train_step(&b, o->threads[0]); /* the first step: scratch, AdamW's state */
+    for (int j = 0; j < o->n_threads; j++) {
+        const int nth = o->threads[j];
+        double sec;
+        measure(o, WARM_SECONDS, &(timed){run_train_step, &b}, 1, nth, o->runs, &sec);
+        const double gf = flops / sec / 1e9;
+        char pf[16], why[64] = "", tcol[32], ratio[16] = "-";
+        const double tms = torch_train_ms(nth, why, sizeof why);
+        if (tms > 0) {
+            snprintf(tcol, sizeof tcol, "%.1f", tms);
+            snprintf(ratio, sizeof ratio, "%.2fx", tms / (sec * 1e3));
+        } else {
+            snprintf(tcol, sizeof tcol, "(%s)", why);
+        }
+        printf("%-8d %10.1f %10.1f %8s %10.0f %12s %8s\n", nth, sec * 1e3, gf, pct_fma(pf, o, gf, nth),
+               TR_B * TR_T / sec, tcol, ratio);
+    }
+    free(b.x);
+    gml_trainer_free(b.tr);
+    gml_lm_free(&lm);
+    gml_free(w);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 #ifdef GML_BENCH_OPENBLAS
@@ -1439,12 +1590,13 @@ static const struct section {
     {"weights", bench_weights, true},
     {"decode_types", bench_decode_types, true},
     {"int8", bench_int8, true},
+    {"train", bench_train, false},
 };
 #define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }

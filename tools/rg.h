@@ -12,13 +12,14 @@
  *   rg_svg.c     the attention heatmap (--attn-svg)
  *   rg_out.c     output files, staged so that a failed run leaves none
  *   rg_layers.c  llama | gpt2 | bert: whole transformer layers
+ *   rg_train.c   train gpt2 | llama: a language model trained (models' <ggmlite/train.h>)
  *   rg_mpi.c     --parallel: the dispatch, and heads (mha, gqa, llama split by heads; GGMLITE_MPI)
  *   rg_mpi_decode.c  --parallel context --decode: the KV cache sharded by position (GGMLITE_MPI)
  *   rg_mpi_ring.c --parallel context: the prompt split by rows, ring attention (rg_mpi.h)
  *   run-graph.c  main: the steps in order, the summary and --json
  *
  * run-graph uses only ggmlite's public headers (ggmlite.h, attention.h,
- * kv_cache.h). */
+ * kv_cache.h, layers.h, train.h). */
 #ifndef RUN_GRAPH_RG_H
 #define RUN_GRAPH_RG_H
 
@@ -66,6 +67,7 @@ typedef enum rg_mode {
     RG_MODE_HEADS,          /* --parallel heads (rg_mpi.c) */
     RG_MODE_CONTEXT,        /* --parallel context (rg_mpi_ring.c) */
     RG_MODE_CONTEXT_DECODE, /* --parallel context with --decode (rg_mpi_decode.c) */
+    RG_MODE_TRAIN,          /* train gpt2 | llama: a language model trained (rg_train.c) */
 } rg_mode;
 
 typedef enum rg_layer { RG_LLAMA, RG_GPT2, RG_BERT } rg_layer;
@@ -124,6 +126,16 @@ typedef struct rg_opts {
     float rms_eps;          /* --rms-eps, 0: the default */
     bool zigzag;            /* --zigzag (--parallel context) */
     int64_t cache_per_rank; /* --cache-per-rank (--parallel context --decode), 0: the default */
+    /* train gpt2 | llama (o->layer: which) */
+    const char *data;         /* --data TOKENS.npy [S, B, T+1] */
+    bool sgd;                 /* --optimizer sgd (else adamw) */
+    bool optimizer_given;     /* --optimizer was given (required) */
+    float lr;                 /* --lr (required; lr_given) */
+    bool lr_given;
+    float betas[2], eps, weight_decay, momentum, clip_grad_norm; /* given when *_given */
+    bool betas_given, eps_given, weight_decay_given, momentum_given;
+    int64_t steps;            /* --steps, 0: every step of --data */
+    const char *log, *save_weights, *grads; /* --log, --save-weights, --grads */
 } rg_opts;
 
 /* The attention config the flags ask for (dims from d->dim, by the caller). */
@@ -386,6 +398,12 @@ bool rg_json_print(struct cJSON *j, rg_err *e);
 /* run-graph llama | gpt2 | bert (RG_MODE_LAYER), on the parsed options
  * (threads and ISA set by main). Returns the exit status. */
 int rg_layers_main(const rg_opts *o);
+
+/* ---- training (rg_train.c) ------------------------------------------------------------ */
+
+/* run-graph train gpt2 | llama (RG_MODE_TRAIN), on the parsed options
+ * (threads and ISA set by main). Returns the exit status. */
+int rg_train_main(const rg_opts *o);
 
 /* ---- over MPI (rg_mpi.c) ------------------------------------------------------------ */
 

@@ -41,11 +41,12 @@ enum {
     M_HEADS = 1 << 8,   /* --parallel heads */
     M_CONTEXT = 1 << 9, /* --parallel context */
     M_CDEC = 1 << 10,   /* --parallel context --decode */
+    M_TRAIN = 1 << 11,  /* train gpt2 | llama */
     M_ATTN = M_MHA | M_GQA | M_REL | M_GRAPH,
     M_ALL = M_ATTN | M_MAT, /* every single-process model */
     M_LAYER = M_LLAMA | M_GPT2 | M_BERT,
     M_PAR = M_HEADS | M_CONTEXT,
-    M_EVERY = M_ALL | M_LAYER | M_PAR | M_CDEC,
+    M_EVERY = M_ALL | M_LAYER | M_PAR | M_CDEC | M_TRAIN,
 };
 
 typedef enum flag_id {
@@ -57,6 +58,8 @@ typedef enum flag_id {
     F_JSON, F_HELP, F_LIST_OPS, F_VERSION,
     F_CAUSAL_TOP_LEFT, F_WINDOW, F_ALIBI, F_SOFTCAP, F_SINKS, F_ROPE, F_ROPE_THETA,
     F_ADD_ZERO_ATTN, F_LAYERS, F_FFN, F_RMS_EPS, F_ZIGZAG, F_CACHE_PER_RANK, F_PARALLEL,
+    F_DATA, F_OPTIMIZER, F_LR, F_BETAS, F_EPS, F_WEIGHT_DECAY, F_MOMENTUM, F_CLIP_GRAD_NORM, F_STEPS,
+    F_LOG, F_SAVE_WEIGHTS, F_GRADS,
 } flag_id;
 
 typedef struct flag {
@@ -75,8 +78,8 @@ static const flag FLAGS[] = {
     [RG_T] = {"--seq", "T", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query length", NULL, "query length (default 10)"},
     [RG_S] = {"--kv-seq", "S", M_ATTN, "key/value length (default T; S != T makes random inputs cross-attention)", NULL, NULL},
     [RG_D] = {"--d-model", "D", M_ATTN | M_LAYER | M_PAR | M_CDEC, "model width d_model", NULL, "model width d_model (default: the weights'; random: 256, --parallel mha and gqa 512)"},
-    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL, "query heads (required with --weights unless llama's self_attn.sinks tells; default 8)"},
-    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC, "key/value heads, dividing H (gqa default H/4)", NULL, "key/value heads (default: from the weights' k_proj rows, else H/4)"},
+    [RG_H] = {"--heads", "H", M_ATTN | M_LAYER | M_PAR | M_CDEC | M_TRAIN, "query heads (needed with --weights unless rel_k.weight tells d_k)", NULL, "query heads (required with --weights unless llama's self_attn.sinks tells; default 8)"},
+    [RG_G] = {"--kv-heads", "G", M_GQA | M_REL | M_GRAPH | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "key/value heads, dividing H (gqa default H/4)", NULL, "key/value heads (default: from the weights' k_proj rows, else H/4)"},
     [RG_P] = {"--max-rel", "P", M_REL | M_GRAPH, "relpos: relative distances clipped to [-P, P] (P = 0 allowed)", NULL, NULL},
     [RG_M] = {"--m", "M", M_MAT | M_GRAPH, "matmul: rows of a [M, K]", NULL, NULL},
     [RG_N] = {"--n", "N", M_MAT | M_GRAPH, "matmul: columns of b [K, N]", NULL, NULL},
@@ -98,7 +101,7 @@ static const flag FLAGS[] = {
     [F_CACHE_DTYPE] = {"--cache-dtype", "f32|f16|bf16", M_MHA | M_GQA | M_CDEC,
      "--decode: the type of the KV cache's K and V (default f32); f16 and bf16 halve its bytes, "
      "the new K and V rows rounded into it (round to nearest even)", NULL, NULL},
-    [F_WEIGHTS] = {"--weights", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC,
+    [F_WEIGHTS] = {"--weights", "FILE", M_ATTN | M_LAYER | M_PAR | M_CDEC | M_TRAIN,
      "f32 safetensors (mapped; or a sharded checkpoint's index .json): w_q.weight, w_q.bias, w_k.*, w_v.*, w_o.*, rel_k.weight, rel_v.weight, or "
      "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias",
      "Data (without files: deterministic random data from --seed)", "safetensors (default: deterministic random weights, the same in every mode); --parallel: the ranks check they read the same tensors (digests), then heads computes on each rank's share only; context: mapped by every rank"},
@@ -146,16 +149,16 @@ static const flag FLAGS[] = {
     [F_DOT] = {"--dot", "FILE", M_ALL, "writes the graph as Graphviz DOT", NULL, NULL},
     [F_SAVE_GRAPH] = {"--save-graph", "FILE", M_ALL, "writes the graph as a graph file (tools/graphs/README.md)", NULL, NULL},
     [F_SAVE_INPUTS] = {"--save-inputs", "DIR", M_ALL, "writes the weights and inputs used: DIR/weights.safetensors, DIR/<input>.npy, and DIR/args, the arguments that run the same case in DIR (every option that changes the result: sizes, masks, --attn, --seq-first, the scoring and position flags)", NULL, NULL},
-    [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "compute threads (default: all cores)", "Running", "compute threads (default: all cores); --parallel: per rank, default the cores over the ranks on the machine"},
+    [F_THREADS] = {"--threads", "N", M_ALL | M_LAYER | M_PAR | M_CDEC | M_TRAIN, "compute threads (default: all cores)", "Running", "compute threads (default: all cores); --parallel: per rank, default the cores over the ranks on the machine"},
     [F_REPEAT] = {"--repeat", "N", M_ALL | M_LAYER | M_PAR | M_CDEC, "one warm-up, then N timed runs: median and min ms, GFLOP/s", NULL, NULL},
-    [F_ISA] = {"--isa", "NAME", M_ALL | M_LAYER | M_PAR | M_CDEC, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL, NULL},
+    [F_ISA] = {"--isa", "NAME", M_ALL | M_LAYER | M_PAR | M_CDEC | M_TRAIN, "kernels: reference, scalar, avx2 or avx512 (default: the best the CPU has)", NULL, NULL},
     [F_PROFILE] = {"--profile", NULL, M_ALL, "per-node times (op, shape, ms, share) and per-op totals", NULL, NULL},
     [F_NAN_TRAP] = {"--nan-trap", NULL, M_ALL | M_LAYER | M_HEADS | M_CDEC,
      "stop at the first node that makes a NaN or Inf, and name it", NULL,
      "stop at the first node that makes a NaN or Inf, and name it (--parallel heads: and the rank; "
      "not context: its ring runner has no trap)"},
     [F_PRINT_GRAPH] = {"--print-graph", NULL, M_ALL | M_LAYER, "prints the graph's nodes (to stderr with --json)", NULL, NULL},
-    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER | M_PAR | M_CDEC,
+    [F_JSON] = {"--json", NULL, M_ALL | M_LAYER | M_PAR | M_CDEC | M_TRAIN,
      "prints one JSON object on stdout instead of the summary", NULL,
      "prints one JSON object on stdout instead of the summary; --parallel: rank 0 does, with ranks and parallel"},
     [F_HELP] = {"--help", NULL, M_EVERY, "this text", "Other", NULL},
@@ -177,11 +180,11 @@ static const flag FLAGS[] = {
     [F_ROPE] = {"--rope", NULL, M_MHA | M_GQA | M_PAR | M_CDEC,
      "rotary position embeddings on q and k (Hugging Face's rotate_half), queries and keys at "
      "0 .. T-1 (cross-attention: queries at S - T + i, or i with --causal-top-left)", NULL, NULL},
-    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC, "--rope's base (default 10000)", NULL, "rope base (default 10000)"},
+    [F_ROPE_THETA] = {"--rope-theta", "THETA", M_MHA | M_GQA | M_LLAMA | M_PAR | M_CDEC | M_TRAIN, "--rope's base (default 10000)", NULL, "rope base (default 10000)"},
     [F_LAYERS] = {"--layers", "N", M_LAYER, "layers stacked (default 1)", NULL, NULL},
     [F_FFN] = {"--ffn", "F", M_LAYER | M_PAR,
      "the MLP's width for random weights (default 4D; llama 8D/3 rounded up to 16)", NULL, NULL},
-    [F_RMS_EPS] = {"--rms-eps", "EPS", M_LLAMA | M_PAR, "llama: RMSNorm eps (default 1e-6)", NULL, NULL},
+    [F_RMS_EPS] = {"--rms-eps", "EPS", M_LLAMA | M_PAR | M_TRAIN, "llama: RMSNorm eps (default 1e-6)", NULL, NULL},
     [F_ZIGZAG] = {"--zigzag", NULL, M_CONTEXT,
      "the load-balanced layout for causal attention: 2P segments, rank r holds segments r and "
      "2P-1-r (T >= 2P)", NULL, NULL},
@@ -192,9 +195,41 @@ static const flag FLAGS[] = {
      "heads splits the heads, context the sequence (with --decode: the KV cache by position); "
      "run-graph MODEL --parallel heads --help lists their flags",
      "Over MPI", NULL},
+    [F_DATA] = {"--data", "TOKENS.npy", M_TRAIN,
+     "int32 or int64 token ids [S, B, T+1] (required): step s trains on data[s, :, :-1] with the "
+     "targets data[s, :, 1:]; every id in [0, V)", NULL, NULL},
+    [F_OPTIMIZER] = {"--optimizer", "adamw|sgd", M_TRAIN,
+     "torch.optim.AdamW or torch.optim.SGD (required), their defaults and first steps", NULL, NULL},
+    [F_LR] = {"--lr", "LR", M_TRAIN, "learning rate (required, >= 0)", NULL, NULL},
+    [F_BETAS] = {"--betas", "B1,B2", M_TRAIN, "adamw: the moments' decay rates, each in [0, 1) (default 0.9,0.999)", NULL, NULL},
+    [F_EPS] = {"--eps", "E", M_TRAIN, "adamw: added to the denominator (default 1e-8)", NULL, NULL},
+    [F_WEIGHT_DECAY] = {"--weight-decay", "WD", M_TRAIN,
+     "adamw: decoupled, w -= lr WD w (default 0.01); sgd: L2, WD w added to the gradient (default 0)", NULL, NULL},
+    [F_MOMENTUM] = {"--momentum", "M", M_TRAIN, "sgd: momentum (default 0; its buffer starts at the first gradient)", NULL, NULL},
+    [F_CLIP_GRAD_NORM] = {"--clip-grad-norm", "C", M_TRAIN,
+     "scales the gradients so that their global L2 norm is at most C before each update "
+     "(torch.nn.utils.clip_grad_norm_; default: none)", NULL, NULL},
+    [F_STEPS] = {"--steps", "S", M_TRAIN, "steps to train, at most the data's S (default S)", NULL, NULL},
+    [F_LOG] = {"--log", "LOSSES.npy", M_TRAIN, "writes each step's loss (before its update), f32 [S]", NULL, NULL},
+    [F_SAVE_WEIGHTS] = {"--save-weights", "FILE", M_TRAIN,
+     "writes every tensor of --weights after the last step, under its name (safetensors)", NULL, NULL},
+    [F_GRADS] = {"--grads", "FILE", M_TRAIN,
+     "writes the first step's gradients (before clipping), f32, under the parameters' names (safetensors)",
+     NULL, NULL},
 };
 #define N_FLAGS (int)(sizeof FLAGS / sizeof *FLAGS)
-_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_PARALLEL + 1, "FLAGS follows flag_id");
+
+/* The help in train's page where it differs from the flag's help. */
+static const char *const TRAIN_HELP[N_FLAGS] = {
+    [RG_H] = "query heads (required)",
+    [RG_G] = "llama: key/value heads (default: layer 0's k_proj rows over the head size)",
+    [F_WEIGHTS] = "INIT.safetensors (required): the whole model under Hugging Face's names, every tensor f32 "
+                 "and a parameter (one group)",
+    [F_JSON] = "prints one JSON object on stdout (losses, median_ms per step with the first excluded, "
+              "tokens_per_s, ...) instead of the summary, and no line per step",
+    [F_ROPE_THETA] = "llama: rope base (default 10000)",
+};
+_Static_assert(sizeof FLAGS / sizeof *FLAGS == F_GRADS + 1, "FLAGS follows flag_id");
 
 bool rg_size_applies(rg_kind kind, int sym) { return FLAGS[sym].models >> kind & 1; }
 
@@ -228,6 +263,7 @@ static const page PAGES[] = {
      "  matmul  a [M, K] @ b [K, N]            out [M, N]\n"
      "  llama | gpt2 | bert   whole layers on Hugging Face weights (first argument; their\n"
      "          own flags: run-graph llama --help)\n"
+     "  train gpt2|llama      trains a whole language model (run-graph train --help)\n"
      "A graph file sees the sizes as symbols B T S D H G P M N K and CAUSAL (0 or 1); its\n"
      "inputs x, query, key, value, valid_lens bind to the flags of those names, attn_mask\n"
      "to --attn-mask and --key-padding-mask, its params to --weights by name, anything else\n"
@@ -317,6 +353,28 @@ static const page PAGES[] = {
      "per rank (default the cores over the ranks on the machine).\n",
      "--json: rank 0 prints the single process's --decode keys (flops, gflops, peak_bytes null),\n"
      "with parallel, ranks, cache_per_rank. Not: --max-len (use --cache-per-rank), --print-graph.\n"},
+    [RG_MODE_TRAIN] = {M_TRAIN, NULL, false, false,
+     "usage: run-graph train gpt2|llama --weights INIT.safetensors --data TOKENS.npy --heads H\n"
+     "           --optimizer adamw|sgd --lr LR [options]\n"
+     "\n"
+     "Trains a whole language model as PyTorch does: each step the logits of data[s, :, :-1],\n"
+     "the mean cross-entropy against data[s, :, 1:] over the B*T targets, the gradient of\n"
+     "every parameter, then one torch.optim update of them all (one group). The step is one\n"
+     "graph, planned once; results are the same bits at every thread count.\n"
+     "  gpt2   wte.weight, wpe.weight, h.<i>.* (as run-graph gpt2), ln_f.{weight,bias};\n"
+     "         the head is wte unless lm_head.weight is given; 'transformer.' optional\n"
+     "  llama  model.embed_tokens.weight, model.layers.<i>.* (as run-graph llama),\n"
+     "         model.norm.weight, lm_head.weight (tied to embed_tokens when absent);\n"
+     "         'model.' optional\n",
+     "\n"
+     "A line per step on stderr (step, loss, ms, tokens/s), then a summary on stdout; --json\n"
+     "prints losses, median_ms, tokens_per_s and more instead. Output files are written only\n"
+     "when every step succeeded. Exit status: 0 ok, 1 a run-time problem (a bad file, a\n"
+     "token id outside [0, V)), 2 a usage error.\n"
+     "\n"
+     "Example:\n"
+     "  run-graph train gpt2 --weights init.safetensors --data tokens.npy --heads 8 \\\n"
+     "      --optimizer adamw --lr 3e-4 --log losses.npy --save-weights trained.safetensors\n"},
 };
 
 /* text at column 25, wrapped at 100 columns */
@@ -350,7 +408,10 @@ void rg_print_help(FILE *f, rg_mode mode) {
         snprintf(left, sizeof left, "%s%s%s", fl->name, fl->arg ? " " : "", fl->arg ? fl->arg : "");
         fprintf(f, "  %-22s ", left);
         /* the help, then the page's modes it applies to when not all */
-        size_t k = (size_t)snprintf(text, sizeof text, "%s", p->help2 && fl->help2 ? fl->help2 : fl->help);
+        const char *help = mode == RG_MODE_TRAIN && TRAIN_HELP[i] ? TRAIN_HELP[i]
+                           : p->help2 && fl->help2       ? fl->help2
+                                                         : fl->help;
+        size_t k = (size_t)snprintf(text, sizeof text, "%s", help);
         const char *sep = " [";
         for (int b = 0; p->names && (fl->models & p->modes) != p->modes && b < 8 && k < sizeof text; b++)
             if (fl->models & p->modes & (1u << b)) {
@@ -386,6 +447,18 @@ static bool parse_real(const char *flag, const char *s, float *out, rg_err *e) {
     float v = strtof(s, &end);
     if (!*s || *end || errno || !isfinite(v) || v <= 0)
         return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number > 0", flag, s);
+    *out = v;
+    return true;
+}
+
+/* A finite number >= 0 (zero: also 0), as train's --lr, --eps, --weight-decay,
+ * --momentum (>= 0) and --clip-grad-norm (> 0) take. */
+static bool parse_nonneg(const char *flag, const char *s, bool zero, float *out, rg_err *e) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v < 0 || (!zero && v == 0))
+        return rg_fail(e, RG_USAGE, "%s: '%s' is not a finite number %s", flag, s, zero ? ">= 0" : "> 0");
     *out = v;
     return true;
 }
@@ -575,6 +648,33 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
         *(cap ? &o->softcap : &o->rope_theta) = (float)x;
         return true;
     }
+    case F_DATA: o->data = v; return true;
+    case F_OPTIMIZER:
+        if (strcmp(v, "adamw") && strcmp(v, "sgd"))
+            return rg_fail(e, RG_USAGE, "--optimizer: '%s' is not adamw or sgd", v);
+        o->sgd = strcmp(v, "sgd") == 0;
+        o->optimizer_given = true;
+        return true;
+    case F_LR: o->lr_given = true; return parse_nonneg(name, v, true, &o->lr, e);
+    case F_BETAS: {
+        char *end, *end2;
+        errno = 0;
+        const float b1 = strtof(v, &end);
+        const float b2 = *end == ',' ? strtof(end + 1, &end2) : NAN;
+        if (!*v || *end != ',' || *end2 || errno || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+            return rg_fail(e, RG_USAGE, "--betas: '%s' is not two numbers in [0, 1) like 0.9,0.999", v);
+        o->betas[0] = b1, o->betas[1] = b2;
+        o->betas_given = true;
+        return true;
+    }
+    case F_EPS: o->eps_given = true; return parse_nonneg(name, v, true, &o->eps, e);
+    case F_WEIGHT_DECAY: o->weight_decay_given = true; return parse_nonneg(name, v, true, &o->weight_decay, e);
+    case F_MOMENTUM: o->momentum_given = true; return parse_nonneg(name, v, true, &o->momentum, e);
+    case F_CLIP_GRAD_NORM: return parse_nonneg(name, v, false, &o->clip_grad_norm, e);
+    case F_STEPS: return parse_int(name, v, 1, INT32_MAX, &o->steps, e);
+    case F_LOG: o->log = v; return true;
+    case F_SAVE_WEIGHTS: o->save_weights = v; return true;
+    case F_GRADS: o->grads = v; return true;
     default: return rg_fail(e, RG_USAGE, "%s: not handled", name);
     }
 }
@@ -582,7 +682,8 @@ static bool apply(rg_opts *o, flag_id id, const char *v, bool single, rg_err *e)
 /* The names of the M_* bits, from bit 0, for the messages. */
 static const char *const EVERY_MODE_NAME[] = {"mha", "gqa", "relpos", "matmul", "graph files",
                                               "llama", "gpt2", "bert", "--parallel heads",
-                                              "--parallel context", "--parallel context --decode"};
+                                              "--parallel context", "--parallel context --decode",
+                                              "train"};
 
 /* "mha, gqa, relpos, matmul, graph files, --parallel heads": the modes fl applies to. */
 static const char *modes_of(const flag *fl, char *list, size_t size) {
@@ -593,7 +694,7 @@ static const char *modes_of(const flag *fl, char *list, size_t size) {
         k += (size_t)snprintf(list, size, "mha, gqa, relpos, matmul, graph files");
         models &= ~(unsigned)M_ALL;
     }
-    for (int b = 0; b < 11 && k < size; b++)
+    for (int b = 0; b < 12 && k < size; b++)
         if (models >> b & 1) k += (size_t)snprintf(list + k, size - k, "%s%s", k ? ", " : "", EVERY_MODE_NAME[b]);
     return list;
 }
@@ -788,6 +889,63 @@ static bool parse_layer(const item *it, int n, int model, rg_opts *o, rg_err *e)
     return check_compute(o, e);
 }
 
+/* run-graph train gpt2 | llama: model is the item "train". */
+static bool parse_train(const item *it, int n, int model, rg_opts *o, rg_err *e) {
+    static const char *const see = "run-graph train --help";
+    unsigned given[N_FLAGS] = {0};
+    for (int i = 0; i < n; i++)
+        if (it[i].fl == &FLAGS[F_HELP]) {
+            o->help = o->done = true;
+            return true;
+        }
+    for (int i = 0; i < n; i++) {
+        const item *a = &it[i];
+        const flag *fl = a->fl;
+        if (i == model) continue;
+        if (!a->is_flag) {
+            if (o->model)
+                return rg_fail(e, RG_USAGE, "%s: a second model to train (the first is '%s'); see %s", a->arg,
+                               o->model, see);
+            if (strcmp(a->arg, "gpt2") && strcmp(a->arg, "llama"))
+                return rg_fail(e, RG_USAGE, "train: '%s' is not a model run-graph trains: gpt2 or llama; see %s",
+                               a->arg, see);
+            o->model = a->arg;
+            o->layer = strcmp(a->arg, "gpt2") == 0 ? RG_GPT2 : RG_LLAMA;
+            continue;
+        }
+        if (!fl) return rg_fail(e, RG_USAGE, "%.*s: unknown flag for train; see %s", a->len, a->arg, see);
+        if (!(fl->models & M_TRAIN)) return refuse(fl, "train", see, e);
+        if (fl->arg && !a->v) return rg_fail(e, RG_USAGE, "%s: missing its value (%s); see %s", fl->name, fl->arg, see);
+        if (!fl->arg && a->has_eq) return rg_fail(e, RG_USAGE, "%s takes no value; see %s", fl->name, see);
+        const flag_id id = (flag_id)(fl - FLAGS);
+        given[id] = 1;
+        if (!apply(o, id, a->v, false, e)) return false;
+    }
+    if (!o->model) return rg_fail(e, RG_USAGE, "train: give the model to train: gpt2 or llama; see %s", see);
+    static const flag_id REQUIRED[] = {F_WEIGHTS, F_DATA, (flag_id)RG_H, F_OPTIMIZER, F_LR};
+    for (size_t i = 0; i < sizeof REQUIRED / sizeof *REQUIRED; i++)
+        if (!given[REQUIRED[i]])
+            return rg_fail(e, RG_USAGE, "train %s: %s %s is required; see %s", o->model, FLAGS[REQUIRED[i]].name,
+                           FLAGS[REQUIRED[i]].arg, see);
+    if (o->layer == RG_GPT2) {
+        static const flag_id LLAMA_ONLY[] = {(flag_id)RG_G, F_ROPE_THETA, F_RMS_EPS};
+        for (size_t i = 0; i < sizeof LLAMA_ONLY / sizeof *LLAMA_ONLY; i++)
+            if (given[LLAMA_ONLY[i]])
+                return rg_fail(e, RG_USAGE, "%s is for train llama (GPT-2 has %s); see %s", FLAGS[LLAMA_ONLY[i]].name,
+                               LLAMA_ONLY[i] == F_RMS_EPS ? "LayerNorm, eps 1e-5"
+                               : LLAMA_ONLY[i] == F_ROPE_THETA ? "learned positions, wpe.weight"
+                                                               : "a key/value head per query head", see);
+    }
+    static const flag_id ADAMW_ONLY[] = {F_BETAS, F_EPS}, SGD_ONLY[] = {F_MOMENTUM};
+    for (int i = 0; i < 2; i++)
+        if (o->sgd && given[ADAMW_ONLY[i]])
+            return rg_fail(e, RG_USAGE, "%s is AdamW's: give --optimizer adamw, or drop it; see %s",
+                           FLAGS[ADAMW_ONLY[i]].name, see);
+    if (!o->sgd && given[SGD_ONLY[0]])
+        return rg_fail(e, RG_USAGE, "--momentum is SGD's: give --optimizer sgd, or drop it; see %s", see);
+    return rg_check_output_paths(o, e);
+}
+
 /* --parallel heads|context (without --decode): mode "heads" or "context". */
 static bool parse_parallel(const item *it, int n, const char *mode, rg_opts *o, rg_err *e) {
     const unsigned mine = strcmp(mode, "heads") == 0 ? M_HEADS : M_CONTEXT;
@@ -881,6 +1039,10 @@ static bool parse(int argc, char **argv, item *it, rg_opts *o, rg_err *e) {
         if (o->kind != RG_MHA && o->kind != RG_GQA)
             return rg_fail(e, RG_USAGE, "--parallel context --decode runs mha or gqa, not '%s'", o->model);
         return true;
+    }
+    if (model >= 0 && strcmp(it[model].arg, "train") == 0) {
+        o->mode = RG_MODE_TRAIN;
+        return parse_train(it, n, model, o, e);
     }
     for (int k = 0; model >= 0 && k < 3; k++)
         if (strcmp(it[model].arg, LAYER_NAME[k]) == 0) {

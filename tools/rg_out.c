@@ -138,9 +138,9 @@ static bool canonical_path(const char *path, char out[PATH_MAX]) {
 
 bool rg_check_output_paths(const rg_opts *o, rg_err *e) {
     const char *const flag[] = {"--output", "--attn-weights", "--attn-svg", "--dot", "--save-graph",
-                                "--save-inputs"};
+                                "--log", "--save-weights", "--grads", "--save-inputs"};
     const char *const path[] = {o->output, o->attn_weights, o->attn_svg, o->dot, o->save_graph,
-                                o->save_inputs};
+                                o->log, o->save_weights, o->grads, o->save_inputs};
     enum { N = sizeof path / sizeof *path, SAVE_INPUTS = N - 1 };
     static char canon[N][PATH_MAX];
     for (int i = 0; i < N; i++) {

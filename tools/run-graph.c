@@ -236,6 +236,11 @@ int main(int argc, char **argv) {
         if (o.isa && gml_isa_from_name(o.isa, &isa) && gml_set_isa(isa) != GML_OK)
             ok = rg_fail(&e, RG_RUNTIME, "--isa %s: this CPU does not have it", o.isa);
     }
+    if (ok && !o.done && o.mode == RG_MODE_TRAIN) {
+        const int status = rg_train_main(&o); /* rg_train.c */
+        rg_opts_free(&o);
+        return status;
+    }
     if (ok && !o.done && o.mode == RG_MODE_LAYER) {
         const int status = rg_layers_main(&o); /* rg_layers.c */
         rg_opts_free(&o);

@@ -67,5 +67,7 @@ GML_API const char *gml_version(void);
 #include <ggmlite/registry.h>
 #include <ggmlite/compute.h>
 #include <ggmlite/grad.h>
+#include <ggmlite/loss.h>
+#include <ggmlite/optim.h>
 
 #endif /* GGMLITE_H */
