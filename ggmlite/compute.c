@@ -202,7 +202,8 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
         g->chunks = aligned_alloc(GML_ALIGN, (size_t)g->n_nodes * sizeof *g->chunks);
         g->touch = malloc((size_t)g->n_nodes * sizeof *g->touch);
         g->neg_inf_ok = malloc((size_t)g->n_nodes * sizeof *g->neg_inf_ok);
-        if (!g->steps || !g->chunks || !g->touch || !g->neg_inf_ok) {
+        g->kept = calloc((size_t)g->n_nodes, sizeof *g->kept);
+        if (!g->steps || !g->chunks || !g->touch || !g->neg_inf_ok || !g->kept) {
             gml_graph_release_compute(g);
             return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
         }
@@ -210,9 +211,19 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
     }
     struct gml_touch *touch = g->touch;
 
+    /* The constants: leafs flagged neither input nor param that no node
+     * writes (a node that computes writes its root: cpy into a view). */
+    bool *written = calloc((size_t)GML_MAX(g->n_entries, 1), sizeof *written);
+    if (!written) return gml_graph_fail(g, GML_ERR_NOMEM, "compute: out of memory");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gml_tensor *t = g->nodes[i];
+        const int r = gml_graph_entry(g, t->view_src ? t->view_src : t);
+        if (!(gml_op_get(t->op)->flags & GML_OPF_NOOP) && r >= 0) written[r] = true;
+    }
+
     /* The steps, each with its scratch: for nth threads or, run alone, for
      * one (a compute falls back to one thread when it cannot have nth,
-     * threadpool.h). */
+     * threadpool.h); and the memory each keeps across computes. */
     const bool reference = isa == GML_ISA_REFERENCE;
     size_t max_work = 0;
     g->n_steps = 0;
@@ -223,16 +234,38 @@ static gml_status plan_steps(gml_graph *g, int nth, bool checks) {
         size_t work = 0;
         if (def->work_size)
             work = gml_align_up(GML_MAX(def->work_size(t, nth), def->work_size(t, 1)), GML_ALIGN);
+        unsigned const_srcs = 0;
+        for (int k = 0; k < GML_MAX_SRC; k++) {
+            const gml_tensor *u = g->nodes[i]->src[k];
+            const int r = u ? gml_graph_entry(g, u->view_src ? u->view_src : u) : -1;
+            if (r >= 0 && !written[r] && g->entries[r].t->op == GML_OP_NONE &&
+                !(g->entries[r].t->flags & (GML_FLAG_INPUT | GML_FLAG_PARAM)))
+                const_srcs |= 1u << k;
+        }
+        gml_kept *kept = &g->kept[i];
+        const size_t keep = def->kept_size && const_srcs && !reference ? def->kept_size(t, const_srcs, isa) : 0;
+        if (keep != kept->size) { /* made afresh, to be filled by the kernel */
+            free(kept->data);
+            *kept = (gml_kept){0};
+            if (keep && !(kept->data = aligned_alloc(GML_ALIGN, gml_align_up(keep, GML_ALIGN)))) {
+                free(written);
+                return gml_graph_fail(g, GML_ERR_NOMEM, "compute: cannot allocate %zu bytes for "
+                                      "the packed weight of node %d '%s'", keep, i, t->name);
+            }
+            kept->size = keep;
+        }
         const double cost = (def->flops ? def->flops(t) : 0.0) + (double)gml_nelements(t);
         const int s = g->n_steps++;
         g->steps[s] = (struct gml_step){.fn = reference ? def->reference : def->forward,
                                         .t = t, .node = i, .work = work,
-                                        .solo = cost < TINY_COST};
+                                        .solo = cost < TINY_COST, .const_srcs = const_srcs,
+                                        .kept = keep ? kept : NULL};
         touch[s].w = span_of(t);
         for (int k = 0; k < GML_MAX_SRC; k++)
             touch[s].r[k] = t->src[k] ? span_of(t->src[k]) : (struct span){0, 0};
         max_work = GML_MAX(max_work, work);
     }
+    free(written);
 
     /* Runs of steps between barriers: a step joins the run unless it
      * conflicts with a step of it that another thread may still be running
@@ -409,7 +442,8 @@ static void run_steps(void *arg, int ith, int nth) {
                                 .wdata = sh->wdata ? (char *)sh->wdata + st->work_off : NULL,
                                 .wsize = st->work,
                                 .shared = sh, .note = &sh->steps[s].kernel,
-                                .chunk = &sh->chunks[s].next, .step = s, .isa = sh->isa};
+                                .chunk = &sh->chunks[s].next, .step = s, .isa = sh->isa,
+                                .const_srcs = st->const_srcs, .kept = st->kept};
         st->fn(&p, st->t);
     }
 }
@@ -470,6 +504,22 @@ gml_status gml_graph_compute(gml_graph *g, int n_threads) {
 gml_status gml_graph_compute_pool(gml_graph *g, gml_threadpool *pool) {
     GML_NONNULL(g, GML_ERR_INVALID);
     return compute(g, pool, true, gml_threadpool_n_threads(pool));
+}
+
+gml_status gml_graph_weights_changed(gml_graph *g) {
+    GML_NONNULL(g, GML_ERR_INVALID);
+    gml_status st = gml_graph_lock(g, "weights_changed");
+    if (st != GML_OK) return st;
+    for (int i = 0; g->kept && i < g->n_nodes; i++) g->kept[i].valid = false;
+    gml_graph_unlock(g);
+    return GML_OK;
+}
+
+size_t gml_graph_packed_bytes(const gml_graph *g) {
+    GML_NONNULL(g, 0);
+    size_t n = 0;
+    for (int i = 0; g->kept && i < g->n_nodes; i++) n += g->kept[i].size;
+    return n;
 }
 
 gml_status gml_run_kernels(const gml_kernel_fn *fns, gml_tensor *const *dsts, int n,

@@ -52,7 +52,30 @@ static bool has_f16c(void) {
 }
 #endif
 
+/* The answers of CPUID and XGETBV, asked once each: under a hypervisor
+ * each CPUID is a trap that costs microseconds, and kernels ask which
+ * variant the CPU can run at every compute. 0: not asked yet; 1: no;
+ * 2: yes (asking twice at once gives the same answer twice). */
+static _Atomic unsigned char isa_known[LAST_ISA + 1], feature_known[GML_CPU_FEATURE_COUNT];
+
+static bool ask_cpu_has(gml_isa isa);
+static bool ask_cpu_has_feature(gml_cpu_feature f);
+
 bool gml_cpu_has(gml_isa isa) {
+    if ((unsigned)isa > LAST_ISA) return false;
+    unsigned char k = atomic_load_explicit(&isa_known[isa], memory_order_relaxed);
+    if (!k) atomic_store_explicit(&isa_known[isa], k = ask_cpu_has(isa) ? 2 : 1, memory_order_relaxed);
+    return k == 2;
+}
+
+bool gml_cpu_has_feature(gml_cpu_feature f) {
+    if ((unsigned)f >= GML_CPU_FEATURE_COUNT) return false;
+    unsigned char k = atomic_load_explicit(&feature_known[f], memory_order_relaxed);
+    if (!k) atomic_store_explicit(&feature_known[f], k = ask_cpu_has_feature(f) ? 2 : 1, memory_order_relaxed);
+    return k == 2;
+}
+
+static bool ask_cpu_has(gml_isa isa) {
     switch (isa) {
     case GML_ISA_AUTO:
     case GML_ISA_REFERENCE:
@@ -89,7 +112,7 @@ const char *gml_cpu_feature_name(gml_cpu_feature f) {
     return (unsigned)f < GML_CPU_FEATURE_COUNT ? FEATURE_NAMES[f] : "?";
 }
 
-bool gml_cpu_has_feature(gml_cpu_feature f) {
+static bool ask_cpu_has_feature(gml_cpu_feature f) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a0, b0, c0, d0, a1, b1, c1, d1;
     if (!__get_cpuid_count(7, 0, &a0, &b0, &c0, &d0)) return false;

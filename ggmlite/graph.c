@@ -414,6 +414,9 @@ void gml_graph_release_compute(gml_graph *g) {
     g->prepared = false;
     free(g->neg_inf_ok);
     g->neg_inf_ok = NULL;
+    for (int i = 0; g->kept && i < g->n_nodes; i++) free(g->kept[i].data);
+    free(g->kept);
+    g->kept = NULL;
     g->n_steps = 0;
 }
 

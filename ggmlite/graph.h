@@ -78,6 +78,7 @@ struct gml_graph {
     gml_isa prep_isa;
     bool prep_checks;
     bool *neg_inf_ok;       /* [n_nodes]: -inf may be in the node by design (NaN trap) */
+    gml_kept *kept;         /* [n_nodes]: what each node keeps across computes (packed weights) */
     char err[GML_ERR_MAX];
 
     /* memory plan (plan.c): where the plan put each entry. The headers are
@@ -105,6 +106,8 @@ struct gml_step {
     bool solo;       /* tiny: thread 0 runs it alone (nth 1), the others go on */
     size_t work_off; /* its scratch: [work_off, work_off + work) of the compute's */
     size_t work;
+    unsigned const_srcs; /* gml_compute_params.const_srcs */
+    gml_kept *kept;      /* the node's entry of g->kept when it keeps memory, else NULL */
 };
 
 /* gml_chunk_next's count for one step, on a cache line of its own. */

@@ -253,6 +253,18 @@ struct gml_compute_shared; /* per compute: barrier, chunk counter, error */
  * (compute.c); a kernel gives the same bits either way. A kernel reads only
  * its sources' elements and writes only dst's: compute orders the nodes by
  * the memory they touch. */
+/* Memory a node keeps across computes of its graph (a weight packed into
+ * its kernel's layout): made by compute (the op's kept_size), filled by
+ * the kernel, which records in key what it was made from and sets valid;
+ * gml_graph_weights_changed clears valid. Freed with the graph's compute
+ * state. */
+typedef struct gml_kept {
+    void *data; /* size bytes, GML_ALIGN-aligned */
+    size_t size;
+    bool valid;
+    uint64_t key[6];
+} gml_kept;
+
 typedef struct gml_compute_params {
     int ith, nth;
     void *wdata;
@@ -262,6 +274,12 @@ typedef struct gml_compute_params {
     atomic_llong *chunk; /* gml_chunk_next's count for this node */
     int step;            /* the node's place in the compute (which failure wins) */
     gml_isa isa;         /* the ISA the plan chose kernels for (never AUTO): pick variants by it */
+    /* Bit s: src[s] is a constant of the graph, a view of (or) a leaf that
+     * no node of the graph writes, flagged neither input nor param: its
+     * values stay the same between computes unless the user says they do
+     * not (gml_graph_weights_changed). 0 outside a graph's compute. */
+    unsigned const_srcs;
+    gml_kept *kept; /* the node's kept memory (kept_size > 0), or NULL */
 } gml_compute_params;
 
 typedef void (*gml_kernel_fn)(const gml_compute_params *p, gml_tensor *dst);
@@ -312,6 +330,10 @@ typedef struct gml_op_def {
     gml_kernel_fn forward;    /* fast path: picks its ISA variant itself */
     gml_kernel_fn reference;  /* the plain kernel, kept forever */
     size_t (*work_size)(const gml_tensor *dst, int nth); /* NULL: none */
+    /* Bytes the node keeps across computes (gml_kept) given which sources
+     * are constants (gml_compute_params.const_srcs) and the ISA its kernel
+     * runs at; NULL or 0: none. */
+    size_t (*kept_size)(const gml_tensor *dst, unsigned const_srcs, gml_isa isa);
     double (*flops)(const gml_tensor *dst);              /* NULL: 0 */
     unsigned flags;
 

@@ -14,14 +14,16 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
- * A bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows 4-byte
- * aligned: a bf16 checkpoint's nn.Linear) is its own pairs along its rows:
- * with few rows (M <= 64: decoding, small batches) the product runs as
- * C^T = W A^T (run_swapped), W read in place as the micro-kernel's A
- * operand and only A^T packed, so the weight is read once and never
- * copied. Otherwise B is packed per product, not once per weight: a weight
- * used by several products (or computes) is converted each time, K N
- * conversions against M N K multiply-adds. */
+ * A B of a bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows
+ * 4-byte aligned) is its own pairs along its rows, so with few rows
+ * (M <= 64) the product runs as C^T = W A^T (run_swapped), W read in place
+ * as the micro-kernel's A operand and only A^T packed. A constant B of a
+ * graph (a weight: compute.c's const_srcs) is packed whole once instead,
+ * into memory the graph keeps (gml_bf16_gemm_kept), except such a bf16
+ * weight against 5 to 64 rows (gml_bf16_gemm_packs); only A is packed per
+ * product then, never swapped, and a packed A of 1 to 4 rows (decoding)
+ * computes only those rows of the micro-kernel's tile. Any other B is
+ * converted at each product, K N conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -117,6 +119,11 @@ static void to_bf16(gml_isa isa, gml_type t, const char *src, int64_t stride, in
 enum {
     MAX_KC = 512,    /* the largest K block, in pairs */
     SWAP_MAX_M = 64, /* swapped up to this many rows */
+    /* a bf16 weight that runs swapped is kept packed only up to this many
+     * rows: the swapped tile spends 32 columns on them (one row: 1 of 32);
+     * from 5 rows on it reads the weight in place as fast as the packed
+     * one streams (nothing to pack: it is its own pairs) */
+    BF16_PACK_SWAPPED_MAX_M = 4,
 };
 
 typedef struct bf16_pack {
@@ -138,8 +145,9 @@ static bool swapped(const gml_gemm_desc *d) {
            (uintptr_t)d->b % 4 == 0 && d->b_bs[0] % 4 == 0 && d->b_bs[1] % 4 == 0;
 }
 
-static bf16_pack pack_of(const gml_gemm_desc *d, int mr, int nr, int nth) {
-    bf16_pack k = {.kp = cdiv(d->K, 2), .swap = swapped(d)};
+/* The packed operands of d, swapped or not. */
+static bf16_pack pack_of(const gml_gemm_desc *d, int mr, int nr, int nth, bool swap) {
+    bf16_pack k = {.kp = cdiv(d->K, 2), .swap = swap};
     const int64_t nbat = d->nb0 * d->nb1;
     k.a_batches = d->a_bs[0] == 0 && d->a_bs[1] == 0 ? 1 : nbat;
     k.b_batches = d->b_bs[0] == 0 && d->b_bs[1] == 0 ? 1 : nbat;
@@ -287,14 +295,15 @@ static void blocks(int mr, int nr, int64_t *kc, int64_t *mc) {
     *mc = GML_MIN(GML_MAX(c[1] / 4 / (4 * *kc) / mr * mr, (int64_t)mr), (int64_t)(4096 / mr * mr));
 }
 
-/* Tiles of C: about 3 per thread, the larger side split first, M in MR
- * and N in NR units. */
-static void tiles(const gml_gemm_desc *d, int mr, int nr, int nth, int64_t *tm, int64_t *tn) {
+/* Tiles of C: about 3 per thread, none under min_flops, the larger side
+ * split first, M in MR and N in NR units. */
+static void tiles(const gml_gemm_desc *d, int mr, int nr, int nth, double min_flops, int64_t *tm,
+                  int64_t *tn) {
     const int64_t nbat = d->nb0 * d->nb1;
     int64_t want = 1;
     if (nth > 1) {
         const double flops = 2.0 * (double)d->M * (double)d->N * (double)d->K * (double)nbat;
-        want = GML_MAX(GML_MIN(3 * (int64_t)nth, (int64_t)(flops / BF16_MIN_CHUNK_FLOPS)), (int64_t)1);
+        want = GML_MAX(GML_MIN(3 * (int64_t)nth, (int64_t)(flops / min_flops)), (int64_t)1);
     }
     const int64_t per_batch = cdiv(want, nbat);
     int64_t mt = 1, nt = 1;
@@ -327,7 +336,7 @@ static void run_swapped(const gml_compute_params *p, const gml_gemm_desc *d, con
      * 2048 x 2048: 21 GFLOP/s with KC = 192 on a loaded core) */
     const int64_t kc = GML_MAX(k->kp, (int64_t)1);
     int64_t tm, tn;
-    tiles(d, nr, mr, p->nth, &tm, &tn); /* M in NR units, N in MR units */
+    tiles(d, nr, mr, p->nth, BF16_MIN_CHUNK_FLOPS, &tm, &tn); /* M in NR units, N in MR units */
     const int64_t mt = cdiv(d->M, tm), nt = cdiv(d->N, tn), n_chunks = d->nb0 * d->nb1 * mt * nt;
     const size_t ldc = (size_t)d->c_rs / sizeof(float), ldw = (size_t)d->b_cs / 4;
     float tile[GML_BF16_TILE_MAX];
@@ -373,25 +382,51 @@ static void run_swapped(const gml_compute_params *p, const gml_gemm_desc *d, con
 
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
-    for (int i = 0; i < gml_bf16_gemm_n_variants; i++) {
-        const bf16_pack k = pack_of(d, gml_bf16_gemm_variants[i].mr, gml_bf16_gemm_variants[i].nr, nth);
-        most = GML_MAX(most, k.a_bytes + k.b_bytes + k.tmp_bytes);
-    }
+    for (int i = 0; i < gml_bf16_gemm_n_variants; i++)
+        for (int swap = 0; swap < 2; swap++) { /* swapped unless B is kept packed */
+            const bf16_pack k =
+                pack_of(d, gml_bf16_gemm_variants[i].mr, gml_bf16_gemm_variants[i].nr, nth, swap && swapped(d));
+            most = GML_MAX(most, k.a_bytes + k.b_bytes + k.tmp_bytes);
+        }
     return most;
 }
 
+bool gml_bf16_gemm_packs(const gml_gemm_desc *d) { return !swapped(d) || d->M <= BF16_PACK_SWAPPED_MAX_M; }
+
+size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v) {
+    const bf16_pack k = pack_of(d, v->mr, v->nr, 1, false);
+    return k.b_pairs * (size_t)k.b_batches * 4;
+}
+
 void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v) {
+    gml_bf16_gemm_kept(p, d, v, NULL);
+}
+
+/* B kept packed: decoding's few rows are bound by reading it, so smaller
+ * tiles (2 per thread at 1 x 1024 x 1024) keep every thread streaming. */
+enum { BF16_KEPT_MIN_CHUNK_FLOPS = 1 << 20 };
+
+void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v,
+                        gml_kept *kept) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
     const int mr = v->mr, nr = v->nr;
-    const bf16_pack k = pack_of(d, mr, nr, p->nth);
+    /* B packed whole in kept: what it was made from, checked at every compute */
+    const uint64_t key[6] = {(uint64_t)(uintptr_t)d->b, (uint64_t)d->b_rs, (uint64_t)d->b_cs,
+                             (uint64_t)d->b_bs[0], (uint64_t)d->b_bs[1],
+                             (uint64_t)(uintptr_t)v ^ (uint64_t)d->b_type << 56};
+    uint32_t *whole =
+        kept && kept->data && gml_bf16_gemm_packs(d) && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
+    const bool repack = whole && !(kept->valid && memcmp(kept->key, key, sizeof key) == 0);
+    const bf16_pack k = pack_of(d, mr, nr, p->nth, !whole && swapped(d));
     assert(k.a_bytes + k.b_bytes + k.tmp_bytes <= p->wsize);
-    uint32_t *apk = p->wdata, *bpk = (uint32_t *)(void *)((char *)p->wdata + k.a_bytes);
+    uint32_t *apk = p->wdata, *bpk = whole ? whole : (uint32_t *)(void *)((char *)p->wdata + k.a_bytes);
     uint16_t *row = (uint16_t *)(void *)((char *)p->wdata + k.a_bytes + k.b_bytes +
                                          (size_t)p->ith * (k.tmp_bytes / (size_t)p->nth));
     gml_kernel_note(p, v->name);
 
-    /* both operands packed: A's panels, then B's, shared out by chunks */
-    const int64_t na = k.a_batches * k.a_groups, nbp = k.b_batches * k.b_panels;
+    /* both operands packed (B only when not kept, or kept stale): A's
+     * panels, then B's, shared out by chunks */
+    const int64_t na = k.a_batches * k.a_groups, nbp = !whole || repack ? k.b_batches * k.b_panels : 0;
     if (k.kp > 0)
         for (int64_t u; (u = gml_chunk_next(p)) < na + nbp;) {
             if (u < na && k.swap) pack_at_panel(d, &k, nr, u / k.a_groups, u % k.a_groups, apk, row);
@@ -399,6 +434,10 @@ void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gm
             else pack_b_panel(d, &k, nr, (u - na) / k.b_panels, (u - na) % k.b_panels, bpk, row);
         }
     gml_barrier(p);
+    if (repack && p->ith == 0) { /* the others read kept only before the barrier */
+        memcpy(kept->key, key, sizeof key);
+        kept->valid = true;
+    }
     if (k.swap) {
         run_swapped(p, d, v, &k, apk, (uint32_t *)(void *)row);
         return;
@@ -406,7 +445,7 @@ void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gm
 
     int64_t kc, mc, tm, tn;
     blocks(mr, nr, &kc, &mc);
-    tiles(d, mr, nr, p->nth, &tm, &tn);
+    tiles(d, mr, nr, p->nth, whole ? BF16_KEPT_MIN_CHUNK_FLOPS : BF16_MIN_CHUNK_FLOPS, &tm, &tn);
     const int64_t mt = cdiv(d->M, tm), nt = cdiv(d->N, tn), n_chunks = d->nb0 * d->nb1 * mt * nt;
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < n_chunks;) {

@@ -34,6 +34,11 @@ gml_gemm_desc gml_matmul_desc(const gml_tensor *dst, const gml_tensor *a, const 
 void gml_bf16_matmul__ref(const gml_compute_params *p, gml_tensor *dst);
 void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst);
 size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth);
+/* Bytes a matmul node with compute bf16 keeps for its constant b at ISA
+ * isa: b packed in pairs (gml_bf16_gemm_packed_size) where the pairs order
+ * runs there, else b's copy rounded to bf16 values in f32, which the chain
+ * order's f32 GEMM multiplies. */
+size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa);
 
 /* x rounded to bf16 and widened back to f32 (exact). */
 static inline float gml_round_bf16(float x) { return gml_bf16_to_fp32(gml_fp32_to_bf16(x)); }
@@ -79,5 +84,18 @@ const gml_bf16_gemm_variant *gml_bf16_gemm_pick(gml_isa isa);
  * meet at a barrier, then take tiles of C with gml_chunk_next. */
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth);
 void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);
+/* Whether a constant B of d is kept packed (else the product runs as
+ * without kept): not a bf16 weight that runs swapped against 5 to 64 rows
+ * (gemm_bf16.c). */
+bool gml_bf16_gemm_packs(const gml_gemm_desc *d);
+/* Bytes of B packed whole for variant v: its NR-column panels over all of
+ * K, for every matrix of B (one when the batches share it). */
+size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);
+/* gml_bf16_gemm with B's panels in kept (gml_bf16_gemm_packed_size bytes,
+ * packed there beside A when kept does not hold this B for v yet), never
+ * swapped: the same bits. kept NULL or gml_bf16_gemm_packs false:
+ * gml_bf16_gemm. */
+void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v,
+                        gml_kept *kept);
 
 #endif /* GGMLITE_OPS_GEMM_BF16_H */

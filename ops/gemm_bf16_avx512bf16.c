@@ -14,15 +14,17 @@
 
 enum { MR = 14, NR = 32 };
 
-/* The tile over kp pairs, A's pair p of row i at a[i * ars + p * aps]. */
+/* The tile's first ROWS rows (a constant: m <= ROWS <= MR) over kp
+ * pairs, A's pair p of row i at a[i * ars + p * aps]. */
 static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, const uint32_t *a, size_t ars,
                                                                   size_t aps, const uint32_t *b, float *c,
-                                                                  size_t ldc, int m, int n, bool acc) {
+                                                                  size_t ldc, int m, int n, bool acc,
+                                                                  const int ROWS) {
     const __mmask16 k0 = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
     const __mmask16 k1 = n >= 32 ? (__mmask16)0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < ROWS; i++) {
         c0[i] = _mm512_setzero_ps();
         c1[i] = _mm512_setzero_ps();
         if (acc && i < m) {
@@ -35,7 +37,7 @@ static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, co
     do {                                                                             \
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);                         \
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);                    \
-        _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {                      \
+        _Pragma("GCC unroll 14") for (int i = 0; i < ROWS; i++) {                    \
             const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[(size_t)i * ars]); \
             c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);                                 \
             c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);                                 \
@@ -55,7 +57,7 @@ static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, co
     for (; p < kp; p++) BF16_STEP();
 #undef BF16_STEP
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < ROWS; i++)
         if (i < m) {
             _mm512_mask_storeu_ps(c + (size_t)i * ldc, k0, c0[i]);
             _mm512_mask_storeu_ps(c + (size_t)i * ldc + 16, k1, c1[i]);
@@ -63,10 +65,14 @@ static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, co
 }
 
 /* Packed A (lda == 0), or MR rows in place (lda > 0, m == MR): each a
- * copy of the tile with its steps. */
+ * copy of the tile with its steps; packed A of 1 to 4 rows (decoding)
+ * computes only those rows. */
 BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32_t *a, size_t lda,
                                                          const uint32_t *b, float *c, size_t ldc,
                                                          int m, int n, bool acc) {
-    if (lda == 0) tile(kp, a, 1, MR, b, c, ldc, m, n, acc);
-    else tile(kp, a, lda, 1, b, c, ldc, MR, n, acc);
+    if (lda > 0) tile(kp, a, lda, 1, b, c, ldc, MR, n, acc, MR);
+    else if (m == 1) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 1);
+    else if (m == 2) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 2);
+    else if (m <= 4) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 4);
+    else tile(kp, a, 1, MR, b, c, ldc, m, n, acc, MR);
 }

@@ -199,10 +199,32 @@ size_t gml_q8_gemm_work_size(const gml_gemm_desc *d, int nth) {
     return aq_bytes(d) + (size_t)nth * thread_bytes(d);
 }
 
+/* W's matrices and panels as packed whole (gml_q8_gemm_packed_size). */
+static int64_t w_mats(const gml_gemm_desc *d) { return d->b_bs[0] || d->b_bs[1] ? d->nb0 * d->nb1 : 1; }
+static int64_t w_panels(const gml_gemm_desc *d, const gml_q8_gemm_variant *v) {
+    return (d->N + v->nr - 1) / v->nr;
+}
+
+size_t gml_q8_gemm_packed_size(const gml_gemm_desc *d, const gml_q8_gemm_variant *v) {
+    return (size_t)(w_mats(d) * w_panels(d, v) * (d->K / 32)) * GML_Q8_PANEL_BLOCK(v->nr);
+}
+
 void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
                  const gml_q8_gemm_variant *v) {
-    gml_kernel_note(p, v->name);
+    gml_q8_gemm_kept(p, d, v, NULL);
+}
+
+void gml_q8_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d,
+                      const gml_q8_gemm_variant *v, gml_kept *kept) {
     const int64_t rows = d->nb0 * d->nb1 * d->M, nblk = d->K / 32;
+    /* W packed whole: what kept was made from, checked at every compute */
+    const uint64_t key[6] = {(uint64_t)(uintptr_t)d->b, (uint64_t)d->b_rs, (uint64_t)d->b_cs,
+                             (uint64_t)d->b_bs[0], (uint64_t)d->b_bs[1], (uint64_t)(uintptr_t)v};
+    const int64_t panels = w_panels(d, v), wmats = w_mats(d);
+    const size_t panel_size = (size_t)nblk * GML_Q8_PANEL_BLOCK(v->nr);
+    char *whole = kept && kept->size >= gml_q8_gemm_packed_size(d, v) ? kept->data : NULL;
+    const bool repack = whole && !(kept->valid && memcmp(kept->key, key, sizeof key) == 0);
+    gml_kernel_note(p, v->name);
     uint8_t *aq = p->wdata;
     float *ad = (float *)(void *)((char *)p->wdata + gml_align_up((size_t)(rows * d->K), 64));
     char *mine = (char *)p->wdata + aq_bytes(d) + (size_t)p->ith * thread_bytes(d);
@@ -215,25 +237,42 @@ void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
     gml_split(rows, p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
         quantize((size_t)nblk, a_floats(d, r, tmp), aq + r * d->K, ad + r * nblk);
+    /* W packed whole (the first compute, or W changed): its panels shared
+     * out by chunks */
+    if (repack)
+        for (int64_t u; (u = gml_chunk_next(p)) < wmats * panels;) {
+            const int64_t j0 = u % panels * v->nr;
+            v->pack(b_mat(d, u / panels) + j0 * d->b_cs, (size_t)d->b_cs,
+                    (int)GML_MIN((int64_t)v->nr, d->N - j0), (size_t)nblk, whole + (size_t)u * panel_size);
+        }
     gml_barrier(p);
+    if (repack && p->ith == 0) { /* the others read kept only before the barrier */
+        memcpy(kept->key, key, sizeof key);
+        kept->valid = true;
+    }
 
     /* chunks: (batch, NR rows of W), against every row of A of the batch,
      * K in steps of KB blocks so that the packed piece of the panel stays
-     * in L1 (NR = 32: 20 KiB) while the rows of A pass by */
-    const int64_t panels = (d->N + v->nr - 1) / v->nr, n_chunks = d->nb0 * d->nb1 * panels;
+     * in L1 (NR = 32: 20 KiB) while the rows of A pass by (W packed whole
+     * and one tile of rows: all of K at once) */
+    const int64_t n_chunks = d->nb0 * d->nb1 * panels;
+    const int64_t kstep = whole && d->M <= v->mr ? GML_MAX(nblk, (int64_t)1) : KB;
     for (int64_t ch; (ch = gml_chunk_next(p)) < n_chunks;) {
         const int64_t bt = ch / panels, j0 = ch % panels * v->nr;
         const int n = (int)GML_MIN((int64_t)v->nr, d->N - j0);
-        for (int64_t kb = 0; kb < nblk; kb += KB) {
-            const int64_t nb = GML_MIN(KB, nblk - kb);
-            v->pack(b_mat(d, bt) + j0 * d->b_cs + kb * d->b_rs, (size_t)d->b_cs, n, (size_t)nb,
-                    panel);
+        const char *wp = whole ? whole + (size_t)((wmats > 1 ? bt : 0) * panels + ch % panels) * panel_size : NULL;
+        for (int64_t kb = 0; kb < nblk; kb += kstep) {
+            const int64_t nb = GML_MIN(kstep, nblk - kb);
+            const void *pan = wp ? (const void *)(wp + (size_t)kb * GML_Q8_PANEL_BLOCK(v->nr)) : panel;
+            if (!wp)
+                v->pack(b_mat(d, bt) + j0 * d->b_cs + kb * d->b_rs, (size_t)d->b_cs, n, (size_t)nb,
+                        panel);
             for (int64_t m0 = 0; m0 < d->M; m0 += v->mr) {
                 const int64_t r = bt * d->M + m0;
                 const int m = (int)GML_MIN((int64_t)v->mr, d->M - m0);
                 float *c = (float *)(void *)(c_row(d, r) + j0 * (int64_t)sizeof(float));
                 v->fn((size_t)nb, aq + r * d->K + 32 * kb, (size_t)d->K, ad + r * nblk + kb,
-                      (size_t)nblk, m, panel, n, c, (size_t)(d->c_rs / (int64_t)sizeof(float)),
+                      (size_t)nblk, m, pan, n, c, (size_t)(d->c_rs / (int64_t)sizeof(float)),
                       kb > 0);
             }
         }

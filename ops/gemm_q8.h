@@ -21,8 +21,9 @@
  *   one order, so results are bitwise the same across ISAs and threads.
  *
  * Kernels. A's rows are quantized once per product into the scratch buffer
- * (q + 128 as uint8, the scale as f32); W is packed per chunk, NR rows at a
- * time, into panels where every 4 k of NR rows sit side by side (the
+ * (q + 128 as uint8, the scale as f32); W is packed once and kept by the
+ * graph when it is a constant of it (a weight: gml_q8_gemm_kept), else per
+ * chunk, NR rows at a time, into panels where every 4 k of NR rows sit side by side (the
  * operand layout of VNNI's vpdpbusd: u8 x s8, 4 products summed into each
  * int32 lane), with -128 * sum q per row and block (what the +128 on A adds
  * to each block's sum) and the NR scales. A micro-kernel computes an MR x NR
@@ -109,12 +110,21 @@ gml_q8_quantize_fn gml_q8_quantize_pick(gml_isa isa);
 /* Scratch bytes for the int8 product d (b_type q8_0) on nth threads, for
  * gml_q8_gemm and gml_q8_gemm_ref alike. */
 size_t gml_q8_gemm_work_size(const gml_gemm_desc *d, int nth);
+/* Bytes of W packed whole for variant v: every panel of NR rows of every
+ * matrix of B (one when B is shared by the batches), all blocks of K. */
+size_t gml_q8_gemm_packed_size(const gml_gemm_desc *d, const gml_q8_gemm_variant *v);
 /* Thread p->ith's share of the product d with micro-kernel v: the rows of
  * A quantized (rows split among threads), a barrier, then chunks (a batch
- * and NR rows of W, packed by the thread that takes it) against all rows
- * of A. d->K must be a multiple of 32 (the builders refuse others). */
+ * and NR rows of W) against all rows of A. W's panels are packed by the
+ * thread that takes the chunk, KB blocks at a time; in gml_q8_gemm_kept
+ * they come from kept instead (gml_q8_gemm_packed_size bytes; the threads
+ * pack W whole there beside the quantizing when kept does not hold this W
+ * for v yet). The bits are the same either way. d->K must be a multiple
+ * of 32 (the builders refuse others). */
 void gml_q8_gemm(const gml_compute_params *p, const gml_gemm_desc *d,
                  const gml_q8_gemm_variant *v);
+void gml_q8_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d,
+                      const gml_q8_gemm_variant *v, gml_kept *kept);
 /* The reference: the definition above as plain loops, one output row per
  * step (its A row quantized by gml_quantize_row_q8_0's rules, in scalar
  * code), rows split among threads. */

@@ -111,7 +111,7 @@ static void gml_f32_matmul(const gml_compute_params *p, gml_tensor *dst) {
     }
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
     if (gml_matmul_compute(dst) == GML_COMPUTE_INT8)
-        gml_q8_gemm(p, &d, gml_q8_gemm_pick(p->isa));
+        gml_q8_gemm_kept(p, &d, gml_q8_gemm_pick(p->isa), p->const_srcs & 2 ? p->kept : NULL);
     else
         gml_gemm(p, &d, gml_gemm_pick(p->isa));
 }
@@ -122,6 +122,19 @@ static size_t matmul_work_size(const gml_tensor *dst, int nth) {
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], GML_ISA_REFERENCE);
     if (gml_matmul_compute(dst) == GML_COMPUTE_INT8) return gml_q8_gemm_work_size(&d, nth);
     return gml_gemm_work_size(&d, nth);
+}
+
+/* A constant b (a weight: compute.c's const_srcs) packed once into the
+ * kernel's layout and kept by the graph: int8's panels of q8_0 rows,
+ * bf16's pairs where the ISA has VDPBF16PS, else its rounded f32 copy. */
+static size_t matmul_kept_size(const gml_tensor *dst, unsigned const_srcs, gml_isa isa) {
+    if (!(const_srcs & 2)) return 0;
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
+    switch (gml_matmul_compute(dst)) {
+    case GML_COMPUTE_INT8: return gml_q8_gemm_packed_size(&d, gml_q8_gemm_pick(isa));
+    case GML_COMPUTE_BF16: return gml_bf16_matmul_kept_size(dst, isa);
+    default: return 0;
+    }
 }
 
 static double matmul_flops(const gml_tensor *dst) {
@@ -319,6 +332,7 @@ const gml_op_def gml_opdef_matmul = {
     .forward = gml_f32_matmul,
     .reference = gml_f32_matmul__ref,
     .work_size = matmul_work_size,
+    .kept_size = matmul_kept_size,
     .flops = matmul_flops,
     GML_ARGS(GML_T("a"), GML_T("b"), GML_OPT_ENUM_Z("compute", "f32", compute_names)),
     .build = build_matmul,

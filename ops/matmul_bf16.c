@@ -128,12 +128,24 @@ static void round_rows(gml_isa isa, const gml_tensor *dst, const bf16_copies *c,
     }
 }
 
-static void chain_matmul(const gml_compute_params *p, gml_tensor *dst) {
-    const bf16_copies c = copies_of(dst, p->wdata);
+/* kept (c.b_bytes, or NULL): b's rounded copy made once there, checked
+ * against b's pointer, strides and type at each compute. */
+static void chain_matmul(const gml_compute_params *p, gml_tensor *dst, gml_kept *kept) {
+    bf16_copies c = copies_of(dst, p->wdata);
+    const gml_tensor *b = dst->src[1];
+    const uint64_t key[6] = {(uint64_t)(uintptr_t)b->data, b->nb[0], b->nb[1], b->nb[2], b->nb[3],
+                             (uint64_t)b->type};
+    const bool keep = kept && kept->size >= c.b_bytes;
+    const bool fresh = keep && kept->valid && memcmp(kept->key, key, sizeof key) == 0;
+    if (keep) c.b.data = kept->data;
     int64_t r0, r1;
-    gml_split(c.a_rows + c.b_rows, p->ith, p->nth, &r0, &r1);
+    gml_split(c.a_rows + (fresh ? 0 : c.b_rows), p->ith, p->nth, &r0, &r1);
     round_rows(p->isa, dst, &c, r0, r1);
     gml_barrier(p);
+    if (keep && !fresh && p->ith == 0) { /* the others read kept only before the barrier */
+        memcpy(kept->key, key, sizeof key);
+        kept->valid = true;
+    }
     gml_compute_params q = *p;
     q.wdata = (char *)p->wdata + c.a_bytes + c.b_bytes;
     q.wsize = p->wsize - c.a_bytes - c.b_bytes;
@@ -150,12 +162,20 @@ static size_t chain_work_size(const gml_tensor *dst, int nth) {
 
 void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst) {
     const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(p->isa);
+    gml_kept *kept = p->const_srcs & 2 ? p->kept : NULL;
     if (!v) {
-        chain_matmul(p, dst);
+        chain_matmul(p, dst, kept);
         return;
     }
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
-    gml_bf16_gemm(p, &d, v);
+    gml_bf16_gemm_kept(p, &d, v, kept);
+}
+
+size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa) {
+    const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(isa);
+    if (!v) return copies_of(dst, NULL).b_bytes;
+    const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
+    return gml_bf16_gemm_packs(&d) ? gml_bf16_gemm_packed_size(&d, v) : 0;
 }
 
 /* Either order's scratch (the plan does not know which ISA will run). */

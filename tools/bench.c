@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train]
+ *         [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train|train_mem]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -19,17 +19,20 @@
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
  * nn.Linear rows against a bf16 weight, beside f32, as shares of the
- * VDPBF16PS peak); attention forward (C1..C5, each
+ * VDPBF16PS peak, beside PyTorch's bf16 matmul and nn.Linear where
+ * /usr/bin/python3 has torch); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); fused attention's backward at C3's shapes, beside its forward
  * and PyTorch's SDPA backward (grad); decoding through the KV cache (C5's
  * dimensions, context 2048); a decoding step's weight products at C4's
  * dimensions with f32, bf16 and q8_0 weights; a whole attention block's decoding step at C4's dimensions
  * with those weights and an f16 KV cache (decode_types); int8 compute on
- * q8_0 weights: a linear product and C3's and C5's prefill (int8). With
+ * q8_0 weights: linear products (decoding's 1 to 4 rows at C5's D among
+ * them) and C3's and C5's prefill (int8). With
  * --only train (not in the default table): one training step of a GPT-2-style
  * LM (train), beside PyTorch's (tools/bench_train_torch.py) when
- * /usr/bin/python3 has torch.
+ * /usr/bin/python3 has torch; the planned memory of one LLaMA layer's
+ * training step at T=8192, fused and unfused (train_mem).
  *
  * The sections are a table (SECTIONS, what --only picks from), the
  * attention cases too (CASES: the README's C1..C5, whose dimensions the
@@ -338,7 +341,64 @@ static void bench_matmul(const opts *o) {
  * bf16 (a bf16 checkpoint's weight), against ggmlite's f32 product of the
  * shape on an f32 b, the two taking turns run by run; the bf16 rate as a
  * share of the bf16 peak (VDPBF16PS, where the ISA has it) and as a ratio
- * to the f32 rate. */
+ * to the f32 rate; and PyTorch's bf16 torch.matmul and nn.Linear of the
+ * shape where /usr/bin/python3 has torch (tools/bench_torch_bf16.py, run
+ * once per thread count before ggmlite's rows, in its own process; the
+ * columns say "-" without it). The weight is packed once, by the first
+ * compute (compute.h, gml_graph_weights_changed), as PyTorch's oneDNN
+ * reorders it once per call of a linear: the rows time what a model's
+ * repeated steps cost. */
+
+#define GML_BENCH_TORCH_BF16 GML_BENCH_SOURCE_DIR "/tools/bench_torch_bf16.py"
+#define TORCH_PYTHON "/usr/bin/python3"
+
+/* PyTorch's GFLOP/s of each case at nth threads into gflops[] (0 where it
+ * gave none); false, with why, when it cannot run (no python3 or torch). */
+static bool torch_bf16_rates(const mm_case *cases, int n, const bool *run, int nth, int runs,
+                             double *gflops, char *why, size_t why_size) {
+    for (int i = 0; i < n; i++) gflops[i] = 0;
+    if (access(TORCH_PYTHON, X_OK) != 0) {
+        snprintf(why, why_size, "no %s", TORCH_PYTHON);
+        return false;
+    }
+    char cmd[2048];
+    int k = snprintf(cmd, sizeof cmd, "%s '%s' %d %d", TORCH_PYTHON, GML_BENCH_TORCH_BF16, nth, runs);
+    for (int i = 0; i < n && k < (int)sizeof cmd; i++)
+        if (run[i])
+            k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %lld,%lld,%lld,%s", (long long)cases[i].M,
+                          (long long)cases[i].N, (long long)cases[i].K, cases[i].linear ? "linear" : "matmul");
+    if (k >= (int)sizeof cmd - 32) {
+        snprintf(why, why_size, "command too long");
+        return false;
+    }
+    snprintf(cmd + k, sizeof cmd - (size_t)k, " 2>/dev/null");
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        snprintf(why, why_size, "cannot run %s", TORCH_PYTHON);
+        return false;
+    }
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        long long M, N, K;
+        char kind[16];
+        double r;
+        if (sscanf(line, "%lld,%lld,%lld,%15s %lf", &M, &N, &K, kind, &r) != 5) continue;
+        kind[strcspn(kind, " ")] = '\0';
+        for (int i = 0; i < n; i++)
+            if (run[i] && cases[i].M == M && cases[i].N == N && cases[i].K == K &&
+                cases[i].linear == (strncmp(kind, "linear", 6) == 0))
+                gflops[i] = r;
+    }
+    const int st = pclose(f);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(why, why_size, WIFEXITED(st) && WEXITSTATUS(st) == 3 ? "torch not installed for %s"
+                                                                      : "%s bench_torch_bf16.py failed",
+                 TORCH_PYTHON);
+        return false;
+    }
+    return true;
+}
 static gml_graph *mm_graph(gml_context **ctx, const mm_case *c, gml_compute compute) {
     const gml_type bt = compute == GML_COMPUTE_BF16 ? GML_BF16 : GML_F32;
     const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
@@ -371,17 +431,36 @@ static void bench_matmul_bf16(const opts *o) {
     static const mm_case cases[] = {
         {"bf16 1024^3", 1024, 1024, 1024, false},
         {"bf16 2048^3", 2048, 2048, 2048, false},
+        {"bf16 4096^3", 4096, 4096, 4096, false},
         {"bf16 M=20 N=K=4096 lin", 20, 4096, 4096, true},
         {"bf16 M=512 N=K=4096 lin", 512, 4096, 4096, true},
+        /* decoding at C5's dimensions (D 1024): 1 to 4 rows */
+        {"bf16 M=1 N=K=1024 lin", 1, 1024, 1024, true},
+        {"bf16 M=4 N=K=1024 lin", 4, 1024, 1024, true},
     };
+    enum { NC = sizeof cases / sizeof cases[0] };
+    bool run[NC];
+    for (int i = 0; i < NC; i++) run[i] = cases[i].linear || cases[i].M <= o->max_cube;
+    double torch[MAX_THREADS][NC];
+    char why[128] = "";
+    bool have_torch = true;
+    for (int j = 0; j < o->n_threads && have_torch; j++)
+        have_torch = torch_bf16_rates(cases, NC, run, o->threads[j], o->runs, torch[j], why, sizeof why);
+    if (!have_torch)
+        for (int j = 0; j < o->n_threads; j++)
+            for (int i = 0; i < NC; i++) torch[j][i] = 0;
     printf("\nmatmul bf16 (GFLOP/s; compute bf16 on a bf16 b, beside ggmlite's f32 product of the\n"
            "shape on an f32 b, the two taking turns run by run; %%bf16: of the bf16 (VDPBF16PS)\n"
-           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32)\n");
-    printf("%-24s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
-           "%FMA", "ratio");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32; torch: PyTorch's\n"
+           "bf16 torch.matmul or nn.Linear, vs torch: ggmlite's bf16 over it)\n");
+    if (have_torch) printf("PyTorch: %s %s, its own process, before each thread count's rows\n", TORCH_PYTHON,
+                           GML_BENCH_TORCH_BF16);
+    else printf("PyTorch: none (%s)\n", why);
+    printf("%-24s %7s %9s %6s %6s %9s %6s %6s %9s %8s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
+           "%FMA", "ratio", "torch", "vs torch");
+    for (size_t i = 0; i < NC; i++) {
         const mm_case *c = &cases[i];
-        if (!c->linear && c->M > o->max_cube) continue;
+        if (!run[i]) continue;
         const double flop = 2.0 * (double)c->M * (double)c->N * (double)c->K;
         gml_context *cb, *cf;
         gml_graph *gb = mm_graph(&cb, c, GML_COMPUTE_BF16), *gf = mm_graph(&cf, c, GML_COMPUTE_F32);
@@ -392,9 +471,15 @@ static void bench_matmul_bf16(const opts *o) {
             measure(o, ROUNDS, t, 2, nth, o->runs, sec);
             const double rb = flop / sec[0] * 1e-9, rf = flop / sec[1] * 1e-9;
             char p[3][16];
-            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f\n", c->what, nth, rb,
+            const double rt = torch[j][i];
+            char ts[16] = "-", vs[16] = "-";
+            if (rt > 0) {
+                snprintf(ts, sizeof ts, "%.1f", rt);
+                snprintf(vs, sizeof vs, "%.2fx", rb / rt);
+            }
+            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f %9s %8s\n", c->what, nth, rb,
                    bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
-                   pct_fma(p[2], o, rf, nth), rb / rf);
+                   pct_fma(p[2], o, rf, nth), rb / rf, ts, vs);
         }
         printf("%-24s kernel: %s\n", "", gml_graph_node_kernel(gb, -1) ? gml_graph_node_kernel(gb, -1) : "?");
         fflush(stdout);
@@ -1239,6 +1324,8 @@ static void bench_decode_types(const opts *o) {
  * of the FMA peak; then C3's and C5's attention prefill (fused) with q8_0
  * weights in int8 compute, against the same case with f32 weights and with
  * q8_0 weights in f32 compute (the issue's target: int8 at least 3x f32).
+ * The q8_0 weight is packed once, by the first compute (compute.h,
+ * gml_graph_weights_changed): the rows time a model's repeated steps.
  * Attention's own products (q k^T, p v) stay f32 in every row. */
 
 /* w's rows (q8_0 [N, K]) from deterministic values. */
@@ -1320,6 +1407,11 @@ static void bench_int8(const opts *o) {
         {"1024^3 linear", 1024, 1024, 1024},
         {"2048^3 linear", 2048, 2048, 2048},
         {"M=20 N=K=4096 linear", 20, 4096, 4096},
+        /* decoding at C5's dimensions (D 1024): 1 to 4 rows */
+        {"M=1 N=K=1024 linear", 1, 1024, 1024},
+        {"M=2 N=K=1024 linear", 2, 1024, 1024},
+        {"M=3 N=K=1024 linear", 3, 1024, 1024},
+        {"M=4 N=K=1024 linear", 4, 1024, 1024},
     };
     printf("\nint8 compute, q8_0 weights (GOP/s; x [M,K] @ w^T, w q8_0 [N,K]; %%int8: of the "
            "int8 peak,\n%%FMA: of the FMA peak, at the threads; f32: the same q8_0 weight in f32 "
@@ -1539,6 +1631,94 @@ static const char *blas_coretype(gml_isa isa) {
 }
 #endif
 
+/* ---- training memory -----------------------------------------------------
+ * The planned peak of one training step of one LLaMA layer (RMSNorm, GQA
+ * with rope, causal, SwiGLU; C5's heads: D 1024, H 16, G 4, F 2816), B 1:
+ * the layer's output and the gradients of its input and of every weight
+ * (L = sum(out * dy), dy an input), planned (measure_only, nothing
+ * allocated, nothing computed) with the weights, x, dy, the output and the
+ * gradients in the buffer beside the intermediates. Fused: one flash_attn
+ * and its FlashAttention-2 backward; unfused: scores, softmax and context,
+ * [B, H, T, T] each, and their backwards. The issue's target: fused at most
+ * 1/10 of unfused at T 8192. A planned number, no timing. */
+typedef struct train_peak {
+    size_t peak, naive;
+    int nodes;
+} train_peak;
+
+/* -> the plan's sizes; exits (message printed) when a build or plan fails */
+static train_peak llama_train_peak(int64_t T, gml_attn_impl impl) {
+    const int64_t B = 1, D = 1024, H = 16, G = 4, F = 2816, kd = G * (D / H);
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 8 << 20, .no_alloc = true});
+    if (!ctx) exit(1);
+    gml_tensor *an = gml_new_tensor_1d(ctx, GML_F32, D), *mn = gml_new_tensor_1d(ctx, GML_F32, D);
+    const gml_attn_weights aw = {
+        .w_q = gml_new_tensor_2d(ctx, GML_F32, D, D),  .w_k = gml_new_tensor_2d(ctx, GML_F32, kd, D),
+        .w_v = gml_new_tensor_2d(ctx, GML_F32, kd, D), .w_o = gml_new_tensor_2d(ctx, GML_F32, D, D),
+    };
+    gml_tensor *wg = gml_new_tensor_2d(ctx, GML_F32, F, D), *wu = gml_new_tensor_2d(ctx, GML_F32, F, D);
+    gml_tensor *wd = gml_new_tensor_2d(ctx, GML_F32, D, F);
+    gml_tensor *x = gml_new_tensor_3d(ctx, GML_F32, B, T, D), *dy = gml_new_tensor_3d(ctx, GML_F32, B, T, D);
+    const gml_attn_config cfg = {
+        .dims = {.d_model = D, .n_heads = (int)H, .n_kv_heads = (int)G},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT},
+        .pos = {.kind = GML_POS_ROPE, .rope = {.theta = 10000.0f}},
+        .graph = {.impl = impl},
+    };
+    /* as gml_llama_layer, the attention's graph chosen */
+    gml_tensor *h = gml_rms_norm(ctx, x, an, 1e-6f);                                 /* [B, T, D] */
+    gml_tensor *att = gml_gqa(ctx, cfg, &aw, (gml_attn_inputs){.query = h}).out;      /* [B, T, D] */
+    gml_tensor *r = att ? gml_add(ctx, x, att) : NULL;
+    gml_tensor *n = gml_rms_norm(ctx, r, mn, 1e-6f);
+    gml_tensor *m = gml_mul(ctx, gml_silu(ctx, gml_linear(ctx, n, wg, NULL)),
+                            gml_linear(ctx, n, wu, NULL));                            /* [B, T, F] */
+    gml_tensor *y = gml_add(ctx, r, gml_linear(ctx, m, wd, NULL));                    /* [B, T, D] */
+    gml_tensor *wrt[] = {an, aw.w_q, aw.w_k, aw.w_v, aw.w_o, mn, wg, wu, wd, x}, *outs[11];
+    enum { N_WRT = sizeof wrt / sizeof *wrt };
+    gml_graph *g = NULL;
+    if (y && gml_grad(ctx, y, dy, wrt, N_WRT, outs + 1) == GML_OK) {
+        outs[0] = y;
+        g = gml_build_graph(ctx, outs, N_WRT + 1);
+    }
+    if (!g || gml_graph_plan(g, &(gml_plan_options){.measure_only = true}) != GML_OK) {
+        fprintf(stderr, "bench: LLaMA layer training step, T=%lld: %s\n", (long long)T,
+                g ? gml_graph_error(g) : gml_last_error(ctx));
+        exit(1);
+    }
+    const train_peak p = {gml_graph_plan_peak(g), gml_graph_plan_naive(g), gml_graph_n_nodes(g)};
+    gml_graph_free(g);
+    gml_free(ctx);
+    return p;
+}
+
+/* The section's table at the sequence lengths T[0..n-1]. */
+static void print_train_peaks(const int64_t *T, int n) {
+    printf("\ntraining step memory, planned (one LLaMA layer: D=1024 H=16 G=4 F=2816 B=1, "
+           "causal, rope; output and the gradients of x and every weight; measure_only)\n");
+    printf("%-8s %-8s %6s %14s %14s %14s\n", "T", "graph", "nodes", "planned MiB",
+           "unplanned MiB", "fused/unfused");
+    const double mib = 1024.0 * 1024.0;
+    for (int i = 0; i < n; i++) {
+        train_peak p[2];
+        for (int fused = 0; fused < 2; fused++) {
+            p[fused] = llama_train_peak(T[i], fused ? GML_ATTN_FUSED : GML_ATTN_UNFUSED);
+            char ratio[32] = "";
+            if (fused)
+                snprintf(ratio, sizeof ratio, "1/%.1f%s", (double)p[0].peak / (double)p[1].peak,
+                         10 * p[1].peak <= p[0].peak ? "" : " (target 1/10)");
+            printf("%-8lld %-8s %6d %14.1f %14.1f %14s\n", (long long)T[i],
+                   fused ? "fused" : "unfused", p[fused].nodes, (double)p[fused].peak / mib,
+                   (double)p[fused].naive / mib, ratio);
+        }
+    }
+    fflush(stdout);
+}
+
+static void bench_train_mem(const opts *o) {
+    (void)o;
+    print_train_peaks((const int64_t[]){8192}, 1);
+}
+
 static void print_machine(const opts *o) {
     char model[256] = "unknown CPU";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -1591,12 +1771,13 @@ static const struct section {
     {"decode_types", bench_decode_types, true},
     {"int8", bench_int8, true},
     {"train", bench_train, false},
+    {"train_mem", bench_train_mem, true},
 };
 #define N_SECTIONS (int)(sizeof SECTIONS / sizeof *SECTIONS)
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train|train_mem] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }

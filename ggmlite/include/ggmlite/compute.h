@@ -153,6 +153,20 @@ GML_API void gml_graph_set_nan_trap(gml_graph *g, bool on);
  * A graph computes once at a time: a compute (or plan) of a graph that
  * another thread is computing waits for it to finish. */
 GML_API gml_status gml_graph_compute(gml_graph *g, int n_threads);
+/* Packed weights. A matmul with compute bf16 or int8 whose b is a weight
+ * of g (a leaf, or a view of one, that no node of g writes and that is
+ * flagged neither GML_FLAG_INPUT nor GML_FLAG_PARAM) has it packed into its
+ * kernel's layout once, by the first compute that runs the node at the ISA
+ * (and again when the weight's data pointer, strides or the ISA change),
+ * and g keeps the packed copy (freed with g) for every later compute. So
+ * values written into a weight's memory in place after a compute are not
+ * seen until this is called: the next compute packs every weight of g
+ * again. Inputs (a KV cache, x) and params are never packed. Not from a
+ * node callback of g (GML_ERR_INVALID there). docs/memory-and-threads.md. */
+GML_API gml_status gml_graph_weights_changed(gml_graph *g);
+/* The bytes of packed weights g keeps (0 before its first compute, or when
+ * none of its matmuls packs one). */
+GML_API size_t gml_graph_packed_bytes(const gml_graph *g);
 /* The message of the last failed compute or plan of g ("" when none). A
  * compute refused because g was busy (from a node callback) keeps its
  * message for the refused thread alone, never overwriting the running

@@ -36,6 +36,13 @@ extern "C" {
  * back to its shape by sum_to in a fixed order. So gradients are the same
  * bits at every thread count, as forward results are.
  *
+ * Memory: the graph made from the gradients computes each layer's backward
+ * as the gradient passes that layer, whatever order the gradients are given
+ * to gml_build_graph in, so that the planner frees each activation in its
+ * layer's backward; a gradient summed from several contributions is summed
+ * in place (docs/training.md, "Memory"). gml_checkpoint below trades
+ * activations for recomputation.
+ *
  * Errors (GML_ERR_INVALID, the message on ctx, grads untouched): a gradient
  * that must pass through an op with no backward, "grad: no backward for op
  * 'x' (node 'name'), needed for the gradient of 'w'"; a wrt out does not
@@ -46,6 +53,30 @@ extern "C" {
  * out, wrt or grads: GML_ERR_INVALID, nothing recorded when ctx is NULL. */
 GML_API gml_status gml_grad(gml_context *ctx, gml_tensor *out, gml_tensor *dout,
                             gml_tensor *const *wrt, int n_wrt, gml_tensor **grads);
+
+/* ---- recomputation (gradient checkpointing) -------------------------------
+ * As torch.utils.checkpoint: the nodes computed from inputs on the way to out
+ * (out and the inputs excepted) are marked GML_FLAG_RECOMPUTE, so that a
+ * later gml_grad through them keeps none of them for the backward: each
+ * backward that reads one reads a copy computed again, from the unmarked
+ * tensors it depends on (the inputs, weights), once the gradient that needs
+ * it has arrived. In a planned graph the marked nodes then die in the
+ * forward (their memory reused); the copies live in the backward only.
+ * Gradients are the same bits with and without (a copy is the same op on
+ * the same values). Recompute a whole layer with its input and output, or
+ * only its attention with the attention stages' input and output:
+ *
+ *     gml_tensor *y = gml_llama_layer(ctx, &cfg, &w, x, NULL);
+ *     gml_checkpoint(ctx, y, &x, 1);     // then gml_grad(ctx, loss, ...)
+ *
+ * The marks are flags on the nodes (gml_set_flags(t, GML_FLAG_RECOMPUTE)
+ * marks one by hand; a view follows the node owning its storage); every
+ * gml_grad through them sees them. A node whose backward reads its own
+ * value and reads marked sources is computed again from their copies.
+ * Errors (GML_ERR_INVALID, the message on ctx, nothing marked): NULL out, an
+ * input out is not computed from (named). NULL ctx: GML_ERR_INVALID. */
+GML_API gml_status gml_checkpoint(gml_context *ctx, gml_tensor *out, gml_tensor *const *inputs,
+                                  int n_inputs);
 
 /* ---- ops the backwards build (each also a call form of graph files) ------- */
 

@@ -103,11 +103,14 @@ typedef enum gml_status {
 } gml_status;
 
 /* What a tensor is to a graph; the memory planner never reuses the data of
- * inputs, outputs and params. */
+ * inputs, outputs and params. RECOMPUTE: gml_grad's backwards read a copy
+ * of the node computed again in the backward, not the node (<ggmlite/grad.h>,
+ * gml_checkpoint). */
 enum {
     GML_FLAG_INPUT = 1,
     GML_FLAG_OUTPUT = 2,
     GML_FLAG_PARAM = 4,
+    GML_FLAG_RECOMPUTE = 8,
 };
 
 typedef struct gml_tensor {
