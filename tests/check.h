@@ -19,6 +19,12 @@
  *                              best the CPU has (or GGMLITE_ISA's choice, or .isa);
  *                              verifies every result and that results are bitwise
  *                              identical across thread counts for each kernel set
+ *   chk_quick()                the quick mode (GGMLITE_TEST_QUICK=1): set by CTest
+ *                              on the heaviest tests under ASan+UBSan and under
+ *                              qemu (tests/CMakeLists.txt); CHECK_RUN then runs
+ *                              1, 3 and 7 threads (chk_threads), a test may also
+ *                              take fewer samples; the full runs are the native
+ *                              Release and OpenMP builds' (docs/testing.md)
  *
  * Elements are addressed by their flat logical index e: row-major over the
  * tensor's shape, whatever its strides. References are written as plain loops
@@ -428,6 +434,25 @@ static inline double chk_rel_close(const char *file, int line, const float *got,
 
 static const int CHK_THREADS[] = {1, 2, 3, 4, 7};
 
+/* The quick mode: GGMLITE_TEST_QUICK set to anything but "" or "0". */
+static inline bool chk_quick(void) {
+    const char *q = getenv("GGMLITE_TEST_QUICK");
+    return q && q[0] && strcmp(q, "0") != 0;
+}
+
+/* The thread counts a test runs: CHK_THREADS, or in the quick mode 1, 3
+ * and 7 (one thread, an odd split, more threads than rows of small
+ * shapes: the splits whose bounds and tails differ most). Sets *n. */
+static inline const int *chk_threads(int *n) {
+    static const int quick[] = {1, 3, 7};
+    if (chk_quick()) {
+        *n = (int)(sizeof quick / sizeof *quick);
+        return quick;
+    }
+    *n = (int)(sizeof CHK_THREADS / sizeof *CHK_THREADS);
+    return CHK_THREADS;
+}
+
 /* The kernel sets CHECK_RUN tries: the reference kernels, then the ISA in
  * effect when the program started, which is the best the CPU has
  * (GML_ISA_AUTO) unless GGMLITE_ISA names another, so that
@@ -451,6 +476,8 @@ typedef struct chk_run_args {
     void *user;
     gml_isa isa;                /* optional: the kernels besides the reference; unset
                                    (GML_ISA_AUTO): those in effect at the start */
+    bool no_reference;          /* optional: those kernels only (the caller ran the
+                                   reference kernels on this graph and data already) */
 } chk_run_args;
 
 /* Every node that owns its data gets NaN before each compute, so an element
@@ -476,11 +503,13 @@ static inline bool chk_run(const char *file, int line, gml_graph *g, chk_run_arg
         free(first);
         return false;
     }
-    for (int s = 0; s < n_sets; s++) {
+    for (int s = a.no_reference && n_sets > 1 ? 1 : 0; s < n_sets; s++) {
         if (!chk_check(gml_set_isa(sets[s]) == GML_OK, file, line, "gml_set_isa(%s)", gml_isa_name(sets[s])))
             continue;
-        for (size_t k = 0; k < sizeof CHK_THREADS / sizeof *CHK_THREADS; k++) {
-            int nth = CHK_THREADS[k];
+        int n_threads;
+        const int *threads = chk_threads(&n_threads);
+        for (int k = 0; k < n_threads; k++) {
+            int nth = threads[k];
             snprintf(chk_state.config, sizeof chk_state.config, "%s kernels, %d thread%s",
                      gml_isa_name(sets[s]), nth, nth > 1 ? "s" : "");
             chk_poison_nodes(g);

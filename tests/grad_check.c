@@ -559,7 +559,8 @@ int grad_check(const char *name, gml_context *ctx, gml_tensor *out, gml_tensor *
 
     /* the analytic ones, every ISA and thread count */
     static const gml_isa isas[] = {GML_TEST_ISAS};
-    static const int threads[] = {1, 2, 3, 4, 7};
+    int n_threads; /* 1-4 and 7; 1, 3, 7 in the quick mode (check.h) */
+    const int *threads = chk_threads(&n_threads);
     const gml_isa saved = gml_get_isa();
     double worst = 0;
     int n_isas = 0;
@@ -568,7 +569,7 @@ int grad_check(const char *name, gml_context *ctx, gml_tensor *out, gml_tensor *
         gml_set_isa(isas[s]);
         n_isas++;
         float **first = calloc((size_t)n_wrt, sizeof *first);
-        for (size_t tc = 0; tc < sizeof threads / sizeof *threads && !fails; tc++) {
+        for (int tc = 0; tc < n_threads && !fails; tc++) {
             for (int k = 0; k < gml_graph_n_nodes(g); k++) { /* unwritten elements show */
                 gml_tensor *t = gml_graph_node(g, k);
                 if (!gml_is_view(t) && t->data) chk_poison_bytes(t->data, gml_nbytes(t));
@@ -612,8 +613,8 @@ int grad_check(const char *name, gml_context *ctx, gml_tensor *out, gml_tensor *
     }
     gml_set_isa(saved);
     if (!fails)
-        printf("grad_check %-40s %6lld elements, %d ISAs x 5 thread counts: max |g - fd| / (|fd| "
-               "+ max|fd|) %.2e\n", name, (long long)total, n_isas, worst);
+        printf("grad_check %-40s %6lld elements, %d ISAs x %d thread counts: max |g - fd| / (|fd| "
+               "+ max|fd|) %.2e\n", name, (long long)total, n_isas, n_threads, worst);
     grad_check_max_rel = fmax(grad_check_max_rel, worst);
     for (int w = 0; w < n_wrt; w++) free(fd[w]);
     free(fd);

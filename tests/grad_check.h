@@ -4,8 +4,9 @@
  * For a graph from leafs (inputs and weights, their data set) to an f32
  * output out, with a fixed random dy of out's shape and L = sum(out * dy):
  *   - the analytic side: gml_grad(ctx, out, dy, wrt) computed under every
- *     ISA of GML_TEST_ISAS the CPU has, at 1, 2, 3, 4 and 7 threads; each
- *     ISA's gradients must be the same bits at every thread count;
+ *     ISA of GML_TEST_ISAS the CPU has, at 1, 2, 3, 4 and 7 threads (1, 3
+ *     and 7 in check.h's quick mode); each ISA's gradients must be the same
+ *     bits at every thread count;
  *   - the numeric side: dL/dx for each element x of each wrt, by central
  *     differences (L(x + h) - L(x - h)) / 2h, where L is evaluated by this
  *     file's own evaluator of the graph in double: every op's meaning

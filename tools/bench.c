@@ -6,7 +6,7 @@
  * the median of --runs runs after warm-up.
  *
  *   bench [--runs N] [--max-cube N] [--threads 1,2]
- *         [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train|train_mem]
+ *         [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train|train_mem]
  *         [--isa avx2|avx512|all]
  *
  * --isa: ggmlite's kernels at that ISA (gml_set_isa) and OpenBLAS's for
@@ -22,9 +22,10 @@
  * VDPBF16PS peak, beside PyTorch's bf16 matmul and nn.Linear where
  * /usr/bin/python3 has torch); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
- * at T=8192); decoding through the KV cache (C5's dimensions, context 2048);
- * a decoding step's weight products at C4's dimensions with f32, bf16 and
- * q8_0 weights; a whole attention block's decoding step at C4's dimensions
+ * at T=8192); fused attention's backward at C3's shapes, beside its forward
+ * and PyTorch's SDPA backward (grad); decoding through the KV cache (C5's
+ * dimensions, context 2048); a decoding step's weight products at C4's
+ * dimensions with f32, bf16 and q8_0 weights; a whole attention block's decoding step at C4's dimensions
  * with those weights and an f16 KV cache (decode_types); int8 compute on
  * q8_0 weights: linear products (decoding's 1 to 4 rows at C5's D among
  * them) and C3's and C5's prefill (int8). With
@@ -45,6 +46,7 @@
 #include <ggmlite/kv_cache.h>
 #include <ggmlite/train.h>
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -677,6 +679,191 @@ static void bench_window(const opts *o) {
             fflush(stdout);
         }
         gml_graph_free(g);
+        gml_free(ctx);
+    }
+}
+
+/* ---- attention backward ------------------------------------------------------
+ * FlashAttention-2's backward (docs/attention.md, "Gradients: the backward
+ * of fused attention") on one flash_attn op at C3's shapes, no projections:
+ * q, k, v [B, H, T, d] = [1, 8, 2048, 64] (D 512), f32, without and with
+ * the causal mask. gml_grad's gradient to q, k and v is a graph of
+ * flash_attn_lse (the forward again, keeping each row's log-sum-exp) and
+ * flash_attn_back. Columns: fwd, the flash_attn graph; back,
+ * flash_attn_back alone (its node's time within the gradient graph's
+ * compute, from the node callback); grad, the whole gradient graph.
+ * FLOPs: the forward's two products, 4 d per visible (query, key) pair
+ * (T^2 pairs; T (T + 1) / 2 causal); FA2's backward does five (S = Q K^T
+ * again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q): 2.5x the
+ * forward's; grad (lse + back) 3.5x. PyTorch: the forward and backward of
+ * torch.nn.functional.scaled_dot_product_attention on the same shapes
+ * (f32, autograd) where /usr/bin/python3 has torch
+ * (tools/bench_torch_attn_back.py, run once per row in its own process);
+ * "-" otherwise. */
+
+#ifndef GML_BENCH_TORCH_ATTN_BACK
+#define GML_BENCH_TORCH_ATTN_BACK "tools/bench_torch_attn_back.py"
+#endif
+#ifndef TORCH_PYTHON
+#define TORCH_PYTHON "/usr/bin/python3"
+#endif
+
+/* PyTorch's median forward and backward ms of SDPA at [B, H, T, d] into
+ * ms[0], ms[1], and what ran into impl ("sdpa", or "math": the attention
+ * as its ops, in a torch without SDPA); false, with why, when it cannot
+ * run (no python3 or torch). */
+static bool torch_attn_back_ms(int64_t B, int64_t H, int64_t T, int64_t d, bool causal, int nth,
+                               int runs, double ms[2], char impl[16], char *why, size_t why_size) {
+    ms[0] = ms[1] = 0;
+    snprintf(impl, 16, "-");
+    if (access(TORCH_PYTHON, X_OK) != 0) {
+        snprintf(why, why_size, "no %s", TORCH_PYTHON);
+        return false;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s '%s' %lld %lld %lld %lld %d %d %d 2>/dev/null", TORCH_PYTHON,
+             GML_BENCH_TORCH_ATTN_BACK, (long long)B, (long long)H, (long long)T, (long long)d,
+             causal ? 1 : 0, nth, runs);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        snprintf(why, why_size, "cannot run %s", TORCH_PYTHON);
+        return false;
+    }
+    char line[256];
+    bool got = false;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "fwd_ms %lf back_ms %lf impl %15s", &ms[0], &ms[1], impl) == 3) got = true;
+    const int st = pclose(f);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !got) {
+        snprintf(why, why_size, WIFEXITED(st) && WEXITSTATUS(st) == 3 ? "torch not installed for %s"
+                                                                      : "%s bench_torch_attn_back.py failed",
+                 TORCH_PYTHON);
+        ms[0] = ms[1] = 0;
+        return false;
+    }
+    return true;
+}
+
+/* The gradient graph's compute, timed; the flash_attn_back node's share
+ * (from the callback after each node: its time since the node before). */
+typedef struct back_timer {
+    gml_graph *g;
+    double last, back; /* seconds */
+} back_timer;
+
+static bool back_node_done(const gml_tensor *node, int index, void *user) {
+    back_timer *b = user;
+    const double t = now_s();
+    if (node->op == GML_OP_FLASH_ATTN_BACK) b->back += t - b->last;
+    b->last = t;
+    (void)index;
+    return true;
+}
+
+static double run_back_node(void *user, int nth) {
+    back_timer *b = user;
+    b->back = 0;
+    b->last = now_s();
+    time_graph(b->g, nth);
+    return b->back;
+}
+
+/* Plans g and fills its leafs by name (q, k, v, dy: seeds 1-4). */
+static void grad_plan_fill(gml_graph *g, const char *what) {
+    if (gml_graph_plan(g, NULL) != GML_OK) {
+        fprintf(stderr, "bench: grad: %s: %s\n", what, gml_graph_error(g));
+        exit(1);
+    }
+    static const char *names[] = {"q", "k", "v", "dy"};
+    for (int l = 0; l < gml_graph_n_leafs(g); l++) {
+        gml_tensor *t = gml_graph_leaf(g, l);
+        uint32_t seed = 0;
+        for (uint32_t i = 0; i < 4; i++)
+            if (strcmp(t->name, names[i]) == 0) seed = i + 1;
+        if (seed) fill(gml_graph_data(g, t), gml_nelements(t), seed);
+    }
+}
+
+static void bench_grad(const opts *o) {
+    const attn_case *c3 = case_of("C3");
+    const int64_t B = c3->B, T = c3->T, H = c3->H, d = c3->D / c3->H;
+    printf("\nattention backward f32, one flash_attn op at C3's shapes: q, k, v [B, H, T, d] = "
+           "[%lld, %lld, %lld, %lld]\n(gradient to q, k, v; fwd: flash_attn; back: flash_attn_back "
+           "alone; grad: gml_grad's graph,\nflash_attn_lse + flash_attn_back. FLOPs: fwd 4 d per "
+           "visible (query, key) pair; back 2.5x fwd (FA2:\nfive products, S recomputed); grad 3.5x "
+           "fwd. %%FMA: of the FMA peak at the threads;\ntorch: PyTorch's SDPA forward and backward, "
+           "same shapes, f32)\n",
+           (long long)B, (long long)H, (long long)T, (long long)d);
+    printf("%-7s %7s %9s %6s %9s %6s %8s %9s %8s %9s %10s %8s %9s\n", "mask", "threads", "fwd ms",
+           "%FMA", "back ms", "%FMA", "back/fwd", "grad ms", "grad/fwd", "torch fwd", "torch back",
+           "back/fwd", "vs torch");
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int causal = 0; causal < 2; causal++) {
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = (size_t)1 << 20, .no_alloc = true});
+        if (!ctx) exit(1);
+        const int64_t sh[4] = {B, H, T, d};
+        gml_tensor *q = gml_set_name(gml_new_tensor(ctx, GML_F32, 4, sh), "q");
+        gml_tensor *k = gml_set_name(gml_new_tensor(ctx, GML_F32, 4, sh), "k");
+        gml_tensor *v = gml_set_name(gml_new_tensor(ctx, GML_F32, 4, sh), "v");
+        gml_tensor *dy = gml_set_name(gml_new_tensor(ctx, GML_F32, 4, sh), "dy");
+        const gml_attn_opts ao = {.causal = causal ? GML_CAUSAL_BOTTOM_RIGHT : GML_CAUSAL_NONE};
+        gml_tensor *out = gml_flash_attn_ext(ctx, q, k, v, scale, &ao);
+        gml_tensor *grads[3];
+        if (!out || gml_grad(ctx, out, dy, (gml_tensor *[]){q, k, v}, 3, grads) != GML_OK) {
+            fprintf(stderr, "bench: grad: %s\n", gml_last_error(ctx));
+            exit(1);
+        }
+        gml_graph *gf = gml_build_graph(ctx, &out, 1), *gg = gml_build_graph(ctx, grads, 3);
+        if (!gf || !gg) {
+            fprintf(stderr, "bench: grad: %s\n", gml_last_error(ctx));
+            exit(1);
+        }
+        grad_plan_fill(gf, "forward");
+        grad_plan_fill(gg, "gradient");
+        back_timer bt = {.g = gg};
+        gml_graph_set_callback(gg, back_node_done, &bt);
+        double pairs = 0;
+        for (int64_t i = 0; i < T; i++) pairs += (double)(causal ? i + 1 : T);
+        const double fwd_flop = 4.0 * (double)d * (double)(B * H) * pairs;
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[3];
+            measure(o, WARM_SECONDS, &(timed){run_graph, gf}, 1, nth, 0, &sec[0]);
+            measure(o, WARM_SECONDS, &(timed){run_back_node, &bt}, 1, nth, 0, &sec[1]);
+            gml_graph_set_callback(gg, NULL, NULL); /* the whole graph without callbacks */
+            measure(o, WARM_SECONDS, &(timed){run_graph, gg}, 1, nth, 0, &sec[2]);
+            gml_graph_set_callback(gg, back_node_done, &bt);
+            double tms[2];
+            char why[128] = "", impl[16];
+            const bool torch =
+                torch_attn_back_ms(B, H, T, d, causal, nth, o->runs, tms, impl, why, sizeof why);
+            char p[2][16], t[4][16];
+            snprintf(t[0], 16, "-");
+            snprintf(t[1], 16, "-");
+            snprintf(t[2], 16, "-");
+            snprintf(t[3], 16, "-");
+            if (torch) {
+                snprintf(t[0], 16, "%.1f", tms[0]);
+                snprintf(t[1], 16, "%.1f", tms[1]);
+                snprintf(t[2], 16, "%.2fx", tms[1] / tms[0]);
+                snprintf(t[3], 16, "%.2fx", sec[1] * 1e3 / tms[1]);
+            }
+            printf("%-7s %7d %9.1f %6s %9.1f %6s %7.2fx %9.1f %7.2fx %9s %10s %8s %9s\n",
+                   causal ? "causal" : "none", nth, sec[0] * 1e3,
+                   pct_fma(p[0], o, fwd_flop / sec[0] * 1e-9, nth), sec[1] * 1e3,
+                   pct_fma(p[1], o, 2.5 * fwd_flop / sec[1] * 1e-9, nth), sec[1] / sec[0],
+                   sec[2] * 1e3, sec[2] / sec[0], t[0], t[1], t[2], t[3]);
+            if (j == 0 && causal == 0)
+                printf("(torch: %s)\n", !torch ? why
+                                        : strcmp(impl, "sdpa") == 0
+                                            ? "scaled_dot_product_attention"
+                                            : "no scaled_dot_product_attention in this torch: its "
+                                              "ops, softmax(q k^T / sqrt(d) + mask) v, under autograd");
+            fflush(stdout);
+        }
+        gml_graph_free(gf);
+        gml_graph_free(gg);
         gml_free(ctx);
     }
 }
@@ -1577,6 +1764,7 @@ static const struct section {
     {"bf16", bench_matmul_bf16, true},
     {"attention", bench_attention, true},
     {"window", bench_window, false},
+    {"grad", bench_grad, true},
     {"decode", bench_decode, true},
     {"decode", bench_decode_layers, true},
     {"weights", bench_weights, true},
@@ -1589,7 +1777,7 @@ static const struct section {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench [--runs N (>= 1, default 10)] [--max-cube N (default 4096)] "
-                    "[--threads 1,2] [--only matmul|bf16|attention|window|decode|weights|decode_types|int8|train|train_mem] "
+                    "[--threads 1,2] [--only matmul|bf16|attention|window|grad|decode|weights|decode_types|int8|train|train_mem] "
                     "[--isa avx2|avx512|all (default: GGMLITE_ISA, else the best the CPU has)]\n");
     exit(2);
 }
