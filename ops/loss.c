@@ -276,7 +276,8 @@ static void gml_f32_cross_entropy_back(const gml_compute_params *p, gml_tensor *
     if (!targets_ok(p, dst, "cross_entropy_back")) return;
     const int64_t V = logits->ne[3], N = gml_nrows(logits);
     const double g = (double)*(const float *)dy->data / (double)N;
-    float *buf = (float *)(void *)((char *)p->wdata + (size_t)p->ith * ce_row_bytes(dst));
+    /* no scratch (wdata NULL) when the rows are contiguous: ce_row reads them in place */
+    float *buf = p->wdata ? (float *)(void *)((char *)p->wdata + (size_t)p->ith * ce_row_bytes(dst)) : NULL;
     int64_t r0, r1;
     gml_split(N, p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
