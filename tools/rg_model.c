@@ -64,14 +64,11 @@ static bool build_block(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model
 }
 
 /* What a saved graph file calls inputs and params. */
-static void flag_leafs(const rg_opts *o, rg_data *d) {
+static void flag_leafs(rg_data *d) {
     gml_tensor *inputs[] = {d->x, d->query, d->key, d->value, d->valid_lens, d->mask, d->a, d->b};
     for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
         if (inputs[i]) gml_set_flags(inputs[i], GML_FLAG_INPUT);
-    /* Weights are flagged params only for --save-graph, which writes them as
-     * `param`: a param is never packed (compute.h), and unflagged weights
-     * are packed once per graph for bf16 and int8 products. */
-    if (d->wctx && o->save_graph)
+    if (d->wctx)
         for (gml_tensor *t = gml_get_first_tensor(d->wctx); t; t = gml_get_next_tensor(d->wctx, t))
             gml_set_flags(t, GML_FLAG_PARAM);
 }
@@ -314,7 +311,7 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
         gml_free(m->ctx);
         m->ctx = NULL;
     }
-    if (o->kind != RG_GRAPH) flag_leafs(o, d);
+    if (o->kind != RG_GRAPH) flag_leafs(d);
     if (m->grads) { /* the forward's outputs, then the gradients */
         const int n = m->n_outs + m->grads->n;
         gml_tensor **all = malloc((size_t)n * sizeof *all);
