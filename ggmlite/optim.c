@@ -259,31 +259,54 @@ static void update_range(const step_task *s, int i, int64_t f0, int64_t f1) {
     }
 }
 
+/* The norm pass takes this many whole units of a contiguous gradient at
+ * once: each unit still sums its squares in its own order, in its own
+ * accumulator; the units' chains of adds interleave (one add waits for
+ * the one before only within a unit). */
+#define NORM_WAYS 8
+
+/* out[j] = the sum of x[j UNIT + f]^2 over f < UNIT in order, in double,
+ * for j < NORM_WAYS. */
+static void sumsq_units(const float *x, double *out) {
+    double acc[NORM_WAYS] = {0};
+    for (int64_t f = 0; f < UNIT; f++)
+        for (int j = 0; j < NORM_WAYS; j++) acc[j] += (double)x[j * UNIT + f] * x[j * UNIT + f];
+    for (int j = 0; j < NORM_WAYS; j++) out[j] = acc[j];
+}
+
 static void step_worker(void *arg, int ith, int nth) {
     const step_task *s = arg;
     const gml_optim *o = s->o;
     int64_t u0, u1;
     gml_split(o->unit0[o->n], ith, nth, &u0, &u1);
     int i = 0;
-    for (int64_t u = u0; u < u1; u++) {
+    for (int64_t u = u0; u < u1;) {
         while (u >= o->unit0[i + 1]) i++;
         const int64_t f0 = (u - o->unit0[i]) * UNIT, f1 = GML_MIN(o->numel[i], f0 + UNIT);
-        if (s->norm_pass) {
-            const gml_tensor *gt = s->grads[i];
-            double acc = 0;
-            if (gml_is_contiguous(gt)) {
-                const float *gd = gt->data;
-                for (int64_t f = f0; f < f1; f++) acc += (double)gd[f] * gd[f];
-            } else {
-                for (int64_t f = f0; f < f1; f++) {
-                    const double g = *elem(gt, f);
-                    acc += g * g;
-                }
-            }
-            s->partial[u] = acc;
-        } else {
+        if (!s->norm_pass) {
             update_range(s, i, f0, f1);
+            u++;
+            continue;
         }
+        const gml_tensor *gt = s->grads[i];
+        if (!gml_is_contiguous(gt)) {
+            double acc = 0;
+            for (int64_t f = f0; f < f1; f++) {
+                const double g = *elem(gt, f);
+                acc += g * g;
+            }
+            s->partial[u++] = acc;
+            continue;
+        }
+        const float *gd = gt->data;
+        if (u + NORM_WAYS <= u1 && f0 + NORM_WAYS * UNIT <= o->numel[i]) {
+            sumsq_units(gd + f0, s->partial + u);
+            u += NORM_WAYS;
+            continue;
+        }
+        double acc = 0;
+        for (int64_t f = f0; f < f1; f++) acc += (double)gd[f] * gd[f];
+        s->partial[u++] = acc;
     }
 }
 
