@@ -5,7 +5,8 @@
  * 4 and 7 threads, on parameters of odd sizes (contiguous, transposed,
  * sliced), bitwise the same parameters and norms as under the reference ISA
  * at one thread (any NaN matching any NaN: parameters start with some
- * infinities and NaNs).
+ * infinities and NaNs); the global norm bitwise that of its documented
+ * order at every thread count.
  *
  * The loop below is torch.optim's single-tensor update (1.13) written out,
  * one f32 operation a statement (this file is compiled with
@@ -334,9 +335,83 @@ static void check_steps(void) {
     gml_free(ctx);
 }
 
+/* The global norm (docs/training.md): each parameter's squares summed in
+ * double over runs of 8192 elements from its start, in order, the runs
+ * added in order, the square root rounded once to float. */
+enum { RUN = 8192, NP = 4 };
+
+static float norm_in_order(gml_tensor *const *g) {
+    double sq = 0;
+    for (int i = 0; i < NP; i++) {
+        const int64_t n = gml_nelements(g[i]);
+        uint32_t *bits = malloc((size_t)n * 4);
+        read_elems(g[i], bits);
+        for (int64_t r = 0; r < n; r += RUN) {
+            double acc = 0;
+            for (int64_t e = r; e < n && e < r + RUN; e++) {
+                const double x = u32_f32(bits[e]);
+                acc += x * x;
+            }
+            sq += acc;
+        }
+        free(bits);
+    }
+    return (float)sqrt(sq);
+}
+
+static void check_norm_threads(gml_tensor *const *p, gml_tensor *const *g, const char *what) {
+    const float want = norm_in_order(g);
+    static const int threads[] = {1, 2, 3, 4, 7};
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        gml_optim_params op = gml_optim_defaults(GML_OPTIM_SGD);
+        op.clip_grad_norm = 1e-3f;
+        gml_optim *o = gml_optim_new(&op, p, NP, NULL, 0);
+        float norm = 0;
+        CHECK(o && gml_optim_step(o, g, threads[t], &norm) == GML_OK, "norm, %s: step (%d "
+              "threads)", what, threads[t]);
+        CHECK(f32_bits(norm) == f32_bits(want), "norm, %s, at %d threads: %.9g (%08x), want "
+              "%.9g (%08x)", what, threads[t], (double)norm, f32_bits(norm), (double)want,
+              f32_bits(want));
+        gml_optim_free(o);
+    }
+}
+
+/* On gradients long enough for many whole runs (the step takes several at
+ * once), after a parameter whose runs shift the others', and a strided
+ * one: random ones, then one run whose sum is rounded otherwise in another
+ * order (8188 squares of 2^-54 first, then 2^-24, 2^-24, 2^-48 and 1: in
+ * order the float norm is 1 + 2^-23; the big square first absorbs the small
+ * ones, and the norm is (1 + 2^-24)^2's root exactly, which rounds to 1). */
+static void check_norm(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 16 << 20});
+    static const int64_t shapes[NP][2] = {{3, 5}, {17 * RUN + 4321, 1}, {9 * RUN, 1}, {515, 257}};
+    static const int nd[NP] = {2, 1, 1, 2};
+    gml_tensor *p[NP], *g[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) {
+        p[i] = gml_new_tensor(ctx, GML_F32, nd[i], shapes[i]);
+        g[i] = laid_out(ctx, nd[i], shapes[i], i == 3 ? 1 : 0, &gb[i]);
+        float *gd = gb[i]->data;
+        for (int64_t e = 0; e < gml_nelements(gb[i]); e++) gd[e] = rand_uniform(-1, 1) * 1e-3f;
+        memset(p[i]->data, 0, (size_t)gml_nelements(p[i]) * sizeof(float));
+    }
+    check_norm_threads(p, g, "random gradients");
+    for (int i = 0; i < NP; i++)
+        memset(gb[i]->data, 0, (size_t)gml_nelements(gb[i]) * sizeof(float));
+    float *run = (float *)g[1]->data + 3 * RUN;
+    for (int e = 0; e < RUN - 4; e++) run[e] = 0x1p-27f;
+    run[RUN - 4] = run[RUN - 3] = 0x1p-12f;
+    run[RUN - 2] = 0x1p-24f;
+    run[RUN - 1] = 1.0f;
+    CHECK(norm_in_order(g) == 1.0f + 0x1p-23f, "norm: the order-sensitive case gives %.9g",
+          (double)norm_in_order(g));
+    check_norm_threads(p, g, "one run rounded by its order");
+    gml_free(ctx);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof VARIANTS / sizeof *VARIANTS; i++)
         if (cpu_runs(VARIANTS[i].isa, VARIANTS[i].name)) check_variant(&VARIANTS[i]);
     check_steps();
+    check_norm();
     return check_report("test_ukernels_optim");
 }
