@@ -285,8 +285,9 @@ static void check_steps(void) {
         float ref_norm[STEPS] = {0};
         for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
             if (!gml_cpu_has(isas[k])) {
-                printf("skip gml_optim_step under %s: this CPU lacks it\n",
-                       gml_isa_name(isas[k]));
+                if (c == 0)
+                    printf("skip gml_optim_step under %s: this CPU lacks it\n",
+                           gml_isa_name(isas[k]));
                 continue;
             }
             for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
