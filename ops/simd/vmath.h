@@ -112,7 +112,9 @@ static inline gml_vf gml_vtanh(gml_vf x) {
 }
 
 /* ---- gelu: 0.5 x erfc(-x / sqrt 2), per lane in double (ops/vunary.h) ---- */
-static inline gml_vd gml_vgelu_d(gml_vd x) {
+
+/* erfc(-x / sqrt 2) (= 2 Phi(x)) in double lanes */
+static inline gml_vd gml_verfc_neg_d(gml_vd x) {
     const gml_vd a0 = gml_vd_mul(gml_vd_abs(x), gml_vd_set1(GML_VGELU_RSQRT2));
     const gml_vd a = gml_vd_min(gml_vd_set1(GML_VGELU_AMAX), a0); /* min: a NaN a0 stays */
     const gml_vd t = gml_vd_div(gml_vd_set1(GML_VGELU_K), gml_vd_add(gml_vd_set1(GML_VGELU_K), a));
@@ -140,8 +142,10 @@ static inline gml_vd gml_vgelu_d(gml_vd x) {
     e = gml_vd_select(gml_vd_gt(a, gml_vd_set1(GML_VGELU_TINY)), e,
                       gml_vd_fnma(a, gml_vd_set1(GML_VGELU_2RSQRTPI), gml_vd_set1(1.0)));
     /* x > 0: erfc(-a) = 2 - erfc(a) */
-    const gml_vd f = gml_vd_select(gml_vd_gt(x, gml_vd_zero()), gml_vd_sub(gml_vd_set1(2.0), e), e);
-    return gml_vd_mul(gml_vd_mul(x, gml_vd_set1(0.5)), f);
+    return gml_vd_select(gml_vd_gt(x, gml_vd_zero()), gml_vd_sub(gml_vd_set1(2.0), e), e);
+}
+static inline gml_vd gml_vgelu_d(gml_vd x) {
+    return gml_vd_mul(gml_vd_mul(x, gml_vd_set1(0.5)), gml_verfc_neg_d(x));
 }
 static inline gml_vf gml_vgelu(gml_vf x) {
     return gml_vf_from_vd(gml_vgelu_d(gml_vd_lo(x)), gml_vgelu_d(gml_vd_hi(x)));
