@@ -1,0 +1,274 @@
+/* The backward ops' micro-kernels and fast kernels against independent
+ * references: unary_back (every variant of ops/unary.inc's *_BACK lists
+ * against the derivative in long double, on a sweep with tails, specials,
+ * huge and tiny inputs; the vector variants bitwise equal to each other),
+ * then the ops under every ISA at 1-4 and 7 threads against the reference
+ * kernel on contiguous, transposed and sliced inputs, bitwise equal across
+ * thread counts. */
+#include "../ops/ukernels.h"
+#include "simd_check.h"
+
+typedef struct {
+    gml_isa isa;
+    gml_f32_vunary_back_ukernel *fn;
+    int tile;
+    const char *name;
+    gml_op op;
+} back_variant;
+
+#define V_TANH(isa, fn, tile) {isa, fn, tile, #fn, GML_OP_TANH},
+#define V_SIGMOID(isa, fn, tile) {isa, fn, tile, #fn, GML_OP_SIGMOID},
+#define V_SILU(isa, fn, tile) {isa, fn, tile, #fn, GML_OP_SILU},
+#define V_GELU(isa, fn, tile) {isa, fn, tile, #fn, GML_OP_GELU},
+#define V_GELU_TANH(isa, fn, tile) {isa, fn, tile, #fn, GML_OP_GELU_TANH},
+static const back_variant BACK_VARIANTS[] = {
+    GML_F32_VTANH_BACK_UKERNELS(V_TANH) GML_F32_VSIGMOID_BACK_UKERNELS(V_SIGMOID)
+    GML_F32_VSILU_BACK_UKERNELS(V_SILU) GML_F32_VGELU_BACK_UKERNELS(V_GELU)
+    GML_F32_VGELU_TANH_BACK_UKERNELS(V_GELU_TANH)
+};
+#define N_BACK_VARIANTS (sizeof BACK_VARIANTS / sizeof *BACK_VARIANTS)
+
+/* ---- the truth: f'(x) in long double, from e = exp(-|s|) (no cancellation
+ * but at a root of f'), and the size of its terms, sigma: the bound below
+ * allows |dy| sigma 2^-48 beside an ulp (the reference's 1 - tanh^2 and
+ * 1 - sigmoid lose that much near 1). */
+static long double truth(gml_op op, float xf, long double *sigma) {
+    const long double x = xf, C1 = 1.5957691216057307117597842397375l,
+                      C3 = C1 * 0.044715l;
+    if (isnan(xf)) {
+        *sigma = 1;
+        return NAN;
+    }
+    switch (op) {
+    case GML_OP_TANH: {
+        const long double e = expl(-2 * fabsl(x)), i = 1 / (1 + e);
+        *sigma = 2;
+        return 4 * e * i * i;
+    }
+    case GML_OP_SIGMOID: {
+        const long double e = expl(-fabsl(x)), i = 1 / (1 + e);
+        *sigma = 1;
+        return e * i * i;
+    }
+    case GML_OP_GELU: {
+        *sigma = 1 + fabsl(x);
+        const long double phi = isinf(xf) ? 0 : expl(-x * x / 2) * 0.39894228040143267793994605993438l;
+        return 0.5l * erfcl(-x * 0.70710678118654752440084436210485l) + x * phi;
+    }
+    default: { /* silu: s + x e/(1+e)^2; gelu_tanh the same with z = 2u, m = x (C1 + 3 C3 x^2) */
+        const bool silu = op == GML_OP_SILU;
+        const long double z = silu ? x : x * (C1 + C3 * x * x);
+        const long double m = silu ? x : x * (C1 + 3 * C3 * x * x);
+        const long double e = expl(-fabsl(z)), i = 1 / (1 + e), s = z > 0 ? i : e * i;
+        *sigma = 1 + fabsl(m);
+        return s + m * e * i * i;
+    }
+    }
+}
+
+/* got within ulp(want) + |dy| sigma 2^-48 of dy f'(x) (NaN where it is NaN) */
+static bool close_to_truth(gml_op op, float x, float dy, float got, double *worst) {
+    long double sigma;
+    const long double t = truth(op, x, &sigma) * (long double)dy;
+    /* an infinite dy: inf or NaN (inf times an f' that underflows in double) */
+    if (isinf(dy) && !isnan(t)) return !isfinite(got);
+    if (isnan(t) || isinf(t)) return same_f32(got, (float)t) || (isnan(got) && isnan(t));
+    const double want = (double)t, d = fabs((double)got - want), ulp = ulp_of(fabs(want));
+    const double cancel = fabs((double)dy) * (double)sigma * 0x1p-48;
+    if (cancel < ulp / 64 && d / ulp > *worst) *worst = d / ulp;
+    return d <= ulp + cancel;
+}
+
+static float special_x(void) {
+    const float s[] = {NAN,    INFINITY, -INFINITY, -0.0f,  0.0f,   3e38f,  -3e38f,
+                       1e-40f, -1e-40f,  1e-30f,    -14.9f, -20.0f, 100.0f, -100.0f,
+                       -0.75f, -1.28f,   9.5f,      -9.5f,  800.0f, -800.0f};
+    return s[rand_int(sizeof s / sizeof *s)];
+}
+
+/* x: a sweep of [-30, 30], a log sweep of both signs and specials; dy in
+ * [-2, 2] with some specials (NaN, inf, 0, 1e30) */
+static void fill_back_inputs(size_t n, float *x, float *dy) {
+    for (size_t i = 0; i < n; i++) {
+        const int kind = (int)rand_int(10);
+        x[i] = kind < 5 ? rand_uniform(-30, 30)
+             : kind < 8 ? (rand_int(2) ? 1 : -1) * ldexpf(rand_uniform(1, 2), (int)rand_int(60) - 40)
+                        : special_x();
+        const int dk = (int)rand_int(40);
+        dy[i] = dk == 0 ? NAN : dk == 1 ? INFINITY : dk == 2 ? 0.0f : dk == 3 ? 1e30f
+              : rand_uniform(-2, 2);
+    }
+}
+
+static void check_back_variants(void) {
+    const size_t big = 20011;
+    float *x = malloc(big * sizeof *x), *dy = malloc(big * sizeof *dy);
+    float *out = malloc((big + 40) * sizeof *out), *first = malloc(big * sizeof *first);
+    fill_back_inputs(big, x, dy);
+    gml_op first_op = GML_OP_NONE;
+    for (size_t v = 0; v < N_BACK_VARIANTS; v++) {
+        const back_variant *bv = &BACK_VARIANTS[v];
+        if (!cpu_runs(bv->isa, bv->name)) continue;
+        /* tails: every length around the tile, then the sweep */
+        size_t lens[13];
+        int nl = tile_lengths(bv->tile, lens);
+        lens[nl++] = big;
+        double worst = 0;
+        for (int l = 0; l < nl; l++) {
+            const size_t n = lens[l];
+            for (size_t i = 0; i < n + 40; i++) out[i] = 555.0f;
+            bv->fn(n, x, dy, out);
+            int bad = 0;
+            for (size_t i = 0; i < n && bad < 5; i++)
+                if (!close_to_truth(bv->op, x[i], dy[i], out[i], &worst)) {
+                    bad++;
+                    CHECK(false, "%s n=%zu: dy %.9g x %.9g: got %.9g", bv->name, n,
+                          (double)dy[i], (double)x[i], (double)out[i]);
+                }
+            for (size_t i = n; i < n + 40; i++)
+                CHECK(out[i] == 555.0f, "%s n=%zu: wrote out[%zu] past the end", bv->name, n, i);
+        }
+        /* the vector variants of one op: bitwise equal to each other */
+        if (bv->isa != GML_ISA_SCALAR) {
+            if (first_op != bv->op) {
+                memcpy(first, out, big * sizeof *out);
+                first_op = bv->op;
+            } else {
+                for (size_t i = 0; i < big; i++)
+                    CHECK(same_f32(out[i], first[i]), "%s: out[%zu] = %.9g, another ISA's %.9g",
+                          bv->name, i, (double)out[i], (double)first[i]);
+            }
+        }
+        /* in place: out = dy, then out = x */
+        float *a = malloc(big * sizeof *a);
+        memcpy(a, dy, big * sizeof *a);
+        bv->fn(big, x, a, a);
+        for (size_t i = 0; i < big; i++)
+            CHECK(same_f32(a[i], out[i]), "%s in place (dy): %zu", bv->name, i);
+        memcpy(a, x, big * sizeof *a);
+        bv->fn(big, a, dy, a);
+        for (size_t i = 0; i < big; i++)
+            CHECK(same_f32(a[i], out[i]), "%s in place (x): %zu", bv->name, i);
+        free(a);
+        printf("%-44s max %.3f ulp from the truth (where |dy| sigma 2^-48 is below ulp / 64)\n", bv->name, worst);
+    }
+    free(x);
+    free(dy);
+    free(out);
+    free(first);
+}
+
+/* ---- op level ---------------------------------------------------------- */
+
+static const int THREADS[] = {1, 2, 3, 4, 7};
+#define N_THREADS (int)(sizeof THREADS / sizeof *THREADS)
+
+/* Computes out under every ISA at every thread count: each element within
+ * what ok() allows of the reference kernel's (ok gets the element's index
+ * in logical order), bitwise equal across thread counts. */
+typedef bool elem_ok(size_t i, float got, float ref, const void *arg);
+static void check_op(gml_context *ctx, gml_tensor *out, elem_ok *ok, const void *arg,
+                     const char *what) {
+    gml_graph *g = gml_build_graph(ctx, &out, 1);
+    CHECK(g != NULL, "%s: build: %s", what, gml_last_error(ctx));
+    if (!g) return;
+    const size_t n = (size_t)gml_nelements(out);
+    uint32_t *ref = malloc(n * 4), *first = malloc(n * 4), *got = malloc(n * 4);
+    compute_with(g, out, GML_ISA_REFERENCE, 1, ref);
+    const gml_isa isas[] = {GML_TEST_FAST_ISAS};
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!gml_cpu_has(isas[k])) {
+            printf("skip %s under %s: this CPU lacks it\n", what, gml_isa_name(isas[k]));
+            continue;
+        }
+        for (int t = 0; t < N_THREADS; t++) {
+            uint32_t *y = t == 0 ? first : got;
+            if (!compute_with(g, out, isas[k], THREADS[t], y)) continue;
+            int bad = 0;
+            for (size_t i = 0; i < n && bad < 3; i++) {
+                float a, b;
+                memcpy(&a, &y[i], 4);
+                memcpy(&b, &ref[i], 4);
+                if (t > 0 && y[i] != first[i]) {
+                    bad++;
+                    CHECK(false, "%s (%s): element %zu differs between 1 and %d threads", what,
+                          gml_isa_name(isas[k]), i, THREADS[t]);
+                } else if (t == 0 && !ok(i, a, b, arg)) {
+                    bad++;
+                    CHECK(false, "%s (%s): element %zu is %.9g, the reference %.9g", what,
+                          gml_isa_name(isas[k]), i, (double)a, (double)b);
+                }
+            }
+        }
+    }
+    free(ref);
+    free(first);
+    free(got);
+    gml_graph_free(g);
+}
+
+static gml_tensor *rnd(gml_context *ctx, int n_dims, const int64_t *ne, float lo, float hi) {
+    gml_tensor *t = gml_new_tensor(ctx, GML_F32, n_dims, ne);
+    fill_uniform(t->data, (size_t)gml_nelements(t), lo, hi);
+    return t;
+}
+
+/* unary_back: within an ulp of the reference (both are f' in double,
+ * rounded once) plus |dy| sigma 2^-48 */
+typedef struct {
+    gml_op op;
+    const float *x, *dy; /* in logical order */
+} back_arg;
+static bool back_ok(size_t i, float got, float ref, const void *arg) {
+    const back_arg *a = arg;
+    if (isnan(ref) || isinf(ref)) return same_f32(got, ref) || (isnan(got) && isnan(ref));
+    long double sigma;
+    (void)truth(a->op, a->x[i], &sigma);
+    return fabs((double)got - ref) <=
+           ulp_of(fabs((double)ref)) + fabs((double)a->dy[i]) * (double)sigma * 0x1p-47;
+}
+
+static float *logical(const gml_tensor *t) {
+    float *buf = malloc((size_t)gml_nelements(t) * sizeof *buf);
+    read_elems(t, (uint32_t *)(void *)buf);
+    return buf;
+}
+
+static void check_unary_back_ops(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    static const gml_op OPS[] = {GML_OP_TANH, GML_OP_SIGMOID, GML_OP_SILU, GML_OP_GELU,
+                                 GML_OP_GELU_TANH};
+    gml_tensor *x = rnd(ctx, 3, (int64_t[]){3, 37, 129}, -6, 6);
+    gml_tensor *dy = rnd(ctx, 3, (int64_t[]){3, 37, 129}, -2, 2);
+    float *xs = x->data;
+    for (size_t i = 0; i < 3 * 37 * 129; i += 1 + (size_t)rand_int(40)) xs[i] = special_x();
+    /* transposed (last dim strided: gathered) and sliced (rows dense) */
+    gml_tensor *xt = gml_transpose(ctx, rnd(ctx, 3, (int64_t[]){3, 129, 37}, -6, 6), -2, -1);
+    gml_tensor *big = rnd(ctx, 3, (int64_t[]){4, 40, 140}, -2, 2);
+    gml_tensor *dys = gml_view(ctx, big, 3, (int64_t[]){3, 37, 129},
+                               (size_t[]){big->nb[1], big->nb[2], big->nb[3]},
+                               big->nb[1] + 2 * big->nb[2] + 5 * big->nb[3]);
+    struct {
+        gml_tensor *x, *dy;
+        const char *what;
+    } cases[] = {{x, dy, "[3,37,129] contiguous"},
+                 {xt, dy, "x transposed [3,37,129]"},
+                 {x, dys, "dy sliced [3,37,129]"},
+                 {xt, dys, "x transposed, dy sliced"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (size_t o = 0; o < sizeof OPS / sizeof *OPS; o++) {
+            char what[160];
+            snprintf(what, sizeof what, "unary_back %s, %s", gml_op_name(OPS[o]), cases[c].what);
+            const back_arg a = {OPS[o], logical(cases[c].x), logical(cases[c].dy)};
+            check_op(ctx, gml_unary_back(ctx, cases[c].x, cases[c].dy, OPS[o]), back_ok, &a, what);
+            free((void *)a.x);
+            free((void *)a.dy);
+        }
+    gml_free(ctx);
+}
+
+int main(void) {
+    check_back_variants();
+    check_unary_back_ops();
+    return check_report("test_ukernels_backs");
+}
