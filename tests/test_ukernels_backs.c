@@ -2,10 +2,12 @@
  * references: unary_back (every variant of ops/unary.inc's *_BACK lists
  * against the derivative in long double, on a sweep with tails, specials,
  * huge and tiny inputs; the vector variants bitwise equal to each other),
+ * sum_to's column sums (every variant of ops/reduce.inc's COLSUM list
+ * bitwise against a plain loop: every column length to 64, 0-3 summed dims),
  * then the ops under every ISA at 1-4 and 7 threads against the reference
  * kernel on contiguous, transposed and sliced inputs, bitwise equal across
  * thread counts. */
-#include "../ops/ukernels.h"
+#include "../ops/reduce.h"
 #include "simd_check.h"
 
 typedef struct {
@@ -158,6 +160,81 @@ static void check_back_variants(void) {
     free(first);
 }
 
+/* ---- sum_to's column sums: every variant against a plain loop, bitwise --- */
+
+typedef struct {
+    gml_isa isa;
+    gml_f32_colsum_ukernel *fn;
+    int tile;
+    const char *name;
+} colsum_variant;
+#define V_COLSUM(isa, fn, tile) {isa, fn, tile, #fn},
+static const colsum_variant COLSUM_VARIANTS[] = {GML_F32_COLSUM_UKERNELS(V_COLSUM)};
+
+static float special_sum(void) {
+    const float s[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 3e38f, -3e38f, 1e-40f};
+    return s[rand_int(sizeof s / sizeof *s)];
+}
+
+static void check_colsum_variants(void) {
+    /* terms: none, 1 dim, 2 and 3 dims with odd counts and padded strides */
+    static const struct {
+        int n;
+        int64_t ne[3];
+    } shapes[] = {{0, {0}}, {1, {1}}, {1, {300}}, {2, {3, 37}}, {3, {2, 3, 5}}};
+    static const size_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64};
+    const size_t row_floats = 80; /* > GML_COLSUM_MAX: padded rows */
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        gml_colsum_terms t = {.n = shapes[si].n};
+        int64_t rows = 1;
+        for (int d = t.n - 1; d >= 0; d--) {
+            t.ne[d] = shapes[si].ne[d];
+            t.nb[d] = rows * (int64_t)(row_floats * sizeof(float));
+            rows *= t.ne[d];
+        }
+        /* the outer dim's stride past the inner ones (a sliced view) */
+        if (t.n >= 2) {
+            t.nb[0] += 3 * (int64_t)(row_floats * sizeof(float));
+            rows += 3 * (t.ne[0] - 1);
+        }
+        float *x = malloc((size_t)rows * row_floats * sizeof *x);
+        fill_uniform(x, (size_t)rows * row_floats, -100, 100);
+        for (size_t i = 0; i < (size_t)rows * row_floats; i += 1 + (size_t)rand_int(97))
+            x[i] = special_sum();
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const size_t len = lens[li], off = (size_t)rand_int(5);
+            /* the plain loop: the terms in row-major order, in double */
+            float want[GML_COLSUM_MAX];
+            for (size_t j = 0; j < len; j++) {
+                double acc = 0;
+                for (int64_t r = 0; r < gml_colsum_count(&t); r++) {
+                    int64_t rest = r, o = 0;
+                    for (int d = t.n - 1; d >= 0; d--) {
+                        o += rest % t.ne[d] * t.nb[d];
+                        rest /= t.ne[d];
+                    }
+                    acc += *(const float *)(const void *)((const char *)(x + off + j) + o);
+                }
+                want[j] = (float)acc;
+            }
+            for (size_t v = 0; v < sizeof COLSUM_VARIANTS / sizeof *COLSUM_VARIANTS; v++) {
+                const colsum_variant *cv = &COLSUM_VARIANTS[v];
+                if (li == 0 && si == 0 && !cpu_runs(cv->isa, cv->name)) continue;
+                if (!gml_cpu_has(cv->isa)) continue;
+                float out[GML_COLSUM_MAX + 16];
+                for (size_t j = 0; j < GML_COLSUM_MAX + 16; j++) out[j] = 555.0f;
+                cv->fn(len, (const char *)(x + off), &t, out);
+                for (size_t j = 0; j < len; j++)
+                    CHECK(same_f32(out[j], want[j]), "%s len %zu, %d dims: out[%zu] = %.9g, want %.9g",
+                          cv->name, len, t.n, j, (double)out[j], (double)want[j]);
+                for (size_t j = len; j < GML_COLSUM_MAX + 16; j++)
+                    CHECK(out[j] == 555.0f, "%s len %zu: wrote out[%zu] past the end", cv->name, len, j);
+            }
+        }
+        free(x);
+    }
+}
+
 /* ---- op level ---------------------------------------------------------- */
 
 static const int THREADS[] = {1, 2, 3, 4, 7};
@@ -267,8 +344,43 @@ static void check_unary_back_ops(void) {
     gml_free(ctx);
 }
 
+static bool exact_ok(size_t i, float got, float ref, const void *arg) {
+    (void)i;
+    (void)arg;
+    return same_f32(got, ref);
+}
+
+static void check_sum_to_ops(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    gml_tensor *a = rnd(ctx, 2, (int64_t[]){300, 1000}, -1, 1);
+    check_op(ctx, gml_sum_to(ctx, a, 1, (int64_t[]){1000}), exact_ok, NULL, "sum_to [300,1000] -> [1000]");
+    gml_tensor *b = rnd(ctx, 4, (int64_t[]){2, 3, 5, 37}, -10, 10);
+    ((float *)b->data)[77] = INFINITY;
+    ((float *)b->data)[500] = NAN;
+    check_op(ctx, gml_sum_to(ctx, b, 3, (int64_t[]){3, 1, 37}), exact_ok, NULL,
+             "sum_to [2,3,5,37] -> [3,1,37]");
+    check_op(ctx, gml_sum_to(ctx, b, 4, (int64_t[]){1, 3, 5, 37}), exact_ok, NULL,
+             "sum_to [2,3,5,37] -> [1,3,5,37]");
+    check_op(ctx, gml_sum_to(ctx, b, 2, (int64_t[]){5, 1}), exact_ok, NULL,
+             "sum_to [2,3,5,37] -> [5,1] (the last dim summed)");
+    check_op(ctx, gml_sum_to(ctx, b, 1, (int64_t[]){1}), exact_ok, NULL, "sum_to -> [1]");
+    /* rows sliced out of a wider tensor (rows strided, columns dense), and transposed */
+    gml_tensor *w = rnd(ctx, 3, (int64_t[]){4, 70, 150}, -1, 1);
+    gml_tensor *s = gml_view(ctx, w, 3, (int64_t[]){3, 67, 129},
+                             (size_t[]){w->nb[1], w->nb[2], w->nb[3]}, w->nb[2] + 7 * w->nb[3]);
+    check_op(ctx, gml_sum_to(ctx, s, 1, (int64_t[]){129}), exact_ok, NULL, "sum_to sliced [3,67,129] -> [129]");
+    check_op(ctx, gml_sum_to(ctx, s, 3, (int64_t[]){3, 1, 129}), exact_ok, NULL,
+             "sum_to sliced [3,67,129] -> [3,1,129]");
+    gml_tensor *tr = gml_transpose(ctx, rnd(ctx, 2, (int64_t[]){129, 67}, -1, 1), -2, -1);
+    check_op(ctx, gml_sum_to(ctx, tr, 1, (int64_t[]){129}), exact_ok, NULL,
+             "sum_to transposed [67,129] -> [129]");
+    gml_free(ctx);
+}
+
 int main(void) {
     check_back_variants();
+    check_colsum_variants();
     check_unary_back_ops();
+    check_sum_to_ops();
     return check_report("test_ukernels_backs");
 }
