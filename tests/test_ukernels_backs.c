@@ -4,10 +4,14 @@
  * huge and tiny inputs; the vector variants bitwise equal to each other),
  * sum_to's column sums (every variant of ops/reduce.inc's COLSUM list
  * bitwise against a plain loop: every column length to 64, 0-3 summed dims),
+ * rms_norm_back's and layer_norm_back's rows (every variant of
+ * ops/norm.inc's VNORM_BACK list bitwise the scalar variant's, each within
+ * its bound of a long double truth, odd lengths, in place),
  * then the ops under every ISA at 1-4 and 7 threads against the reference
  * kernel on contiguous, transposed and sliced inputs, bitwise equal across
  * thread counts. */
-#include "../ops/reduce.h"
+#include "../ops/norm.h"
+#include "../ops/ops_back.h"
 #include "simd_check.h"
 
 typedef struct {
@@ -235,6 +239,128 @@ static void check_colsum_variants(void) {
     }
 }
 
+/* ---- rms_norm_back / layer_norm_back rows ------------------------------------
+ * The truth in long double (sums in order), and each element's bound: an
+ * ulp plus 2^-44 r (|g| + |mg| + |xh mgx|) (the double sums' rounding,
+ * which only shows where those terms cancel). */
+static void norm_back_truth(size_t n, const float *x, const float *dy, const float *w, float eps,
+                            bool layer, double *t, double *bound) {
+    long double mean = 0, var = 0, mg = 0, mgx = 0;
+    if (layer) {
+        for (size_t i = 0; i < n; i++) mean += x[i];
+        mean /= (long double)n;
+    }
+    for (size_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    const long double r = 1 / sqrtl(var / (long double)n + eps);
+    for (size_t i = 0; i < n; i++) {
+        const long double g = (long double)dy[i] * (w ? w[i] : 1);
+        mg += g;
+        mgx += g * (x[i] - mean) * r;
+    }
+    mg /= (long double)n;
+    mgx /= (long double)n;
+    for (size_t i = 0; i < n; i++) {
+        const long double g = (long double)dy[i] * (w ? w[i] : 1), xh = (x[i] - mean) * r;
+        const long double v = r * ((layer ? g - mg : g) - xh * mgx);
+        t[i] = (double)v;
+        bound[i] = isfinite(v) ? ulp_of(fabs((double)v)) +
+                                     (double)(r * (fabsl(g) + fabsl(mg) + fabsl(xh * mgx))) * 0x1p-44
+                               : 0;
+    }
+}
+static bool norm_close(float got, double t, double bound) {
+    if (!isfinite(t)) return isnan(t) ? isnan(got) : same_f32(got, (float)t);
+    return fabs((double)got - t) <= bound;
+}
+
+typedef struct {
+    gml_isa isa;
+    gml_f32_vnorm_back_ukernel *fn;
+    int tile;
+    const char *name;
+} norm_back_variant;
+#define V_NORM_BACK(isa, fn, tile) {isa, fn, tile, #fn},
+static const norm_back_variant NORM_BACK_VARIANTS[] = {GML_F32_VNORM_BACK_UKERNELS(V_NORM_BACK)};
+
+/* every variant: bitwise the scalar variant's (the first), within the bound
+ * of the truth; x and dy in place too */
+static void check_norm_back_variants(void) {
+    static const size_t lens[] = {1, 2, 7, 15, 16, 17, 31, 33, 100, 257, 512, 1000};
+    const size_t maxn = 1000;
+    float *x = malloc(maxn * sizeof *x), *dy = malloc(maxn * sizeof *dy), *w = malloc(maxn * sizeof *w);
+    float *want = malloc((maxn + 40) * sizeof *want), *out = malloc((maxn + 40) * sizeof *out);
+    float *a = malloc(maxn * sizeof *a);
+    double *t = malloc(maxn * sizeof *t), *bound = malloc(maxn * sizeof *bound);
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (int c = 0; c < 8; c++) {
+            const size_t n = lens[li];
+            const bool layer = c & 1, has_w = c & 2, special = c & 4;
+            fill_uniform(x, n, -3, 5); /* a mean away from 0 */
+            fill_uniform(dy, n, -1, 1);
+            fill_uniform(w, n, 0.5f, 1.5f);
+            if (special && n > 3) { /* a spread row: one large value, some zeros */
+                x[n / 2] = 1e4f;
+                x[1] = 0.0f;
+                dy[2] = -0.0f;
+            }
+            const float eps = layer ? 1e-5f : 1e-6f;
+            norm_back_truth(n, x, dy, has_w ? w : NULL, eps, layer, t, bound);
+            for (size_t v = 0; v < sizeof NORM_BACK_VARIANTS / sizeof *NORM_BACK_VARIANTS; v++) {
+                const norm_back_variant *nv = &NORM_BACK_VARIANTS[v];
+                if (!gml_cpu_has(nv->isa)) {
+                    if (li == 0 && c == 0) cpu_runs(nv->isa, nv->name);
+                    continue;
+                }
+                float *o = v == 0 ? want : out;
+                for (size_t i = 0; i < n + 40; i++) o[i] = 555.0f;
+                nv->fn(n, x, dy, has_w ? w : NULL, eps, layer, o);
+                int bad = 0;
+                for (size_t i = 0; i < n && bad < 3; i++) {
+                    if (!norm_close(o[i], t[i], bound[i])) {
+                        bad++;
+                        CHECK(false, "%s n=%zu %s%s: out[%zu] = %.9g, the truth %.9g", nv->name, n,
+                              layer ? "layer" : "rms", has_w ? " w" : "", i, (double)o[i], t[i]);
+                    }
+                    if (v > 0 && !same_f32(o[i], want[i])) {
+                        bad++;
+                        CHECK(false, "%s n=%zu %s%s: out[%zu] = %.9g, the scalar variant's %.9g",
+                              nv->name, n, layer ? "layer" : "rms", has_w ? " w" : "", i,
+                              (double)o[i], (double)want[i]);
+                    }
+                }
+                for (size_t i = n; i < n + 40; i++)
+                    CHECK(o[i] == 555.0f, "%s n=%zu: wrote out[%zu] past the end", nv->name, n, i);
+                memcpy(a, x, n * sizeof *a);
+                nv->fn(n, a, dy, has_w ? w : NULL, eps, layer, a);
+                for (size_t i = 0; i < n; i++)
+                    CHECK(same_f32(a[i], o[i]), "%s n=%zu in place (x): %zu", nv->name, n, i);
+                memcpy(a, dy, n * sizeof *a);
+                nv->fn(n, x, a, has_w ? w : NULL, eps, layer, a);
+                for (size_t i = 0; i < n; i++)
+                    CHECK(same_f32(a[i], o[i]), "%s n=%zu in place (dy): %zu", nv->name, n, i);
+            }
+        }
+    /* a NaN in dy: the row NaN */
+    fill_uniform(x, 37, -1, 1);
+    fill_uniform(dy, 37, -1, 1);
+    dy[20] = NAN;
+    for (size_t v = 0; v < sizeof NORM_BACK_VARIANTS / sizeof *NORM_BACK_VARIANTS; v++) {
+        if (!gml_cpu_has(NORM_BACK_VARIANTS[v].isa)) continue;
+        NORM_BACK_VARIANTS[v].fn(37, x, dy, NULL, 1e-5, true, out);
+        for (size_t i = 0; i < 37; i++)
+            CHECK(isnan(out[i]), "%s: a NaN in dy, out[%zu] = %g", NORM_BACK_VARIANTS[v].name, i,
+                  (double)out[i]);
+    }
+    free(x);
+    free(dy);
+    free(w);
+    free(want);
+    free(out);
+    free(a);
+    free(t);
+    free(bound);
+}
+
 /* ---- op level ---------------------------------------------------------- */
 
 static const int THREADS[] = {1, 2, 3, 4, 7};
@@ -377,9 +503,62 @@ static void check_sum_to_ops(void) {
     gml_free(ctx);
 }
 
+/* the op's rows against norm_back_truth */
+typedef struct {
+    int64_t d;
+    const double *t, *bound;
+} norm_arg;
+static bool norm_ok(size_t i, float got, float ref, const void *arg) {
+    (void)ref;
+    const norm_arg *a = arg;
+    return norm_close(got, a->t[i], a->bound[i]);
+}
+
+static void check_norm_back_ops(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    const int64_t d = 77, rows = 3 * 41;
+    gml_tensor *x = rnd(ctx, 3, (int64_t[]){3, 41, d}, -2, 3);
+    gml_tensor *dy = rnd(ctx, 3, (int64_t[]){3, 41, d}, -1, 1);
+    gml_tensor *w = rnd(ctx, 1, (int64_t[]){d}, 0.5f, 1.5f);
+    gml_tensor *xt = gml_transpose(ctx, rnd(ctx, 3, (int64_t[]){3, d, 41}, -2, 3), -2, -1);
+    gml_tensor *dyt = gml_transpose(ctx, rnd(ctx, 3, (int64_t[]){3, d, 41}, -1, 1), -2, -1);
+    gml_tensor *big = rnd(ctx, 3, (int64_t[]){4, 45, 90}, -1, 1);
+    gml_tensor *dys = gml_view(ctx, big, 3, (int64_t[]){3, 41, d},
+                               (size_t[]){big->nb[1], big->nb[2], big->nb[3]},
+                               big->nb[1] + 2 * big->nb[2] + 5 * big->nb[3]);
+    struct {
+        gml_tensor *x, *dy, *w;
+        const char *what;
+    } cases[] = {{x, dy, w, "[3,41,77] contiguous"}, {x, dy, NULL, "[3,41,77] no weight"},
+                 {xt, dy, w, "x transposed"},         {x, dyt, w, "dy transposed"},
+                 {xt, dys, NULL, "x transposed, dy sliced"}};
+    double *t = malloc((size_t)(rows * d) * sizeof *t), *bound = malloc((size_t)(rows * d) * sizeof *bound);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int layer = 0; layer < 2; layer++) {
+            float *xs = logical(cases[c].x), *gs = logical(cases[c].dy);
+            const float eps = layer ? 1e-5f : 1e-6f;
+            for (int64_t r = 0; r < rows; r++)
+                norm_back_truth((size_t)d, xs + r * d, gs + r * d, cases[c].w ? cases[c].w->data : NULL,
+                                eps, layer, t + r * d, bound + r * d);
+            char what[160];
+            snprintf(what, sizeof what, "%s, %s", layer ? "layer_norm_back" : "rms_norm_back", cases[c].what);
+            const norm_arg a = {d, t, bound};
+            gml_tensor *out = layer ? gml_layer_norm_back(ctx, cases[c].x, cases[c].dy, cases[c].w, eps)
+                                    : gml_rms_norm_back(ctx, cases[c].x, cases[c].dy, cases[c].w, eps);
+            check_op(ctx, out, norm_ok, &a, what);
+            free(xs);
+            free(gs);
+        }
+    free(t);
+    free(bound);
+    gml_free(ctx);
+}
+
 int main(void) {
     check_back_variants();
     check_colsum_variants();
+    check_norm_back_variants();
+    check_norm_back_ops();
     check_unary_back_ops();
     check_sum_to_ops();
     return check_report("test_ukernels_backs");
