@@ -7,9 +7,10 @@
  * rms_norm_back's and layer_norm_back's rows (every variant of
  * ops/norm.inc's VNORM_BACK list bitwise the scalar variant's, each within
  * its bound of a long double truth, odd lengths, in place),
- * then the ops under every ISA at 1-4 and 7 threads against the reference
- * kernel on contiguous, transposed and sliced inputs, bitwise equal across
- * thread counts. */
+ * then the ops (and view_back, whose fast kernel is binary's vaddc) under
+ * every ISA at 1-4 and 7 threads against the reference kernel on
+ * contiguous, transposed and sliced inputs, bitwise equal across thread
+ * counts, each naming the micro-kernel it ran. */
 #include "../ops/norm.h"
 #include "../ops/ops_back.h"
 #include "simd_check.h"
@@ -368,10 +369,15 @@ static const int THREADS[] = {1, 2, 3, 4, 7};
 
 /* Computes out under every ISA at every thread count: each element within
  * what ok() allows of the reference kernel's (ok gets the element's index
- * in logical order), bitwise equal across thread counts. */
+ * in logical order), bitwise equal across thread counts; and the node ran
+ * the ISA's micro-kernel (its name holds the ISA's), or the reference with
+ * a reason when fast is false. */
 typedef bool elem_ok(size_t i, float got, float ref, const void *arg);
+static bool check_fast = true;
 static void check_op(gml_context *ctx, gml_tensor *out, elem_ok *ok, const void *arg,
                      const char *what) {
+    const bool fast = check_fast;
+    check_fast = true;
     gml_graph *g = gml_build_graph(ctx, &out, 1);
     CHECK(g != NULL, "%s: build: %s", what, gml_last_error(ctx));
     if (!g) return;
@@ -387,6 +393,11 @@ static void check_op(gml_context *ctx, gml_tensor *out, elem_ok *ok, const void 
         for (int t = 0; t < N_THREADS; t++) {
             uint32_t *y = t == 0 ? first : got;
             if (!compute_with(g, out, isas[k], THREADS[t], y)) continue;
+            const char *kn = gml_graph_node_kernel(g, -1);
+            CHECK(kn && (fast ? strstr(kn, gml_isa_name(isas[k])) != NULL
+                              : strncmp(kn, "reference (", 11) == 0),
+                  "%s (%s): ran %s, want %s", what, gml_isa_name(isas[k]), kn ? kn : "(null)",
+                  fast ? "the ISA's micro-kernel" : "the reference, saying why");
             int bad = 0;
             for (size_t i = 0; i < n && bad < 3; i++) {
                 float a, b;
@@ -487,8 +498,10 @@ static void check_sum_to_ops(void) {
              "sum_to [2,3,5,37] -> [3,1,37]");
     check_op(ctx, gml_sum_to(ctx, b, 4, (int64_t[]){1, 3, 5, 37}), exact_ok, NULL,
              "sum_to [2,3,5,37] -> [1,3,5,37]");
+    check_fast = false;
     check_op(ctx, gml_sum_to(ctx, b, 2, (int64_t[]){5, 1}), exact_ok, NULL,
              "sum_to [2,3,5,37] -> [5,1] (the last dim summed)");
+    check_fast = false;
     check_op(ctx, gml_sum_to(ctx, b, 1, (int64_t[]){1}), exact_ok, NULL, "sum_to -> [1]");
     /* rows sliced out of a wider tensor (rows strided, columns dense), and transposed */
     gml_tensor *w = rnd(ctx, 3, (int64_t[]){4, 70, 150}, -1, 1);
@@ -498,6 +511,7 @@ static void check_sum_to_ops(void) {
     check_op(ctx, gml_sum_to(ctx, s, 3, (int64_t[]){3, 1, 129}), exact_ok, NULL,
              "sum_to sliced [3,67,129] -> [3,1,129]");
     gml_tensor *tr = gml_transpose(ctx, rnd(ctx, 2, (int64_t[]){129, 67}, -1, 1), -2, -1);
+    check_fast = false;
     check_op(ctx, gml_sum_to(ctx, tr, 1, (int64_t[]){129}), exact_ok, NULL,
              "sum_to transposed [67,129] -> [129]");
     gml_free(ctx);
@@ -554,6 +568,42 @@ static void check_norm_back_ops(void) {
     gml_free(ctx);
 }
 
+/* view_back: slices and disjoint views (the fast path: dy + 0 into zeros),
+ * places shared or rows strided (the reference) */
+static void check_view_back_ops(void) {
+    gml_context *ctx = gml_init((gml_init_params){.mem_size = 64 << 20});
+    gml_tensor *dy = rnd(ctx, 3, (int64_t[]){3, 37, 129}, -1, 1);
+    float *g = dy->data;
+    g[5] = -0.0f;
+    g[77] = NAN;
+    g[300] = -INFINITY;
+    /* a slice [3, 37, 129] of [4, 40, 140] at (1, 2, 5) */
+    check_op(ctx, gml_view_back(ctx, dy, 3, (int64_t[]){4, 40, 140}, (int64_t[]){40 * 140, 140, 1},
+                                1 * 40 * 140 + 2 * 140 + 5),
+             exact_ok, NULL, "view_back: a slice of [4,40,140]");
+    /* every other row of [3, 74, 129], permuted dims (strides not in order) */
+    check_op(ctx, gml_view_back(ctx, dy, 3, (int64_t[]){74, 3, 129}, (int64_t[]){129, 2 * 3 * 129, 1}, 0),
+             exact_ok, NULL, "view_back: rows spread, dims permuted");
+    /* the whole of [3, 37, 129] (no zeros left) and [3 * 37 * 129] as 1-D */
+    check_op(ctx, gml_view_back(ctx, dy, 3, (int64_t[]){3, 37, 129}, (int64_t[]){37 * 129, 129, 1}, 0),
+             exact_ok, NULL, "view_back: the whole source");
+    gml_tensor *col = rnd(ctx, 2, (int64_t[]){50, 1}, -1, 1);
+    check_op(ctx, gml_view_back(ctx, col, 2, (int64_t[]){50, 3}, (int64_t[]){3, 1}, 1), exact_ok,
+             NULL, "view_back: a column [50,1] of [50,3]");
+    /* the reference's: stride 2 along the row, shared places (stride 0), a transposed dy */
+    check_fast = false;
+    check_op(ctx, gml_view_back(ctx, dy, 3, (int64_t[]){3, 37, 258}, (int64_t[]){37 * 258, 258, 2}, 0),
+             exact_ok, NULL, "view_back: every other element");
+    check_fast = false;
+    check_op(ctx, gml_view_back(ctx, dy, 2, (int64_t[]){37, 129}, (int64_t[]){0, 129, 1}, 0),
+             exact_ok, NULL, "view_back: summed over a broadcast dim");
+    check_fast = false;
+    gml_tensor *dt = gml_transpose(ctx, rnd(ctx, 2, (int64_t[]){129, 37}, -1, 1), -2, -1);
+    check_op(ctx, gml_view_back(ctx, dt, 2, (int64_t[]){40, 130}, (int64_t[]){130, 1}, 131),
+             exact_ok, NULL, "view_back: dy transposed");
+    gml_free(ctx);
+}
+
 int main(void) {
     check_back_variants();
     check_colsum_variants();
@@ -561,5 +611,6 @@ int main(void) {
     check_norm_back_ops();
     check_unary_back_ops();
     check_sum_to_ops();
+    check_view_back_ops();
     return check_report("test_ukernels_backs");
 }
