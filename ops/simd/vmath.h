@@ -1,7 +1,8 @@
 /* Vector math over the SIMD layer, written once for every ISA: exp (the
- * algorithm and constants of ops/vexp.h) and the unary functions of
- * ops/vunary.h (tanh, sigmoid, silu, gelu_tanh, gelu). The same operations
- * in the same order on every ISA: bitwise equal results. */
+ * algorithm and constants of ops/vexp.h), the unary functions of
+ * ops/vunary.h (tanh, sigmoid, silu, gelu_tanh, gelu) and their derivatives
+ * in double lanes (unary_back). The same operations in the same order on
+ * every ISA: bitwise equal results. */
 #ifndef GGMLITE_SIMD_VMATH_H
 #define GGMLITE_SIMD_VMATH_H
 
