@@ -474,3 +474,7 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
         }
     }
 }
+
+void gml_bf16_convert_run(gml_isa isa, gml_type t, const char *src, int64_t stride, int64_t n, uint16_t *dst) {
+    to_bf16(isa, t, src, stride, n, dst);
+}

@@ -40,6 +40,11 @@ size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth);
  * order's f32 GEMM multiplies. */
 size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa);
 
+/* n elements of type t (f32, f16, bf16), stride bytes apart, rounded to
+ * bf16 into dst (the bits of gml_fp32_to_bf16) through the conversion
+ * micro-kernels of isa: how the GEMMs of bf16 compute pack their operands. */
+void gml_bf16_convert_run(gml_isa isa, gml_type t, const char *src, int64_t stride, int64_t n, uint16_t *dst);
+
 /* x rounded to bf16 and widened back to f32 (exact). */
 static inline float gml_round_bf16(float x) { return gml_bf16_to_fp32(gml_fp32_to_bf16(x)); }
 
