@@ -74,7 +74,7 @@ const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
     }
     return &AMX_KERNEL;
 #else
-    say_once("this build has no AMX kernel (its compiler lacks -mamx-tile -mamx-bf16)", 0);
+    say_once("this build has no AMX kernel (not x86-64, or a compiler without -mamx-tile -mamx-bf16)", 0);
     return NULL;
 #endif
 }

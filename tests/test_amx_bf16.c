@@ -233,7 +233,7 @@ static bool check_c(const shape *s, const operands *o, const char *what) {
  * operands: each product passes through at most 16 fmas, the pair sum and
  * ceil(K / 32) additions to c; flushes cost at most 2^-126 each. */
 static void check_bound(const shape *s, const operands *o) {
-    const int64_t steps = (s->K + 31) / 32, depth = 16 + 1 + steps;
+    const int64_t steps = (s->K + 31) / 32, depth = 18 + steps; /* gamma_(17 + steps) <= (18 + steps) u */
     for (int64_t bi = 0; bi < s->nb0 * s->nb1; bi++)
         for (int64_t m = 0; m < s->M; m++)
             for (int64_t n = 0; n < s->N; n++) {
