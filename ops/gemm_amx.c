@@ -163,28 +163,6 @@ size_t gml_amx_bf16_packed_size(const gml_gemm_desc *d) {
     return k.b_pairs * (size_t)k.b_batches * 4;
 }
 
-/* Tiles of C: about 3 per thread, none under AMX_MIN_CHUNK_FLOPS, the
- * larger side split first, in units of 32 rows and 32 columns. */
-static void tiles(const gml_gemm_desc *d, int nth, int64_t *tm, int64_t *tn) {
-    const int64_t nbat = d->nb0 * d->nb1;
-    int64_t want = 1;
-    if (nth > 1) {
-        const double flops = 2.0 * (double)d->M * (double)d->N * (double)d->K * (double)nbat;
-        want = GML_MAX(GML_MIN(3 * (int64_t)nth, (int64_t)(flops / AMX_MIN_CHUNK_FLOPS)), (int64_t)1);
-    }
-    const int64_t per_batch = cdiv(want, nbat);
-    int64_t mt = 1, nt = 1;
-    while (mt * nt < per_batch) {
-        const int64_t tile_m = cdiv(d->M, mt), tile_n = cdiv(d->N, nt);
-        const bool split_n = tile_n >= 2 * GML_AMX_NR, split_m = tile_m >= 2 * GML_AMX_MR;
-        if (split_n && (tile_n >= tile_m || !split_m)) nt++;
-        else if (split_m) mt++;
-        else break;
-    }
-    *tm = cdiv(cdiv(d->M, mt), GML_AMX_MR) * GML_AMX_MR;
-    *tn = cdiv(cdiv(d->N, nt), GML_AMX_NR) * GML_AMX_NR;
-}
-
 void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_amx_bf16_kernel *kern,
                        gml_kept *kept) {
     if (d->M <= 0 || d->N <= 0 || d->nb0 <= 0 || d->nb1 <= 0) return;
@@ -214,7 +192,7 @@ void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, cons
     }
 
     int64_t tm, tn;
-    tiles(d, p->nth, &tm, &tn);
+    gml_bf16_gemm_tiles(d, GML_AMX_MR, GML_AMX_NR, p->nth, AMX_MIN_CHUNK_FLOPS, &tm, &tn);
     const int64_t mt = cdiv(d->M, tm), nt = cdiv(d->N, tn), n_chunks = d->nb0 * d->nb1 * mt * nt;
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
     kern->configure(); /* the tile configuration is the thread's own */

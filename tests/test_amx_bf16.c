@@ -384,6 +384,7 @@ int main(int argc, char **argv) {
         {1, 1, 64, 96, 95, 0, 1, GML_BF16, false},
         {1, 1, 70, 40, 1100, 0, 0, GML_BF16, false}, /* three K blocks of 256 pairs */
         {1, 1, 300, 50, 40, 1, 0, GML_F32, false},   /* two A blocks of 256 rows */
+        {1, 1, 400, 200, 200, 0, 0, GML_BF16, false}, /* C split among threads in M and N */
         {2, 3, 9, 20, 45, 0, 1, GML_F16, false},
         {2, 1, 40, 33, 70, 2, 0, GML_BF16, true},
         {1, 1, 3, 5, 0, 0, 0, GML_F32, false},       /* K = 0: zeros */
