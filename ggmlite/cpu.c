@@ -1,10 +1,16 @@
 /* Which instruction sets the CPU has, and which kernels compute runs. */
+#define _DEFAULT_SOURCE /* syscall: arch_prctl for AMX's permission */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 static const char *const ISA_NAMES[] = {
@@ -140,6 +146,33 @@ static bool ask_cpu_has_feature(gml_cpu_feature f) {
     (void)f;
     return false;
 #endif
+}
+
+/* Linux (5.16 on) enables AMX's tile data (XCR0 bit 18, XTILEDATA) for a
+ * process only when it asks (arch_prctl ARCH_REQ_XCOMP_PERM, which covers
+ * all its threads); until then a tile instruction faults (SIGILL). Asked
+ * once, the answer kept: 0 not asked, 1 refused, 2 granted. Elsewhere
+ * (other OS, 32-bit, not x86) refused with ENOSYS. */
+static _Atomic int amx_permission, amx_refusal;
+
+bool gml_cpu_amx_permit(int *err) {
+    int k = atomic_load(&amx_permission);
+    if (!k) {
+        int e = ENOSYS;
+#if defined(__linux__) && defined(__x86_64__)
+        enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+        unsigned long features = 0;
+        if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &features) == 0 &&
+            (features & (1ul << XFEATURE_XTILEDATA)))
+            e = 0;
+        else
+            e = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 0 : errno;
+#endif
+        atomic_store(&amx_refusal, e);
+        atomic_store(&amx_permission, k = e ? 1 : 2); /* two asking at once ask twice: the same answer */
+    }
+    if (err) *err = k == 2 ? 0 : atomic_load(&amx_refusal);
+    return k == 2;
 }
 
 static gml_isa best_isa(void) {

@@ -399,6 +399,12 @@ bool gml_arg_dim(gml_context *ctx, const char *op, const gml_tensor *t, const ch
 bool gml_arg_range(gml_context *ctx, const char *op, const gml_tensor *t, const char *what,
                    int64_t v, int64_t lo, int64_t hi);
 
+/* Whether Linux lets this process use AMX's tile data (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XTILEDATA), asked once per process (cpu.c); else
+ * false with the refusal's errno in *err (ENOSYS off Linux x86-64). Ask only
+ * where gml_cpu_has_feature(GML_CPU_AMX_TILE). err may be NULL. */
+bool gml_cpu_amx_permit(int *err);
+
 /* Splits [0, n) into nth nearly equal parts; part ith is [*start, *end). */
 static inline void gml_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {
     int64_t per = n / nth, rem = n % nth;

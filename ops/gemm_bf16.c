@@ -474,3 +474,12 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
         }
     }
 }
+
+void gml_bf16_convert_run(gml_isa isa, gml_type t, const char *src, int64_t stride, int64_t n, uint16_t *dst) {
+    to_bf16(isa, t, src, stride, n, dst);
+}
+
+void gml_bf16_gemm_tiles(const gml_gemm_desc *d, int mr, int nr, int nth, double min_flops, int64_t *tm,
+                         int64_t *tn) {
+    tiles(d, mr, nr, nth, min_flops, tm, tn);
+}

@@ -40,6 +40,11 @@ size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth);
  * order's f32 GEMM multiplies. */
 size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa);
 
+/* n elements of type t (f32, f16, bf16), stride bytes apart, rounded to
+ * bf16 into dst (the bits of gml_fp32_to_bf16) through the conversion
+ * micro-kernels of isa: how the GEMMs of bf16 compute pack their operands. */
+void gml_bf16_convert_run(gml_isa isa, gml_type t, const char *src, int64_t stride, int64_t n, uint16_t *dst);
+
 /* x rounded to bf16 and widened back to f32 (exact). */
 static inline float gml_round_bf16(float x) { return gml_bf16_to_fp32(gml_fp32_to_bf16(x)); }
 
@@ -88,6 +93,11 @@ void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gm
  * without kept): not a bf16 weight that runs swapped against 5 to 64 rows
  * (gemm_bf16.c). */
 bool gml_bf16_gemm_packs(const gml_gemm_desc *d);
+/* How the bf16 GEMMs split C among nth threads: tiles of *tm rows and *tn
+ * columns (multiples of mr and nr), about 3 per thread and none under
+ * min_flops, the larger side split first. */
+void gml_bf16_gemm_tiles(const gml_gemm_desc *d, int mr, int nr, int nth, double min_flops, int64_t *tm,
+                         int64_t *tn);
 /* Bytes of B packed whole for variant v: its NR-column panels over all of
  * K, for every matrix of B (one when the batches share it). */
 size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);

@@ -1,7 +1,10 @@
 /* matmul with compute bf16 (ops/gemm_bf16.h): the reference loop, and the
  * fast kernel: the pairs order of the AVX512-BF16 GEMM (ops/gemm_bf16.c)
  * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16, the chain
- * order through the f32 GEMM on rounded copies elsewhere. */
+ * order through the f32 GEMM on rounded copies elsewhere; with GGMLITE_AMX=1
+ * on a CPU with AMX-BF16, the AMX order (ops/gemm_amx.h, not verified on
+ * an AMX CPU) in place of the pairs order. */
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -163,6 +166,12 @@ static size_t chain_work_size(const gml_tensor *dst, int nth) {
 void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst) {
     const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(p->isa);
     gml_kept *kept = p->const_srcs & 2 ? p->kept : NULL;
+    const gml_amx_bf16_kernel *amx = gml_amx_bf16_pick(p->isa); /* GGMLITE_AMX=1 only */
+    if (amx) {
+        const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], p->isa);
+        gml_amx_bf16_gemm(p, &d, amx, kept);
+        return;
+    }
     if (!v) {
         chain_matmul(p, dst, kept);
         return;
@@ -172,14 +181,20 @@ void gml_bf16_matmul(const gml_compute_params *p, gml_tensor *dst) {
 }
 
 size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa) {
+    if (gml_amx_bf16_pick(isa)) {
+        const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
+        return gml_amx_bf16_packed_size(&d);
+    }
     const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(isa);
     if (!v) return copies_of(dst, NULL).b_bytes;
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
     return gml_bf16_gemm_packs(&d) ? gml_bf16_gemm_packed_size(&d, v) : 0;
 }
 
-/* Either order's scratch (the plan does not know which ISA will run). */
+/* Either order's scratch (the plan does not know which ISA will run), and
+ * the AMX order's where it may run (GGMLITE_AMX=1). */
 size_t gml_bf16_matmul_work_size(const gml_tensor *dst, int nth) {
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], GML_ISA_REFERENCE);
-    return GML_MAX(chain_work_size(dst, nth), gml_bf16_gemm_work_size(&d, nth));
+    const size_t amx = gml_amx_bf16_pick(GML_ISA_AVX512) ? gml_amx_bf16_work_size(&d, nth) : 0;
+    return GML_MAX(GML_MAX(chain_work_size(dst, nth), gml_bf16_gemm_work_size(&d, nth)), amx);
 }

@@ -1,0 +1,92 @@
+/* The AMX bf16 GEMM: TDPBF16PS on tiles, for matmul with compute bf16
+ * (docs/numerics.md, "The AMX order"). NOT VERIFIED ON AN AMX CPU: written
+ * and tested on machines without AMX, against a C emulation of the tile
+ * instructions (tests/amx_emul.h). It runs only when asked for
+ * (GGMLITE_AMX=1), where the plan's ISA is AVX-512, the CPU has AMX-BF16
+ * and Linux grants the tile data permission (gml_amx_bf16_pick); otherwise
+ * nothing of it runs and bf16 matmuls run as without it.
+ *
+ * The order (TDPBF16PS as the Intel SDM defines it): a and b rounded to
+ * bf16, K padded with +0 to a multiple of 32; per output element and per
+ * step of 32 k (16 pairs, one tile's row), from c = +0:
+ *     e = +0, o = +0
+ *     for p = 0 .. 15:  e = fma(a_{2p}, b_{2p}, e); o = fma(a_{2p+1}, b_{2p+1}, o)
+ *     c = c + (e + o)
+ * every operation with subnormal inputs taken as 0 of their sign and a
+ * subnormal result flushed to 0 of its sign (DAZ, FTZ, MXCSR ignored). A K
+ * block only stores and reloads c, so the result is the same for every
+ * block size and thread count.
+ *
+ * Layouts (uint32 = a pair of bf16: k = 2p in the low half, 2p + 1 high;
+ * KQ = ceil(K / 32) steps of 16 pairs):
+ *   A: groups of 32 rows (rows past M zero); group g holds KQ blocks of
+ *      512 pairs, block q = rows 0..31 of the group x pairs 16q..16q+15,
+ *      row-major (row i's 16 pairs at i * 16): tile A0 (rows 0..15) and A1
+ *      (16..31) load with a 64-byte stride.
+ *   B: panels of 32 columns (columns past N zero), pair p of column j at
+ *      b[p * 32 + j] for p < 16 KQ (pairs past K zero): the pairs layout of
+ *      gemm_bf16.h at NR = 32, K padded to whole steps; tiles B0 (columns
+ *      0..15) and B1 (16..31) of step q load from b + 512 q (+ 16) with a
+ *      128-byte stride. A constant B (a weight) is packed once into memory
+ *      the graph keeps (gml_kept), as the bf16 and int8 GEMMs keep theirs. */
+#ifndef GGMLITE_OPS_GEMM_AMX_H
+#define GGMLITE_OPS_GEMM_AMX_H
+
+#include "gemm.h"
+
+enum {
+    GML_AMX_MR = 32,      /* rows of C per micro-kernel call: two tiles of 16 */
+    GML_AMX_NR = 32,      /* columns: two tiles of 16 f32 */
+    GML_AMX_STEP = 16,    /* pairs of k per TDPBF16PS (64 bytes a tile row) */
+    GML_AMX_BLOCK = 512,  /* pairs of an A block or a B step: 32 x 16 */
+};
+
+/* The tile kernel, compiled from ops/gemm_amx_bf16.c with the tile
+ * instructions (suffix __amx, only where the compiler has -mamx-tile
+ * -mamx-bf16: GML_HAVE_AMX) and against the emulation (suffix __amxemul,
+ * in tests/test_amx_bf16.c only):
+ *   configure: loads the kernel's tile configuration (eight tiles of 16
+ *              rows x 64 bytes) on the calling thread, which every thread
+ *              does before its first tile call;
+ *   tile:      C[32 x 32] (row stride ldc floats) = (acc ? C : 0) + kq
+ *              steps of the A group block a and B panel b (layouts above);
+ *   release:   TILERELEASE on the calling thread (tiles back to their
+ *              initial state). */
+typedef struct gml_amx_bf16_kernel {
+    void (*configure)(void);
+    void (*tile)(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc);
+    void (*release)(void);
+    const char *name; /* with " (tiles)", as gml_kernel_note records it */
+} gml_amx_bf16_kernel;
+
+#define GML_AMX_BF16_DECLARE(sfx)                                                                  \
+    void gml_amx_bf16_configure__##sfx(void);                                                      \
+    void gml_bf16_gemm_ukernel__##sfx##_32x32(size_t kq, const uint32_t *a, const uint32_t *b,     \
+                                              float *c, size_t ldc, bool acc);                     \
+    void gml_amx_bf16_release__##sfx(void);
+GML_AMX_BF16_DECLARE(amx)
+GML_AMX_BF16_DECLARE(amxemul)
+#undef GML_AMX_BF16_DECLARE
+
+/* The AMX kernel where matmul with compute bf16 runs it at ISA isa, else
+ * NULL: only with GGMLITE_AMX=1 in the environment (read once), isa AVX-512,
+ * a build with GML_HAVE_AMX, a CPU with AMX-BF16 and Linux's permission
+ * (gml_cpu_amx_permit); GGMLITE_AMX=1 without one of the last three says
+ * once on stderr why AMX does not run. */
+const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa);
+
+/* Scratch bytes of the product d for nth threads: A packed, B packed
+ * (unless kept), a row of K bf16 and a 32 x 32 edge tile per thread. */
+size_t gml_amx_bf16_work_size(const gml_gemm_desc *d, int nth);
+/* Bytes of B packed whole (every matrix of B, one when shared). */
+size_t gml_amx_bf16_packed_size(const gml_gemm_desc *d);
+/* Thread p->ith's share of the product d (b_type f32, f16 or bf16) with
+ * kernel k: the threads pack A (and B unless kept holds it for k) together,
+ * meet at a barrier, then each configures its tiles, takes tiles of C with
+ * gml_chunk_next and releases its tiles. kept: NULL, or
+ * gml_amx_bf16_packed_size bytes where B is packed once and reused while
+ * its key (B's address, strides, type, k) matches. */
+void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_amx_bf16_kernel *k,
+                       gml_kept *kept);
+
+#endif /* GGMLITE_OPS_GEMM_AMX_H */
