@@ -176,9 +176,12 @@ gml_graph *gml_build_graph(gml_context *ctx, gml_tensor *const *outputs, int n_o
             for (int s = 0; s < GML_MAX_SRC; s++)
                 if (t->src[s]) g->entries[lookup(g, t->src[s])].uses++;
         }
+        /* marked in the graph, not on the headers: other graphs over the
+         * same tensors have outputs of their own */
         for (int i = 0; i < n_outputs; i++) {
-            outputs[i]->flags |= GML_FLAG_OUTPUT;
-            g->entries[lookup(g, outputs[i])].uses++;
+            struct gml_graph_entry *o = &g->entries[lookup(g, outputs[i])];
+            o->output = true;
+            o->uses++;
         }
         /* The graph's copies of the headers, bound now so that
          * gml_graph_tensor has them before any plan or compute. */
@@ -385,6 +388,7 @@ void gml_graph_bind(gml_graph *g) {
             if (r >= 0) c.view_src = &g->bound[r];
         }
         c.data = gml_entry_data(g, e);
+        if (g->entries[e].output) c.flags |= GML_FLAG_OUTPUT;
         /* No write when nothing changed: readers of a result (gml_graph_tensor)
          * never see a store they did not expect. */
         if (memcmp(&g->bound[e], &c, sizeof c) != 0) {

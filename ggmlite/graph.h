@@ -17,6 +17,7 @@
 struct gml_graph_entry {
     gml_tensor *t;
     int uses; /* consumer edges, +1 if an output */
+    bool output; /* one of the graph's outputs (kept by its plan; its copy flagged) */
     int pos;  /* node index, or -1 - leaf index */
 };
 

@@ -114,7 +114,8 @@ static bool find_lifetimes(gml_graph *g, struct slot *sl) {
     }
     for (int e = 0; e < g->n_entries; e++) {
         const gml_tensor *t = g->entries[e].t;
-        if (t->op == GML_OP_NONE || t->flags & (GML_FLAG_INPUT | GML_FLAG_OUTPUT | GML_FLAG_PARAM))
+        if (t->op == GML_OP_NONE || g->entries[e].output ||
+            t->flags & (GML_FLAG_INPUT | GML_FLAG_OUTPUT | GML_FLAG_PARAM))
             sl[sl[e].root].keep = true;
     }
     for (int j = 0; j < g->n_nodes; j++) {

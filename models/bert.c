@@ -12,37 +12,37 @@
 static bool check(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
                   gml_tensor *x, gml_tensor *lens, int64_t *B, int64_t *T, int64_t *D,
                   int64_t *F) {
-    if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
-    if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!cfg || !w) return gml_lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
+    if (!gml_lay_check_input(ctx, L, x, B, T, D)) return false;
     if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
-        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-12)", (double)cfg->eps);
+        return gml_lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-12)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
-        return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
+        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
                         *D);
     char sl[GML_SHAPE_MAX];
     if (lens && (lens->type != GML_I32 || lens->n_dims != 1 || lens->ne[3] != *B))
-        return lay_fail(ctx, L ": valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] ([B])",
-                        lens->name, gml_type_name(lens->type), LAY_SHAPE(lens, sl), *B);
+        return gml_lay_fail(ctx, L ": valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] ([B])",
+                        lens->name, gml_type_name(lens->type), GML_LAY_SHAPE(lens, sl), *B);
     const int64_t d = *D;
     *F = w->wi && w->wi->n_dims == 2 ? w->wi->ne[2] : 4 * d;
-    return lay_check_param(ctx, L, w->wq, "attention.self.query.weight", true, d, d, "[D, D]") &&
-           lay_check_param(ctx, L, w->bq, "attention.self.query.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->wk, "attention.self.key.weight", true, d, d, "[D, D]") &&
-           lay_check_param(ctx, L, w->bk, "attention.self.key.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->wv, "attention.self.value.weight", true, d, d, "[D, D]") &&
-           lay_check_param(ctx, L, w->bv, "attention.self.value.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->wo, "attention.output.dense.weight", true, d, d, "[D, D]") &&
-           lay_check_param(ctx, L, w->bo, "attention.output.dense.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln1_w, "attention.output.LayerNorm.weight", true, d, -1,
+    return gml_lay_check_param(ctx, L, w->wq, "attention.self.query.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->bq, "attention.self.query.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->wk, "attention.self.key.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->bk, "attention.self.key.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->wv, "attention.self.value.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->bv, "attention.self.value.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->wo, "attention.output.dense.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->bo, "attention.output.dense.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln1_w, "attention.output.LayerNorm.weight", true, d, -1,
                            "[D]") &&
-           lay_check_param(ctx, L, w->ln1_b, "attention.output.LayerNorm.bias", true, d, -1,
+           gml_lay_check_param(ctx, L, w->ln1_b, "attention.output.LayerNorm.bias", true, d, -1,
                            "[D]") &&
-           lay_check_param(ctx, L, w->wi, "intermediate.dense.weight", true, *F, d, "[F, D]") &&
-           lay_check_param(ctx, L, w->bi, "intermediate.dense.bias", true, *F, -1, "[F]") &&
-           lay_check_param(ctx, L, w->wout, "output.dense.weight", true, d, *F, "[D, F]") &&
-           lay_check_param(ctx, L, w->bout, "output.dense.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln2_w, "output.LayerNorm.weight", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln2_b, "output.LayerNorm.bias", true, d, -1, "[D]");
+           gml_lay_check_param(ctx, L, w->wi, "intermediate.dense.weight", true, *F, d, "[F, D]") &&
+           gml_lay_check_param(ctx, L, w->bi, "intermediate.dense.bias", true, *F, -1, "[F]") &&
+           gml_lay_check_param(ctx, L, w->wout, "output.dense.weight", true, d, *F, "[D, F]") &&
+           gml_lay_check_param(ctx, L, w->bout, "output.dense.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln2_w, "output.LayerNorm.weight", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln2_b, "output.LayerNorm.bias", true, d, -1, "[D]");
 }
 
 /* What HF's BertLayer adds for an item whose valid length is 0. HF masks
@@ -99,7 +99,7 @@ gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert
     GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
     if (!err) err_size = 0;
 #define N(name, field) {name, offsetof(gml_bert_weights, field), true}
-    static const lay_name names[] = {
+    static const gml_lay_name names[] = {
         N("attention.self.query.weight", wq),       N("attention.self.query.bias", bq),
         N("attention.self.key.weight", wk),         N("attention.self.key.bias", bk),
         N("attention.self.value.weight", wv),       N("attention.self.value.bias", bv),
@@ -112,6 +112,6 @@ gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert
     };
 #undef N
     *w = (gml_bert_weights){0};
-    return lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
+    return gml_lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
                             err_size);
 }

@@ -15,21 +15,21 @@ static bool check_conv(gml_context *ctx, const gml_tensor *t, const char *name, 
                        int64_t cols, const char *what) {
     if (t && t->n_dims == 2 && rows != cols && t->ne[2] == cols && t->ne[3] == rows) {
         char st[GML_SHAPE_MAX];
-        return lay_fail(ctx, L ": %s is %s, expected [%" PRId64 ",%" PRId64 "] (%s): it looks "
+        return gml_lay_fail(ctx, L ": %s is %s, expected [%" PRId64 ",%" PRId64 "] (%s): it looks "
                         "transposed, nn.Linear's [out, in] layout; GPT-2's Conv1D stores [in, out] "
-                        "(give its transpose)", name, LAY_SHAPE(t, st), rows, cols, what);
+                        "(give its transpose)", name, GML_LAY_SHAPE(t, st), rows, cols, what);
     }
-    return lay_check_param(ctx, L, t, name, true, rows, cols, what);
+    return gml_lay_check_param(ctx, L, t, name, true, rows, cols, what);
 }
 
 static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
                   gml_tensor *x, int64_t *B, int64_t *T, int64_t *D, int64_t *F) {
-    if (!cfg || !w) return lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
-    if (!lay_check_input(ctx, L, x, B, T, D)) return false;
+    if (!cfg || !w) return gml_lay_fail(ctx, L ": no %s (NULL)", !cfg ? "config" : "weights");
+    if (!gml_lay_check_input(ctx, L, x, B, T, D)) return false;
     if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
-        return lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-5)", (double)cfg->eps);
+        return gml_lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-5)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
-        return lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
+        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
                         *D);
     const int64_t d = *D;
     /* Conv1D [in, out] is read as the b of x @ w: a q8_0 one would have its
@@ -40,10 +40,10 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
     for (int i = 0; i < 4; i++)
         if (conv[i] && conv[i]->type == GML_Q8_0) {
             char st[GML_SHAPE_MAX];
-            return lay_fail(ctx, L ": %s is q8_0 %s: Conv1D weights [in, out] have q8_0's blocks "
+            return gml_lay_fail(ctx, L ": %s is q8_0 %s: Conv1D weights [in, out] have q8_0's blocks "
                             "along out, and the product sums along in; give them f32, f16 or "
                             "bf16 (or transposed, as nn.Linear's [out, in], to another layer)",
-                            conv_name[i], LAY_SHAPE(conv[i], st));
+                            conv_name[i], GML_LAY_SHAPE(conv[i], st));
         }
     /* F: c_fc's bias [F] (then c_proj's rows, c_fc's columns), so that a c_fc of the
      * wrong shape is named against the F the others say */
@@ -51,18 +51,18 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
          : w->mproj_w && w->mproj_w->n_dims == 2 ? w->mproj_w->ne[2]
          : w->fc_w && w->fc_w->n_dims == 2       ? w->fc_w->ne[3]
                                                  : 4 * d;
-    return lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&
+    return gml_lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&
            check_conv(ctx, w->attn_w, "attn.c_attn.weight", d, 3 * d, "[D, 3D], Conv1D [in, out]") &&
-           lay_check_param(ctx, L, w->attn_b, "attn.c_attn.bias", true, 3 * d, -1, "[3D]") &&
-           lay_check_param(ctx, L, w->proj_w, "attn.c_proj.weight", true, d, d, "[D, D]") &&
-           lay_check_param(ctx, L, w->proj_b, "attn.c_proj.bias", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln2_w, "ln_2.weight", true, d, -1, "[D]") &&
-           lay_check_param(ctx, L, w->ln2_b, "ln_2.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->attn_b, "attn.c_attn.bias", true, 3 * d, -1, "[3D]") &&
+           gml_lay_check_param(ctx, L, w->proj_w, "attn.c_proj.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->proj_b, "attn.c_proj.bias", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln2_w, "ln_2.weight", true, d, -1, "[D]") &&
+           gml_lay_check_param(ctx, L, w->ln2_b, "ln_2.bias", true, d, -1, "[D]") &&
            check_conv(ctx, w->fc_w, "mlp.c_fc.weight", d, *F, "[D, F], Conv1D [in, out]") &&
-           lay_check_param(ctx, L, w->fc_b, "mlp.c_fc.bias", true, *F, -1, "[F]") &&
+           gml_lay_check_param(ctx, L, w->fc_b, "mlp.c_fc.bias", true, *F, -1, "[F]") &&
            check_conv(ctx, w->mproj_w, "mlp.c_proj.weight", *F, d, "[F, D], Conv1D [in, out]") &&
-           lay_check_param(ctx, L, w->mproj_b, "mlp.c_proj.bias", true, d, -1, "[D]");
+           gml_lay_check_param(ctx, L, w->mproj_b, "mlp.c_proj.bias", true, d, -1, "[D]");
 }
 
 gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
@@ -82,13 +82,13 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
     /* c_attn's q | k | v columns and c_proj, Conv1D [in, out], seen as
      * nn.Linear's [out, in] (transposed views: the matmuls read them in place) */
     gml_attn_weights aw = {
-        .w_q = lay_conv1d_as_linear(ctx, w->attn_w, 0, D, "c_attn.weight[q]"),
-        .b_q = lay_conv1d_as_linear(ctx, w->attn_b, 0, D, "c_attn.bias[q]"),
-        .w_k = lay_conv1d_as_linear(ctx, w->attn_w, D, D, "c_attn.weight[k]"),
-        .b_k = lay_conv1d_as_linear(ctx, w->attn_b, D, D, "c_attn.bias[k]"),
-        .w_v = lay_conv1d_as_linear(ctx, w->attn_w, 2 * D, D, "c_attn.weight[v]"),
-        .b_v = lay_conv1d_as_linear(ctx, w->attn_b, 2 * D, D, "c_attn.bias[v]"),
-        .w_o = lay_conv1d_as_linear(ctx, w->proj_w, 0, 0, "c_proj.weight^T"),
+        .w_q = gml_lay_conv1d_as_linear(ctx, w->attn_w, 0, D, "c_attn.weight[q]"),
+        .b_q = gml_lay_conv1d_as_linear(ctx, w->attn_b, 0, D, "c_attn.bias[q]"),
+        .w_k = gml_lay_conv1d_as_linear(ctx, w->attn_w, D, D, "c_attn.weight[k]"),
+        .b_k = gml_lay_conv1d_as_linear(ctx, w->attn_b, D, D, "c_attn.bias[k]"),
+        .w_v = gml_lay_conv1d_as_linear(ctx, w->attn_w, 2 * D, D, "c_attn.weight[v]"),
+        .b_v = gml_lay_conv1d_as_linear(ctx, w->attn_b, 2 * D, D, "c_attn.bias[v]"),
+        .w_o = gml_lay_conv1d_as_linear(ctx, w->proj_w, 0, 0, "c_proj.weight^T"),
         .b_o = w->proj_b,
     };
     gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads},
@@ -96,8 +96,8 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
     gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = h}).out; /* [B, T, D] */
     gml_tensor *r = gml_set_name(gml_add(ctx, x, att), "h");
     gml_tensor *n = gml_set_name(gml_layer_norm(ctx, r, w->ln2_w, w->ln2_b, eps), "ln_2");
-    gml_tensor *f = gml_set_name(gml_gelu_tanh(ctx, lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
-    return gml_set_name(gml_add(ctx, r, lay_conv1d(ctx, f, w->mproj_w, w->mproj_b)), "out");
+    gml_tensor *f = gml_set_name(gml_gelu_tanh(ctx, gml_lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
+    return gml_set_name(gml_add(ctx, r, gml_lay_conv1d(ctx, f, w->mproj_w, w->mproj_b)), "out");
 }
 
 gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
@@ -106,7 +106,7 @@ gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2
     GML_MODELS_NONNULL_ERR(w, GML_ERR_INVALID, err, err_size);
     if (!err) err_size = 0;
 #define N(name, field) {name, offsetof(gml_gpt2_weights, field), true}
-    static const lay_name names[] = {
+    static const gml_lay_name names[] = {
         N("ln_1.weight", ln1_w),          N("ln_1.bias", ln1_b),
         N("attn.c_attn.weight", attn_w),  N("attn.c_attn.bias", attn_b),
         N("attn.c_proj.weight", proj_w),  N("attn.c_proj.bias", proj_b),
@@ -117,6 +117,6 @@ gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2
     };
 #undef N
     *w = (gml_gpt2_weights){0};
-    return lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
+    return gml_lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
                             err_size);
 }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-bool lay_fail(gml_context *ctx, const char *fmt, ...) {
+bool gml_lay_fail(gml_context *ctx, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     gml_set_error_v(ctx, fmt, ap);
@@ -15,11 +15,11 @@ bool lay_fail(gml_context *ctx, const char *fmt, ...) {
     return false;
 }
 
-bool lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, const char *name,
+bool gml_lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, const char *name,
                      bool required, int64_t rows, int64_t cols, const char *what) {
     if (!t) {
         if (!required) return true;
-        return lay_fail(ctx, "%s: %s is missing (NULL), expected %s", layer, name, what);
+        return gml_lay_fail(ctx, "%s: %s is missing (NULL), expected %s", layer, name, what);
     }
     /* matrices may be f16, bf16 or q8_0 (linear converts them); vectors f32 */
     const bool type_ok = t->type == GML_F32 || (cols >= 0 && (t->type == GML_F16 || t->type == GML_BF16 || t->type == GML_Q8_0));
@@ -32,20 +32,20 @@ bool lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, c
         snprintf(want, sizeof want, "[%" PRId64 "]", rows);
     else
         snprintf(want, sizeof want, "[%" PRId64 ",%" PRId64 "]", rows, cols);
-    return lay_fail(ctx, "%s: %s is %s %s, expected %s %s (%s)", layer, name,
-                    gml_type_name(t->type), LAY_SHAPE(t, st),
+    return gml_lay_fail(ctx, "%s: %s is %s %s, expected %s %s (%s)", layer, name,
+                    gml_type_name(t->type), GML_LAY_SHAPE(t, st),
                     !type_ok && cols >= 0 ? "f32, f16, bf16 or q8_0"
                     : type_ok             ? gml_type_name(t->type)
                                           : "f32",
                     want, what);
 }
 
-bool lay_check_input(gml_context *ctx, const char *layer, const gml_tensor *x, int64_t *B,
+bool gml_lay_check_input(gml_context *ctx, const char *layer, const gml_tensor *x, int64_t *B,
                      int64_t *T, int64_t *D) {
     char sx[GML_SHAPE_MAX];
     if (x->type != GML_F32 || x->n_dims != 3)
-        return lay_fail(ctx, "%s: x '%s' is %s %s, expected f32 [B, T, D]", layer, x->name,
-                        gml_type_name(x->type), LAY_SHAPE(x, sx));
+        return gml_lay_fail(ctx, "%s: x '%s' is %s %s, expected f32 [B, T, D]", layer, x->name,
+                        gml_type_name(x->type), GML_LAY_SHAPE(x, sx));
     *B = x->ne[1];
     *T = x->ne[2];
     *D = x->ne[3];
@@ -67,8 +67,8 @@ static void append(char *buf, size_t size, size_t *len, const char *s) {
     }
 }
 
-gml_status lay_weights_find(const char *layer, gml_context *wctx, const char *prefix,
-                            const lay_name *names, int n_names, void *w, char *err,
+gml_status gml_lay_weights_find(const char *layer, gml_context *wctx, const char *prefix,
+                            const gml_lay_name *names, int n_names, void *w, char *err,
                             size_t err_size) {
     if (err_size) err[0] = '\0';
     if (!prefix) prefix = "";
@@ -114,7 +114,7 @@ gml_status lay_weights_find(const char *layer, gml_context *wctx, const char *pr
 
 /* ---- attention ------------------------------------------------------------- */
 
-gml_tensor *lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n,
+gml_tensor *gml_lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n,
                                  const char *name) {
     if (!t) return NULL;
     if (n > 0 && t->n_dims == 2)
@@ -126,7 +126,7 @@ gml_tensor *lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, in
     return gml_set_name(t, name);
 }
 
-gml_tensor *lay_conv1d(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b) {
+gml_tensor *gml_lay_conv1d(gml_context *ctx, gml_tensor *x, gml_tensor *w, gml_tensor *b) {
     gml_tensor *y = gml_matmul(ctx, x, w);
     return b ? gml_add(ctx, y, b) : y;
 }

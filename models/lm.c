@@ -250,16 +250,16 @@ void gml_lm_free(gml_lm *lm) {
 static bool check_model(gml_context *ctx, const lm_names *nm, const gml_lm *lm) {
     const bool gpt2 = lm->cfg.arch == GML_LM_GPT2;
     if (lm->n_layers < 0 || (lm->n_layers > 0 && !(gpt2 ? (void *)lm->gpt2 : (void *)lm->llama)))
-        return lay_fail(ctx, "%s: n_layers %d with no %s weights array", nm->label, lm->n_layers,
+        return gml_lay_fail(ctx, "%s: n_layers %d with no %s weights array", nm->label, lm->n_layers,
                         gpt2 ? "gpt2" : "llama");
     const char *miss = !lm->tok_emb ? "tok_emb" : !lm->head ? "head" : !lm->norm_w ? "norm_w"
                        : gpt2 && !lm->norm_b ? "norm_b" : gpt2 && !lm->pos_emb ? "pos_emb" : NULL;
-    if (miss) return lay_fail(ctx, "%s: the model's %s is NULL (bind it with gml_lm_find)", nm->label, miss);
+    if (miss) return gml_lay_fail(ctx, "%s: the model's %s is NULL (bind it with gml_lm_find)", nm->label, miss);
     char msg[GML_ERR_MAX];
-    if (!check_top(nm, "", lm, msg, sizeof msg)) return lay_fail(ctx, "%s", msg);
+    if (!check_top(nm, "", lm, msg, sizeof msg)) return gml_lay_fail(ctx, "%s", msg);
     const float eps = gpt2 ? lm->cfg.gpt2.eps : lm->cfg.llama.rms_eps;
     if (!(eps >= 0 && eps < INFINITY))
-        return lay_fail(ctx, "%s: %s %g must be finite and >= 0", nm->label, gpt2 ? "eps" : "rms_eps",
+        return gml_lay_fail(ctx, "%s: %s %g must be finite and >= 0", nm->label, gpt2 ? "eps" : "rms_eps",
                         (double)eps);
     return true;
 }
@@ -280,12 +280,12 @@ gml_tensor *gml_lm_logits(gml_context *ctx, const gml_lm *lm, gml_tensor *tokens
     char st[GML_SHAPE_MAX];
     if (tokens->type != GML_I32 || tokens->n_dims != 2)
         return gml_set_error(ctx, "%s: tokens '%s' is %s %s, expected i32 [B, T]", nm->label,
-                             tokens->name, gml_type_name(tokens->type), LAY_SHAPE(tokens, st));
+                             tokens->name, gml_type_name(tokens->type), GML_LAY_SHAPE(tokens, st));
     const int64_t T = tokens->ne[3];
     if (gpt2 && T > lm->pos_emb->ne[2])
         return gml_set_error(ctx, "%s: tokens '%s' %s has T = %" PRId64 " positions, more than "
                              "wpe.weight's %" PRId64 " (n_ctx)", nm->label, tokens->name,
-                             LAY_SHAPE(tokens, st), T, lm->pos_emb->ne[2]);
+                             GML_LAY_SHAPE(tokens, st), T, lm->pos_emb->ne[2]);
 
     gml_tensor *x = gml_set_name(gml_get_rows(ctx, lm->tok_emb, tokens), "tok_emb"); /* [B, T, D] */
     if (gpt2) {

@@ -46,17 +46,60 @@ static GML_SIMD_INLINE gml_vf vexp_nonpos(gml_vf x) {
     return gml_vf_ldexp_flush(p, n);
 }
 
-/* s[j][.] for j < nkp (a multiple of MR): key rows past last are read as
- * row last (their scores are masked afterwards); bmax[v] the max of the
+/* The two products' chain step, acc + x b lane by lane: f32 (BF false) an
+ * FMA; the pairs (BF: compute bf16 with VDPBF16PS, GML_SIMD_BF16 objects
+ * only) a VDPBF16PS on pairs of bf16 (acc + x.lo b.lo + x.hi b.hi), whose
+ * bits the gml_vf operands carry. An operand array holds 4-byte elements,
+ * floats or uint32_t pairs (gml_vf_pack_bf16_pairs), addressed as floats
+ * and read as their own type. */
+static GML_SIMD_INLINE gml_vf opnd_loada(const float *p, const bool BF) {
+#if defined(GML_SIMD_BF16)
+    if (BF) return gml_vi_as_vf(gml_vi_load((const int32_t *)(const void *)p));
+#endif
+    (void)BF;
+    return gml_vf_loada(p);
+}
+
+/* the element at p in every lane */
+static GML_SIMD_INLINE gml_vf opnd_set1(const float *p, const bool BF) {
+#if defined(GML_SIMD_BF16)
+    if (BF) return gml_vi_as_vf(gml_vi_set1((int32_t) * (const uint32_t *)(const void *)p));
+#endif
+    (void)BF;
+    return gml_vf_set1(*p);
+}
+
+static GML_SIMD_INLINE gml_vf chain_step(gml_vf acc, gml_vf x, gml_vf b, const bool BF) {
+#if defined(GML_SIMD_BF16)
+    if (BF) return gml_vf_dot_bf16(acc, gml_vf_as_vi(x), gml_vf_as_vi(b));
+#endif
+    (void)BF;
+    return gml_vf_fma(x, b, acc);
+}
+
+/* the score chain's steps unrolled: 4 in f32, 2 in pairs (a bf16 object
+ * computes only pairs) */
+#if defined(GML_SIMD_BF16)
+#define CHAIN_UNROLL "GCC unroll 2"
+#else
+#define CHAIN_UNROLL "GCC unroll 4"
+#endif
+
+/* s[j][.] = the chain over d of k[j][d] qt[d][.] for j < nkp (a multiple
+ * of MR): f32, k the block's rows kb (stride a->ldk) and qt = q^T
+ * [dk][tile]; BF, in pairs of d, k = kb [nk][ceil(dk / 2)] and qt the pairs
+ * of q^T (a->pairs [ceil(dk / 2)][tile]). Rows past nk are read as row
+ * nk - 1 (their scores are masked afterwards); bmax[v] the max of the
  * scores of keys j < nk (max's order: a NaN passed over), kept in memory
  * while the scores go (BMAX_MEM: the tile leaves no register for it) or in
  * registers. True if a score is NaN or at least 2^102 in magnitude (inf
  * included): then adding a finite mask may overflow, and a -inf score must
  * not pass for a masked key. */
-static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t j0, size_t nk,
-                                   size_t nkp, size_t last, float *s, gml_vf *bmax, const int NV,
-                                   const int MR, const bool BMAX_MEM) {
-    const size_t tile = GML_VL * (size_t)NV, dk = a->dk;
+static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, size_t nk, size_t nkp,
+                                   float *s, gml_vf *bmax, const int NV, const int MR,
+                                   const bool BMAX_MEM, const bool BF) {
+    const size_t tile = GML_VL * (size_t)NV, dkp = (a->dk + 1) / 2, nd = BF ? dkp : a->dk;
+    const float *qt = BF ? (const float *)(const void *)a->pairs : a->qt;
     const gml_vf big = gml_vf_set1(0x1p102f);
     _Alignas(64) float bm[NV_MAX * GML_VL];
     gml_vm rare = gml_vm_first(0);
@@ -68,22 +111,21 @@ static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, siz
         const float *kr[MR_MAX];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
-            kr[r] = kb + (GML_MIN(j0 + jt + (size_t)r, last) - j0) * a->ldk;
+            kr[r] = kb + GML_MIN(jt + (size_t)r, nk - 1) * (BF ? dkp : a->ldk);
         gml_vf acc[MR_MAX][NV_MAX];
 #pragma GCC unroll 16
         for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_zero();
-#pragma GCC unroll 4
-        for (size_t d = 0; d < dk; d++) {
+        _Pragma(CHAIN_UNROLL) for (size_t d = 0; d < nd; d++) {
             gml_vf b[NV_MAX];
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) b[v] = gml_vf_loada(a->qt + d * tile + GML_VL * (size_t)v);
+            for (int v = 0; v < NV; v++) b[v] = opnd_loada(qt + d * tile + GML_VL * (size_t)v, BF);
 #pragma GCC unroll 16
             for (int r = 0; r < MR; r++) {
-                const gml_vf x = gml_vf_set1(kr[r][d]);
+                const gml_vf x = opnd_set1(kr[r] + d, BF);
 #pragma GCC unroll 4
-                for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_fma(x, b[v], acc[r][v]);
+                for (int v = 0; v < NV; v++) acc[r][v] = chain_step(acc[r][v], x, b[v], BF);
             }
         }
 #pragma GCC unroll 16
@@ -105,12 +147,16 @@ static GML_SIMD_INLINE bool scores(const gml_flash_args *a, const float *kb, siz
     return gml_vm_any(rare);
 }
 
-/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + sum_{j < nk} v[j][c]
- * p[j][.] for c in [ct, ct + MR); columns past dv read column dv - 1 (their
- * rows of ot are padding). */
-static GML_SIMD_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t nk,
+/* ot[c][.] = ot[c][.] alpha[.] (alpha NULL: as it is) + the chain over
+ * j < n of v[j][c] p[j][.] for c in [ct, ct + MR): f32, v the block's rows
+ * vb (stride a->ldv) and p the weights [nk][tile]; BF, in pairs of keys,
+ * v = vb [ceil(nk / 2)][dv] and p [ceil(nk / 2)][tile]. Columns past dv
+ * read column dv - 1 (their rows of ot are padding); skip (f32 only) marks
+ * rows left out. */
+static GML_SIMD_INLINE void values_group(const gml_flash_args *a, const float *vb, size_t n,
                                          size_t ct, const float *p, float *ot, const gml_vf *alpha,
-                                         const int NV, const int MR, const uint8_t *skip) {
+                                         const int NV, const int MR, const uint8_t *skip,
+                                         const bool BF) {
     const size_t tile = GML_VL * (size_t)NV, dv = a->dv;
     size_t off[MR_MAX];
 #pragma GCC unroll 16
@@ -126,23 +172,23 @@ static GML_SIMD_INLINE void values_group(const gml_flash_args *a, const float *v
     /* columns ct + r of the rows (constant offsets from vr + ct), or the
      * clamped ones of a group past dv */
 #define VALUE_LOOP(COL)                                                                  \
-    for (size_t j = 0; j < nk; j++, vr += a->ldv) {                                      \
+    for (size_t j = 0; j < n; j++, vr += BF ? dv : a->ldv) {                             \
         if (skip && skip[j]) continue; /* a v row with NaN or inf (safe pass) */          \
         gml_vf w[NV_MAX];                                                                \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] =                      \
-            gml_vf_loada(p + j * tile + GML_VL * (size_t)v);                             \
+            opnd_loada(p + j * tile + GML_VL * (size_t)v, BF);                           \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                          \
-            const gml_vf x = gml_vf_set1(COL);                                           \
+            const gml_vf x = opnd_set1(vr + (COL), BF);                                  \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] =             \
-                gml_vf_fma(x, w[v], acc[r][v]);                                          \
+                chain_step(acc[r][v], x, w[v], BF);                                      \
         }                                                                                \
     }
     if (ct + (size_t)MR <= dv) {
         const float *vr = vb + ct;
-        VALUE_LOOP(vr[r])
+        VALUE_LOOP(r)
     } else {
         const float *vr = vb;
-        VALUE_LOOP(vr[off[r]])
+        VALUE_LOOP(off[r])
     }
 #undef VALUE_LOOP
 #pragma GCC unroll 16
@@ -154,18 +200,19 @@ static GML_SIMD_INLINE void values_group(const gml_flash_args *a, const float *v
 
 /* Every column c < dv: groups of MR, then the last few in a group of
  * GML_VL / 4, GML_VL / 2 (if below MR) or MR. */
-static GML_SIMD_INLINE void values(const gml_flash_args *a, const float *vb, size_t nk,
+static GML_SIMD_INLINE void values(const gml_flash_args *a, const float *vb, size_t n,
                                    const float *p, float *ot, const gml_vf *alpha, const int NV,
-                                   const int MR, const uint8_t *skip) {
+                                   const int MR, const uint8_t *skip, const bool BF) {
     const size_t dv = a->dv;
     size_t ct = 0;
     for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
-        values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+        values_group(a, vb, n, ct, p, ot, alpha, NV, MR, skip, BF);
     if (ct == dv) return;
-    if (dv - ct <= GML_VL / 4) values_group(a, vb, nk, ct, p, ot, alpha, NV, GML_VL / 4, skip);
+    if (dv - ct <= GML_VL / 4)
+        values_group(a, vb, n, ct, p, ot, alpha, NV, GML_VL / 4, skip, BF);
     else if (dv - ct <= GML_VL / 2 && MR > GML_VL / 2)
-        values_group(a, vb, nk, ct, p, ot, alpha, NV, GML_VL / 2, skip);
-    else values_group(a, vb, nk, ct, p, ot, alpha, NV, MR, skip);
+        values_group(a, vb, n, ct, p, ot, alpha, NV, GML_VL / 2, skip, BF);
+    else values_group(a, vb, n, ct, p, ot, alpha, NV, MR, skip, BF);
 }
 
 /* The options on a block of scores s[j][.], j < nk (gml_flash_score's
@@ -323,113 +370,6 @@ static GML_SIMD_INLINE void pack_p_pairs(const float *p, size_t nk, size_t tile,
         }
 }
 
-/* scores() in pairs of d: s[j][.] = the VDPBF16PS chain over the pairs of
- * kp's row j and qp, rows past nk read as row nk - 1 */
-static GML_SIMD_INLINE bool scores_bf16(const gml_flash_args *a, const uint32_t *kp,
-                                        const uint32_t *qp, size_t nk, size_t nkp, float *s,
-                                        gml_vf *bmax, const int NV, const int MR,
-                                        const bool BMAX_MEM) {
-    const size_t tile = GML_VL * (size_t)NV, dkp = (a->dk + 1) / 2;
-    const gml_vf big = gml_vf_set1(0x1p102f);
-    _Alignas(64) float bm[NV_MAX * GML_VL];
-    gml_vm rare = gml_vm_first(0);
-    for (int v = 0; v < NV; v++) {
-        bmax[v] = gml_vf_set1(-INFINITY);
-        if (BMAX_MEM) gml_vf_storea(bm + GML_VL * v, bmax[v]);
-    }
-    for (size_t jt = 0; jt < nkp; jt += (size_t)MR) {
-        const uint32_t *kr[MR_MAX];
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) kr[r] = kp + GML_MIN(jt + (size_t)r, nk - 1) * dkp;
-        gml_vf acc[MR_MAX][NV_MAX];
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_zero();
-#pragma GCC unroll 2
-        for (size_t d = 0; d < dkp; d++) {
-            gml_vi b[NV_MAX];
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++)
-                b[v] = gml_vi_load((const int32_t *)(const void *)(qp + d * tile + GML_VL * (size_t)v));
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; r++) {
-                const gml_vi x = gml_vi_set1((int32_t)kr[r][d]);
-#pragma GCC unroll 4
-                for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_dot_bf16(acc[r][v], x, b[v]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) {
-                rare = gml_vm_or(rare, gml_vm_not(gml_vf_lt(gml_vf_abs(acc[r][v]), big)));
-                gml_vf_storea(s + (jt + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
-                if (jt + (size_t)r >= nk) continue;
-                if (BMAX_MEM)
-                    gml_vf_storea(bm + GML_VL * v,
-                                  gml_vf_max(acc[r][v], gml_vf_loada(bm + GML_VL * v)));
-                else
-                    bmax[v] = gml_vf_max(acc[r][v], bmax[v]);
-            }
-    }
-    if (BMAX_MEM)
-        for (int v = 0; v < NV; v++) bmax[v] = gml_vf_loada(bm + GML_VL * v);
-    return gml_vm_any(rare);
-}
-
-/* values_group() in pairs of keys: ot[c][.] (alpha) + the VDPBF16PS chain
- * over the pairs of vp's column c and pp, c in [ct, ct + MR) (past dv:
- * column dv - 1, into padding rows of ot) */
-static GML_SIMD_INLINE void values_group_bf16(const gml_flash_args *a, const uint32_t *vp,
-                                              size_t nkh, size_t ct, const uint32_t *pp, float *ot,
-                                              const gml_vf *alpha, const int NV, const int MR) {
-    const size_t tile = GML_VL * (size_t)NV, dv = a->dv;
-    size_t off[MR_MAX];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) off[r] = GML_MIN(ct + (size_t)r, dv - 1);
-    gml_vf acc[MR_MAX][NV_MAX];
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            acc[r][v] = gml_vf_loada(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v);
-            if (alpha) acc[r][v] = gml_vf_mul(acc[r][v], alpha[v]);
-        }
-    for (size_t i = 0; i < nkh; i++) {
-        const uint32_t *vr = vp + i * dv;
-        gml_vi w[NV_MAX];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            w[v] = gml_vi_load((const int32_t *)(const void *)(pp + i * tile + GML_VL * (size_t)v));
-#pragma GCC unroll 16
-        for (int r = 0; r < MR; r++) {
-            const gml_vi x = gml_vi_set1((int32_t)vr[off[r]]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[r][v] = gml_vf_dot_bf16(acc[r][v], x, w[v]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            gml_vf_storea(ot + (ct + (size_t)r) * tile + GML_VL * (size_t)v, acc[r][v]);
-}
-
-/* values() in pairs of keys: the column groups as values() makes them */
-static GML_SIMD_INLINE void values_bf16(const gml_flash_args *a, const uint32_t *vp, size_t nkh,
-                                        const uint32_t *pp, float *ot, const gml_vf *alpha,
-                                        const int NV, const int MR) {
-    const size_t dv = a->dv;
-    size_t ct = 0;
-    for (; ct + (size_t)MR <= dv; ct += (size_t)MR)
-        values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, MR);
-    if (ct == dv) return;
-    if (dv - ct <= GML_VL / 4) values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, GML_VL / 4);
-    else if (dv - ct <= GML_VL / 2 && MR > GML_VL / 2)
-        values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, GML_VL / 2);
-    else values_group_bf16(a, vp, nkh, ct, pp, ot, alpha, NV, MR);
-}
 #endif /* GML_SIMD_BF16 */
 
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
@@ -484,14 +424,14 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
             gml_flash_kv_rows(a, j0, nk, &kb, &vb);
         const size_t nkp = (nk + (size_t)MRK - 1) / (size_t)MRK * (size_t)MRK;
         gml_vf smax[NV_MAX];
+        const float *ko = kb; /* K's rows, or their pairs */
 #if defined(GML_SIMD_BF16)
-        const uint32_t *kpb = head ? a->kpairs + j0 * dkp : kp;
-        if (BF && !head) pack_k_pairs(a, kb, nk, kp);
-        const bool rare = BF ? scores_bf16(a, kpb, qp, nk, nkp, s, smax, NV, MRK, BMAX_MEM)
-                             : scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK, BMAX_MEM);
-#else
-        const bool rare = scores(a, kb, j0, nk, nkp, (size_t)nmax - 1, s, smax, NV, MRK, BMAX_MEM);
+        if (BF) {
+            if (!head) pack_k_pairs(a, kb, nk, kp);
+            ko = (const float *)(const void *)(head ? a->kpairs + j0 * dkp : kp);
+        }
 #endif
+        const bool rare = scores(a, ko, nk, nkp, s, smax, NV, MRK, BMAX_MEM, BF);
         /* smax holds the block's max unless something below changes scores */
         const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
                            j0 + nk <= (size_t)nmin;
@@ -586,8 +526,9 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
             }
             l[v] = gml_vf_fma(l[v], alpha[v], acc);
         }
-        /* where the max grew in some lane, what it weighted is rescaled as
-         * the value loop loads it */
+        /* the values' operands: V's rows and the weights, or their pairs */
+        const float *vo = vb, *po = s;
+        size_t nv = nk;
 #if defined(GML_SIMD_BF16)
         if (BF) {
             const uint32_t *vpb = vp;
@@ -604,11 +545,14 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
                 pack_v_pairs(a, vb, nk, SAFE ? skip : NULL, vp);
             }
             pack_p_pairs(s, nk, tile, pp);
-            values_bf16(a, vpb, (nk + 1) / 2, pp, ot, moved ? alpha : NULL, NV, MR);
-            continue;
+            vo = (const float *)(const void *)vpb;
+            po = (const float *)(const void *)pp;
+            nv = (nk + 1) / 2;
         }
 #endif
-        values(a, vb, nk, s, ot, moved ? alpha : NULL, NV, MR, SAFE ? skip : NULL);
+        /* where the max grew in some lane, what it weighted is rescaled as
+         * the value loop loads it; the pairs hold skipped rows as 0 */
+        values(a, vo, nv, po, ot, moved ? alpha : NULL, NV, MR, SAFE && !BF ? skip : NULL, BF);
     }
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN

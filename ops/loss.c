@@ -78,6 +78,24 @@ static void row_stats(const char *xr, int64_t n, int64_t sx, double *max, double
     *sum = s;
 }
 
+/* Row r of logits for the reference kernels: its indices, its start x, its
+ * target t, and row_stats' max m and sum s. */
+typedef struct ce_ref_row {
+    int64_t i0, i1, i2;
+    const char *x;
+    int32_t t;
+    double m, s;
+} ce_ref_row;
+
+static ce_ref_row ce_ref_row_at(const gml_tensor *logits, const gml_tensor *targets, int64_t r) {
+    ce_ref_row w;
+    gml_row_index(logits, r, &w.i0, &w.i1, &w.i2);
+    w.x = gml_ptr(logits, w.i0, w.i1, w.i2, 0);
+    w.t = target_at(targets, w.i0, w.i1, w.i2);
+    row_stats(w.x, logits->ne[3], (int64_t)logits->nb[3], &w.m, &w.s);
+    return w;
+}
+
 /* ---- the fast kernels' row --------------------------------------------------------- */
 
 typedef struct ce_ukernels {
@@ -136,6 +154,16 @@ static size_t ce_work_size(const gml_tensor *dst, int nth) {
     return gml_align_up(rows_work_size(dst, nth), GML_ALIGN) + (size_t)nth * ce_row_bytes(dst);
 }
 
+/* After every thread's row terms: thread 0 checks the targets and writes
+ * the mean of the N terms, summed in row order. */
+static void ce_mean(const gml_compute_params *p, gml_tensor *dst, const double *term, int64_t N) {
+    gml_barrier(p);
+    if (p->ith != 0 || !targets_ok(p, dst, "cross_entropy")) return;
+    double sum = 0;
+    for (int64_t r = 0; r < N; r++) sum += term[r];
+    *(float *)dst->data = (float)(sum / (double)N);
+}
+
 /* Each thread its rows' terms into the scratch; after a barrier thread 0
  * checks the targets and sums the terms in row order. */
 static void gml_f32_cross_entropy__ref(const gml_compute_params *p, gml_tensor *dst) {
@@ -145,19 +173,12 @@ static void gml_f32_cross_entropy__ref(const gml_compute_params *p, gml_tensor *
     int64_t r0, r1;
     gml_split(N, p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i0, i1, i2;
-        gml_row_index(logits, r, &i0, &i1, &i2);
-        const char *xr = gml_ptr(logits, i0, i1, i2, 0);
-        const int32_t t = target_at(targets, i0, i1, i2);
-        double m, s;
-        row_stats(xr, V, sx, &m, &s);
-        term[r] = t >= 0 && t < V ? m + log(s) - *(const float *)(const void *)(xr + t * sx) : NAN;
+        const ce_ref_row w = ce_ref_row_at(logits, targets, r);
+        term[r] = w.t >= 0 && w.t < V
+                      ? w.m + log(w.s) - *(const float *)(const void *)(w.x + w.t * sx)
+                      : NAN;
     }
-    gml_barrier(p);
-    if (p->ith != 0 || !targets_ok(p, dst, "cross_entropy")) return;
-    double sum = 0;
-    for (int64_t r = 0; r < N; r++) sum += term[r];
-    *(float *)dst->data = (float)(sum / (double)N);
+    ce_mean(p, dst, term, N);
 }
 
 /* The same from the micro-kernels: each row's max, exp(x - max) in f32, their
@@ -181,11 +202,7 @@ static void gml_f32_cross_entropy(const gml_compute_params *p, gml_tensor *dst) 
         const double s = ce_exps(&u, (size_t)V, x, buf, &m);
         term[r] = (double)m + log(s) - xt;
     }
-    gml_barrier(p);
-    if (p->ith != 0 || !targets_ok(p, dst, "cross_entropy")) return;
-    double sum = 0;
-    for (int64_t r = 0; r < N; r++) sum += term[r];
-    *(float *)dst->data = (float)(sum / (double)N);
+    ce_mean(p, dst, term, N);
 }
 
 /* The shapes cross_entropy and its backward take; NULL, or the message. */
@@ -252,17 +269,12 @@ static void gml_f32_cross_entropy_back__ref(const gml_compute_params *p, gml_ten
     int64_t r0, r1;
     gml_split(N, p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i0, i1, i2;
-        gml_row_index(logits, r, &i0, &i1, &i2);
-        const char *xr = gml_ptr(logits, i0, i1, i2, 0);
-        const int32_t t = target_at(targets, i0, i1, i2);
-        double m, s;
-        row_stats(xr, V, sx, &m, &s);
-        const double inv = 1.0 / s;
-        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        const ce_ref_row w = ce_ref_row_at(logits, targets, r);
+        const double inv = 1.0 / w.s;
+        float *out = (float *)gml_ptr(dst, w.i0, w.i1, w.i2, 0);
         for (int64_t j = 0; j < V; j++) {
-            const double pj = exp(*(const float *)(const void *)(xr + j * sx) - m) * inv;
-            out[j] = (float)((pj - (j == t ? 1.0 : 0.0)) * g);
+            const double pj = exp(*(const float *)(const void *)(w.x + j * sx) - w.m) * inv;
+            out[j] = (float)((pj - (j == w.t ? 1.0 : 0.0)) * g);
         }
     }
 }

@@ -81,7 +81,7 @@ static void test_lifetime(void) {
         for (int k = 0; k <= j; k++) {
             const gml_tensor *t = gml_graph_node(g, k);
             if (t->view_src) continue;
-            const int last = t->flags & GML_FLAG_OUTPUT ? N : last_use(g, t);
+            const int last = gml_graph_tensor(g, t)->flags & GML_FLAG_OUTPUT ? N : last_use(g, t);
             alive += last >= j;
             /* the same with the forward's activations kept to the end */
             alive_kept += (t->id <= last_forward_id ? N : last) >= j;

@@ -239,8 +239,10 @@ static void test_shared_subexpression(void) {
           gml_graph_use_count(g, a), gml_graph_use_count(g, b));
     CHECK(gml_graph_use_count(g, u) == 1 && gml_graph_use_count(g, w) == 1, "u and w are used once");
     CHECK(gml_graph_use_count(g, out) == 1, "the output counts one use: %d", gml_graph_use_count(g, out));
-    CHECK(gml_graph_node(g, -1) == out && (out->flags & GML_FLAG_OUTPUT), "the output is last and flagged");
-    CHECK(!(t->flags & GML_FLAG_OUTPUT), "t is not an output");
+    CHECK(gml_graph_node(g, -1) == out && (gml_graph_tensor(g, out)->flags & GML_FLAG_OUTPUT),
+          "the output is last and flagged in the graph");
+    CHECK(!(out->flags & GML_FLAG_OUTPUT), "the output's header is not marked");
+    CHECK(!(gml_graph_tensor(g, t)->flags & GML_FLAG_OUTPUT), "t is not an output");
     check_structure(g);
 
     struct shared_case c = {out, {0}};

@@ -192,7 +192,7 @@ static void test_hand_written(void) {
     float *want = chk_dense(o);
     CHECK_EQUAL(outs[0], want, "file graph output equals the C API's");
     free(want);
-    CHECK(outs[0]->flags & GML_FLAG_OUTPUT, "outputs flagged");
+    CHECK(gml_graph_tensor(g_file, outs[0])->flags & GML_FLAG_OUTPUT, "outputs flagged");
     CHECK(x->flags & GML_FLAG_INPUT && w->flags & GML_FLAG_PARAM, "leafs flagged input/param");
     gml_graph_free(g_file);
     gml_graph_free(g_api);

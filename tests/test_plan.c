@@ -164,7 +164,7 @@ static void check_no_overlap(gml_graph *g, const char *what) {
             if (!users[s]) continue;
             int i = gml_graph_find(g, root(users[s]));
             if (i >= 0 && last[i] < j) last[i] = j;
-            if (i >= 0 && users[s]->flags & GML_FLAG_OUTPUT) last[i] = n;
+            if (i >= 0 && gml_graph_tensor(g, users[s])->flags & GML_FLAG_OUTPUT) last[i] = n;
         }
     }
     for (int a = 0; a < n; a++) {
@@ -415,6 +415,58 @@ static void test_second_graph_over_same_tensors(void) {
         CHECK(!a->data && !h->data && !y->data, "round %d: freeing wrote a header", round);
     }
     gml_free(ctx);
+}
+
+/* Outputs are the graph's: y = scale(a, 2), the output of graph 1, is an
+ * intermediate of graph 2 (z = scale(y, 3)), whose plan runs z in place
+ * over y (it kept y, as graph 1's output marked on its header, before);
+ * y marked by hand (GML_FLAG_OUTPUT on the header) stays kept in every
+ * graph. Both graphs alive, each computed at several thread counts. */
+static void test_outputs_per_graph(void) {
+    chk_case("a graph's outputs are kept by that graph only");
+    for (int by_hand = 0; by_hand < 2; by_hand++) {
+        gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 16, .no_alloc = true});
+        gml_tensor *a = gml_set_name(gml_new_tensor_1d(ctx, GML_F32, 5), "a");
+        gml_set_flags(a, GML_FLAG_INPUT);
+        gml_tensor *y = gml_set_name(gml_scale(ctx, a, 2.0f), "y");
+        gml_tensor *z = gml_set_name(gml_scale(ctx, y, 3.0f), "z");
+        if (by_hand) gml_set_flags(y, GML_FLAG_OUTPUT);
+        gml_graph *g1 = gml_build_graph(ctx, &y, 1), *g2 = gml_build_graph(ctx, &z, 1);
+        if (!CHECK(g1 && g2, "build: %s", gml_last_error(ctx))) break;
+        CHECK(gml_graph_plan(g1, NULL) == GML_OK && gml_graph_plan(g2, NULL) == GML_OK, "plan: %s %s",
+              gml_graph_error(g1), gml_graph_error(g2));
+        CHECK((y->flags & GML_FLAG_OUTPUT) == (by_hand ? GML_FLAG_OUTPUT : 0) &&
+                  !(z->flags & GML_FLAG_OUTPUT),
+              "by hand %d: building marked a header (y flags %d, z flags %d)", by_hand, y->flags,
+              z->flags);
+        CHECK(gml_graph_tensor(g1, y)->flags & GML_FLAG_OUTPUT, "y is graph 1's output");
+        CHECK(gml_graph_tensor(g2, z)->flags & GML_FLAG_OUTPUT, "z is graph 2's output");
+        CHECK(!(gml_graph_tensor(g2, y)->flags & GML_FLAG_OUTPUT) == !by_hand,
+              "by hand %d: y's flags in graph 2: %d", by_hand, gml_graph_tensor(g2, y)->flags);
+        const bool shared = gml_graph_data(g2, y) == gml_graph_data(g2, z);
+        CHECK(shared == !by_hand, "by hand %d: z %s y's bytes in graph 2", by_hand,
+              shared ? "took" : "did not take");
+        const int threads[] = {1, 2, 3, 4, 7};
+        for (int k = 0; k < 5; k++) {
+            float *in1 = gml_graph_data(g1, a), *in2 = gml_graph_data(g2, a);
+            if (!CHECK(in1 && in2, "a has no place")) break;
+            for (int i = 0; i < 5; i++) in1[i] = in2[i] = (float)(i - 2) + 0.25f * (float)k;
+            CHECK(gml_graph_compute(g2, threads[k]) == GML_OK &&
+                      gml_graph_compute(g1, threads[k]) == GML_OK,
+                  "compute at %d threads: %s %s", threads[k], gml_graph_error(g1),
+                  gml_graph_error(g2));
+            for (int i = 0; i < 5; i++) {
+                const float x = (float)(i - 2) + 0.25f * (float)k;
+                const float *o1 = gml_graph_data(g1, y), *o2 = gml_graph_data(g2, z);
+                CHECK(o1[i] == x * 2.0f && o2[i] == x * 2.0f * 3.0f,
+                      "%d threads: y[%d] = %g (want %g), z[%d] = %g (want %g)", threads[k], i,
+                      (double)o1[i], (double)(x * 2.0f), i, (double)o2[i], (double)(x * 6.0f));
+            }
+        }
+        gml_graph_free(g1);
+        gml_graph_free(g2);
+        gml_free(ctx);
+    }
 }
 
 /* Inputs [6, 10] shared by two graphs, with shared intermediates (one of them
@@ -874,6 +926,7 @@ int main(int argc, char **argv) {
     test_options();
     test_placed_by_hand();
     test_second_graph_over_same_tensors();
+    test_outputs_per_graph();
     test_two_live_graphs();
     test_replan_after_placement();
     test_free_order();

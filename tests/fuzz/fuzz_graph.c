@@ -40,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gml_graph *g = gml_build_graph(ctx, outs, n);
     if (!g) __builtin_trap();
     for (int i = 0; i < n; i++)
-        if (!(outs[i]->flags & GML_FLAG_OUTPUT)) __builtin_trap();
+        if (!(gml_graph_tensor(g, outs[i])->flags & GML_FLAG_OUTPUT) || outs[i]->flags & GML_FLAG_OUTPUT)
+            __builtin_trap();
 
     /* save, read back: the same graph */
     char path[64];

@@ -13,7 +13,10 @@ extern "C" {
 
 /* Collects everything the outputs depend on by DFS, each tensor once, nodes
  * in topological order, leafs (tensors no op made) apart. The outputs are
- * flagged GML_FLAG_OUTPUT. Returns NULL if an output is NULL, if the
+ * the graph's: its plan keeps them, and its copies of them
+ * (gml_graph_tensor) are flagged GML_FLAG_OUTPUT; the headers are not
+ * marked, so a later graph over the same tensors keeps only its own
+ * outputs (and what is flagged by hand). Returns NULL if an output is NULL, if the
  * context holds an error from an earlier builder call (the message stays),
  * or if a tensor it reaches is of no live context (freed since a node over
  * it was built; the message names the node). The graph is malloc'd: free

@@ -103,7 +103,9 @@ typedef enum gml_status {
 } gml_status;
 
 /* What a tensor is to a graph; the memory planner never reuses the data of
- * inputs, outputs and params. RECOMPUTE: gml_grad's backwards read a copy
+ * inputs, outputs and params. gml_build_graph marks its outputs in the
+ * graph (its copies: gml_graph_tensor), not on the headers; OUTPUT set on
+ * a header by hand keeps that tensor in every graph. RECOMPUTE: gml_grad's backwards read a copy
  * of the node computed again in the backward, not the node (<ggmlite/grad.h>,
  * gml_checkpoint). */
 enum {
