@@ -65,14 +65,21 @@ static inline __attribute__((always_inline)) BF16_TARGET void tile(size_t kp, co
 }
 
 /* Packed A (lda == 0), or MR rows in place (lda > 0, m == MR): each a
- * copy of the tile with its steps; packed A of 1 to 4 rows (decoding)
- * computes only those rows. */
+ * copy of the tile with its steps; a packed A of m < MR rows computes
+ * only those rows (few rows: decoding's 1 to 4, a 20-row prompt's 14 + 6). */
 BF16_TARGET void gml_bf16_gemm_ukernel__avx512bf16_14x32(size_t kp, const uint32_t *a, size_t lda,
                                                          const uint32_t *b, float *c, size_t ldc,
                                                          int m, int n, bool acc) {
-    if (lda > 0) tile(kp, a, lda, 1, b, c, ldc, MR, n, acc, MR);
-    else if (m == 1) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 1);
-    else if (m == 2) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 2);
-    else if (m <= 4) tile(kp, a, 1, MR, b, c, ldc, m, n, acc, 4);
-    else tile(kp, a, 1, MR, b, c, ldc, m, n, acc, MR);
+    if (lda > 0) {
+        tile(kp, a, lda, 1, b, c, ldc, MR, n, acc, MR);
+        return;
+    }
+    switch (m) {
+#define BF16_ROWS(r) \
+    case r: tile(kp, a, 1, MR, b, c, ldc, m, n, acc, r); break;
+        BF16_ROWS(1) BF16_ROWS(2) BF16_ROWS(3) BF16_ROWS(4) BF16_ROWS(5) BF16_ROWS(6) BF16_ROWS(7)
+        BF16_ROWS(8) BF16_ROWS(9) BF16_ROWS(10) BF16_ROWS(11) BF16_ROWS(12) BF16_ROWS(13)
+#undef BF16_ROWS
+    default: tile(kp, a, 1, MR, b, c, ldc, m, n, acc, MR);
+    }
 }
