@@ -380,6 +380,20 @@ static void run_swapped(const gml_compute_params *p, const gml_gemm_desc *d, con
     }
 }
 
+/* The micro-kernel down rows [i0, i1) of C in MR-row steps, against the
+ * micro-panel of B at columns jr .. jr + n - 1 and pairs pc .. pc + kb - 1
+ * (packed a and b of kp pairs). */
+static void down_rows(const gml_bf16_gemm_variant *v, int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
+                      size_t ldc, int64_t i0, int64_t i1, int64_t jr, int n, int64_t pc, int64_t kb) {
+    const int mr = v->mr, nr = v->nr;
+    const uint32_t *bp = b + (size_t)(jr / nr * nr * kp + pc * nr);
+    for (int64_t ir = i0; ir < i1; ir += mr) {
+        const int m = (int)GML_MIN((int64_t)mr, i1 - ir);
+        const uint32_t *ap = a + (size_t)(ir / mr * mr * kp + pc * mr);
+        v->fn((size_t)kb, ap, 0, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
+    }
+}
+
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_bf16_gemm_n_variants; i++)
@@ -461,15 +475,8 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
             const int64_t kb = GML_MIN(kc, k.kp - pc);
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 const int64_t ie = GML_MIN(ic + mc, m1);
-                for (int64_t jr = n0; jr < n1; jr += nr) {
-                    const int n = (int)GML_MIN((int64_t)nr, n1 - jr);
-                    const uint32_t *bp = b + (size_t)(jr / nr * nr * k.kp + pc * nr);
-                    for (int64_t ir = ic; ir < ie; ir += mr) {
-                        const int m = (int)GML_MIN((int64_t)mr, ie - ir);
-                        const uint32_t *ap = a + (size_t)(ir / mr * mr * k.kp + pc * mr);
-                        v->fn((size_t)kb, ap, 0, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
-                    }
-                }
+                for (int64_t jr = n0; jr < n1; jr += nr)
+                    down_rows(v, k.kp, a, b, c, ldc, ic, ie, jr, (int)GML_MIN((int64_t)nr, n1 - jr), pc, kb);
             }
         }
     }
