@@ -14,6 +14,13 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
+ * except a tile whose A fits the L2 block (its rows times all of K at most
+ * MC x KC pairs: few rows), which sweeps each B panel over all of K in
+ * turn (for jr, for pc, for ir): its B panels lie side by side, so B
+ * streams from memory once, in order, at the pace of the micro-kernel,
+ * while A stays in L2. Each C element sums its K blocks in order either
+ * way: the same bits.
+ *
  * A B of a bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows
  * 4-byte aligned) is its own pairs along its rows, so with few rows
  * (M <= 64) the product runs as C^T = W A^T (run_swapped), W read in place
@@ -470,6 +477,13 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
         const uint32_t *a = apk + (size_t)(k.a_batches > 1 ? bi : 0) * k.a_pairs;
         const uint32_t *b = bpk + (size_t)(k.b_batches > 1 ? bi : 0) * k.b_pairs;
         float *c = (float *)(void *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1]);
+        if ((m1 - m0) * k.kp <= mc * kc) { /* few rows: each B panel swept over all of K */
+            for (int64_t jr = n0; jr < n1; jr += nr)
+                for (int64_t pc = 0; pc < k.kp || (pc == 0 && k.kp == 0); pc += kc)
+                    down_rows(v, k.kp, a, b, c, ldc, m0, m1, jr, (int)GML_MIN((int64_t)nr, n1 - jr), pc,
+                              GML_MIN(kc, k.kp - pc));
+            continue;
+        }
         /* K = 0: one empty block, so that C is written (zeros) */
         for (int64_t pc = 0; pc < k.kp || (pc == 0 && k.kp == 0); pc += kc) {
             const int64_t kb = GML_MIN(kc, k.kp - pc);
