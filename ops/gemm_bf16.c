@@ -26,11 +26,12 @@
  * (M <= 64) the product runs as C^T = W A^T (run_swapped), W read in place
  * as the micro-kernel's A operand and only A^T packed. A constant B of a
  * graph (a weight: compute.c's const_srcs) is packed whole once instead,
- * into memory the graph keeps (gml_bf16_gemm_kept), except such a bf16
- * weight against 5 to 64 rows (gml_bf16_gemm_packs); only A is packed per
- * product then, never swapped, and a packed A of 1 to 4 rows (decoding)
- * computes only those rows of the micro-kernel's tile. Any other B is
- * converted at each product, K N conversions against M N K multiply-adds. */
+ * into memory the graph keeps (gml_bf16_gemm_kept); only A is packed per
+ * product then, never swapped: few rows sweep the kept panels as above,
+ * at every row of the micro-kernel's tile (the swapped tile spends its 32
+ * columns on the rows: 20 rows use 20 of 32, and 14 rows of W in place
+ * are 14 streams from memory). Any other B is converted at each product,
+ * K N conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -126,11 +127,6 @@ static void to_bf16(gml_isa isa, gml_type t, const char *src, int64_t stride, in
 enum {
     MAX_KC = 512,    /* the largest K block, in pairs */
     SWAP_MAX_M = 64, /* swapped up to this many rows */
-    /* a bf16 weight that runs swapped is kept packed only up to this many
-     * rows: the swapped tile spends 32 columns on them (one row: 1 of 32);
-     * from 5 rows on it reads the weight in place as fast as the packed
-     * one streams (nothing to pack: it is its own pairs) */
-    BF16_PACK_SWAPPED_MAX_M = 4,
 };
 
 typedef struct bf16_pack {
@@ -412,8 +408,6 @@ size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     return most;
 }
 
-bool gml_bf16_gemm_packs(const gml_gemm_desc *d) { return !swapped(d) || d->M <= BF16_PACK_SWAPPED_MAX_M; }
-
 size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v) {
     const bf16_pack k = pack_of(d, v->mr, v->nr, 1, false);
     return k.b_pairs * (size_t)k.b_batches * 4;
@@ -436,7 +430,7 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
                              (uint64_t)d->b_bs[0], (uint64_t)d->b_bs[1],
                              (uint64_t)(uintptr_t)v ^ (uint64_t)d->b_type << 56};
     uint32_t *whole =
-        kept && kept->data && gml_bf16_gemm_packs(d) && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
+        kept && kept->data && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
     const bool repack = whole && !(kept->valid && memcmp(kept->key, key, sizeof key) == 0);
     const bf16_pack k = pack_of(d, mr, nr, p->nth, !whole && swapped(d));
     assert(k.a_bytes + k.b_bytes + k.tmp_bytes <= p->wsize);
