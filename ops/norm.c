@@ -275,8 +275,9 @@ const gml_op_def gml_opdef_layer_norm = {
  *     layer_norm: g = dy w;  xh = (x - mean) r;  dx = r (g - mean(g) - xh mean(g xh))
  * The weight's and the bias's gradients are sums over the rows, which are
  * compositions (docs/training.md): dw = sum_rows(dy * norm(x) without w and
- * b), db = sum_rows(dy). One kernel (the reference's arithmetic at every
- * ISA); any strides. */
+ * b), db = sum_rows(dy). The reference: plain loops in order, any strides;
+ * the fast kernel (below it): the micro-kernels of ops/norm.inc, the same
+ * formulas with the sums in 16 double lanes (ops/norm.h). */
 static void norm_back(const gml_compute_params *p, gml_tensor *dst, bool layer) {
     const gml_tensor *x = dst->src[0], *dy = dst->src[1], *w = dst->src[2];
     const double eps = eps_of(dst);
@@ -313,11 +314,103 @@ static void norm_back(const gml_compute_params *p, gml_tensor *dst, bool layer) 
     }
 }
 
-static void gml_f32_rms_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+static void gml_f32_rms_norm_back__ref(const gml_compute_params *p, gml_tensor *dst) {
     norm_back(p, dst, false);
 }
-static void gml_f32_layer_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+static void gml_f32_layer_norm_back__ref(const gml_compute_params *p, gml_tensor *dst) {
     norm_back(p, dst, true);
+}
+
+/* The portable variant: ops/norm.h's order, element by element. */
+void gml_f32_vnorm_back_ukernel__scalar_u16(size_t n, const float *x, const float *dy,
+                                            const float *w, double eps, bool layer, float *out) {
+    double acc[GML_REDUCE_LANES] = {0}, acc2[GML_REDUCE_LANES] = {0};
+    double mean = 0;
+    if (layer) {
+        for (size_t i = 0; i < n; i++) acc[i % GML_REDUCE_LANES] += (double)x[i];
+        mean = gml_reduce_tree16(acc) / (double)n;
+    }
+    for (int l = 0; l < GML_REDUCE_LANES; l++) acc[l] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)x[i] - mean;
+        const double dd = d * d;
+        acc[i % GML_REDUCE_LANES] += dd;
+    }
+    const double r = 1.0 / sqrt(gml_reduce_tree16(acc) / (double)n + eps);
+    for (int l = 0; l < GML_REDUCE_LANES; l++) acc[l] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)x[i] - mean, g = w ? (double)dy[i] * (double)w[i] : (double)dy[i];
+        const double gd = g * d;
+        acc[i % GML_REDUCE_LANES] += g;
+        acc2[i % GML_REDUCE_LANES] += gd;
+    }
+    const double mg = gml_reduce_tree16(acc) / (double)n;
+    const double mgx = gml_reduce_tree16(acc2) * r / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        const double xh = ((double)x[i] - mean) * r, g = w ? (double)dy[i] * (double)w[i] : (double)dy[i];
+        const double xm = xh * mgx;
+        const double u = (layer ? g - mg : g) - xm;
+        out[i] = (float)(r * u);
+    }
+}
+
+/* The fast kernel: a row per micro-kernel call (ops/norm.inc). A row of x
+ * that is not contiguous is gathered into its output row, one of dy into
+ * this thread's part of the scratch: bitwise what the same numbers give
+ * contiguous. A weight that is not contiguous sends the node to the
+ * reference kernel. */
+static size_t norm_back_row_bytes(const gml_tensor *dst) {
+    return gml_align_up((size_t)dst->ne[3] * sizeof(float), GML_ALIGN);
+}
+static size_t norm_back_work_size(const gml_tensor *dst, int nth) {
+    const gml_tensor *dy = dst->src[1];
+    return dy->ne[3] > 1 && dy->nb[3] != sizeof(float) ? (size_t)nth * norm_back_row_bytes(dst) : 0;
+}
+
+static void norm_back_fast(const gml_compute_params *p, gml_tensor *dst, bool layer) {
+    const gml_tensor *x = dst->src[0], *dy = dst->src[1], *w = dst->src[2];
+    if (!dense_vec(w)) {
+        gml_kernel_note(p, "reference (strided weight)");
+        norm_back(p, dst, layer);
+        return;
+    }
+    const int64_t d = x->ne[3], sx = (int64_t)x->nb[3], sg = (int64_t)dy->nb[3];
+    const bool gather_x = d > 1 && sx != (int64_t)sizeof(float);
+    const bool gather_g = d > 1 && sg != (int64_t)sizeof(float);
+    gml_f32_vnorm_back_ukernel *const fn =
+        GML_PICK_UKERNEL(p->isa, GML_F32_VNORM_BACK_UKERNELS, gml_f32_vnorm_back_ukernel);
+    gml_kernel_note(p, gather_x || gather_g
+                           ? GML_PICK_UKERNEL_NAME_AS(p->isa, GML_F32_VNORM_BACK_UKERNELS, GML_UKERNEL_NAME_GATHERED)
+                           : GML_PICK_UKERNEL_NAME(p->isa, GML_F32_VNORM_BACK_UKERNELS));
+    float *gbuf = gather_g ? (float *)(void *)((char *)p->wdata + (size_t)p->ith * norm_back_row_bytes(dst))
+                           : NULL;
+    const float *wd = w ? (const float *)w->data : NULL;
+    const double eps = eps_of(dst);
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *xr = gml_ptr(x, i0, i1, i2, 0), *gr = gml_ptr(dy, i0, i1, i2, 0);
+        float *out = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        const float *xrow = (const float *)(const void *)xr, *grow = (const float *)(const void *)gr;
+        if (gather_x) {
+            for (int64_t j = 0; j < d; j++) memcpy(&out[j], xr + j * sx, sizeof(float));
+            xrow = out;
+        }
+        if (gather_g) {
+            for (int64_t j = 0; j < d; j++) memcpy(&gbuf[j], gr + j * sg, sizeof(float));
+            grow = gbuf;
+        }
+        fn((size_t)d, xrow, grow, wd, eps, layer, out);
+    }
+}
+
+static void gml_f32_rms_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+    norm_back_fast(p, dst, false);
+}
+static void gml_f32_layer_norm_back(const gml_compute_params *p, gml_tensor *dst) {
+    norm_back_fast(p, dst, true);
 }
 
 static gml_tensor *norm_back_node(gml_context *ctx, gml_op op, gml_tensor *x, gml_tensor *dy,
@@ -369,7 +462,8 @@ static double norm_back_flops(const gml_tensor *dst) { return 10.0 * (double)gml
 
 const gml_op_def gml_opdef_rms_norm_back = {
     .forward = gml_f32_rms_norm_back,
-    .reference = gml_f32_rms_norm_back,
+    .reference = gml_f32_rms_norm_back__ref,
+    .work_size = norm_back_work_size,
     .flops = norm_back_flops,
     GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT("w", OPT_TENSOR, "none"),
              GML_OPT("eps", FLOAT, "1e-6")),
@@ -380,7 +474,8 @@ const gml_op_def gml_opdef_rms_norm_back = {
 };
 const gml_op_def gml_opdef_layer_norm_back = {
     .forward = gml_f32_layer_norm_back,
-    .reference = gml_f32_layer_norm_back,
+    .reference = gml_f32_layer_norm_back__ref,
+    .work_size = norm_back_work_size,
     .flops = norm_back_flops,
     GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT("w", OPT_TENSOR, "none"),
              GML_OPT("eps", FLOAT, "1e-5")),

@@ -232,9 +232,11 @@ const gml_op_def gml_opdef_max = {
 /* ---- sum_to: a broadcast undone ------------------------------------------------
  * x [...] -> out [ne...] (x's shape is ne broadcast), each output element the
  * sum of the elements of x that broadcast from it: the gradient of a
- * broadcast operand. One kernel (it is both): each output element's terms
- * in row-major order of x's index, added in double and rounded once, so the
- * result does not depend on how threads split the outputs. */
+ * broadcast operand. Each output element's terms in row-major order of x's
+ * index, added in double and rounded once, so the result does not depend on
+ * how threads split the outputs; the fast kernel (below the reference) adds
+ * them in that order too, columns side by side in vectors: its results are
+ * the reference's bits. */
 
 /* Output elements one thread sums at a time, side by side, along the last
  * dim (when it is not summed over): each term of the block is read with one
@@ -275,6 +277,53 @@ static void gml_f32_sum_to__ref(const gml_compute_params *p, gml_tensor *dst) {
     }
 }
 
+/* ---- the portable variant: the reference's loop ---- */
+void gml_f32_colsum_ukernel__scalar_u1(size_t len, const char *x, const gml_colsum_terms *t,
+                                       float *out) {
+    double acc[GML_COLSUM_MAX];
+    for (size_t j = 0; j < len; j++) acc[j] = 0;
+    int64_t idx[GML_MAX_DIMS] = {0};
+    const char *p = x;
+    for (int64_t r = gml_colsum_count(t); r > 0; r--) {
+        const float *row = (const float *)(const void *)p;
+        for (size_t j = 0; j < len; j++) acc[j] += row[j];
+        gml_colsum_next(t, idx, &p);
+    }
+    for (size_t j = 0; j < len; j++) out[j] = (float)acc[j];
+}
+
+/* The fast kernel: the reference's blocks of the last dim, each by the
+ * colsum micro-kernel (every column's terms in the reference's order: its
+ * bits at every ISA). Where the last dim is summed, or x's last dim is not
+ * contiguous, the reference. */
+static void gml_f32_sum_to(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0];
+    if ((dst->ne[3] == 1 && x->ne[3] > 1) || (x->ne[3] > 1 && x->nb[3] != sizeof(float))) {
+        gml_kernel_note(p, dst->ne[3] == 1 ? "reference (the last dim summed)"
+                                           : "reference (x's last dim strided)");
+        gml_f32_sum_to__ref(p, dst);
+        return;
+    }
+    gml_f32_colsum_ukernel *const fn = GML_PICK_UKERNEL(p->isa, GML_F32_COLSUM_UKERNELS, gml_f32_colsum_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(p->isa, GML_F32_COLSUM_UKERNELS));
+    gml_colsum_terms t = {0};
+    for (int k = 0; k < GML_MAX_DIMS; k++)
+        if (dst->ne[k] == 1 && x->ne[k] > 1) {
+            t.ne[t.n] = x->ne[k];
+            t.nb[t.n++] = (int64_t)x->nb[k];
+        }
+    const int64_t n3 = dst->ne[3], blocks = (n3 + GML_COLSUM_MAX - 1) / GML_COLSUM_MAX;
+    int64_t u0, u1;
+    gml_split(gml_nrows(dst) * blocks, p->ith, p->nth, &u0, &u1);
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t o0, o1, o2;
+        gml_row_index(dst, u / blocks, &o0, &o1, &o2);
+        const int64_t j0 = u % blocks * GML_COLSUM_MAX;
+        fn((size_t)GML_MIN((int64_t)GML_COLSUM_MAX, n3 - j0), gml_ptr(x, o0, o1, o2, j0), &t,
+           (float *)gml_ptr(dst, o0, o1, o2, j0));
+    }
+}
+
 /* x [...] -> [ne...], x's shape ne broadcast */
 gml_tensor *gml_sum_to(gml_context *ctx, gml_tensor *x, int n_dims, const int64_t *ne) {
     GML_ENTER(ctx, 1, x);
@@ -311,7 +360,7 @@ static void sum_to_args(const gml_tensor *t, gml_arg *v) {
 static double sum_to_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
 
 const gml_op_def gml_opdef_sum_to = {
-    .forward = gml_f32_sum_to__ref,
+    .forward = gml_f32_sum_to,
     .reference = gml_f32_sum_to__ref,
     .flops = sum_to_flops,
     .flags = GML_OPF_MOVES_VALUES,

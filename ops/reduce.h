@@ -37,12 +37,44 @@ typedef double gml_f32_rsumsq_ukernel(size_t n, const float *x, float c);
 /* max of x[i] (n >= 1), NaN if any x[i] is NaN */
 typedef float gml_f32_rmax_ukernel(size_t n, const float *x);
 
+/* sum_to's columns: out[j] = the sum of x_t[j] over the terms t in order, j
+ * < len (1 <= len <= GML_COLSUM_MAX), added in double from +0 and rounded
+ * once. The terms are rows x_t = x + sum_d i_d nb[d] (bytes), the indices
+ * i_d < ne[d] of the n summed dims (outermost first) in row-major order (n
+ * = 0: x alone); each row's len floats are contiguous. */
+#define GML_COLSUM_MAX 64
+typedef struct gml_colsum_terms {
+    int n;
+    int64_t ne[GML_MAX_DIMS], nb[GML_MAX_DIMS];
+} gml_colsum_terms;
+typedef void gml_f32_colsum_ukernel(size_t len, const char *x, const gml_colsum_terms *t,
+                                    float *out);
+
+/* The terms' walk: *p moves to the next row (an odometer over idx, the
+ * innermost dim fastest). */
+static inline void gml_colsum_next(const gml_colsum_terms *t, int64_t idx[GML_MAX_DIMS],
+                                   const char **p) {
+    for (int d = t->n - 1; d >= 0; d--) {
+        *p += t->nb[d];
+        if (++idx[d] < t->ne[d]) return;
+        *p -= t->nb[d] * t->ne[d];
+        idx[d] = 0;
+    }
+}
+static inline int64_t gml_colsum_count(const gml_colsum_terms *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->n; d++) n *= t->ne[d];
+    return n;
+}
+
 #define GML_DECLARE_RSUM(isa, fn, tile) gml_f32_rsum_ukernel fn;
 #define GML_DECLARE_RSUMSQ(isa, fn, tile) gml_f32_rsumsq_ukernel fn;
 #define GML_DECLARE_RMAX(isa, fn, tile) gml_f32_rmax_ukernel fn;
 GML_F32_RSUM_UKERNELS(GML_DECLARE_RSUM)
 GML_F32_RSUMSQ_UKERNELS(GML_DECLARE_RSUMSQ)
 GML_F32_RMAX_UKERNELS(GML_DECLARE_RMAX)
+#define GML_DECLARE_COLSUM(isa, fn, tile) gml_f32_colsum_ukernel fn;
+GML_F32_COLSUM_UKERNELS(GML_DECLARE_COLSUM)
 
 /* The 16 double accumulators added as a tree: d[l] + d[l + 8], then the 8
  * the same way (l + 4), then l + 2, then l + 1. */

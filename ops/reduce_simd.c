@@ -101,3 +101,43 @@ float GML_SIMD_UKERNEL(f32_rmax, 16)(size_t n, const float *x) {
     for (int v = 0; v < LV; v++) gml_vf_store(lanes + v * GML_VL, m[v]);
     return gml_reduce_tree16_max(lanes, gml_vm_any(nan));
 }
+
+/* sum_to's columns (gml_f32_colsum_ukernel): 4 float vectors of columns a
+ * pass, their 8 halves in double accumulators, the terms in order; the
+ * last pass masked (a lane past len reads nothing and is not stored). */
+enum { CV = 4 };
+
+static GML_SIMD_INLINE void colsum_pass(size_t k, const char *x, const gml_colsum_terms *t,
+                                        float *out, bool masked) {
+    gml_vm m[CV];
+    for (int v = 0; v < CV; v++) {
+        const size_t done = (size_t)v * GML_VL;
+        m[v] = gml_vm_first(k > done ? GML_MIN(k - done, (size_t)GML_VL) : 0);
+    }
+    gml_vd acc[2 * CV];
+    for (int v = 0; v < 2 * CV; v++) acc[v] = gml_vd_zero();
+    int64_t idx[GML_MAX_DIMS] = {0};
+    const char *p = x;
+    for (int64_t r = gml_colsum_count(t); r > 0; r--) {
+        const float *row = (const float *)(const void *)p;
+        for (int v = 0; v < CV; v++) {
+            const gml_vf xv = masked ? gml_vf_load_m(row + v * GML_VL, m[v]) : gml_vf_load(row + v * GML_VL);
+            acc[2 * v] = gml_vd_add(acc[2 * v], gml_vd_lo(xv));
+            acc[2 * v + 1] = gml_vd_add(acc[2 * v + 1], gml_vd_hi(xv));
+        }
+        gml_colsum_next(t, idx, &p);
+    }
+    for (int v = 0; v < CV; v++) {
+        const gml_vf y = gml_vf_from_vd(acc[2 * v], acc[2 * v + 1]);
+        if (masked) gml_vf_store_m(out + v * GML_VL, m[v], y);
+        else gml_vf_store(out + v * GML_VL, y);
+    }
+}
+
+void GML_SIMD_UKERNEL(f32_colsum, GML_SIMD_U4)(size_t len, const char *x, const gml_colsum_terms *t,
+                                               float *out) {
+    size_t c = 0;
+    for (; c + CV * GML_VL <= len; c += CV * GML_VL)
+        colsum_pass(CV * GML_VL, x + c * sizeof(float), t, out + c, false);
+    if (c < len) colsum_pass(len - c, x + c * sizeof(float), t, out + c, true);
+}

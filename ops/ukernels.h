@@ -130,6 +130,19 @@ GML_F32_VSILU_UKERNELS(GML_DECLARE_VUNARY)
 GML_F32_VGELU_UKERNELS(GML_DECLARE_VUNARY)
 GML_F32_VGELU_TANH_UKERNELS(GML_DECLARE_VUNARY)
 
+/* unary_back: out[i] = dy[i] * f'(x[i]), i < n (n >= 1), f one of tanh,
+ * sigmoid, silu, gelu, gelu_tanh; f' and the product in double, rounded
+ * once (the scalar variants: double libm, as the reference kernel; the
+ * vector ones: ops/simd/vmath.h's derivatives in double lanes). out may be
+ * x or dy (in place), not overlap them otherwise. */
+typedef void gml_f32_vunary_back_ukernel(size_t n, const float *x, const float *dy, float *out);
+#define GML_DECLARE_VUNARY_BACK(isa, fn, tile) gml_f32_vunary_back_ukernel fn;
+GML_F32_VTANH_BACK_UKERNELS(GML_DECLARE_VUNARY_BACK)
+GML_F32_VSIGMOID_BACK_UKERNELS(GML_DECLARE_VUNARY_BACK)
+GML_F32_VSILU_BACK_UKERNELS(GML_DECLARE_VUNARY_BACK)
+GML_F32_VGELU_BACK_UKERNELS(GML_DECLARE_VUNARY_BACK)
+GML_F32_VGELU_TANH_BACK_UKERNELS(GML_DECLARE_VUNARY_BACK)
+
 /* ---- copy (ops/copy.inc) --------------------------------------------------
  * 4-byte elements of any type (f32, i32), moved bit for bit.
  * copy:      dst[i] = src[i], i < n; no overlap.

@@ -167,8 +167,9 @@ static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
 }
 
 /* ---- unary_back: dy * f'(x) ------------------------------------------------
- * One kernel (it is both): each element in double from double libm,
- * rounded once, rows split across threads. */
+ * The reference: each element in double from double libm, rounded once,
+ * rows split across threads. The fast kernel (below it): the micro-kernels
+ * of ops/unary.inc, f' in double lanes (ops/simd/vmath.h). */
 
 static const char *const BACK_FNS[] = {"tanh", "sigmoid", "silu", "gelu", "gelu_tanh", NULL};
 static const gml_op BACK_OPS[] = {GML_OP_TANH, GML_OP_SIGMOID, GML_OP_SILU, GML_OP_GELU,
@@ -209,6 +210,20 @@ static double derivative(gml_op op, double x) {
     }
 }
 
+/* ---- scalar variants: the reference's arithmetic (double libm) ---- */
+#define SCALAR_BACK(name, OP)                                                          \
+    void gml_f32_##name##_ukernel__scalar_u1(size_t n, const float *x, const float *dy, \
+                                             float *out) {                             \
+        for (size_t i = 0; i < n; i++)                                                 \
+            out[i] = (float)((double)dy[i] * derivative(OP, x[i]));                    \
+    }
+SCALAR_BACK(vtanh_back, GML_OP_TANH)
+SCALAR_BACK(vsigmoid_back, GML_OP_SIGMOID)
+SCALAR_BACK(vsilu_back, GML_OP_SILU)
+SCALAR_BACK(vgelu_back, GML_OP_GELU)
+SCALAR_BACK(vgelu_tanh_back, GML_OP_GELU_TANH)
+#undef SCALAR_BACK
+
 static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst) {
     const gml_tensor *x = dst->src[0], *dy = dst->src[1];
     const gml_op op = BACK_OPS[back_fn_of(dst)];
@@ -222,6 +237,74 @@ static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst
         for (int64_t i = 0; i < dst->ne[3]; i++)
             out[i] = (float)((double)*(const float *)(pd + i * (int64_t)dy->nb[3]) *
                              derivative(op, *(const float *)(px + i * (int64_t)x->nb[3])));
+    }
+}
+
+/* The fast kernel: the micro-kernel of the op and ISA (ops/unary.inc) on
+ * runs where x and dy are both dense along the output's inner dims,
+ * threads taking equal ranges of elements; else rows split across threads,
+ * x and dy gathered a stretch at a time. Each element goes through the same
+ * micro-kernel either way: the result does not depend on the layout or the
+ * thread count. */
+typedef struct back_kernel {
+    gml_f32_vunary_back_ukernel *fn;
+    const char *name, *gathered;
+} back_kernel;
+
+#define BACK_KERNEL(L)                                                                  \
+    (back_kernel) {                                                                     \
+        GML_PICK_UKERNEL(isa, L, gml_f32_vunary_back_ukernel),                          \
+            GML_PICK_UKERNEL_NAME(isa, L), GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED) \
+    }
+
+static back_kernel back_kernel_of(gml_isa isa, gml_op op) {
+    switch (op) {
+    case GML_OP_TANH: return BACK_KERNEL(GML_F32_VTANH_BACK_UKERNELS);
+    case GML_OP_SIGMOID: return BACK_KERNEL(GML_F32_VSIGMOID_BACK_UKERNELS);
+    case GML_OP_SILU: return BACK_KERNEL(GML_F32_VSILU_BACK_UKERNELS);
+    case GML_OP_GELU: return BACK_KERNEL(GML_F32_VGELU_BACK_UKERNELS);
+    default: return BACK_KERNEL(GML_F32_VGELU_TANH_BACK_UKERNELS);
+    }
+}
+
+static void gml_f32_unary_back(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *x = dst->src[0], *dy = dst->src[1];
+    const back_kernel kn = back_kernel_of(p->isa, BACK_OPS[back_fn_of(dst)]);
+    gml_run_operand ops[2] = {gml_run_operand_of(x), gml_run_operand_of(dy)};
+    const int k = gml_find_runs(dst->ne, ops, 2, false);
+    float *out = dst->data;
+    if (k < GML_MAX_DIMS) {
+        gml_kernel_note(p, kn.name);
+        const int64_t run = gml_run_length(dst->ne, k);
+        int64_t e, end;
+        gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
+        while (e < end) {
+            const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
+            const float *px = (const float *)(const void *)gml_run_start(&ops[0], dst->ne, k, r);
+            const float *pd = (const float *)(const void *)gml_run_start(&ops[1], dst->ne, k, r);
+            kn.fn((size_t)len, px + off, pd + off, out + e);
+            e += len;
+        }
+        return;
+    }
+    gml_kernel_note(p, kn.gathered);
+    const int64_t n = dst->ne[3], sx = (int64_t)x->nb[3], sd = (int64_t)dy->nb[3];
+    float bx[GATHER_CHUNK], bd[GATHER_CHUNK];
+    int64_t r0, r1;
+    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dst, r, &i0, &i1, &i2);
+        const char *px = gml_ptr(x, i0, i1, i2, 0), *pd = gml_ptr(dy, i0, i1, i2, 0);
+        float *y = (float *)gml_ptr(dst, i0, i1, i2, 0);
+        for (int64_t j0 = 0; j0 < n; j0 += GATHER_CHUNK) {
+            const int64_t len = GML_MIN((int64_t)GATHER_CHUNK, n - j0);
+            for (int64_t j = 0; j < len; j++) {
+                memcpy(&bx[j], px + (j0 + j) * sx, sizeof(float));
+                memcpy(&bd[j], pd + (j0 + j) * sd, sizeof(float));
+            }
+            kn.fn((size_t)len, bx, bd, y + j0);
+        }
     }
 }
 
@@ -260,7 +343,7 @@ static void unary_back_args(const gml_tensor *t, gml_arg *v) {
 static double unary_back_flops(const gml_tensor *dst) { return 20.0 * (double)gml_nelements(dst); }
 
 const gml_op_def gml_opdef_unary_back = {
-    .forward = gml_f32_unary_back__ref,
+    .forward = gml_f32_unary_back,
     .reference = gml_f32_unary_back__ref,
     .flops = unary_back_flops,
     GML_ARGS(GML_T("x"), GML_T("dy"), GML_OPT_ENUM("fn", "tanh", BACK_FNS)),

@@ -2,6 +2,8 @@
  * Each makes a new header over the same data (sizes and byte strides
  * rearranged); nothing is copied and no kernel runs. */
 #include "view.h"
+#include "runs.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -522,6 +524,64 @@ static void gml_f32_view_back__ref(const gml_compute_params *p, gml_tensor *dst)
     }
 }
 
+/* Does each place of out get at most one element of dy? The strides of
+ * dy's dims (of more than one element), in ascending order, each at least
+ * the extent of the ones below it. */
+static bool view_back_disjoint(const gml_tensor *dy, const int64_t st[GML_MAX_DIMS]) {
+    int64_t s[GML_MAX_DIMS], n[GML_MAX_DIMS];
+    int m = 0;
+    for (int d = 0; d < GML_MAX_DIMS; d++) {
+        if (dy->ne[d] == 1) continue;
+        int k = m++;
+        for (; k > 0 && s[k - 1] > st[d]; k--) {
+            s[k] = s[k - 1];
+            n[k] = n[k - 1];
+        }
+        s[k] = st[d];
+        n[k] = dy->ne[d];
+    }
+    int64_t extent = 1;
+    for (int k = 0; k < m; k++) {
+        if (s[k] < extent) return false;
+        extent += (n[k] - 1) * s[k];
+    }
+    return true;
+}
+
+/* The fast kernel, where each place gets at most one element of dy and
+ * dy's rows land contiguous (its last stride 1, its rows dense): each
+ * thread zeroes its share of out and fills the parts of dy's rows that
+ * land in it with dy + 0 (the vaddc micro-kernel; the reference's 0 + dy,
+ * a -0 made +0), so each element is the reference's; else the reference. */
+static void gml_f32_view_back(const gml_compute_params *p, gml_tensor *dst) {
+    const gml_tensor *dy = dst->src[0];
+    const view_back_params vp = view_back_of(dst);
+    int64_t st[GML_MAX_DIMS] = {0, 0, 0, 0};
+    for (int d = 0; d < dy->n_dims; d++) st[GML_MAX_DIMS - dy->n_dims + d] = vp.strides[d];
+    const int64_t n3 = dy->ne[3];
+    if (!view_back_disjoint(dy, st) || (n3 > 1 && (st[3] != 1 || dy->nb[3] != sizeof(float)))) {
+        gml_kernel_note(p, "reference (places shared, or dy's rows not contiguous in both)");
+        gml_f32_view_back__ref(p, dst);
+        return;
+    }
+    gml_f32_vbinary_ukernel *const fn = GML_PICK_UKERNEL(p->isa, GML_F32_VADDC_UKERNELS, gml_f32_vbinary_ukernel);
+    gml_kernel_note(p, GML_PICK_UKERNEL_NAME(p->isa, GML_F32_VADDC_UKERNELS));
+    int64_t e0, e1;
+    gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e0, &e1);
+    float *out = dst->data;
+    if (e1 > e0) memset(out + e0, 0, (size_t)(e1 - e0) * sizeof(float));
+    const float zero = 0.0f;
+    for (int64_t r = 0; r < gml_nrows(dy) && e1 > e0; r++) {
+        int64_t i0, i1, i2;
+        gml_row_index(dy, r, &i0, &i1, &i2);
+        const int64_t base = vp.offset + i0 * st[0] + i1 * st[1] + i2 * st[2];
+        const int64_t lo = GML_MAX(base, e0), hi = GML_MIN(base + n3, e1);
+        if (lo < hi)
+            fn((size_t)(hi - lo), (const float *)(const void *)gml_ptr(dy, i0, i1, i2, lo - base), &zero,
+               out + lo);
+    }
+}
+
 /* dy [...] f32 -> out [ne...] f32: the gradient of a view, scattered back
  * (out.flat[offset + sum_k i_k strides_k] += dy[i]); every position within
  * out. */
@@ -571,7 +631,7 @@ static void view_back_args(const gml_tensor *t, gml_arg *v) {
 static double view_back_flops(const gml_tensor *dst) { return (double)gml_nelements(dst->src[0]); }
 
 const gml_op_def gml_opdef_view_back = {
-    .forward = gml_f32_view_back__ref,
+    .forward = gml_f32_view_back,
     .reference = gml_f32_view_back__ref,
     .flops = view_back_flops,
     .flags = GML_OPF_MOVES_VALUES,

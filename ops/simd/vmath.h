@@ -1,7 +1,8 @@
 /* Vector math over the SIMD layer, written once for every ISA: exp (the
- * algorithm and constants of ops/vexp.h) and the unary functions of
- * ops/vunary.h (tanh, sigmoid, silu, gelu_tanh, gelu). The same operations
- * in the same order on every ISA: bitwise equal results. */
+ * algorithm and constants of ops/vexp.h), the unary functions of
+ * ops/vunary.h (tanh, sigmoid, silu, gelu_tanh, gelu) and their derivatives
+ * in double lanes (unary_back). The same operations in the same order on
+ * every ISA: bitwise equal results. */
 #ifndef GGMLITE_SIMD_VMATH_H
 #define GGMLITE_SIMD_VMATH_H
 
@@ -112,7 +113,9 @@ static inline gml_vf gml_vtanh(gml_vf x) {
 }
 
 /* ---- gelu: 0.5 x erfc(-x / sqrt 2), per lane in double (ops/vunary.h) ---- */
-static inline gml_vd gml_vgelu_d(gml_vd x) {
+
+/* erfc(-x / sqrt 2) (= 2 Phi(x)) in double lanes */
+static inline gml_vd gml_verfc_neg_d(gml_vd x) {
     const gml_vd a0 = gml_vd_mul(gml_vd_abs(x), gml_vd_set1(GML_VGELU_RSQRT2));
     const gml_vd a = gml_vd_min(gml_vd_set1(GML_VGELU_AMAX), a0); /* min: a NaN a0 stays */
     const gml_vd t = gml_vd_div(gml_vd_set1(GML_VGELU_K), gml_vd_add(gml_vd_set1(GML_VGELU_K), a));
@@ -140,11 +143,76 @@ static inline gml_vd gml_vgelu_d(gml_vd x) {
     e = gml_vd_select(gml_vd_gt(a, gml_vd_set1(GML_VGELU_TINY)), e,
                       gml_vd_fnma(a, gml_vd_set1(GML_VGELU_2RSQRTPI), gml_vd_set1(1.0)));
     /* x > 0: erfc(-a) = 2 - erfc(a) */
-    const gml_vd f = gml_vd_select(gml_vd_gt(x, gml_vd_zero()), gml_vd_sub(gml_vd_set1(2.0), e), e);
-    return gml_vd_mul(gml_vd_mul(x, gml_vd_set1(0.5)), f);
+    return gml_vd_select(gml_vd_gt(x, gml_vd_zero()), gml_vd_sub(gml_vd_set1(2.0), e), e);
+}
+static inline gml_vd gml_vgelu_d(gml_vd x) {
+    return gml_vd_mul(gml_vd_mul(x, gml_vd_set1(0.5)), gml_verfc_neg_d(x));
 }
 static inline gml_vf gml_vgelu(gml_vf x) {
     return gml_vf_from_vd(gml_vgelu_d(gml_vd_lo(x)), gml_vgelu_d(gml_vd_hi(x)));
+}
+
+/* ---- derivatives, for unary_back: f'(x) per lane in double ---------------
+ * Each from e = exp(-|s|) (s = 2x for tanh, x for sigmoid and silu, 2u for
+ * gelu_tanh) as sums of positive terms, so that only a root of f' cancels:
+ *     tanh'    = 4 e / (1 + e)^2
+ *     sigmoid' = e / (1 + e)^2                       (= s (1 - s))
+ *     silu'    = s + x e / (1 + e)^2,  s = sigmoid(x)
+ *     gelu_tanh' = s + x (C1 + 3 C3 x^2) e / (1 + e)^2,  s = sigmoid(2u)
+ *     gelu'    = 0.5 erfc(-x / sqrt 2) + x exp(-x^2 / 2) / sqrt(2 pi)
+ * s = 1 / (1 + e) where its argument is > 0, e / (1 + e) elsewhere. */
+
+/* exp(-a) for a >= 0 (NaN: NaN), +0 where a > GML_VDEXP_MAX: n = round(-a
+ * log2 e), r = -a - n ln2 (two steps), the degree-12 Taylor polynomial of
+ * gml_verfc_neg_d's exp (|r| <= 0.347: relative error 2e-16), times 2^n
+ * (n >= -1021: a normal power of two). */
+#define GML_VDEXP_MAX 708.0 /* exp(-708) = 3.3e-308, still normal */
+static inline gml_vd gml_vd_expneg(gml_vd a) {
+    const gml_vd h = gml_vd_min(gml_vd_set1(GML_VDEXP_MAX), a); /* min: a NaN a stays */
+    const gml_vd n = gml_vd_round(gml_vd_mul(h, gml_vd_set1(-GML_VGELU_LOG2E)));
+    gml_vd r = gml_vd_fnma(n, gml_vd_set1(GML_VGELU_LN2_HI), gml_vd_sub(gml_vd_zero(), h));
+    r = gml_vd_fnma(n, gml_vd_set1(GML_VGELU_LN2_LO), r);
+    static const double E[] = {GML_VGELU_E11, GML_VGELU_E10, GML_VGELU_E9, GML_VGELU_E8,
+                               GML_VGELU_E7,  GML_VGELU_E6,  GML_VGELU_E5, GML_VGELU_E4,
+                               GML_VGELU_E3,  GML_VGELU_E2,  1.0,          1.0};
+    gml_vd p = gml_vd_set1(GML_VGELU_E12);
+    for (int i = 0; i < 12; i++) p = gml_vd_fma(p, r, gml_vd_set1(E[i]));
+    return gml_vd_zero_unless(gml_vdm_not(gml_vd_gt(a, gml_vd_set1(GML_VDEXP_MAX))),
+                              gml_vd_ldexp(p, n));
+}
+
+/* e / (1 + e)^2 */
+static inline gml_vd gml_vd_sig_d1(gml_vd e, gml_vd i) { return gml_vd_mul(gml_vd_mul(e, i), i); }
+
+static inline gml_vd gml_vtanh_d1(gml_vd x) {
+    const gml_vd a = gml_vd_abs(x);
+    const gml_vd e = gml_vd_expneg(gml_vd_add(a, a));
+    const gml_vd i = gml_vd_div(gml_vd_set1(1.0), gml_vd_add(gml_vd_set1(1.0), e));
+    return gml_vd_mul(gml_vd_set1(4.0), gml_vd_sig_d1(e, i));
+}
+static inline gml_vd gml_vsigmoid_d1(gml_vd x) {
+    const gml_vd e = gml_vd_expneg(gml_vd_abs(x));
+    const gml_vd i = gml_vd_div(gml_vd_set1(1.0), gml_vd_add(gml_vd_set1(1.0), e));
+    return gml_vd_sig_d1(e, i);
+}
+/* s + m e / (1 + e)^2, s = sigmoid(z), e = exp(-|z|) */
+static inline gml_vd gml_vsig_plus_d1(gml_vd z, gml_vd m) {
+    const gml_vd e = gml_vd_expneg(gml_vd_abs(z));
+    const gml_vd i = gml_vd_div(gml_vd_set1(1.0), gml_vd_add(gml_vd_set1(1.0), e));
+    const gml_vd s = gml_vd_select(gml_vd_gt(z, gml_vd_zero()), i, gml_vd_mul(e, i));
+    return gml_vd_fma(m, gml_vd_sig_d1(e, i), s);
+}
+static inline gml_vd gml_vsilu_d1(gml_vd x) { return gml_vsig_plus_d1(x, x); }
+static inline gml_vd gml_vgelu_tanh_d1(gml_vd x) {
+    const gml_vd q = gml_vd_fma(gml_vd_set1(3.0 * GML_VGELU_C3), gml_vd_mul(x, x),
+                                gml_vd_set1(GML_VGELU_C1));
+    return gml_vsig_plus_d1(gml_vgelu_2u(x), gml_vd_mul(x, q));
+}
+#define GML_VGELU_RSQRT2PI 0x1.9884533d43651p-2 /* 1 / sqrt(2 pi) */
+static inline gml_vd gml_vgelu_d1(gml_vd x) {
+    const gml_vd h = gml_vd_mul(gml_vd_mul(x, x), gml_vd_set1(0.5)); /* exact: x is a float */
+    const gml_vd phi = gml_vd_mul(gml_vd_expneg(h), gml_vd_set1(GML_VGELU_RSQRT2PI));
+    return gml_vd_fma(x, phi, gml_vd_mul(gml_vd_set1(0.5), gml_verfc_neg_d(x)));
 }
 
 #endif /* GGMLITE_SIMD_VMATH_H */
