@@ -14,16 +14,24 @@
  *         for ir in mc, step MR
  *           ukernel(A panel ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
+ * except a tile whose A fits the L2 block (its rows times all of K at most
+ * MC x KC pairs: few rows), which sweeps each B panel over all of K in
+ * turn (for jr, for pc, for ir): its B panels lie side by side, so B
+ * streams from memory once, in order, at the pace of the micro-kernel,
+ * while A stays in L2. Each C element sums its K blocks in order either
+ * way: the same bits.
+ *
  * A B of a bf16 weight (B = W^T, W [N, K] bf16 with K even and its rows
  * 4-byte aligned) is its own pairs along its rows, so with few rows
  * (M <= 64) the product runs as C^T = W A^T (run_swapped), W read in place
  * as the micro-kernel's A operand and only A^T packed. A constant B of a
  * graph (a weight: compute.c's const_srcs) is packed whole once instead,
- * into memory the graph keeps (gml_bf16_gemm_kept), except such a bf16
- * weight against 5 to 64 rows (gml_bf16_gemm_packs); only A is packed per
- * product then, never swapped, and a packed A of 1 to 4 rows (decoding)
- * computes only those rows of the micro-kernel's tile. Any other B is
- * converted at each product, K N conversions against M N K multiply-adds. */
+ * into memory the graph keeps (gml_bf16_gemm_kept); only A is packed per
+ * product then, never swapped: few rows sweep the kept panels as above,
+ * at every row of the micro-kernel's tile (the swapped tile spends its 32
+ * columns on the rows: 20 rows use 20 of 32, and 14 rows of W in place
+ * are 14 streams from memory). Any other B is converted at each product,
+ * K N conversions against M N K multiply-adds. */
 #include "gemm_bf16.h"
 #include "ukernels.h"
 
@@ -119,11 +127,6 @@ static void to_bf16(gml_isa isa, gml_type t, const char *src, int64_t stride, in
 enum {
     MAX_KC = 512,    /* the largest K block, in pairs */
     SWAP_MAX_M = 64, /* swapped up to this many rows */
-    /* a bf16 weight that runs swapped is kept packed only up to this many
-     * rows: the swapped tile spends 32 columns on them (one row: 1 of 32);
-     * from 5 rows on it reads the weight in place as fast as the packed
-     * one streams (nothing to pack: it is its own pairs) */
-    BF16_PACK_SWAPPED_MAX_M = 4,
 };
 
 typedef struct bf16_pack {
@@ -380,6 +383,20 @@ static void run_swapped(const gml_compute_params *p, const gml_gemm_desc *d, con
     }
 }
 
+/* The micro-kernel down rows [i0, i1) of C in MR-row steps, against the
+ * micro-panel of B at columns jr .. jr + n - 1 and pairs pc .. pc + kb - 1
+ * (packed a and b of kp pairs). */
+static void down_rows(const gml_bf16_gemm_variant *v, int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
+                      size_t ldc, int64_t i0, int64_t i1, int64_t jr, int n, int64_t pc, int64_t kb) {
+    const int mr = v->mr, nr = v->nr;
+    const uint32_t *bp = b + (size_t)(jr / nr * nr * kp + pc * nr);
+    for (int64_t ir = i0; ir < i1; ir += mr) {
+        const int m = (int)GML_MIN((int64_t)mr, i1 - ir);
+        const uint32_t *ap = a + (size_t)(ir / mr * mr * kp + pc * mr);
+        v->fn((size_t)kb, ap, 0, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
+    }
+}
+
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
     size_t most = 0;
     for (int i = 0; i < gml_bf16_gemm_n_variants; i++)
@@ -390,8 +407,6 @@ size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth) {
         }
     return most;
 }
-
-bool gml_bf16_gemm_packs(const gml_gemm_desc *d) { return !swapped(d) || d->M <= BF16_PACK_SWAPPED_MAX_M; }
 
 size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v) {
     const bf16_pack k = pack_of(d, v->mr, v->nr, 1, false);
@@ -415,7 +430,7 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
                              (uint64_t)d->b_bs[0], (uint64_t)d->b_bs[1],
                              (uint64_t)(uintptr_t)v ^ (uint64_t)d->b_type << 56};
     uint32_t *whole =
-        kept && kept->data && gml_bf16_gemm_packs(d) && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
+        kept && kept->data && kept->size >= gml_bf16_gemm_packed_size(d, v) ? kept->data : NULL;
     const bool repack = whole && !(kept->valid && memcmp(kept->key, key, sizeof key) == 0);
     const bf16_pack k = pack_of(d, mr, nr, p->nth, !whole && swapped(d));
     assert(k.a_bytes + k.b_bytes + k.tmp_bytes <= p->wsize);
@@ -456,20 +471,20 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
         const uint32_t *a = apk + (size_t)(k.a_batches > 1 ? bi : 0) * k.a_pairs;
         const uint32_t *b = bpk + (size_t)(k.b_batches > 1 ? bi : 0) * k.b_pairs;
         float *c = (float *)(void *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1]);
+        if ((m1 - m0) * k.kp <= mc * kc) { /* few rows: each B panel swept over all of K */
+            for (int64_t jr = n0; jr < n1; jr += nr)
+                for (int64_t pc = 0; pc < k.kp || (pc == 0 && k.kp == 0); pc += kc)
+                    down_rows(v, k.kp, a, b, c, ldc, m0, m1, jr, (int)GML_MIN((int64_t)nr, n1 - jr), pc,
+                              GML_MIN(kc, k.kp - pc));
+            continue;
+        }
         /* K = 0: one empty block, so that C is written (zeros) */
         for (int64_t pc = 0; pc < k.kp || (pc == 0 && k.kp == 0); pc += kc) {
             const int64_t kb = GML_MIN(kc, k.kp - pc);
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 const int64_t ie = GML_MIN(ic + mc, m1);
-                for (int64_t jr = n0; jr < n1; jr += nr) {
-                    const int n = (int)GML_MIN((int64_t)nr, n1 - jr);
-                    const uint32_t *bp = b + (size_t)(jr / nr * nr * k.kp + pc * nr);
-                    for (int64_t ir = ic; ir < ie; ir += mr) {
-                        const int m = (int)GML_MIN((int64_t)mr, ie - ir);
-                        const uint32_t *ap = a + (size_t)(ir / mr * mr * k.kp + pc * mr);
-                        v->fn((size_t)kb, ap, 0, bp, c + ir * (int64_t)ldc + jr, ldc, m, n, pc > 0);
-                    }
-                }
+                for (int64_t jr = n0; jr < n1; jr += nr)
+                    down_rows(v, k.kp, a, b, c, ldc, ic, ie, jr, (int)GML_MIN((int64_t)nr, n1 - jr), pc, kb);
             }
         }
     }

@@ -89,10 +89,6 @@ const gml_bf16_gemm_variant *gml_bf16_gemm_pick(gml_isa isa);
  * meet at a barrier, then take tiles of C with gml_chunk_next. */
 size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth);
 void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);
-/* Whether a constant B of d is kept packed (else the product runs as
- * without kept): not a bf16 weight that runs swapped against 5 to 64 rows
- * (gemm_bf16.c). */
-bool gml_bf16_gemm_packs(const gml_gemm_desc *d);
 /* How the bf16 GEMMs split C among nth threads: tiles of *tm rows and *tn
  * columns (multiples of mr and nr), about 3 per thread and none under
  * min_flops, the larger side split first. */
@@ -103,8 +99,7 @@ void gml_bf16_gemm_tiles(const gml_gemm_desc *d, int mr, int nr, int nth, double
 size_t gml_bf16_gemm_packed_size(const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);
 /* gml_bf16_gemm with B's panels in kept (gml_bf16_gemm_packed_size bytes,
  * packed there beside A when kept does not hold this B for v yet), never
- * swapped: the same bits. kept NULL or gml_bf16_gemm_packs false:
- * gml_bf16_gemm. */
+ * swapped: the same bits. kept NULL: gml_bf16_gemm. */
 void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v,
                         gml_kept *kept);
 

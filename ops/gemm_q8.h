@@ -71,10 +71,13 @@ typedef void (*gml_q8_quantize_fn)(size_t nblk, const float *x, uint8_t *aq, flo
  * ad + i * ldd) with a panel of nr rows of W, over nblk blocks, as defined
  * above, each element's chain of fmas starting from +0, or from C's value
  * when acc (so that K may be taken in steps: the chain is unchanged); C
- * outside the tile is left alone. */
+ * outside the tile is left alone. ahead (or NULL): memory laid out as the
+ * panel, whose block b the vector kernels fetch into L1 (a prefetch, which
+ * never faults) while they compute block b: the panel's blocks further on,
+ * when the tile is the first to read them from memory. */
 typedef void (*gml_q8_gemm_ukernel_fn)(size_t nblk, const uint8_t *aq, size_t lda,
                                        const float *ad, size_t ldd, int m, const void *panel,
-                                       int n, float *c, size_t ldc, bool acc);
+                                       int n, float *c, size_t ldc, bool acc, const void *ahead);
 
 /* A variant's packing: gml_q8_pack_panel for its NR, written over the SIMD
  * layer (rows past n may hold anything: their lanes are never stored). */
@@ -82,7 +85,7 @@ typedef void (*gml_q8_pack_fn)(const char *w, size_t ldw, int n, size_t nblk, vo
 
 #define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr)                                         \
     void fn(size_t nblk, const uint8_t *aq, size_t lda, const float *ad, size_t ldd, int m, \
-            const void *panel, int n, float *c, size_t ldc, bool acc);                       \
+            const void *panel, int n, float *c, size_t ldc, bool acc, const void *ahead);    \
     void pack(const char *w, size_t ldw, int n, size_t nblk, void *panel);
 #define GML_Q8_QUANTIZE(isa, fn) void fn(size_t nblk, const float *x, uint8_t *aq, float *ad);
 #include "gemm_q8.inc"

@@ -54,10 +54,13 @@
  * each row of W: the +128 on A), take the 8 groups of 4 k, then
  * c = fma((float)s, da * dw, c) per lane. */
 static GML_SIMD_INLINE void q8_tile(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
-                                    size_t ldd, const char *panel, gml_vf acc[MR][NV],
-                                    const int M) {
+                                    size_t ldd, const char *panel, const char *ahead,
+                                    gml_vf acc[MR][NV], const int M) {
     for (size_t b = 0; b < nblk; b++) {
         const char *blk = panel + b * GML_Q8_PANEL_BLOCK(NR);
+        if (ahead)
+            for (size_t l = 0; l < GML_Q8_PANEL_BLOCK(NR); l += 64)
+                __builtin_prefetch((const void *)(ahead + b * GML_Q8_PANEL_BLOCK(NR) + l), 0, 3);
         const int32_t *corr = (const int32_t *)(const void *)blk;
         const float *dw = (const float *)(const void *)(blk + 4 * NR);
         const char *q = blk + 8 * NR;
@@ -94,7 +97,7 @@ static GML_SIMD_INLINE void q8_tile(size_t nblk, const uint8_t *aq, size_t lda, 
 
 void Q8_NAME(q8_gemm, Q8_TAG, TILE)(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
                                     size_t ldd, int m, const void *panel, int n, float *c,
-                                    size_t ldc, bool acc_c) {
+                                    size_t ldc, bool acc_c, const void *ahead) {
     gml_vf acc[MR][NV];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < NV; v++) {
@@ -103,12 +106,12 @@ void Q8_NAME(q8_gemm, Q8_TAG, TILE)(size_t nblk, const uint8_t *aq, size_t lda, 
                         : nv >= GML_VL ? gml_vf_load(c + i * ldc + v * GML_VL)
                                        : gml_vf_load_m(c + i * ldc + v * GML_VL, gml_vm_first_i(nv));
         }
-    const char *pp = panel;
+    const char *pp = panel, *pa = ahead;
     switch (m) {
-    case 1: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 1); break;
-    case 2: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 2); break;
-    case 3: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 3); break;
-    default: q8_tile(nblk, aq, lda, ad, ldd, pp, acc, 4); break;
+    case 1: q8_tile(nblk, aq, lda, ad, ldd, pp, pa, acc, 1); break;
+    case 2: q8_tile(nblk, aq, lda, ad, ldd, pp, pa, acc, 2); break;
+    case 3: q8_tile(nblk, aq, lda, ad, ldd, pp, pa, acc, 3); break;
+    default: q8_tile(nblk, aq, lda, ad, ldd, pp, pa, acc, 4); break;
     }
     for (int i = 0; i < m; i++)
         for (int v = 0; v < NV; v++) {

@@ -188,7 +188,7 @@ size_t gml_bf16_matmul_kept_size(const gml_tensor *dst, gml_isa isa) {
     const gml_bf16_gemm_variant *v = gml_bf16_gemm_pick(isa);
     if (!v) return copies_of(dst, NULL).b_bytes;
     const gml_gemm_desc d = gml_matmul_desc(dst, dst->src[0], dst->src[1], isa);
-    return gml_bf16_gemm_packs(&d) ? gml_bf16_gemm_packed_size(&d, v) : 0;
+    return gml_bf16_gemm_packed_size(&d, v);
 }
 
 /* Either order's scratch (the plan does not know which ISA will run), and

@@ -169,7 +169,9 @@ static void test_ukernels(void) {
                         /* own packing: C's tile taken as the start of each chain (acc) */
                         for (int i = 0; i < m && own; i++)
                             for (int j = 0; j < n; j++) c[i * ldc + (size_t)j] = (float)(i - j) * 0.25f;
-                        v->fn(nblk, aq, lda, ad, ldd, m, own ? mine : panel, n, c, ldc, own);
+                        /* own packing: something to fetch ahead too (no bit changes) */
+                        v->fn(nblk, aq, lda, ad, ldd, m, own ? mine : panel, n, c, ldc, own,
+                              own ? panel : NULL);
                         bool ok = true;
                         for (int i = 0; i < 6 && ok; i++)
                             for (size_t j = 0; j < ldc && ok; j++) {
