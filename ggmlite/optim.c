@@ -6,9 +6,12 @@
  * Threads: the parameters' elements are cut into units of UNIT elements
  * (parameter by parameter, in order); threads take fixed ranges of units.
  * The norm adds each unit's squares in double, then the units in order; the
- * update is elementwise. So nothing depends on the thread count. */
+ * update is elementwise (the micro-kernels of ops/optim.h, the variant of
+ * the ISA in effect, all giving the scalar one's bits). So nothing depends
+ * on the thread count or the ISA. */
 #include "internal.h"
 #include "threadpool.h"
+#include "../ops/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -216,53 +219,59 @@ typedef struct step_task {
     gml_tensor *const *grads;
     double *partial;  /* the norm pass: each unit's sum of squares */
     bool norm_pass;
-    float coef;       /* the clipping factor (1 without clipping) */
-    /* the update's scalars, in f32 as PyTorch's kernels take them */
-    float decay, b1, omb1, b2, omb2, neg_step, bc2_sqrt, eps;   /* AdamW */
-    float wd, mom, omdamp, neg_lr;                              /* SGD */
-    bool first;       /* SGD: the momentum buffer is the first step's d_p */
+    /* the update: the scalars in f32 as PyTorch's kernels take them, and
+     * the micro-kernel variant of the ISA in effect (ops/optim.h) */
+    gml_adamw_scalars adamw;
+    gml_sgd_scalars sgd;
+    gml_f32_adamw_ukernel *adamw_fn;
+    gml_f32_sgd_ukernel *sgd_fn;
 } step_task;
 
-/* Elements [f0, f1) of parameter i. */
+/* Elements in a gathered run of a strided parameter or gradient. */
+#define GATHER 256
+
+/* Elements [f0, f1) of parameter i: one micro-kernel call on a contiguous
+ * parameter and gradient; else runs of GATHER elements gathered, updated
+ * and the parameter scattered back (the same bits: the update is
+ * elementwise). */
 static void update_range(const step_task *s, int i, int64_t f0, int64_t f1) {
     const gml_optim *o = s->o;
     const gml_tensor *pt = o->params[i], *gt = s->grads[i];
-    const bool pc = gml_is_contiguous(pt), gc = gml_is_contiguous(gt);
-    float *pd = pt->data;
-    const float *gd = gt->data;
+    const bool adamw = o->p.kind == GML_OPTIM_ADAMW;
     float *m = o->m[i], *v = o->v[i];
-    const float coef = s->coef;
-    if (o->p.kind == GML_OPTIM_ADAMW) {
-        for (int64_t f = f0; f < f1; f++) {
-            float *pp = pc ? pd + f : elem(pt, f);
-            const float g = (gc ? gd[f] : *elem(gt, f)) * coef;
-            float p = *pp * s->decay;                    /* param.mul_(1 - lr * wd) */
-            float mf = m[f] * s->b1;                     /* exp_avg.mul_(beta1) */
-            mf = mf + s->omb1 * g;                       /*   .add_(grad, alpha=1 - beta1) */
-            float vf = v[f] * s->b2;                     /* exp_avg_sq.mul_(beta2) */
-            vf = vf + s->omb2 * g * g;                   /*   .addcmul_(grad, grad, value=1 - beta2) */
-            const float denom = sqrtf(vf) / s->bc2_sqrt + s->eps;
-            p = p + s->neg_step * mf / denom;            /* param.addcdiv_(exp_avg, denom, value=-step_size) */
-            m[f] = mf;
-            v[f] = vf;
-            *pp = p;
-        }
-    } else {
-        for (int64_t f = f0; f < f1; f++) {
-            float *pp = pc ? pd + f : elem(pt, f);
-            float d = (gc ? gd[f] : *elem(gt, f)) * coef;
-            const float p = *pp;
-            if (s->wd != 0) d = d + s->wd * p;           /* d_p.add(param, alpha=wd) */
-            if (m) {
-                float b;
-                if (s->first) b = d;                     /* buf = clone(d_p) */
-                else b = m[f] * s->mom + s->omdamp * d;  /* buf.mul_(momentum).add_(d_p, alpha=1 - dampening) */
-                m[f] = b;
-                d = o->p.nesterov ? d + s->mom * b : b;  /* d_p.add(buf, alpha=momentum) or buf */
-            }
-            *pp = p + s->neg_lr * d;                     /* param.add_(d_p, alpha=-lr) */
-        }
+    if (gml_is_contiguous(pt) && gml_is_contiguous(gt)) {
+        float *pd = (float *)pt->data + f0;
+        const float *gd = (const float *)gt->data + f0;
+        if (adamw) s->adamw_fn((size_t)(f1 - f0), &s->adamw, pd, gd, m + f0, v + f0);
+        else s->sgd_fn((size_t)(f1 - f0), &s->sgd, pd, gd, m ? m + f0 : NULL);
+        return;
     }
+    float pb[GATHER], gb[GATHER];
+    for (int64_t c0 = f0; c0 < f1; c0 += GATHER) {
+        const int64_t n = GML_MIN(GATHER, f1 - c0);
+        for (int64_t k = 0; k < n; k++) {
+            pb[k] = *elem(pt, c0 + k);
+            gb[k] = *elem(gt, c0 + k);
+        }
+        if (adamw) s->adamw_fn((size_t)n, &s->adamw, pb, gb, m + c0, v + c0);
+        else s->sgd_fn((size_t)n, &s->sgd, pb, gb, m ? m + c0 : NULL);
+        for (int64_t k = 0; k < n; k++) *elem(pt, c0 + k) = pb[k];
+    }
+}
+
+/* The norm pass takes this many whole units of a contiguous gradient at
+ * once: each unit still sums its squares in its own order, in its own
+ * accumulator; the units' chains of adds interleave (one add waits for
+ * the one before only within a unit). */
+#define NORM_WAYS 8
+
+/* out[j] = the sum of x[j UNIT + f]^2 over f < UNIT in order, in double,
+ * for j < NORM_WAYS. */
+static void sumsq_units(const float *x, double *out) {
+    double acc[NORM_WAYS] = {0};
+    for (int64_t f = 0; f < UNIT; f++)
+        for (int j = 0; j < NORM_WAYS; j++) acc[j] += (double)x[j * UNIT + f] * x[j * UNIT + f];
+    for (int j = 0; j < NORM_WAYS; j++) out[j] = acc[j];
 }
 
 static void step_worker(void *arg, int ith, int nth) {
@@ -271,25 +280,33 @@ static void step_worker(void *arg, int ith, int nth) {
     int64_t u0, u1;
     gml_split(o->unit0[o->n], ith, nth, &u0, &u1);
     int i = 0;
-    for (int64_t u = u0; u < u1; u++) {
+    for (int64_t u = u0; u < u1;) {
         while (u >= o->unit0[i + 1]) i++;
         const int64_t f0 = (u - o->unit0[i]) * UNIT, f1 = GML_MIN(o->numel[i], f0 + UNIT);
-        if (s->norm_pass) {
-            const gml_tensor *gt = s->grads[i];
-            double acc = 0;
-            if (gml_is_contiguous(gt)) {
-                const float *gd = gt->data;
-                for (int64_t f = f0; f < f1; f++) acc += (double)gd[f] * gd[f];
-            } else {
-                for (int64_t f = f0; f < f1; f++) {
-                    const double g = *elem(gt, f);
-                    acc += g * g;
-                }
-            }
-            s->partial[u] = acc;
-        } else {
+        if (!s->norm_pass) {
             update_range(s, i, f0, f1);
+            u++;
+            continue;
         }
+        const gml_tensor *gt = s->grads[i];
+        if (!gml_is_contiguous(gt)) {
+            double acc = 0;
+            for (int64_t f = f0; f < f1; f++) {
+                const double g = *elem(gt, f);
+                acc += g * g;
+            }
+            s->partial[u++] = acc;
+            continue;
+        }
+        const float *gd = gt->data;
+        if (u + NORM_WAYS <= u1 && f0 + NORM_WAYS * UNIT <= o->numel[i]) {
+            sumsq_units(gd + f0, s->partial + u);
+            u += NORM_WAYS;
+            continue;
+        }
+        double acc = 0;
+        for (int64_t f = f0; f < f1; f++) acc += (double)gd[f] * gd[f];
+        s->partial[u++] = acc;
     }
 }
 
@@ -320,7 +337,7 @@ gml_status gml_optim_step(gml_optim *o, gml_tensor *const *grads, int n_threads,
     }
     const int nth = n_threads < 1 ? 1 : n_threads;
     const int64_t units = o->unit0[o->n];
-    step_task s = {.o = o, .grads = grads, .norm_pass = true, .coef = 1.0f};
+    step_task s = {.o = o, .grads = grads, .norm_pass = true};
 
     /* the global norm: each unit's squares, then the units in order */
     s.partial = malloc((size_t)(units ? units : 1) * sizeof *s.partial);
@@ -353,29 +370,40 @@ gml_status gml_optim_step(gml_optim *o, gml_tensor *const *grads, int n_threads,
     }
     /* clip_grad_norm_: coef = max_norm / (total_norm + 1e-6) (Python's
      * scalar / tensor: the f32 reciprocal times max_norm), at most 1 */
+    float coef = 1.0f;
     if (o->clip > 0) {
         const float c = 1.0f / (norm + 1e-6f) * (float)o->clip;
-        s.coef = c < 1.0f ? c : 1.0f;
+        coef = c < 1.0f ? c : 1.0f;
     }
 
     o->steps++;
     const double t = (double)o->steps;
+    const gml_isa isa = gml_get_isa();
     if (o->p.kind == GML_OPTIM_ADAMW) {
         const double bc1 = 1 - pow(o->beta1, t), bc2 = 1 - pow(o->beta2, t);
-        s.decay = (float)(1 - o->lr * o->weight_decay);
-        s.b1 = (float)o->beta1;
-        s.omb1 = (float)(1 - o->beta1);
-        s.b2 = (float)o->beta2;
-        s.omb2 = (float)(1 - o->beta2);
-        s.neg_step = (float)-(o->lr / bc1);
-        s.bc2_sqrt = (float)sqrt(bc2);
-        s.eps = (float)o->eps;
+        s.adamw = (gml_adamw_scalars){
+            .coef = coef,
+            .decay = (float)(1 - o->lr * o->weight_decay),
+            .b1 = (float)o->beta1,
+            .omb1 = (float)(1 - o->beta1),
+            .b2 = (float)o->beta2,
+            .omb2 = (float)(1 - o->beta2),
+            .neg_step = (float)-(o->lr / bc1),
+            .bc2_sqrt = (float)sqrt(bc2),
+            .eps = (float)o->eps,
+        };
+        s.adamw_fn = GML_PICK_UKERNEL(isa, GML_F32_ADAMW_UKERNELS, gml_f32_adamw_ukernel);
     } else {
-        s.wd = (float)o->weight_decay;
-        s.mom = (float)o->momentum;
-        s.omdamp = (float)(1 - o->dampening);
-        s.neg_lr = (float)-o->lr;
-        s.first = o->steps == 1;
+        s.sgd = (gml_sgd_scalars){
+            .coef = coef,
+            .wd = (float)o->weight_decay,
+            .mom = (float)o->momentum,
+            .omdamp = (float)(1 - o->dampening),
+            .neg_lr = (float)-o->lr,
+            .first = o->steps == 1,
+            .nesterov = o->p.nesterov,
+        };
+        s.sgd_fn = GML_PICK_UKERNEL(isa, GML_F32_SGD_UKERNELS, gml_f32_sgd_ukernel);
     }
     s.norm_pass = false;
     gml_parallel_run(NULL, (int)GML_MIN((int64_t)nth, GML_MAX(units, 1)), step_worker, &s);

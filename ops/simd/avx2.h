@@ -45,6 +45,7 @@ static inline gml_vf gml_vf_add(gml_vf a, gml_vf b) { return _mm256_add_ps(a, b)
 static inline gml_vf gml_vf_sub(gml_vf a, gml_vf b) { return _mm256_sub_ps(a, b); }
 static inline gml_vf gml_vf_mul(gml_vf a, gml_vf b) { return _mm256_mul_ps(a, b); }
 static inline gml_vf gml_vf_div(gml_vf a, gml_vf b) { return _mm256_div_ps(a, b); }
+static inline gml_vf gml_vf_sqrt(gml_vf a) { return _mm256_sqrt_ps(a); }
 static inline gml_vf gml_vf_fma(gml_vf a, gml_vf b, gml_vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline gml_vf gml_vf_fnma(gml_vf a, gml_vf b, gml_vf c) { return _mm256_fnmadd_ps(a, b, c); }
 static inline gml_vf gml_vf_max(gml_vf a, gml_vf b) { return _mm256_max_ps(a, b); }

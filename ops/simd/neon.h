@@ -58,6 +58,7 @@ static inline gml_vf gml_vf_add(gml_vf a, gml_vf b) { return vaddq_f32(a, b); }
 static inline gml_vf gml_vf_sub(gml_vf a, gml_vf b) { return vsubq_f32(a, b); }
 static inline gml_vf gml_vf_mul(gml_vf a, gml_vf b) { return vmulq_f32(a, b); }
 static inline gml_vf gml_vf_div(gml_vf a, gml_vf b) { return vdivq_f32(a, b); }
+static inline gml_vf gml_vf_sqrt(gml_vf a) { return vsqrtq_f32(a); }
 static inline gml_vf gml_vf_fma(gml_vf a, gml_vf b, gml_vf c) { return vfmaq_f32(c, a, b); }
 static inline gml_vf gml_vf_fnma(gml_vf a, gml_vf b, gml_vf c) { return vfmsq_f32(c, a, b); }
 static inline gml_vf gml_vf_max(gml_vf a, gml_vf b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }

@@ -36,6 +36,7 @@
  *                        gml_vdm_not, ldexp (exact powers of two only)
  *   rope: xor (bits), dup2 (lanes 0,0,1,1,..), swap2 (1,0,3,2,..), GML_SIMD_UHALF (GML_VL/2)
  *   reduce: gml_vd_store (GML_VL / 2 doubles); add_m(a, m, b): a + b in m, a elsewhere
+ *   optim: sqrt (one rounding: sqrtf's bits in every lane)
  *   softmax: gml_vd_hsum (one double from the lanes, in THIS ISA's order, as hsum)
  *   repeat: gml_vi_load; gml_vf_permute(v, idx): lane l is v's lane idx[l] (0 <= idx < GML_VL)
  *   copy: gml_vf_transpose(r[GML_VL]): r[i] lane j becomes r[j] lane i (bits kept)
