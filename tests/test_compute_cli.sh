@@ -4,7 +4,11 @@
 # attention (flash_attn in bf16); matmul stores b in
 # bf16; the results are the same at every thread count and, in the chain
 # order, on the reference, scalar and AVX2 kernels; a graph file's
-# compute=bf16 gives what the flag gives; the pairings the kernels do not
+# compute=bf16 gives what the flag gives; the weights of the blocks, the
+# layers and a graph file's params are packed for the bf16 and int8 products
+# (--json packed_bytes: at least the bytes per element the packed layouts
+# hold), also when --save-inputs and --save-graph write them as weights and
+# params in the same run; the pairings the kernels do not
 # take (int8 without q8_0 weights, bf16 with q8_0, int8 for matmul, any
 # with --decode) are usage errors saying what is supported.
 # usage: test_compute_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR
@@ -107,6 +111,48 @@ done
 expect_ok "mha --compute bf16 --save-graph (fused)" mha --seq 5 --d-model 64 --heads 4 --compute bf16 \
     --save-graph "$T/mhaf.graph"
 check "mha's graph file: its flash_attn in bf16" grep -q "flash_attn(.*compute=bf16" "$T/mhaf.graph"
+
+# ---- packed weights: a graph's bf16 and int8 products pack its weights once and
+# keep them (memory-and-threads.md): per weight element at least 1.25 bytes for
+# q8_0 panels (int8 values, f32 scale and correction per block of 32) and 2 for
+# bf16 pairs (4 in a rounded f32 copy). mha's 4 projections hold 4 D^2 elements;
+# gqa's with one kv head of d_k = D/H: 2 D^2 + 2 D d_k. 40 tokens (80 rows):
+# more rows than a bf16 weight is read in place against.
+# packed ARGS...: --json's packed_bytes (empty on failure).
+packed() {
+    if "$RG" "$@" --json >"$T/p.json" 2>"$T/p.err"; then
+        "$CHECK" json-get "$T/p.json" packed_bytes
+    else
+        echo "run-graph $* failed: $(cat "$T/p.err")" >&2
+    fi
+}
+D=64
+for c in "mha --compute bf16:$((4 * D * D * 2))" "mha --weights-dtype bf16 --compute bf16:$((4 * D * D * 2))" \
+    "mha --weights-dtype q8_0 --compute int8:$((4 * D * D * 5 / 4))" \
+    "gqa --kv-heads 1 --weights-dtype q8_0 --compute int8:$(((2 * D * D + 2 * D * D / 2) * 5 / 4))" \
+    "gqa --kv-heads 1 --compute bf16:$(((2 * D * D + 2 * D * D / 2) * 2))"; do
+    args=${c%:*} least=${c##*:}
+    p=$(packed $args --seq 40 --d-model $D --heads 2 --threads 2)
+    check "$args: packed_bytes $p >= $least" test "${p:-0}" -ge "$least"
+done
+check "mha --compute f32: nothing packed" test "$(packed mha --seq 40 --d-model $D --heads 2)" = 0
+check "llama --compute bf16: its weights packed" test "$(packed llama --seq 40 --d-model $D --heads 2)" = 0 -a \
+    "$(packed llama --seq 40 --d-model $D --heads 2 --compute bf16)" -gt 0
+# with --save-inputs and --save-graph in the same run: packed, and written as
+# weights (weights.safetensors, no weight .npy) and params
+args="mha --seq 40 --d-model $D --heads 2 --attn unfused --compute bf16"
+p=$(packed $args --save-inputs "$T/pk" --save-graph "$T/pk.graph")
+check "--save-inputs --save-graph: packed_bytes $p > 0" test "${p:-0}" -gt 0
+check "--save-inputs: the weights in weights.safetensors" test -f "$T/pk/weights.safetensors"
+check "--save-inputs: no weight as an input .npy" \
+    test "$(ls "$T/pk" | grep -c '\.npy$')" = 1 -a -f "$T/pk/x.npy"
+check "--save-graph: the weights are params" test "$(grep -c '^param ' "$T/pk.graph")" = 8
+check "--save-graph: x is the one input" test "$(grep -c '^input ' "$T/pk.graph")" = 1
+d=$(digest $args)
+# the saved graph file's params: packed too, the flag's bits
+p=$(packed "$T/pk.graph" --weights "$T/pk/weights.safetensors" --input "$T/pk/x.npy" --heads 2 --threads 3)
+check "the saved graph file on its weights: packed_bytes $p >= $((4 * D * D * 2))" test "${p:-0}" -ge $((4 * D * D * 2))
+check "the saved graph file on its weights: the flag's bits" test "$("$CHECK" json-get "$T/p.json" xxh3)" = "$d"
 
 # ---- pairings ------------------------------------------------------------------
 expect_usage "int8 needs q8_0 weights" "--compute int8 needs q8_0 weights, got f32" mha --compute int8

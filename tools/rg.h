@@ -272,9 +272,23 @@ typedef struct rg_model {
     struct rg_grads *grads; /* --grads: the gradients the graph computes besides, or NULL */
     size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */
     size_t naive_bytes; /* the same without reusing memory */
+    /* The graph's weights: its leafs flagged GML_FLAG_PARAM while it was
+     * built (the blocks' weights, a graph file's params). rg_model_build
+     * takes the flag off them, so that the computes pack them once per graph
+     * for the bf16 and int8 products (a param is never packed, compute.h);
+     * the files run-graph writes tell weights from inputs by this list. */
+    gml_tensor **weights;
+    int n_weights;
 } rg_model;
 
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e);
+/* Whether t (a leaf of m->g, the header the graph was built from) is one of
+ * m's weights. */
+bool rg_model_is_weight(const rg_model *m, const gml_tensor *t);
+/* Flags m's weights GML_FLAG_PARAM again (flagged true) or takes the flag
+ * off (false): gml_save_graph writes the flagged leafs as params. Not while
+ * m->g computes. */
+void rg_model_flag_weights(rg_model *m, bool flagged);
 /* Bytes of the data g's leafs hold themselves (not placed by a plan): inputs,
  * weights, caches; each rounded up to 64 bytes. */
 size_t rg_leaf_bytes(const gml_graph *g);

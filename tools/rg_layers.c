@@ -505,6 +505,7 @@ static bool report_json(const run *r, const gml_tensor *out, uint64_t digest, do
     char hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(r->g));
     cJSON_AddNumberToObject(j, "naive_bytes", (double)(gml_graph_plan_naive(r->g) + leaf));
+    cJSON_AddNumberToObject(j, "packed_bytes", (double)gml_graph_packed_bytes(r->g));
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(r->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
     cJSON_AddNumberToObject(j, "layers", o->layers);

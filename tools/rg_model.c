@@ -288,6 +288,32 @@ static bool place(rg_model *m, rg_err *e) {
     return true;
 }
 
+/* m->weights: the graph's leafs flagged params, then unflagged (rg.h). */
+static bool take_weights(rg_model *m, rg_err *e) {
+    const int n_leafs = gml_graph_n_leafs(m->g);
+    m->weights = malloc((size_t)n_leafs * sizeof *m->weights + 1);
+    if (!m->weights) return rg_fail(e, RG_RUNTIME, "out of memory");
+    for (int i = 0; i < n_leafs; i++) {
+        gml_tensor *t = gml_graph_leaf(m->g, i);
+        if (t->flags & GML_FLAG_PARAM) m->weights[m->n_weights++] = t;
+    }
+    rg_model_flag_weights(m, false);
+    return true;
+}
+
+bool rg_model_is_weight(const rg_model *m, const gml_tensor *t) {
+    for (int i = 0; i < m->n_weights; i++)
+        if (m->weights[i] == t) return true;
+    return false;
+}
+
+void rg_model_flag_weights(rg_model *m, bool flagged) {
+    for (int i = 0; i < m->n_weights; i++) {
+        if (flagged) gml_set_flags(m->weights[i], GML_FLAG_PARAM);
+        else m->weights[i]->flags &= ~GML_FLAG_PARAM;
+    }
+}
+
 bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     *m = (rg_model){0};
     if (o->grads && !(m->grads = calloc(1, sizeof *m->grads))) return rg_fail(e, RG_RUNTIME, "out of memory");
@@ -326,6 +352,7 @@ bool rg_model_build(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     if (!m->g) return rg_fail(e, RG_RUNTIME, "%s", gml_last_error(m->ctx));
     if (!place(m, e) || (o->kind == RG_GRAPH && !fill_made_leafs(o, d, m, e))) return false;
     if (o->kind != RG_MATMUL && !rg_check_unused_weights(o, d, m->g, NULL, e)) return false;
+    if (!take_weights(m, e)) return false;
     /* The results are planned: read them through the graph's copies, whose
      * data is where the graph computes them. */
     m->out = gml_graph_tensor(m->g, m->out);
@@ -338,5 +365,6 @@ void rg_model_free(rg_model *m) {
     if (m->ctx) gml_free(m->ctx);
     rg_grads_free(m->grads);
     free(m->grads);
+    free(m->weights);
     *m = (rg_model){0};
 }

@@ -306,7 +306,7 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
     for (int i = 0; i < n_leafs && ok; i++) {
         /* the graph's copy: a leaf the graph file made is planned, its data the graph's */
         const gml_tensor *t = gml_graph_tensor(m->g, gml_graph_leaf(m->g, i));
-        if (t->flags & GML_FLAG_PARAM) {
+        if (rg_model_is_weight(m, gml_graph_leaf(m->g, i))) {
             params[n_params++] = t;
             continue;
         }
@@ -361,8 +361,10 @@ bool rg_write_outputs(const rg_opts *o, rg_data *d, rg_model *m, rg_err *e) {
     }
     if (ok && o->save_graph) {
         const char *tmp = stage(&s, o->save_graph, e);
+        rg_model_flag_weights(m, true); /* written as params */
         ok = tmp && (gml_save_graph(tmp, m->g, m->outs, m->n_outs, err, sizeof err) == GML_OK ||
                      library_failed(&s, err, e));
+        rg_model_flag_weights(m, false);
     }
     if (ok && o->save_inputs) ok = save_inputs(o, d, m, &s, e);
     if (ok && o->grads && m->grads) ok = rg_grads_save(&s, o->grads, m->g, m->grads, e);

@@ -83,6 +83,7 @@ static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, c
     char hex[17];
     if (m->attn) cJSON_AddItemToObject(j, "attn_shape", rg_json_shape(m->attn));
     cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
+    cJSON_AddNumberToObject(j, "packed_bytes", (double)gml_graph_packed_bytes(m->g));
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
