@@ -149,6 +149,8 @@ check "--save-inputs: no weight as an input .npy" \
 check "--save-graph: the weights are params" test "$(grep -c '^param ' "$T/pk.graph")" = 8
 check "--save-graph: x is the one input" test "$(grep -c '^input ' "$T/pk.graph")" = 1
 d=$(digest $args)
+check "--save-inputs: DIR/args (with --compute) replays the run's digest" \
+    test "$(cd "$T/pk" && digest $(cat args))" = "$d"
 # the saved graph file's params: packed too, the flag's bits
 p=$(packed "$T/pk.graph" --weights "$T/pk/weights.safetensors" --input "$T/pk/x.npy" --heads 2 --threads 3)
 check "the saved graph file on its weights: packed_bytes $p >= $((4 * D * D * 2))" test "${p:-0}" -ge $((4 * D * D * 2))

@@ -303,6 +303,8 @@ static bool save_inputs(const rg_opts *o, rg_data *d, rg_model *m, rg_stage *s, 
     k += (size_t)snprintf(args + k, sizeof args - k, "%s", rg_attn_options(o, true, opts, sizeof opts));
     for (int i = 0; i < o->n_valid_lens; i++)
         k += (size_t)snprintf(args + k, sizeof args - k, "%s%d", i ? "," : " --valid-lens ", (int)o->valid_lens[i]);
+    if (o->compute != GML_COMPUTE_F32) /* the products' precision: other bits */
+        k += (size_t)snprintf(args + k, sizeof args - k, " --compute %s", gml_compute_name(o->compute));
     for (int i = 0; i < n_leafs && ok; i++) {
         /* the graph's copy: a leaf the graph file made is planned, its data the graph's */
         const gml_tensor *t = gml_graph_tensor(m->g, gml_graph_leaf(m->g, i));
