@@ -62,8 +62,13 @@ static const gml_amx_bf16_kernel AMX_KERNEL = {
 };
 #endif
 
+static const gml_amx_bf16_kernel *test_kernel; /* gml_amx_bf16_set_kernel */
+
+void gml_amx_bf16_set_kernel(const gml_amx_bf16_kernel *k) { test_kernel = k; }
+
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
     if (isa != GML_ISA_AVX512 || !opted_in()) return NULL;
+    if (test_kernel) return test_kernel;
 #ifdef GML_HAVE_AMX
     if (!gml_cpu_has_feature(GML_CPU_AMX_BF16)) {
         say_once("this CPU (or its OS) has no AMX-BF16", 0);

@@ -80,6 +80,11 @@ GML_AMX_BF16_DECLARE(amxemul)
  * (gml_cpu_amx_permit); GGMLITE_AMX=1 without one of the last three says
  * once on stderr why AMX does not run. */
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa);
+/* For tests: with GGMLITE_AMX=1 and isa AVX-512, gml_amx_bf16_pick hands
+ * out k (the kernel compiled against the tile emulation, tests/amx_emul.h)
+ * in place of the CPU's and without asking the CPU; NULL: the CPU's again.
+ * Not while a product runs. */
+void gml_amx_bf16_set_kernel(const gml_amx_bf16_kernel *k);
 
 /* Scratch bytes of the product d for nth threads: A packed, B packed
  * (unless kept), a row of K bf16 and a 32 x 32 edge tile per thread. */
