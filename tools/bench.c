@@ -1381,12 +1381,12 @@ static gml_graph *int8_linear_graph(gml_context **ctx, int64_t M, int64_t N, int
 
 /* The case's fused graph with weights of type wt (f32, q8_0), matmuls in c
  * where they take it (the context's default), planned and filled. */
-static gml_graph *int8_attn_graph(gml_context **ctx, const attn_case *c, gml_type wt,
-                                  gml_compute comp) {
+static gml_graph *prefill_graph(gml_context **ctx, const attn_case *c, gml_type wt,
+                              gml_compute comp) {
     const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
     *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
     if (!*ctx || gml_set_default_compute(*ctx, comp) != GML_OK) {
-        fprintf(stderr, "bench: int8: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
+        fprintf(stderr, "bench: prefill: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
         exit(1);
     }
     const gml_attn_weights w = {
@@ -1401,7 +1401,7 @@ static gml_graph *int8_attn_graph(gml_context **ctx, const attn_case *c, gml_typ
     gml_attn_result r = c->G == c->H ? gml_mha(*ctx, cfg, &w, in) : gml_gqa(*ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(*ctx, &r.out, 1) : NULL;
     if (!g || gml_graph_plan(g, NULL) != GML_OK) {
-        fprintf(stderr, "bench: int8 %s: %s\n", c->id, g ? gml_graph_error(g) : gml_last_error(*ctx));
+        fprintf(stderr, "bench: prefill %s: %s\n", c->id, g ? gml_graph_error(g) : gml_last_error(*ctx));
         exit(1);
     }
     for (int l = 0; l < gml_graph_n_leafs(g); l++) {
@@ -1478,9 +1478,9 @@ static void bench_int8(const opts *o) {
         char name[64];
         case_name(c, name, sizeof name);
         gml_context *ctx[3];
-        gml_graph *g[3] = {int8_attn_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
-                           int8_attn_graph(&ctx[1], c, GML_Q8_0, GML_COMPUTE_F32),
-                           int8_attn_graph(&ctx[2], c, GML_Q8_0, GML_COMPUTE_INT8)};
+        gml_graph *g[3] = {prefill_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[1], c, GML_Q8_0, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[2], c, GML_Q8_0, GML_COMPUTE_INT8)};
         const double flop = gml_graph_flops(g[2]);
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
