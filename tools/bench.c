@@ -1,7 +1,8 @@
 /* ggmlite benchmark: one table of medians, each ggmlite row beside a
  * reference measured in the same run (OpenBLAS's cblas_sgemm when the build
  * found it) and as a share of the machine's own limits, measured first
- * (bench_limits.c: the FMA peak at the ISA, the read bandwidth). A tool,
+ * (bench_limits.c: the FMA, VDPBF16PS, VPDPBUSD and, on an AMX CPU, the
+ * AMX-BF16 and AMX-INT8 peaks at the ISA, the read bandwidth). A tool,
  * not a test: timings on a shared machine are noisy, so every number is
  * the median of --runs runs after warm-up.
  *
@@ -19,8 +20,9 @@
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
  * nn.Linear rows against a bf16 weight, beside f32, as shares of the
- * VDPBF16PS peak, beside PyTorch's bf16 matmul and nn.Linear where
- * /usr/bin/python3 has torch); attention forward (C1..C5, each
+ * VDPBF16PS and AMX-BF16 peaks, beside PyTorch's bf16 matmul and nn.Linear
+ * where /usr/bin/python3 has torch; C3's and C5's prefill with bf16 weights
+ * and compute, beside f32); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); fused attention's backward at C3's shapes, beside its forward
  * and PyTorch's SDPA backward (grad); decoding through the KV cache (C5's
@@ -1379,8 +1381,9 @@ static gml_graph *int8_linear_graph(gml_context **ctx, int64_t M, int64_t N, int
     return g;
 }
 
-/* The case's fused graph with weights of type wt (f32, q8_0), matmuls in c
- * where they take it (the context's default), planned and filled. */
+/* The case's fused graph with weights of type wt (f32, bf16, q8_0), matmuls
+ * (and in bf16 flash attention) in c where they take it (the context's
+ * default), planned and filled. */
 static gml_graph *prefill_graph(gml_context **ctx, const attn_case *c, gml_type wt,
                               gml_compute comp) {
     const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
@@ -1406,12 +1409,43 @@ static gml_graph *prefill_graph(gml_context **ctx, const attn_case *c, gml_type 
     }
     for (int l = 0; l < gml_graph_n_leafs(g); l++) {
         gml_tensor *t = gml_graph_leaf(g, l);
-        if (t->type == GML_Q8_0)
+        if (t->type == GML_Q8_0) {
             fill_q8_0(gml_graph_data(g, t), t->ne[2], t->ne[3], 51 + (uint32_t)l);
-        else
+        } else if (t->type == GML_BF16) {
+            const int64_t n = gml_nelements(t);
+            float *tmp = malloc((size_t)n * sizeof *tmp);
+            if (!tmp) {
+                fprintf(stderr, "bench: out of memory\n");
+                exit(1);
+            }
+            fill(tmp, n, 51 + (uint32_t)l);
+            uint16_t *dst = gml_graph_data(g, t);
+            for (int64_t i = 0; i < n; i++) dst[i] = gml_fp32_to_bf16(tmp[i]);
+            free(tmp);
+        } else {
             fill(gml_graph_data(g, t), gml_nelements(t), 51 + (uint32_t)l);
+        }
     }
     return g;
+}
+
+/* The kernels that ran g's matmul and flash_attn nodes in its last compute,
+ * each once, after "kernels: ". */
+static void print_kernels(gml_graph *g) {
+    const char *seen[16];
+    int n = 0;
+    printf("%-22s kernels:", "");
+    for (int i = 0; i < gml_graph_n_nodes(g); i++) {
+        const gml_op op = gml_graph_node(g, i)->op;
+        const char *k = gml_graph_node_kernel(g, i);
+        if ((op != GML_OP_MATMUL && op != GML_OP_FLASH_ATTN) || !k) continue;
+        bool dup = false;
+        for (int j = 0; j < n; j++) dup |= strcmp(seen[j], k) == 0;
+        if (dup || n == 16) continue;
+        seen[n++] = k;
+        printf("%s %s", n > 1 ? "," : "", k);
+    }
+    printf("\n");
 }
 
 static const char *pct_int8(char *buf, const opts *o, double gops, int nth) {
@@ -1493,6 +1527,51 @@ static void bench_int8(const opts *o) {
                    sec[1] * 1e3, sec[2] * 1e3, sec[0] / sec[2], q, pct_int8(p[0], o, q, nth),
                    pct_amx_int8(p[1], o, q, nth));
         }
+        print_kernels(g[2]);
+        fflush(stdout);
+        for (int k = 0; k < 3; k++) {
+            gml_graph_free(g[k]);
+            gml_free(ctx[k]);
+        }
+    }
+}
+
+/* ---- bf16 prefill ----------------------------------------------------------------
+ * C3's and C5's attention prefill (fused) with bf16 weights in bf16 compute
+ * (the matmuls and flash attention: run-graph --weights-dtype bf16 --compute
+ * bf16), against the same case with f32 weights and with bf16 weights in
+ * f32 compute, taking turns run by run; the issue's target on an AMX CPU:
+ * bf16 at least 4x the f32 weights' speed. */
+static void bench_bf16_prefill(const opts *o) {
+    printf("\nbf16 prefill, fused attention (ms; f32: f32 weights; bf16 w: bf16 weights in f32 "
+           "compute;\nbf16: bf16 weights in bf16 compute, matmuls and flash attention; vs f32: f32's "
+           "time over bf16's;\nGFLOP/s, %%bf16, %%AMX: the graph's FLOPs over the bf16 time, of the "
+           "VDPBF16PS and AMX-BF16 peaks)\n");
+    print_amx_state(o->lim->amx_bf16_gflops[0] > 0);
+    printf("%-22s %7s %9s %9s %9s %8s %9s %6s %6s\n", "case", "threads", "f32", "bf16 w", "bf16", "vs f32",
+           "GFLOP/s", "%bf16", "%AMX");
+    const char *ids[] = {"C3", "C5"};
+    for (int i = 0; i < 2; i++) {
+        const attn_case *c = case_of(ids[i]);
+        char name[64];
+        case_name(c, name, sizeof name);
+        gml_context *ctx[3];
+        gml_graph *g[3] = {prefill_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[1], c, GML_BF16, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[2], c, GML_BF16, GML_COMPUTE_BF16)};
+        const double flop = gml_graph_flops(g[2]);
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[3];
+            const timed t[3] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
+            measure(o, ROUNDS, t, 3, nth, o->runs, sec);
+            char p[2][16];
+            const double r = flop / sec[2] * 1e-9;
+            printf("%-22s %7d %9.3f %9.3f %9.3f %7.2fx %9.1f %6s %6s\n", name, nth, sec[0] * 1e3, sec[1] * 1e3,
+                   sec[2] * 1e3, sec[0] / sec[2], r, bench_pct(p[0], 16, r, bench_bf16_peak(o->lim, nth)),
+                   bench_pct(p[1], 16, r, bench_amx_bf16_peak(o->lim, nth)));
+        }
+        print_kernels(g[2]);
         fflush(stdout);
         for (int k = 0; k < 3; k++) {
             gml_graph_free(g[k]);
@@ -1788,6 +1867,7 @@ static const struct section {
 } SECTIONS[] = {
     {"matmul", bench_matmul, true},
     {"bf16", bench_matmul_bf16, true},
+    {"bf16", bench_bf16_prefill, true},
     {"attention", bench_attention, true},
     {"window", bench_window, false},
     {"grad", bench_grad, true},
