@@ -1710,7 +1710,7 @@ static void bench_train(const opts *o) {
         double sec;
         measure(o, WARM_SECONDS, &(timed){run_train_step, &b}, 1, nth, o->runs, &sec);
         const double gf = flops / sec / 1e9;
-        char pf[16], why[64] = "", tcol[32], ratio[16] = "-";
+        char pf[16], why[64] = "", tcol[72], ratio[16] = "-";
         const double tms = torch_train_ms(nth, why, sizeof why);
         if (tms > 0) {
             snprintf(tcol, sizeof tcol, "%.1f", tms);
