@@ -24,8 +24,9 @@ static const _Alignas(64) bench_tile_config TILES = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-/* gcc's tile loads and ldtilecfg are asm statements that do not say which
- * memory they read: the stores before them must be done. */
+/* gcc's tile loads, stores and ldtilecfg are asm statements that do not
+ * say which memory they read or write: the stores before a load must be
+ * done, and a tile's store must be done before its memory is read. */
 #define BENCH_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
 /* Tiles 4..7 from src (16 rows of 64 bytes), 0..3 zero. */
@@ -62,6 +63,7 @@ float bench_amx_bf16(int64_t iters) {
     }
     _tile_stored(0, out, 64);
     _tile_release();
+    BENCH_AMX_MEMORY_BARRIER();
     return out[0];
 }
 
@@ -80,5 +82,6 @@ int32_t bench_amx_int8(int64_t iters) {
     }
     _tile_stored(0, out, 64);
     _tile_release();
+    BENCH_AMX_MEMORY_BARRIER();
     return out[0];
 }
