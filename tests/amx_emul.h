@@ -64,7 +64,7 @@ static inline void gml_amx_emul_need(const char *insn, int t) {
     if (!gml_amx_emul.rows[t]) gml_amx_emul_fault(insn, "tile not configured (0 rows)", t);
 }
 
-static inline void _tile_loadconfig(const void *config) {
+static inline void gml_amx_emul_loadconfig(const void *config) {
     const uint8_t *b = (const uint8_t *)config;
     memset(&gml_amx_emul, 0, sizeof gml_amx_emul);
     if (b[0] == 0) return; /* palette 0: the initial state */
@@ -85,7 +85,7 @@ static inline void _tile_loadconfig(const void *config) {
     gml_amx_emul.configured = true;
 }
 
-static inline void _tile_release(void) { memset(&gml_amx_emul, 0, sizeof gml_amx_emul); }
+static inline void gml_amx_emul_release(void) { memset(&gml_amx_emul, 0, sizeof gml_amx_emul); }
 
 static inline void gml_amx_emul_loadd(int t, const void *base, long stride) {
     gml_amx_emul_need("tileloadd", t);
@@ -179,7 +179,22 @@ static inline void gml_amx_emul_dpb(const char *insn, int dst, int src1, int src
         }
 }
 
-/* The intrinsics take tile numbers as constants, as gcc's and clang's do. */
+/* The intrinsics take tile numbers as constants, as gcc's and clang's do.
+ * Macros, in place of the compiler's own where <immintrin.h> came first
+ * (a kernel over the SIMD layer includes it): gcc's _tile_loadconfig and
+ * _tile_release are functions, which the macros hide at the call sites. */
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#undef _tile_dpbssd
+#undef _tile_dpbsud
+#undef _tile_dpbusd
+#undef _tile_dpbuud
+#define _tile_loadconfig(config) gml_amx_emul_loadconfig(config)
+#define _tile_release() gml_amx_emul_release()
 #define _tile_loadd(dst, base, stride) gml_amx_emul_loadd((dst), (base), (long)(stride))
 #define _tile_stored(dst, base, stride) gml_amx_emul_stored((dst), (base), (long)(stride))
 #define _tile_zero(dst) gml_amx_emul_zero(dst)
