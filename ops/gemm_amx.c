@@ -1,5 +1,6 @@
-/* The AMX bf16 GEMM (gemm_amx.h): when it runs, packing into the tile
- * layouts, and the loops around the tile kernel. NOT VERIFIED ON AN AMX
+/* The AMX bf16 GEMM (gemm_amx.h): when it runs (and when the AMX int8
+ * variant of gemm_q8.h does), packing into the tile layouts, and the loops
+ * around the tile kernel. NOT VERIFIED ON AN AMX
  * CPU; tested against an emulation of the tiles (tests/test_amx_bf16.c).
  *
  * Both operands are packed before any product (one phase, all threads,
@@ -78,7 +79,8 @@ static bool amx_runs(gml_isa isa, int kind) {
     }
     return true;
 #else
-    say_once(kind, "this build has no AMX kernel (not x86-64, or a compiler without -mamx-tile -mamx-bf16)", 0);
+    say_once(kind, "this build has no AMX kernel (not x86-64, or a compiler without -mamx-tile -mamx-bf16 -mamx-int8)",
+             0);
     return false;
 #endif
 }
@@ -88,12 +90,22 @@ static const gml_amx_bf16_kernel AMX_KERNEL = {
     gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_amx_bf16_release__amx,
     "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
 };
+static const gml_q8_gemm_variant AMX_Q8 = GML_AMX_Q8_VARIANT(amx);
 #endif
 
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
     if (!amx_runs(isa, KIND_BF16)) return NULL;
 #ifdef GML_HAVE_AMX
     return &AMX_KERNEL;
+#else
+    return NULL;
+#endif
+}
+
+const gml_q8_gemm_variant *gml_amx_q8_pick(gml_isa isa) {
+    if (!amx_runs(isa, KIND_INT8)) return NULL;
+#ifdef GML_HAVE_AMX
+    return &AMX_Q8;
 #else
     return NULL;
 #endif
