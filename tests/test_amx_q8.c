@@ -23,7 +23,10 @@
  *    blocks), strided and transposed A, batches with their own W, a shared
  *    W, W shared along one batch dim, A broadcast; W packed per chunk and
  *    kept (packed by the first compute, reused while valid, repacked when
- *    not).
+ *    not);
+ *  - the same on products as matmul hands them over (gml_matmul_desc of
+ *    matmul nodes with a q8_0 weight: batches folded into M, weights and
+ *    activations broadcast across batch dims, non-contiguous activations).
  *
  * The opt-in (test_amx_q8_optin runs this with --opt-in and GGMLITE_AMX=1):
  * without GGMLITE_AMX=1 no ISA picks AMX; with it, AMX is picked only at
@@ -32,6 +35,7 @@
  * against the reference, bitwise). */
 #include "check.h"
 #include "../ops/gemm_amx.h"
+#include "../ops/gemm_bf16.h" /* gml_matmul_desc */
 
 static const gml_q8_gemm_variant EMUL = GML_AMX_Q8_VARIANT(amxemul);
 
@@ -240,6 +244,62 @@ static void test_product(const shape *s) {
     free(want);
 }
 
+/* The product as matmul hands it to the kernel (gml_matmul_desc of a
+ * matmul node: batches folded into M where a weight is shared, broadcast
+ * batch dims with stride 0, A in any of the checked layouts): the AMX
+ * variant, per chunk and kept, bitwise the reference at every thread
+ * count. x [b0, b1, M, K] in layout; w q8_0 [w0, w1, N, K] (a leaf) as
+ * transpose(w). */
+static void test_matmul_desc(int64_t b0, int64_t b1, int64_t w0, int64_t w1, int64_t M, int64_t N, int64_t K,
+                             chk_layout layout) {
+    chk_case("amx int8 as matmul takes it: x [%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] %s, w [%" PRId64
+             ",%" PRId64 ",%" PRId64 ",%" PRId64 "] q8_0",
+             b0, b1, M, K, chk_layout_name(layout), w0, w1, N, K);
+    gml_context *ctx = chk_ctx(32 << 20);
+    chk_rng r = chk_seed((uint64_t)(b0 * 7 + b1 * 5 + M * 3 + N + K));
+    gml_tensor *x = chk_new_input(ctx, GML_F32, 4, (int64_t[]){b0, b1, M, K}, layout, "x", &r, -2, 2);
+    gml_tensor *w = gml_new_tensor(ctx, GML_Q8_0, 4, (int64_t[]){w0, w1, N, K});
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < w0 * w1 * N; n++) {
+        for (int64_t k = 0; k < K; k++) row[k] = frand();
+        gml_quantize_row_q8_0(row, (gml_block_q8_0 *)w->data + n * (K / 32), K);
+    }
+    free(row);
+    gml_tensor *mm = x && w ? gml_matmul(ctx, x, gml_transpose(ctx, w, 2, 3)) : NULL;
+    if (!CHECK(mm && gml_set_compute(ctx, mm, GML_COMPUTE_INT8) == GML_OK, "matmul: %s", gml_last_error(ctx))) {
+        gml_free(ctx);
+        return;
+    }
+    gml_gemm_desc d = gml_matmul_desc(mm, mm->src[0], mm->src[1], GML_ISA_AVX512);
+    printf("%-90s desc: M %" PRId64 ", batches %" PRId64 " x %" PRId64 ", A's batch strides %" PRId64 " %" PRId64
+           ", W's %" PRId64 " %" PRId64 "\n", chk_state.case_name, d.M, d.nb0, d.nb1, d.a_bs[0], d.a_bs[1], d.b_bs[0],
+           d.b_bs[1]);
+    const size_t bytes = gml_nbytes(mm), nf = bytes / 4;
+    float *c = malloc(bytes), *want = malloc(bytes);
+    for (size_t e = 0; e < nf; e++) want[e] = NAN;
+    d.c = (char *)want;
+    if (run(&d, true, NULL, 1)) {
+        const size_t kb = gml_q8_gemm_packed_size(&d, &EMUL);
+        gml_kept kept = {.data = aligned_alloc(64, gml_align_up(kb + 1, 64)), .size = kb};
+        d.c = (char *)c;
+        int n_threads;
+        const int *threads = chk_threads(&n_threads);
+        char what[80];
+        for (int t = 0; t < 2 * n_threads; t++) {
+            for (size_t e = 0; e < nf; e++) c[e] = NAN;
+            const bool keep = t >= n_threads;
+            snprintf(what, sizeof what, "M %" PRId64 " (folded: %s), %s, %d threads", d.M,
+                     d.M > M ? "yes" : "no", keep ? "W kept" : "W packed per chunk", threads[t % n_threads]);
+            if (!run(&d, false, keep ? &kept : NULL, threads[t % n_threads]) || c_diff(c, want, (int64_t)nf, mm->ne[3], what))
+                break;
+        }
+        free(kept.data);
+    }
+    free(c);
+    free(want);
+    gml_free(ctx);
+}
+
 /* ---- the opt-in ---------------------------------------------------------------------- */
 
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
@@ -331,5 +391,10 @@ int main(int argc, char **argv) {
         {2, 2, 33, 17, 128, 0, 0, true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_product(&shapes[i]);
+    test_matmul_desc(2, 3, 1, 1, 7, 33, 96, CHK_CONTIGUOUS);  /* folded: M = 42 */
+    test_matmul_desc(2, 3, 1, 1, 17, 40, 64, CHK_SLICED);     /* not folded */
+    test_matmul_desc(2, 3, 1, 1, 9, 20, 128, CHK_TRANSPOSED);
+    test_matmul_desc(1, 3, 2, 1, 33, 17, 64, CHK_CONTIGUOUS); /* x and w broadcast each other */
+    test_matmul_desc(2, 2, 2, 2, 5, 31, 160, CHK_OUTER_SWAPPED);
     return chk_summary();
 }
