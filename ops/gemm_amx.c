@@ -68,8 +68,8 @@ static bool amx_runs(gml_isa isa, int kind) {
     if (isa != GML_ISA_AVX512 || !opted_in()) return false;
 #ifdef GML_HAVE_AMX
     if (!gml_cpu_has_feature(kind == KIND_BF16 ? GML_CPU_AMX_BF16 : GML_CPU_AMX_INT8)) {
-        say_once(kind, kind == KIND_BF16 ? "this CPU (or its OS) has no AMX-BF16" : "this CPU (or its OS) has no AMX-INT8",
-                 0);
+        say_once(kind, kind == KIND_BF16 ? "this CPU (or its OS) has no AMX-BF16"
+                                         : "this CPU (or its OS) has no AMX-INT8", 0);
         return false;
     }
     int err = 0;

@@ -78,9 +78,8 @@ void Q8_AMX_UKERNEL(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
     const char *pan = panel;
     for (int i = 0; i < m; i++)
         for (int v = 0; v < NV; v++) {
-            const int lanes = GML_MAX(0, GML_MIN(GML_VL, n - v * GML_VL));
-            gml_vf_storea(f[i] + v * GML_VL, acc ? gml_vf_load_m(c + (size_t)i * ldc + v * GML_VL, gml_vm_first((size_t)lanes))
-                                                 : gml_vf_zero());
+            const gml_vm in = gml_vm_first((size_t)GML_MAX(0, GML_MIN(GML_VL, n - v * GML_VL)));
+            gml_vf_storea(f[i] + v * GML_VL, acc ? gml_vf_load_m(c + (size_t)i * ldc + v * GML_VL, in) : gml_vf_zero());
         }
     if (m < TR) memset(tail, 0, sizeof tail);
 
@@ -135,7 +134,7 @@ void Q8_AMX_UKERNEL(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
     }
     for (int i = 0; i < m; i++)
         for (int v = 0; v < NV; v++) {
-            const int lanes = GML_MAX(0, GML_MIN(GML_VL, n - v * GML_VL));
-            gml_vf_store_m(c + (size_t)i * ldc + v * GML_VL, gml_vm_first((size_t)lanes), gml_vf_loada(f[i] + v * GML_VL));
+            const gml_vm in = gml_vm_first((size_t)GML_MAX(0, GML_MIN(GML_VL, n - v * GML_VL)));
+            gml_vf_store_m(c + (size_t)i * ldc + v * GML_VL, in, gml_vf_loada(f[i] + v * GML_VL));
         }
 }

@@ -181,7 +181,8 @@ static void test_product(const shape *s) {
     const int64_t B = s->nb0 * s->nb1, M = s->M, N = s->N, K = s->K, nblk = K / 32;
     const int64_t nbw = s->w_mode == 0 ? B : s->w_mode == 1 ? 1 : s->nb1, nba = s->a_bcast ? 1 : B;
     chk_case("amx int8 product [%" PRId64 ",%" PRId64 "] %" PRId64 "x%" PRId64 "x%" PRId64 " layout %d, W %s%s",
-             s->nb0, s->nb1, M, N, K, s->a_layout, s->w_mode == 0 ? "per batch" : s->w_mode == 1 ? "shared" : "per dim 1",
+             s->nb0, s->nb1, M, N, K, s->a_layout,
+             s->w_mode == 0 ? "per batch" : s->w_mode == 1 ? "shared" : "per dim 1",
              s->a_bcast ? ", A broadcast" : "");
     const int64_t a_per = M * K * 2 + 5;
     float *a = malloc(sizeof(float) * (size_t)(nba * a_per));
@@ -290,7 +291,8 @@ static void test_matmul_desc(int64_t b0, int64_t b1, int64_t w0, int64_t w1, int
             const bool keep = t >= n_threads;
             snprintf(what, sizeof what, "M %" PRId64 " (folded: %s), %s, %d threads", d.M,
                      d.M > M ? "yes" : "no", keep ? "W kept" : "W packed per chunk", threads[t % n_threads]);
-            if (!run(&d, false, keep ? &kept : NULL, threads[t % n_threads]) || c_diff(c, want, (int64_t)nf, mm->ne[3], what))
+            if (!run(&d, false, keep ? &kept : NULL, threads[t % n_threads]) ||
+                c_diff(c, want, (int64_t)nf, mm->ne[3], what))
                 break;
         }
         free(kept.data);
