@@ -1340,7 +1340,7 @@ static void bench_decode_types(const opts *o) {
  * ops/gemm_q8.h). An nn.Linear product x [M, K] @ w^T, w q8_0 [N, K], in
  * int8 and in f32 compute on the same weight, as GOP/s (a product and its
  * add count 2) and shares of the int8 peak (vpdpbusd, bench_limits.c), of
- * the AMX-INT8 peak (TDPBSSD, where the CPU has AMX: the share that counts
+ * the AMX-INT8 peak (TDPBUSD, where the CPU has AMX: the share that counts
  * when the kernel line names an AMX kernel) and of the FMA peak, with the
  * kernel that ran; then C3's and C5's attention prefill (fused) with q8_0
  * weights in int8 compute, against the same case with f32 weights and with
@@ -1470,7 +1470,7 @@ static void bench_int8(const opts *o) {
         {"M=4 N=K=1024 linear", 4, 1024, 1024},
     };
     printf("\nint8 compute, q8_0 weights (GOP/s; x [M,K] @ w^T, w q8_0 [N,K]; %%int8: of the "
-           "int8 (VPDPBUSD) peak,\n%%AMX: of the AMX-INT8 (TDPBSSD) peak, %%FMA: of the FMA peak, at "
+           "int8 (VPDPBUSD) peak,\n%%AMX: of the AMX-INT8 (TDPBUSD) peak, %%FMA: of the FMA peak, at "
            "the threads; f32: the same q8_0\nweight in f32 compute; ratio: int8 / f32; kernel: what "
            "ran the int8 product)\n");
     print_amx_state(o->lim->amx_int8_gops[0] > 0);

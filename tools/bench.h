@@ -35,7 +35,7 @@ typedef struct bench_limits {
     double bf16_gflops[BENCH_MAX_THREADS];
     /* The AMX peaks (bench_limits_amx.c): each thread a register-only loop
      * of TDPBF16PS (GFLOP/s: 16 x 16 x 32 products, 16,384 flops each) and
-     * of TDPBSSD (GOP/s: 16 x 16 x 64 products, 32,768 each), at AVX-512
+     * of TDPBUSD (GOP/s: 16 x 16 x 64 products, 32,768 each), at AVX-512
      * (where ggmlite runs AMX) on a CPU with AMX-BF16 / AMX-INT8 once Linux
      * grants the tile data permission; 0 elsewhere, and *_what says why. */
     double amx_bf16_gflops[BENCH_MAX_THREADS];
@@ -84,7 +84,7 @@ int32_t bench_vnni_avx2(int64_t iters);
 float bench_dpbf16_avx512(int64_t iters);
 /* bench_limits_amx.c (compiled with -mamx-tile -mamx-bf16 -mamx-int8 where
  * the compiler has them: GML_BENCH_AMX): iters rounds of
- * BENCH_AMX_TILES_PER_ROUND TDPBF16PS or TDPBSSD on tiles loaded once (four
+ * BENCH_AMX_TILES_PER_ROUND TDPBF16PS or TDPBUSD on tiles loaded once (four
  * accumulators from two A and two B tiles, the GEMM kernel's pattern
  * without its loads); each call configures the calling thread's tiles and
  * releases them. Run only where the CPU has AMX and Linux granted the tile

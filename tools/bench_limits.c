@@ -291,7 +291,7 @@ static void measure_amx_peaks(bench_limits *l) {
     const double ops_int8 = 2.0 * 16 * 16 * 64 * BENCH_AMX_TILES_PER_ROUND;
     const bool has[2] = {gml_cpu_has_feature(GML_CPU_AMX_BF16), gml_cpu_has_feature(GML_CPU_AMX_INT8)};
     char *what[2] = {l->amx_bf16_what, l->amx_int8_what};
-    static const char *const loop[2] = {"AMX-BF16 tdpbf16ps", "AMX-INT8 tdpbssd"};
+    static const char *const loop[2] = {"AMX-BF16 tdpbf16ps", "AMX-INT8 tdpbusd"};
     int err = 0;
     for (int i = 0; i < 2; i++) {
         const size_t n = sizeof l->amx_bf16_what;

@@ -1,6 +1,6 @@
-/* The AMX loops of bench's limits: TDPBF16PS and TDPBSSD on register tiles,
+/* The AMX loops of bench's limits: TDPBF16PS and TDPBUSD on register tiles,
  * the instructions ggmlite's AMX kernels spend their time in
- * (ops/gemm_amx_bf16.c). Compiled with -mamx-tile -mamx-bf16 -mamx-int8
+ * (ops/gemm_amx_bf16.c, ops/gemm_amx_q8.c). Compiled with -mamx-tile -mamx-bf16 -mamx-int8
  * (tools/CMakeLists.txt, where the compiler has them) and run only where
  * the CPU has AMX and Linux granted the tile data permission
  * (bench_limits.c). NOT RUN ON AN AMX CPU YET: written on machines
@@ -67,18 +67,19 @@ float bench_amx_bf16(int64_t iters) {
     return out[0];
 }
 
-/* The same four chains of TDPBSSD (signed x signed int8, int32 sums of 4
- * products per dword): the int32 sums wrap harmlessly. */
+/* The same four chains of TDPBUSD (unsigned x signed int8, int32 sums of
+ * 4 products per dword), what the int8 kernel runs: every byte 1, so each
+ * step adds 64 to each int32 of C (the sums wrap harmlessly past 2^31). */
 int32_t bench_amx_int8(int64_t iters) {
     _Alignas(64) int8_t src[16 * 64];
     _Alignas(64) int32_t out[16 * 16];
-    for (int i = 0; i < 16 * 64; i++) src[i] = (int8_t)(i % 2 ? -1 : 1);
+    for (int i = 0; i < 16 * 64; i++) src[i] = 1;
     load_sources(src);
     for (int64_t it = 0; it < iters; it++) {
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
     }
     _tile_stored(0, out, 64);
     _tile_release();
