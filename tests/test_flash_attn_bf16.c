@@ -202,7 +202,11 @@ static void reference(const fa_case *c, const float *q, const float *k, const fl
                     }
                 if (n_seen > 0 && c->sinks) l += exp(sk - M);
                 const double rho = 0x1p-9 + 2 * dsmax + (8 + spread) * u;
+#ifdef GML_FLASH_AMX_TEST /* the AMX order's sums (docs/numerics.md, "flash_attn on AMX") */
+                const double rel = 2 * rho / (1 - rho) + (double)(3 * n_seen + n_seen / 16 + 8) * u;
+#else
                 const double rel = 2 * rho / (1 - rho) + 2 * (double)(n_seen + n_seen / 16 + 4) * u;
+#endif
                 for (int64_t cc = 0; cc < c->dv; cc++) {
                     double o = 0, oa = 0, vmax = 0;
                     for (int64_t j = 0; j < c->Tk; j++) {
