@@ -144,7 +144,8 @@ static flash_variant pick_variant(gml_isa isa, bool few) {
 }
 #undef FLASH_ENTRY
 
-void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_flash_amx_kernel *amx) {
+void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst,
+                       const gml_flash_amx_kernel *amx) {
     const char *refusal = fast_refusal(dst);
     if (refusal) {
         gml_kernel_note(p, refusal);
@@ -177,7 +178,8 @@ void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_f
     /* AMX (opt-in, ops/flash_attn_amx.h): in place of the x32 variant,
      * where the scratch was planned with its operands */
     bool use_amx = bf16 && amx && bv.fn && var.fn == bv.fn && bv.tile == 32 &&
-                   gml_flash_amx_words(dst) > 0 && (size_t)p->nth * fast_work_bytes(dst, true) <= p->wsize;
+                   gml_flash_amx_words(dst) > 0 &&
+                   (size_t)p->nth * fast_work_bytes(dst, true) <= p->wsize;
 #define AMX_ENTRY(isa, fn, tile) fn,
     static gml_f32_flash_ukernel *const amx_fns[] = {GML_BF16_FLASH_AMX_UKERNELS(AMX_ENTRY) NULL};
 #undef AMX_ENTRY
@@ -223,7 +225,8 @@ void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_f
     gml_flash_amx_args amx_args;
     uint32_t *amx_words = NULL;
     if (use_amx) {
-        amx_words = head_words + gml_align_up(gml_flash_bf16_head_words(dst), GML_ALIGN / sizeof(uint32_t));
+        amx_words = head_words +
+                    gml_align_up(gml_flash_bf16_head_words(dst), GML_ALIGN / sizeof(uint32_t));
         gml_flash_amx_args_init(dst, amx, amx_words, &amx_args);
     }
 
@@ -259,13 +262,13 @@ void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_f
      * the atomic waits for the store buffer to drain, which after a kernel
      * holds its output rows, mostly cache misses (perf: gml_chunk_next's
      * share of flash_attn, B=4 T=256 H=8, was 3.3%). */
-    const int64_t per_task =
-        (pack_k || pack_v || head || use_amx) && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
+    const bool packs = pack_k || pack_v || head || use_amx;
+    const int64_t per_task = packs && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
     for (int64_t task = gml_chunk_next(p), next = 0, blk = task * per_task; blk < B * G * blocks;
          blk = (blk + 1) % per_task ? blk + 1 : (task = next) * per_task) {
         const int64_t b = blk / (G * blocks), g = blk / blocks % G, row0 = blk % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
-        if ((pack_k || pack_v || head || use_amx) && packed_bg != b * G + g) {
+        if (packs && packed_bg != b * G + g) {
             if (pack_k) pack_rows(k, b, g, k_packed);
             if (pack_v) pack_rows(v, b, g, v_packed);
             if (head) gml_flash_bf16_pack_head(p->isa, dst, b, g, head_words);
@@ -347,7 +350,8 @@ void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_f
 }
 
 static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
-    gml_flash_forward(p, dst, gml_flash_compute(dst) == GML_COMPUTE_BF16 ? gml_flash_amx_pick(p->isa) : NULL);
+    const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
+    gml_flash_forward(p, dst, bf16 ? gml_flash_amx_pick(p->isa) : NULL);
 }
 
 size_t gml_flash_forward_work_size(const gml_tensor *dst, int nth, bool amx) {
@@ -357,8 +361,8 @@ size_t gml_flash_forward_work_size(const gml_tensor *dst, int nth, bool amx) {
 }
 
 static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
-    return gml_flash_forward_work_size(
-        dst, nth, gml_flash_compute(dst) == GML_COMPUTE_BF16 && gml_flash_amx_pick(GML_ISA_AVX512) != NULL);
+    const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
+    return gml_flash_forward_work_size(dst, nth, bf16 && gml_flash_amx_pick(GML_ISA_AVX512) != NULL);
 }
 
 /* 2 Tk (d_k + d_v) per query row for the two products, 5 Tk for the softmax;

@@ -81,7 +81,8 @@ void gml_flash_amx_pack_head(gml_isa isa, const gml_tensor *dst, int64_t b, int6
 /* The prefill forward of a flash_attn node (ops/flash_attn.c) with the AMX
  * tiles amx (NULL: none, as gml_flash_amx_pick says), and its scratch for
  * nth threads with amx or without. */
-void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst, const gml_flash_amx_kernel *amx);
+void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst,
+                       const gml_flash_amx_kernel *amx);
 size_t gml_flash_forward_work_size(const gml_tensor *dst, int nth, bool amx);
 
 #endif /* GGMLITE_OPS_FLASH_ATTN_AMX_H */

@@ -192,6 +192,7 @@ void gml_flash_amx_pack_head(gml_isa isa, const gml_tensor *dst, int64_t b, int6
     for (int64_t j = 0; j < Tk; j++) { /* V^T: key j is half j % 2 of pair j / 2 */
         row_bf16(isa, v, b, g, j, tmp, t16);
         const unsigned sh = (unsigned)(j % 2) * 16;
-        for (int64_t c = 0; c < dv; c++) vt[(size_t)c * l.ldv + (size_t)j / 2] |= (uint32_t)t16[c] << sh;
+        for (int64_t c = 0; c < dv; c++)
+            vt[(size_t)c * l.ldv + (size_t)j / 2] |= (uint32_t)t16[c] << sh;
     }
 }

@@ -388,7 +388,8 @@ static GML_SIMD_INLINE bool amx_scores(const gml_flash_args *a, size_t j0, size_
     const gml_flash_amx_args *x = a->amx;
     const size_t tile = GML_VL * (size_t)NV;
     for (size_t jt = 0; jt < nk; jt += 32)
-        x->tile(x->ldk / 16, x->k + (j0 + jt) * x->ldk, x->ldk, x->qp, tile, s + jt * tile, tile, false);
+        x->tile(x->ldk / 16, x->k + (j0 + jt) * x->ldk, x->ldk, x->qp, tile, s + jt * tile, tile,
+                false);
     const gml_vf big = gml_vf_set1(0x1p102f);
     gml_vm rare = gml_vm_first(0);
     for (int v = 0; v < NV; v++) bmax[v] = gml_vf_set1(-INFINITY);
