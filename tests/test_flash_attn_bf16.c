@@ -350,7 +350,7 @@ static double run_bound_case(const fa_case *c, const char *what) {
         const bool amx = gml_flash_amx_pick(isas[i]) && c->H / c->G * c->Tq > 16;
         want = amx ? "AMX tiles" : want;
         CHECK(amx || !kern || !strstr(kern, "AMX"), "%s ran %s with %" PRId64 " rows of a kv head",
-              gml_isa_name(isas[i]), kern, c->H / c->G * c->Tq);
+              gml_isa_name(isas[i]), kern ? kern : "(none)", c->H / c->G * c->Tq);
 #endif
         CHECK(kern && strstr(kern, want), "%s ran %s, not the bf16 kernel of its order (%s)",
               gml_isa_name(isas[i]), kern ? kern : "(none)", want);
