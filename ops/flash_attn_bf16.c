@@ -9,13 +9,15 @@
  *   p_j = bf16(exp(s_j - m)) rounded before it joins l and weighs v~_j
  *   out = o / l (f32)
  *
- * The two products sum in one of two fixed orders, as bf16 matmuls do
+ * The two products sum in one of three fixed orders, as bf16 matmuls do
  * (ops/gemm_bf16.h): the chain (an fma per element, in order) in the
  * reference kernel and the fast kernels on every ISA without AVX512_BF16
  * (the f32 micro-kernels on the rounded operands, round_p set), or the
  * pairs of VDPBF16PS (pairs of d for q k^T, pairs of keys for p v, each
  * fma with subnormal inputs and results flushed) in the bf16 micro-kernels
- * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16. Either way
+ * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16, or, with
+ * GGMLITE_AMX=1 on a CPU with AMX, TDPBF16PS's on tiles, for kv
+ * heads of more than 16 query rows (ops/flash_attn_amx.h). Each way
  * a row is computed whole by one thread, keys in order: the same bits at
  * every thread count. The decode kernels stay f32: a bf16 node takes the
  * prefill path whatever its rows. */

@@ -23,7 +23,9 @@
  * AVX-512 with AVX512_BF16 (GML_SIMD_BF16) this file gives the bf16
  * variants, whose two products are VDPBF16PS on pairs of bf16: scores over
  * pairs of d (q^T and each K block packed so), values over pairs of keys
- * (each V block and the weights packed so). */
+ * (each V block and the weights packed so), and the AMX variant (opt-in,
+ * ops/flash_attn_amx.h), whose two products run on AMX tiles through
+ * a->amx. */
 #include "simd/simd.h"
 #include "simd/vmath.h"
 #include "ukernels.h"
