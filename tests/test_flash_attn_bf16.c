@@ -396,6 +396,8 @@ static void test_bound(void) {
     RUN("16 rows of a kv head, dk 2", c.H = 4, c.G = 1, c.Tq = 4, c.dk = 2, c.dv = 33, c.seed = 19);
     RUN("dk 70, dv 45, Tk 200: tails past 32 in d and keys", c.H = 4, c.G = 2, c.Tq = 21, c.Tk = 200,
         c.dk = 70, c.dv = 45, c.causal = GML_CAUSAL_BOTTOM_RIGHT, c.seed = 20);
+    RUN("dk 128, dv 128 (LLaMA's heads), window", c.B = 1, c.H = 2, c.G = 1, c.Tq = 20, c.Tk = 100,
+        c.dk = 128, c.dv = 128, c.window = 40, c.causal = GML_CAUSAL_BOTTOM_RIGHT, c.seed = 22);
     RUN("16 (batch, kv head) pairs: whole heads a task", c.B = 4, c.H = 8, c.G = 4, c.Tq = 9, c.Tk = 70,
         c.mask = true, c.seed = 21);
 #undef RUN
