@@ -433,8 +433,8 @@ static void split_text(const prun *r, char *buf, size_t size) {
 }
 
 /* --json: the keys of the single process's report (rg_json_head; flops summed
- * over the ranks, peak_bytes the largest rank's: its largest graph's plan and
- * the data its leafs hold, as the single process counts), then the mode's. */
+ * over the ranks, peak_bytes the largest rank's: its largest graph's tensor
+ * data, as the single process counts it, rg_tensor_bytes), then the mode's. */
 static bool finish_json(const prun *r, uint64_t digest, const double *ms, const double *comm,
                         const double *wait, double flops, double peak, rg_err *e) {
     const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_S] = r->T, [RG_D] = r->D,
@@ -569,8 +569,7 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
     double flops = 0, peak = 0;
     if (ok && r.o.json) {
         const double f = gml_graph_flops(r.g1) + (r.g2 ? gml_graph_flops(r.g2) : 0);
-        const size_t p1 = gml_graph_plan_peak(r.g1) + rg_leaf_bytes(r.g1),
-                     p2 = r.g2 ? gml_graph_plan_peak(r.g2) + rg_leaf_bytes(r.g2) : 0;
+        const size_t p1 = rg_tensor_bytes(r.g1, false), p2 = r.g2 ? rg_tensor_bytes(r.g2, false) : 0;
         const double p = (double)(p1 > p2 ? p1 : p2);
         MPI_Reduce(&f, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         MPI_Reduce(&p, &peak, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
