@@ -192,11 +192,20 @@ cxx=$(command -v g++ || command -v clang++ || command -v c++ || true)
 # (With a declaration after it: export.h alone declares nothing, and ISO C
 # forbids an empty file.)
 for h in $(cd "$prefix/include/ggmlite" && ls -- *.h); do
+    # mpi.h (a build with GGMLITE_MPI) includes MPI's <mpi.h>: MPI's include
+    # directories (pkg-config mpi-c, which ggmlite-mpi.pc requires) as system
+    # ones, so that ggmlite's header is held to the warnings and MPI's is not
+    mpi_inc=()
+    if [[ $h == mpi.h ]]; then
+        mpi_cflags=$(pkg-config --cflags-only-I mpi-c) ||
+            fail "<ggmlite/mpi.h> is installed, but pkg-config finds no mpi-c"
+        read -ra mpi_inc <<<"${mpi_cflags//-I/-isystem }"
+    fi
     printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only \
-        -I"$prefix/include" -x c - || fail "<ggmlite/$h> does not compile alone as C11"
+        -I"$prefix/include" "${mpi_inc[@]}" -x c - || fail "<ggmlite/$h> does not compile alone as C11"
     if [[ -n $cxx ]]; then
         printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cxx" -std=c++11 -Wall -Wextra -Wpedantic -Werror \
-            -fsyntax-only -I"$prefix/include" -x c++ - || fail "<ggmlite/$h> does not compile alone as C++"
+            -fsyntax-only -I"$prefix/include" "${mpi_inc[@]}" -x c++ - || fail "<ggmlite/$h> does not compile alone as C++"
     fi
 done
 echo "C11: ok${cxx:+; C++ ($cxx): ok}"
