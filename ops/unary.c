@@ -95,13 +95,15 @@ typedef struct unary_kernel {
     const char *name, *gathered;
 } unary_kernel;
 
-/* The op's micro-kernel for ISA isa, and its names. */
-#define UNOP_KERNEL(L)                                                                  \
+/* The micro-kernel of list L for ISA isa in field FN (of type T), and its
+ * names. */
+#define UNARY_KERNEL(FN, T, L)                                                          \
     (unary_kernel) {                                                                    \
-        .fn1 = GML_PICK_UKERNEL(isa, L, gml_f32_vunary_ukernel),                        \
-        .name = GML_PICK_UKERNEL_NAME(isa, L),                                          \
+        .FN = GML_PICK_UKERNEL(isa, L, T), .name = GML_PICK_UKERNEL_NAME(isa, L),       \
         .gathered = GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED)         \
     }
+/* The op's micro-kernel. */
+#define UNOP_KERNEL(L) UNARY_KERNEL(fn1, gml_f32_vunary_ukernel, L)
 
 static unary_kernel kernel_of(gml_isa isa, unop op) {
     switch (op) {
@@ -268,12 +270,7 @@ static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst
 /* The fast kernel: the micro-kernel of the op and ISA (ops/unary.inc) through
  * unary's driver (unary_drive): runs where x and dy are both dense, else
  * rows with x and dy gathered. */
-#define BACK_KERNEL(L)                                                                  \
-    (unary_kernel) {                                                                    \
-        .fn2 = GML_PICK_UKERNEL(isa, L, gml_f32_vunary_back_ukernel),                   \
-        .name = GML_PICK_UKERNEL_NAME(isa, L),                                          \
-        .gathered = GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED)         \
-    }
+#define BACK_KERNEL(L) UNARY_KERNEL(fn2, gml_f32_vunary_back_ukernel, L)
 
 static unary_kernel back_kernel_of(gml_isa isa, gml_op op) {
     switch (op) {
