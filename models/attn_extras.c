@@ -57,7 +57,8 @@ bool gml_attn_append_extras(gml_context *ctx, gml_attn_plan *p, const gml_attn_w
     const gml_attn_scoring *s = &p->cfg.score;
     if (s->window || s->alibi_max_bias)
         return gml_attn_fail(ctx, "%s: %s with %s: the extra key rows have no position; "
-                             "not supported", p->block, w->bias_k ? "bias_k/bias_v" : "add_zero_attn",
+                             "not supported", p->block,
+                             w->bias_k ? "bias_k/bias_v" : "add_zero_attn",
                              s->window ? "a sliding window" : "ALiBi");
     if (s->causal && in->positions)
         return gml_attn_fail(ctx, "%s: causal with positions and %s is not supported",

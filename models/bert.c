@@ -17,26 +17,29 @@ static bool check(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_w
     if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
         return gml_lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-12)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
-        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
-                        *D);
+        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64,
+                            cfg->n_heads, *D);
     char sl[GML_SHAPE_MAX];
     if (lens && (lens->type != GML_I32 || lens->n_dims != 1 || lens->ne[3] != *B))
         return gml_lay_fail(ctx, L ": valid_lens '%s' is %s %s, expected i32 [%" PRId64 "] ([B])",
-                        lens->name, gml_type_name(lens->type), GML_LAY_SHAPE(lens, sl), *B);
+                            lens->name, gml_type_name(lens->type), GML_LAY_SHAPE(lens, sl), *B);
     const int64_t d = *D;
     *F = w->wi && w->wi->n_dims == 2 ? w->wi->ne[2] : 4 * d;
-    return gml_lay_check_param(ctx, L, w->wq, "attention.self.query.weight", true, d, d, "[D, D]") &&
+    return gml_lay_check_param(ctx, L, w->wq, "attention.self.query.weight", true, d, d,
+                               "[D, D]") &&
            gml_lay_check_param(ctx, L, w->bq, "attention.self.query.bias", true, d, -1, "[D]") &&
            gml_lay_check_param(ctx, L, w->wk, "attention.self.key.weight", true, d, d, "[D, D]") &&
            gml_lay_check_param(ctx, L, w->bk, "attention.self.key.bias", true, d, -1, "[D]") &&
-           gml_lay_check_param(ctx, L, w->wv, "attention.self.value.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->wv, "attention.self.value.weight", true, d, d,
+                               "[D, D]") &&
            gml_lay_check_param(ctx, L, w->bv, "attention.self.value.bias", true, d, -1, "[D]") &&
-           gml_lay_check_param(ctx, L, w->wo, "attention.output.dense.weight", true, d, d, "[D, D]") &&
+           gml_lay_check_param(ctx, L, w->wo, "attention.output.dense.weight", true, d, d,
+                               "[D, D]") &&
            gml_lay_check_param(ctx, L, w->bo, "attention.output.dense.bias", true, d, -1, "[D]") &&
            gml_lay_check_param(ctx, L, w->ln1_w, "attention.output.LayerNorm.weight", true, d, -1,
-                           "[D]") &&
+                               "[D]") &&
            gml_lay_check_param(ctx, L, w->ln1_b, "attention.output.LayerNorm.bias", true, d, -1,
-                           "[D]") &&
+                               "[D]") &&
            gml_lay_check_param(ctx, L, w->wi, "intermediate.dense.weight", true, *F, d, "[F, D]") &&
            gml_lay_check_param(ctx, L, w->bi, "intermediate.dense.bias", true, *F, -1, "[F]") &&
            gml_lay_check_param(ctx, L, w->wout, "output.dense.weight", true, d, *F, "[D, F]") &&
@@ -63,8 +66,9 @@ static gml_tensor *no_key_context(gml_context *ctx, const gml_bert_weights *w, g
     xm = gml_reshape(ctx, xm, 3, (int64_t[]){B, 1, D});                        /* [B, 1, D] */
     gml_tensor *u = gml_linear(ctx, gml_linear(ctx, xm, w->wv, w->bv), w->wo, NULL);
     gml_tensor *m = gml_valid_len_mask(ctx, lens, T);                          /* [B, 1, 1, T] */
-    gml_tensor *m0 = m ? gml_view(ctx, m, 3, (int64_t[]){B, 1, 1}, (size_t[]){m->nb[0], m->nb[2], m->nb[3]}, 0)
-                       : NULL;                                                 /* key 0: [B, 1, 1] */
+    gml_tensor *m0 =
+        m ? gml_view(ctx, m, 3, (int64_t[]){B, 1, 1}, (size_t[]){m->nb[0], m->nb[2], m->nb[3]}, 0)
+          : NULL; /* key 0: [B, 1, 1] */
     gml_tensor *z = gml_exp(ctx, gml_scale(ctx, gml_exp(ctx, m0), -1e30f));
     return gml_set_name(gml_mul(ctx, z, u), "no_key_context");                 /* [B, 1, D] */
 }
@@ -84,7 +88,8 @@ gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const g
     gml_attn_weights aw = {.w_q = w->wq, .b_q = w->bq, .w_k = w->wk, .b_k = w->bk,
                            .w_v = w->wv, .b_v = w->bv, .w_o = w->wo, .b_o = w->bo};
     gml_attn_config c = {.dims = {.d_model = D, .n_heads = cfg->n_heads}};
-    gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = x, .valid_lens = valid_lens}).out;
+    gml_tensor *att =
+        gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = x, .valid_lens = valid_lens}).out;
     if (valid_lens) att = gml_add(ctx, att, no_key_context(ctx, w, x, valid_lens, B, T, D));
     gml_tensor *s = gml_add(ctx, att, x); /* dense (W_o) is the block's */
     gml_tensor *h = gml_set_name(gml_layer_norm(ctx, s, w->ln1_w, w->ln1_b, eps), "attn_out");
@@ -113,5 +118,5 @@ gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert
 #undef N
     *w = (gml_bert_weights){0};
     return gml_lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
-                            err_size);
+                                err_size);
 }

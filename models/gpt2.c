@@ -15,9 +15,10 @@ static bool check_conv(gml_context *ctx, const gml_tensor *t, const char *name, 
                        int64_t cols, const char *what) {
     if (t && t->n_dims == 2 && rows != cols && t->ne[2] == cols && t->ne[3] == rows) {
         char st[GML_SHAPE_MAX];
-        return gml_lay_fail(ctx, L ": %s is %s, expected [%" PRId64 ",%" PRId64 "] (%s): it looks "
-                        "transposed, nn.Linear's [out, in] layout; GPT-2's Conv1D stores [in, out] "
-                        "(give its transpose)", name, GML_LAY_SHAPE(t, st), rows, cols, what);
+        return gml_lay_fail(ctx, L ": %s is %s, expected [%" PRId64 ",%" PRId64 "] (%s): it "
+                            "looks transposed, nn.Linear's [out, in] layout; GPT-2's Conv1D "
+                            "stores [in, out] (give its transpose)",
+            name, GML_LAY_SHAPE(t, st), rows, cols, what);
     }
     return gml_lay_check_param(ctx, L, t, name, true, rows, cols, what);
 }
@@ -29,8 +30,8 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
     if (!(cfg->eps >= 0 && cfg->eps < INFINITY))
         return gml_lay_fail(ctx, L ": eps %g must be finite and >= 0 (0: 1e-5)", (double)cfg->eps);
     if (cfg->n_heads < 1 || *D % cfg->n_heads)
-        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64, cfg->n_heads,
-                        *D);
+        return gml_lay_fail(ctx, L ": heads %d must be >= 1 and divide d_model %" PRId64,
+                            cfg->n_heads, *D);
     const int64_t d = *D;
     /* Conv1D [in, out] is read as the b of x @ w: a q8_0 one would have its
      * blocks along out, where matmul needs them along in (the sum) */
@@ -40,10 +41,11 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
     for (int i = 0; i < 4; i++)
         if (conv[i] && conv[i]->type == GML_Q8_0) {
             char st[GML_SHAPE_MAX];
-            return gml_lay_fail(ctx, L ": %s is q8_0 %s: Conv1D weights [in, out] have q8_0's blocks "
-                            "along out, and the product sums along in; give them f32, f16 or "
-                            "bf16 (or transposed, as nn.Linear's [out, in], to another layer)",
-                            conv_name[i], GML_LAY_SHAPE(conv[i], st));
+            return gml_lay_fail(ctx, L ": %s is q8_0 %s: Conv1D weights [in, out] have q8_0's "
+                                "blocks along out, and the product sums along in; give them f32, "
+                                "f16 or bf16 (or transposed, as nn.Linear's [out, in], to another "
+                                "layer)",
+                                conv_name[i], GML_LAY_SHAPE(conv[i], st));
         }
     /* F: c_fc's bias [F] (then c_proj's rows, c_fc's columns), so that a c_fc of the
      * wrong shape is named against the F the others say */
@@ -53,7 +55,8 @@ static bool check(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_w
                                                  : 4 * d;
     return gml_lay_check_param(ctx, L, w->ln1_w, "ln_1.weight", true, d, -1, "[D]") &&
            gml_lay_check_param(ctx, L, w->ln1_b, "ln_1.bias", true, d, -1, "[D]") &&
-           check_conv(ctx, w->attn_w, "attn.c_attn.weight", d, 3 * d, "[D, 3D], Conv1D [in, out]") &&
+           check_conv(ctx, w->attn_w, "attn.c_attn.weight", d, 3 * d,
+                      "[D, 3D], Conv1D [in, out]") &&
            gml_lay_check_param(ctx, L, w->attn_b, "attn.c_attn.bias", true, 3 * d, -1, "[3D]") &&
            gml_lay_check_param(ctx, L, w->proj_w, "attn.c_proj.weight", true, d, d, "[D, D]") &&
            gml_lay_check_param(ctx, L, w->proj_b, "attn.c_proj.bias", true, d, -1, "[D]") &&
@@ -96,7 +99,8 @@ gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const g
     gml_tensor *att = gml_mha(ctx, c, &aw, (gml_attn_inputs){.query = h}).out; /* [B, T, D] */
     gml_tensor *r = gml_set_name(gml_add(ctx, x, att), "h");
     gml_tensor *n = gml_set_name(gml_layer_norm(ctx, r, w->ln2_w, w->ln2_b, eps), "ln_2");
-    gml_tensor *f = gml_set_name(gml_gelu_tanh(ctx, gml_lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
+    gml_tensor *f =
+        gml_set_name(gml_gelu_tanh(ctx, gml_lay_conv1d(ctx, n, w->fc_w, w->fc_b)), "fc");
     return gml_set_name(gml_add(ctx, r, gml_lay_conv1d(ctx, f, w->mproj_w, w->mproj_b)), "out");
 }
 
@@ -118,5 +122,5 @@ gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2
 #undef N
     *w = (gml_gpt2_weights){0};
     return gml_lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
-                            err_size);
+                                err_size);
 }

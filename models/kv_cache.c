@@ -173,7 +173,8 @@ gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_att
     gml_attn_weights wt_;
     gml_attn_inputs in = {.query = x};
     if (!gml_attn_plan_inputs(ctx, "decode", &cfg, &in, true, &p) ||
-        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), true) || !gml_attn_check_masks(ctx, &p, &in, w->sinks) ||
+        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), true) ||
+        !gml_attn_check_masks(ctx, &p, &in, w->sinks) ||
         !gml_attn_no_extras(ctx, &p, w, "the decode step"))
         return NULL;
     char sx[GML_SHAPE_MAX];

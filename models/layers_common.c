@@ -16,13 +16,15 @@ bool gml_lay_fail(gml_context *ctx, const char *fmt, ...) {
 }
 
 bool gml_lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *t, const char *name,
-                     bool required, int64_t rows, int64_t cols, const char *what) {
+                         bool required, int64_t rows, int64_t cols, const char *what) {
     if (!t) {
         if (!required) return true;
         return gml_lay_fail(ctx, "%s: %s is missing (NULL), expected %s", layer, name, what);
     }
     /* matrices may be f16, bf16 or q8_0 (linear converts them); vectors f32 */
-    const bool type_ok = t->type == GML_F32 || (cols >= 0 && (t->type == GML_F16 || t->type == GML_BF16 || t->type == GML_Q8_0));
+    const bool type_ok =
+        t->type == GML_F32 ||
+        (cols >= 0 && (t->type == GML_F16 || t->type == GML_BF16 || t->type == GML_Q8_0));
     bool ok = type_ok &&
               (cols < 0 ? t->n_dims == 1 && t->ne[3] == rows
                         : t->n_dims == 2 && t->ne[2] == rows && t->ne[3] == cols);
@@ -33,19 +35,19 @@ bool gml_lay_check_param(gml_context *ctx, const char *layer, const gml_tensor *
     else
         snprintf(want, sizeof want, "[%" PRId64 ",%" PRId64 "]", rows, cols);
     return gml_lay_fail(ctx, "%s: %s is %s %s, expected %s %s (%s)", layer, name,
-                    gml_type_name(t->type), GML_LAY_SHAPE(t, st),
-                    !type_ok && cols >= 0 ? "f32, f16, bf16 or q8_0"
-                    : type_ok             ? gml_type_name(t->type)
-                                          : "f32",
-                    want, what);
+                        gml_type_name(t->type), GML_LAY_SHAPE(t, st),
+                        !type_ok && cols >= 0 ? "f32, f16, bf16 or q8_0"
+                        : type_ok             ? gml_type_name(t->type)
+                                              : "f32",
+                        want, what);
 }
 
 bool gml_lay_check_input(gml_context *ctx, const char *layer, const gml_tensor *x, int64_t *B,
-                     int64_t *T, int64_t *D) {
+                         int64_t *T, int64_t *D) {
     char sx[GML_SHAPE_MAX];
     if (x->type != GML_F32 || x->n_dims != 3)
         return gml_lay_fail(ctx, "%s: x '%s' is %s %s, expected f32 [B, T, D]", layer, x->name,
-                        gml_type_name(x->type), GML_LAY_SHAPE(x, sx));
+                            gml_type_name(x->type), GML_LAY_SHAPE(x, sx));
     *B = x->ne[1];
     *T = x->ne[2];
     *D = x->ne[3];
@@ -68,8 +70,8 @@ static void append(char *buf, size_t size, size_t *len, const char *s) {
 }
 
 gml_status gml_lay_weights_find(const char *layer, gml_context *wctx, const char *prefix,
-                            const gml_lay_name *names, int n_names, void *w, char *err,
-                            size_t err_size) {
+                                const gml_lay_name *names, int n_names, void *w, char *err,
+                                size_t err_size) {
     if (err_size) err[0] = '\0';
     if (!prefix) prefix = "";
     if (!wctx) {
@@ -115,7 +117,7 @@ gml_status gml_lay_weights_find(const char *layer, gml_context *wctx, const char
 /* ---- attention ------------------------------------------------------------- */
 
 gml_tensor *gml_lay_conv1d_as_linear(gml_context *ctx, gml_tensor *t, int64_t c0, int64_t n,
-                                 const char *name) {
+                                     const char *name) {
     if (!t) return NULL;
     if (n > 0 && t->n_dims == 2)
         t = gml_view(ctx, t, 2, (int64_t[]){t->ne[2], n}, (size_t[]){t->nb[2], t->nb[3]},

@@ -25,37 +25,42 @@ static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama
     if (d->H < 1) return gml_lay_fail(ctx, L ": heads is %d, must be >= 1", cfg->n_heads);
     if (d->D % d->H)
         return gml_lay_fail(ctx, L ": d_model %" PRId64 " is not divisible by heads %" PRId64, d->D,
-                        d->H);
+                            d->H);
     if (d->G < 1 || d->G > d->H || d->H % d->G)
         return gml_lay_fail(ctx, L ": kv_heads %" PRId64 " must divide heads %" PRId64, d->G, d->H);
     d->hd = d->D / d->H;
     if (d->hd % 2)
         return gml_lay_fail(ctx, L ": head_dim %" PRId64 " (d_model / heads) must be even: rope "
-                        "rotates pairs", d->hd);
+                            "rotates pairs", d->hd);
     if (!(cfg->softcap >= 0 && cfg->softcap < INFINITY))
-        return gml_lay_fail(ctx, L ": softcap %g must be finite and >= 0 (0: none)", (double)cfg->softcap);
+        return gml_lay_fail(ctx, L ": softcap %g must be finite and >= 0 (0: none)",
+                            (double)cfg->softcap);
     if (cfg->window < 0)
         return gml_lay_fail(ctx, L ": window %" PRId64 " must be >= 0 (0: none)", cfg->window);
     d->theta = cfg->rope_theta != 0 ? cfg->rope_theta : 10000.0f;
     if (!(cfg->rms_eps >= 0 && cfg->rms_eps < INFINITY))
-        return gml_lay_fail(ctx, L ": rms_eps %g must be finite and >= 0 (0: 1e-6)", (double)cfg->rms_eps);
+        return gml_lay_fail(ctx, L ": rms_eps %g must be finite and >= 0 (0: 1e-6)",
+                            (double)cfg->rms_eps);
     d->eps = cfg->rms_eps != 0 ? cfg->rms_eps : 1e-6f;
     d->F = w->w_gate && w->w_gate->n_dims == 2 ? w->w_gate->ne[2]
            : w->w_up && w->w_up->n_dims == 2   ? w->w_up->ne[2]
                                                : 1;
     const int64_t D = d->D, kd = d->G * d->hd, F = d->F;
-    return gml_lay_check_param(ctx, L, w->attn_norm, "input_layernorm.weight", true, D, -1, "[D]") &&
+    return gml_lay_check_param(ctx, L, w->attn_norm, "input_layernorm.weight", true, D, -1,
+                               "[D]") &&
            gml_lay_check_param(ctx, L, w->wq, "self_attn.q_proj.weight", true, D, D, "[H*hd, D]") &&
            gml_lay_check_param(ctx, L, w->bq, "self_attn.q_proj.bias", false, D, -1, "[H*hd]") &&
-           gml_lay_check_param(ctx, L, w->wk, "self_attn.k_proj.weight", true, kd, D, "[G*hd, D]") &&
+           gml_lay_check_param(ctx, L, w->wk, "self_attn.k_proj.weight", true, kd, D,
+                               "[G*hd, D]") &&
            gml_lay_check_param(ctx, L, w->bk, "self_attn.k_proj.bias", false, kd, -1, "[G*hd]") &&
-           gml_lay_check_param(ctx, L, w->wv, "self_attn.v_proj.weight", true, kd, D, "[G*hd, D]") &&
+           gml_lay_check_param(ctx, L, w->wv, "self_attn.v_proj.weight", true, kd, D,
+                               "[G*hd, D]") &&
            gml_lay_check_param(ctx, L, w->bv, "self_attn.v_proj.bias", false, kd, -1, "[G*hd]") &&
            gml_lay_check_param(ctx, L, w->wo, "self_attn.o_proj.weight", true, D, D, "[D, H*hd]") &&
            gml_lay_check_param(ctx, L, w->bo, "self_attn.o_proj.bias", false, D, -1, "[D]") &&
            gml_lay_check_param(ctx, L, w->sinks, "self_attn.sinks", false, d->H, -1, "[H]") &&
            gml_lay_check_param(ctx, L, w->mlp_norm, "post_attention_layernorm.weight", true, D, -1,
-                           "[D]") &&
+                               "[D]") &&
            gml_lay_check_param(ctx, L, w->w_gate, "mlp.gate_proj.weight", true, F, D, "[F, D]") &&
            gml_lay_check_param(ctx, L, w->b_gate, "mlp.gate_proj.bias", false, F, -1, "[F]") &&
            gml_lay_check_param(ctx, L, w->w_up, "mlp.up_proj.weight", true, F, D, "[F, D]") &&
@@ -68,7 +73,9 @@ static bool check(gml_context *ctx, const gml_llama_config *cfg, const gml_llama
 static gml_attn_config attn_config(const gml_llama_config *cfg, const dims *d) {
     return (gml_attn_config){
         .dims = {.d_model = d->D, .n_heads = (int)d->H, .n_kv_heads = (int)d->G},
-        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT, .window = cfg->window, .softcap = cfg->softcap},
+        .score = {.causal = GML_CAUSAL_BOTTOM_RIGHT,
+                  .window = cfg->window,
+                  .softcap = cfg->softcap},
         .pos = {.kind = GML_POS_ROPE, .rope = {.theta = d->theta}},
     };
 }
@@ -157,5 +164,5 @@ gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_lla
 #undef N
     *w = (gml_llama_weights){0};
     return gml_lay_weights_find(L, wctx, prefix, names, (int)(sizeof names / sizeof *names), w, err,
-                            err_size);
+                                err_size);
 }

@@ -65,15 +65,17 @@ static bool shape_ok(const lm_names *nm, const char *prefix, const char *name, c
     const bool type_ok = t->type == GML_F32 || (mat && (t->type == GML_F16 ||
                                                        t->type == GML_BF16 ||
                                                        t->type == GML_Q8_0));
-    const bool ok = type_ok && (mat ? t->n_dims == 2 && (rows < 0 || t->ne[2] == rows) && t->ne[3] == cols
-                                    : t->n_dims == 1 && t->ne[3] == rows);
+    const bool ok =
+        type_ok && (mat ? t->n_dims == 2 && (rows < 0 || t->ne[2] == rows) && t->ne[3] == cols
+                        : t->n_dims == 1 && t->ne[3] == rows);
     if (ok) return true;
     char st[GML_SHAPE_MAX];
     if (err_size)
         snprintf(err, err_size, "%s: %s%s is %s %s, expected %s %s", nm->label,
                  strcmp(name, HEAD_NAME) ? prefix : "", name, gml_type_name(t->type),
                  gml_format_shape(t, st, sizeof st),
-                 !type_ok ? (mat ? "f32, f16, bf16 or q8_0" : "f32") : gml_type_name(t->type), what);
+                 !type_ok ? (mat ? "f32, f16, bf16 or q8_0" : "f32") : gml_type_name(t->type),
+                 what);
     return false;
 }
 
@@ -82,7 +84,8 @@ static bool check_top(const lm_names *nm, const char *prefix, const gml_lm *lm, 
                       size_t err_size) {
     const gml_tensor *e = lm->tok_emb;
     char what[160], st[GML_SHAPE_MAX];
-    if (!shape_ok(nm, prefix, nm->tok, e, -1, e->n_dims == 2 ? e->ne[3] : 0, "[V, D]", err, err_size))
+    if (!shape_ok(nm, prefix, nm->tok, e, -1, e->n_dims == 2 ? e->ne[3] : 0, "[V, D]", err,
+                  err_size))
         return false;
     const int64_t V = e->ne[2], D = e->ne[3];
     snprintf(what, sizeof what, "[%" PRId64 ",%" PRId64 "] ([V, D], as %s%s %s)", V, D, prefix,
@@ -111,7 +114,8 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
     GML_MODELS_NONNULL_ERR(cfg, GML_ERR_INVALID, err, err_size);
     if (cfg->arch != GML_LM_GPT2 && cfg->arch != GML_LM_LLAMA) {
         if (err_size)
-            snprintf(err, err_size, "gml_lm_find: arch %d is not GML_LM_GPT2 (%d) or GML_LM_LLAMA (%d)",
+            snprintf(err, err_size,
+                     "gml_lm_find: arch %d is not GML_LM_GPT2 (%d) or GML_LM_LLAMA (%d)",
                      (int)cfg->arch, (int)GML_LM_GPT2, (int)GML_LM_LLAMA);
         return GML_ERR_INVALID;
     }
@@ -140,7 +144,8 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
         else if (nm->pos && strcmp(rest, nm->pos) == 0) lm->pos_emb = t;
         else if (strcmp(rest, nm->norm_w) == 0) lm->norm_w = t;
         else if (nm->norm_b && strcmp(rest, nm->norm_b) == 0) lm->norm_b = t;
-        else if ((li = layer_index(rest, nm->layers)) >= 0) n_layers = li + 1 > n_layers ? li + 1 : n_layers;
+        else if ((li = layer_index(rest, nm->layers)) >= 0)
+            n_layers = li + 1 > n_layers ? li + 1 : n_layers;
         else goto unknown;
         continue;
     unknown:
@@ -150,7 +155,8 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
     const gml_tensor *got[] = {lm->tok_emb, lm->pos_emb, lm->norm_w, lm->norm_b};
     for (int i = 0; i < 4; i++)
         if (need[i] && !got[i])
-            appendf(missing, sizeof missing, &mlen, "%s%s%s", n_missing++ ? ", " : "", prefix, need[i]);
+            appendf(missing, sizeof missing, &mlen, "%s%s%s", n_missing++ ? ", " : "", prefix,
+                    need[i]);
     if (n_layers == 0)
         appendf(missing, sizeof missing, &mlen, "%s%s%s0.* (no layer)", n_missing++ ? ", " : "",
                 prefix, nm->layers);
@@ -191,12 +197,15 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
     if (!present || !layers) {
         free(present);
         free(layers);
-        if (err_size) snprintf(err, err_size, "%s: out of memory for %" PRId64 " layers", nm->label, n_layers);
+        if (err_size)
+            snprintf(err, err_size, "%s: out of memory for %" PRId64 " layers", nm->label,
+                     n_layers);
         *lm = (gml_lm){0};
         return GML_ERR_NOMEM;
     }
     for (gml_tensor *t = gml_get_first_tensor(wctx); t; t = gml_get_next_tensor(wctx, t)) {
-        const int64_t li = strncmp(t->name, prefix, plen) == 0 ? layer_index(t->name + plen, nm->layers) : -1;
+        const int64_t li =
+            strncmp(t->name, prefix, plen) == 0 ? layer_index(t->name + plen, nm->layers) : -1;
         if (li >= 0) present[li] = true;
     }
     char gaps[256] = "";
@@ -210,7 +219,8 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
     gml_status st = GML_OK;
     if (n_gaps) {
         if (err_size)
-            snprintf(err, err_size, "%s: %" PRId64 " layers (up to %s%s%" PRId64 ".*) but no tensor of %s",
+            snprintf(err, err_size,
+                     "%s: %" PRId64 " layers (up to %s%s%" PRId64 ".*) but no tensor of %s",
                      nm->label, n_layers, prefix, nm->layers, n_layers - 1, gaps);
         st = GML_ERR_INVALID;
     }
@@ -218,8 +228,10 @@ gml_status gml_lm_find(gml_context *wctx, const gml_lm_config *cfg, gml_lm *lm, 
         char lp[96], lerr[448] = "";
         snprintf(lp, sizeof lp, "%s%s%" PRId64 ".", prefix, nm->layers, i);
         st = cfg->arch == GML_LM_GPT2
-                 ? gml_gpt2_weights_find(wctx, lp, (gml_gpt2_weights *)layers + i, lerr, sizeof lerr)
-                 : gml_llama_weights_find(wctx, lp, (gml_llama_weights *)layers + i, lerr, sizeof lerr);
+                 ? gml_gpt2_weights_find(wctx, lp, (gml_gpt2_weights *)layers + i, lerr,
+                                         sizeof lerr)
+                 : gml_llama_weights_find(wctx, lp, (gml_llama_weights *)layers + i, lerr,
+                                          sizeof lerr);
         if (st != GML_OK && err_size) snprintf(err, err_size, "%s: %s", nm->label, lerr);
     }
     if (st != GML_OK) {
@@ -250,17 +262,19 @@ void gml_lm_free(gml_lm *lm) {
 static bool check_model(gml_context *ctx, const lm_names *nm, const gml_lm *lm) {
     const bool gpt2 = lm->cfg.arch == GML_LM_GPT2;
     if (lm->n_layers < 0 || (lm->n_layers > 0 && !(gpt2 ? (void *)lm->gpt2 : (void *)lm->llama)))
-        return gml_lay_fail(ctx, "%s: n_layers %d with no %s weights array", nm->label, lm->n_layers,
-                        gpt2 ? "gpt2" : "llama");
+        return gml_lay_fail(ctx, "%s: n_layers %d with no %s weights array", nm->label,
+                            lm->n_layers, gpt2 ? "gpt2" : "llama");
     const char *miss = !lm->tok_emb ? "tok_emb" : !lm->head ? "head" : !lm->norm_w ? "norm_w"
                        : gpt2 && !lm->norm_b ? "norm_b" : gpt2 && !lm->pos_emb ? "pos_emb" : NULL;
-    if (miss) return gml_lay_fail(ctx, "%s: the model's %s is NULL (bind it with gml_lm_find)", nm->label, miss);
+    if (miss)
+        return gml_lay_fail(ctx, "%s: the model's %s is NULL (bind it with gml_lm_find)", nm->label,
+                            miss);
     char msg[GML_ERR_MAX];
     if (!check_top(nm, "", lm, msg, sizeof msg)) return gml_lay_fail(ctx, "%s", msg);
     const float eps = gpt2 ? lm->cfg.gpt2.eps : lm->cfg.llama.rms_eps;
     if (!(eps >= 0 && eps < INFINITY))
-        return gml_lay_fail(ctx, "%s: %s %g must be finite and >= 0", nm->label, gpt2 ? "eps" : "rms_eps",
-                        (double)eps);
+        return gml_lay_fail(ctx, "%s: %s %g must be finite and >= 0", nm->label,
+                            gpt2 ? "eps" : "rms_eps", (double)eps);
     return true;
 }
 

@@ -44,7 +44,8 @@ gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_r
     gml_attn_plan p;
     gml_attn_weights wt_;
     if (!gml_attn_plan_inputs(ctx, "relpos", &cfg, &in, false, &p) ||
-        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), true) || !gml_attn_check_masks(ctx, &p, &in, w->sinks) ||
+        !gml_attn_check_weights(ctx, &p, (w = gml_attn_linear_weights(ctx, w, &wt_)), true) ||
+        !gml_attn_check_masks(ctx, &p, &in, w->sinks) ||
         !gml_attn_no_extras(ctx, &p, w, "relative-position attention"))
         return fail;
     if (max_rel < 0 || max_rel > (1 << 24)) {

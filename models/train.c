@@ -57,15 +57,16 @@ static bool check_weights(gml_context *wctx, int *n, char *err, size_t err_size)
     for (gml_tensor *t = gml_get_first_tensor(wctx); t; t = gml_get_next_tensor(wctx, t), (*n)++) {
         char s[GML_SHAPE_MAX];
         if (t->type != GML_F32) {
-            fail(err, err_size, "gml_trainer_new: weight '%s' is %s %s; training needs f32 parameters "
-                 "(convert the checkpoint to float32)", t->name, gml_type_name(t->type),
-                 gml_format_shape(t, s, sizeof s));
+            fail(err, err_size, "gml_trainer_new: weight '%s' is %s %s; training needs f32 "
+                 "parameters (convert the checkpoint to float32)", t->name,
+                 gml_type_name(t->type), gml_format_shape(t, s, sizeof s));
             return false;
         }
         if (!t->data) {
-            fail(err, err_size, "gml_trainer_new: weight '%s' %s has no data (a no_alloc context's "
-                 "header): the optimizer updates the weights in place; load them into an allocating "
-                 "context (gml_load_safetensors)", t->name, gml_format_shape(t, s, sizeof s));
+            fail(err, err_size, "gml_trainer_new: weight '%s' %s has no data (a no_alloc "
+                 "context's header): the optimizer updates the weights in place; load them into "
+                 "an allocating context (gml_load_safetensors)", t->name,
+                 gml_format_shape(t, s, sizeof s));
             return false;
         }
     }
@@ -79,7 +80,8 @@ static bool build(gml_trainer *tr, const gml_lm *lm, gml_context *wctx, int n_we
                   size_t err_size) {
     gml_context *ctx = tr->ctx;
     tr->tokens = gml_set_name(gml_new_tensor(ctx, GML_I32, 2, (int64_t[]){tr->B, tr->T}), "tokens");
-    tr->targets = gml_set_name(gml_new_tensor(ctx, GML_I32, 2, (int64_t[]){tr->B, tr->T}), "targets");
+    tr->targets =
+        gml_set_name(gml_new_tensor(ctx, GML_I32, 2, (int64_t[]){tr->B, tr->T}), "targets");
     if (!tr->tokens || !tr->targets) {
         fail(err, err_size, "gml_trainer_new: %s", gml_last_error(ctx));
         return false;
@@ -160,7 +162,8 @@ gml_trainer *gml_trainer_new(const gml_lm *lm, gml_context *wctx, const gml_trai
     /* headers: the forward's (about 80 a layer), the backward's (a few times
      * that), one gradient per weight */
     const size_t headers = (size_t)(600 * (lm->n_layers + 2) + 8 * n_weights + 256);
-    tr->ctx = gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
+    tr->ctx =
+        gml_init((gml_init_params){.mem_size = headers * gml_tensor_overhead(), .no_alloc = true});
     if (!tr->ctx) {
         fail(err, err_size, "gml_trainer_new: %s", gml_last_error(NULL));
         gml_trainer_free(tr);
@@ -192,8 +195,10 @@ gml_trainer *gml_trainer_new(const gml_lm *lm, gml_context *wctx, const gml_trai
 static bool check_ids(gml_trainer *tr, const int32_t *ids, const char *what) {
     for (int64_t i = 0; i < tr->B * tr->T; i++)
         if (ids[i] < 0 || ids[i] >= tr->V) {
-            snprintf(tr->err, sizeof tr->err, "gml_trainer_step: %s %" PRId32 " at [%" PRId64 ", %" PRId64
-                     "] is outside [0, V) (V = %" PRId64 ")", what, ids[i], i / tr->T, i % tr->T, tr->V);
+            snprintf(tr->err, sizeof tr->err,
+                     "gml_trainer_step: %s %" PRId32 " at [%" PRId64 ", %" PRId64
+                     "] is outside [0, V) (V = %" PRId64 ")",
+                     what, ids[i], i / tr->T, i % tr->T, tr->V);
             return false;
         }
     return true;
@@ -206,11 +211,12 @@ gml_status gml_trainer_step(gml_trainer *tr, const int32_t *tokens, const int32_
     GML_MODELS_NONNULL(NULL, targets, GML_ERR_INVALID);
     tr->err[0] = '\0';
     if (n_threads < 1 || n_threads > GML_MAX_THREADS) {
-        snprintf(tr->err, sizeof tr->err, "gml_trainer_step: n_threads %d is outside [1, %d]", n_threads,
-                 GML_MAX_THREADS);
+        snprintf(tr->err, sizeof tr->err, "gml_trainer_step: n_threads %d is outside [1, %d]",
+                 n_threads, GML_MAX_THREADS);
         return GML_ERR_INVALID;
     }
-    if (!check_ids(tr, tokens, "token") || !check_ids(tr, targets, "target")) return GML_ERR_INVALID;
+    if (!check_ids(tr, tokens, "token") || !check_ids(tr, targets, "target"))
+        return GML_ERR_INVALID;
     const size_t bytes = (size_t)(tr->B * tr->T) * sizeof(int32_t);
     memcpy(gml_graph_data(tr->g, tr->tokens), tokens, bytes);
     memcpy(gml_graph_data(tr->g, tr->targets), targets, bytes);
@@ -223,7 +229,8 @@ gml_status gml_trainer_step(gml_trainer *tr, const int32_t *tokens, const int32_
     for (int i = 0; i < tr->n_params; i++) tr->ghdr[i] = *gml_graph_tensor(tr->g, tr->grads[i]);
     tr->stepped = true;
     st = gml_optim_step(tr->opt, tr->gptr, n_threads, &tr->grad_norm);
-    if (st != GML_OK) snprintf(tr->err, sizeof tr->err, "gml_trainer_step: %s", gml_optim_error(tr->opt));
+    if (st != GML_OK)
+        snprintf(tr->err, sizeof tr->err, "gml_trainer_step: %s", gml_optim_error(tr->opt));
     return st;
 }
 

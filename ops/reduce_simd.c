@@ -28,30 +28,17 @@ static inline size_t tail_lanes(size_t r, int v) {
     return r > done ? GML_MIN(r - done, (size_t)GML_VL) : 0;
 }
 
-double GML_SIMD_UKERNEL(f32_rsum, 16)(size_t n, const float *x) {
-    const gml_vf neg0 = gml_vf_set1(-0.0f);
-    gml_vd acc[DV];
-    for (int v = 0; v < DV; v++) acc[v] = gml_vd_zero();
-    for (size_t b = 0; b < n; b += GML_REDUCE_BLOCK) {
-        const size_t end = GML_MIN(n, b + GML_REDUCE_BLOCK);
-        gml_vf lane[LV];
-        for (int v = 0; v < LV; v++) lane[v] = neg0;
-        size_t i = b;
-        for (; i + 16 <= end; i += 16)
-            for (int v = 0; v < LV; v++)
-                lane[v] = gml_vf_add(lane[v], gml_vf_load(x + i + v * GML_VL));
-        for (int v = 0; v < LV && i < end; v++) {
-            const size_t k = tail_lanes(end - i, v);
-            if (k == 0) break;
-            const gml_vm m = gml_vm_first(k);
-            lane[v] = gml_vf_add_m(lane[v], m, gml_vf_load_m(x + i + v * GML_VL, m));
-        }
-        accumulate(lane, acc);
-    }
-    return finish(acc);
+/* A term of a sum: x itself, or for the sum of squares (sq) (x - c)^2. */
+static GML_SIMD_INLINE gml_vf term(gml_vf x, gml_vf c, bool sq) {
+    if (!sq) return x;
+    const gml_vf d = gml_vf_sub(x, c);
+    return gml_vf_mul(d, d);
 }
 
-double GML_SIMD_UKERNEL(f32_rsumsq, 16)(size_t n, const float *x, float c) {
+/* The terms of x in ops/reduce.h's order: each block of GML_REDUCE_BLOCK
+ * summed in the 16 float lanes from -0 (the tail masked), then added to the
+ * 16 double accumulators; sq picks the term (rsum, rsumsq). */
+static GML_SIMD_INLINE double block_sum(size_t n, const float *x, float c, bool sq) {
     const gml_vf vc = gml_vf_set1(c), neg0 = gml_vf_set1(-0.0f);
     gml_vd acc[DV];
     for (int v = 0; v < DV; v++) acc[v] = gml_vd_zero();
@@ -61,20 +48,26 @@ double GML_SIMD_UKERNEL(f32_rsumsq, 16)(size_t n, const float *x, float c) {
         for (int v = 0; v < LV; v++) lane[v] = neg0;
         size_t i = b;
         for (; i + 16 <= end; i += 16)
-            for (int v = 0; v < LV; v++) {
-                const gml_vf d = gml_vf_sub(gml_vf_load(x + i + v * GML_VL), vc);
-                lane[v] = gml_vf_add(lane[v], gml_vf_mul(d, d));
-            }
+            for (int v = 0; v < LV; v++)
+                lane[v] = gml_vf_add(lane[v], term(gml_vf_load(x + i + v * GML_VL), vc, sq));
         for (int v = 0; v < LV && i < end; v++) {
             const size_t k = tail_lanes(end - i, v);
             if (k == 0) break;
             const gml_vm m = gml_vm_first(k);
-            const gml_vf d = gml_vf_sub(gml_vf_load_m(x + i + v * GML_VL, m), vc);
-            lane[v] = gml_vf_add_m(lane[v], m, gml_vf_mul(d, d));
+            const gml_vf t = term(gml_vf_load_m(x + i + v * GML_VL, m), vc, sq);
+            lane[v] = gml_vf_add_m(lane[v], m, t);
         }
         accumulate(lane, acc);
     }
     return finish(acc);
+}
+
+double GML_SIMD_UKERNEL(f32_rsum, 16)(size_t n, const float *x) {
+    return block_sum(n, x, 0.0f, false);
+}
+
+double GML_SIMD_UKERNEL(f32_rsumsq, 16)(size_t n, const float *x, float c) {
+    return block_sum(n, x, c, true);
 }
 
 float GML_SIMD_UKERNEL(f32_rmax, 16)(size_t n, const float *x) {

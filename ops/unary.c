@@ -87,19 +87,25 @@ void gml_f32_vgelu_tanh_ukernel__scalar_u1(size_t n, const float *x, float *y) {
 
 /* ---- the fast driver ------------------------------------------------------ */
 
-/* The op's micro-kernel for ISA isa, and its names. */
-typedef struct unop_kernel {
-    gml_f32_vunary_ukernel *fn;
+/* A micro-kernel of unary, y = f(x) (fn1), or of unary_back, out = dy *
+ * f'(x) (fn2), the other NULL; and its names. */
+typedef struct unary_kernel {
+    gml_f32_vunary_ukernel *fn1;
+    gml_f32_vunary_back_ukernel *fn2;
     const char *name, *gathered;
-} unop_kernel;
+} unary_kernel;
 
-#define UNOP_KERNEL(L)                                                                 \
-    (unop_kernel) {                                                                    \
-        GML_PICK_UKERNEL(isa, L, gml_f32_vunary_ukernel), GML_PICK_UKERNEL_NAME(isa, L),          \
-            GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED)                     \
+/* The micro-kernel of list L for ISA isa in field FN (of type T), and its
+ * names. */
+#define UNARY_KERNEL(FN, T, L)                                                          \
+    (unary_kernel) {                                                                    \
+        .FN = GML_PICK_UKERNEL(isa, L, T), .name = GML_PICK_UKERNEL_NAME(isa, L),       \
+        .gathered = GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED)         \
     }
+/* The op's micro-kernel. */
+#define UNOP_KERNEL(L) UNARY_KERNEL(fn1, gml_f32_vunary_ukernel, L)
 
-static unop_kernel kernel_of(gml_isa isa, unop op) {
+static unary_kernel kernel_of(gml_isa isa, unop op) {
     switch (op) {
     case U_NEG: return UNOP_KERNEL(GML_F32_VNEG_UKERNELS);
     case U_EXP: return UNOP_KERNEL(GML_F32_VEXP_UKERNELS);
@@ -114,50 +120,71 @@ static unop_kernel kernel_of(gml_isa isa, unop op) {
 /* Stretches of a row gathered at a time (a stack buffer). */
 #define GATHER_CHUNK 256
 
-/* dst (contiguous) = f(x). Where x is dense along the output's inner dims
- * [k, 4) (ops/runs.h), threads take equal ranges of elements, one
- * micro-kernel call per run; where x's last dim is strided (transposed),
- * rows are split across threads and gathered a stretch at a time into a
- * buffer. Either way each element goes through the same micro-kernel, so
- * results do not depend on the layout or the thread count. In place
- * (dst on x's memory: x is then contiguous, the runs path), the thread
- * writing y[i] reads x[i], and every variant loads a vector of x before it
- * stores that vector of y. */
-static void unary_forward(const gml_compute_params *p, gml_tensor *dst, unop op) {
-    const gml_tensor *x = dst->src[0];
-    const unop_kernel kn = kernel_of(p->isa, op);
-    gml_run_operand ops[1] = {gml_run_operand_of(x)};
-    const int k = gml_find_runs(dst->ne, ops, 1, false);
+/* out[0, n) = the micro-kernel on in[0] (x) and, for unary_back, in[1] (dy) */
+static inline void run_kernel(const unary_kernel *kn, size_t n, const float *const in[2],
+                              float *out) {
+    if (kn->fn2) kn->fn2(n, in[0], in[1], out);
+    else kn->fn1(n, in[0], out);
+}
+
+/* dst (contiguous) = the micro-kernel on dst's sources: x for unary, x and
+ * dy for unary_back (kn->fn2). Where the sources are all dense along the
+ * output's inner dims [k, 4) (ops/runs.h), threads take equal ranges of
+ * elements, one micro-kernel call per run; where one's last dim is strided
+ * (transposed), rows are split across threads and the sources gathered a
+ * stretch at a time into buffers. Either way each element goes through the
+ * same micro-kernel, so results do not depend on the layout or the thread
+ * count. In place (unary's dst on x's memory: x is then contiguous, the
+ * runs path), the thread writing y[i] reads x[i], and every variant loads a
+ * vector of x before it stores that vector of y. */
+static void unary_drive(const gml_compute_params *p, gml_tensor *dst, const unary_kernel *kn) {
+    const int n_src = kn->fn2 ? 2 : 1;
+    gml_run_operand ops[2];
+    for (int s = 0; s < n_src; s++) ops[s] = gml_run_operand_of(dst->src[s]);
+    const int k = gml_find_runs(dst->ne, ops, n_src, false);
     float *out = dst->data;
     if (k < GML_MAX_DIMS) {
-        gml_kernel_note(p, kn.name);
+        gml_kernel_note(p, kn->name);
         const int64_t run = gml_run_length(dst->ne, k);
         int64_t e, end;
         gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
         while (e < end) {
             const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
-            const float *px = (const float *)(const void *)gml_run_start(&ops[0], dst->ne, k, r);
-            kn.fn((size_t)len, px + off, out + e);
+            const float *in[2] = {NULL, NULL};
+            for (int s = 0; s < n_src; s++)
+                in[s] = (const float *)(const void *)gml_run_start(&ops[s], dst->ne, k, r) + off;
+            run_kernel(kn, (size_t)len, in, out + e);
             e += len;
         }
         return;
     }
-    gml_kernel_note(p, kn.gathered);
-    const int64_t n = dst->ne[3], sx = (int64_t)x->nb[3];
-    float buf[GATHER_CHUNK];
+    gml_kernel_note(p, kn->gathered);
+    const int64_t n = dst->ne[3];
+    float buf[2][GATHER_CHUNK];
+    const float *const in[2] = {buf[0], buf[1]};
     int64_t r0, r1;
     gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i0, i1, i2;
         gml_row_index(dst, r, &i0, &i1, &i2);
-        const char *px = gml_ptr(x, i0, i1, i2, 0);
         float *y = (float *)gml_ptr(dst, i0, i1, i2, 0);
         for (int64_t j0 = 0; j0 < n; j0 += GATHER_CHUNK) {
             const int64_t len = GML_MIN((int64_t)GATHER_CHUNK, n - j0);
-            for (int64_t j = 0; j < len; j++) memcpy(&buf[j], px + (j0 + j) * sx, sizeof(float));
-            kn.fn((size_t)len, buf, y + j0);
+            for (int s = 0; s < n_src; s++) {
+                const gml_tensor *t = dst->src[s];
+                const char *pt = gml_ptr(t, i0, i1, i2, 0);
+                const int64_t st = (int64_t)t->nb[3];
+                for (int64_t j = 0; j < len; j++)
+                    memcpy(&buf[s][j], pt + (j0 + j) * st, sizeof(float));
+            }
+            run_kernel(kn, (size_t)len, in, y + j0);
         }
     }
+}
+
+static void unary_forward(const gml_compute_params *p, gml_tensor *dst, unop op) {
+    const unary_kernel kn = kernel_of(p->isa, op);
+    unary_drive(p, dst, &kn);
 }
 
 static gml_tensor *unary(gml_context *ctx, gml_op op, gml_tensor *x) {
@@ -240,24 +267,12 @@ static void gml_f32_unary_back__ref(const gml_compute_params *p, gml_tensor *dst
     }
 }
 
-/* The fast kernel: the micro-kernel of the op and ISA (ops/unary.inc) on
- * runs where x and dy are both dense along the output's inner dims,
- * threads taking equal ranges of elements; else rows split across threads,
- * x and dy gathered a stretch at a time. Each element goes through the same
- * micro-kernel either way: the result does not depend on the layout or the
- * thread count. */
-typedef struct back_kernel {
-    gml_f32_vunary_back_ukernel *fn;
-    const char *name, *gathered;
-} back_kernel;
+/* The fast kernel: the micro-kernel of the op and ISA (ops/unary.inc) through
+ * unary's driver (unary_drive): runs where x and dy are both dense, else
+ * rows with x and dy gathered. */
+#define BACK_KERNEL(L) UNARY_KERNEL(fn2, gml_f32_vunary_back_ukernel, L)
 
-#define BACK_KERNEL(L)                                                                  \
-    (back_kernel) {                                                                     \
-        GML_PICK_UKERNEL(isa, L, gml_f32_vunary_back_ukernel),                          \
-            GML_PICK_UKERNEL_NAME(isa, L), GML_PICK_UKERNEL_NAME_AS(isa, L, GML_UKERNEL_NAME_GATHERED) \
-    }
-
-static back_kernel back_kernel_of(gml_isa isa, gml_op op) {
+static unary_kernel back_kernel_of(gml_isa isa, gml_op op) {
     switch (op) {
     case GML_OP_TANH: return BACK_KERNEL(GML_F32_VTANH_BACK_UKERNELS);
     case GML_OP_SIGMOID: return BACK_KERNEL(GML_F32_VSIGMOID_BACK_UKERNELS);
@@ -268,44 +283,8 @@ static back_kernel back_kernel_of(gml_isa isa, gml_op op) {
 }
 
 static void gml_f32_unary_back(const gml_compute_params *p, gml_tensor *dst) {
-    const gml_tensor *x = dst->src[0], *dy = dst->src[1];
-    const back_kernel kn = back_kernel_of(p->isa, BACK_OPS[back_fn_of(dst)]);
-    gml_run_operand ops[2] = {gml_run_operand_of(x), gml_run_operand_of(dy)};
-    const int k = gml_find_runs(dst->ne, ops, 2, false);
-    float *out = dst->data;
-    if (k < GML_MAX_DIMS) {
-        gml_kernel_note(p, kn.name);
-        const int64_t run = gml_run_length(dst->ne, k);
-        int64_t e, end;
-        gml_split_elements(gml_nelements(dst), p->ith, p->nth, &e, &end);
-        while (e < end) {
-            const int64_t r = e / run, off = e % run, len = GML_MIN(run - off, end - e);
-            const float *px = (const float *)(const void *)gml_run_start(&ops[0], dst->ne, k, r);
-            const float *pd = (const float *)(const void *)gml_run_start(&ops[1], dst->ne, k, r);
-            kn.fn((size_t)len, px + off, pd + off, out + e);
-            e += len;
-        }
-        return;
-    }
-    gml_kernel_note(p, kn.gathered);
-    const int64_t n = dst->ne[3], sx = (int64_t)x->nb[3], sd = (int64_t)dy->nb[3];
-    float bx[GATHER_CHUNK], bd[GATHER_CHUNK];
-    int64_t r0, r1;
-    gml_split(gml_nrows(dst), p->ith, p->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t i0, i1, i2;
-        gml_row_index(dst, r, &i0, &i1, &i2);
-        const char *px = gml_ptr(x, i0, i1, i2, 0), *pd = gml_ptr(dy, i0, i1, i2, 0);
-        float *y = (float *)gml_ptr(dst, i0, i1, i2, 0);
-        for (int64_t j0 = 0; j0 < n; j0 += GATHER_CHUNK) {
-            const int64_t len = GML_MIN((int64_t)GATHER_CHUNK, n - j0);
-            for (int64_t j = 0; j < len; j++) {
-                memcpy(&bx[j], px + (j0 + j) * sx, sizeof(float));
-                memcpy(&bd[j], pd + (j0 + j) * sd, sizeof(float));
-            }
-            kn.fn((size_t)len, bx, bd, y + j0);
-        }
-    }
+    const unary_kernel kn = back_kernel_of(p->isa, BACK_OPS[back_fn_of(dst)]);
+    unary_drive(p, dst, &kn);
 }
 
 /* x [...], dy [...] (x's shape) -> [...] = dy * f'(x) */

@@ -8,7 +8,8 @@
 # layers and a graph file's params are packed for the bf16 and int8 products
 # (--json packed_bytes: at least the bytes per element the packed layouts
 # hold), also when --save-inputs and --save-graph write them as weights and
-# params in the same run; the pairings the kernels do not
+# params in the same run, and counted in peak_bytes; matmul's b, an input, is
+# not packed (a graph file's param b is); the pairings the kernels do not
 # take (int8 without q8_0 weights, bf16 with q8_0, int8 for matmul, any
 # with --decode) are usage errors saying what is supported.
 # usage: test_compute_cli.sh RUN_GRAPH CLI_CHECK SOURCE_DIR
@@ -138,6 +139,31 @@ done
 check "mha --compute f32: nothing packed" test "$(packed mha --seq 40 --d-model $D --heads 2)" = 0
 check "llama --compute bf16: its weights packed" test "$(packed llama --seq 40 --d-model $D --heads 2)" = 0 -a \
     "$(packed llama --seq 40 --d-model $D --heads 2 --compute bf16)" -gt 0
+# peak_bytes and naive_bytes count the packed copies (docs/cli.md): a bf16
+# run's are the f32 run's (the same plan, inputs and weights) plus its
+# packed_bytes; the summary names the packed part
+for m in "mha --seq 40 --d-model $D --heads 2" "llama --seq 40 --d-model $D --heads 2"; do
+    p=$(packed $m --compute bf16 --threads 2)
+    cp "$T/p.json" "$T/bf.json"
+    packed $m --threads 2 >/dev/null
+    for k in peak_bytes naive_bytes; do
+        f=$("$CHECK" json-get "$T/p.json" $k) b=$("$CHECK" json-get "$T/bf.json" $k)
+        check "$m --compute bf16: $k $b = f32's $f + packed_bytes $p" test "${p:-0}" -gt 0 -a \
+            "$b" = $((f + ${p:-0}))
+    done
+    check "$m --compute bf16: the summary names the packed weights" \
+        grep -q "MiB without reuse; .* MiB of it packed weights)" <("$RG" $m --compute bf16)
+    check "$m: no packed weights, none named" test "$("$RG" $m | grep -c "packed")" = 0
+done
+# matmul's b is an input, as a is: multiplied as it is at each compute, never
+# packed; a graph file's param b is packed once, with the same bits
+check "matmul --compute bf16: b (an input) is not packed" test "$(packed $MM --compute bf16)" = 0
+mm=$("$CHECK" json-get "$T/p.json" xxh3)
+printf 'input a f32 [37, 65]\nparam b f32 [65, 29]\nout = matmul(a, b, compute=bf16)\noutput out\n' \
+    >"$T/param.graph"
+p=$(packed "$T/param.graph" --bind a="$T/in32/a.npy" --bind b="$T/in32/b.npy" --threads 3)
+check "a graph file's param b: packed_bytes $p >= $((65 * 29 * 2))" test "${p:-0}" -ge $((65 * 29 * 2))
+check "a graph file's param b: the flag's bits" test -n "$mm" -a "$("$CHECK" json-get "$T/p.json" xxh3)" = "$mm"
 # with --save-inputs and --save-graph in the same run: packed, and written as
 # weights (weights.safetensors, no weight .npy) and params
 args="mha --seq 40 --d-model $D --heads 2 --attn unfused --compute bf16"

@@ -270,8 +270,6 @@ typedef struct rg_model {
     gml_tensor *outs[2];
     int n_outs;
     struct rg_grads *grads; /* --grads: the gradients the graph computes besides, or NULL */
-    size_t peak_bytes;  /* tensor data a run needs: the planned buffer, inputs, weights */
-    size_t naive_bytes; /* the same without reusing memory */
     /* The graph's weights: its leafs flagged GML_FLAG_PARAM while it was
      * built (the blocks' weights, a graph file's params). rg_model_build
      * takes the flag off them, so that the computes pack them once per graph
@@ -292,6 +290,15 @@ void rg_model_flag_weights(rg_model *m, bool flagged);
 /* Bytes of the data g's leafs hold themselves (not placed by a plan): inputs,
  * weights, caches; each rounded up to 64 bytes. */
 size_t rg_leaf_bytes(const gml_graph *g);
+/* Bytes of tensor data g holds once it has computed (--json's peak_bytes;
+ * naive: naive_bytes): its leafs' data (rg_leaf_bytes), its planned buffer
+ * (naive: the same tensors without reuse) and the packed copies of its
+ * weights that its first compute made for the bf16 and int8 products
+ * (gml_graph_packed_bytes). Not the kernels' scratch. */
+size_t rg_tensor_bytes(const gml_graph *g, bool naive);
+/* The summary's line "memory  X MiB of tensor data (Y MiB without reuse), N
+ * nodes", naming the packed weights' part of X when there are some. */
+void rg_print_memory(const gml_graph *g);
 void rg_model_free(rg_model *m);
 
 /* ---- running (rg_run.c) --------------------------------------------------------- */

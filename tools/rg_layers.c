@@ -495,16 +495,15 @@ static bool report_json(const run *r, const gml_tensor *out, uint64_t digest, do
     const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_D] = r->D, [RG_H] = r->H, [RG_G] = r->G};
     const bool shown[RG_NSYM] = {[RG_B] = true, [RG_T] = true, [RG_D] = true, [RG_H] = true,
                                  [RG_G] = o->kind == L_LLAMA};
-    const size_t leaf = rg_leaf_bytes(r->g);
     const double med = rg_median(ms, o->repeat); /* sorts ms: ms[0] is the fastest */
     cJSON *j = rg_json_head(&(rg_summary){
         .model = o->model, .dim = dim, .shown = shown, .causal = o->kind != L_BERT, .out = out,
         .digest = digest, .threads = o->threads, .runs = o->repeat, .median_ms = med,
-        .min_ms = ms[0], .flops = gml_graph_flops(r->g), .peak_bytes = gml_graph_plan_peak(r->g) + leaf,
+        .min_ms = ms[0], .flops = gml_graph_flops(r->g), .peak_bytes = rg_tensor_bytes(r->g, false),
         .random_weights = r->random_weights, .random_inputs = r->random_input});
     char hex[17];
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(r->g));
-    cJSON_AddNumberToObject(j, "naive_bytes", (double)(gml_graph_plan_naive(r->g) + leaf));
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)rg_tensor_bytes(r->g, true));
     cJSON_AddNumberToObject(j, "packed_bytes", (double)gml_graph_packed_bytes(r->g));
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(r->g));
     cJSON_AddStringToObject(j, "graph_digest", hex);
@@ -588,10 +587,8 @@ static bool execute(run *r, rg_err *e) {
         if (o->repeat > 1) printf(" median, %.3f ms min of %d runs", ms[0], o->repeat);
         printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
         if (med > 0 && flops > 0) printf(", %.2f GFLOP/s", flops / (med * 1e6));
-        printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
-               (double)(gml_graph_plan_peak(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
-               (double)(gml_graph_plan_naive(r->g) + rg_leaf_bytes(r->g)) / (1 << 20),
-               gml_graph_n_nodes(r->g));
+        printf("\n");
+        rg_print_memory(r->g);
         if (o->args->grads) {
             char line[1024];
             rg_grads_describe(&r->grads, o->args->grads, line, sizeof line);

@@ -267,10 +267,6 @@ static bool build(const rg_opts *o, rg_data *d, gml_context *ctx, rg_model *m, r
     return !m->grads || build_grads(o, d, ctx, m, e);
 }
 
-/* Gives the graph's tensors without data (intermediates, and leafs a graph
- * file made) their places with the memory planner, and counts the bytes of
- * tensor data a run needs: the planned buffer plus the inputs and weights,
- * which keep the data they came with. */
 size_t rg_leaf_bytes(const gml_graph *g) {
     size_t own = 0;
     for (int i = 0; i < gml_graph_n_leafs(g); i++) {
@@ -280,12 +276,26 @@ size_t rg_leaf_bytes(const gml_graph *g) {
     return own;
 }
 
+size_t rg_tensor_bytes(const gml_graph *g, bool naive) {
+    return rg_leaf_bytes(g) + (naive ? gml_graph_plan_naive(g) : gml_graph_plan_peak(g)) +
+           gml_graph_packed_bytes(g);
+}
+
+void rg_print_memory(const gml_graph *g) {
+    const double mib = 1 << 20;
+    const size_t packed = gml_graph_packed_bytes(g);
+    printf("memory  %.2f MiB of tensor data (%.2f MiB without reuse",
+           (double)rg_tensor_bytes(g, false) / mib, (double)rg_tensor_bytes(g, true) / mib);
+    if (packed) printf("; %.2f MiB of it packed weights", (double)packed / mib);
+    printf("), %d nodes\n", gml_graph_n_nodes(g));
+}
+
+/* Gives the graph's tensors without data (intermediates, and leafs a graph
+ * file made) their places with the memory planner; the inputs and weights
+ * keep the data they came with. */
 static bool place(rg_model *m, rg_err *e) {
     const size_t own = rg_leaf_bytes(m->g); /* inputs and weights, from files or made random */
-    if (!rg_place(m->g, "the graph's tensors", own, e)) return false;
-    m->peak_bytes = own + gml_graph_plan_peak(m->g);
-    m->naive_bytes = own + gml_graph_plan_naive(m->g);
-    return true;
+    return rg_place(m->g, "the graph's tensors", own, e);
 }
 
 /* m->weights: the graph's leafs flagged params, then unflagged (rg.h). */

@@ -433,8 +433,8 @@ static void split_text(const prun *r, char *buf, size_t size) {
 }
 
 /* --json: the keys of the single process's report (rg_json_head; flops summed
- * over the ranks, peak_bytes the largest rank's: its largest graph's plan and
- * the data its leafs hold, as the single process counts), then the mode's. */
+ * over the ranks, peak_bytes the largest rank's: its largest graph's tensor
+ * data, as the single process counts it, rg_tensor_bytes), then the mode's. */
 static bool finish_json(const prun *r, uint64_t digest, const double *ms, const double *comm,
                         const double *wait, double flops, double peak, rg_err *e) {
     const int64_t dim[RG_NSYM] = {[RG_B] = r->B, [RG_T] = r->T, [RG_S] = r->T, [RG_D] = r->D,
@@ -518,37 +518,16 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
         return 0;
     }
     char msg[1536] = "", why[1600] = "";
-    if (ok && !r.o.threads) r.o.threads = rg_mpi_default_threads();
-    /* 1. the ISA (machines may differ), and rank 0 reads the input; its sizes go to everyone */
+    /* 1. the ISA, rank 0's input, the weights and sizes (rg_mpi_setup) */
     gml_context *xctx = NULL;
-    int64_t xdim[3] = {0, 0, 0};
-    bool step = true;
-    ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
-    /* 2. every rank: its weights (mapped, or random), sizes, share, graphs; a weights
-     * file's tensors the same on every rank (names, shapes, digests) before any share */
+    ok = ok && rg_mpi_setup(&r, &xctx, &e);
+    /* 2. every rank: its share and graphs */
     if (ok) {
-        r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
-        step = !r.weights || map_weights(&r, msg, sizeof msg);
-        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    }
-    ok = ok && rg_mpi_weights_agree(r.o.weights ? r.wctx : NULL, &e);
-    if (ok) {
-        step = settle(&r, xdim, msg, sizeof msg) && (r.wctx || random_weights(&r, msg, sizeof msg)) &&
-               build(&r, msg, sizeof msg);
+        const bool step = build(&r, msg, sizeof msg);
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
     /* 3. the input, from rank 0 */
-    if (ok) {
-        const size_t n = (size_t)(r.B * r.T * r.D);
-        if (r.rank == 0 && xctx) memcpy(r.x->data, gml_get_first_tensor(xctx)->data, n * sizeof(float));
-        if (r.rank == 0 && !xctx) {
-            rg_fill_random(r.x, r.o.seed, false);
-            r.random_input = true;
-        }
-        MPI_Bcast(&r.random_input, 1, MPI_C_BOOL, 0, MPI_COMM_WORLD);
-        if (gml_mpi_bcast_f32(MPI_COMM_WORLD, r.x->data, n, 0, msg, sizeof msg) != GML_OK)
-            ok = rg_fail(&e, RG_RUNTIME, "%s", msg);
-    }
+    ok = ok && rg_mpi_share_input(&r, xctx, r.x, &e);
     gml_free(xctx);
     /* 4. the runs: one warm-up when timing several */
     double *ms = ok ? calloc((size_t)r.o.repeat, sizeof *ms) : NULL;
@@ -569,8 +548,7 @@ static int run_heads(int argc, char **argv, const rg_opts *g, bool parsed, const
     double flops = 0, peak = 0;
     if (ok && r.o.json) {
         const double f = gml_graph_flops(r.g1) + (r.g2 ? gml_graph_flops(r.g2) : 0);
-        const size_t p1 = gml_graph_plan_peak(r.g1) + rg_leaf_bytes(r.g1),
-                     p2 = r.g2 ? gml_graph_plan_peak(r.g2) + rg_leaf_bytes(r.g2) : 0;
+        const size_t p1 = rg_tensor_bytes(r.g1, false), p2 = r.g2 ? rg_tensor_bytes(r.g2, false) : 0;
         const double p = (double)(p1 > p2 ? p1 : p2);
         MPI_Reduce(&f, &flops, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         MPI_Reduce(&p, &peak, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -594,4 +572,37 @@ bool rg_mpi_options(const rg_opts *g, bool context, popts *o, rg_err *e) {
 bool rg_mpi_map_weights(prun *r, char *msg, size_t size) { return map_weights(r, msg, size); }
 bool rg_mpi_settle(prun *r, const int64_t xdim[3], char *msg, size_t size) { return settle(r, xdim, msg, size); }
 bool rg_mpi_random_weights(prun *r, char *msg, size_t size) { return random_weights(r, msg, size); }
+
+bool rg_mpi_setup(prun *r, gml_context **xctx, rg_err *e) {
+    char msg[1536] = "", why[1600] = "";
+    if (!r->o.threads) r->o.threads = rg_mpi_default_threads();
+    /* the ISA (machines may differ), and rank 0 reads the input; its sizes go to everyone */
+    int64_t xdim[3] = {0, 0, 0};
+    if (!rg_mpi_start(r->rank, r->o.isa, r->o.input, xctx, xdim, e)) return false;
+    /* every rank: its weights (mapped, or random), the same on every rank (names, shapes,
+     * digests) before any share, and the sizes */
+    r->weights = rg_mpi_weights_of(r->o.weights, r->rank);
+    bool step = !r->weights || map_weights(r, msg, sizeof msg);
+    if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why))
+        return rg_fail(e, RG_RUNTIME, "%s", why);
+    if (!rg_mpi_weights_agree(r->o.weights ? r->wctx : NULL, e)) return false;
+    step = settle(r, xdim, msg, sizeof msg) && (r->wctx || random_weights(r, msg, sizeof msg));
+    if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why))
+        return rg_fail(e, RG_RUNTIME, "%s", why);
+    return true;
+}
+
+bool rg_mpi_share_input(prun *r, const gml_context *xctx, gml_tensor *x, rg_err *e) {
+    char msg[1536] = "";
+    const size_t n = (size_t)(r->B * r->T * r->D);
+    if (r->rank == 0 && xctx) memcpy(x->data, gml_get_first_tensor(xctx)->data, n * sizeof(float));
+    if (r->rank == 0 && !xctx) {
+        rg_fill_random(x, r->o.seed, false);
+        r->random_input = true;
+    }
+    MPI_Bcast(&r->random_input, 1, MPI_C_BOOL, 0, MPI_COMM_WORLD);
+    if (gml_mpi_bcast_f32(MPI_COMM_WORLD, x->data, n, 0, msg, sizeof msg) != GML_OK)
+        return rg_fail(e, RG_RUNTIME, "%s", msg);
+    return true;
+}
 #endif

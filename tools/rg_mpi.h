@@ -76,6 +76,16 @@ bool rg_mpi_start(int rank, const char *isa, const char *input, gml_context **xc
  * made alike from the seed); false on every rank, with the message naming
  * the ranks and tensors that differ, otherwise. */
 bool rg_mpi_weights_agree(const gml_context *wctx, rg_err *e);
+/* The start of the prompt modes (heads, context), collective, after the
+ * options: the threads per rank (default), rg_mpi_start (--isa, rank 0's
+ * input into *xctx, NULL without --input), the weights mapped
+ * (rg_mpi_map_weights) or made random and the same on every rank
+ * (rg_mpi_weights_agree), the sizes (rg_mpi_settle). false on every rank,
+ * with rank R's message in e, when a step fails on any. */
+bool rg_mpi_setup(prun *r, gml_context **xctx, rg_err *e);
+/* Collective: x [B, T, D] on every rank holds rank 0's input, xctx's
+ * tensor or (xctx NULL) random from the seed; r->random_input says which. */
+bool rg_mpi_share_input(prun *r, const gml_context *xctx, gml_tensor *x, rg_err *e);
 /* The end of every mode: the cause said (rank 0 for all; a runtime cause by
  * each rank with it), MPI_Finalize, run-graph's exit status. */
 int rg_mpi_finish(bool ok, int rank, int n_ranks, const rg_err *e);

@@ -180,24 +180,10 @@ int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const
         return 0;
     }
     char msg[1536] = "", why[1600] = "";
-    if (ok && !r.o.threads) r.o.threads = rg_mpi_default_threads();
-    /* 1. the ISA, and rank 0 reads the input; its sizes go to everyone */
+    /* 1. the ISA, rank 0's input, the weights and sizes (rg_mpi_setup) */
     gml_context *xctx = NULL;
-    int64_t xdim[3] = {0, 0, 0};
     bool step = true;
-    ok = ok && rg_mpi_start(r.rank, r.o.isa, r.o.input, &xctx, xdim, &e);
-    /* 2. every rank: the weights (mapped, or random), the same on every rank (names,
-     * shapes, digests), sizes */
-    if (ok) {
-        r.weights = rg_mpi_weights_of(r.o.weights, r.rank);
-        step = !r.weights || rg_mpi_map_weights(&r, msg, sizeof msg);
-        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    }
-    ok = ok && rg_mpi_weights_agree(r.o.weights ? r.wctx : NULL, &e);
-    if (ok) {
-        step = rg_mpi_settle(&r, xdim, msg, sizeof msg) && (r.wctx || rg_mpi_random_weights(&r, msg, sizeof msg));
-        if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
-    }
+    ok = ok && rg_mpi_setup(&r, &xctx, &e);
     /* 3. the runner (collective: its failure on any rank is everyone's) */
     gml_cp *cp = NULL;
     if (ok) {
@@ -216,16 +202,8 @@ int rg_mpi_ring_main(int argc, char **argv, const rg_opts *g, bool parsed, const
                             r.B, r.T, r.D);
         if (!gml_mpi_agree(MPI_COMM_WORLD, step, msg, why, sizeof why)) ok = rg_fail(&e, RG_RUNTIME, "%s", why);
     }
+    ok = ok && rg_mpi_share_input(&r, xctx, whole, &e);
     if (ok) {
-        const size_t n = (size_t)(r.B * r.T * r.D);
-        if (r.rank == 0 && xctx) memcpy(whole->data, gml_get_first_tensor(xctx)->data, n * sizeof(float));
-        if (r.rank == 0 && !xctx) {
-            rg_fill_random(whole, r.o.seed, false);
-            r.random_input = true;
-        }
-        MPI_Bcast(&r.random_input, 1, MPI_C_BOOL, 0, MPI_COMM_WORLD);
-        if (gml_mpi_bcast_f32(MPI_COMM_WORLD, whole->data, n, 0, msg, sizeof msg) != GML_OK)
-            ok = rg_fail(&e, RG_RUNTIME, "%s", msg);
         int64_t t0[2], rows[2];
         const int k = gml_cp_rows(cp, t0, rows);
         const int64_t n_rows = rows[0] + (k > 1 ? rows[1] : 0);

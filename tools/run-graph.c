@@ -79,10 +79,10 @@ static cJSON *json_head(const rg_opts *o, const rg_data *d, const gml_tensor *ou
 static bool report_json(const rg_opts *o, const rg_data *d, const rg_model *m, const rg_timing *t,
                         uint64_t digest, rg_err *e) {
     cJSON *j = json_head(o, d, m->out, digest, t->runs, t->median_ms, t->min_ms, t->flops,
-                         m->peak_bytes);
+                         rg_tensor_bytes(m->g, false));
     char hex[17];
     if (m->attn) cJSON_AddItemToObject(j, "attn_shape", rg_json_shape(m->attn));
-    cJSON_AddNumberToObject(j, "naive_bytes", (double)m->naive_bytes);
+    cJSON_AddNumberToObject(j, "naive_bytes", (double)rg_tensor_bytes(m->g, true));
     cJSON_AddNumberToObject(j, "packed_bytes", (double)gml_graph_packed_bytes(m->g));
     cJSON_AddNumberToObject(j, "nodes", gml_graph_n_nodes(m->g));
     snprintf(hex, sizeof hex, "%016" PRIx64, gml_graph_digest(m->g));
@@ -124,8 +124,8 @@ static void report_human(const rg_opts *o, const rg_data *d, const rg_model *m, 
     if (t->runs > 1) printf(" median, %.3f ms min of %d runs", t->min_ms, t->runs);
     printf(" (%d thread%s, %s)", o->threads, o->threads == 1 ? "" : "s", gml_isa_name(gml_get_isa()));
     if (t->median_ms > 0 && t->flops > 0) printf(", %.2f GFLOP/s", t->flops / (t->median_ms * 1e6));
-    printf("\nmemory  %.2f MiB of tensor data (%.2f MiB without reuse), %d nodes\n",
-           (double)m->peak_bytes / (1 << 20), (double)m->naive_bytes / (1 << 20), gml_graph_n_nodes(m->g));
+    printf("\n");
+    rg_print_memory(m->g);
     if (m->grads) {
         char line[1024];
         rg_grads_describe(m->grads, o->grads, line, sizeof line);

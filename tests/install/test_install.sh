@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # ggmlite as a new user gets it: installed, then used from outside the tree.
 #
-#   test_install.sh SRC BUILD GENERATOR CC SHARED OPENMP WORK
+#   test_install.sh SRC BUILD GENERATOR CC SHARED OPENMP WORK [LAUNCHER]
 #
 # BUILD (a build tree of SRC, SHARED ON or OFF, OPENMP ON or OFF) is installed
 # as it is into WORK/prefix-static or WORK/prefix-shared; the other kind is
 # built in WORK/build-<kind> (libraries and run-graph only, kept between runs,
 # so a rerun rebuilds only what changed) and installed into the other prefix.
+# LAUNCHER (BUILD's CMAKE_C_COMPILER_LAUNCHER, e.g. ccache; may be empty) is
+# that build's and the parent project's too, so a fresh WORK compiles from
+# the cache. Each step prints the seconds since the start: a run stopped by
+# its CTest TIMEOUT shows where the time went.
 # Then, for each prefix:
 #   - the files are where they should be (headers, libraries, soname, the
 #     CMake package, pkg-config files, LICENSE, run-graph that runs);
@@ -24,11 +28,11 @@
 # the shared libraries export nothing that no installed header declares
 # (check_exports.sh, nm -D).
 set -euo pipefail
-if (($# != 7)); then
-    echo "usage: test_install.sh SRC BUILD GENERATOR CC SHARED OPENMP WORK" >&2
+if (($# != 7 && $# != 8)); then
+    echo "usage: test_install.sh SRC BUILD GENERATOR CC SHARED OPENMP WORK [LAUNCHER]" >&2
     exit 2
 fi
-src=$1 build=$2 generator=$3 cc=$4 shared=$5 openmp=$6 work=$7
+src=$1 build=$2 generator=$3 cc=$4 shared=$5 openmp=$6 work=$7 launcher=${8:-}
 jobs=2
 here=$src/tests/install
 for tool in pkg-config readelf; do
@@ -39,7 +43,7 @@ fail() {
     echo "FAIL: $*" >&2
     exit 1
 }
-step() { echo "== $*"; }
+step() { echo "== [${SECONDS} s] $*"; }
 
 mkdir -p "$work"
 rm -rf "$work"/prefix-* "$work"/consumer-* "$work"/out-* "$work"/plugin
@@ -56,8 +60,8 @@ step "build a $other ggmlite (libraries, run-graph) and install it into prefix-$
 # Build type None (no optimization flags): these builds check how ggmlite
 # installs and links, not its speed, and compile in half the time.
 config=(-G "$generator" -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER="$cc"
-    -DBUILD_SHARED_LIBS="$other_shared" -DGGMLITE_OPENMP="$openmp" -DGGMLITE_TESTS=OFF
-    -DGGMLITE_TOOLS=ON -DGGMLITE_INSTALL=ON)
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DBUILD_SHARED_LIBS="$other_shared"
+    -DGGMLITE_OPENMP="$openmp" -DGGMLITE_TESTS=OFF -DGGMLITE_TOOLS=ON -DGGMLITE_INSTALL=ON)
 # Another compiler or generator than last time: start afresh (CMake would
 # drop its cache and forget the other options).
 if [[ "$(cat "$work/build-$other.config" 2>/dev/null)" != "${config[*]}" ]]; then
@@ -145,7 +149,8 @@ done
 step "add_subdirectory: ggmlite's tree inside a parent project"
 out=$work/parent
 config=(-G "$generator" -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER="$cc"
-    -DGGMLITE_SOURCE_DIR="$src" -DGGMLITE_OPENMP="$openmp" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DGGMLITE_SOURCE_DIR="$src" -DGGMLITE_OPENMP="$openmp"
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)
 if [[ "$(cat "$out.config" 2>/dev/null)" != "${config[*]}" ]]; then
     rm -rf "$out"
     echo "${config[*]}" >"$out.config"
@@ -187,12 +192,21 @@ cxx=$(command -v g++ || command -v clang++ || command -v c++ || true)
 # (With a declaration after it: export.h alone declares nothing, and ISO C
 # forbids an empty file.)
 for h in $(cd "$prefix/include/ggmlite" && ls -- *.h); do
+    # mpi.h (a build with GGMLITE_MPI) includes MPI's <mpi.h>: MPI's include
+    # directories (pkg-config mpi-c, which ggmlite-mpi.pc requires) as system
+    # ones, so that ggmlite's header is held to the warnings and MPI's is not
+    mpi_inc=()
+    if [[ $h == mpi.h ]]; then
+        mpi_cflags=$(pkg-config --cflags-only-I mpi-c) ||
+            fail "<ggmlite/mpi.h> is installed, but pkg-config finds no mpi-c"
+        read -ra mpi_inc <<<"${mpi_cflags//-I/-isystem }"
+    fi
     printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only \
-        -I"$prefix/include" -x c - || fail "<ggmlite/$h> does not compile alone as C11"
+        -I"$prefix/include" "${mpi_inc[@]}" -x c - || fail "<ggmlite/$h> does not compile alone as C11"
     if [[ -n $cxx ]]; then
         printf '#include <ggmlite/%s>\ntypedef int gml_alone;\n' "$h" | "$cxx" -std=c++11 -Wall -Wextra -Wpedantic -Werror \
-            -fsyntax-only -I"$prefix/include" -x c++ - || fail "<ggmlite/$h> does not compile alone as C++"
+            -fsyntax-only -I"$prefix/include" "${mpi_inc[@]}" -x c++ - || fail "<ggmlite/$h> does not compile alone as C++"
     fi
 done
 echo "C11: ok${cxx:+; C++ ($cxx): ok}"
-echo "== test_install passed"
+echo "== [${SECONDS} s] test_install passed"

@@ -257,13 +257,13 @@ typedef struct gml_attn_result {
 
 /* Multi-head attention (G must equal H; rel_k/rel_v are ignored). */
 GML_API gml_attn_result gml_mha(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
-                        gml_attn_inputs in);
+                                gml_attn_inputs in);
 
 /* Grouped-query attention: H query heads share G key/value heads; G = 1 is
  * multi-query attention, G = H is gml_mha. cfg.graph.gqa_form picks the
  * unfused graph's form. */
 GML_API gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
-                        gml_attn_inputs in);
+                                gml_attn_inputs in);
 
 /* Shaw et al. (2018) relative-position attention, with P = max_rel and
  * a^K_ij = rel_k[clip(j - i, -P, P) + P] (a^V likewise from rel_v):
@@ -272,7 +272,7 @@ GML_API gml_attn_result gml_gqa(gml_context *ctx, gml_attn_config cfg, const gml
  * rel_k is required, rel_v optional. G < H works as in gml_gqa. Unfused
  * only; the scoring options apply to e_ij as to the other blocks' scores. */
 GML_API gml_attn_result gml_relpos_attn(gml_context *ctx, gml_attn_config cfg, int max_rel,
-                                const gml_attn_weights *w, gml_attn_inputs in);
+                                        const gml_attn_weights *w, gml_attn_inputs in);
 
 /* ---- stages --------------------------------------------------------------- */
 
@@ -294,21 +294,21 @@ typedef struct gml_attn_heads {
  * (cfg.dims; the other inputs are not used). On failure all three are
  * NULL and ctx holds the message ("attn_project: ..."). */
 GML_API gml_attn_qkv gml_attn_project(gml_context *ctx, const gml_attn_config *cfg,
-                              const gml_attn_weights *w, gml_attn_inputs in);
+                                      const gml_attn_weights *w, gml_attn_inputs in);
 
 /* Stage 2: cfg.pos applied to q and k (rope at in.positions, or the default
  * positions; see gml_attn_inputs); v unchanged. With GML_POS_NONE, qkv as
  * given. Shapes are read from qkv; in gives positions and whether the block
  * is self-attention (in.key NULL). */
-GML_API gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
-                               gml_attn_inputs in);
+GML_API gml_attn_qkv gml_attn_position(gml_context *ctx, const gml_attn_config *cfg,
+                                       gml_attn_qkv qkv, gml_attn_inputs in);
 
 /* Stage 3: softmax(q k^T * scale + masks) v per head, with cfg.score and
  * cfg.graph, the masks in.valid_lens, in.mask, in.positions, and sinks
  * ([H] or NULL). q [B, H, Tq, d_k], k [B, G, Tk, d_k], v [B, G, Tk, d_k],
  * any strides (G divides H; query head h reads kv head h / (H/G)). */
-GML_API gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg, gml_attn_qkv qkv,
-                               gml_attn_inputs in, gml_tensor *sinks);
+GML_API gml_attn_heads gml_attn_attend(gml_context *ctx, const gml_attn_config *cfg,
+                                       gml_attn_qkv qkv, gml_attn_inputs in, gml_tensor *sinks);
 
 /* Stage 4: heads [B, H, Tq, d_k] -> [B, Tq, H*d_k] -> W_o^T + b_o -> out
  * [B, Tq, D], named "out" (a copy only when the heads are not already
@@ -334,7 +334,7 @@ GML_API gml_tensor *gml_attn_merge(gml_context *ctx, const gml_attn_weights *w, 
  * ways, or two conventions mix. gml_attn_weight_name_known tells a
  * name it accepts (for a loader's unused-tensor check). */
 GML_API gml_status gml_attn_weights_find(gml_context *wctx, gml_attn_weights *w, char *err,
-                                 size_t err_size);
+                                         size_t err_size);
 
 /* Whether gml_attn_weights_find would bind the tensor called name. */
 GML_API bool gml_attn_weight_name_known(const char *name);

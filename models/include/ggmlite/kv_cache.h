@@ -107,8 +107,9 @@ GML_API gml_kv_step gml_kv_step_new(gml_context *ctx, gml_kv_cache *c, int64_t n
  * ALiBi, soft-capping) and w->sinks apply at the same absolute positions:
  * a step equals the full forward's rows with any of them. NULL with a
  * message on ctx otherwise. */
-GML_API gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const gml_attn_weights *w,
-                            gml_tensor *x, const gml_kv_step *step, int layer);
+GML_API gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg,
+                                    const gml_attn_weights *w, gml_tensor *x,
+                                    const gml_kv_step *step, int layer);
 
 /* One step: fills pos and lens (their data in g, gml_graph_data: planned or
  * their own) from the cache's length, computes g (a graph
@@ -117,7 +118,7 @@ GML_API gml_tensor *gml_attn_decode(gml_context *ctx, gml_attn_config cfg, const
  * computed, when the new tokens would pass T_max; compute failures pass
  * through with gml_graph_error's message. */
 GML_API gml_status gml_kv_step_compute(gml_kv_step *s, gml_graph *g, int n_threads, char *err,
-                               size_t err_size);
+                                       size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,8 @@ typedef struct gml_llama_weights {
  * for queries and keys; causality and the window compare each query's
  * position with the key indices 0..T-1). */
 GML_API gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cfg,
-                            const gml_llama_weights *w, gml_tensor *x, gml_tensor *positions);
+                                    const gml_llama_weights *w, gml_tensor *x,
+                                    gml_tensor *positions);
 
 /* The same layer as a KV-cache decode step (kv_cache.h): x [B, n, D], the
  * step's n new tokens -> [B, n, D]. Their keys and values, rope'd at the
@@ -87,8 +88,8 @@ GML_API gml_tensor *gml_llama_layer(gml_context *ctx, const gml_llama_config *cf
  * The cache's kv heads and d_k must be G and hd. Its attention is
  * gml_attn_decode's. */
 GML_API gml_tensor *gml_llama_decode(gml_context *ctx, const gml_llama_config *cfg,
-                             const gml_llama_weights *w, gml_tensor *x, const gml_kv_step *step,
-                             int layer);
+                                     const gml_llama_weights *w, gml_tensor *x,
+                                     const gml_kv_step *step, int layer);
 
 /* ---- GPT-2 -------------------------------------------------------------- */
 
@@ -107,8 +108,8 @@ typedef struct gml_gpt2_weights {
 } gml_gpt2_weights;
 
 /* x f32 [B, T, D] -> [B, T, D], causal. */
-GML_API gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg, const gml_gpt2_weights *w,
-                           gml_tensor *x);
+GML_API gml_tensor *gml_gpt2_layer(gml_context *ctx, const gml_gpt2_config *cfg,
+                                   const gml_gpt2_weights *w, gml_tensor *x);
 
 /* ---- BERT --------------------------------------------------------------- */
 
@@ -134,8 +135,9 @@ typedef struct gml_bert_weights {
  * same float, so each query attends uniformly over all T keys (the mean of
  * v over T), not the zeros of the engine's rule for a row with no visible
  * key (which flash_attn and the attention blocks keep). */
-GML_API gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg, const gml_bert_weights *w,
-                           gml_tensor *x, gml_tensor *valid_lens);
+GML_API gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg,
+                                   const gml_bert_weights *w, gml_tensor *x,
+                                   gml_tensor *valid_lens);
 
 /* ---- weights by Hugging Face name ---------------------------------------- */
 
@@ -146,12 +148,12 @@ GML_API gml_tensor *gml_bert_layer(gml_context *ctx, const gml_bert_config *cfg,
  * Buffers older checkpoints hold are known and unused: LLaMA's
  * self_attn.rotary_emb.inv_freq (rope is computed from the config's theta),
  * GPT-2's attn.bias and attn.masked_bias (causal masks). */
-GML_API gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix, gml_llama_weights *w,
-                                  char *err, size_t err_size);
+GML_API gml_status gml_llama_weights_find(gml_context *wctx, const char *prefix,
+                                          gml_llama_weights *w, char *err, size_t err_size);
 GML_API gml_status gml_gpt2_weights_find(gml_context *wctx, const char *prefix, gml_gpt2_weights *w,
-                                 char *err, size_t err_size);
+                                         char *err, size_t err_size);
 GML_API gml_status gml_bert_weights_find(gml_context *wctx, const char *prefix, gml_bert_weights *w,
-                                 char *err, size_t err_size);
+                                         char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,8 @@
  *
  *     gml_context *w = gml_load_safetensors("init.safetensors", err, sizeof err);
  *     gml_lm lm;
- *     gml_lm_find(w, &(gml_lm_config){.arch = GML_LM_GPT2, .gpt2.n_heads = 8}, &lm, err, sizeof err);
+ *     gml_lm_find(w, &(gml_lm_config){.arch = GML_LM_GPT2, .gpt2.n_heads = 8}, &lm, err,
+ *                 sizeof err);
  *     gml_trainer *tr = gml_trainer_new(&lm, w, &(gml_trainer_config){
  *         .batch = 4, .seq = 256, .optim = gml_optim_defaults(GML_OPTIM_ADAMW)}, err, sizeof err);
  *     for (int s = 0; s < steps; s++)
@@ -60,8 +61,8 @@ typedef struct gml_trainer gml_trainer;
  * expected), a GPT-2 whose position table is shorter than seq, B or T < 1,
  * the optimizer's parameters out of range (gml_optim_new's message), no
  * memory. lm and wctx must outlive the trainer. */
-GML_API gml_trainer *gml_trainer_new(const gml_lm *lm, gml_context *wctx, const gml_trainer_config *cfg,
-                                     char *err, size_t err_size);
+GML_API gml_trainer *gml_trainer_new(const gml_lm *lm, gml_context *wctx,
+                                     const gml_trainer_config *cfg, char *err, size_t err_size);
 
 /* One step: tokens and targets i32 [B, T] (row-major, contiguous); the loss
  * of the parameters as they are (before the update) into *loss (may be
