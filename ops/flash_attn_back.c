@@ -213,11 +213,14 @@ static back_variant pick_back(gml_isa isa) {
  * (bytes); qt, qr [d_k, tile], dqt
  * [d_k + 16, tile] (the variants' column tiles, padded); dot,
  * dor [d_v, tile]; lse, dd, slope, qpos [tile]; n_keys, first_key [tile]
- * (int32); mask rows [tile] (pointers, 2 floats each); the variant's work. */
+ * (int32); mask rows, q, dO, O and dQ rows [tile] (pointers, 2 floats
+ * each); q, dO, O rows gathered where their elements are not contiguous
+ * [tile, d]; the variant's work. */
 static size_t fast_thread_floats(const back_dims *d) {
     const size_t t = BACK_TILE_MAX;
     return 3 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
-           2 * FL((size_t)d->dv * t) + 6 * FL(t) + FL(2 * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
+           2 * FL((size_t)d->dv * t) + 6 * FL(t) + 5 * FL(2 * t) + FL((size_t)d->dk * t) +
+           2 * FL((size_t)d->dv * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
 }
 
 static size_t part_bytes(const back_dims *d) {
@@ -232,6 +235,17 @@ static void pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64
     }
     for (int64_t j = 0; j < n; j++)
         for (int64_t c = 0; c < dd; c++) o[j * dd + c] = kv_f(t, b, g, j, c);
+}
+
+/* Row (b, h, i) of the f32 tensor t, n elements: in place where they are
+ * contiguous, else gathered into buf. */
+static const float *row_f32(const gml_tensor *t, int64_t b, int64_t h, int64_t i, int64_t n,
+                            float *buf) {
+    const char *r = gml_ptr(t, b, h, i, 0);
+    if ((n == 1 || t->nb[3] == sizeof(float)) && (uintptr_t)r % sizeof(float) == 0)
+        return (const float *)(const void *)r;
+    for (int64_t c = 0; c < n; c++) memcpy(buf + c, r + c * (int64_t)t->nb[3], sizeof(float));
+    return buf;
 }
 
 static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst) {
@@ -259,8 +273,14 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     float *qpos = slope + FL(tile);
     int32_t *n_keys = (int32_t *)(void *)(qpos + FL(tile)), *first_key = n_keys + FL(tile);
     const float **mrows = (const float **)(void *)(first_key + FL(tile));
-    float *work = (float *)(void *)(mrows + FL(2 * tile) / 2);
-    gml_flash_back_args a = {.dk = (size_t)d.dk, .dv = (size_t)d.dv, .qt = qt, .qr = qr,
+    const float **qrow = mrows + FL(2 * tile) / 2, **gorow = qrow + FL(2 * tile) / 2;
+    const float **orow = gorow + FL(2 * tile) / 2;
+    float **dqrow = (float **)(void *)(orow + FL(2 * tile) / 2);
+    float *qs = (float *)(void *)(dqrow + FL(2 * tile) / 2), *gs = qs + FL(d.dk * tile);
+    float *os = gs + FL(d.dv * tile), *work = os + FL(d.dv * tile);
+    gml_flash_back_args a = {.dk = (size_t)d.dk, .dv = (size_t)d.dv, .q_rows = qrow,
+                             .do_rows = gorow, .o_rows = orow, .dq_rows = dqrow,
+                             .scale = par.scale, .qt = qt, .qr = qr,
                              .dot = dot, .dor = dor, .lse = lse, .dd = dd, .k = kp, .v = vp,
                              .dk_acc = dka, .dv_acc = dva, .dqt = dqt, .n_keys = n_keys,
                              .first_key = par.window > 0 ? first_key : NULL,
@@ -273,7 +293,6 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
         return;
     }
     float *out = (float *)dst->data;
-    const float scale = par.scale;
     for (int64_t task = gml_chunk_next(p); task < d.B * d.G; task = gml_chunk_next(p)) {
         const int64_t b = task / d.G, g = task % d.G;
         pack_f32(k, b, g, d.Tk, d.dk, kp);
@@ -303,32 +322,16 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
             int64_t key0 = d.Tk;
             for (int64_t l = 0; l < tile; l++) {
                 if (l >= (int64_t)a.nq) { /* idle lane: adds nothing */
-                    for (int64_t c = 0; c < d.dk; c++) qt[c * tile + l] = qr[l * d.dk + c] = 0;
-                    for (int64_t c = 0; c < d.dv; c++) dot[c * tile + l] = dor[l * d.dv + c] = 0;
                     lse[l] = INFINITY;
-                    dd[l] = slope[l] = qpos[l] = 0;
+                    slope[l] = qpos[l] = 0;
                     n_keys[l] = first_key[l] = 0;
                     continue;
                 }
                 const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
-                const char *qi = gml_ptr(q, b, h, i, 0), *gi = gml_ptr(dout, b, h, i, 0);
-                const char *fi = gml_ptr(fwd, b, h, i, 0);
-                const int64_t sq = (int64_t)q->nb[3], sg = (int64_t)dout->nb[3];
-                const int64_t sf = (int64_t)fwd->nb[3];
-                for (int64_t c = 0; c < d.dk; c++) {
-                    float x;
-                    memcpy(&x, qi + c * sq, sizeof x);
-                    qt[c * tile + l] = qr[l * d.dk + c] = x * scale;
-                }
-                float sum = 0; /* D in float, an FMA chain in order */
-                for (int64_t c = 0; c < d.dv; c++) {
-                    float g1, o1;
-                    memcpy(&g1, gi + c * sg, sizeof g1);
-                    memcpy(&o1, fi + c * sf, sizeof o1);
-                    dot[c * tile + l] = dor[l * d.dv + c] = g1;
-                    sum = fmaf(g1, o1, sum);
-                }
-                dd[l] = sum;
+                qrow[l] = row_f32(q, b, h, i, d.dk, qs + l * d.dk);
+                gorow[l] = row_f32(dout, b, h, i, d.dv, gs + l * d.dv);
+                orow[l] = row_f32(fwd, b, h, i, d.dv, os + l * d.dv);
+                dqrow[l] = out + ((b * d.H + h) * d.Tq + i) * d.dk;
                 const float ls = f32_at(fwd, b, h, i, d.dv);
                 lse[l] = ls == -INFINITY ? INFINITY : ls; /* no key seen: p = 0 */
                 int64_t lo, hi;
@@ -341,16 +344,15 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
                 if (mask)
                     mrows[l] = (const float *)(const void *)gml_ptr(
                         mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0);
-                if (bp.sinks && ls != -INFINITY)
-                    part[b * d.H + h] -= (double)f32_at(fwd, b, h, i, d.dv + 1) * (double)sum;
             }
             a.key0 = par.window > 0 ? (size_t)key0 : 0;
             var.fn(&a);
-            for (int64_t l = 0; l < (int64_t)a.nq; l++) {
-                const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
-                float *dqo = out + ((b * d.H + h) * d.Tq + i) * d.dk;
-                for (int64_t c = 0; c < d.dk; c++) dqo[c] = dqt[c * tile + l] * scale;
-            }
+            if (bp.sinks)
+                for (int64_t l = 0; l < (int64_t)a.nq; l++) {
+                    const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
+                    if (f32_at(fwd, b, h, i, d.dv) != -INFINITY)
+                        part[b * d.H + h] -= (double)f32_at(fwd, b, h, i, d.dv + 1) * (double)dd[l];
+                }
         }
         float *dko = out + d.off_dk + (size_t)((b * d.G + g) * d.Tk * d.dk);
         float *dvo = out + d.off_dv + (size_t)((b * d.G + g) * d.Tk * d.dv);
@@ -513,6 +515,17 @@ const gml_op_def gml_opdef_flash_attn_back = {
 
 static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
     const size_t nq = a->nq, dk = a->dk, dv = a->dv, KB = GML_FLASH_BACK_KEY_BLOCK;
+    for (size_t l = 0; l < tile; l++) {
+        for (size_t c = 0; c < dk; c++)
+            a->qt[c * tile + l] = a->qr[l * dk + c] = l < nq ? a->q_rows[l][c] * a->scale : 0.0f;
+        float sum = 0; /* an FMA chain in order */
+        for (size_t c = 0; c < dv; c++) {
+            const float g = l < nq ? a->do_rows[l][c] : 0.0f;
+            a->dot[c * tile + l] = a->dor[l * dv + c] = g;
+            if (l < nq) sum = fmaf(g, a->o_rows[l][c], sum);
+        }
+        a->dd[l] = sum;
+    }
     float *s = a->work, *dp = s + KB * tile;
     int32_t nmax = 0;
     for (size_t l = 0; l < nq; l++) nmax = GML_MAX(nmax, a->n_keys[l]);
@@ -560,6 +573,8 @@ static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
         }
         gml_flash_back_bad_rows(a, tile, j0, nk, dp);
     }
+    for (size_t l = 0; l < nq; l++)
+        for (size_t c = 0; c < dk; c++) a->dq_rows[l][c] = a->dqt[c * tile + l] * a->scale;
 }
 
 void gml_f32_flash_back_ukernel__scalar_x8(const gml_flash_back_args *a) { back_block_scalar(a, 8); }
