@@ -188,7 +188,7 @@ static void gml_f32_flash_attn_back__ref(const gml_compute_params *p, gml_tensor
 /* ---- fast kernel -----------------------------------------------------------
  * A task is one (batch, kv head) (gml_chunk_next): its K and V packed as
  * contiguous f32 rows into the thread's scratch (any strides, f16 and bf16
- * converted), dK and dV accumulated there in f32, the query rows of its
+ * converted), dK and dV accumulated in place in the result, the query rows of its
  * heads (row = i r + head, as the forward) in blocks of the variant's tile
  * through the micro-kernel, each block's dQ written as it ends. */
 
@@ -209,7 +209,7 @@ static back_variant pick_back(gml_isa isa) {
 #define BACK_TILE_MAX 32
 #define FL(n) gml_align_up((size_t)(n), GML_ALIGN / sizeof(float)) /* floats, 64-byte pieces */
 
-/* Per thread, in floats: K, V, dK, dV, K for dQ [Tk, d]; K's bad rows [Tk]
+/* Per thread, in floats: K, V, K for dQ [Tk, d]; K's bad rows [Tk]
  * (bytes); qt, qr [d_k, tile], dqt
  * [d_k + 16, tile] (the variants' column tiles, padded); dot,
  * dor [d_v, tile]; lse, dd, slope, qpos [tile]; n_keys, first_key [tile]
@@ -218,7 +218,7 @@ static back_variant pick_back(gml_isa isa) {
  * [tile, d]; the variant's work. */
 static size_t fast_thread_floats(const back_dims *d) {
     const size_t t = BACK_TILE_MAX;
-    return 3 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
+    return 2 * FL(d->Tk * d->dk) + FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
            2 * FL((size_t)d->dv * t) + 6 * FL(t) + 5 * FL(2 * t) + FL((size_t)d->dk * t) +
            2 * FL((size_t)d->dv * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
 }
@@ -264,8 +264,7 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     gml_kernel_note(p, var.name);
     double *part = (double *)p->wdata;
     float *w = (float *)(void *)((char *)p->wdata + part_bytes(&d)) + (size_t)p->ith * fast_thread_floats(&d);
-    float *kp = w, *vp = kp + FL(d.Tk * d.dk), *dka = vp + FL(d.Tk * d.dv), *dva = dka + FL(d.Tk * d.dk);
-    float *kz = dva + FL(d.Tk * d.dv);
+    float *kp = w, *vp = kp + FL(d.Tk * d.dk), *kz = vp + FL(d.Tk * d.dv);
     uint8_t *kbad = (uint8_t *)(void *)(kz + FL(d.Tk * d.dk));
     float *qt = (float *)(void *)(kbad + 4 * FL(d.Tk)), *qr = qt + FL(d.dk * tile), *dqt = qr + FL(d.dk * tile);
     float *dot = dqt + FL((d.dk + 16) * tile), *dor = dot + FL(d.dv * tile);
@@ -282,7 +281,7 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
                              .do_rows = gorow, .o_rows = orow, .dq_rows = dqrow,
                              .scale = par.scale, .qt = qt, .qr = qr,
                              .dot = dot, .dor = dor, .lse = lse, .dd = dd, .k = kp, .v = vp,
-                             .dk_acc = dka, .dv_acc = dva, .dqt = dqt, .n_keys = n_keys,
+                             .dqt = dqt, .n_keys = n_keys,
                              .first_key = par.window > 0 ? first_key : NULL,
                              .mask = mask ? mrows : NULL,
                              .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
@@ -301,10 +300,14 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
          * dQ, their share added lane by lane (ops/flash_back.h) */
         bool any_bad = false;
         for (int64_t j = 0; j < d.Tk; j++) {
-            float z = 0;
-            for (int64_t c = 0; c < d.dk; c++) z += kp[j * d.dk + c] * 0.0f; /* NaN iff one is not finite */
-            kbad[j] = z != z;
-            any_bad |= kbad[j];
+            uint32_t top = 0; /* all exponent bits set: NaN or inf (an OR, no chain of adds) */
+            for (int64_t c = 0; c < d.dk; c++) {
+                uint32_t u;
+                memcpy(&u, kp + j * d.dk + c, sizeof u);
+                top |= (u & 0x7f800000u) == 0x7f800000u;
+            }
+            kbad[j] = (uint8_t)top;
+            any_bad |= top != 0;
         }
         a.kz = kp;
         a.kbad = NULL;
@@ -314,8 +317,13 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
             a.kz = kz;
             a.kbad = kbad;
         }
-        memset(dka, 0, (size_t)(d.Tk * d.dk) * sizeof(float));
-        memset(dva, 0, (size_t)(d.Tk * d.dv) * sizeof(float));
+        /* dK, dV accumulated in place in the result (q was scaled) */
+        float *dko = out + d.off_dk + (size_t)((b * d.G + g) * d.Tk * d.dk);
+        float *dvo = out + d.off_dv + (size_t)((b * d.G + g) * d.Tk * d.dv);
+        a.dk_acc = dko;
+        a.dv_acc = dvo;
+        memset(dko, 0, (size_t)(d.Tk * d.dk) * sizeof(float));
+        memset(dvo, 0, (size_t)(d.Tk * d.dv) * sizeof(float));
         for (int64_t hh = 0; hh < d.r; hh++) part[b * d.H + g * d.r + hh] = 0;
         for (int64_t row0 = 0; row0 < rows; row0 += tile) {
             a.nq = (size_t)GML_MIN(tile, rows - row0);
@@ -354,10 +362,6 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
                         part[b * d.H + h] -= (double)f32_at(fwd, b, h, i, d.dv + 1) * (double)dd[l];
                 }
         }
-        float *dko = out + d.off_dk + (size_t)((b * d.G + g) * d.Tk * d.dk);
-        float *dvo = out + d.off_dv + (size_t)((b * d.G + g) * d.Tk * d.dv);
-        memcpy(dko, dka, (size_t)(d.Tk * d.dk) * sizeof(float)); /* q was scaled */
-        memcpy(dvo, dva, (size_t)(d.Tk * d.dv) * sizeof(float));
     }
     if (bp.sinks) finish_sinks(p, dst, &d, part);
     else gml_barrier(p);
