@@ -186,9 +186,10 @@ static void gml_f32_flash_attn_back__ref(const gml_compute_params *p, gml_tensor
 }
 
 /* ---- fast kernel -----------------------------------------------------------
- * A task is one (batch, kv head) (gml_chunk_next): its K and V packed as
- * contiguous f32 rows into the thread's scratch (any strides, f16 and bf16
- * converted), dK and dV accumulated in place in the result, the query rows of its
+ * A task is one (batch, kv head) (gml_chunk_next): its K and V read in
+ * place where they are contiguous f32 rows, else packed so into the
+ * thread's scratch (any strides, f16 and bf16 converted), dK and dV
+ * accumulated in place in the result, the query rows of its
  * heads (row = i r + head, as the forward) in blocks of the variant's tile
  * through the micro-kernel, each block's dQ written as it ends. */
 
@@ -227,14 +228,22 @@ static size_t part_bytes(const back_dims *d) {
     return gml_align_up((size_t)(d->B * d->H) * sizeof(double), GML_ALIGN);
 }
 
-static void pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64_t dd, float *o) {
+/* (b, g)'s n rows of dd floats of K or V, contiguous: t's own where they
+ * are so (f32, rows one after the other), else packed into o. */
+static const float *pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64_t dd,
+                             float *o) {
+    const char *r0 = gml_ptr(t, b, g, 0, 0);
+    if (t->type == GML_F32 && (dd == 1 || t->nb[3] == sizeof(float)) &&
+        (n == 1 || t->nb[2] == (size_t)dd * sizeof(float)) && (uintptr_t)r0 % sizeof(float) == 0)
+        return (const float *)(const void *)r0;
     if (t->type == GML_F32 && (dd == 1 || t->nb[3] == sizeof(float))) { /* rows of floats */
         for (int64_t j = 0; j < n; j++)
             memcpy(o + j * dd, gml_ptr(t, b, g, j, 0), (size_t)dd * sizeof(float));
-        return;
+        return o;
     }
     for (int64_t j = 0; j < n; j++)
         for (int64_t c = 0; c < dd; c++) o[j * dd + c] = kv_f(t, b, g, j, c);
+    return o;
 }
 
 /* Row (b, h, i) of the f32 tensor t, n elements: in place where they are
@@ -280,7 +289,7 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     gml_flash_back_args a = {.dk = (size_t)d.dk, .dv = (size_t)d.dv, .q_rows = qrow,
                              .do_rows = gorow, .o_rows = orow, .dq_rows = dqrow,
                              .scale = par.scale, .qt = qt, .qr = qr,
-                             .dot = dot, .dor = dor, .lse = lse, .dd = dd, .k = kp, .v = vp,
+                             .dot = dot, .dor = dor, .lse = lse, .dd = dd,
                              .dqt = dqt, .n_keys = n_keys,
                              .first_key = par.window > 0 ? first_key : NULL,
                              .mask = mask ? mrows : NULL,
@@ -294,8 +303,9 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     float *out = (float *)dst->data;
     for (int64_t task = gml_chunk_next(p); task < d.B * d.G; task = gml_chunk_next(p)) {
         const int64_t b = task / d.G, g = task % d.G;
-        pack_f32(k, b, g, d.Tk, d.dk, kp);
-        pack_f32(v, b, g, d.Tk, d.dv, vp);
+        const float *kr = pack_f32(k, b, g, d.Tk, d.dk, kp);
+        a.k = kr;
+        a.v = pack_f32(v, b, g, d.Tk, d.dv, vp);
         /* K rows with a NaN or inf (rare: a padded cache): zeros in kz for
          * dQ, their share added lane by lane (ops/flash_back.h) */
         bool any_bad = false;
@@ -303,17 +313,17 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
             uint32_t top = 0; /* all exponent bits set: NaN or inf (an OR, no chain of adds) */
             for (int64_t c = 0; c < d.dk; c++) {
                 uint32_t u;
-                memcpy(&u, kp + j * d.dk + c, sizeof u);
+                memcpy(&u, kr + j * d.dk + c, sizeof u);
                 top |= (u & 0x7f800000u) == 0x7f800000u;
             }
             kbad[j] = (uint8_t)top;
             any_bad |= top != 0;
         }
-        a.kz = kp;
+        a.kz = kr;
         a.kbad = NULL;
         if (any_bad) {
             for (int64_t j = 0; j < d.Tk; j++)
-                for (int64_t c = 0; c < d.dk; c++) kz[j * d.dk + c] = kbad[j] ? 0.0f : kp[j * d.dk + c];
+                for (int64_t c = 0; c < d.dk; c++) kz[j * d.dk + c] = kbad[j] ? 0.0f : kr[j * d.dk + c];
             a.kz = kz;
             a.kbad = kbad;
         }
