@@ -20,7 +20,7 @@
  * kernels in flash_attn_scalar.c, flash_attn_simd.c and flash_dec_simd.c
  * (ops/flash_attn.inc lists them), and attn_opts.c (the options, shared
  * with softmax). */
-#include "flash_attn.h"
+#include "flash_attn_amx.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,9 +105,9 @@ static size_t kv_block_floats(const gml_tensor *dst) {
 #define LANE_BYTES (2 * sizeof(int32_t) + 3 * sizeof(float) + 2 * sizeof(void *))
 
 /* Per thread: q^T, the variant's scratch, the lane tables, the packed K
- * and V blocks (when packed) and the bf16 pairs (compute bf16); 64-byte
- * aligned pieces. */
-static size_t fast_work_bytes(const gml_tensor *dst) {
+ * and V blocks (when packed), the bf16 pairs (compute bf16) and the AMX
+ * variant's operands (amx); 64-byte aligned pieces. */
+static size_t fast_work_bytes(const gml_tensor *dst, bool amx) {
     const size_t tile = 32, dk = (size_t)dst->src[0]->ne[3], dv = (size_t)dst->src[2]->ne[3];
     return gml_align_up(dk * tile * sizeof(float), GML_ALIGN) +
            gml_align_up(GML_FLASH_WORK_FLOATS(tile, dv) * sizeof(float), GML_ALIGN) +
@@ -117,6 +117,9 @@ static size_t fast_work_bytes(const gml_tensor *dst) {
            gml_align_up(gml_flash_bf16_pair_words(dst, tile) * sizeof(uint32_t), GML_ALIGN) +
            (gml_flash_compute(dst) == GML_COMPUTE_BF16
                 ? gml_align_up(gml_flash_bf16_head_words(dst) * sizeof(uint32_t), GML_ALIGN)
+                : 0) +
+           (amx && gml_flash_compute(dst) == GML_COMPUTE_BF16
+                ? gml_align_up(gml_flash_amx_words(dst) * sizeof(uint32_t), GML_ALIGN)
                 : 0);
 }
 
@@ -141,7 +144,8 @@ static flash_variant pick_variant(gml_isa isa, bool few) {
 }
 #undef FLASH_ENTRY
 
-static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
+void gml_flash_forward(const gml_compute_params *p, gml_tensor *dst,
+                       const gml_flash_amx_kernel *amx) {
     const char *refusal = fast_refusal(dst);
     if (refusal) {
         gml_kernel_note(p, refusal);
@@ -163,13 +167,28 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
      * converting path, rounded; q^T rounded; each weight rounded by the
      * variant (round_p); VDPBF16PS's variants where the CPU has them */
     const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
-    gml_flash_bf16_variant bv;
+    gml_flash_bf16_variant bv = {0};
     bool head = false; /* K and V of each (b, g) in pairs, for the VDPBF16PS variants */
     if (bf16 && gml_flash_bf16_pick(p->isa, rows, &bv)) {
         var.fn = bv.fn;
         var.tile = bv.tile;
         var.chain_name = bv.name;
         head = gml_flash_bf16_head_words(dst) > 0;
+    }
+    /* AMX (opt-in, ops/flash_attn_amx.h): in place of the x32 variant,
+     * where the scratch was planned with its operands */
+    bool use_amx = bf16 && amx && bv.fn && var.fn == bv.fn && bv.tile == 32 &&
+                   gml_flash_amx_words(dst) > 0 &&
+                   (size_t)p->nth * fast_work_bytes(dst, true) <= p->wsize;
+#define AMX_ENTRY(isa, fn, tile) fn,
+    static gml_f32_flash_ukernel *const amx_fns[] = {GML_BF16_FLASH_AMX_UKERNELS(AMX_ENTRY) NULL};
+#undef AMX_ENTRY
+    if (use_amx && amx_fns[0]) {
+        var.fn = amx_fns[0];
+        var.chain_name = amx->name;
+        head = false;
+    } else {
+        use_amx = false;
     }
     const int64_t tile = (int64_t)var.tile, blocks = (rows + tile - 1) / tile;
     const bool pack_k = !bf16 && !rows_dense(k), pack_v = !bf16 && !rows_dense(v);
@@ -179,7 +198,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                        : pack_k || pack_v ? var.packed_name
                                           : var.name);
 
-    char *w = (char *)p->wdata + (size_t)p->ith * fast_work_bytes(dst);
+    const size_t per_thread = fast_work_bytes(dst, use_amx);
+    char *w = (char *)p->wdata + (size_t)p->ith * per_thread;
     float *qt = (float *)w;
     w += gml_align_up((size_t)(dk * tile) * sizeof(float), GML_ALIGN);
     float *work = (float *)w;
@@ -202,6 +222,13 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                        .from_bf16 = bf16 ? gml_cvt_to_f32(p->isa, GML_BF16, NULL) : NULL,
                        .vbuf = k_block + gml_align_up((size_t)GML_FLASH_MAX_KEY_BLOCK * (size_t)dk,
                                                       GML_ALIGN / sizeof(float))};
+    gml_flash_amx_args amx_args;
+    uint32_t *amx_words = NULL;
+    if (use_amx) {
+        amx_words = head_words +
+                    gml_align_up(gml_flash_bf16_head_words(dst), GML_ALIGN / sizeof(uint32_t));
+        gml_flash_amx_args_init(dst, amx, amx_words, &amx_args);
+    }
 
     gml_flash_args a = {.dk = (size_t)dk, .dv = (size_t)dv, .qt = qt,
                         .ldk = pack_k || typed ? (size_t)dk : k->nb[2] / 4,
@@ -214,7 +241,8 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
                         .sink = dst->src[SRC_SINKS] ? sink : NULL, .kv = typed ? &kv : NULL,
                         .lse = dst->op == GML_OP_FLASH_ATTN_LSE, .round_p = bf16,
                         .pairs = pairs, .kpairs = head ? head_words : NULL,
-                        .vpairs = head ? head_words + k->ne[2] * ((dk + 1) / 2) : NULL};
+                        .vpairs = head ? head_words + k->ne[2] * ((dk + 1) / 2) : NULL,
+                        .amx = use_amx ? &amx_args : NULL};
     /* q rows of contiguous floats, 4-byte aligned: transposed in runs */
     const bool q_runs = (q->ne[3] == 1 || q->nb[3] == sizeof(float)) &&
                         (uintptr_t)q->data % sizeof(float) == 0 &&
@@ -223,6 +251,7 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
     gml_x32_transpose_ukernel *const q_transpose =
         GML_PICK_UKERNEL(p->isa, GML_X32_TRANSPOSE_UKERNELS, gml_x32_transpose_ukernel);
     int64_t packed_bg = -1; /* the (b, g) this thread's packed blocks hold */
+    if (use_amx) amx->configure(); /* the tile configuration is the thread's own */
     /* A task is one block, or every block of a (b, g) when K or V is packed
      * and there are (b, g) enough to share evenly (UNIT_TASKS per thread):
      * threads taking blocks in turn each met every (b, g) and packed its K
@@ -233,16 +262,17 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
      * the atomic waits for the store buffer to drain, which after a kernel
      * holds its output rows, mostly cache misses (perf: gml_chunk_next's
      * share of flash_attn, B=4 T=256 H=8, was 3.3%). */
-    const int64_t per_task =
-        (pack_k || pack_v || head) && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
+    const bool packs = pack_k || pack_v || head || use_amx;
+    const int64_t per_task = packs && p->nth > 1 && B * G >= UNIT_TASKS * p->nth ? blocks : 1;
     for (int64_t task = gml_chunk_next(p), next = 0, blk = task * per_task; blk < B * G * blocks;
          blk = (blk + 1) % per_task ? blk + 1 : (task = next) * per_task) {
         const int64_t b = blk / (G * blocks), g = blk / blocks % G, row0 = blk % blocks * tile;
         a.nq = (size_t)GML_MIN(tile, rows - row0);
-        if ((pack_k || pack_v || head) && packed_bg != b * G + g) {
+        if (packs && packed_bg != b * G + g) {
             if (pack_k) pack_rows(k, b, g, k_packed);
             if (pack_v) pack_rows(v, b, g, v_packed);
             if (head) gml_flash_bf16_pack_head(p->isa, dst, b, g, head_words);
+            if (use_amx) gml_flash_amx_pack_head(p->isa, dst, b, g, amx_words);
             packed_bg = b * G + g;
         }
         if (typed) { /* rows converted per key block (gml_flash_kv_rows) */
@@ -316,12 +346,23 @@ static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
         if ((blk + 1) % per_task == 0) next = gml_chunk_next(p); /* its task's last block */
         var.fn(&a);
     }
+    if (use_amx) amx->release();
+}
+
+static void gml_f32_flash_attn(const gml_compute_params *p, gml_tensor *dst) {
+    const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
+    gml_flash_forward(p, dst, bf16 ? gml_flash_amx_pick(p->isa) : NULL);
+}
+
+size_t gml_flash_forward_work_size(const gml_tensor *dst, int nth, bool amx) {
+    const size_t ref = ref_work_doubles(dst) * sizeof(double);
+    const size_t dec = dec_eligible(dst) ? (size_t)nth * gml_flash_dec_thread_bytes(dst) + gml_flash_dec_shared_bytes(dst) : 0;
+    return GML_MAX((size_t)nth * GML_MAX(ref, fast_work_bytes(dst, amx)), dec);
 }
 
 static size_t flash_attn_work_size(const gml_tensor *dst, int nth) {
-    const size_t ref = ref_work_doubles(dst) * sizeof(double);
-    const size_t dec = dec_eligible(dst) ? (size_t)nth * gml_flash_dec_thread_bytes(dst) + gml_flash_dec_shared_bytes(dst) : 0;
-    return GML_MAX((size_t)nth * GML_MAX(ref, fast_work_bytes(dst)), dec);
+    const bool bf16 = gml_flash_compute(dst) == GML_COMPUTE_BF16;
+    return gml_flash_forward_work_size(dst, nth, bf16 && gml_flash_amx_pick(GML_ISA_AVX512) != NULL);
 }
 
 /* 2 Tk (d_k + d_v) per query row for the two products, 5 Tk for the softmax;

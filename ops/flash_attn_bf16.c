@@ -9,17 +9,19 @@
  *   p_j = bf16(exp(s_j - m)) rounded before it joins l and weighs v~_j
  *   out = o / l (f32)
  *
- * The two products sum in one of two fixed orders, as bf16 matmuls do
+ * The two products sum in one of three fixed orders, as bf16 matmuls do
  * (ops/gemm_bf16.h): the chain (an fma per element, in order) in the
  * reference kernel and the fast kernels on every ISA without AVX512_BF16
  * (the f32 micro-kernels on the rounded operands, round_p set), or the
  * pairs of VDPBF16PS (pairs of d for q k^T, pairs of keys for p v, each
  * fma with subnormal inputs and results flushed) in the bf16 micro-kernels
- * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16. Either way
+ * where the plan's ISA is AVX-512 and the CPU has AVX512_BF16, or, with
+ * GGMLITE_AMX=1 on a CPU with AMX, TDPBF16PS's on tiles, for kv
+ * heads of more than 16 query rows (ops/flash_attn_amx.h). Each way
  * a row is computed whole by one thread, keys in order: the same bits at
  * every thread count. The decode kernels stay f32: a bf16 node takes the
  * prefill path whatever its rows. */
-#include "flash_attn.h"
+#include "flash_attn_amx.h"
 
 /* NULL if node (a flash_attn) can compute in c, else what it takes. */
 const char *gml_flash_bf16_refusal(const gml_tensor *node, gml_compute c) {
@@ -129,5 +131,70 @@ void gml_flash_bf16_pack_head(gml_isa isa, const gml_tensor *dst, int64_t b, int
         if (j + 1 < Tk) row_bf16(isa, v, b, g, j + 1, tmp, t16 + dv);
         else memset(t16 + dv, 0, (size_t)dv * 2);
         for (int64_t c = 0; c < dv; c++) o[c] = (uint32_t)t16[c] | (uint32_t)t16[dv + c] << 16;
+    }
+}
+
+/* ---- the AMX variant's operands (ops/flash_attn_amx.h) ----------------------
+ * K [Tk + 32][ldk] in pairs of d, V^T [dv rounded up to 32][ldv] in pairs of
+ * keys, then q^T's pairs, the weights' pairs, a V^T block and the packing's
+ * rows. */
+
+typedef struct amx_layout {
+    size_t ldk, ldv, dv32, k_words, vt_words, qp_words, pp_words, vblk_words, tmp_words;
+} amx_layout;
+
+static amx_layout amx_layout_of(const gml_tensor *dst) {
+    const size_t Tk = (size_t)dst->src[1]->ne[2], dk = (size_t)dst->src[0]->ne[3];
+    const size_t dv = (size_t)dst->src[2]->ne[3], d = dk > dv ? dk : dv;
+    amx_layout l = {.ldk = (dk + 31) / 32 * 16, .ldv = ((Tk + 1) / 2 + 15) / 16 * 16,
+                    .dv32 = (dv + 31) / 32 * 32};
+    l.k_words = (Tk + 32) * l.ldk;
+    l.vt_words = l.dv32 * l.ldv;
+    l.qp_words = l.ldk * 32;
+    l.pp_words = 32 * 32;
+    l.vblk_words = l.dv32 * 32;
+    l.tmp_words = d + (d + 1) / 2 + 16;
+    return l;
+}
+
+size_t gml_flash_amx_words(const gml_tensor *dst) {
+    const amx_layout l = amx_layout_of(dst);
+    if ((l.k_words + l.vt_words) * sizeof(uint32_t) > GML_FLASH_BF16_HEAD_MAX_BYTES) return 0;
+    return l.k_words + l.vt_words + l.qp_words + l.pp_words + l.vblk_words + l.tmp_words;
+}
+
+void gml_flash_amx_args_init(const gml_tensor *dst, const gml_flash_amx_kernel *k, uint32_t *words,
+                             gml_flash_amx_args *x) {
+    const amx_layout l = amx_layout_of(dst);
+    x->tile = k->tile;
+    x->ldk = l.ldk;
+    x->ldv = l.ldv;
+    x->k = words;
+    x->vt = words + l.k_words;
+    x->qp = words + l.k_words + l.vt_words;
+    x->pp = x->qp + l.qp_words;
+    x->vblk = x->pp + l.pp_words;
+}
+
+void gml_flash_amx_pack_head(gml_isa isa, const gml_tensor *dst, int64_t b, int64_t g,
+                             uint32_t *words) {
+    const gml_tensor *k = dst->src[1], *v = dst->src[2];
+    const amx_layout l = amx_layout_of(dst);
+    const int64_t Tk = k->ne[2], dk = k->ne[3], dv = v->ne[3], d = GML_MAX(dk, dv);
+    uint32_t *kp = words, *vt = words + l.k_words;
+    float *tmp = (float *)(void *)(vt + l.vt_words + l.qp_words + l.pp_words + l.vblk_words);
+    uint16_t *t16 = (uint16_t *)(void *)(tmp + d);
+    for (int64_t j = 0; j < Tk; j++) { /* pairs of d: the bf16 row, then 0 up to ldk pairs */
+        uint16_t *o = (uint16_t *)(void *)(kp + (size_t)j * l.ldk);
+        row_bf16(isa, k, b, g, j, tmp, o);
+        memset(o + dk, 0, (2 * l.ldk - (size_t)dk) * sizeof(uint16_t));
+    }
+    memset(kp + (size_t)Tk * l.ldk, 0, 32 * l.ldk * sizeof(uint32_t));
+    memset(vt, 0, l.vt_words * sizeof(uint32_t)); /* pairs past Tk, rows past dv */
+    for (int64_t j = 0; j < Tk; j++) { /* V^T: key j is half j % 2 of pair j / 2 */
+        row_bf16(isa, v, b, g, j, tmp, t16);
+        const unsigned sh = (unsigned)(j % 2) * 16;
+        for (int64_t c = 0; c < dv; c++)
+            vt[(size_t)c * l.ldv + (size_t)j / 2] |= (uint32_t)t16[c] << sh;
     }
 }

@@ -23,7 +23,9 @@
  * AVX-512 with AVX512_BF16 (GML_SIMD_BF16) this file gives the bf16
  * variants, whose two products are VDPBF16PS on pairs of bf16: scores over
  * pairs of d (q^T and each K block packed so), values over pairs of keys
- * (each V block and the weights packed so). */
+ * (each V block and the weights packed so), and the AMX variant (opt-in,
+ * ops/flash_attn_amx.h), whose two products run on AMX tiles through
+ * a->amx. */
 #include "simd/simd.h"
 #include "simd/vmath.h"
 #include "ukernels.h"
@@ -370,6 +372,85 @@ static GML_SIMD_INLINE void pack_p_pairs(const float *p, size_t nk, size_t tile,
         }
 }
 
+/* ---- AMX (compute bf16 with TDPBF16PS, opt-in: ops/flash_attn_amx.h) --------
+ * The products on tiles through a->amx; tile = 32 (NV 2). */
+
+/* q^T in pairs of d into x->qp, rows past ceil(dk / 2) up to ldk 0 */
+static GML_SIMD_INLINE void amx_pack_q(const gml_flash_args *a, size_t tile) {
+    const gml_flash_amx_args *x = a->amx;
+    pack_q_pairs(a, tile, x->qp);
+    memset(x->qp + (a->dk + 1) / 2 * tile, 0, (x->ldk - (a->dk + 1) / 2) * tile * sizeof(uint32_t));
+}
+
+/* s[j][.] for keys j0 + j, j < nk rounded up to 32 (rows past nk: keys
+ * after the block or the head's zero rows, never used); bmax and the
+ * return value as scores() gives them, from s. */
+static GML_SIMD_INLINE bool amx_scores(const gml_flash_args *a, size_t j0, size_t nk, float *s,
+                                       gml_vf *bmax, const int NV) {
+    const gml_flash_amx_args *x = a->amx;
+    const size_t tile = GML_VL * (size_t)NV;
+    for (size_t jt = 0; jt < nk; jt += 32)
+        x->tile(x->ldk / 16, x->k + (j0 + jt) * x->ldk, x->ldk, x->qp, tile, s + jt * tile, tile,
+                false);
+    const gml_vf big = gml_vf_set1(0x1p102f);
+    gml_vm rare = gml_vm_first(0);
+    for (int v = 0; v < NV; v++) bmax[v] = gml_vf_set1(-INFINITY);
+    for (size_t j = 0; j < nk; j++)
+        for (int v = 0; v < NV; v++) {
+            const gml_vf sj = gml_vf_loada(s + j * tile + GML_VL * (size_t)v);
+            rare = gml_vm_or(rare, gml_vm_not(gml_vf_lt(gml_vf_abs(sj), big)));
+            bmax[v] = gml_vf_max(sj, bmax[v]);
+        }
+    return gml_vm_any(rare);
+}
+
+/* key j0 + j's v row has a NaN or inf (a bf16 exponent of all ones in vt) */
+static GML_SIMD_INLINE bool amx_v_bad(const gml_flash_args *a, size_t j) {
+    const gml_flash_amx_args *x = a->amx;
+    const unsigned sh = (unsigned)(j % 2) * 16;
+    bool bad = false;
+    for (size_t c = 0; c < a->dv; c++) bad |= (x->vt[c * x->ldv + j / 2] >> sh & 0x7f80u) == 0x7f80u;
+    return bad;
+}
+
+/* ot[c][.] = ot[c][.] alpha (alpha NULL: as it is) + the weights p[j][.],
+ * j < nk, times V's rows j0 + j, for c < dv rounded up to 32 (rows past
+ * dv: 0 in vt). The weights in pairs of keys, +0 past the block up to a
+ * whole step; vt in place when the block is whole steps and no row is
+ * skipped, else a copy with the halves of skipped keys and of keys past
+ * the block +0. */
+static GML_SIMD_INLINE void amx_values(const gml_flash_args *a, size_t j0, size_t nk, const float *p,
+                                       float *ot, const gml_vf *alpha, const uint8_t *skip,
+                                       const int NV) {
+    const gml_flash_amx_args *x = a->amx;
+    const size_t tile = GML_VL * (size_t)NV, dv32 = (a->dv + 31) / 32 * 32;
+    const size_t np = (nk + 1) / 2, steps = (np + 15) / 16;
+    if (alpha)
+        for (size_t c = 0; c < dv32; c++)
+            for (int v = 0; v < NV; v++) {
+                float *o = ot + c * tile + GML_VL * (size_t)v;
+                gml_vf_storea(o, gml_vf_mul(gml_vf_loada(o), alpha[v]));
+            }
+    pack_p_pairs(p, nk, tile, x->pp);
+    memset(x->pp + np * tile, 0, (steps * 16 - np) * tile * sizeof(uint32_t));
+    const uint32_t *vt = x->vt + j0 / 2;
+    size_t ld = x->ldv;
+    if (skip || nk % 32) {
+        for (size_t c = 0; c < dv32; c++)
+            for (size_t i = 0; i < steps * 16; i++) {
+                const size_t j = 2 * i;
+                uint32_t w = i < np ? vt[c * ld + i] : 0;
+                if (j >= nk || (skip && skip[j])) w &= 0xffff0000u;
+                if (j + 1 >= nk || (skip && skip[j + 1])) w &= 0x0000ffffu;
+                x->vblk[c * 32 + i] = w;
+            }
+        vt = x->vblk;
+        ld = 32;
+    }
+    for (size_t c0 = 0; c0 < dv32; c0 += 32)
+        x->tile(steps, vt + c0 * ld, ld, x->pp, tile, ot + c0 * tile, tile, true);
+}
+
 #endif /* GML_SIMD_BF16 */
 
 /* NV vectors of lanes, scores MRK keys at a time, values MR columns at a
@@ -378,9 +459,11 @@ static GML_SIMD_INLINE void pack_p_pairs(const float *p, size_t nk, size_t tile,
  * (VDPBF16PS; GML_SIMD_BF16 objects only, RP with it). */
 static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, const int MRK,
                                         const int MR, const int KB, const bool BMAX_MEM,
-                                        const bool SAFE, const bool RP, const bool BF) {
+                                        const bool SAFE, const bool RP, const bool BF,
+                                        const bool AMX) {
     const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
-    const size_t dvp = (dv + (size_t)MR - 1) / (size_t)MR * (size_t)MR;
+    const size_t dvm = AMX ? 32 : (size_t)MR; /* AMX: blocks of 32 columns */
+    const size_t dvp = (dv + dvm - 1) / dvm * dvm;
     float *s = a->work, *ot = s + (size_t)GML_FLASH_MAX_KEY_BLOCK * tile;
     const gml_vf neg_inf = gml_vf_set1(-INFINITY), zero = gml_vf_zero(), one = gml_vf_set1(1.0f);
     gml_vf m[NV_MAX], l[NV_MAX];
@@ -404,14 +487,15 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
     const size_t dkp = (a->dk + 1) / 2;
     uint32_t *qp = a->pairs, *kp = qp + dkp * tile, *vp = kp + (size_t)GML_FLASH_MAX_KEY_BLOCK * dkp;
     uint32_t *pp = vp + (size_t)GML_FLASH_MAX_KEY_BLOCK / 2 * dv;
-    if (BF) pack_q_pairs(a, tile, qp);
-    /* the head's K and V in pairs (a->kpairs): blocks from an even key, so
-     * that a block's pairs of keys are the head's (a key before every
-     * lane's first weighs 0) */
-    const bool head = BF && a->kpairs;
+    if (AMX) amx_pack_q(a, tile);
+    else if (BF) pack_q_pairs(a, tile, qp);
+    /* the head's K and V in pairs (a->kpairs, or AMX's): blocks from an
+     * even key, so that a block's pairs of keys are the head's (a key
+     * before every lane's first weighs 0) */
+    const bool head = BF && (a->kpairs || AMX);
     const size_t jstart = head ? a->key0 & ~(size_t)1 : a->key0;
 #else
-    (void)BF;
+    (void)BF, (void)AMX;
     const size_t jstart = a->key0;
 #endif
 
@@ -426,12 +510,15 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
         gml_vf smax[NV_MAX];
         const float *ko = kb; /* K's rows, or their pairs */
 #if defined(GML_SIMD_BF16)
-        if (BF) {
+        if (BF && !AMX) {
             if (!head) pack_k_pairs(a, kb, nk, kp);
             ko = (const float *)(const void *)(head ? a->kpairs + j0 * dkp : kp);
         }
-#endif
+        const bool rare = AMX ? amx_scores(a, j0, nk, s, smax, NV)
+                              : scores(a, ko, nk, nkp, s, smax, NV, MRK, BMAX_MEM, BF);
+#else
         const bool rare = scores(a, ko, nk, nkp, s, smax, NV, MRK, BMAX_MEM, BF);
+#endif
         /* smax holds the block's max unless something below changes scores */
         const bool plain = !rare && !a->mask && !(a->softcap > 0) && !a->slope && !a->first_key &&
                            j0 + nk <= (size_t)nmin;
@@ -472,7 +559,9 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
         if (SAFE) /* v rows with a NaN or inf: skipped, their lanes NaN */
             for (size_t j = 0; j < nk; j++) {
 #if defined(GML_SIMD_BF16)
-                if (head) { /* from the pairs: a bf16 exponent of all ones */
+                if (AMX) {
+                    skip[j] = amx_v_bad(a, j0 + j);
+                } else if (head) { /* from the pairs: a bf16 exponent of all ones */
                     const uint32_t *pr = a->vpairs + (j0 + j) / 2 * dv;
                     const unsigned sh = (unsigned)((j0 + j) % 2) * 16;
                     bool bad = false;
@@ -530,6 +619,10 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
         const float *vo = vb, *po = s;
         size_t nv = nk;
 #if defined(GML_SIMD_BF16)
+        if (AMX) {
+            amx_values(a, j0, nk, s, ot, moved ? alpha : NULL, SAFE ? skip : NULL, NV);
+            continue;
+        }
         if (BF) {
             const uint32_t *vpb = vp;
             if (head && !SAFE) {
@@ -574,12 +667,12 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
 static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const int MRK,
                                   const int MR, const int KB, const bool BMAX_MEM) {
     if (a->round_p) { /* compute bf16 in the chain order (ops/flash_attn_bf16.c) */
-        if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, true, false))
-            flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, true, false);
+        if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, true, false, false))
+            flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, true, false, false);
         return;
     }
-    if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, false, false))
-        flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, false, false);
+    if (!flash_block(a, NV, MRK, MR, KB, BMAX_MEM, false, false, false, false))
+        flash_block(a, NV, MRK, MR, KB, BMAX_MEM, true, false, false, false);
 }
 #endif
 
@@ -593,12 +686,14 @@ static GML_SIMD_INLINE void flash(const gml_flash_args *a, const int NV, const i
 /* compute bf16 with VDPBF16PS, the tiles of the AVX-512 f32 variants; key
  * blocks of 64 (an even count: pairs of keys never straddle two blocks) */
 static GML_SIMD_INLINE void flash_bf16(const gml_flash_args *a, const int NV, const int MRK,
-                                       const int MR) {
-    if (!flash_block(a, NV, MRK, MR, 64, false, false, true, true))
-        flash_block(a, NV, MRK, MR, 64, false, true, true, true);
+                                       const int MR, const bool AMX) {
+    if (!flash_block(a, NV, MRK, MR, 64, false, false, true, true, AMX))
+        flash_block(a, NV, MRK, MR, 64, false, true, true, true, AMX);
 }
-void gml_bf16_flash_ukernel__avx512bf16_x32(const gml_flash_args *a) { flash_bf16(a, 2, 8, 8); }
-void gml_bf16_flash_ukernel__avx512bf16_x16(const gml_flash_args *a) { flash_bf16(a, 1, 16, 16); }
+void gml_bf16_flash_ukernel__avx512bf16_x32(const gml_flash_args *a) { flash_bf16(a, 2, 8, 8, false); }
+void gml_bf16_flash_ukernel__avx512bf16_x16(const gml_flash_args *a) { flash_bf16(a, 1, 16, 16, false); }
+/* the products on AMX tiles (a->amx): 32 rows, the x32 softmax */
+void gml_bf16_flash_ukernel__avx512bf16amx_x32(const gml_flash_args *a) { flash_bf16(a, 2, 8, 8, true); }
 #elif defined(GML_SIMD_AVX512)
 /* 32 zmm: 16 score accumulators and 8 (16 rows: 16) value accumulators */
 void gml_f32_flash_ukernel__avx512_x32(const gml_flash_args *a) { flash(a, 2, 8, 8, 64, false); }

@@ -1,5 +1,6 @@
-/* The AMX bf16 GEMM (gemm_amx.h): when it runs, packing into the tile
- * layouts, and the loops around the tile kernel. NOT VERIFIED ON AN AMX
+/* The AMX bf16 GEMM (gemm_amx.h): when it runs (and when the AMX int8
+ * variant of gemm_q8.h does), packing into the tile layouts, and the loops
+ * around the tile kernel. NOT VERIFIED ON AN AMX
  * CPU; tested against an emulation of the tiles (tests/test_amx_bf16.c).
  *
  * Both operands are packed before any product (one phase, all threads,
@@ -34,7 +35,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* ---- when it runs --------------------------------------------------------- */
 
 /* GGMLITE_AMX=1, read once: 1 no, 2 yes. */
-static _Atomic int amx_asked, amx_said;
+static _Atomic int amx_asked;
 
 static bool opted_in(void) {
     int k = atomic_load_explicit(&amx_asked, memory_order_relaxed);
@@ -45,12 +46,43 @@ static bool opted_in(void) {
     return k == 2;
 }
 
-/* Says once on stderr why GGMLITE_AMX=1 does not run AMX. */
-static void say_once(const char *why, int err) {
+/* What AMX would run for: bf16 or int8 matmuls. */
+enum { KIND_BF16, KIND_INT8 };
+static const char *const KIND_NAME[] = {"bf16", "int8"};
+static _Atomic int amx_said_kind[2];
+
+/* Says once per kind on stderr why GGMLITE_AMX=1 does not run AMX. */
+static void say_once(int kind, const char *why, int err) {
     int expected = 0;
-    if (!atomic_compare_exchange_strong(&amx_said, &expected, 1)) return;
-    if (err) fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); bf16 matmuls run without AMX\n", why, strerror(err));
-    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; bf16 matmuls run without AMX\n", why);
+    if (!atomic_compare_exchange_strong(&amx_said_kind[kind], &expected, 1)) return;
+    if (err)
+        fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); %s matmuls run without AMX\n", why, strerror(err),
+                KIND_NAME[kind]);
+    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; %s matmuls run without AMX\n", why, KIND_NAME[kind]);
+}
+
+/* Whether AMX runs kind's matmuls at ISA isa: opted in, AVX-512, a build
+ * with the tile kernels, the CPU's feature (AMX-BF16 or AMX-INT8) and
+ * Linux's permission; says once why not where opted in. */
+static bool amx_runs(gml_isa isa, int kind) {
+    if (isa != GML_ISA_AVX512 || !opted_in()) return false;
+#ifdef GML_HAVE_AMX
+    if (!gml_cpu_has_feature(kind == KIND_BF16 ? GML_CPU_AMX_BF16 : GML_CPU_AMX_INT8)) {
+        say_once(kind, kind == KIND_BF16 ? "this CPU (or its OS) has no AMX-BF16"
+                                         : "this CPU (or its OS) has no AMX-INT8", 0);
+        return false;
+    }
+    int err = 0;
+    if (!gml_cpu_amx_permit(&err)) {
+        say_once(kind, "Linux refused the AMX tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)", err);
+        return false;
+    }
+    return true;
+#else
+    say_once(kind, "this build has no AMX kernel (not x86-64, or a compiler without -mamx-tile -mamx-bf16 -mamx-int8)",
+             0);
+    return false;
+#endif
 }
 
 #ifdef GML_HAVE_AMX
@@ -58,23 +90,23 @@ static const gml_amx_bf16_kernel AMX_KERNEL = {
     gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_amx_bf16_release__amx,
     "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
 };
+static const gml_q8_gemm_variant AMX_Q8 = GML_AMX_Q8_VARIANT(amx);
 #endif
 
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
-    if (isa != GML_ISA_AVX512 || !opted_in()) return NULL;
+    if (!amx_runs(isa, KIND_BF16)) return NULL;
 #ifdef GML_HAVE_AMX
-    if (!gml_cpu_has_feature(GML_CPU_AMX_BF16)) {
-        say_once("this CPU (or its OS) has no AMX-BF16", 0);
-        return NULL;
-    }
-    int err = 0;
-    if (!gml_cpu_amx_permit(&err)) {
-        say_once("Linux refused the AMX tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)", err);
-        return NULL;
-    }
     return &AMX_KERNEL;
 #else
-    say_once("this build has no AMX kernel (not x86-64, or a compiler without -mamx-tile -mamx-bf16)", 0);
+    return NULL;
+#endif
+}
+
+const gml_q8_gemm_variant *gml_amx_q8_pick(gml_isa isa) {
+    if (!amx_runs(isa, KIND_INT8)) return NULL;
+#ifdef GML_HAVE_AMX
+    return &AMX_Q8;
+#else
     return NULL;
 #endif
 }

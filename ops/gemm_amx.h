@@ -1,4 +1,7 @@
-/* The AMX bf16 GEMM: TDPBF16PS on tiles, for matmul with compute bf16
+/* The AMX kernels: the bf16 GEMM here, and the int8 micro-kernel below
+ * ("int8").
+ *
+ * The AMX bf16 GEMM: TDPBF16PS on tiles, for matmul with compute bf16
  * (docs/numerics.md, "The AMX order"). NOT VERIFIED ON AN AMX CPU: written
  * and tested on machines without AMX, against a C emulation of the tile
  * instructions (tests/amx_emul.h). It runs only when asked for
@@ -33,6 +36,7 @@
 #define GGMLITE_OPS_GEMM_AMX_H
 
 #include "gemm.h"
+#include "gemm_q8.h"
 
 enum {
     GML_AMX_MR = 32,      /* rows of C per micro-kernel call: two tiles of 16 */
@@ -88,5 +92,54 @@ size_t gml_amx_bf16_packed_size(const gml_gemm_desc *d);
  * its key (B's address, strides, type, k) matches. */
 void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_amx_bf16_kernel *k,
                        gml_kept *kept);
+
+/* ---- int8 ------------------------------------------------------------------ */
+
+/* The AMX int8 micro-kernel: TDPBUSD on tiles, for matmul with compute
+ * int8 (q8_0 weights), a variant of ops/gemm_q8.h run by its driver
+ * (gml_q8_gemm_kept) and giving its bits: NOT VERIFIED ON AN AMX CPU
+ * (tests/test_amx_q8.c runs it on the emulation). It runs only where
+ * gml_amx_q8_pick hands it out (GGMLITE_AMX=1, AVX-512, AMX-INT8, Linux's
+ * permission), through gml_q8_gemm_pick.
+ *
+ * Per block of 32 k (one q8 block, so that each block's int32 sum stays
+ * its own: a tile row of 64 bytes would add two blocks' products), a
+ * 32 x 32 tile of C takes four TDPBUSD of 16 rows x 32 bytes of A (the
+ * quantized rows as gml_q8_gemm keeps them, q + 128 as uint8, loaded with
+ * A's row stride) by 8 rows x 64 bytes of W (the panel of gemm_q8.h at
+ * NR = 32: its 4 k of each row side by side are TDPBUSD's B layout; 16
+ * columns at q, 16 at q + 64, a row of the panel 128 bytes), into int32
+ * tiles that start from the panel's correction -128 sum q (a row loaded
+ * with stride 0). The sums of a few blocks are stored, then each element's
+ * f32 chain takes them in block order: c = fma((float)s_b, da * dw, c),
+ * over the SIMD layer (the kernel's source is compiled for AVX-512 only).
+ * Tiles: 0..3 sums (rows 0-15 x columns 0-15, 0-15 x 16-31, 16-31 x 0-15,
+ * 16-31 x 16-31), 4..5 A (rows 0-15, 16-31; 16 x 32 bytes), 6..7 W
+ * (columns 0-15, 16-31; 8 x 64 bytes); a tile of 16 rows or fewer uses
+ * tiles 0, 1, 4, 6, 7 only. Rows of A past the tile's m are never read
+ * (a tail's rows are copied into a zeroed block first). */
+#define GML_AMX_Q8_DECLARE(sfx)                                                                    \
+    void gml_amx_q8_configure__##sfx(void);                                                        \
+    void gml_q8_gemm_ukernel__##sfx##_32x32(size_t nblk, const uint8_t *aq, size_t lda,            \
+                                            const float *ad, size_t ldd, int m, const void *panel, \
+                                            int n, float *c, size_t ldc, bool acc, const void *ahead); \
+    void gml_amx_q8_release__##sfx(void);
+GML_AMX_Q8_DECLARE(amx)
+GML_AMX_Q8_DECLARE(amxemul)
+#undef GML_AMX_Q8_DECLARE
+
+/* The variant of the tile kernel with suffix sfx (amx, or amxemul in
+ * tests/test_amx_q8.c): MR = NR = 32, W packed by the AVX-512 panel packer
+ * (the layout above), the tile configuration loaded by each thread before
+ * its first tile and released after its last. */
+#define GML_AMX_Q8_VARIANT(sfx)                                                                    \
+    {GML_ISA_AVX512, GML_Q8_FEAT_AMX_INT8, gml_q8_gemm_ukernel__##sfx##_32x32,                     \
+     gml_q8_pack_ukernel__avx512_x32, GML_AMX_MR, GML_AMX_NR,                                      \
+     "gml_q8_gemm_ukernel__" #sfx "_32x32 (tiles)", gml_amx_q8_configure__##sfx,                   \
+     gml_amx_q8_release__##sfx}
+
+/* The AMX int8 variant where matmul with compute int8 runs it at ISA isa,
+ * else NULL: as gml_amx_bf16_pick, with AMX-INT8 for AMX-BF16. */
+const gml_q8_gemm_variant *gml_amx_q8_pick(gml_isa isa);
 
 #endif /* GGMLITE_OPS_GEMM_AMX_H */

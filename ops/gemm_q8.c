@@ -2,6 +2,7 @@
  * scalar micro-kernel and quantizer, the packing of W's panels, the
  * variant table and the split into chunks. */
 #include "gemm_q8.h"
+#include "gemm_amx.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@ bool gml_q8_cpu_has(int f) {
     case GML_Q8_FEAT_NONE: return true;
     case GML_Q8_FEAT_AVX512_VNNI: return gml_cpu_has_feature(GML_CPU_AVX512_VNNI);
     case GML_Q8_FEAT_AVX_VNNI: return gml_cpu_has_feature(GML_CPU_AVX_VNNI);
+    case GML_Q8_FEAT_AMX_INT8: return gml_cpu_has_feature(GML_CPU_AMX_INT8);
     default: return false;
     }
 }
@@ -21,13 +23,14 @@ bool gml_q8_cpu_has(int f) {
 const char *gml_q8_feature_name(int f) {
     return f == GML_Q8_FEAT_AVX512_VNNI ? gml_cpu_feature_name(GML_CPU_AVX512_VNNI)
            : f == GML_Q8_FEAT_AVX_VNNI  ? gml_cpu_feature_name(GML_CPU_AVX_VNNI)
+           : f == GML_Q8_FEAT_AMX_INT8  ? gml_cpu_feature_name(GML_CPU_AMX_INT8)
                                         : "";
 }
 
 /* ---- variants ---------------------------------------------------------------- */
 
 const gml_q8_gemm_variant gml_q8_gemm_variants[] = {
-#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr) {isa, feat, fn, pack, mr, nr, #fn},
+#define GML_Q8_UKERNEL(isa, feat, fn, pack, mr, nr) {isa, feat, fn, pack, mr, nr, #fn, NULL, NULL},
 #define GML_Q8_QUANTIZE(isa, fn)
 #include "gemm_q8.inc"
 #undef GML_Q8_UKERNEL
@@ -37,6 +40,8 @@ const int gml_q8_gemm_n_variants =
     (int)(sizeof gml_q8_gemm_variants / sizeof gml_q8_gemm_variants[0]);
 
 const gml_q8_gemm_variant *gml_q8_gemm_pick(gml_isa isa) {
+    const gml_q8_gemm_variant *amx = gml_amx_q8_pick(isa); /* GGMLITE_AMX=1 only */
+    if (amx) return amx;
     if (isa == GML_ISA_REFERENCE) isa = GML_ISA_SCALAR;
     const gml_q8_gemm_variant *pick = &gml_q8_gemm_variants[0];
     for (int i = 0; i < gml_q8_gemm_n_variants; i++) {
@@ -265,6 +270,7 @@ void gml_q8_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d,
      * a loaded machine: 430 GOP/s without, 490-545 with; one tile, M <= 4,
      * ran slower with it: 397 -> 349 GOP/s at M = 4) */
     const size_t ahead = whole && d->M > v->mr ? Q8_AHEAD * GML_Q8_PANEL_BLOCK(v->nr) : 0;
+    if (v->begin) v->begin();
     for (int64_t ch; (ch = gml_chunk_next(p)) < n_chunks;) {
         const int64_t bt = ch / panels, j0 = ch % panels * v->nr;
         const int n = (int)GML_MIN((int64_t)v->nr, d->N - j0);
@@ -285,6 +291,7 @@ void gml_q8_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d,
             }
         }
     }
+    if (v->end) v->end();
 }
 
 void gml_q8_gemm_ref(const gml_compute_params *p, const gml_gemm_desc *d) {

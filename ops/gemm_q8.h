@@ -45,10 +45,11 @@ enum {
     GML_Q8_FEAT_NONE = 0,
     GML_Q8_FEAT_AVX512_VNNI, /* vpdpbusd on zmm (AVX512-VNNI) */
     GML_Q8_FEAT_AVX_VNNI,    /* vpdpbusd on ymm, VEX-encoded (AVX-VNNI) */
+    GML_Q8_FEAT_AMX_INT8,    /* TDPBUSD on tiles (ops/gemm_amx.h; never in gemm_q8.inc) */
 };
 /* Whether the CPU has feature f (and the ISA the feature extends). */
 bool gml_q8_cpu_has(int f);
-/* "", "avx512_vnni", "avx_vnni" */
+/* "", "avx512_vnni", "avx_vnni", "amx_int8" */
 const char *gml_q8_feature_name(int f);
 
 /* Bytes of one packed block of a panel of nr rows: nr int32 corrections,
@@ -99,13 +100,18 @@ typedef struct gml_q8_gemm_variant {
     gml_q8_pack_fn pack;
     int mr, nr;
     const char *name;
+    /* NULL, or what each thread calls before its first and after its last
+     * micro-kernel call of a product (the AMX variant of ops/gemm_amx.h:
+     * the thread's tile configuration, and its release) */
+    void (*begin)(void), (*end)(void);
 } gml_q8_gemm_variant;
 
 extern const gml_q8_gemm_variant gml_q8_gemm_variants[];
 extern const int gml_q8_gemm_n_variants;
 
-/* The variant ISA isa (the plan's) selects: the last one listed whose ISA
- * isa covers and whose feature the CPU has. */
+/* The variant ISA isa (the plan's) selects: the AMX one where it runs
+ * (GGMLITE_AMX=1: gml_amx_q8_pick), else the last one listed whose ISA isa
+ * covers and whose feature the CPU has. */
 const gml_q8_gemm_variant *gml_q8_gemm_pick(gml_isa isa);
 /* The activation quantizer of ISA isa (the scalar one below SIMD). */
 gml_q8_quantize_fn gml_q8_quantize_pick(gml_isa isa);

@@ -233,7 +233,28 @@ typedef struct gml_flash_args {
      * a 0 after an odd Tk): then the variants read no K or V rows, and
      * start their key blocks at an even key. */
     const uint32_t *kpairs, *vpairs;
+    /* NULL, or the AMX variant's tiles and operands (ops/flash_attn_amx.h) */
+    const struct gml_flash_amx_args *amx;
 } gml_flash_args;
+
+/* The AMX variant's view (compute bf16 with TDPBF16PS, opt-in: ops/flash_attn_amx.h
+ * gives the order and the layouts). tile: C[32 x 32] (row stride ldc floats) =
+ * (acc ? C : 0) + kq steps, step q the product of A's 32 rows of 16 pairs
+ * a + 16 q (row stride lda words) and B's 16 rows of 32 pair columns
+ * b + 16 q ldb (row stride ldb words). K: the head's K in pairs of d, rows
+ * of ldk words (a multiple of 16; pairs past d_k and rows past Tk + 31 0);
+ * vt: its V transposed in pairs of keys, dv rounded up to 32 rows of ldv
+ * words (a multiple of 16; pairs past Tk and rows past dv 0). Scratch: qp
+ * [ldk][32] (q^T in pairs of d), pp [32][32] (a key block's weights in
+ * pairs of keys), vblk [dv rounded up to 32][32] (a key block's vt, where
+ * it needs zeros). */
+typedef struct gml_flash_amx_args {
+    void (*tile)(size_t kq, const uint32_t *a, size_t lda, const uint32_t *b, size_t ldb, float *c,
+                 size_t ldc, bool acc);
+    const uint32_t *k, *vt;
+    size_t ldk, ldv;
+    uint32_t *qp, *pp, *vblk;
+} gml_flash_amx_args;
 
 /* Typed K and V of one (batch, kv head): rows j at k + j * k_row bytes,
  * element d at + d * k_el (v likewise); cvt_k / cvt_v the conversion
@@ -295,6 +316,7 @@ typedef void gml_f32_flash_ukernel(const gml_flash_args *a);
 GML_F32_FLASH_UKERNELS(GML_DECLARE_FLASH)
 GML_F32_FLASH_FEW_UKERNELS(GML_DECLARE_FLASH)
 GML_BF16_FLASH_UKERNELS(GML_DECLARE_FLASH)
+GML_BF16_FLASH_AMX_UKERNELS(GML_DECLARE_FLASH)
 
 /* The bf16 variants (VDPBF16PS) take the operands in pairs of bf16 (a
  * uint32: the element of even index in the low half): q^T in pairs of d

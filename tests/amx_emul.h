@@ -1,13 +1,16 @@
-/* A C emulation of the AMX tile intrinsics that ops/gemm_amx_bf16.c uses,
- * for testing that kernel's logic (tile configuration, strides, layouts)
- * on machines without AMX: _tile_loadconfig, _tile_loadd, _tile_stored,
- * _tile_zero, _tile_dpbf16ps and _tile_release on a tile file per thread
- * (the tile registers and their configuration are per-thread state).
- * Test-only: included by ops/gemm_amx_bf16.c when compiled with
- * GML_AMX_EMULATE (tests/CMakeLists.txt, test_amx_bf16).
+/* A C emulation of the AMX tile intrinsics that ops/gemm_amx_bf16.c and
+ * ops/gemm_amx_q8.c use, for testing those kernels' logic (tile
+ * configuration, strides, layouts) on machines without AMX:
+ * _tile_loadconfig, _tile_loadd, _tile_stored, _tile_zero, _tile_dpbf16ps,
+ * _tile_dpbssd, _tile_dpbsud, _tile_dpbusd, _tile_dpbuud and _tile_release
+ * on a tile file per thread (the tile registers and their configuration
+ * are per-thread state). Test-only: included by those kernels when
+ * compiled with GML_AMX_EMULATE (tests/CMakeLists.txt, test_amx_bf16,
+ * test_amx_q8).
  *
  * Semantics from the Intel SDM (vol. 2, LDTILECFG, TILELOADD, TILESTORED,
- * TILEZERO, TDPBF16PS, TILERELEASE; vol. 1 ch. 18 on the tile state):
+ * TILEZERO, TDPBF16PS, TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, TILERELEASE; vol. 1
+ * ch. 18 on the tile state):
  *  - LDTILECFG: palette 0 (the initial state) or 1 (8 tiles of up to 16
  *    rows x 64 bytes); reserved bytes, start_row and tiles 8..15 zero;
  *    rows and bytes per row both zero (unused tile) or both set. It zeroes
@@ -24,6 +27,11 @@
  *    temp[2n] + temp[2n+1]. Every operation rounds to nearest even, takes
  *    subnormal inputs as 0 and flushes subnormal results to 0 (DAZ, FTZ,
  *    MXCSR ignored).
+ *  - TDPB[SU][SU]D (the same faults and shapes as TDPBF16PS), for each row
+ *    m of dst, each dword k of src1's row and each column n: dst(m, n) +=
+ *    the 4 products of byte i of a(m, k) with byte i of b(k, n), bytes
+ *    taken as signed (S) or unsigned (U), first letter src1's, second
+ *    src2's; int32 arithmetic that wraps (no saturation).
  * Where the CPU would fault, the emulation prints what was wrong and
  * aborts, so a test that runs the kernel fails. */
 #ifndef GGMLITE_TESTS_AMX_EMUL_H
@@ -56,7 +64,7 @@ static inline void gml_amx_emul_need(const char *insn, int t) {
     if (!gml_amx_emul.rows[t]) gml_amx_emul_fault(insn, "tile not configured (0 rows)", t);
 }
 
-static inline void _tile_loadconfig(const void *config) {
+static inline void gml_amx_emul_loadconfig(const void *config) {
     const uint8_t *b = (const uint8_t *)config;
     memset(&gml_amx_emul, 0, sizeof gml_amx_emul);
     if (b[0] == 0) return; /* palette 0: the initial state */
@@ -77,7 +85,7 @@ static inline void _tile_loadconfig(const void *config) {
     gml_amx_emul.configured = true;
 }
 
-static inline void _tile_release(void) { memset(&gml_amx_emul, 0, sizeof gml_amx_emul); }
+static inline void gml_amx_emul_release(void) { memset(&gml_amx_emul, 0, sizeof gml_amx_emul); }
 
 static inline void gml_amx_emul_loadd(int t, const void *base, long stride) {
     gml_amx_emul_need("tileloadd", t);
@@ -144,10 +152,56 @@ static inline void gml_amx_emul_dpbf16ps(int dst, int src1, int src2) {
     }
 }
 
-/* The intrinsics take tile numbers as constants, as gcc's and clang's do. */
+/* TDPB[SU][SU]D: a_signed / b_signed say how src1's and src2's bytes read. */
+static inline void gml_amx_emul_dpb(const char *insn, int dst, int src1, int src2, bool a_signed, bool b_signed) {
+    gml_amx_emul_need(insn, dst);
+    gml_amx_emul_need(insn, src1);
+    gml_amx_emul_need(insn, src2);
+    if (dst == src1 || dst == src2 || src1 == src2) gml_amx_emul_fault(insn, "tiles not distinct", dst);
+    const int rows = gml_amx_emul.rows[dst], cols = gml_amx_emul.colsb[dst] / 4;
+    const int dwords = gml_amx_emul.colsb[src1] / 4;
+    if (gml_amx_emul.rows[src1] != rows || gml_amx_emul.colsb[src2] != gml_amx_emul.colsb[dst] ||
+        gml_amx_emul.rows[src2] != dwords)
+        gml_amx_emul_fault(insn, "shapes do not fit (dst.rows = src1.rows, dst.colsb = src2.colsb, "
+                           "src1.colsb / 4 = src2.rows)", dst);
+    for (int m = 0; m < rows; m++)
+        for (int n = 0; n < cols; n++) {
+            uint32_t c; /* int32 that wraps: unsigned arithmetic, the same bits */
+            memcpy(&c, gml_amx_emul.data[dst][m] + 4 * n, 4);
+            for (int k = 0; k < dwords; k++)
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t a = gml_amx_emul.data[src1][m][4 * k + i], b = gml_amx_emul.data[src2][k][4 * n + i];
+                    const int32_t x = a_signed ? (int32_t)(int8_t)a : (int32_t)a;
+                    const int32_t y = b_signed ? (int32_t)(int8_t)b : (int32_t)b;
+                    c += (uint32_t)(x * y); /* |x y| <= 2^16: exact in int32 */
+                }
+            memcpy(gml_amx_emul.data[dst][m] + 4 * n, &c, 4);
+        }
+}
+
+/* The intrinsics take tile numbers as constants, as gcc's and clang's do.
+ * Macros, in place of the compiler's own where <immintrin.h> came first
+ * (a kernel over the SIMD layer includes it): gcc's _tile_loadconfig and
+ * _tile_release are functions, which the macros hide at the call sites. */
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#undef _tile_dpbssd
+#undef _tile_dpbsud
+#undef _tile_dpbusd
+#undef _tile_dpbuud
+#define _tile_loadconfig(config) gml_amx_emul_loadconfig(config)
+#define _tile_release() gml_amx_emul_release()
 #define _tile_loadd(dst, base, stride) gml_amx_emul_loadd((dst), (base), (long)(stride))
 #define _tile_stored(dst, base, stride) gml_amx_emul_stored((dst), (base), (long)(stride))
 #define _tile_zero(dst) gml_amx_emul_zero(dst)
 #define _tile_dpbf16ps(dst, src1, src2) gml_amx_emul_dpbf16ps((dst), (src1), (src2))
+#define _tile_dpbssd(dst, src1, src2) gml_amx_emul_dpb("tdpbssd", (dst), (src1), (src2), true, true)
+#define _tile_dpbsud(dst, src1, src2) gml_amx_emul_dpb("tdpbsud", (dst), (src1), (src2), true, false)
+#define _tile_dpbusd(dst, src1, src2) gml_amx_emul_dpb("tdpbusd", (dst), (src1), (src2), false, true)
+#define _tile_dpbuud(dst, src1, src2) gml_amx_emul_dpb("tdpbuud", (dst), (src1), (src2), false, false)
 
 #endif /* GGMLITE_TESTS_AMX_EMUL_H */

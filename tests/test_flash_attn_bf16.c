@@ -25,10 +25,31 @@
  *   - the API: gml_set_compute / gml_get_compute on flash_attn, the
  *     context default reaching gml_flash_attn_ext (not flash_attn_lse), the
  *     refusals by name (int8; flash_attn_lse; gml_grad through a bf16
- *     flash_attn), graph files writing compute=bf16. */
+ *     flash_attn), graph files writing compute=bf16.
+ *
+ * Built once more as test_flash_attn_amx (GML_FLASH_AMX_TEST, with
+ * ops/flash_attn_amx_tiles.c against the tile emulation tests/amx_emul.h):
+ * the same bound and exact cases at AVX-512 with the AMX variant
+ * (ops/flash_attn_amx.h; its order's bound is the one above, docs/numerics.md
+ * "flash_attn on AMX") on the emulated tiles, which fault as the CPU would on
+ * a missing configuration or shapes that do not fit; every case with more
+ * than 16 query rows of a kv head must run it, the others the VDPBF16PS x16
+ * variant. Skipped (77) where the CPU lacks avx512_bf16 (the AMX variant's
+ * softmax is that object's). With --opt-in and GGMLITE_AMX=1
+ * (test_flash_attn_amx_optin): no emulation; where the CPU has AMX the
+ * real tiles must run those cases, elsewhere the VDPBF16PS ones (GGMLITE_AMX=1
+ * changes nothing), and it says which. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
 #include "check.h"
 #include "../ops/flash_attn.h" /* gml_flash_attn_lse */
+#ifdef GML_FLASH_AMX_TEST
+#include "../ops/flash_attn_amx.h"
+
+static const gml_flash_amx_kernel EMUL = {
+    gml_flash_amx_configure__amxemul, gml_flash_amx_tile__amxemul, gml_flash_amx_release__amxemul,
+    "gml_bf16_flash_ukernel__avx512bf16amx_x32 (compute bf16, AMX tiles emulated)",
+};
+#endif
 
 #include <ggmlite/io.h>
 
@@ -181,7 +202,11 @@ static void reference(const fa_case *c, const float *q, const float *k, const fl
                     }
                 if (n_seen > 0 && c->sinks) l += exp(sk - M);
                 const double rho = 0x1p-9 + 2 * dsmax + (8 + spread) * u;
+#ifdef GML_FLASH_AMX_TEST /* the AMX order's sums (docs/numerics.md, "flash_attn on AMX") */
+                const double rel = 2 * rho / (1 - rho) + (double)(3 * n_seen + n_seen / 16 + 8) * u;
+#else
                 const double rel = 2 * rho / (1 - rho) + 2 * (double)(n_seen + n_seen / 16 + 4) * u;
+#endif
                 for (int64_t cc = 0; cc < c->dv; cc++) {
                     double o = 0, oa = 0, vmax = 0;
                     for (int64_t j = 0; j < c->Tk; j++) {
@@ -232,7 +257,11 @@ static bool bf16_pairs_expected(gml_isa isa) {
 }
 
 static void fast_isas(gml_isa *out, int *n) {
+#ifdef GML_FLASH_AMX_TEST
+    static const gml_isa all[] = {GML_ISA_AVX512}; /* the AMX variant's ISA */
+#else
     static const gml_isa all[] = {GML_TEST_FAST_ISAS};
+#endif
     static bool said[sizeof all / sizeof *all];
     *n = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -316,6 +345,13 @@ static double run_bound_case(const fa_case *c, const char *what) {
         CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_bound, .user = &run, .isa = isas[i]);
         const char *kern = gml_graph_node_kernel(g, -1);
         const char *want = bf16_pairs_expected(isas[i]) ? "avx512bf16" : "compute bf16, chain";
+#ifdef GML_FLASH_AMX_TEST
+        /* AMX for more than 16 query rows of a kv head, where tiles are given */
+        const bool amx = gml_flash_amx_pick(isas[i]) && c->H / c->G * c->Tq > 16;
+        want = amx ? "AMX tiles" : want;
+        CHECK(amx || !kern || !strstr(kern, "AMX"), "%s ran %s with %" PRId64 " rows of a kv head",
+              gml_isa_name(isas[i]), kern ? kern : "(none)", c->H / c->G * c->Tq);
+#endif
         CHECK(kern && strstr(kern, want), "%s ran %s, not the bf16 kernel of its order (%s)",
               gml_isa_name(isas[i]), kern ? kern : "(none)", want);
     }
@@ -358,6 +394,12 @@ static void test_bound(void) {
     RUN("few rows (f32 would decode)", c.H = 2, c.G = 1, c.Tq = 3, c.Tk = 77, c.seed = 17);
     RUN("one row, dk 1, dv 1", c.B = 1, c.H = 1, c.G = 1, c.Tq = 1, c.Tk = 9, c.dk = 1, c.dv = 1, c.seed = 18);
     RUN("16 rows of a kv head, dk 2", c.H = 4, c.G = 1, c.Tq = 4, c.dk = 2, c.dv = 33, c.seed = 19);
+    RUN("dk 70, dv 45, Tk 200: tails past 32 in d and keys", c.H = 4, c.G = 2, c.Tq = 21, c.Tk = 200,
+        c.dk = 70, c.dv = 45, c.causal = GML_CAUSAL_BOTTOM_RIGHT, c.seed = 20);
+    RUN("dk 128, dv 128 (LLaMA's heads), window", c.B = 1, c.H = 2, c.G = 1, c.Tq = 20, c.Tk = 100,
+        c.dk = 128, c.dv = 128, c.window = 40, c.causal = GML_CAUSAL_BOTTOM_RIGHT, c.seed = 22);
+    RUN("16 (batch, kv head) pairs: whole heads a task", c.B = 4, c.H = 8, c.G = 4, c.Tq = 9, c.Tk = 70,
+        c.mask = true, c.seed = 21);
 #undef RUN
     printf("bf16 flash_attn: worst |error| / bound over the cases: %.3f\n", worst);
 }
@@ -587,6 +629,116 @@ static void test_graph_file(void) {
     gml_free(ctx);
 }
 
+#ifdef GML_FLASH_AMX_TEST
+/* ---- the AMX order of p v, bitwise ------------------------------------------
+ * q = 0: every score is 0 in any order, every weight bf16(e^0) = 1 and the
+ * sum l = Tk exactly, so out_c = (the sum of v~_jc over the keys in
+ * TDPBF16PS's order) * (1 / Tk), as the variants finish: per step of 32
+ * keys from key 0 (a key block of 64 is two steps; the last block's keys
+ * padded with +0), an even-key and an odd-key fma chain from +0, then
+ * c + (e + o), DAZ and FTZ. The chain order (sum in key order) misses it
+ * in many outputs, which the test checks too. */
+static float ftz(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
+
+typedef struct order_run {
+    gml_tensor *y;
+    const float *want; /* [dv]: every row's */
+    int64_t rows, dv;
+} order_run;
+
+static void verify_order(void *user) {
+    const order_run *r = user;
+    float *got = malloc((size_t)(r->rows * r->dv) * sizeof *got);
+    chk_read(r->y, got);
+    long bad = 0;
+    int64_t first = -1;
+    for (int64_t e = 0; e < r->rows * r->dv; e++)
+        if (got[e] != r->want[e % r->dv]) {
+            bad++;
+            if (first < 0) first = e;
+        }
+    CHECK(bad == 0, "%ld outputs differ from the AMX order of p v; first [%" PRId64 "]: got %.9g, want %.9g",
+          bad, first, first >= 0 ? (double)got[first] : 0.0, first >= 0 ? (double)r->want[first % r->dv] : 0.0);
+    free(got);
+}
+
+static void test_amx_order(void) {
+    const int64_t B = 1, H = 4, G = 1, T = 8, Tk = 100, dk = 37, dv = 45;
+    chk_case("AMX order of p v: B%" PRId64 " H%" PRId64 " Tq%" PRId64 " Tk%" PRId64 " dv%" PRId64, B, H, T,
+             Tk, dv);
+    chk_rng rng = chk_seed(31);
+    gml_context *ctx = chk_ctx(16 << 20);
+    gml_tensor *q = gml_new_tensor_4d(ctx, GML_F32, B, H, T, dk);
+    gml_tensor *k = gml_new_tensor_4d(ctx, GML_F32, B, G, Tk, dk);
+    gml_tensor *v = gml_new_tensor_4d(ctx, GML_F32, B, G, Tk, dv);
+    float *kv = k->data, *vv = v->data;
+    memset(q->data, 0, gml_nbytes(q));
+    for (int64_t e = 0; e < Tk * dk; e++) kv[e] = chk_uniform(&rng, -3, 3);
+    for (int64_t e = 0; e < Tk * dv; e++) vv[e] = chk_uniform(&rng, -1, 1) * ldexpf(1.0f, chk_randint(&rng, -8, 8));
+    gml_tensor *y = gml_flash_attn_ext(ctx, q, k, v, 0.125f, NULL);
+    if (!CHECK(y && gml_set_compute(ctx, y, GML_COMPUTE_BF16) == GML_OK, "build: %s", gml_last_error(ctx))) {
+        gml_free(ctx);
+        return;
+    }
+    float want[64], chain[64];
+    int differ = 0;
+    for (int64_t c = 0; c < dv; c++) {
+        float acc = 0.0f, seq = 0.0f;
+        for (int64_t k0 = 0; k0 < Tk; k0 += 32) {
+            float e = 0.0f, o = 0.0f;
+            for (int64_t j = k0; j < k0 + 32; j += 2) {
+                e = ftz(fmaf(1.0f, j < Tk ? rbf16(vv[j * dv + c]) : 0.0f, e));
+                o = ftz(fmaf(1.0f, j + 1 < Tk ? rbf16(vv[(j + 1) * dv + c]) : 0.0f, o));
+            }
+            acc = ftz(acc + ftz(e + o));
+        }
+        for (int64_t j = 0; j < Tk; j++) seq += rbf16(vv[j * dv + c]);
+        want[c] = acc * (1.0f / (float)Tk);
+        chain[c] = seq * (1.0f / (float)Tk);
+        differ += want[c] != chain[c];
+    }
+    CHECK(differ > dv / 4, "the AMX order and the chain order differ in %d of %" PRId64 " columns only",
+          differ, dv);
+    order_run run = {y, want, B * H * T, dv};
+    gml_graph *g = gml_build_graph(ctx, &y, 1);
+    const bool amx = gml_flash_amx_pick(GML_ISA_AVX512) != NULL;
+    if (!amx) printf("the AMX order of p v not checked: no AMX tiles (see above)\n");
+    CHECK_RUN(g, .outs = &y, .n_outs = 1, .isa = GML_ISA_AVX512, .no_reference = true,
+              .verify = amx ? verify_order : NULL, .user = &run);
+    const char *kern = gml_graph_node_kernel(g, -1);
+    CHECK(!amx || (kern && strstr(kern, "AMX tiles")), "ran %s, not the AMX variant", kern ? kern : "(none)");
+    gml_graph_free(g);
+    gml_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    gml_isa sets[2];
+    chk_kernel_sets(sets);
+    if (!gml_cpu_has(GML_ISA_AVX512) || !gml_cpu_has_feature(GML_CPU_AVX512_BF16)) {
+        printf("skipped: the AMX variant's softmax is the AVX-512 BF16 object; this CPU lacks "
+               "avx512_bf16\n");
+        return 77;
+    }
+    if (argc > 1 && strcmp(argv[1], "--opt-in") == 0) {
+        const char *env = getenv("GGMLITE_AMX");
+        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
+            return chk_summary();
+        const gml_flash_amx_kernel *k = gml_flash_amx_pick(GML_ISA_AVX512);
+        printf(k ? "the real AMX tiles: %s\n"
+                 : "skipped: the real AMX tiles (no AMX-BF16 here, or no permission: see the line "
+                   "above); checked that the VDPBF16PS variants run%s\n",
+               k ? k->name : "");
+    } else {
+        gml_flash_amx_use(&EMUL);
+    }
+    test_api();
+    test_graph_file();
+    test_amx_order();
+    test_exact();
+    test_bound();
+    return chk_summary();
+}
+#else
 int main(void) {
     gml_isa sets[2];
     chk_kernel_sets(sets);
@@ -596,3 +748,4 @@ int main(void) {
     test_bound();
     return chk_summary();
 }
+#endif
