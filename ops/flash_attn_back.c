@@ -186,9 +186,10 @@ static void gml_f32_flash_attn_back__ref(const gml_compute_params *p, gml_tensor
 }
 
 /* ---- fast kernel -----------------------------------------------------------
- * A task is one (batch, kv head) (gml_chunk_next): its K and V packed as
- * contiguous f32 rows into the thread's scratch (any strides, f16 and bf16
- * converted), dK and dV accumulated there in f32, the query rows of its
+ * A task is one (batch, kv head) (gml_chunk_next): its K and V read in
+ * place where they are contiguous f32 rows, else packed so into the
+ * thread's scratch (any strides, f16 and bf16 converted), dK and dV
+ * accumulated in place in the result, the query rows of its
  * heads (row = i r + head, as the forward) in blocks of the variant's tile
  * through the micro-kernel, each block's dQ written as it ends. */
 
@@ -209,29 +210,51 @@ static back_variant pick_back(gml_isa isa) {
 #define BACK_TILE_MAX 32
 #define FL(n) gml_align_up((size_t)(n), GML_ALIGN / sizeof(float)) /* floats, 64-byte pieces */
 
-/* Per thread, in floats: K, V, dK, dV, K for dQ [Tk, d]; K's bad rows [Tk]
+/* Per thread, in floats: K, V, K for dQ [Tk, d]; K's bad rows [Tk]
  * (bytes); qt, qr [d_k, tile], dqt
  * [d_k + 16, tile] (the variants' column tiles, padded); dot,
  * dor [d_v, tile]; lse, dd, slope, qpos [tile]; n_keys, first_key [tile]
- * (int32); mask rows [tile] (pointers, 2 floats each); the variant's work. */
+ * (int32); mask rows, q, dO, O and dQ rows [tile] (pointers, 2 floats
+ * each); q, dO, O rows gathered where their elements are not contiguous
+ * [tile, d]; the variant's work. */
 static size_t fast_thread_floats(const back_dims *d) {
     const size_t t = BACK_TILE_MAX;
-    return 3 * FL(d->Tk * d->dk) + 2 * FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
-           2 * FL((size_t)d->dv * t) + 6 * FL(t) + FL(2 * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
+    return 2 * FL(d->Tk * d->dk) + FL(d->Tk * d->dv) + FL(d->Tk) + 3 * FL((size_t)(d->dk + 16) * t) +
+           2 * FL((size_t)d->dv * t) + 6 * FL(t) + 5 * FL(2 * t) + FL((size_t)d->dk * t) +
+           2 * FL((size_t)d->dv * t) + FL(GML_FLASH_BACK_WORK_FLOATS(t));
 }
 
 static size_t part_bytes(const back_dims *d) {
     return gml_align_up((size_t)(d->B * d->H) * sizeof(double), GML_ALIGN);
 }
 
-static void pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64_t dd, float *o) {
+/* (b, g)'s n rows of dd floats of K or V, contiguous: t's own where they
+ * are so (f32, rows one after the other), else packed into o. */
+static const float *pack_f32(const gml_tensor *t, int64_t b, int64_t g, int64_t n, int64_t dd,
+                             float *o) {
+    const char *r0 = gml_ptr(t, b, g, 0, 0);
+    if (t->type == GML_F32 && (dd == 1 || t->nb[3] == sizeof(float)) &&
+        (n == 1 || t->nb[2] == (size_t)dd * sizeof(float)) && (uintptr_t)r0 % sizeof(float) == 0)
+        return (const float *)(const void *)r0;
     if (t->type == GML_F32 && (dd == 1 || t->nb[3] == sizeof(float))) { /* rows of floats */
         for (int64_t j = 0; j < n; j++)
             memcpy(o + j * dd, gml_ptr(t, b, g, j, 0), (size_t)dd * sizeof(float));
-        return;
+        return o;
     }
     for (int64_t j = 0; j < n; j++)
         for (int64_t c = 0; c < dd; c++) o[j * dd + c] = kv_f(t, b, g, j, c);
+    return o;
+}
+
+/* Row (b, h, i) of the f32 tensor t, n elements: in place where they are
+ * contiguous, else gathered into buf. */
+static const float *row_f32(const gml_tensor *t, int64_t b, int64_t h, int64_t i, int64_t n,
+                            float *buf) {
+    const char *r = gml_ptr(t, b, h, i, 0);
+    if ((n == 1 || t->nb[3] == sizeof(float)) && (uintptr_t)r % sizeof(float) == 0)
+        return (const float *)(const void *)r;
+    for (int64_t c = 0; c < n; c++) memcpy(buf + c, r + c * (int64_t)t->nb[3], sizeof(float));
+    return buf;
 }
 
 static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst) {
@@ -250,8 +273,7 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     gml_kernel_note(p, var.name);
     double *part = (double *)p->wdata;
     float *w = (float *)(void *)((char *)p->wdata + part_bytes(&d)) + (size_t)p->ith * fast_thread_floats(&d);
-    float *kp = w, *vp = kp + FL(d.Tk * d.dk), *dka = vp + FL(d.Tk * d.dv), *dva = dka + FL(d.Tk * d.dk);
-    float *kz = dva + FL(d.Tk * d.dv);
+    float *kp = w, *vp = kp + FL(d.Tk * d.dk), *kz = vp + FL(d.Tk * d.dv);
     uint8_t *kbad = (uint8_t *)(void *)(kz + FL(d.Tk * d.dk));
     float *qt = (float *)(void *)(kbad + 4 * FL(d.Tk)), *qr = qt + FL(d.dk * tile), *dqt = qr + FL(d.dk * tile);
     float *dot = dqt + FL((d.dk + 16) * tile), *dor = dot + FL(d.dv * tile);
@@ -259,10 +281,16 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
     float *qpos = slope + FL(tile);
     int32_t *n_keys = (int32_t *)(void *)(qpos + FL(tile)), *first_key = n_keys + FL(tile);
     const float **mrows = (const float **)(void *)(first_key + FL(tile));
-    float *work = (float *)(void *)(mrows + FL(2 * tile) / 2);
-    gml_flash_back_args a = {.dk = (size_t)d.dk, .dv = (size_t)d.dv, .qt = qt, .qr = qr,
-                             .dot = dot, .dor = dor, .lse = lse, .dd = dd, .k = kp, .v = vp,
-                             .dk_acc = dka, .dv_acc = dva, .dqt = dqt, .n_keys = n_keys,
+    const float **qrow = mrows + FL(2 * tile) / 2, **gorow = qrow + FL(2 * tile) / 2;
+    const float **orow = gorow + FL(2 * tile) / 2;
+    float **dqrow = (float **)(void *)(orow + FL(2 * tile) / 2);
+    float *qs = (float *)(void *)(dqrow + FL(2 * tile) / 2), *gs = qs + FL(d.dk * tile);
+    float *os = gs + FL(d.dv * tile), *work = os + FL(d.dv * tile);
+    gml_flash_back_args a = {.dk = (size_t)d.dk, .dv = (size_t)d.dv, .q_rows = qrow,
+                             .do_rows = gorow, .o_rows = orow, .dq_rows = dqrow,
+                             .scale = par.scale, .qt = qt, .qr = qr,
+                             .dot = dot, .dor = dor, .lse = lse, .dd = dd,
+                             .dqt = dqt, .n_keys = n_keys,
                              .first_key = par.window > 0 ? first_key : NULL,
                              .mask = mask ? mrows : NULL,
                              .mask_stride = mask && mask->ne[3] > 1 ? mask->nb[3] / 4 : 0,
@@ -273,62 +301,55 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
         return;
     }
     float *out = (float *)dst->data;
-    const float scale = par.scale;
     for (int64_t task = gml_chunk_next(p); task < d.B * d.G; task = gml_chunk_next(p)) {
         const int64_t b = task / d.G, g = task % d.G;
-        pack_f32(k, b, g, d.Tk, d.dk, kp);
-        pack_f32(v, b, g, d.Tk, d.dv, vp);
+        const float *kr = pack_f32(k, b, g, d.Tk, d.dk, kp);
+        a.k = kr;
+        a.v = pack_f32(v, b, g, d.Tk, d.dv, vp);
         /* K rows with a NaN or inf (rare: a padded cache): zeros in kz for
          * dQ, their share added lane by lane (ops/flash_back.h) */
         bool any_bad = false;
         for (int64_t j = 0; j < d.Tk; j++) {
-            float z = 0;
-            for (int64_t c = 0; c < d.dk; c++) z += kp[j * d.dk + c] * 0.0f; /* NaN iff one is not finite */
-            kbad[j] = z != z;
-            any_bad |= kbad[j];
+            uint32_t top = 0; /* all exponent bits set: NaN or inf (an OR, no chain of adds) */
+            for (int64_t c = 0; c < d.dk; c++) {
+                uint32_t u;
+                memcpy(&u, kr + j * d.dk + c, sizeof u);
+                top |= (u & 0x7f800000u) == 0x7f800000u;
+            }
+            kbad[j] = (uint8_t)top;
+            any_bad |= top != 0;
         }
-        a.kz = kp;
+        a.kz = kr;
         a.kbad = NULL;
         if (any_bad) {
             for (int64_t j = 0; j < d.Tk; j++)
-                for (int64_t c = 0; c < d.dk; c++) kz[j * d.dk + c] = kbad[j] ? 0.0f : kp[j * d.dk + c];
+                for (int64_t c = 0; c < d.dk; c++) kz[j * d.dk + c] = kbad[j] ? 0.0f : kr[j * d.dk + c];
             a.kz = kz;
             a.kbad = kbad;
         }
-        memset(dka, 0, (size_t)(d.Tk * d.dk) * sizeof(float));
-        memset(dva, 0, (size_t)(d.Tk * d.dv) * sizeof(float));
+        /* dK, dV accumulated in place in the result (q was scaled) */
+        float *dko = out + d.off_dk + (size_t)((b * d.G + g) * d.Tk * d.dk);
+        float *dvo = out + d.off_dv + (size_t)((b * d.G + g) * d.Tk * d.dv);
+        a.dk_acc = dko;
+        a.dv_acc = dvo;
+        memset(dko, 0, (size_t)(d.Tk * d.dk) * sizeof(float));
+        memset(dvo, 0, (size_t)(d.Tk * d.dv) * sizeof(float));
         for (int64_t hh = 0; hh < d.r; hh++) part[b * d.H + g * d.r + hh] = 0;
         for (int64_t row0 = 0; row0 < rows; row0 += tile) {
             a.nq = (size_t)GML_MIN(tile, rows - row0);
             int64_t key0 = d.Tk;
             for (int64_t l = 0; l < tile; l++) {
                 if (l >= (int64_t)a.nq) { /* idle lane: adds nothing */
-                    for (int64_t c = 0; c < d.dk; c++) qt[c * tile + l] = qr[l * d.dk + c] = 0;
-                    for (int64_t c = 0; c < d.dv; c++) dot[c * tile + l] = dor[l * d.dv + c] = 0;
                     lse[l] = INFINITY;
-                    dd[l] = slope[l] = qpos[l] = 0;
+                    slope[l] = qpos[l] = 0;
                     n_keys[l] = first_key[l] = 0;
                     continue;
                 }
                 const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
-                const char *qi = gml_ptr(q, b, h, i, 0), *gi = gml_ptr(dout, b, h, i, 0);
-                const char *fi = gml_ptr(fwd, b, h, i, 0);
-                const int64_t sq = (int64_t)q->nb[3], sg = (int64_t)dout->nb[3];
-                const int64_t sf = (int64_t)fwd->nb[3];
-                for (int64_t c = 0; c < d.dk; c++) {
-                    float x;
-                    memcpy(&x, qi + c * sq, sizeof x);
-                    qt[c * tile + l] = qr[l * d.dk + c] = x * scale;
-                }
-                float sum = 0; /* D in float, an FMA chain in order */
-                for (int64_t c = 0; c < d.dv; c++) {
-                    float g1, o1;
-                    memcpy(&g1, gi + c * sg, sizeof g1);
-                    memcpy(&o1, fi + c * sf, sizeof o1);
-                    dot[c * tile + l] = dor[l * d.dv + c] = g1;
-                    sum = fmaf(g1, o1, sum);
-                }
-                dd[l] = sum;
+                qrow[l] = row_f32(q, b, h, i, d.dk, qs + l * d.dk);
+                gorow[l] = row_f32(dout, b, h, i, d.dv, gs + l * d.dv);
+                orow[l] = row_f32(fwd, b, h, i, d.dv, os + l * d.dv);
+                dqrow[l] = out + ((b * d.H + h) * d.Tq + i) * d.dk;
                 const float ls = f32_at(fwd, b, h, i, d.dv);
                 lse[l] = ls == -INFINITY ? INFINITY : ls; /* no key seen: p = 0 */
                 int64_t lo, hi;
@@ -341,21 +362,16 @@ static void gml_f32_flash_attn_back(const gml_compute_params *p, gml_tensor *dst
                 if (mask)
                     mrows[l] = (const float *)(const void *)gml_ptr(
                         mask, b % mask->ne[0], h % mask->ne[1], i % mask->ne[2], 0);
-                if (bp.sinks && ls != -INFINITY)
-                    part[b * d.H + h] -= (double)f32_at(fwd, b, h, i, d.dv + 1) * (double)sum;
             }
             a.key0 = par.window > 0 ? (size_t)key0 : 0;
             var.fn(&a);
-            for (int64_t l = 0; l < (int64_t)a.nq; l++) {
-                const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
-                float *dqo = out + ((b * d.H + h) * d.Tq + i) * d.dk;
-                for (int64_t c = 0; c < d.dk; c++) dqo[c] = dqt[c * tile + l] * scale;
-            }
+            if (bp.sinks)
+                for (int64_t l = 0; l < (int64_t)a.nq; l++) {
+                    const int64_t i = (row0 + l) / d.r, h = g * d.r + (row0 + l) % d.r;
+                    if (f32_at(fwd, b, h, i, d.dv) != -INFINITY)
+                        part[b * d.H + h] -= (double)f32_at(fwd, b, h, i, d.dv + 1) * (double)dd[l];
+                }
         }
-        float *dko = out + d.off_dk + (size_t)((b * d.G + g) * d.Tk * d.dk);
-        float *dvo = out + d.off_dv + (size_t)((b * d.G + g) * d.Tk * d.dv);
-        memcpy(dko, dka, (size_t)(d.Tk * d.dk) * sizeof(float)); /* q was scaled */
-        memcpy(dvo, dva, (size_t)(d.Tk * d.dv) * sizeof(float));
     }
     if (bp.sinks) finish_sinks(p, dst, &d, part);
     else gml_barrier(p);
@@ -513,6 +529,17 @@ const gml_op_def gml_opdef_flash_attn_back = {
 
 static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
     const size_t nq = a->nq, dk = a->dk, dv = a->dv, KB = GML_FLASH_BACK_KEY_BLOCK;
+    for (size_t l = 0; l < tile; l++) {
+        for (size_t c = 0; c < dk; c++)
+            a->qt[c * tile + l] = a->qr[l * dk + c] = l < nq ? a->q_rows[l][c] * a->scale : 0.0f;
+        float sum = 0; /* an FMA chain in order */
+        for (size_t c = 0; c < dv; c++) {
+            const float g = l < nq ? a->do_rows[l][c] : 0.0f;
+            a->dot[c * tile + l] = a->dor[l * dv + c] = g;
+            if (l < nq) sum = fmaf(g, a->o_rows[l][c], sum);
+        }
+        a->dd[l] = sum;
+    }
     float *s = a->work, *dp = s + KB * tile;
     int32_t nmax = 0;
     for (size_t l = 0; l < nq; l++) nmax = GML_MAX(nmax, a->n_keys[l]);
@@ -560,6 +587,8 @@ static void back_block_scalar(const gml_flash_back_args *a, size_t tile) {
         }
         gml_flash_back_bad_rows(a, tile, j0, nk, dp);
     }
+    for (size_t l = 0; l < nq; l++)
+        for (size_t c = 0; c < dk; c++) a->dq_rows[l][c] = a->dqt[c * tile + l] * a->scale;
 }
 
 void gml_f32_flash_back_ukernel__scalar_x8(const gml_flash_back_args *a) { back_block_scalar(a, 8); }

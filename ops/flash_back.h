@@ -15,8 +15,18 @@
  * lanes l, keys j and columns in ascending order, one fixed order of
  * operations per variant: the driver (ops/flash_attn_back.c) gives each
  * (batch, kv head) to one thread, so the sums do not depend on the thread
- * count. A key row with a NaN or inf: kz, kbad below. Lanes >= nq are zeros in qt, qr, dot, dor with lse +inf: they add
- * nothing. A lane with lse -inf (no key seen) must be given +inf too. */
+ * count. A key row with a NaN or inf: kz, kbad below. Lanes >= nq are zeros
+ * in qt, qr, dot, dor and dd, with lse +inf: they add nothing. A lane with
+ * lse -inf (no key seen) must be given +inf too.
+ *
+ * The variant first lays out its block's rows (from q_rows, do_rows,
+ * o_rows): qr[l][d] = q[l][d] scale (one rounding) and qt its transpose,
+ * dor = dO and dot its transpose, and
+ *
+ *     dd[l] = fma(dO[l][dv-1], O[l][dv-1], ... fma(dO[l][0], O[l][0], 0))
+ *
+ * (an FMA chain, columns ascending, whatever the ISA: fmaf's bits); and at
+ * the end writes dq_rows[l][d] = dqt[d][l] scale (one rounding). */
 #ifndef GGMLITE_FLASH_BACK_H
 #define GGMLITE_FLASH_BACK_H
 
@@ -24,11 +34,17 @@
 
 typedef struct gml_flash_back_args {
     size_t nq, dk, dv;           /* 1 <= nq <= tile */
-    const float *qt;             /* [dk][tile]: q scaled, transposed */
-    const float *qr;             /* [tile][dk]: q scaled, by rows */
-    const float *dot;            /* [dv][tile]: dO transposed */
-    const float *dor;            /* [tile][dv]: dO by rows */
-    const float *lse, *dd;       /* [tile]: log-sum-exp, rowsum(dO * O) */
+    const float *const *q_rows;  /* [nq]: q's rows, dk contiguous floats each (not scaled) */
+    const float *const *do_rows; /* [nq]: dO's rows, dv contiguous floats each */
+    const float *const *o_rows;  /* [nq]: the forward's output O's rows, dv floats each */
+    float *const *dq_rows;       /* [nq]: dQ's rows, dk floats each (written) */
+    float scale;                 /* q's scale (the forward's) */
+    float *qt;                   /* [dk][tile]: q scaled, transposed (written) */
+    float *qr;                   /* [tile][dk]: q scaled, by rows (written) */
+    float *dot;                  /* [dv][tile]: dO transposed (written) */
+    float *dor;                  /* [tile][dv]: dO by rows (written) */
+    float *dd;                   /* [tile]: rowsum(dO * O) (written) */
+    const float *lse;            /* [tile]: log-sum-exp */
     const float *k, *v;          /* [Tk][dk], [Tk][dv], contiguous f32 */
     /* K's rows for dQ: k itself, or (when some K row holds a NaN or inf,
      * kbad[j] set for those) a copy with those rows zeros, whose products

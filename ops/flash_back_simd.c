@@ -11,8 +11,9 @@
  *   dK, dV   acc[j][c..] += sum_l w[j][l] rows[l][c..]  MRJ keys x NC vectors of
  *            columns (w = p with dO's rows, ds with q's; w broadcast)
  *
- * Every sum in one fixed order (keys, lanes, columns ascending) whatever
- * the thread count. */
+ * Before the keys, the block's rows laid out (lay_out_rows: q scaled, dO,
+ * D); after them, dQ's rows written (write_dq). Every sum in one fixed
+ * order (keys, lanes, columns ascending) whatever the thread count. */
 #include "flash_back.h"
 #include "simd/simd.h"
 #include "simd/vmath.h"
@@ -164,10 +165,95 @@ static GML_SIMD_INLINE void keys_all_cols(const float *w, size_t tile, size_t nq
     }
 }
 
+/* r[i] = rows[l0 + i][c0 .. c0 + nc) (zeros past nc, and for rows >= nq) */
+static GML_SIMD_INLINE void load_rows(const float *const *rows, size_t l0, size_t nq, size_t c0,
+                                      size_t nc, gml_vf *r) {
+    if (nc == GML_VL && l0 + GML_VL <= nq) {
+#pragma GCC unroll 16
+        for (size_t i = 0; i < GML_VL; i++) r[i] = gml_vf_load(rows[l0 + i] + c0);
+        return;
+    }
+    const gml_vm m = gml_vm_first(nc);
+#pragma GCC unroll 16
+    for (size_t i = 0; i < GML_VL; i++)
+        r[i] = l0 + i < nq ? gml_vf_load_m(rows[l0 + i] + c0, m) : gml_vf_zero();
+}
+
+/* out[(l0 + i) ld + c0 ..] = r[i] (nc columns) for every lane i */
+static GML_SIMD_INLINE void store_rows(float *out, size_t ld, size_t l0, size_t c0, size_t nc,
+                                       const gml_vf *r) {
+    if (nc == GML_VL) {
+#pragma GCC unroll 16
+        for (size_t i = 0; i < GML_VL; i++) gml_vf_store(out + (l0 + i) * ld + c0, r[i]);
+        return;
+    }
+    const gml_vm m = gml_vm_first(nc);
+#pragma GCC unroll 16
+    for (size_t i = 0; i < GML_VL; i++) gml_vf_store_m(out + (l0 + i) * ld + c0, m, r[i]);
+}
+
+/* The block's rows in lane layout (ops/flash_back.h): for each vector of
+ * lanes and GML_VL columns at a time, the rows loaded (lanes >= nq zeros,
+ * columns past the end not read), scaled (q), stored by rows, transposed
+ * in registers and stored by columns; dd's FMA chain per lane over the
+ * transposed columns in ascending order. */
+static GML_SIMD_INLINE void lay_out_rows(const gml_flash_back_args *a, const int NV) {
+    const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dk = a->dk, dv = a->dv;
+    const gml_vf sc = gml_vf_set1(a->scale);
+    for (int v = 0; v < NV; v++) {
+        const size_t l0 = GML_VL * (size_t)v;
+        gml_vf r[GML_VL];
+        for (size_t c0 = 0; c0 < dk; c0 += GML_VL) {
+            const size_t nc = GML_MIN((size_t)GML_VL, dk - c0);
+            load_rows(a->q_rows, l0, nq, c0, nc, r);
+#pragma GCC unroll 16
+            for (size_t i = 0; i < GML_VL; i++) r[i] = gml_vf_mul(r[i], sc);
+            store_rows(a->qr, dk, l0, c0, nc, r);
+            gml_vf_transpose(r);
+            for (size_t i = 0; i < nc; i++) gml_vf_storea(a->qt + (c0 + i) * tile + l0, r[i]);
+        }
+        gml_vf dd = gml_vf_zero();
+        for (size_t c0 = 0; c0 < dv; c0 += GML_VL) {
+            const size_t nc = GML_MIN((size_t)GML_VL, dv - c0);
+            load_rows(a->do_rows, l0, nq, c0, nc, r);
+            store_rows(a->dor, dv, l0, c0, nc, r);
+            gml_vf_transpose(r);
+            for (size_t i = 0; i < nc; i++) gml_vf_storea(a->dot + (c0 + i) * tile + l0, r[i]);
+            load_rows(a->o_rows, l0, nq, c0, nc, r);
+            gml_vf_transpose(r);
+            for (size_t i = 0; i < nc; i++)
+                dd = gml_vf_fma(gml_vf_loada(a->dot + (c0 + i) * tile + l0), r[i], dd);
+        }
+        gml_vf_store(a->dd + l0, dd);
+    }
+}
+
+/* dq_rows[l][d] = dqt[d][l] scale, GML_VL x GML_VL blocks transposed in
+ * registers. */
+static GML_SIMD_INLINE void write_dq(const gml_flash_back_args *a, const int NV) {
+    const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dk = a->dk;
+    const gml_vf sc = gml_vf_set1(a->scale);
+    for (int v = 0; v < NV; v++) {
+        const size_t l0 = GML_VL * (size_t)v;
+        if (l0 >= nq) break;
+        for (size_t c0 = 0; c0 < dk; c0 += GML_VL) {
+            const size_t nc = GML_MIN((size_t)GML_VL, dk - c0);
+            const gml_vm m = gml_vm_first(nc);
+            gml_vf r[GML_VL];
+            for (size_t i = 0; i < GML_VL; i++)
+                r[i] = i < nc ? gml_vf_loada(a->dqt + (c0 + i) * tile + l0) : gml_vf_zero();
+            gml_vf_transpose(r);
+            for (size_t i = 0; i < GML_VL && l0 + i < nq; i++)
+                gml_vf_store_m(a->dq_rows[l0 + i] + c0, m, gml_vf_mul(r[i], sc));
+        }
+    }
+}
+
 static GML_SIMD_INLINE void back_block(const gml_flash_back_args *a, const int NV, const int MRK,
                                        const int MR, const int MRJ, const int NC) {
     const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dk = a->dk, dv = a->dv;
     const size_t KB = GML_FLASH_BACK_KEY_BLOCK;
+    lay_out_rows(a, NV);
     float *s = a->work, *dp = s + KB * tile, *th = dp + KB * tile;
     int32_t nmax = 0;
     for (size_t l = 0; l < nq; l++) nmax = GML_MAX(nmax, a->n_keys[l]);
@@ -230,6 +316,7 @@ static GML_SIMD_INLINE void back_block(const gml_flash_back_args *a, const int N
         keys_all_cols(s, tile, nq, a->dor, dv, nk, a->dv_acc + j0 * dv, MRJ, NC);
         keys_all_cols(dp, tile, nq, a->qr, dk, nk, a->dk_acc + j0 * dk, MRJ, NC);
     }
+    write_dq(a, NV);
 }
 
 /* ---- the register tiles, per ISA ---------------------------------------------
