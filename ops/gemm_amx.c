@@ -14,8 +14,10 @@
  *         for ir in mc, step 32
  *           tile kernel(A group ir at pc, B panel jr at pc) -> C[ir.., jr..]
  *
- * and releases its tiles. A 32 x 32 block of C that crosses M's or N's end
- * is computed in the thread's edge tile and its part inside C copied. */
+ * and releases its tiles. A group of at most 16 rows (decoding's few rows,
+ * M's tail) takes the 16 x 32 kernel: half the tile work of 32 x 32, the
+ * same order. A block of C that crosses M's or N's end is computed in the
+ * thread's edge tile and its part inside C copied. */
 #include "gemm_amx.h"
 #include "gemm_bf16.h"
 
@@ -87,13 +89,18 @@ static bool amx_runs(gml_isa isa, int kind) {
 
 #ifdef GML_HAVE_AMX
 static const gml_amx_bf16_kernel AMX_KERNEL = {
-    gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_amx_bf16_release__amx,
-    "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
+    gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_bf16_gemm_ukernel__amx_16x32,
+    gml_amx_bf16_release__amx, "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
 };
 static const gml_q8_gemm_variant AMX_Q8 = GML_AMX_Q8_VARIANT(amx);
 #endif
 
+static const gml_amx_bf16_kernel *test_kernel; /* gml_amx_bf16_set_kernel */
+
+void gml_amx_bf16_set_kernel(const gml_amx_bf16_kernel *k) { test_kernel = k; }
+
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
+    if (test_kernel) return isa == GML_ISA_AVX512 && opted_in() ? test_kernel : NULL;
     if (!amx_runs(isa, KIND_BF16)) return NULL;
 #ifdef GML_HAVE_AMX
     return &AMX_KERNEL;
@@ -248,14 +255,17 @@ void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, cons
                         const int m = (int)GML_MIN((int64_t)GML_AMX_MR, ie - ir);
                         const uint32_t *ap = a + (size_t)((ir / GML_AMX_MR) * k.kq + pc) * GML_AMX_BLOCK;
                         float *cb = c + ir * (int64_t)ldc + jr;
-                        if (m == GML_AMX_MR && n == GML_AMX_NR) {
-                            kern->tile(kb, ap, bp, cb, ldc, pc > 0);
+                        const int rows = m <= GML_AMX_MR / 2 ? GML_AMX_MR / 2 : GML_AMX_MR;
+                        void (*tile)(size_t, const uint32_t *, const uint32_t *, float *, size_t, bool) =
+                            rows < GML_AMX_MR ? kern->tile16 : kern->tile;
+                        if (m == rows && n == GML_AMX_NR) {
+                            tile(kb, ap, bp, cb, ldc, pc > 0);
                             continue;
                         }
-                        memset(edge, 0, GML_AMX_MR * GML_AMX_NR * sizeof(float));
+                        memset(edge, 0, (size_t)rows * GML_AMX_NR * sizeof(float));
                         if (pc > 0)
                             for (int i = 0; i < m; i++) memcpy(edge + i * GML_AMX_NR, cb + i * (int64_t)ldc, (size_t)n * 4);
-                        kern->tile(kb, ap, bp, edge, GML_AMX_NR, pc > 0);
+                        tile(kb, ap, bp, edge, GML_AMX_NR, pc > 0);
                         for (int i = 0; i < m; i++) memcpy(cb + i * (int64_t)ldc, edge + i * GML_AMX_NR, (size_t)n * 4);
                     }
                 }

@@ -54,11 +54,15 @@ enum {
  *              does before its first tile call;
  *   tile:      C[32 x 32] (row stride ldc floats) = (acc ? C : 0) + kq
  *              steps of the A group block a and B panel b (layouts above);
+ *   tile16:    the same for rows 0..15 of the group only (C[16 x 32]): one
+ *              A tile, two TDPBF16PS a step; for a group with at most 16
+ *              rows of A (decoding's 1 to 4, M's tail), in the same order;
  *   release:   TILERELEASE on the calling thread (tiles back to their
  *              initial state). */
 typedef struct gml_amx_bf16_kernel {
     void (*configure)(void);
     void (*tile)(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc);
+    void (*tile16)(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc);
     void (*release)(void);
     const char *name; /* with " (tiles)", as gml_kernel_note records it */
 } gml_amx_bf16_kernel;
@@ -66,6 +70,8 @@ typedef struct gml_amx_bf16_kernel {
 #define GML_AMX_BF16_DECLARE(sfx)                                                                  \
     void gml_amx_bf16_configure__##sfx(void);                                                      \
     void gml_bf16_gemm_ukernel__##sfx##_32x32(size_t kq, const uint32_t *a, const uint32_t *b,     \
+                                              float *c, size_t ldc, bool acc);                     \
+    void gml_bf16_gemm_ukernel__##sfx##_16x32(size_t kq, const uint32_t *a, const uint32_t *b,     \
                                               float *c, size_t ldc, bool acc);                     \
     void gml_amx_bf16_release__##sfx(void);
 GML_AMX_BF16_DECLARE(amx)
@@ -78,6 +84,11 @@ GML_AMX_BF16_DECLARE(amxemul)
  * (gml_cpu_amx_permit); GGMLITE_AMX=1 without one of the last three says
  * once on stderr why AMX does not run. */
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa);
+/* For tests: with GGMLITE_AMX=1 and isa AVX-512, gml_amx_bf16_pick hands
+ * out k (the kernel compiled against the tile emulation, tests/amx_emul.h)
+ * in place of the CPU's and without asking the CPU; NULL: the CPU's again.
+ * Not while a product runs. */
+void gml_amx_bf16_set_kernel(const gml_amx_bf16_kernel *k);
 
 /* Scratch bytes of the product d for nth threads: A packed, B packed
  * (unless kept), a row of K bf16 and a 32 x 32 edge tile per thread. */

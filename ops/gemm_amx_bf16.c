@@ -1,6 +1,8 @@
-/* The AMX bf16 tile kernel (ops/gemm_amx.h): a 32 x 32 block of C in four
+/* The AMX bf16 tile kernels (ops/gemm_amx.h): a 32 x 32 block of C in four
  * tiles, per step of 16 pairs two tiles of A and two of B feeding four
- * TDPBF16PS. Written once over the tile intrinsics and compiled twice:
+ * TDPBF16PS; and its top half, 16 x 32 in two tiles, one tile of A and two
+ * of B feeding two (a group of at most 16 rows). Written once over the
+ * tile intrinsics and compiled twice:
  *   - in the library with -mamx-tile -mamx-bf16 (names ..__amx), where
  *     the compiler has them (CMakeLists.txt: GML_HAVE_AMX); it runs only
  *     when gml_amx_bf16_pick hands it out. NOT VERIFIED ON AN AMX CPU.
@@ -17,12 +19,14 @@
 #include "amx_emul.h" /* tests/ */
 #define GML_AMX_NAME(fn) fn##__amxemul
 #define GML_AMX_UKERNEL gml_bf16_gemm_ukernel__amxemul_32x32
+#define GML_AMX_UKERNEL16 gml_bf16_gemm_ukernel__amxemul_16x32
 /* the emulation is plain C: the compiler sees every access */
 #define GML_AMX_MEMORY_BARRIER() ((void)0)
 #else
 #include <immintrin.h>
 #define GML_AMX_NAME(fn) fn##__amx
 #define GML_AMX_UKERNEL gml_bf16_gemm_ukernel__amx_32x32
+#define GML_AMX_UKERNEL16 gml_bf16_gemm_ukernel__amx_16x32
 /* gcc 12's tile loads and its ldtilecfg are asm statements that do not tell
  * the compiler which memory they read: stores before them must be done */
 #define GML_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
@@ -82,4 +86,29 @@ void GML_AMX_UKERNEL(size_t kq, const uint32_t *a, const uint32_t *b, float *c, 
     _tile_stored(1, c1, cs);
     _tile_stored(2, c2, cs);
     _tile_stored(3, c3, cs);
+}
+
+/* Rows 0..15 of the group: tiles 0, 1, 4, 6 and 7 of the same
+ * configuration, each element's steps as in the 32 x 32 kernel. */
+void GML_AMX_UKERNEL16(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc) {
+    const size_t cs = ldc * sizeof(float);
+    float *c1 = c + 16;
+    GML_AMX_MEMORY_BARRIER();
+    if (acc) {
+        _tile_loadd(0, c, cs);
+        _tile_loadd(1, c1, cs);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+    }
+    for (size_t q = 0; q < kq; q++) {
+        const uint32_t *aq = a + q * GML_AMX_BLOCK, *bq = b + q * GML_AMX_BLOCK;
+        _tile_loadd(4, aq, GML_AMX_STEP * 4);    /* A rows 0-15 */
+        _tile_loadd(6, bq, GML_AMX_NR * 4);      /* B columns 0-15 */
+        _tile_loadd(7, bq + 16, GML_AMX_NR * 4); /* B columns 16-31 */
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+    }
+    _tile_stored(0, c, cs);
+    _tile_stored(1, c1, cs);
 }

@@ -16,9 +16,10 @@
  * Shapes with tails (M, N, K odd, not multiples of 32), several K blocks
  * and A blocks, batches with their own and a shared B, a strided and a
  * transposed A, B of f32, f16 and bf16 as W^T and as [K, N], C with a row
- * stride past N (whose padding must stay untouched), K = 0; every result
- * bitwise the same at 1, 2, 3, 4 and 7 threads; B kept packed once and
- * reused while valid.
+ * stride past N (whose padding must stay untouched), K = 0, groups of at
+ * most 16 rows (decoding's 1 to 4, M's tails), which must take the 16 x 32
+ * kernel (the tile work is counted); every result bitwise the same at 1, 2,
+ * 3, 4 and 7 threads; B kept packed once and reused while valid.
  *
  * The opt-in (test_amx_bf16_optin runs this with --opt-in and GGMLITE_AMX=1):
  * without GGMLITE_AMX=1 no ISA picks AMX; with it, AMX is picked only at
@@ -28,9 +29,25 @@
 #include "../ops/gemm_amx.h"
 
 #include <float.h>
+#include <stdatomic.h>
+
+/* The emulated tile kernels, counting the rows of A times the steps each
+ * call multiplies (32 a step for 32 x 32, 16 for 16 x 32): the TDPBF16PS
+ * work a product does, so that a group of at most 16 rows is seen to take
+ * the 16-row kernel. */
+static _Atomic int64_t row_steps;
+
+static void tile32(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc) {
+    atomic_fetch_add(&row_steps, 32 * (int64_t)kq);
+    gml_bf16_gemm_ukernel__amxemul_32x32(kq, a, b, c, ldc, acc);
+}
+static void tile16(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc) {
+    atomic_fetch_add(&row_steps, 16 * (int64_t)kq);
+    gml_bf16_gemm_ukernel__amxemul_16x32(kq, a, b, c, ldc, acc);
+}
 
 static const gml_amx_bf16_kernel EMUL = {
-    gml_amx_bf16_configure__amxemul, gml_bf16_gemm_ukernel__amxemul_32x32, gml_amx_bf16_release__amxemul,
+    gml_amx_bf16_configure__amxemul, tile32, tile16, gml_amx_bf16_release__amxemul,
     "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)",
 };
 
@@ -83,7 +100,17 @@ static void run_kernel(const gml_compute_params *p, gml_tensor *dst) {
     gml_amx_bf16_gemm(p, &run_cfg.d, &EMUL, run_cfg.kept);
 }
 
+/* The rows x steps a product of d should multiply: per batch, 32-column
+ * panel and step, 32 for a group of 17 to 32 rows of A, 16 for one of 1 to
+ * 16. */
+static int64_t want_row_steps(const gml_gemm_desc *d) {
+    int64_t rows = 0;
+    for (int64_t m0 = 0; m0 < d->M; m0 += 32) rows += d->M - m0 > 16 ? 32 : 16;
+    return d->nb0 * d->nb1 * ((d->N + 31) / 32) * ((d->K + 31) / 32) * rows;
+}
+
 static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
+    atomic_store(&row_steps, 0);
     run_cfg.d = *d;
     run_cfg.kept = kept;
     const size_t ws = gml_amx_bf16_work_size(d, nth);
@@ -95,7 +122,11 @@ static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
     const gml_status st = gml_run_kernels(&fn, &dst, 1, nth, work, ws, err, sizeof err);
     gml_free(ctx);
     free(work);
-    return CHECK(st == GML_OK, "gml_run_kernels: %s", err);
+    if (!CHECK(st == GML_OK, "gml_run_kernels: %s", err)) return false;
+    return CHECK(atomic_load(&row_steps) == want_row_steps(d),
+                 "%d threads: the tiles multiplied %" PRId64 " rows x steps, want %" PRId64
+                 " (16-row groups on the 16 x 32 kernel)", nth, (int64_t)atomic_load(&row_steps),
+                 want_row_steps(d));
 }
 
 /* ---- shapes ----------------------------------------------------------------------- */
@@ -388,6 +419,14 @@ int main(int argc, char **argv) {
         {2, 3, 9, 20, 45, 0, 1, GML_F16, false},
         {2, 1, 40, 33, 70, 2, 0, GML_BF16, true},
         {1, 1, 3, 5, 0, 0, 0, GML_F32, false},       /* K = 0: zeros */
+        /* groups of at most 16 rows (the 16 x 32 kernel): decoding's rows
+         * against a bf16 W^T over several K blocks, 16 and 17 rows, a tail
+         * of 16 after a full group, a shared weight in batches */
+        {1, 1, 4, 70, 1030, 0, 0, GML_BF16, false},
+        {1, 1, 16, 33, 64, 1, 0, GML_F32, false},
+        {1, 1, 17, 32, 40, 0, 1, GML_F16, false},
+        {1, 1, 48, 40, 600, 2, 0, GML_BF16, false},
+        {3, 1, 2, 45, 70, 0, 0, GML_BF16, true},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) test_shape(&shapes[i], 100 + i);
     return chk_summary();

@@ -12,16 +12,31 @@
  *     emulation of the instruction as the Intel SDM defines it, per pair
  *     (2p, 2p+1), the odd product first, each an fma with subnormal inputs
  *     taken as 0 and a subnormal result flushed to 0, compared bitwise;
- *   - both within the error bound of docs/numerics.md against the double
+ *   - the AMX order of TDPBF16PS (ops/gemm_amx.h; AVX-512 where
+ *     gml_amx_bf16_pick hands out the AMX kernel: GGMLITE_AMX=1 on a CPU
+ *     with AMX-BF16), written here from the SDM: per step of 32 k an even
+ *     and an odd fma chain from +0, summed, added to c, with the same
+ *     treatment of subnormals, compared bitwise;
+ *   - each within its error bound of docs/numerics.md against the double
  *     product of the rounded operands: (K + 1) 2^-24 sum_k |a_k b_k| (plus
- *     K 2^-126 for flushed subnormals), which the f32 product of the
- *     unrounded operands misses by far (bf16 rounding is ~2^-9 relative).
+ *     K 2^-126 for flushed subnormals) for the chain and pairs orders,
+ *     (18 + ceil(K / 32)) 2^-24 sum_k |a_k b_k| (plus (2K + 2 ceil(K / 32))
+ *     2^-126) for the AMX order, which the f32 product of the unrounded
+ *     operands misses by far (bf16 rounding is ~2^-9 relative).
+ * The order expected of an ISA is the one of the kernel it picks, and the
+ * kernel a run names must be of that order: so `GGMLITE_AMX=1 ctest` on an
+ * AMX CPU holds the real AMX kernel to its order. With --amx-emulated
+ * (test_matmul_bf16_amxemul), the AVX-512 runs pick the AMX kernel compiled
+ * against the tile emulation (tests/amx_emul.h; gml_amx_bf16_set_kernel)
+ * and every product below runs through it: AMX's dispatch, scratch and
+ * packed weights on machines without AMX.
  * Shapes with tails (M, N, K odd, K not a multiple of 2 or 32), each GEMM
  * path (few rows, matrix-vector, Goto's loops, several K blocks), batches
  * with broadcasting, non-contiguous a and b, b of f32, bf16 and f16; every
  * result bitwise the same at 1, 2, 3, 4 and 7 threads (CHECK_RUN), under
  * the reference kernels and each ISA the CPU has. */
 #include "check.h"
+#include "../ops/gemm_amx.h"
 #include "../ops/gemm_bf16.h"
 
 #include <ggmlite/io.h>
@@ -70,10 +85,39 @@ static float pairs_dot(int64_t K, const float *a, int64_t as, const float *b, in
     return c;
 }
 
-/* Whether the kernels of isa multiply in the pairs order. */
-static bool pairs_order(gml_isa isa) {
-    return isa == GML_ISA_AVX512 && gml_cpu_has_feature(GML_CPU_AVX512_BF16);
+/* TDPBF16PS's order: per step of 32 k (16 pairs, past K zero) an even and
+ * an odd chain from +0, their sum added to c. */
+static float amx_dot(int64_t K, const float *a, int64_t as, const float *b, int64_t bs) {
+    float c = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        float even = 0.0f, odd = 0.0f;
+        for (int64_t k = k0; k < k0 + 32; k += 2) {
+            even = dp_step(even, k < K ? a[k * as] : 0.0f, k < K ? b[k * bs] : 0.0f);
+            odd = dp_step(odd, k + 1 < K ? a[(k + 1) * as] : 0.0f, k + 1 < K ? b[(k + 1) * bs] : 0.0f);
+        }
+        c = daz(daz(c) + daz(daz(even) + daz(odd)));
+    }
+    return c;
 }
+
+/* The order of the bf16 kernel that isa picks, and what its name says. */
+typedef enum bf16_order { ORDER_CHAIN, ORDER_PAIRS, ORDER_AMX } bf16_order;
+static const char *const ORDER_NAME[] = {"chain", "VDPBF16PS pairs", "TDPBF16PS (AMX)"};
+static const char *const ORDER_KERNEL[] = {"bf16_gemm__chain", "avx512bf16_14x32 (pairs)", "__amx_32x32 (tiles)"};
+
+static bf16_order order_of(gml_isa isa) {
+    if (gml_amx_bf16_pick(isa)) return ORDER_AMX;
+    if (isa == GML_ISA_AVX512 && gml_cpu_has_feature(GML_CPU_AVX512_BF16)) return ORDER_PAIRS;
+    return ORDER_CHAIN;
+}
+
+/* --amx-emulated: the AMX kernel on the tile emulation (tests/amx_emul.h),
+ * which names itself so. */
+static const gml_amx_bf16_kernel AMX_EMULATED = {
+    gml_amx_bf16_configure__amxemul, gml_bf16_gemm_ukernel__amxemul_32x32, gml_bf16_gemm_ukernel__amxemul_16x32,
+    gml_amx_bf16_release__amxemul, "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)",
+};
+static bool amx_emulated;
 
 /* ---- filling inputs of any type -------------------------------------------- */
 
@@ -215,18 +259,19 @@ static void test_graph_text(void) {
 typedef struct bf16_case {
     gml_tensor *y;
     int64_t n;          /* elements of y */
-    float *chain, *pairs;
-    double *exact, *bound;
+    float *want[3];     /* per bf16_order */
+    double *exact, *bound, *bound_amx;
     bool check_bound;   /* false for inputs with subnormal products */
 } bf16_case;
 
 static void verify_bf16(void *user) {
     const bf16_case *c = user;
     const gml_isa isa = gml_get_isa();
-    const bool pairs = pairs_order(isa);
-    CHECK_EQUAL(c->y, pairs ? c->pairs : c->chain, "bf16 matmul vs the %s order (%s kernels)",
-                pairs ? "VDPBF16PS pairs" : "chain", gml_isa_name(isa));
-    if (c->check_bound) CHECK_WITHIN(c->y, c->exact, c->bound, "bf16 matmul within the error bound");
+    const bf16_order o = order_of(isa);
+    CHECK_EQUAL(c->y, c->want[o], "bf16 matmul vs the %s order (%s kernels)", ORDER_NAME[o], gml_isa_name(isa));
+    if (c->check_bound)
+        CHECK_WITHIN(c->y, c->exact, o == ORDER_AMX ? c->bound_amx : c->bound,
+                     "bf16 matmul within the %s order's error bound", ORDER_NAME[o]);
 }
 
 /* Fills a [.., M, K] and b [.., K, N] (b's type any) with uniform values
@@ -240,10 +285,10 @@ static void fill_and_reference(gml_tensor *a, gml_tensor *b, gml_tensor *y, chk_
     const int64_t M = a->ne[2], K = a->ne[3], N = b->ne[3];
     c->y = y;
     c->n = chk_numel(y);
-    c->chain = malloc((size_t)c->n * sizeof(float));
-    c->pairs = malloc((size_t)c->n * sizeof(float));
+    for (int o = 0; o < 3; o++) c->want[o] = malloc((size_t)c->n * sizeof(float));
     c->exact = malloc((size_t)c->n * sizeof(double));
     c->bound = malloc((size_t)c->n * sizeof(double));
+    c->bound_amx = malloc((size_t)c->n * sizeof(double));
     for (int64_t i0 = 0; i0 < y->ne[0]; i0++)
         for (int64_t i1 = 0; i1 < y->ne[1]; i1++)
             for (int64_t m = 0; m < M; m++)
@@ -256,28 +301,32 @@ static void fill_and_reference(gml_tensor *a, gml_tensor *b, gml_tensor *y, chk_
                         s += (double)arow[k] * (double)bcol[k * N]; /* exact: 16 bits each */
                         mag += fabs((double)arow[k] * (double)bcol[k * N]);
                     }
-                    c->chain[e] = chain_dot(K, arow, 1, bcol, N);
-                    c->pairs[e] = pairs_dot(K, arow, 1, bcol, N);
+                    const int64_t steps = (K + 31) / 32;
+                    c->want[ORDER_CHAIN][e] = chain_dot(K, arow, 1, bcol, N);
+                    c->want[ORDER_PAIRS][e] = pairs_dot(K, arow, 1, bcol, N);
+                    c->want[ORDER_AMX][e] = amx_dot(K, arow, 1, bcol, N);
                     c->exact[e] = s;
                     c->bound[e] = (double)(K + 1) * 0x1p-24 * mag + (double)(K + 1) * 0x1p-126;
+                    c->bound_amx[e] = (double)(18 + steps) * 0x1p-24 * mag + (double)(2 * K + 2 * steps) * 0x1p-126;
                 }
     free(av);
     free(bv);
 }
 
 static void free_case(bf16_case *c) {
-    free(c->chain);
-    free(c->pairs);
+    for (int o = 0; o < 3; o++) free(c->want[o]);
     free(c->exact);
     free(c->bound);
+    free(c->bound_amx);
 }
 
-/* The ISAs to run besides the reference: each fast one the CPU has. */
+/* The ISAs to run besides the reference: each fast one the CPU has (with
+ * --amx-emulated, AVX-512 only: the one that picks AMX). */
 static int fast_isas(gml_isa *out) {
     static const gml_isa all[] = {GML_TEST_FAST_ISAS};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (gml_cpu_has(all[i])) out[n++] = all[i];
+        if (gml_cpu_has(all[i]) && (!amx_emulated || all[i] == GML_ISA_AVX512)) out[n++] = all[i];
     return n;
 }
 
@@ -311,8 +360,10 @@ static void run_case(int nd, const int64_t *ba, const int64_t *bb, int64_t M, in
         CHECK_RUN(g, .outs = &y, .n_outs = 1, .verify = verify_bf16, .user = &c, .isa = isas[i],
                   .no_reference = i > 0); /* the reference kernels once */
         const char *kern = gml_graph_node_kernel(g, -1);
-        CHECK(kern && strstr(kern, pairs_order(isas[i]) ? "avx512bf16_14x32 (pairs)" : "bf16_gemm__chain"),
-              "%s ran the bf16 kernel of its order: %s", gml_isa_name(isas[i]), kern ? kern : "(none)");
+        const bf16_order o = order_of(isas[i]);
+        const char *want = o == ORDER_AMX && amx_emulated ? "__amxemul_32x32 (tiles)" : ORDER_KERNEL[o];
+        CHECK(kern && strstr(kern, want), "%s ran the bf16 kernel of the %s order: %s",
+              gml_isa_name(isas[i]), ORDER_NAME[o], kern ? kern : "(none)");
     }
     gml_graph_free(g);
     free_case(&c);
@@ -530,16 +581,37 @@ static void test_cpu_features(void) {
     CHECK(strcmp(gml_cpu_feature_name(GML_CPU_FEATURE_COUNT), "?") == 0, "an unknown feature is ?");
 }
 
-int main(void) {
-    test_cpu_features();
-    test_ukernels();
+int main(int argc, char **argv) {
+    amx_emulated = argc > 1 && strcmp(argv[1], "--amx-emulated") == 0;
+    if (amx_emulated) { /* the products only, their AVX-512 runs on the emulated tiles */
+        const char *env = getenv("GGMLITE_AMX");
+        if (!CHECK(env && strcmp(env, "1") == 0, "--amx-emulated runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
+            return chk_summary();
+        if (!gml_cpu_has(GML_ISA_AVX512)) {
+            printf("skipped: no AVX-512 here, the only ISA at which AMX is picked\n");
+            return chk_summary();
+        }
+        gml_amx_bf16_set_kernel(&AMX_EMULATED);
+    } else {
+        test_cpu_features();
+        test_ukernels();
+    }
+    gml_isa isas[8];
+    const int n_isas = fast_isas(isas);
+    printf("bf16 orders: reference kernels %s", ORDER_NAME[order_of(GML_ISA_REFERENCE)]);
+    for (int i = 0; i < n_isas; i++)
+        printf(", %s %s%s", gml_isa_name(isas[i]), ORDER_NAME[order_of(isas[i])],
+               order_of(isas[i]) == ORDER_AMX ? (amx_emulated ? " on emulated tiles" : " on the CPU's tiles") : "");
+    printf("\n");
     if (!gml_cpu_has(GML_ISA_AVX512))
         printf("note: no AVX-512 here: the pairs order (VDPBF16PS) is not run\n");
-    else if (!gml_cpu_has_feature(GML_CPU_AVX512_BF16))
+    else if (!gml_cpu_has_feature(GML_CPU_AVX512_BF16) && order_of(GML_ISA_AVX512) != ORDER_AMX)
         printf("note: AVX-512 without AVX512_BF16 here: its kernels run the chain order; the "
                "pairs order (VDPBF16PS) is not run\n");
-    test_api();
-    test_graph_text();
+    if (!amx_emulated) {
+        test_api();
+        test_graph_text();
+    }
     test_shapes();
     test_bf16_weights();
     test_batched();

@@ -1,7 +1,8 @@
 /* ggmlite benchmark: one table of medians, each ggmlite row beside a
  * reference measured in the same run (OpenBLAS's cblas_sgemm when the build
  * found it) and as a share of the machine's own limits, measured first
- * (bench_limits.c: the FMA peak at the ISA, the read bandwidth). A tool,
+ * (bench_limits.c: the FMA, VDPBF16PS, VPDPBUSD and, on an AMX CPU, the
+ * AMX-BF16 and AMX-INT8 peaks at the ISA, the read bandwidth). A tool,
  * not a test: timings on a shared machine are noisy, so every number is
  * the median of --runs runs after warm-up.
  *
@@ -19,8 +20,9 @@
  * Sections: matmul f32 (cubes, and M=20 rows against a 4096x4096 weight in
  * nn.Linear layout, the decoding shape); matmul in bf16 compute (cubes and
  * nn.Linear rows against a bf16 weight, beside f32, as shares of the
- * VDPBF16PS peak, beside PyTorch's bf16 matmul and nn.Linear where
- * /usr/bin/python3 has torch); attention forward (C1..C5, each
+ * VDPBF16PS and AMX-BF16 peaks, beside PyTorch's bf16 matmul and nn.Linear
+ * where /usr/bin/python3 has torch; C3's and C5's prefill with bf16 weights
+ * and compute, beside f32); attention forward (C1..C5, each
  * through the unfused and the fused graph; the planned peak memory of both
  * at T=8192); fused attention's backward at C3's shapes, beside its forward
  * and PyTorch's SDPA backward (grad); decoding through the KV cache (C5's
@@ -340,7 +342,9 @@ static void bench_matmul(const opts *o) {
  * The same products with compute bf16 (gml_set_compute) on a b stored in
  * bf16 (a bf16 checkpoint's weight), against ggmlite's f32 product of the
  * shape on an f32 b, the two taking turns run by run; the bf16 rate as a
- * share of the bf16 peak (VDPBF16PS, where the ISA has it) and as a ratio
+ * share of the bf16 peak (VDPBF16PS, where the ISA has it), of the
+ * AMX-BF16 peak (TDPBF16PS, where the CPU has AMX: the share that counts
+ * when the kernel line names the AMX kernel, GGMLITE_AMX=1) and as a ratio
  * to the f32 rate; and PyTorch's bf16 torch.matmul and nn.Linear of the
  * shape where /usr/bin/python3 has torch (tools/bench_torch_bf16.py, run
  * once per thread count before ggmlite's rows, in its own process; the
@@ -399,6 +403,18 @@ static bool torch_bf16_rates(const mm_case *cases, int n, const bool *run, int n
     }
     return true;
 }
+/* Whether the section's rows may run on AMX: GGMLITE_AMX=1 (read by the
+ * library, ops/gemm_amx.c) and the AMX peak measured (a CPU with AMX, this
+ * ISA, Linux's permission); each row's kernel line says what ran. */
+static void print_amx_state(bool peak) {
+    const char *env = getenv("GGMLITE_AMX");
+    const bool on = env && strcmp(env, "1") == 0;
+    printf("AMX: %s; %s\n", on ? "GGMLITE_AMX=1 (opted in)" : "GGMLITE_AMX unset (off: the default kernels)",
+           !peak ? "no AMX peak (see the limits): the rows run without AMX"
+           : on  ? "the rows whose kernel names amx run on the tiles"
+                 : "%AMX: how far the default kernels are from the tiles' peak");
+}
+
 static gml_graph *mm_graph(gml_context **ctx, const mm_case *c, gml_compute compute) {
     const gml_type bt = compute == GML_COMPUTE_BF16 ? GML_BF16 : GML_F32;
     const size_t na = (size_t)(c->M * c->K), nb = (size_t)(c->K * c->N), ny = (size_t)(c->M * c->N);
@@ -451,13 +467,15 @@ static void bench_matmul_bf16(const opts *o) {
             for (int i = 0; i < NC; i++) torch[j][i] = 0;
     printf("\nmatmul bf16 (GFLOP/s; compute bf16 on a bf16 b, beside ggmlite's f32 product of the\n"
            "shape on an f32 b, the two taking turns run by run; %%bf16: of the bf16 (VDPBF16PS)\n"
-           "peak at the threads; %%FMA: of the f32 FMA peak; ratio: bf16 over f32; torch: PyTorch's\n"
-           "bf16 torch.matmul or nn.Linear, vs torch: ggmlite's bf16 over it)\n");
+           "peak, %%AMX: of the AMX-BF16 (TDPBF16PS) peak, %%FMA: of the f32 FMA peak, at the threads;\n"
+           "ratio: bf16 over f32; torch: PyTorch's bf16 torch.matmul or nn.Linear, vs torch: ggmlite's\n"
+           "bf16 over it; kernel: what ran the bf16 product)\n");
+    print_amx_state(o->lim->amx_bf16_gflops[0] > 0);
     if (have_torch) printf("PyTorch: %s %s, its own process, before each thread count's rows\n", TORCH_PYTHON,
                            GML_BENCH_TORCH_BF16);
     else printf("PyTorch: none (%s)\n", why);
-    printf("%-24s %7s %9s %6s %6s %9s %6s %6s %9s %8s\n", "shape", "threads", "bf16", "%bf16", "%FMA", "f32",
-           "%FMA", "ratio", "torch", "vs torch");
+    printf("%-24s %7s %9s %6s %6s %6s %9s %6s %6s %9s %8s\n", "shape", "threads", "bf16", "%bf16", "%AMX", "%FMA",
+           "f32", "%FMA", "ratio", "torch", "vs torch");
     for (size_t i = 0; i < NC; i++) {
         const mm_case *c = &cases[i];
         if (!run[i]) continue;
@@ -470,15 +488,16 @@ static void bench_matmul_bf16(const opts *o) {
             double sec[2];
             measure(o, ROUNDS, t, 2, nth, o->runs, sec);
             const double rb = flop / sec[0] * 1e-9, rf = flop / sec[1] * 1e-9;
-            char p[3][16];
+            char p[4][16];
             const double rt = torch[j][i];
             char ts[16] = "-", vs[16] = "-";
             if (rt > 0) {
                 snprintf(ts, sizeof ts, "%.1f", rt);
                 snprintf(vs, sizeof vs, "%.2fx", rb / rt);
             }
-            printf("%-24s %7d %9.1f %6s %6s %9.1f %6s %6.2f %9s %8s\n", c->what, nth, rb,
-                   bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
+            printf("%-24s %7d %9.1f %6s %6s %6s %9.1f %6s %6.2f %9s %8s\n", c->what, nth, rb,
+                   bench_pct(p[0], 16, rb, bench_bf16_peak(o->lim, nth)),
+                   bench_pct(p[3], 16, rb, bench_amx_bf16_peak(o->lim, nth)), pct_fma(p[1], o, rb, nth), rf,
                    pct_fma(p[2], o, rf, nth), rb / rf, ts, vs);
         }
         printf("%-24s kernel: %s\n", "", gml_graph_node_kernel(gb, -1) ? gml_graph_node_kernel(gb, -1) : "?");
@@ -1320,8 +1339,10 @@ static void bench_decode_types(const opts *o) {
  * q8_0 weights against activations quantized per row (--compute int8,
  * ops/gemm_q8.h). An nn.Linear product x [M, K] @ w^T, w q8_0 [N, K], in
  * int8 and in f32 compute on the same weight, as GOP/s (a product and its
- * add count 2) and shares of the int8 peak (vpdpbusd, bench_limits.c) and
- * of the FMA peak; then C3's and C5's attention prefill (fused) with q8_0
+ * add count 2) and shares of the int8 peak (vpdpbusd, bench_limits.c), of
+ * the AMX-INT8 peak (TDPBUSD, where the CPU has AMX: the share that counts
+ * when the kernel line names an AMX kernel) and of the FMA peak, with the
+ * kernel that ran; then C3's and C5's attention prefill (fused) with q8_0
  * weights in int8 compute, against the same case with f32 weights and with
  * q8_0 weights in f32 compute (the issue's target: int8 at least 3x f32).
  * The q8_0 weight is packed once, by the first compute (compute.h,
@@ -1360,14 +1381,15 @@ static gml_graph *int8_linear_graph(gml_context **ctx, int64_t M, int64_t N, int
     return g;
 }
 
-/* The case's fused graph with weights of type wt (f32, q8_0), matmuls in c
- * where they take it (the context's default), planned and filled. */
-static gml_graph *int8_attn_graph(gml_context **ctx, const attn_case *c, gml_type wt,
-                                  gml_compute comp) {
+/* The case's fused graph with weights of type wt (f32, bf16, q8_0), matmuls
+ * (and in bf16 flash attention) in c where they take it (the context's
+ * default), planned and filled. */
+static gml_graph *prefill_graph(gml_context **ctx, const attn_case *c, gml_type wt,
+                              gml_compute comp) {
     const int64_t dk = c->D / c->H, dkv = (int64_t)c->G * dk;
     *ctx = gml_init((gml_init_params){.mem_size = 1 << 20, .no_alloc = true});
     if (!*ctx || gml_set_default_compute(*ctx, comp) != GML_OK) {
-        fprintf(stderr, "bench: int8: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
+        fprintf(stderr, "bench: prefill: %s\n", *ctx ? gml_last_error(*ctx) : "out of memory");
         exit(1);
     }
     const gml_attn_weights w = {
@@ -1382,21 +1404,55 @@ static gml_graph *int8_attn_graph(gml_context **ctx, const attn_case *c, gml_typ
     gml_attn_result r = c->G == c->H ? gml_mha(*ctx, cfg, &w, in) : gml_gqa(*ctx, cfg, &w, in);
     gml_graph *g = r.out ? gml_build_graph(*ctx, &r.out, 1) : NULL;
     if (!g || gml_graph_plan(g, NULL) != GML_OK) {
-        fprintf(stderr, "bench: int8 %s: %s\n", c->id, g ? gml_graph_error(g) : gml_last_error(*ctx));
+        fprintf(stderr, "bench: prefill %s: %s\n", c->id, g ? gml_graph_error(g) : gml_last_error(*ctx));
         exit(1);
     }
     for (int l = 0; l < gml_graph_n_leafs(g); l++) {
         gml_tensor *t = gml_graph_leaf(g, l);
-        if (t->type == GML_Q8_0)
+        if (t->type == GML_Q8_0) {
             fill_q8_0(gml_graph_data(g, t), t->ne[2], t->ne[3], 51 + (uint32_t)l);
-        else
+        } else if (t->type == GML_BF16) {
+            const int64_t n = gml_nelements(t);
+            float *tmp = malloc((size_t)n * sizeof *tmp);
+            if (!tmp) {
+                fprintf(stderr, "bench: out of memory\n");
+                exit(1);
+            }
+            fill(tmp, n, 51 + (uint32_t)l);
+            uint16_t *dst = gml_graph_data(g, t);
+            for (int64_t i = 0; i < n; i++) dst[i] = gml_fp32_to_bf16(tmp[i]);
+            free(tmp);
+        } else {
             fill(gml_graph_data(g, t), gml_nelements(t), 51 + (uint32_t)l);
+        }
     }
     return g;
 }
 
+/* The kernels that ran g's matmul and flash_attn nodes in its last compute,
+ * each once, after "kernels: ". */
+static void print_kernels(gml_graph *g) {
+    const char *seen[16];
+    int n = 0;
+    printf("%-22s kernels:", "");
+    for (int i = 0; i < gml_graph_n_nodes(g); i++) {
+        const gml_op op = gml_graph_node(g, i)->op;
+        const char *k = gml_graph_node_kernel(g, i);
+        if ((op != GML_OP_MATMUL && op != GML_OP_FLASH_ATTN) || !k) continue;
+        bool dup = false;
+        for (int j = 0; j < n; j++) dup |= strcmp(seen[j], k) == 0;
+        if (dup || n == 16) continue;
+        seen[n++] = k;
+        printf("%s %s", n > 1 ? "," : "", k);
+    }
+    printf("\n");
+}
+
 static const char *pct_int8(char *buf, const opts *o, double gops, int nth) {
     return bench_pct(buf, 16, gops, bench_int8_peak(o->lim, nth));
+}
+static const char *pct_amx_int8(char *buf, const opts *o, double gops, int nth) {
+    return bench_pct(buf, 16, gops, bench_amx_int8_peak(o->lim, nth));
 }
 
 static void bench_int8(const opts *o) {
@@ -1414,9 +1470,11 @@ static void bench_int8(const opts *o) {
         {"M=4 N=K=1024 linear", 4, 1024, 1024},
     };
     printf("\nint8 compute, q8_0 weights (GOP/s; x [M,K] @ w^T, w q8_0 [N,K]; %%int8: of the "
-           "int8 peak,\n%%FMA: of the FMA peak, at the threads; f32: the same q8_0 weight in f32 "
-           "compute; ratio: int8 / f32)\n");
-    printf("%-22s %7s %9s %6s %6s %9s %6s %6s\n", "shape", "threads", "int8", "%int8", "%FMA",
+           "int8 (VPDPBUSD) peak,\n%%AMX: of the AMX-INT8 (TDPBUSD) peak, %%FMA: of the FMA peak, at "
+           "the threads; f32: the same q8_0\nweight in f32 compute; ratio: int8 / f32; kernel: what "
+           "ran the int8 product)\n");
+    print_amx_state(o->lim->amx_int8_gops[0] > 0);
+    printf("%-22s %7s %9s %6s %6s %6s %9s %6s %6s\n", "shape", "threads", "int8", "%int8", "%AMX", "%FMA",
            "f32", "%FMA", "ratio");
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
         if (lin[i].M > 20 && lin[i].M > o->max_cube) continue;
@@ -1430,11 +1488,12 @@ static void bench_int8(const opts *o) {
             const timed t[2] = {{run_graph, g[0]}, {run_graph, g[1]}};
             measure(o, TURNS_WITH_REFERENCE, t, 2, nth, 0, sec);
             const double q = flop / sec[0] * 1e-9, f = flop / sec[1] * 1e-9;
-            char p[3][16];
-            printf("%-22s %7d %9.1f %6s %6s %9.1f %6s %5.2fx\n", lin[i].what, nth, q,
-                   pct_int8(p[0], o, q, nth), pct_fma(p[1], o, q, nth), f, pct_fma(p[2], o, f, nth),
-                   sec[1] / sec[0]);
+            char p[4][16];
+            printf("%-22s %7d %9.1f %6s %6s %6s %9.1f %6s %5.2fx\n", lin[i].what, nth, q,
+                   pct_int8(p[0], o, q, nth), pct_amx_int8(p[3], o, q, nth), pct_fma(p[1], o, q, nth), f,
+                   pct_fma(p[2], o, f, nth), sec[1] / sec[0]);
         }
+        printf("%-22s kernel: %s\n", "", gml_graph_node_kernel(g[0], -1) ? gml_graph_node_kernel(g[0], -1) : "?");
         fflush(stdout);
         for (int k = 0; k < 2; k++) {
             gml_graph_free(g[k]);
@@ -1443,30 +1502,76 @@ static void bench_int8(const opts *o) {
     }
 
     printf("\nint8 prefill, fused attention (ms; f32: f32 weights; q8_0: q8_0 weights in f32 "
-           "compute;\nint8: q8_0 weights in int8 compute; GOP/s and %%int8: the graph's "
+           "compute;\nint8: q8_0 weights in int8 compute; GOP/s, %%int8 and %%AMX: the graph's "
            "operations over the int8 time)\n");
-    printf("%-22s %7s %9s %9s %9s %8s %9s %6s\n", "case", "threads", "f32", "q8_0", "int8",
-           "vs f32", "GOP/s", "%int8");
+    printf("%-22s %7s %9s %9s %9s %8s %9s %6s %6s\n", "case", "threads", "f32", "q8_0", "int8",
+           "vs f32", "GOP/s", "%int8", "%AMX");
     const char *ids[] = {"C3", "C5"};
     for (int i = 0; i < 2; i++) {
         const attn_case *c = case_of(ids[i]);
         char name[64];
         case_name(c, name, sizeof name);
         gml_context *ctx[3];
-        gml_graph *g[3] = {int8_attn_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
-                           int8_attn_graph(&ctx[1], c, GML_Q8_0, GML_COMPUTE_F32),
-                           int8_attn_graph(&ctx[2], c, GML_Q8_0, GML_COMPUTE_INT8)};
+        gml_graph *g[3] = {prefill_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[1], c, GML_Q8_0, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[2], c, GML_Q8_0, GML_COMPUTE_INT8)};
         const double flop = gml_graph_flops(g[2]);
         for (int j = 0; j < o->n_threads; j++) {
             const int nth = o->threads[j];
             double sec[3];
             const timed t[3] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
             measure(o, ROUNDS, t, 3, nth, o->runs, sec);
-            char p[16];
+            char p[2][16];
             const double q = flop / sec[2] * 1e-9;
-            printf("%-22s %7d %9.3f %9.3f %9.3f %7.2fx %9.1f %6s\n", name, nth, sec[0] * 1e3,
-                   sec[1] * 1e3, sec[2] * 1e3, sec[0] / sec[2], q, pct_int8(p, o, q, nth));
+            printf("%-22s %7d %9.3f %9.3f %9.3f %7.2fx %9.1f %6s %6s\n", name, nth, sec[0] * 1e3,
+                   sec[1] * 1e3, sec[2] * 1e3, sec[0] / sec[2], q, pct_int8(p[0], o, q, nth),
+                   pct_amx_int8(p[1], o, q, nth));
         }
+        print_kernels(g[2]);
+        fflush(stdout);
+        for (int k = 0; k < 3; k++) {
+            gml_graph_free(g[k]);
+            gml_free(ctx[k]);
+        }
+    }
+}
+
+/* ---- bf16 prefill ----------------------------------------------------------------
+ * C3's and C5's attention prefill (fused) with bf16 weights in bf16 compute
+ * (the matmuls and flash attention: run-graph --weights-dtype bf16 --compute
+ * bf16), against the same case with f32 weights and with bf16 weights in
+ * f32 compute, taking turns run by run; the issue's target on an AMX CPU:
+ * bf16 at least 4x the f32 weights' speed. */
+static void bench_bf16_prefill(const opts *o) {
+    printf("\nbf16 prefill, fused attention (ms; f32: f32 weights; bf16 w: bf16 weights in f32 "
+           "compute;\nbf16: bf16 weights in bf16 compute, matmuls and flash attention; vs f32: f32's "
+           "time over bf16's;\nGFLOP/s, %%bf16, %%AMX: the graph's FLOPs over the bf16 time, of the "
+           "VDPBF16PS and AMX-BF16 peaks)\n");
+    print_amx_state(o->lim->amx_bf16_gflops[0] > 0);
+    printf("%-22s %7s %9s %9s %9s %8s %9s %6s %6s\n", "case", "threads", "f32", "bf16 w", "bf16", "vs f32",
+           "GFLOP/s", "%bf16", "%AMX");
+    const char *ids[] = {"C3", "C5"};
+    for (int i = 0; i < 2; i++) {
+        const attn_case *c = case_of(ids[i]);
+        char name[64];
+        case_name(c, name, sizeof name);
+        gml_context *ctx[3];
+        gml_graph *g[3] = {prefill_graph(&ctx[0], c, GML_F32, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[1], c, GML_BF16, GML_COMPUTE_F32),
+                           prefill_graph(&ctx[2], c, GML_BF16, GML_COMPUTE_BF16)};
+        const double flop = gml_graph_flops(g[2]);
+        for (int j = 0; j < o->n_threads; j++) {
+            const int nth = o->threads[j];
+            double sec[3];
+            const timed t[3] = {{run_graph, g[0]}, {run_graph, g[1]}, {run_graph, g[2]}};
+            measure(o, ROUNDS, t, 3, nth, o->runs, sec);
+            char p[2][16];
+            const double r = flop / sec[2] * 1e-9;
+            printf("%-22s %7d %9.3f %9.3f %9.3f %7.2fx %9.1f %6s %6s\n", name, nth, sec[0] * 1e3, sec[1] * 1e3,
+                   sec[2] * 1e3, sec[0] / sec[2], r, bench_pct(p[0], 16, r, bench_bf16_peak(o->lim, nth)),
+                   bench_pct(p[1], 16, r, bench_amx_bf16_peak(o->lim, nth)));
+        }
+        print_kernels(g[2]);
         fflush(stdout);
         for (int k = 0; k < 3; k++) {
             gml_graph_free(g[k]);
@@ -1605,7 +1710,7 @@ static void bench_train(const opts *o) {
         double sec;
         measure(o, WARM_SECONDS, &(timed){run_train_step, &b}, 1, nth, o->runs, &sec);
         const double gf = flops / sec / 1e9;
-        char pf[16], why[64] = "", tcol[32], ratio[16] = "-";
+        char pf[16], why[64] = "", tcol[72], ratio[16] = "-";
         const double tms = torch_train_ms(nth, why, sizeof why);
         if (tms > 0) {
             snprintf(tcol, sizeof tcol, "%.1f", tms);
@@ -1762,6 +1867,7 @@ static const struct section {
 } SECTIONS[] = {
     {"matmul", bench_matmul, true},
     {"bf16", bench_matmul_bf16, true},
+    {"bf16", bench_bf16_prefill, true},
     {"attention", bench_attention, true},
     {"window", bench_window, false},
     {"grad", bench_grad, true},

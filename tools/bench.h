@@ -33,6 +33,14 @@ typedef struct bench_limits {
      * VDPBF16PS (AVX-512 with avx512_bf16 only; 0 elsewhere); a VDPBF16PS
      * on zmm counts 64 flops (16 lanes, 2 products, multiply and add). */
     double bf16_gflops[BENCH_MAX_THREADS];
+    /* The AMX peaks (bench_limits_amx.c): each thread a register-only loop
+     * of TDPBF16PS (GFLOP/s: 16 x 16 x 32 products, 16,384 flops each) and
+     * of TDPBUSD (GOP/s: 16 x 16 x 64 products, 32,768 each), at AVX-512
+     * (where ggmlite runs AMX) on a CPU with AMX-BF16 / AMX-INT8 once Linux
+     * grants the tile data permission; 0 elsewhere, and *_what says why. */
+    double amx_bf16_gflops[BENCH_MAX_THREADS];
+    double amx_int8_gops[BENCH_MAX_THREADS];
+    char amx_bf16_what[160], amx_int8_what[160];
 } bench_limits;
 
 /* Measures the limits at isa for 1 thread and each count in threads[0..n),
@@ -46,6 +54,10 @@ double bench_fma_peak(const bench_limits *l, int nth);
 double bench_int8_peak(const bench_limits *l, int nth);
 double bench_read_bw(const bench_limits *l, int nth);
 double bench_bf16_peak(const bench_limits *l, int nth);
+/* The AMX-BF16 (GFLOP/s) and AMX-INT8 (GOP/s) peaks at nth threads (0: not
+ * measured). */
+double bench_amx_bf16_peak(const bench_limits *l, int nth);
+double bench_amx_int8_peak(const bench_limits *l, int nth);
 /* "83.1%" of rate against limit into buf, "-" when the limit is unknown. */
 const char *bench_pct(char *buf, size_t size, double rate, double limit);
 
@@ -70,5 +82,15 @@ int32_t bench_vnni_avx2(int64_t iters);
  * (run only when the CPU has avx512_bf16). */
 #define BENCH_DP_CHAINS_AVX512BF16 16
 float bench_dpbf16_avx512(int64_t iters);
+/* bench_limits_amx.c (compiled with -mamx-tile -mamx-bf16 -mamx-int8 where
+ * the compiler has them: GML_BENCH_AMX): iters rounds of
+ * BENCH_AMX_TILES_PER_ROUND TDPBF16PS or TDPBUSD on tiles loaded once (four
+ * accumulators from two A and two B tiles, the GEMM kernel's pattern
+ * without its loads); each call configures the calling thread's tiles and
+ * releases them. Run only where the CPU has AMX and Linux granted the tile
+ * data permission. */
+#define BENCH_AMX_TILES_PER_ROUND 4
+float bench_amx_bf16(int64_t iters);
+int32_t bench_amx_int8(int64_t iters);
 
 #endif

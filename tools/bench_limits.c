@@ -5,16 +5,21 @@
  * when the CPU has it (gml_cpu_has); other CPUs get the plain read loop and
  * no FMA peak. */
 #define _POSIX_C_SOURCE 200809L
-#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE; syscall */
 #include "bench.h"
 #include "rg_time.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* A limit is the fastest of many short runs: a neighbour's load on a
  * shared machine only ever slows a run down, and a run shorter than the
@@ -37,7 +42,7 @@ enum { FMA_REPS = 200, READ_PASSES = 2 };
 static double now_s(void) { return rg_now_ms() * 1e-3; }
 
 typedef enum { JOB_FMA_AVX2, JOB_FMA_AVX512, JOB_DP_BF16, JOB_READ_AVX2, JOB_READ_PLAIN,
-               JOB_VNNI_AVX2, JOB_VNNI_AVX512 } job_kind;
+               JOB_VNNI_AVX2, JOB_VNNI_AVX512, JOB_AMX_BF16, JOB_AMX_INT8 } job_kind;
 
 typedef struct job {
     job_kind kind;
@@ -94,6 +99,19 @@ static void *run_job(void *arg) {
     case JOB_READ_AVX2:
     case JOB_VNNI_AVX2:
     case JOB_VNNI_AVX512: break;
+#endif
+#ifdef GML_BENCH_AMX
+    case JOB_AMX_BF16:
+    case JOB_AMX_INT8:
+        for (int r = 0; r < j->reps; r++) {
+            const double t = now_s();
+            j->sink = j->kind == JOB_AMX_BF16 ? bench_amx_bf16(j->iters) : (float)bench_amx_int8(j->iters);
+            if (now_s() - t < j->best) j->best = now_s() - t;
+        }
+        break;
+#else /* not built here: measure_amx_peaks never runs them */
+    case JOB_AMX_BF16:
+    case JOB_AMX_INT8: break;
 #endif
     case JOB_READ_PLAIN: j->sink = read_plain(j->p, j->n); break;
     }
@@ -169,6 +187,7 @@ static void peak_loop(const bench_limits *l, job_kind kind, double flop_per_iter
 }
 
 static void measure_int8_peak(bench_limits *l);
+static void measure_amx_peaks(bench_limits *l);
 
 void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int n) {
     *l = (bench_limits){.isa = isa, .threads = {1}, .n = 1};
@@ -230,6 +249,7 @@ void bench_measure_limits(bench_limits *l, gml_isa isa, const int *threads, int 
     }
     free(buf);
     measure_int8_peak(l);
+    measure_amx_peaks(l);
 }
 
 /* The int8 peak, measured as the FMA peak is (peak_loop): vpdpbusd on zmm
@@ -244,6 +264,69 @@ static void measure_int8_peak(bench_limits *l) {
     if (!z && !y) return;
     const double ops_per_iter = z ? 2.0 * 64 * BENCH_VNNI_CHAINS : 2.0 * 32 * BENCH_VNNI_CHAINS_AVX2;
     peak_loop(l, z ? JOB_VNNI_AVX512 : JOB_VNNI_AVX2, ops_per_iter, l->int8_gops);
+}
+
+/* Linux (5.16 on) lets a process run AMX's tile data only once it asks
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, for all its threads): 0 when granted,
+ * else why not (an errno). ggmlite's AMX kernels ask the same themselves
+ * (ggmlite/cpu.c, not in the public API); asking twice is harmless. */
+static int amx_permission(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    unsigned long features = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &features) == 0 && (features & (1ul << XFEATURE_XTILEDATA)))
+        return 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 0 : errno;
+#else
+    return ENOSYS;
+#endif
+}
+
+/* The AMX peaks, measured as the FMA peak is (peak_loop), at AVX-512 only
+ * (the ISA at which ggmlite runs AMX: GGMLITE_AMX=1), where this build has
+ * the loops, the CPU has AMX-BF16 / AMX-INT8 and Linux grants the
+ * permission; otherwise "no AMX" and why. */
+static void measure_amx_peaks(bench_limits *l) {
+    const double ops_bf16 = 2.0 * 16 * 16 * 32 * BENCH_AMX_TILES_PER_ROUND;
+    const double ops_int8 = 2.0 * 16 * 16 * 64 * BENCH_AMX_TILES_PER_ROUND;
+    const bool has[2] = {gml_cpu_has_feature(GML_CPU_AMX_BF16), gml_cpu_has_feature(GML_CPU_AMX_INT8)};
+    char *what[2] = {l->amx_bf16_what, l->amx_int8_what};
+    static const char *const loop[2] = {"AMX-BF16 tdpbf16ps", "AMX-INT8 tdpbusd"};
+    int err = 0;
+    for (int i = 0; i < 2; i++) {
+        const size_t n = sizeof l->amx_bf16_what;
+#ifndef GML_BENCH_AMX
+        snprintf(what[i], n, "no AMX (this build has no AMX loop: not x86-64, or a compiler without "
+                             "-mamx-tile -mamx-bf16 -mamx-int8)");
+        continue;
+#endif
+        if (!has[i]) {
+            snprintf(what[i], n, "no AMX (this CPU, or its OS, has no %s)", i ? "AMX-INT8" : "AMX-BF16");
+        } else if (l->isa != GML_ISA_AVX512) {
+            snprintf(what[i], n, "not measured at %s (ggmlite runs AMX at avx512 only)", gml_isa_name(l->isa));
+        } else if (err || (err = amx_permission()) != 0) {
+            snprintf(what[i], n, "no AMX (Linux refused the tile data permission, arch_prctl "
+                                 "ARCH_REQ_XCOMP_PERM: %s)", strerror(err));
+        } else {
+            snprintf(what[i], n, "%s, 4 accumulator tiles from 2 A and 2 B tiles per thread, "
+                                 "%.0f %s each, timed as the FMA peak", loop[i], (i ? ops_int8 : ops_bf16) / 4,
+                     i ? "ops" : "flops");
+            peak_loop(l, i ? JOB_AMX_INT8 : JOB_AMX_BF16, i ? ops_int8 : ops_bf16,
+                      i ? l->amx_int8_gops : l->amx_bf16_gflops);
+        }
+    }
+}
+
+double bench_amx_bf16_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->amx_bf16_gflops[k];
+    return 0;
+}
+
+double bench_amx_int8_peak(const bench_limits *l, int nth) {
+    for (int k = 0; k < l->n; k++)
+        if (l->threads[k] == nth) return l->amx_int8_gops[k];
+    return 0;
 }
 
 double bench_int8_peak(const bench_limits *l, int nth) {
@@ -297,17 +380,19 @@ void bench_print_limits(const bench_limits *l) {
                                      : "none (no avx512_bf16 at this ISA)");
     printf("  int8 peak: %s; timed as the FMA peak, GOP/s (a product and its add count 2)\n",
            l->int8_what);
-    printf("%7s %14s %14s %12s %12s\n", "threads", "FMA GFLOP/s", "bf16 GFLOP/s", "int8 GOP/s",
-           "read GB/s");
+    printf("  AMX-BF16 peak: %s\n  AMX-INT8 peak: %s\n", l->amx_bf16_what, l->amx_int8_what);
+    printf("%7s %14s %14s %12s %12s %12s %12s\n", "threads", "FMA GFLOP/s", "bf16 GFLOP/s", "int8 GOP/s",
+           "read GB/s", "AMX GFLOP/s", "AMX GOP/s");
     for (int k = 0; k < l->n; k++) {
-        char f[32], b[32], q[32];
-        if (l->fma_gflops[k] > 0) snprintf(f, sizeof f, "%.1f", l->fma_gflops[k]);
-        else snprintf(f, sizeof f, "-");
-        if (l->bf16_gflops[k] > 0) snprintf(b, sizeof b, "%.1f", l->bf16_gflops[k]);
-        else snprintf(b, sizeof b, "-");
-        if (l->int8_gops[k] > 0) snprintf(q, sizeof q, "%.1f", l->int8_gops[k]);
-        else snprintf(q, sizeof q, "-");
-        printf("%7d %14s %14s %12s %12.1f\n", l->threads[k], f, b, q, l->read_gbs[k]);
+        const double v[5] = {l->fma_gflops[k], l->bf16_gflops[k], l->int8_gops[k], l->amx_bf16_gflops[k],
+                             l->amx_int8_gops[k]};
+        char s[5][32];
+        for (int i = 0; i < 5; i++) {
+            if (v[i] > 0) snprintf(s[i], sizeof s[i], "%.1f", v[i]);
+            else snprintf(s[i], sizeof s[i], "-");
+        }
+        printf("%7d %14s %14s %12s %12.1f %12s %12s\n", l->threads[k], s[0], s[1], s[2], l->read_gbs[k], s[3],
+               s[4]);
     }
     fflush(stdout);
 }
