@@ -14,29 +14,9 @@
  * every tile 16 rows x 64 bytes. */
 #include "flash_attn_amx.h"
 
-#ifdef GML_AMX_EMULATE
-#include "amx_emul.h" /* tests/ */
-#define GML_AMX_NAME(fn) fn##__amxemul
-#define GML_AMX_MEMORY_BARRIER() ((void)0)
-#else
-#include <immintrin.h>
-#define GML_AMX_NAME(fn) fn##__amx
-/* gcc 12's tile loads and ldtilecfg do not tell the compiler which memory
- * they read: stores before them must be done */
-#define GML_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
-#endif
+#include "amx_tiles.h"
 
-/* LDTILECFG's 64 bytes (Intel SDM): palette 1, then each tile's bytes per
- * row and rows; tiles 8..15 and the reserved bytes zero. */
-typedef struct flash_tile_config {
-    uint8_t palette_id, start_row;
-    uint8_t reserved0[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} flash_tile_config;
-_Static_assert(sizeof(flash_tile_config) == 64, "LDTILECFG reads 64 bytes");
-
-static const _Alignas(64) flash_tile_config TILES = {
+static const _Alignas(64) gml_amx_tile_config TILES = {
     .palette_id = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},

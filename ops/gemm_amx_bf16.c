@@ -15,35 +15,17 @@
  * every tile 16 rows x 64 bytes. */
 #include "gemm_amx.h"
 
+#include "amx_tiles.h"
+
 #ifdef GML_AMX_EMULATE
-#include "amx_emul.h" /* tests/ */
-#define GML_AMX_NAME(fn) fn##__amxemul
 #define GML_AMX_UKERNEL gml_bf16_gemm_ukernel__amxemul_32x32
 #define GML_AMX_UKERNEL16 gml_bf16_gemm_ukernel__amxemul_16x32
-/* the emulation is plain C: the compiler sees every access */
-#define GML_AMX_MEMORY_BARRIER() ((void)0)
 #else
-#include <immintrin.h>
-#define GML_AMX_NAME(fn) fn##__amx
 #define GML_AMX_UKERNEL gml_bf16_gemm_ukernel__amx_32x32
 #define GML_AMX_UKERNEL16 gml_bf16_gemm_ukernel__amx_16x32
-/* gcc 12's tile loads and its ldtilecfg are asm statements that do not tell
- * the compiler which memory they read: stores before them must be done */
-#define GML_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 #endif
 
-/* LDTILECFG's 64 bytes (Intel SDM, "Tile configuration"): palette 1, no
- * restart row, then each tile's bytes per row and rows; tiles 8..15 and the
- * reserved bytes zero. A constant, so that no store to it can be dropped. */
-typedef struct amx_tile_config {
-    uint8_t palette_id, start_row;
-    uint8_t reserved0[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tile_config;
-_Static_assert(sizeof(amx_tile_config) == 64, "LDTILECFG reads 64 bytes");
-
-static const _Alignas(64) amx_tile_config TILES = {
+static const _Alignas(64) gml_amx_tile_config TILES = {
     .palette_id = 1,
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},

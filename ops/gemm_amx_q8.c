@@ -15,19 +15,12 @@
 
 #include <string.h>
 
+#include "amx_tiles.h"
+
 #ifdef GML_AMX_EMULATE
-#include "amx_emul.h" /* tests/ */
-#define Q8_AMX_NAME(fn) fn##__amxemul
 #define Q8_AMX_UKERNEL gml_q8_gemm_ukernel__amxemul_32x32
-/* the emulation is plain C: the compiler sees every access */
-#define Q8_AMX_MEMORY_BARRIER() ((void)0)
 #else
-#include <immintrin.h>
-#define Q8_AMX_NAME(fn) fn##__amx
 #define Q8_AMX_UKERNEL gml_q8_gemm_ukernel__amx_32x32
-/* gcc 12's tile loads and its ldtilecfg are asm statements that do not tell
- * the compiler which memory they read: stores before them must be done */
-#define Q8_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 #endif
 
 #if !defined(GML_SIMD_AVX512)
@@ -42,30 +35,20 @@ enum {
 };
 _Static_assert((int)GML_AMX_MR == (int)TR && (int)GML_AMX_NR == (int)TR, "a 32 x 32 tile of C");
 
-/* LDTILECFG's 64 bytes (Intel SDM, "Tile configuration"): palette 1, no
- * restart row, then each tile's bytes per row and rows: sums 16 x 64, A
- * 16 x 32 (one block of k), W 8 x 64 (8 dwords of 4 k, 16 columns); tiles
- * 8..15 and the reserved bytes zero. */
-typedef struct q8_tile_config {
-    uint8_t palette_id, start_row;
-    uint8_t reserved0[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} q8_tile_config;
-_Static_assert(sizeof(q8_tile_config) == 64, "LDTILECFG reads 64 bytes");
-
-static const _Alignas(64) q8_tile_config TILES = {
+/* The tiles: sums 16 x 64, A 16 x 32 (one block of k), W 8 x 64 (8 dwords
+ * of 4 k, 16 columns). */
+static const _Alignas(64) gml_amx_tile_config TILES = {
     .palette_id = 1,
     .colsb = {64, 64, 64, 64, 32, 32, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 8, 8},
 };
 
-void Q8_AMX_NAME(gml_amx_q8_configure)(void) {
-    Q8_AMX_MEMORY_BARRIER();
+void GML_AMX_NAME(gml_amx_q8_configure)(void) {
+    GML_AMX_MEMORY_BARRIER();
     _tile_loadconfig(&TILES);
 }
 
-void Q8_AMX_NAME(gml_amx_q8_release)(void) { _tile_release(); }
+void GML_AMX_NAME(gml_amx_q8_release)(void) { _tile_release(); }
 
 /* The gml_q8_gemm_ukernel_fn of gemm_q8.h, m <= 32, n <= 32. */
 void Q8_AMX_UKERNEL(size_t nblk, const uint8_t *aq, size_t lda, const float *ad, size_t ldd, int m,
@@ -98,7 +81,7 @@ void Q8_AMX_UKERNEL(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
                 a = tail[0];
                 as = 32;
             }
-            Q8_AMX_MEMORY_BARRIER();
+            GML_AMX_MEMORY_BARRIER();
             _tile_loadd(0, corr, 0); /* every row the columns' corrections */
             _tile_loadd(1, corr + 16, 0);
             _tile_loadd(4, a, as);               /* A rows 0-15, one block */
@@ -118,7 +101,7 @@ void Q8_AMX_UKERNEL(size_t nblk, const uint8_t *aq, size_t lda, const float *ad,
                 _tile_stored(3, s[g][16] + 16, TR * 4);
             }
         }
-        Q8_AMX_MEMORY_BARRIER();
+        GML_AMX_MEMORY_BARRIER();
         /* the chains: c = fma((float)s_b, da * dw, c), blocks in order */
         for (int i = 0; i < m; i++)
             for (int v = 0; v < NV; v++) {
