@@ -27,6 +27,7 @@
  * CPU this checks the real instructions against the reference, bitwise). */
 #include "check.h"
 #include "../ops/gemm_amx.h"
+#include "amx_check.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -339,27 +340,13 @@ static void test_order(void) {
  * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it. */
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
-    const char *env = getenv("GGMLITE_AMX");
-    if (!opted && env) {
-        printf("GGMLITE_AMX is set (%s) in this environment: the default case is not checked\n", env);
-        return;
-    }
+    if (!opted && !amx_check_default_env()) return;
     for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_NEON; isa++)
         if (isa != GML_ISA_AVX512 || !opted)
             CHECK(gml_amx_bf16_pick((gml_isa)isa) == NULL, "AMX picked at %s", gml_isa_name((gml_isa)isa));
-    const gml_amx_bf16_kernel *k = gml_amx_bf16_pick(GML_ISA_AVX512);
     if (!opted) return;
-    int err = 0;
-    const bool amx = gml_cpu_has_feature(GML_CPU_AMX_BF16);
-    if (!amx) {
-        CHECK(k == NULL, "AMX picked on a CPU without AMX-BF16");
-        printf("skipped: the real AMX kernel (this CPU has no AMX-BF16); the fallback checked\n");
-    } else if (!gml_cpu_amx_permit(&err)) {
-        CHECK(k == NULL, "AMX picked without Linux's permission");
-        printf("skipped: the real AMX kernel (Linux refused the permission: %s)\n", strerror(err));
-    } else {
-        CHECK(k != NULL, "AMX not picked on a CPU with AMX-BF16 and the permission (a build without it?)");
-    }
+    const gml_amx_bf16_kernel *k = gml_amx_bf16_pick(GML_ISA_AVX512);
+    amx_check_real(k != NULL, GML_CPU_AMX_BF16, "AMX-BF16", "the real AMX kernel");
     /* a bf16 matmul at AVX-512 through a graph: the AMX order where picked */
     if (!gml_cpu_has(GML_ISA_AVX512)) return;
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 22});
@@ -397,12 +384,8 @@ static void test_opt_in(bool opted) {
 }
 
 int main(int argc, char **argv) {
-    const bool opted = argc > 1 && strcmp(argv[1], "--opt-in") == 0;
-    if (opted) {
-        const char *env = getenv("GGMLITE_AMX");
-        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
-            return chk_summary();
-    }
+    bool opted;
+    if (!amx_check_args(argc, argv, &opted)) return chk_summary();
     test_opt_in(opted);
     if (opted) return chk_summary();
     test_order();

@@ -35,6 +35,7 @@
  * against the reference, bitwise). */
 #include "check.h"
 #include "../ops/gemm_amx.h"
+#include "amx_check.h"
 #include "../ops/gemm_bf16.h" /* gml_matmul_desc */
 
 static const gml_q8_gemm_variant EMUL = GML_AMX_Q8_VARIANT(amxemul);
@@ -308,30 +309,17 @@ static void test_matmul_desc(int64_t b0, int64_t b1, int64_t w0, int64_t w1, int
  * with AMX-INT8 (and Linux's permission), and an int8 linear then runs it. */
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
-    const char *env = getenv("GGMLITE_AMX");
-    if (!opted && env) {
-        printf("GGMLITE_AMX is set (%s) in this environment: the default case is not checked\n", env);
-        return;
-    }
+    if (!opted && !amx_check_default_env()) return;
     for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_NEON; isa++)
         if (isa != GML_ISA_AVX512 || !opted) {
             CHECK(gml_amx_q8_pick((gml_isa)isa) == NULL, "AMX picked at %s", gml_isa_name((gml_isa)isa));
             CHECK(!strstr(gml_q8_gemm_pick((gml_isa)isa)->name, "amx"), "gml_q8_gemm_pick at %s: %s",
                   gml_isa_name((gml_isa)isa), gml_q8_gemm_pick((gml_isa)isa)->name);
         }
-    const gml_q8_gemm_variant *k = gml_amx_q8_pick(GML_ISA_AVX512);
     if (!opted) return;
-    int err = 0;
-    if (!gml_cpu_has_feature(GML_CPU_AMX_INT8)) {
-        CHECK(k == NULL, "AMX picked on a CPU without AMX-INT8");
-        printf("skipped: the real AMX int8 kernel (this CPU has no AMX-INT8); the fallback checked\n");
-    } else if (!gml_cpu_amx_permit(&err)) {
-        CHECK(k == NULL, "AMX picked without Linux's permission");
-        printf("skipped: the real AMX int8 kernel (Linux refused the permission: %s)\n", strerror(err));
-    } else {
-        CHECK(k != NULL, "AMX not picked on a CPU with AMX-INT8 and the permission (a build without it?)");
-        CHECK(k == NULL || gml_q8_gemm_pick(GML_ISA_AVX512) == k, "gml_q8_gemm_pick at AVX-512 is not AMX's");
-    }
+    const gml_q8_gemm_variant *k = gml_amx_q8_pick(GML_ISA_AVX512);
+    if (amx_check_real(k != NULL, GML_CPU_AMX_INT8, "AMX-INT8", "the real AMX int8 kernel"))
+        CHECK(gml_q8_gemm_pick(GML_ISA_AVX512) == k, "gml_q8_gemm_pick at AVX-512 is not AMX's");
     /* an int8 linear at AVX-512 through a graph (W a weight, kept packed):
      * the AMX kernel where picked, bitwise the reference ISA's result */
     if (!gml_cpu_has(GML_ISA_AVX512)) return;
@@ -369,12 +357,8 @@ static void test_opt_in(bool opted) {
 }
 
 int main(int argc, char **argv) {
-    const bool opted = argc > 1 && strcmp(argv[1], "--opt-in") == 0;
-    if (opted) {
-        const char *env = getenv("GGMLITE_AMX");
-        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
-            return chk_summary();
-    }
+    bool opted;
+    if (!amx_check_args(argc, argv, &opted)) return chk_summary();
     test_opt_in(opted);
     if (opted) return chk_summary();
     if (!gml_cpu_has(GML_ISA_AVX512)) {
