@@ -48,30 +48,30 @@ static bool opted_in(void) {
     return k == 2;
 }
 
-/* What AMX would run for: bf16 or int8 matmuls. */
-enum { KIND_BF16, KIND_INT8 };
-static const char *const KIND_NAME[] = {"bf16", "int8"};
-static _Atomic int amx_said_kind[2];
+/* What AMX would run for: bf16 matmuls, int8 matmuls, bf16 flash
+ * attention; what then runs without it, as the refusal says. */
+enum { KIND_BF16, KIND_INT8, KIND_FLASH, KINDS };
+static const char *const KIND_RUNS[KINDS] = {"bf16 matmuls run", "int8 matmuls run", "bf16 flash attention runs"};
+static _Atomic int amx_said_kind[KINDS];
 
 /* Says once per kind on stderr why GGMLITE_AMX=1 does not run AMX. */
 static void say_once(int kind, const char *why, int err) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&amx_said_kind[kind], &expected, 1)) return;
     if (err)
-        fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); %s matmuls run without AMX\n", why, strerror(err),
-                KIND_NAME[kind]);
-    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; %s matmuls run without AMX\n", why, KIND_NAME[kind]);
+        fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); %s without AMX\n", why, strerror(err), KIND_RUNS[kind]);
+    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; %s without AMX\n", why, KIND_RUNS[kind]);
 }
 
-/* Whether AMX runs kind's matmuls at ISA isa: opted in, AVX-512, a build
- * with the tile kernels, the CPU's feature (AMX-BF16 or AMX-INT8) and
+/* Whether AMX runs kind at ISA isa: opted in, AVX-512, a build with the
+ * tile kernels, the CPU's feature (AMX-INT8 for int8, else AMX-BF16) and
  * Linux's permission; says once why not where opted in. */
 static bool amx_runs(gml_isa isa, int kind) {
     if (isa != GML_ISA_AVX512 || !opted_in()) return false;
 #ifdef GML_HAVE_AMX
-    if (!gml_cpu_has_feature(kind == KIND_BF16 ? GML_CPU_AMX_BF16 : GML_CPU_AMX_INT8)) {
-        say_once(kind, kind == KIND_BF16 ? "this CPU (or its OS) has no AMX-BF16"
-                                         : "this CPU (or its OS) has no AMX-INT8", 0);
+    if (!gml_cpu_has_feature(kind == KIND_INT8 ? GML_CPU_AMX_INT8 : GML_CPU_AMX_BF16)) {
+        say_once(kind, kind == KIND_INT8 ? "this CPU (or its OS) has no AMX-INT8"
+                                         : "this CPU (or its OS) has no AMX-BF16", 0);
         return false;
     }
     int err = 0;
@@ -108,6 +108,8 @@ const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
     return NULL;
 #endif
 }
+
+bool gml_amx_flash_runs(gml_isa isa) { return amx_runs(isa, KIND_FLASH); }
 
 const gml_q8_gemm_variant *gml_amx_q8_pick(gml_isa isa) {
     if (!amx_runs(isa, KIND_INT8)) return NULL;

@@ -84,6 +84,11 @@ GML_AMX_BF16_DECLARE(amxemul)
  * (gml_cpu_amx_permit); GGMLITE_AMX=1 without one of the last three says
  * once on stderr why AMX does not run. */
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa);
+/* Whether flash_attn's AMX tiles may run at ISA isa: the checks of
+ * gml_amx_bf16_pick (GGMLITE_AMX=1, AVX-512, a build with the tiles,
+ * AMX-BF16, Linux's permission), saying once on stderr why not, naming
+ * bf16 flash attention as what runs without AMX. */
+bool gml_amx_flash_runs(gml_isa isa);
 /* For tests: with GGMLITE_AMX=1 and isa AVX-512, gml_amx_bf16_pick hands
  * out k (the kernel compiled against the tile emulation, tests/amx_emul.h)
  * in place of the CPU's and without asking the CPU; NULL: the CPU's again.

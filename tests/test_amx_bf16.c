@@ -25,6 +25,7 @@
  * without GGMLITE_AMX=1 no ISA picks AMX; with it, AMX is picked only at
  * AVX-512 on a CPU with AMX-BF16, and a bf16 matmul then runs it (on such a
  * CPU this checks the real instructions against the reference, bitwise). */
+#define _POSIX_C_SOURCE 200809L /* fileno, dup: amx_check.h */
 #include "check.h"
 #include "../ops/gemm_amx.h"
 #include "amx_check.h"
@@ -337,7 +338,10 @@ static void test_order(void) {
 }
 
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
- * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it. */
+ * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it;
+ * where it does not, stderr says once why, naming bf16 matmuls. */
+static const void *pick(gml_isa isa) { return gml_amx_bf16_pick(isa); }
+
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
     if (!opted && !amx_check_default_env()) return;
@@ -345,6 +349,7 @@ static void test_opt_in(bool opted) {
         if (isa != GML_ISA_AVX512 || !opted)
             CHECK(gml_amx_bf16_pick((gml_isa)isa) == NULL, "AMX picked at %s", gml_isa_name((gml_isa)isa));
     if (!opted) return;
+    amx_check_refusal(pick, "bf16 matmuls run");
     const gml_amx_bf16_kernel *k = gml_amx_bf16_pick(GML_ISA_AVX512);
     amx_check_real(k != NULL, GML_CPU_AMX_BF16, "AMX-BF16", "the real AMX kernel");
     /* a bf16 matmul at AVX-512 through a graph: the AMX order where picked */

@@ -33,6 +33,7 @@
  * AVX-512 on a CPU with AMX-INT8 (and Linux's permission), and an int8
  * linear then runs it (on such a CPU this checks the real instructions
  * against the reference, bitwise). */
+#define _POSIX_C_SOURCE 200809L /* fileno, dup: amx_check.h */
 #include "check.h"
 #include "../ops/gemm_amx.h"
 #include "amx_check.h"
@@ -306,7 +307,10 @@ static void test_matmul_desc(int64_t b0, int64_t b1, int64_t w0, int64_t w1, int
 /* ---- the opt-in ---------------------------------------------------------------------- */
 
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
- * with AMX-INT8 (and Linux's permission), and an int8 linear then runs it. */
+ * with AMX-INT8 (and Linux's permission), and an int8 linear then runs it;
+ * where it does not, stderr says once why, naming int8 matmuls. */
+static const void *pick(gml_isa isa) { return gml_amx_q8_pick(isa); }
+
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
     if (!opted && !amx_check_default_env()) return;
@@ -317,6 +321,7 @@ static void test_opt_in(bool opted) {
                   gml_isa_name((gml_isa)isa), gml_q8_gemm_pick((gml_isa)isa)->name);
         }
     if (!opted) return;
+    amx_check_refusal(pick, "int8 matmuls run");
     const gml_q8_gemm_variant *k = gml_amx_q8_pick(GML_ISA_AVX512);
     if (amx_check_real(k != NULL, GML_CPU_AMX_INT8, "AMX-INT8", "the real AMX int8 kernel"))
         CHECK(gml_q8_gemm_pick(GML_ISA_AVX512) == k, "gml_q8_gemm_pick at AVX-512 is not AMX's");

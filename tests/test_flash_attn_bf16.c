@@ -712,6 +712,8 @@ static void test_amx_order(void) {
     gml_free(ctx);
 }
 
+static const void *flash_pick(gml_isa isa) { return gml_flash_amx_pick(isa); }
+
 int main(int argc, char **argv) {
     gml_isa sets[2];
     chk_kernel_sets(sets);
@@ -723,6 +725,8 @@ int main(int argc, char **argv) {
     bool opted;
     if (!amx_check_args(argc, argv, &opted)) return chk_summary();
     if (opted) {
+        /* refused: stderr says once why, naming bf16 flash attention */
+        amx_check_refusal(flash_pick, "bf16 flash attention runs");
         const gml_flash_amx_kernel *k = gml_flash_amx_pick(GML_ISA_AVX512);
         printf(k ? "the real AMX tiles: %s\n"
                  : "skipped: the real AMX tiles (no AMX-BF16 here, or no permission: see the line "
