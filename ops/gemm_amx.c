@@ -88,10 +88,7 @@ static bool amx_runs(gml_isa isa, int kind) {
 }
 
 #ifdef GML_HAVE_AMX
-static const gml_amx_bf16_kernel AMX_KERNEL = {
-    gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_bf16_gemm_ukernel__amx_16x32,
-    gml_amx_bf16_release__amx, "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
-};
+static const gml_amx_bf16_kernel AMX_KERNEL = GML_AMX_BF16_KERNEL(amx);
 static const gml_q8_gemm_variant AMX_Q8 = GML_AMX_Q8_VARIANT(amx);
 #endif
 
@@ -194,6 +191,16 @@ static void pack_b_panel(const gml_gemm_desc *d, const amx_pack *k, int64_t bi, 
 
 /* ---- the product ------------------------------------------------------------ */
 
+/* Groups of 32 rows from row 0: a group of 17 to 32 rows takes the
+ * 32 x 32 kernel (every group but the last, and the last when M % 32 is 0
+ * or past 16), one of 1 to 16 the 16 x 32 kernel (the last when M % 32 is
+ * 1 to 16). */
+const char *gml_amx_bf16_note(const gml_amx_bf16_kernel *k, int64_t M) {
+    const int64_t last = M - (M - 1) / GML_AMX_MR * GML_AMX_MR; /* rows of the last group */
+    if (M <= GML_AMX_MR / 2) return k->name16;
+    return last <= GML_AMX_MR / 2 ? k->name_both : k->name;
+}
+
 size_t gml_amx_bf16_work_size(const gml_gemm_desc *d, int nth) {
     const amx_pack k = pack_of(d, nth);
     return k.a_bytes + k.b_bytes + k.tmp_bytes;
@@ -219,7 +226,7 @@ void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, cons
     char *mine = (char *)p->wdata + k.a_bytes + k.b_bytes + (size_t)p->ith * (k.tmp_bytes / (size_t)p->nth);
     uint16_t *row = (uint16_t *)(void *)mine;
     float *edge = (float *)(void *)(mine + k.tmp_bytes / (size_t)p->nth - GML_AMX_MR * GML_AMX_NR * sizeof(float));
-    gml_kernel_note(p, kern->name);
+    gml_kernel_note(p, gml_amx_bf16_note(kern, d->M));
 
     const int64_t na = k.a_batches * k.a_groups, nbp = !whole || repack ? k.b_batches * k.b_panels : 0;
     for (int64_t u; (u = gml_chunk_next(p)) < na + nbp;) {

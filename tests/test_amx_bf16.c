@@ -18,7 +18,8 @@
  * transposed A, B of f32, f16 and bf16 as W^T and as [K, N], C with a row
  * stride past N (whose padding must stay untouched), K = 0, groups of at
  * most 16 rows (decoding's 1 to 4, M's tails), which must take the 16 x 32
- * kernel (the tile work is counted); every result bitwise the same at 1, 2,
+ * kernel (the tile work is counted, and the node's kernel note must name
+ * the kernels that ran); every result bitwise the same at 1, 2,
  * 3, 4 and 7 threads; B kept packed once and reused while valid.
  *
  * The opt-in (test_amx_bf16_optin runs this with --opt-in and GGMLITE_AMX=1):
@@ -50,7 +51,8 @@ static void tile16(size_t kq, const uint32_t *a, const uint32_t *b, float *c, si
 
 static const gml_amx_bf16_kernel EMUL = {
     gml_amx_bf16_configure__amxemul, tile32, tile16, gml_amx_bf16_release__amxemul,
-    "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)",
+    "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)", "gml_bf16_gemm_ukernel__amxemul_16x32 (tiles)",
+    "gml_bf16_gemm_ukernel__amxemul_32x32 and __amxemul_16x32 (tiles)",
 };
 
 /* ---- the reference ------------------------------------------------------------- */
@@ -97,9 +99,21 @@ static struct {
     gml_kept *kept;
 } run_cfg;
 
+static const char *noted; /* the kernel note the product records */
+
 static void run_kernel(const gml_compute_params *p, gml_tensor *dst) {
     GML_UNUSED(dst);
-    gml_amx_bf16_gemm(p, &run_cfg.d, &EMUL, run_cfg.kept);
+    gml_compute_params q = *p;
+    q.note = &noted;
+    gml_amx_bf16_gemm(&q, &run_cfg.d, &EMUL, run_cfg.kept);
+}
+
+/* The note a product of d should record: the kernels its groups of 32
+ * rows take (as want_row_steps counts them). */
+static const char *want_note(const gml_gemm_desc *d) {
+    bool k32 = false, k16 = false;
+    for (int64_t m0 = 0; m0 < d->M; m0 += 32) *(d->M - m0 > 16 ? &k32 : &k16) = true;
+    return k32 && k16 ? EMUL.name_both : k16 ? EMUL.name16 : EMUL.name;
 }
 
 /* The rows x steps a product of d should multiply: per batch, 32-column
@@ -113,6 +127,7 @@ static int64_t want_row_steps(const gml_gemm_desc *d) {
 
 static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
     atomic_store(&row_steps, 0);
+    noted = NULL;
     run_cfg.d = *d;
     run_cfg.kept = kept;
     const size_t ws = gml_amx_bf16_work_size(d, nth);
@@ -125,6 +140,9 @@ static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
     gml_free(ctx);
     free(work);
     if (!CHECK(st == GML_OK, "gml_run_kernels: %s", err)) return false;
+    if (d->M > 0 && d->N > 0)
+        CHECK(noted && strcmp(noted, want_note(d)) == 0, "%d threads, M = %" PRId64 ": the note says %s, want %s", nth,
+              d->M, noted ? noted : "nothing", want_note(d));
     return CHECK(atomic_load(&row_steps) == want_row_steps(d),
                  "%d threads: the tiles multiplied %" PRId64 " rows x steps, want %" PRId64
                  " (16-row groups on the 16 x 32 kernel)", nth, (int64_t)atomic_load(&row_steps),
