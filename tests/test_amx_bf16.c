@@ -92,6 +92,53 @@ static float amx_dot(int64_t K, const float *a, int64_t as, const float *b, int6
     return c;
 }
 
+/* Orders TDPBF16PS could follow, for the hardware check to say which one
+ * the CPU's bits fit where they differ from the SDM's (docs/amx.md); a
+ * of k at a[k], b at b[k * bs], already bf16; DAZ and FTZ throughout. */
+enum { ORD_SDM, ORD_SDM_ROUNDED, ORD_GUIDE, ORD_GUIDE_ROUNDED, ORD_PAIR, N_ORD };
+static const char *const ORD_NAME[N_ORD] = {
+    "the SDM's (per step of 32 an even and an odd fma chain from +0, then c + (e + o))",
+    "the SDM's with each product rounded (and flushed) before its add",
+    "the Intrinsics Guide's (each product fma'd into c in k order, c carried across steps)",
+    "the Intrinsics Guide's with each product rounded (and flushed) before its add",
+    "each pair's two products added to c at once, one rounding per pair",
+};
+
+static float order_dot(int ord, int64_t K, const float *a, const float *b, int64_t bs) {
+    if (ord == ORD_SDM) return amx_dot(K, a, 1, b, bs);
+    float c = 0.0f, e = 0.0f, o = 0.0f;
+    for (int64_t k = 0; k < (K + 31) / 32 * 32; k += 2) {
+        const float a0 = k < K ? ftz(a[k]) : 0.0f, b0 = k < K ? ftz(b[k * bs]) : 0.0f;
+        const float a1 = k + 1 < K ? ftz(a[k + 1]) : 0.0f, b1 = k + 1 < K ? ftz(b[(k + 1) * bs]) : 0.0f;
+        if (ord == ORD_SDM_ROUNDED) {
+            e = ftz(e + ftz(a0 * b0));
+            o = ftz(o + ftz(a1 * b1));
+            if ((k + 2) % 32 == 0) c = ftz(c + ftz(e + o)), e = o = 0.0f;
+        } else if (ord == ORD_GUIDE) {
+            c = ftz(fmaf(a1, b1, ftz(fmaf(a0, b0, c))));
+        } else if (ord == ORD_GUIDE_ROUNDED) {
+            c = ftz(ftz(c + ftz(a0 * b0)) + ftz(a1 * b1));
+        } else { /* bf16 products are exact in double, their sum nearly always */
+            c = ftz((float)((double)c + ((double)a0 * b0 + (double)a1 * b1)));
+        }
+    }
+    return c;
+}
+
+/* How many of c[M][N] (row stride ldc) = a[M][K] b[K][N] fit each order;
+ * printed when print is set. */
+static void count_orders(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *c,
+                         int64_t ldc, int64_t fit[N_ORD], bool print) {
+    for (int ord = 0; ord < N_ORD; ord++) {
+        fit[ord] = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                fit[ord] += bits_of(c[m * ldc + n]) == bits_of(order_dot(ord, K, a + m * K, b + n, N));
+        if (print)
+            printf("  %" PRId64 " of %" PRId64 " outputs have the bits of %s\n", fit[ord], M * N, ORD_NAME[ord]);
+    }
+}
+
 /* ---- running the product ---------------------------------------------------------- */
 
 static struct {
@@ -355,6 +402,25 @@ static void test_order(void) {
     if (run(&d, NULL, 1)) CHECK(c[0] == 2.0f && isnan(c[1]), "c = %g (want 2), past it %g (want NaN)", c[0], c[1]);
 }
 
+/* The orders the hardware check reports (count_orders) tell each other
+ * apart: on the emulated tiles every output has the SDM's bits, and the
+ * Intrinsics Guide's order and one rounding per pair miss some. */
+static void test_orders_told_apart(void) {
+    chk_case("the candidate orders of the hardware check");
+    const shape s = {1, 1, 20, 24, 200, 0, 1, GML_F32, false};
+    chk_rng r = chk_seed(11);
+    operands o = make(&s, &r);
+    int64_t fit[N_ORD];
+    if (run(&o.d, NULL, 2)) {
+        count_orders(s.M, s.N, s.K, o.ar, o.br, o.c, o.ldc, fit, false);
+        CHECK(fit[ORD_SDM] == s.M * s.N, "the SDM's order fits %" PRId64 " of %" PRId64, fit[ORD_SDM], s.M * s.N);
+        CHECK(fit[ORD_GUIDE] < s.M * s.N && fit[ORD_GUIDE_ROUNDED] < s.M * s.N && fit[ORD_PAIR] < s.M * s.N,
+              "an order other than the SDM's fits every output: %" PRId64 ", %" PRId64 ", %" PRId64, fit[ORD_GUIDE],
+              fit[ORD_GUIDE_ROUNDED], fit[ORD_PAIR]);
+    }
+    release(&o);
+}
+
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
  * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it;
  * where it does not, stderr says once why, naming bf16 matmuls. */
@@ -393,13 +459,22 @@ static void test_opt_in(bool opted) {
         const char *ran = gml_graph_node_kernel(g, -1);
         CHECK(ran && (strstr(ran, "amx") != NULL) == (k != NULL), "%d threads ran %s", nth, ran ? ran : "nothing");
         if (!k) continue;
+        bool same = true;
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
                 const float got = ((float *)y->data)[m * N + n], want = amx_dot(K, ar + m * K, 1, wr + n * K, 1);
                 if (!CHECK(bits_of(got) == bits_of(want), "real AMX, %d threads: y[%d][%d] = %.9g, want %.9g", nth, m,
                            n, got, want))
-                    m = M, n = N;
+                    m = M, n = N, same = false;
             }
+        if (!same && nth == 1) { /* what the silicon does instead (docs/amx.md, "Verifying") */
+            float wt[K * N]; /* W^T: [K][N] */
+            for (int n = 0; n < N; n++)
+                for (int kk = 0; kk < K; kk++) wt[kk * N + n] = wr[n * K + kk];
+            int64_t fit[N_ORD];
+            printf("the real AMX kernel's bits differ from the SDM's order; which order they fit:\n");
+            count_orders(M, N, K, ar, wt, y->data, N, fit, true);
+        }
     }
     gml_set_isa(was);
     gml_graph_free(g);
@@ -412,6 +487,7 @@ int main(int argc, char **argv) {
     test_opt_in(opted);
     if (opted) return chk_summary();
     test_order();
+    test_orders_told_apart();
     const shape shapes[] = {
         {1, 1, 1, 1, 1, 0, 0, GML_F32, false},
         {1, 1, 5, 7, 3, 0, 0, GML_BF16, false},
