@@ -30,6 +30,7 @@
 #include "check.h"
 #include "../ops/gemm_amx.h"
 #include "amx_check.h"
+#include "kernel_check.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -177,16 +178,7 @@ static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
     noted = NULL;
     run_cfg.d = *d;
     run_cfg.kept = kept;
-    const size_t ws = gml_amx_bf16_work_size(d, nth);
-    void *work = aligned_alloc(64, gml_align_up(ws, 64));
-    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 12});
-    gml_tensor *dst = gml_new_tensor_1d(ctx, GML_F32, 1);
-    char err[256];
-    gml_kernel_fn fn = run_kernel;
-    const gml_status st = gml_run_kernels(&fn, &dst, 1, nth, work, ws, err, sizeof err);
-    gml_free(ctx);
-    free(work);
-    if (!CHECK(st == GML_OK, "gml_run_kernels: %s", err)) return false;
+    if (!kc_run(run_kernel, gml_amx_bf16_work_size(d, nth), nth)) return false;
     if (d->M > 0 && d->N > 0)
         CHECK(noted && strcmp(noted, want_note(d)) == 0, "%d threads, M = %" PRId64 ": the note says %s, want %s", nth,
               d->M, noted ? noted : "nothing", want_note(d));
