@@ -467,13 +467,17 @@ void gml_bf16_gemm_kept(const gml_compute_params *p, const gml_gemm_desc *d, con
     int64_t kc, mc, tm, tn;
     blocks(k.kp, mr, &kc, &mc);
     tiles(d, mr, nr, p->nth, whole ? BF16_KEPT_MIN_CHUNK_FLOPS : BF16_MIN_CHUNK_FLOPS, &tm, &tn);
+    /* mt x nt tiles sharing out C's MR-row and NR-column panels as evenly
+     * as whole panels go (tiles of tm x tn would leave the last short:
+     * 512 x 4096 at 2 threads, 5 of 22 column panels and one of 18) */
     const int64_t mt = cdiv(d->M, tm), nt = cdiv(d->N, tn), n_chunks = d->nb0 * d->nb1 * mt * nt;
+    const int64_t gm = cdiv(d->M, mr), gn = cdiv(d->N, nr);
     const size_t ldc = (size_t)d->c_rs / sizeof(float);
     for (int64_t chunk; (chunk = gml_chunk_next(p)) < n_chunks;) {
         const int64_t tj = chunk % nt, ti = chunk / nt % mt, bi = chunk / (nt * mt);
         const int64_t i0 = bi / d->nb1, i1 = bi % d->nb1;
-        const int64_t m0 = ti * tm, m1 = GML_MIN(m0 + tm, d->M);
-        const int64_t n0 = tj * tn, n1 = GML_MIN(n0 + tn, d->N);
+        const int64_t m0 = ti * gm / mt * mr, m1 = GML_MIN((ti + 1) * gm / mt * mr, d->M);
+        const int64_t n0 = tj * gn / nt * nr, n1 = GML_MIN((tj + 1) * gn / nt * nr, d->N);
         const uint32_t *a = apk + (size_t)(k.a_batches > 1 ? bi : 0) * k.a_pairs;
         const uint32_t *b = bpk + (size_t)(k.b_batches > 1 ? bi : 0) * k.b_pairs;
         float *c = (float *)(void *)(d->c + i0 * d->c_bs[0] + i1 * d->c_bs[1]);
