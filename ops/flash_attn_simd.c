@@ -259,15 +259,16 @@ static GML_SIMD_INLINE void alibi_window_block(const gml_flash_args *a, size_t j
     }
 }
 
-/* gml_flash_finish's common case in vectors: no sink, every lane < nq with
- * a positive finite sum (no poison) and finite outputs. out[l][c] = ot[c][l]
- * * (1 / sum[l]), the same operations, GML_VL x GML_VL blocks transposed in
- * registers. False, nothing decided, when a lane needs gml_flash_finish
- * (which then writes every row again). */
-static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l, const float *ot,
-                                      const int NV) {
+/* gml_flash_finish's common case in vectors: every lane < nq with a
+ * positive finite sum (no poison) and finite outputs. out[l][c] = ot[c][l]
+ * * factor[l], the same operations, GML_VL x GML_VL blocks transposed in
+ * registers; the factor 1 / sum[l], or with a sink or flash_attn_lse's
+ * columns gml_flash_finish's own scalar pieces per lane (the factor,
+ * out[l][dv] and out[l][dv + 1]: the same bits). False, nothing written,
+ * when a lane needs gml_flash_finish (which then writes every row). */
+static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l, const gml_vf *m,
+                                      const float *ot, const int NV) {
     const size_t tile = GML_VL * (size_t)NV, nq = a->nq, dv = a->dv;
-    if (a->sink || a->lse) return false;
     const gml_vf inf = gml_vf_set1(INFINITY), zero = gml_vf_zero();
     gml_vf inv[NV_MAX];
     gml_vm live[NV_MAX], bad[NV_MAX];
@@ -278,6 +279,21 @@ static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l,
         if (gml_vm_any(gml_vm_and(live[v], gml_vm_not(ok)))) return false;
         inv[v] = gml_vf_div(gml_vf_set1(1.0f), l[v]);
         bad[v] = gml_vm_first(0);
+    }
+    /* per lane in scalar code: a sink's factor (a NaN one fails the check
+     * below), the lse and the sink's weight (written last) */
+    const bool lanes = a->sink || a->lse;
+    _Alignas(64) float sum[NV_MAX * GML_VL], mx[NV_MAX * GML_VL], f[NV_MAX * GML_VL];
+    if (lanes) {
+        for (int v = 0; v < NV; v++) {
+            gml_vf_storea(sum + GML_VL * v, l[v]);
+            gml_vf_storea(mx + GML_VL * v, m[v]);
+        }
+        for (size_t i = 0; i < tile; i++) {
+            float total;
+            f[i] = i < nq ? gml_flash_lane_factor(a, i, sum[i], mx[i], &total) : 0.0f;
+        }
+        for (int v = 0; v < NV; v++) inv[v] = gml_vf_loada(f + GML_VL * v);
     }
     /* every output finite first: nothing is written otherwise (lanes >= nq
      * may hold anything) */
@@ -304,6 +320,8 @@ static GML_SIMD_INLINE bool finish_vec(const gml_flash_args *a, const gml_vf *l,
                 else gml_vf_store_m(o, cols, r[i]);
             }
         }
+    if (a->lse)
+        for (size_t i = 0; i < nq; i++) gml_flash_store_lse(a, i, sum[i], mx[i], a->out[i]);
     return true;
 }
 
@@ -650,7 +668,7 @@ static GML_SIMD_INLINE bool flash_block(const gml_flash_args *a, const int NV, c
 
     /* out = ot / l (gml_flash_finish: zeros where no key was seen, NaN
      * where l is, the rare lanes with a NaN or inf in v recomputed) */
-    if (!SAFE && finish_vec(a, l, ot, NV)) return true;
+    if (!SAFE && finish_vec(a, l, m, ot, NV)) return true;
     float sum[NV_MAX * GML_VL], mx[NV_MAX * GML_VL];
     for (int v = 0; v < NV; v++) {
         gml_vf_store(sum + GML_VL * v, gml_vf_select(poison[v], gml_vf_set1(NAN), l[v]));

@@ -24,9 +24,7 @@ static float fold_sink(float s, float m, float *sum) {
     return 1.0f;
 }
 
-/* out[dv] = log(sum e^(s_j) + e^sink) from the lane's running max m and sum
- * (> 0), out[dv + 1] = e^(sink - lse) (0 without a sink). */
-static void store_lse(const gml_flash_args *a, size_t l, float sum, float m, float *out) {
+void gml_flash_store_lse(const gml_flash_args *a, size_t l, float sum, float m, float *out) {
     if (sum == 0) { /* no key seen: the row is zeros, its weights all 0 */
         out[a->dv] = -INFINITY;
         out[a->dv + 1] = 0.0f;
@@ -40,18 +38,24 @@ static void store_lse(const gml_flash_args *a, size_t l, float sum, float m, flo
     out[a->dv + 1] = a->sink ? expf(s - lse) : 0.0f;
 }
 
+float gml_flash_lane_factor(const gml_flash_args *a, size_t l, float sum, float m, float *total) {
+    float f = 1.0f;
+    *total = sum;
+    if (a->sink) f = fold_sink(a->sink[l], m, total);
+    return f / *total;
+}
+
 bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, const float *m,
                       float *ot, bool exact) {
     for (size_t l = 0; l < a->nq; l++) {
         float *out = a->out[l];
-        if (a->lse) store_lse(a, l, sum[l], m[l], out);
+        if (a->lse) gml_flash_store_lse(a, l, sum[l], m[l], out);
         if (sum[l] == 0) { /* no key seen: zeros, also where ot holds 0 * inf */
             for (size_t c = 0; c < a->dv; c++) out[c] = 0.0f;
             continue;
         }
-        float total = sum[l], f = 1.0f;
-        if (a->sink) f = fold_sink(a->sink[l], m[l], &total);
-        const float inv = f / total; /* a NaN sum: NaN */
+        float total;
+        const float inv = gml_flash_lane_factor(a, l, sum[l], m[l], &total); /* a NaN sum: NaN */
         bool finite = true;
         for (size_t c = 0; c < a->dv; c++) {
             out[c] = ot[c * tile + l] * inv;

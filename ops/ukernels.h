@@ -339,6 +339,14 @@ GML_BF16_FLASH_AMX_UKERNELS(GML_DECLARE_FLASH)
  * true otherwise. */
 bool gml_flash_finish(const gml_flash_args *a, size_t tile, const float *sum, const float *m,
                       float *ot, bool exact);
+/* gml_flash_finish's pieces for lane l with running max m and sum sum (> 0),
+ * which the vector variants' own finish calls to get its bits: the factor
+ * lane l's column of ot takes, 1 / sum, or with a sink f / *total (*total
+ * the sum with the sink folded in: NaN for a NaN or +inf sink); and flash_attn_lse's two columns, out[dv] = the log-sum-exp
+ * log(sum e^(s_j) + e^sink) and out[dv + 1] = e^(sink - lse) (0 without a
+ * sink; -inf and 0 where sum is 0). */
+float gml_flash_lane_factor(const gml_flash_args *a, size_t l, float sum, float m, float *total);
+void gml_flash_store_lse(const gml_flash_args *a, size_t l, float sum, float m, float *out);
 /* Lane l of a, key by key in float, hidden keys skipped (their k and v rows
  * never read), into out[l]: NaN if a score or a value it sees is not finite
  * or the value sums overflow, else the attention. acc: dv floats at stride

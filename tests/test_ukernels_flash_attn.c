@@ -214,6 +214,129 @@ static void check_variants(void) {
     }
 }
 
+/* ---- flash_attn_lse's columns and sinks -----------------------------------------
+ * With a->lse (out[l][dv] the log-sum-exp, out[l][dv + 1] the sink's
+ * weight) and with sinks, the vector variants end a block in vectors
+ * (finish_vec) unless a lane needs gml_flash_finish, which then writes
+ * every row: a block of nq lanes that all see keys takes the first, the
+ * same block with one more lane that sees none the second, and the nq
+ * lanes must come out bitwise the same (outputs and both columns; the
+ * lanes are independent). Both against attention in double too: the lse
+ * log(sum_j e^(s_j) + e^sink) and the weight e^(sink - lse); sinks above a
+ * lane's max included (the other fold). Nothing written past column
+ * dv + 1 (dv without lse). */
+static void run_lse_block(const variant *var, size_t nq, size_t dk, size_t dv, const float *qt,
+                          const float *k, const float *v, const int32_t *n_keys, const float *sink,
+                          bool lse, float *outbuf, size_t ld) {
+    const size_t tile = (size_t)var->tile, wfloats = GML_FLASH_WORK_FLOATS(tile, dv);
+    float *work = aligned_alloc(64, gml_align_up(wfloats * 4, 64));
+    float *out_rows[32];
+    for (size_t i = 0; i < 32 * ld; i++) outbuf[i] = 777.0f;
+    for (size_t l = 0; l < nq; l++) out_rows[l] = outbuf + l * ld;
+    gml_flash_args a = {.nq = nq, .dk = dk, .dv = dv, .qt = qt, .k = k, .ldk = dk, .v = v,
+                        .ldv = dv, .n_keys = n_keys, .mask_stride = 1, .out = out_rows,
+                        .work = work, .sink = sink, .lse = lse};
+    var->fn(&a);
+    free(work);
+}
+
+static void check_lse_finish(void) {
+    static const size_t dvs[] = {1, 5, 16, 33, 62, 64};
+    const size_t dk = 16, nk = 150, pad = 8;
+    for (size_t vi = 0; vi < sizeof VARIANTS / sizeof *VARIANTS; vi++) {
+        const variant *var = &VARIANTS[vi];
+        if (!cpu_runs(var->isa, var->name)) continue;
+        const size_t tile = (size_t)var->tile;
+        const size_t lanes[] = {1, tile / 2 + 1, tile - 1};
+        int bad = 0;
+        double worst = 0;
+        for (size_t di = 0; di < sizeof dvs / sizeof *dvs; di++)
+            for (size_t li = 0; li < sizeof lanes / sizeof *lanes; li++)
+                for (int mode = 0; mode < 3; mode++) { /* lse; lse and sinks; sinks */
+                    const size_t dv = dvs[di], nq = lanes[li], ld = dv + 2 + pad;
+                    const bool lse = mode < 2, sinks = mode > 0;
+                    float *k = malloc(nk * dk * 4), *v = malloc(nk * dv * 4);
+                    float *qt = aligned_alloc(64, gml_align_up(dk * tile * 4, 64));
+                    float *vec = malloc(32 * ld * 4), *ref = malloc(32 * ld * 4);
+                    int32_t n_keys[32] = {0};
+                    float sink[32] = {0};
+                    fill_uniform(k, nk * dk, -1, 1);
+                    fill_uniform(v, nk * dv, -1, 1);
+                    for (size_t i = 0; i < dk * tile; i++)
+                        qt[i] = i % tile < nq ? rand_uniform(-1, 1) : 0.0f;
+                    for (size_t l = 0; l < nq; l++) {
+                        n_keys[l] = 1 + (int32_t)rand_int((int64_t)nk);
+                        /* scores within about +-4: some sinks above the max */
+                        sink[l] = sinks ? rand_uniform(-3, 6) : 0.0f;
+                    }
+                    run_lse_block(var, nq, dk, dv, qt, k, v, n_keys, sinks ? sink : NULL, lse,
+                                  vec, ld);
+                    /* lane nq sees no key: gml_flash_finish for the block */
+                    run_lse_block(var, nq + 1, dk, dv, qt, k, v, n_keys, sinks ? sink : NULL, lse,
+                                  ref, ld);
+                    const size_t cols = lse ? dv + 2 : dv;
+                    for (size_t l = 0; l < nq && bad < 5; l++) {
+                        for (size_t c = 0; c < cols; c++)
+                            if (!same_f32(vec[l * ld + c], ref[l * ld + c])) {
+                                bad++;
+                                CHECK(false, "%s d_v %zu nq %zu%s%s: lane %zu column %zu: %.9g "
+                                      "in vectors, %.9g by gml_flash_finish", var->name, dv, nq,
+                                      lse ? ", lse" : "", sinks ? ", sinks" : "", l, c,
+                                      (double)vec[l * ld + c], (double)ref[l * ld + c]);
+                                break;
+                            }
+                        for (size_t c = cols; c < ld; c++)
+                            if (vec[l * ld + c] != 777.0f) {
+                                bad++;
+                                CHECK(false, "%s d_v %zu nq %zu: wrote lane %zu's column %zu",
+                                      var->name, dv, nq, l, c);
+                                break;
+                            }
+                        /* in double, from the scores as the variants form them */
+                        double s[150], max = -INFINITY, sum = 0;
+                        for (size_t j = 0; j < (size_t)n_keys[l]; j++) {
+                            float dot = 0;
+                            for (size_t d = 0; d < dk; d++)
+                                dot = fmaf(k[j * dk + d], qt[d * tile + l], dot);
+                            max = fmax(max, s[j] = dot);
+                        }
+                        const double top = sinks ? fmax(max, sink[l]) : max;
+                        for (size_t j = 0; j < (size_t)n_keys[l]; j++) sum += exp(s[j] - top);
+                        const double ws = sinks ? exp(sink[l] - top) : 0.0;
+                        const double want_lse = top + log(sum + ws), want_w = ws / (sum + ws);
+                        for (size_t c = 0; c < dv && bad < 5; c++) {
+                            double o = 0;
+                            for (size_t j = 0; j < (size_t)n_keys[l]; j++)
+                                o += exp(s[j] - top) * v[j * dv + c];
+                            o /= sum + ws;
+                            const double got = vec[l * ld + c];
+                            if (fabs(o) > 1e-3) worst = fmax(worst, fabs(got - o) / fabs(o));
+                            if (!(fabs(got - o) <= UKERNEL_REL_TOL * fabs(o) + UKERNEL_ABS_TOL)) {
+                                bad++;
+                                CHECK(false, "%s d_v %zu nq %zu: lane %zu out[%zu] = %.9g, want "
+                                      "%.9g", var->name, dv, nq, l, c, got, o);
+                            }
+                        }
+                        if (!lse) continue;
+                        const double gl = vec[l * ld + dv], gw = vec[l * ld + dv + 1];
+                        worst = fmax(worst, fabs(gl - want_lse) / fmax(fabs(want_lse), 1.0));
+                        if (!(fabs(gl - want_lse) <= UKERNEL_REL_TOL * fabs(want_lse) +
+                                                          UKERNEL_ABS_TOL) ||
+                            !(fabs(gw - want_w) <= UKERNEL_REL_TOL * want_w + UKERNEL_ABS_TOL) ||
+                            (!sinks && gw != 0.0)) {
+                            bad++;
+                            CHECK(false, "%s d_v %zu nq %zu%s: lane %zu lse %.9g weight %.9g, "
+                                  "want %.9g and %.9g", var->name, dv, nq,
+                                  sinks ? ", sinks" : "", l, gl, gw, want_lse, want_w);
+                        }
+                    }
+                    free(k), free(v), free(qt), free(vec), free(ref);
+                }
+        printf("%-40s lse and sinks: in vectors = gml_flash_finish bitwise; max relative error "
+               "%.3g\n", var->name, worst);
+    }
+}
+
 /* ---- no subnormal arithmetic ----------------------------------------------------
  * Scores spread over hundreds (exp(s - max) far below FLT_MIN for most keys)
  * and a max that jumps by hundreds from block to block (the rescale factor
@@ -370,6 +493,7 @@ static void check_op(void) {
 
 int main(void) {
     check_variants();
+    check_lse_finish();
     check_no_subnormals();
     check_op();
     return check_report("test_ukernels_flash_attn");
