@@ -1,6 +1,7 @@
 /* When flash_attn's AMX tiles run (ops/flash_attn_amx.h): where the AMX
- * GEMM's pick (ops/gemm_amx.c: GGMLITE_AMX=1, CPU, Linux's permission)
- * hands out its kernel, or the tiles a test set. NOT VERIFIED ON AN AMX CPU. */
+ * GEMM's checks (ops/gemm_amx.c, gml_amx_flash_runs: GGMLITE_AMX=1, CPU,
+ * Linux's permission) pass, or the tiles a test set. NOT VERIFIED ON AN
+ * AMX CPU. */
 #include "flash_attn_amx.h"
 #include "gemm_amx.h"
 
@@ -17,10 +18,11 @@ const gml_flash_amx_kernel *gml_flash_amx_pick(gml_isa isa) {
     if (isa != GML_ISA_AVX512) return NULL;
     const gml_flash_amx_kernel *k = atomic_load(&flash_amx_override);
     if (k) return k;
+    /* says once why not, where GGMLITE_AMX=1 */
 #ifdef GML_HAVE_AMX
-    return gml_amx_bf16_pick(isa) ? &AMX_TILES : NULL;
+    return gml_amx_flash_runs(isa) ? &AMX_TILES : NULL;
 #else
-    (void)gml_amx_bf16_pick(isa); /* says why GGMLITE_AMX=1 does not run AMX */
+    (void)gml_amx_flash_runs(isa);
     return NULL;
 #endif
 }

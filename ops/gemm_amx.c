@@ -48,30 +48,30 @@ static bool opted_in(void) {
     return k == 2;
 }
 
-/* What AMX would run for: bf16 or int8 matmuls. */
-enum { KIND_BF16, KIND_INT8 };
-static const char *const KIND_NAME[] = {"bf16", "int8"};
-static _Atomic int amx_said_kind[2];
+/* What AMX would run for: bf16 matmuls, int8 matmuls, bf16 flash
+ * attention; what then runs without it, as the refusal says. */
+enum { KIND_BF16, KIND_INT8, KIND_FLASH, KINDS };
+static const char *const KIND_RUNS[KINDS] = {"bf16 matmuls run", "int8 matmuls run", "bf16 flash attention runs"};
+static _Atomic int amx_said_kind[KINDS];
 
 /* Says once per kind on stderr why GGMLITE_AMX=1 does not run AMX. */
 static void say_once(int kind, const char *why, int err) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&amx_said_kind[kind], &expected, 1)) return;
     if (err)
-        fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); %s matmuls run without AMX\n", why, strerror(err),
-                KIND_NAME[kind]);
-    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; %s matmuls run without AMX\n", why, KIND_NAME[kind]);
+        fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s (%s); %s without AMX\n", why, strerror(err), KIND_RUNS[kind]);
+    else fprintf(stderr, "ggmlite: GGMLITE_AMX=1: %s; %s without AMX\n", why, KIND_RUNS[kind]);
 }
 
-/* Whether AMX runs kind's matmuls at ISA isa: opted in, AVX-512, a build
- * with the tile kernels, the CPU's feature (AMX-BF16 or AMX-INT8) and
+/* Whether AMX runs kind at ISA isa: opted in, AVX-512, a build with the
+ * tile kernels, the CPU's feature (AMX-INT8 for int8, else AMX-BF16) and
  * Linux's permission; says once why not where opted in. */
 static bool amx_runs(gml_isa isa, int kind) {
     if (isa != GML_ISA_AVX512 || !opted_in()) return false;
 #ifdef GML_HAVE_AMX
-    if (!gml_cpu_has_feature(kind == KIND_BF16 ? GML_CPU_AMX_BF16 : GML_CPU_AMX_INT8)) {
-        say_once(kind, kind == KIND_BF16 ? "this CPU (or its OS) has no AMX-BF16"
-                                         : "this CPU (or its OS) has no AMX-INT8", 0);
+    if (!gml_cpu_has_feature(kind == KIND_INT8 ? GML_CPU_AMX_INT8 : GML_CPU_AMX_BF16)) {
+        say_once(kind, kind == KIND_INT8 ? "this CPU (or its OS) has no AMX-INT8"
+                                         : "this CPU (or its OS) has no AMX-BF16", 0);
         return false;
     }
     int err = 0;
@@ -88,10 +88,7 @@ static bool amx_runs(gml_isa isa, int kind) {
 }
 
 #ifdef GML_HAVE_AMX
-static const gml_amx_bf16_kernel AMX_KERNEL = {
-    gml_amx_bf16_configure__amx, gml_bf16_gemm_ukernel__amx_32x32, gml_bf16_gemm_ukernel__amx_16x32,
-    gml_amx_bf16_release__amx, "gml_bf16_gemm_ukernel__amx_32x32 (tiles)",
-};
+static const gml_amx_bf16_kernel AMX_KERNEL = GML_AMX_BF16_KERNEL(amx);
 static const gml_q8_gemm_variant AMX_Q8 = GML_AMX_Q8_VARIANT(amx);
 #endif
 
@@ -108,6 +105,8 @@ const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa) {
     return NULL;
 #endif
 }
+
+bool gml_amx_flash_runs(gml_isa isa) { return amx_runs(isa, KIND_FLASH); }
 
 const gml_q8_gemm_variant *gml_amx_q8_pick(gml_isa isa) {
     if (!amx_runs(isa, KIND_INT8)) return NULL;
@@ -192,6 +191,16 @@ static void pack_b_panel(const gml_gemm_desc *d, const amx_pack *k, int64_t bi, 
 
 /* ---- the product ------------------------------------------------------------ */
 
+/* Groups of 32 rows from row 0: a group of 17 to 32 rows takes the
+ * 32 x 32 kernel (every group but the last, and the last when M % 32 is 0
+ * or past 16), one of 1 to 16 the 16 x 32 kernel (the last when M % 32 is
+ * 1 to 16). */
+const char *gml_amx_bf16_note(const gml_amx_bf16_kernel *k, int64_t M) {
+    const int64_t last = M - (M - 1) / GML_AMX_MR * GML_AMX_MR; /* rows of the last group */
+    if (M <= GML_AMX_MR / 2) return k->name16;
+    return last <= GML_AMX_MR / 2 ? k->name_both : k->name;
+}
+
 size_t gml_amx_bf16_work_size(const gml_gemm_desc *d, int nth) {
     const amx_pack k = pack_of(d, nth);
     return k.a_bytes + k.b_bytes + k.tmp_bytes;
@@ -217,7 +226,7 @@ void gml_amx_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, cons
     char *mine = (char *)p->wdata + k.a_bytes + k.b_bytes + (size_t)p->ith * (k.tmp_bytes / (size_t)p->nth);
     uint16_t *row = (uint16_t *)(void *)mine;
     float *edge = (float *)(void *)(mine + k.tmp_bytes / (size_t)p->nth - GML_AMX_MR * GML_AMX_NR * sizeof(float));
-    gml_kernel_note(p, kern->name);
+    gml_kernel_note(p, gml_amx_bf16_note(kern, d->M));
 
     const int64_t na = k.a_batches * k.a_groups, nbp = !whole || repack ? k.b_batches * k.b_panels : 0;
     for (int64_t u; (u = gml_chunk_next(p)) < na + nbp;) {

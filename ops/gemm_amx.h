@@ -64,8 +64,17 @@ typedef struct gml_amx_bf16_kernel {
     void (*tile)(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc);
     void (*tile16)(size_t kq, const uint32_t *a, const uint32_t *b, float *c, size_t ldc, bool acc);
     void (*release)(void);
-    const char *name; /* with " (tiles)", as gml_kernel_note records it */
+    /* what gml_kernel_note records (gml_amx_bf16_note): the 32 x 32 kernel
+     * only, the 16 x 32 kernel only, or both; each with " (tiles)" */
+    const char *name, *name16, *name_both;
 } gml_amx_bf16_kernel;
+
+/* The kernel of suffix sfx (amx; amxemul in the tests) with its names. */
+#define GML_AMX_BF16_KERNEL(sfx)                                                                   \
+    {gml_amx_bf16_configure__##sfx, gml_bf16_gemm_ukernel__##sfx##_32x32,                          \
+     gml_bf16_gemm_ukernel__##sfx##_16x32, gml_amx_bf16_release__##sfx,                           \
+     "gml_bf16_gemm_ukernel__" #sfx "_32x32 (tiles)", "gml_bf16_gemm_ukernel__" #sfx "_16x32 (tiles)", \
+     "gml_bf16_gemm_ukernel__" #sfx "_32x32 and __" #sfx "_16x32 (tiles)"}
 
 #define GML_AMX_BF16_DECLARE(sfx)                                                                  \
     void gml_amx_bf16_configure__##sfx(void);                                                      \
@@ -84,6 +93,16 @@ GML_AMX_BF16_DECLARE(amxemul)
  * (gml_cpu_amx_permit); GGMLITE_AMX=1 without one of the last three says
  * once on stderr why AMX does not run. */
 const gml_amx_bf16_kernel *gml_amx_bf16_pick(gml_isa isa);
+/* The name of what k runs for a product of M rows (of a batch), as the
+ * node's kernel note records it: k->name16 where M <= 16 (one group on the
+ * 16 x 32 kernel), k->name_both where the last group of 32 rows has 1 to
+ * 16 (M > 32, M % 32 <= 16), else k->name. */
+const char *gml_amx_bf16_note(const gml_amx_bf16_kernel *k, int64_t M);
+/* Whether flash_attn's AMX tiles may run at ISA isa: the checks of
+ * gml_amx_bf16_pick (GGMLITE_AMX=1, AVX-512, a build with the tiles,
+ * AMX-BF16, Linux's permission), saying once on stderr why not, naming
+ * bf16 flash attention as what runs without AMX. */
+bool gml_amx_flash_runs(gml_isa isa);
 /* For tests: with GGMLITE_AMX=1 and isa AVX-512, gml_amx_bf16_pick hands
  * out k (the kernel compiled against the tile emulation, tests/amx_emul.h)
  * in place of the CPU's and without asking the CPU; NULL: the CPU's again.

@@ -12,21 +12,27 @@
  * TILEZERO, TDPBF16PS, TDPBSSD/TDPBSUD/TDPBUSD/TDPBUUD, TILERELEASE; vol. 1
  * ch. 18 on the tile state):
  *  - LDTILECFG: palette 0 (the initial state) or 1 (8 tiles of up to 16
- *    rows x 64 bytes); reserved bytes, start_row and tiles 8..15 zero;
- *    rows and bytes per row both zero (unused tile) or both set. It zeroes
- *    every tile.
+ *    rows x 64 bytes); reserved bytes and tiles 8..15 zero; rows and bytes
+ *    per row both zero (unused tile) or both set; else #GP. It zeroes
+ *    every tile. The CPU takes any start_row (the row an interrupted load
+ *    or store resumes at, zeroed when one completes); a nonzero one would
+ *    make the next load or store skip rows, so the emulation refuses it
+ *    as a kernel's bug.
  *  - a tile instruction on an unconfigured state or an unused tile faults
  *    (#UD); TDPBF16PS also when its tiles are not distinct or their shapes
  *    do not fit (dst.rows == src1.rows, dst.colsb == src2.colsb,
  *    src1.colsb / 4 == src2.rows).
- *  - loads and stores move rows x colsb bytes, row r at base + r * stride;
- *    what lies past a tile's configured rows or bytes reads as zero.
+ *  - loads and stores move rows x colsb bytes, row r at base + r * stride
+ *    (any base and stride: the SDM asks no alignment; stride 0 repeats a
+ *    row); what lies past a tile's configured rows or bytes reads as zero.
  *  - TDPBF16PS, for each row m of dst: temp[0 .. 2 cols) = 0; for each
  *    pair k of src1's row and each column n: temp[2n] += a(m, 2k) b(k, 2n),
  *    temp[2n+1] += a(m, 2k+1) b(k, 2n+1), each an fma; then dst(m, n) +=
  *    temp[2n] + temp[2n+1]. Every operation rounds to nearest even, takes
  *    subnormal inputs as 0 and flushes subnormal results to 0 (DAZ, FTZ,
- *    MXCSR ignored).
+ *    MXCSR ignored). The Intrinsics Guide's shorter pseudo-code adds each
+ *    product to dst in turn instead; the emulation holds the SDM's, which
+ *    no AMX CPU has confirmed yet (docs/amx.md, "Verifying").
  *  - TDPB[SU][SU]D (the same faults and shapes as TDPBF16PS), for each row
  *    m of dst, each dword k of src1's row and each column n: dst(m, n) +=
  *    the 4 products of byte i of a(m, k) with byte i of b(k, n), bytes
@@ -69,8 +75,13 @@ static inline void gml_amx_emul_loadconfig(const void *config) {
     memset(&gml_amx_emul, 0, sizeof gml_amx_emul);
     if (b[0] == 0) return; /* palette 0: the initial state */
     if (b[0] != 1) gml_amx_emul_fault("ldtilecfg", "palette other than 0 and 1", -1);
-    for (int i = 1; i < 16; i++)
-        if (b[i]) gml_amx_emul_fault("ldtilecfg", "start_row or a reserved byte not zero", -1);
+    if (b[1]) { /* not a fault on the CPU: its next load or store would start at that row */
+        fprintf(stderr, "amx_emul: ldtilecfg: start_row %d, not 0: the next tile load or store would skip rows\n",
+                b[1]);
+        abort();
+    }
+    for (int i = 2; i < 16; i++)
+        if (b[i]) gml_amx_emul_fault("ldtilecfg", "a reserved byte not zero", -1);
     for (int t = 0; t < 16; t++) {
         uint16_t colsb;
         memcpy(&colsb, b + 16 + 2 * t, 2);

@@ -18,15 +18,19 @@
  * transposed A, B of f32, f16 and bf16 as W^T and as [K, N], C with a row
  * stride past N (whose padding must stay untouched), K = 0, groups of at
  * most 16 rows (decoding's 1 to 4, M's tails), which must take the 16 x 32
- * kernel (the tile work is counted); every result bitwise the same at 1, 2,
+ * kernel (the tile work is counted, and the node's kernel note must name
+ * the kernels that ran); every result bitwise the same at 1, 2,
  * 3, 4 and 7 threads; B kept packed once and reused while valid.
  *
  * The opt-in (test_amx_bf16_optin runs this with --opt-in and GGMLITE_AMX=1):
  * without GGMLITE_AMX=1 no ISA picks AMX; with it, AMX is picked only at
  * AVX-512 on a CPU with AMX-BF16, and a bf16 matmul then runs it (on such a
  * CPU this checks the real instructions against the reference, bitwise). */
+#define _POSIX_C_SOURCE 200809L /* fileno, dup: amx_check.h */
 #include "check.h"
 #include "../ops/gemm_amx.h"
+#include "amx_check.h"
+#include "kernel_check.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -48,7 +52,8 @@ static void tile16(size_t kq, const uint32_t *a, const uint32_t *b, float *c, si
 
 static const gml_amx_bf16_kernel EMUL = {
     gml_amx_bf16_configure__amxemul, tile32, tile16, gml_amx_bf16_release__amxemul,
-    "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)",
+    "gml_bf16_gemm_ukernel__amxemul_32x32 (tiles)", "gml_bf16_gemm_ukernel__amxemul_16x32 (tiles)",
+    "gml_bf16_gemm_ukernel__amxemul_32x32 and __amxemul_16x32 (tiles)",
 };
 
 /* ---- the reference ------------------------------------------------------------- */
@@ -88,6 +93,53 @@ static float amx_dot(int64_t K, const float *a, int64_t as, const float *b, int6
     return c;
 }
 
+/* Orders TDPBF16PS could follow, for the hardware check to say which one
+ * the CPU's bits fit where they differ from the SDM's (docs/amx.md); a
+ * of k at a[k], b at b[k * bs], already bf16; DAZ and FTZ throughout. */
+enum { ORD_SDM, ORD_SDM_ROUNDED, ORD_GUIDE, ORD_GUIDE_ROUNDED, ORD_PAIR, N_ORD };
+static const char *const ORD_NAME[N_ORD] = {
+    "the SDM's (per step of 32 an even and an odd fma chain from +0, then c + (e + o))",
+    "the SDM's with each product rounded (and flushed) before its add",
+    "the Intrinsics Guide's (each product fma'd into c in k order, c carried across steps)",
+    "the Intrinsics Guide's with each product rounded (and flushed) before its add",
+    "each pair's two products added to c at once, one rounding per pair",
+};
+
+static float order_dot(int ord, int64_t K, const float *a, const float *b, int64_t bs) {
+    if (ord == ORD_SDM) return amx_dot(K, a, 1, b, bs);
+    float c = 0.0f, e = 0.0f, o = 0.0f;
+    for (int64_t k = 0; k < (K + 31) / 32 * 32; k += 2) {
+        const float a0 = k < K ? ftz(a[k]) : 0.0f, b0 = k < K ? ftz(b[k * bs]) : 0.0f;
+        const float a1 = k + 1 < K ? ftz(a[k + 1]) : 0.0f, b1 = k + 1 < K ? ftz(b[(k + 1) * bs]) : 0.0f;
+        if (ord == ORD_SDM_ROUNDED) {
+            e = ftz(e + ftz(a0 * b0));
+            o = ftz(o + ftz(a1 * b1));
+            if ((k + 2) % 32 == 0) c = ftz(c + ftz(e + o)), e = o = 0.0f;
+        } else if (ord == ORD_GUIDE) {
+            c = ftz(fmaf(a1, b1, ftz(fmaf(a0, b0, c))));
+        } else if (ord == ORD_GUIDE_ROUNDED) {
+            c = ftz(ftz(c + ftz(a0 * b0)) + ftz(a1 * b1));
+        } else { /* bf16 products are exact in double, their sum nearly always */
+            c = ftz((float)((double)c + ((double)a0 * b0 + (double)a1 * b1)));
+        }
+    }
+    return c;
+}
+
+/* How many of c[M][N] (row stride ldc) = a[M][K] b[K][N] fit each order;
+ * printed when print is set. */
+static void count_orders(int64_t M, int64_t N, int64_t K, const float *a, const float *b, const float *c,
+                         int64_t ldc, int64_t fit[N_ORD], bool print) {
+    for (int ord = 0; ord < N_ORD; ord++) {
+        fit[ord] = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++)
+                fit[ord] += bits_of(c[m * ldc + n]) == bits_of(order_dot(ord, K, a + m * K, b + n, N));
+        if (print)
+            printf("  %" PRId64 " of %" PRId64 " outputs have the bits of %s\n", fit[ord], M * N, ORD_NAME[ord]);
+    }
+}
+
 /* ---- running the product ---------------------------------------------------------- */
 
 static struct {
@@ -95,9 +147,21 @@ static struct {
     gml_kept *kept;
 } run_cfg;
 
+static const char *noted; /* the kernel note the product records */
+
 static void run_kernel(const gml_compute_params *p, gml_tensor *dst) {
     GML_UNUSED(dst);
-    gml_amx_bf16_gemm(p, &run_cfg.d, &EMUL, run_cfg.kept);
+    gml_compute_params q = *p;
+    q.note = &noted;
+    gml_amx_bf16_gemm(&q, &run_cfg.d, &EMUL, run_cfg.kept);
+}
+
+/* The note a product of d should record: the kernels its groups of 32
+ * rows take (as want_row_steps counts them). */
+static const char *want_note(const gml_gemm_desc *d) {
+    bool k32 = false, k16 = false;
+    for (int64_t m0 = 0; m0 < d->M; m0 += 32) *(d->M - m0 > 16 ? &k32 : &k16) = true;
+    return k32 && k16 ? EMUL.name_both : k16 ? EMUL.name16 : EMUL.name;
 }
 
 /* The rows x steps a product of d should multiply: per batch, 32-column
@@ -111,18 +175,13 @@ static int64_t want_row_steps(const gml_gemm_desc *d) {
 
 static bool run(const gml_gemm_desc *d, gml_kept *kept, int nth) {
     atomic_store(&row_steps, 0);
+    noted = NULL;
     run_cfg.d = *d;
     run_cfg.kept = kept;
-    const size_t ws = gml_amx_bf16_work_size(d, nth);
-    void *work = aligned_alloc(64, gml_align_up(ws, 64));
-    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 12});
-    gml_tensor *dst = gml_new_tensor_1d(ctx, GML_F32, 1);
-    char err[256];
-    gml_kernel_fn fn = run_kernel;
-    const gml_status st = gml_run_kernels(&fn, &dst, 1, nth, work, ws, err, sizeof err);
-    gml_free(ctx);
-    free(work);
-    if (!CHECK(st == GML_OK, "gml_run_kernels: %s", err)) return false;
+    if (!kc_run(run_kernel, gml_amx_bf16_work_size(d, nth), nth)) return false;
+    if (d->M > 0 && d->N > 0)
+        CHECK(noted && strcmp(noted, want_note(d)) == 0, "%d threads, M = %" PRId64 ": the note says %s, want %s", nth,
+              d->M, noted ? noted : "nothing", want_note(d));
     return CHECK(atomic_load(&row_steps) == want_row_steps(d),
                  "%d threads: the tiles multiplied %" PRId64 " rows x steps, want %" PRId64
                  " (16-row groups on the 16 x 32 kernel)", nth, (int64_t)atomic_load(&row_steps),
@@ -335,31 +394,40 @@ static void test_order(void) {
     if (run(&d, NULL, 1)) CHECK(c[0] == 2.0f && isnan(c[1]), "c = %g (want 2), past it %g (want NaN)", c[0], c[1]);
 }
 
+/* The orders the hardware check reports (count_orders) tell each other
+ * apart: on the emulated tiles every output has the SDM's bits, and the
+ * Intrinsics Guide's order and one rounding per pair miss some. */
+static void test_orders_told_apart(void) {
+    chk_case("the candidate orders of the hardware check");
+    const shape s = {1, 1, 20, 24, 200, 0, 1, GML_F32, false};
+    chk_rng r = chk_seed(11);
+    operands o = make(&s, &r);
+    int64_t fit[N_ORD];
+    if (run(&o.d, NULL, 2)) {
+        count_orders(s.M, s.N, s.K, o.ar, o.br, o.c, o.ldc, fit, false);
+        CHECK(fit[ORD_SDM] == s.M * s.N, "the SDM's order fits %" PRId64 " of %" PRId64, fit[ORD_SDM], s.M * s.N);
+        CHECK(fit[ORD_GUIDE] < s.M * s.N && fit[ORD_GUIDE_ROUNDED] < s.M * s.N && fit[ORD_PAIR] < s.M * s.N,
+              "an order other than the SDM's fits every output: %" PRId64 ", %" PRId64 ", %" PRId64, fit[ORD_GUIDE],
+              fit[ORD_GUIDE_ROUNDED], fit[ORD_PAIR]);
+    }
+    release(&o);
+}
+
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
- * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it. */
+ * with AMX-BF16 (and Linux's permission), and a bf16 matmul then runs it;
+ * where it does not, stderr says once why, naming bf16 matmuls. */
+static const void *pick(gml_isa isa) { return gml_amx_bf16_pick(isa); }
+
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
-    const char *env = getenv("GGMLITE_AMX");
-    if (!opted && env) {
-        printf("GGMLITE_AMX is set (%s) in this environment: the default case is not checked\n", env);
-        return;
-    }
+    if (!opted && !amx_check_default_env()) return;
     for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_NEON; isa++)
         if (isa != GML_ISA_AVX512 || !opted)
             CHECK(gml_amx_bf16_pick((gml_isa)isa) == NULL, "AMX picked at %s", gml_isa_name((gml_isa)isa));
-    const gml_amx_bf16_kernel *k = gml_amx_bf16_pick(GML_ISA_AVX512);
     if (!opted) return;
-    int err = 0;
-    const bool amx = gml_cpu_has_feature(GML_CPU_AMX_BF16);
-    if (!amx) {
-        CHECK(k == NULL, "AMX picked on a CPU without AMX-BF16");
-        printf("skipped: the real AMX kernel (this CPU has no AMX-BF16); the fallback checked\n");
-    } else if (!gml_cpu_amx_permit(&err)) {
-        CHECK(k == NULL, "AMX picked without Linux's permission");
-        printf("skipped: the real AMX kernel (Linux refused the permission: %s)\n", strerror(err));
-    } else {
-        CHECK(k != NULL, "AMX not picked on a CPU with AMX-BF16 and the permission (a build without it?)");
-    }
+    amx_check_refusal(pick, "bf16 matmuls run");
+    const gml_amx_bf16_kernel *k = gml_amx_bf16_pick(GML_ISA_AVX512);
+    amx_check_real(k != NULL, GML_CPU_AMX_BF16, "AMX-BF16", "the real AMX kernel");
     /* a bf16 matmul at AVX-512 through a graph: the AMX order where picked */
     if (!gml_cpu_has(GML_ISA_AVX512)) return;
     gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 22});
@@ -383,13 +451,22 @@ static void test_opt_in(bool opted) {
         const char *ran = gml_graph_node_kernel(g, -1);
         CHECK(ran && (strstr(ran, "amx") != NULL) == (k != NULL), "%d threads ran %s", nth, ran ? ran : "nothing");
         if (!k) continue;
+        bool same = true;
         for (int m = 0; m < M; m++)
             for (int n = 0; n < N; n++) {
                 const float got = ((float *)y->data)[m * N + n], want = amx_dot(K, ar + m * K, 1, wr + n * K, 1);
                 if (!CHECK(bits_of(got) == bits_of(want), "real AMX, %d threads: y[%d][%d] = %.9g, want %.9g", nth, m,
                            n, got, want))
-                    m = M, n = N;
+                    m = M, n = N, same = false;
             }
+        if (!same && nth == 1) { /* what the silicon does instead (docs/amx.md, "Verifying") */
+            float wt[K * N]; /* W^T: [K][N] */
+            for (int n = 0; n < N; n++)
+                for (int kk = 0; kk < K; kk++) wt[kk * N + n] = wr[n * K + kk];
+            int64_t fit[N_ORD];
+            printf("the real AMX kernel's bits differ from the SDM's order; which order they fit:\n");
+            count_orders(M, N, K, ar, wt, y->data, N, fit, true);
+        }
     }
     gml_set_isa(was);
     gml_graph_free(g);
@@ -397,15 +474,12 @@ static void test_opt_in(bool opted) {
 }
 
 int main(int argc, char **argv) {
-    const bool opted = argc > 1 && strcmp(argv[1], "--opt-in") == 0;
-    if (opted) {
-        const char *env = getenv("GGMLITE_AMX");
-        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
-            return chk_summary();
-    }
+    bool opted;
+    if (!amx_check_args(argc, argv, &opted)) return chk_summary();
     test_opt_in(opted);
     if (opted) return chk_summary();
     test_order();
+    test_orders_told_apart();
     const shape shapes[] = {
         {1, 1, 1, 1, 1, 0, 0, GML_F32, false},
         {1, 1, 5, 7, 3, 0, 0, GML_BF16, false},

@@ -33,8 +33,11 @@
  * AVX-512 on a CPU with AMX-INT8 (and Linux's permission), and an int8
  * linear then runs it (on such a CPU this checks the real instructions
  * against the reference, bitwise). */
+#define _POSIX_C_SOURCE 200809L /* fileno, dup: amx_check.h */
 #include "check.h"
 #include "../ops/gemm_amx.h"
+#include "amx_check.h"
+#include "kernel_check.h"
 #include "../ops/gemm_bf16.h" /* gml_matmul_desc */
 
 static const gml_q8_gemm_variant EMUL = GML_AMX_Q8_VARIANT(amxemul);
@@ -48,31 +51,6 @@ static bool same(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) 
 /* ---- the micro-kernel ------------------------------------------------------------ */
 
 enum { MAXB = 9 }; /* blocks: past two groups of 4 */
-
-/* Random q8 rows: every byte value, f16 scales mostly normal, some 0,
- * f16-subnormal, NaN or inf when odd is set. */
-static void rand_q8(gml_block_q8_0 *blk, int64_t n, bool odd) {
-    for (int64_t b = 0; b < n; b++) {
-        const int kind = (int)(next() % 16);
-        float d = (float)(next() % 1000 + 1) * 1e-4f;
-        if (odd && kind == 0) d = 0.0f;
-        if (odd && kind == 1) d = 3e-6f; /* an f16 subnormal */
-        blk[b].d = gml_fp32_to_fp16(d);
-        if (odd && kind == 2) blk[b].d = 0x7e00u; /* NaN */
-        if (odd && kind == 3) blk[b].d = 0x7c00u; /* inf */
-        for (int k = 0; k < 32; k++) blk[b].qs[k] = (int8_t)((int)(next() % 256) - 128);
-    }
-}
-
-/* The definition: A's row a (q8 blocks) x W's row w, from c. */
-static float def_dot(const gml_block_q8_0 *a, const gml_block_q8_0 *w, size_t nblk, float c) {
-    for (size_t b = 0; b < nblk; b++) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; k++) s += a[b].qs[k] * w[b].qs[k];
-        c = fmaf((float)s, gml_fp16_to_fp32(a[b].d) * gml_fp16_to_fp32(w[b].d), c);
-    }
-    return c;
-}
 
 static bool one_tile(const gml_block_q8_0 (*a)[MAXB], const gml_block_q8_0 (*w)[MAXB], size_t nblk, int m, int n,
                      const uint8_t *aq, size_t lda, const float *ad, size_t ldd, void *panel, bool own, bool acc) {
@@ -90,7 +68,7 @@ static bool one_tile(const gml_block_q8_0 (*a)[MAXB], const gml_block_q8_0 (*w)[
         for (int j = 0; j < LDC; j++) {
             const float got = c[i * LDC + j];
             const bool in = i < m && j < n;
-            const float want = in ? def_dot(a[i], w[j], nblk, acc ? (float)(i - j) * 0.25f : 0.0f) : -7.0f;
+            const float want = in ? kc_q8_dot(a[i], w[j], nblk, acc ? (float)(i - j) * 0.25f : 0.0f) : -7.0f;
             if (!CHECK(same(got, want), "nblk=%zu m=%d n=%d%s%s: c[%d][%d] = %.9g, want %.9g%s", nblk, m, n,
                        own ? " (its packer)" : "", acc ? " (from C)" : "", i, j, got, want,
                        in ? "" : " (outside the tile: must be untouched)"))
@@ -107,8 +85,8 @@ static void test_ukernel(void) {
     for (size_t ni = 0; ni < 3; ni++) {
         const size_t nblk = nbs[ni];
         gml_block_q8_0 a[32][MAXB], w[32][MAXB];
-        for (int i = 0; i < 32; i++) rand_q8(a[i], (int64_t)nblk, true);
-        for (int j = 0; j < 32; j++) rand_q8(w[j], (int64_t)nblk, true);
+        for (int i = 0; i < 32; i++) kc_rand_q8(&rng, a[i], (int64_t)nblk, true);
+        for (int j = 0; j < 32; j++) kc_rand_q8(&rng, w[j], (int64_t)nblk, true);
         /* A as the kernel takes it: rows of uint8 q + 128 (odd stride), f32 scales */
         const size_t lda = 32 * nblk + 3, ldd = nblk + 1;
         uint8_t aq[32 * (32 * MAXB + 3)];
@@ -148,16 +126,7 @@ static bool run(const gml_gemm_desc *d, bool ref, gml_kept *kept, int nth) {
     run_cfg.d = *d;
     run_cfg.ref = ref;
     run_cfg.kept = kept;
-    const size_t ws = gml_q8_gemm_work_size(d, nth);
-    void *work = aligned_alloc(64, gml_align_up(ws, 64));
-    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 12});
-    gml_tensor *dst = gml_new_tensor_1d(ctx, GML_F32, 1);
-    char err[256];
-    gml_kernel_fn fn = run_kernel;
-    const gml_status st = gml_run_kernels(&fn, &dst, 1, nth, work, ws, err, sizeof err);
-    gml_free(ctx);
-    free(work);
-    return CHECK(st == GML_OK, "gml_run_kernels: %s", err);
+    return kc_run(run_kernel, gml_q8_gemm_work_size(d, nth), nth);
 }
 
 typedef struct shape {
@@ -185,15 +154,10 @@ static void test_product(const shape *s) {
              s->w_mode == 0 ? "per batch" : s->w_mode == 1 ? "shared" : "per dim 1",
              s->a_bcast ? ", A broadcast" : "");
     const int64_t a_per = M * K * 2 + 5;
-    float *a = malloc(sizeof(float) * (size_t)(nba * a_per));
-    for (int64_t e = 0; e < nba * a_per; e++) a[e] = frand() * (e % 7 == 0 ? 4.0f : 1.0f);
-    gml_block_q8_0 *w = malloc(sizeof(gml_block_q8_0) * (size_t)(nbw * N * nblk));
-    float *wf = malloc(sizeof(float) * (size_t)(nbw * N * K));
-    for (int64_t e = 0; e < nbw * N * K; e++) wf[e] = frand();
-    for (int64_t r = 0; r < nbw * N; r++) gml_quantize_row_q8_0(wf + r * K, w + r * nblk, K);
-    int64_t a_rs = K * 4, a_cs = 4;
-    if (s->a_layout == 1) a_rs = 2 * K * 4, a_cs = 8;
-    if (s->a_layout == 2) a_rs = 4, a_cs = M * 4;
+    float *a;
+    gml_block_q8_0 *w;
+    int64_t a_rs, a_cs;
+    kc_q8_inputs(frand, nba, nbw, M, N, K, s->a_layout, &a, &w, &a_rs, &a_cs);
     const int64_t ldc = N + 3, nc = B * M * ldc, wb = N * nblk * 34;
     float *c = malloc(sizeof(float) * (size_t)nc), *want = malloc(sizeof(float) * (size_t)nc);
     gml_gemm_desc d = {
@@ -240,7 +204,6 @@ static void test_product(const shape *s) {
     free(kept.data);
     free(a);
     free(w);
-    free(wf);
     free(c);
     free(want);
 }
@@ -305,33 +268,24 @@ static void test_matmul_desc(int64_t b0, int64_t b1, int64_t w0, int64_t w1, int
 /* ---- the opt-in ---------------------------------------------------------------------- */
 
 /* Without GGMLITE_AMX=1 nothing picks AMX; with it, only AVX-512 on a CPU
- * with AMX-INT8 (and Linux's permission), and an int8 linear then runs it. */
+ * with AMX-INT8 (and Linux's permission), and an int8 linear then runs it;
+ * where it does not, stderr says once why, naming int8 matmuls. */
+static const void *pick(gml_isa isa) { return gml_amx_q8_pick(isa); }
+
 static void test_opt_in(bool opted) {
     chk_case("GGMLITE_AMX%s", opted ? "=1" : " unset");
-    const char *env = getenv("GGMLITE_AMX");
-    if (!opted && env) {
-        printf("GGMLITE_AMX is set (%s) in this environment: the default case is not checked\n", env);
-        return;
-    }
+    if (!opted && !amx_check_default_env()) return;
     for (int isa = GML_ISA_REFERENCE; isa <= GML_ISA_NEON; isa++)
         if (isa != GML_ISA_AVX512 || !opted) {
             CHECK(gml_amx_q8_pick((gml_isa)isa) == NULL, "AMX picked at %s", gml_isa_name((gml_isa)isa));
             CHECK(!strstr(gml_q8_gemm_pick((gml_isa)isa)->name, "amx"), "gml_q8_gemm_pick at %s: %s",
                   gml_isa_name((gml_isa)isa), gml_q8_gemm_pick((gml_isa)isa)->name);
         }
-    const gml_q8_gemm_variant *k = gml_amx_q8_pick(GML_ISA_AVX512);
     if (!opted) return;
-    int err = 0;
-    if (!gml_cpu_has_feature(GML_CPU_AMX_INT8)) {
-        CHECK(k == NULL, "AMX picked on a CPU without AMX-INT8");
-        printf("skipped: the real AMX int8 kernel (this CPU has no AMX-INT8); the fallback checked\n");
-    } else if (!gml_cpu_amx_permit(&err)) {
-        CHECK(k == NULL, "AMX picked without Linux's permission");
-        printf("skipped: the real AMX int8 kernel (Linux refused the permission: %s)\n", strerror(err));
-    } else {
-        CHECK(k != NULL, "AMX not picked on a CPU with AMX-INT8 and the permission (a build without it?)");
-        CHECK(k == NULL || gml_q8_gemm_pick(GML_ISA_AVX512) == k, "gml_q8_gemm_pick at AVX-512 is not AMX's");
-    }
+    amx_check_refusal(pick, "int8 matmuls run");
+    const gml_q8_gemm_variant *k = gml_amx_q8_pick(GML_ISA_AVX512);
+    if (amx_check_real(k != NULL, GML_CPU_AMX_INT8, "AMX-INT8", "the real AMX int8 kernel"))
+        CHECK(gml_q8_gemm_pick(GML_ISA_AVX512) == k, "gml_q8_gemm_pick at AVX-512 is not AMX's");
     /* an int8 linear at AVX-512 through a graph (W a weight, kept packed):
      * the AMX kernel where picked, bitwise the reference ISA's result */
     if (!gml_cpu_has(GML_ISA_AVX512)) return;
@@ -369,12 +323,8 @@ static void test_opt_in(bool opted) {
 }
 
 int main(int argc, char **argv) {
-    const bool opted = argc > 1 && strcmp(argv[1], "--opt-in") == 0;
-    if (opted) {
-        const char *env = getenv("GGMLITE_AMX");
-        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
-            return chk_summary();
-    }
+    bool opted;
+    if (!amx_check_args(argc, argv, &opted)) return chk_summary();
     test_opt_in(opted);
     if (opted) return chk_summary();
     if (!gml_cpu_has(GML_ISA_AVX512)) {

@@ -44,6 +44,7 @@
 #include "../ops/flash_attn.h" /* gml_flash_attn_lse */
 #ifdef GML_FLASH_AMX_TEST
 #include "../ops/flash_attn_amx.h"
+#include "amx_check.h"
 
 static const gml_flash_amx_kernel EMUL = {
     gml_flash_amx_configure__amxemul, gml_flash_amx_tile__amxemul, gml_flash_amx_release__amxemul,
@@ -711,6 +712,8 @@ static void test_amx_order(void) {
     gml_free(ctx);
 }
 
+static const void *flash_pick(gml_isa isa) { return gml_flash_amx_pick(isa); }
+
 int main(int argc, char **argv) {
     gml_isa sets[2];
     chk_kernel_sets(sets);
@@ -719,10 +722,11 @@ int main(int argc, char **argv) {
                "avx512_bf16\n");
         return 77;
     }
-    if (argc > 1 && strcmp(argv[1], "--opt-in") == 0) {
-        const char *env = getenv("GGMLITE_AMX");
-        if (!CHECK(env && strcmp(env, "1") == 0, "--opt-in runs with GGMLITE_AMX=1 (tests/CMakeLists.txt)"))
-            return chk_summary();
+    bool opted;
+    if (!amx_check_args(argc, argv, &opted)) return chk_summary();
+    if (opted) {
+        /* refused: stderr says once why, naming bf16 flash attention */
+        amx_check_refusal(flash_pick, "bf16 flash attention runs");
         const gml_flash_amx_kernel *k = gml_flash_amx_pick(GML_ISA_AVX512);
         printf(k ? "the real AMX tiles: %s\n"
                  : "skipped: the real AMX tiles (no AMX-BF16 here, or no permission: see the line "

@@ -18,6 +18,7 @@
  * Variants the CPU cannot run are skipped, saying why. */
 #include "../ops/gemm_q8.h"
 #include "check.h"
+#include "kernel_check.h"
 
 static chk_rng rng = {12345};
 static uint64_t next(void) { return chk_next(&rng); }
@@ -101,24 +102,6 @@ static bool cpu_can(const gml_q8_gemm_variant *v, bool say) {
     return true;
 }
 
-/* Random q8 rows: values in [-128, 127] (the edges included), f16 scales */
-static void rand_q8(gml_block_q8_0 *blk, int64_t n) {
-    for (int64_t b = 0; b < n; b++) {
-        blk[b].d = gml_fp32_to_fp16((float)(urand() * 0.1 + 1e-3));
-        for (int k = 0; k < 32; k++) blk[b].qs[k] = (int8_t)((int)(next() % 256) - 128);
-    }
-}
-
-/* The definition: (m, n) of A's rows (q8 blocks) x W's rows, from c */
-static float def_dot(const gml_block_q8_0 *a, const gml_block_q8_0 *w, size_t nblk, float c) {
-    for (size_t b = 0; b < nblk; b++) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; k++) s += a[b].qs[k] * w[b].qs[k];
-        c = fmaf((float)s, gml_fp16_to_fp32(a[b].d) * gml_fp16_to_fp32(w[b].d), c);
-    }
-    return c;
-}
-
 static void test_ukernels(void) {
     enum { MAXB = 7 };
     for (int vi = 0; vi < gml_q8_gemm_n_variants; vi++) {
@@ -128,8 +111,8 @@ static void test_ukernels(void) {
         for (size_t ni = 0; ni < 3; ni++) {
             const size_t nblk = nbs[ni];
             gml_block_q8_0 a[4][MAXB], w[GML_Q8_NR_MAX][MAXB];
-            for (int i = 0; i < 4; i++) rand_q8(a[i], (int64_t)nblk);
-            for (int j = 0; j < v->nr; j++) rand_q8(w[j], (int64_t)nblk);
+            for (int i = 0; i < 4; i++) kc_rand_q8(&rng, a[i], (int64_t)nblk, false);
+            for (int j = 0; j < v->nr; j++) kc_rand_q8(&rng, w[j], (int64_t)nblk, false);
             /* A as the kernels take it: rows of uint8 q + 128 (lda 32 nblk + 3), f32 scales */
             const size_t lda = 32 * nblk + 3, ldd = nblk + 1;
             uint8_t aq[4 * (32 * MAXB + 3)];
@@ -178,7 +161,7 @@ static void test_ukernels(void) {
                                 const float got = c[i * ldc + j];
                                 const bool in = i < m && (int)j < n;
                                 const float want =
-                                    in ? def_dot(a[i], w[j], nblk, own ? (float)(i - (int)j) * 0.25f : 0.0f)
+                                    in ? kc_q8_dot(a[i], w[j], nblk, own ? (float)(i - (int)j) * 0.25f : 0.0f)
                                        : -7.0f;
                                 ok = CHECK(memcmp(&got, &want, 4) == 0,
                                            "%s nblk=%zu m=%d n=%d%s: c[%d][%zu] = %.9g, want %.9g%s",
@@ -212,16 +195,7 @@ static void run_kernel(const gml_compute_params *p, gml_tensor *dst) {
 static bool run(const gml_gemm_desc *d, const gml_q8_gemm_variant *v, int nth) {
     run_cfg.d = *d;
     run_cfg.v = v;
-    const size_t ws = gml_q8_gemm_work_size(d, nth);
-    void *work = aligned_alloc(64, gml_align_up(ws, 64));
-    gml_context *ctx = gml_init((gml_init_params){.mem_size = 1 << 12});
-    gml_tensor *dst = gml_new_tensor_1d(ctx, GML_F32, 1);
-    char err[256];
-    gml_kernel_fn fn = run_kernel;
-    const gml_status st = gml_run_kernels(&fn, &dst, 1, nth, work, ws, err, sizeof err);
-    gml_free(ctx);
-    free(work);
-    return CHECK(st == GML_OK, "gml_run_kernels: %s", err);
+    return kc_run(run_kernel, gml_q8_gemm_work_size(d, nth), nth);
 }
 
 typedef struct {
@@ -238,15 +212,10 @@ static void test_product(const shape *s) {
              s->b_shared ? " shared W" : "");
     /* A: B matrices [M, K], stored per layout; W: nbw weights [N, K] q8_0 */
     const int64_t a_per = M * K * 2 + 5;
-    float *a = malloc(sizeof(float) * (size_t)(B * a_per));
-    for (int64_t e = 0; e < B * a_per; e++) a[e] = frand() * (e % 7 == 0 ? 4.0f : 1.0f);
-    gml_block_q8_0 *w = malloc(sizeof(gml_block_q8_0) * (size_t)(nbw * N * nblk));
-    float *wf = malloc(sizeof(float) * (size_t)(nbw * N * K));
-    for (int64_t e = 0; e < nbw * N * K; e++) wf[e] = frand();
-    for (int64_t r = 0; r < nbw * N; r++) gml_quantize_row_q8_0(wf + r * K, w + r * nblk, K);
-    int64_t a_rs = K * 4, a_cs = 4;
-    if (s->a_layout == 1) a_rs = 2 * K * 4, a_cs = 8;
-    if (s->a_layout == 2) a_rs = 4, a_cs = M * 4;
+    float *a;
+    gml_block_q8_0 *w;
+    int64_t a_rs, a_cs;
+    kc_q8_inputs(frand, B, nbw, M, N, K, s->a_layout, &a, &w, &a_rs, &a_cs);
     const int64_t ldc = N + 3;
     float *c = malloc(sizeof(float) * (size_t)(B * M * ldc)), *want = malloc(sizeof(float) * (size_t)(B * M * ldc));
     gml_gemm_desc d = {
@@ -329,7 +298,6 @@ static void test_product(const shape *s) {
     free(aqb);
     free(a);
     free(w);
-    free(wf);
     free(c);
     free(want);
 }

@@ -43,46 +43,48 @@ static void load_sources(const void *src) {
     _tile_zero(3);
 }
 
-/* Four chains, C tile t += A (4 or 5) x B (6 or 7), as oneDNN's kernels
- * keep four accumulators: a TMUL instruction issues about once per 16
- * cycles and takes several times that to finish (Intel's optimization
- * manual, Sapphire Rapids), so the four keep it busy; the issue's machine
- * measured 2,327 GFLOP/s on one core, about 1,024 flops a cycle. Every
- * bf16 is 2^-10: each step adds 32 x 2^-20 to each f32 of C, far from
- * overflow. */
+/* Four chains, C tile t += A (4 or 5) x B (6 or 7) by the tile
+ * instruction dp, iters times, as oneDNN's kernels keep four
+ * accumulators: a TMUL instruction issues about once per 16 cycles and
+ * takes several times that to finish (Intel's optimization manual,
+ * Sapphire Rapids), so the four keep it busy. */
+#define FOUR_CHAINS(dp, iters)                                                                     \
+    for (int64_t it = 0; it < (iters); it++) {                                                     \
+        dp(0, 4, 6);                                                                               \
+        dp(1, 4, 7);                                                                               \
+        dp(2, 5, 6);                                                                               \
+        dp(3, 5, 7);                                                                               \
+    }
+
+/* Tile 0 into out (16 rows of 64 bytes), the tiles released. */
+static void store_result(void *out) {
+    _tile_stored(0, out, 64);
+    _tile_release();
+    BENCH_AMX_MEMORY_BARRIER();
+}
+
+/* TDPBF16PS's chains: the issue's machine measured 2,327 GFLOP/s on one
+ * core, about 1,024 flops a cycle. Every bf16 is 2^-10: each step adds
+ * 32 x 2^-20 to each f32 of C, far from overflow. */
 float bench_amx_bf16(int64_t iters) {
     _Alignas(64) uint16_t src[16 * 32];
     _Alignas(64) float out[16 * 16];
     for (int i = 0; i < 16 * 32; i++) src[i] = 0x3a80; /* 2^-10 */
     load_sources(src);
-    for (int64_t it = 0; it < iters; it++) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, out, 64);
-    _tile_release();
-    BENCH_AMX_MEMORY_BARRIER();
+    FOUR_CHAINS(_tile_dpbf16ps, iters)
+    store_result(out);
     return out[0];
 }
 
-/* The same four chains of TDPBUSD (unsigned x signed int8, int32 sums of
- * 4 products per dword), what the int8 kernel runs: every byte 1, so each
- * step adds 64 to each int32 of C (the sums wrap harmlessly past 2^31). */
+/* TDPBUSD's chains (unsigned x signed int8, int32 sums of 4 products per
+ * dword), what the int8 kernel runs: every byte 1, so each step adds 64
+ * to each int32 of C (the sums wrap harmlessly past 2^31). */
 int32_t bench_amx_int8(int64_t iters) {
     _Alignas(64) int8_t src[16 * 64];
     _Alignas(64) int32_t out[16 * 16];
     for (int i = 0; i < 16 * 64; i++) src[i] = 1;
     load_sources(src);
-    for (int64_t it = 0; it < iters; it++) {
-        _tile_dpbusd(0, 4, 6);
-        _tile_dpbusd(1, 4, 7);
-        _tile_dpbusd(2, 5, 6);
-        _tile_dpbusd(3, 5, 7);
-    }
-    _tile_stored(0, out, 64);
-    _tile_release();
-    BENCH_AMX_MEMORY_BARRIER();
+    FOUR_CHAINS(_tile_dpbusd, iters)
+    store_result(out);
     return out[0];
 }
