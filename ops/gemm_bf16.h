@@ -91,7 +91,9 @@ size_t gml_bf16_gemm_work_size(const gml_gemm_desc *d, int nth);
 void gml_bf16_gemm(const gml_compute_params *p, const gml_gemm_desc *d, const gml_bf16_gemm_variant *v);
 /* How the bf16 GEMMs split C among nth threads: tiles of *tm rows and *tn
  * columns (multiples of mr and nr), about 3 per thread and none under
- * min_flops, the larger side split first. */
+ * min_flops, the larger side split first. The pairs GEMM takes their
+ * number, cdiv(M, *tm) by cdiv(N, *tn), and shares C's MR-row and
+ * NR-column panels out among them as evenly as whole panels go. */
 void gml_bf16_gemm_tiles(const gml_gemm_desc *d, int mr, int nr, int nth, double min_flops, int64_t *tm,
                          int64_t *tn);
 /* Bytes of B packed whole for variant v: its NR-column panels over all of

@@ -370,8 +370,8 @@ static void run_case(int nd, const int64_t *ba, const int64_t *bb, int64_t M, in
 
 /* 2-D products over the paths of the GEMM: matrix-vector (M <= 4 against
  * W^T), few rows (M <= 64), few rows against W^T with long K, Goto's loops
- * (M > 64), several K blocks (K > 256); K odd, even, and not a multiple
- * of 32. */
+ * (M > 64); K odd, even, and not a multiple of 32 (several K blocks:
+ * test_blocks). */
 static void test_shapes(void) {
     static const int64_t mnk[][3] = {
         {1, 1, 1},   {1, 7, 2},    {3, 5, 7},    {2, 19, 33},   {4, 40, 129}, {5, 33, 31},
@@ -401,6 +401,20 @@ static void test_bf16_weights(void) {
                  GML_BF16, s == 5 ? CHK_SLICED_TRANSPOSED : CHK_TRANSPOSED, 1.0f, true, 700 + (uint64_t)s);
     static const int64_t ba[2] = {2, 3}, bb[2] = {1, 3};
     run_case(4, ba, bb, 7, 19, 34, CHK_CONTIGUOUS, GML_BF16, CHK_TRANSPOSED, 1.0f, true, 720);
+}
+
+/* Several K blocks (ops/gemm_bf16.c: at most 512 pairs, 1024 values of
+ * k, each) in each loop of the pairs GEMM, with a 32 KiB L2
+ * (gml_gemm_set_caches) so that MC is one 14-row panel: Goto's loops
+ * over 30 rows (3 MC blocks, K odd), the few-rows sweep over 5; each C
+ * element adds its K blocks in order, so the bits are those of one
+ * block. */
+static void test_blocks(void) {
+    static const int64_t small[3] = {32 << 10, 32 << 10, 2 << 20};
+    gml_gemm_set_caches(small);
+    run_case(2, NULL, NULL, 30, 17, 1031, CHK_CONTIGUOUS, GML_F32, CHK_CONTIGUOUS, 1.0f, true, 960);
+    run_case(2, NULL, NULL, 5, 17, 1030, CHK_TRANSPOSED, GML_F16, CHK_TRANSPOSED, 1.0f, true, 961);
+    gml_gemm_set_caches(NULL);
 }
 
 /* Batches, broadcast either way, and batches folded into M (a weight
@@ -612,6 +626,7 @@ int main(int argc, char **argv) {
     }
     test_shapes();
     test_bf16_weights();
+    test_blocks();
     test_batched();
     test_subnormal();
     test_nonfinite();
